@@ -1,0 +1,146 @@
+/*
+ * Direct (one-shot) generator for small messages: every rank sends its data
+ * straight to every rank that needs it, and reductions happen locally. A rank
+ * sends to its peers in the order r + 1, r + 2, ... (mod nranks), so that the
+ * first messages of different ranks go to different peers.
+ *
+ *   allreduce       every rank receives every input and folds them in rank
+ *                   order ((in0 + in1) + in2) + ... — the same order on every
+ *                   rank, so the results are bitwise identical. Ranks > 0
+ *                   fold the prefix that precedes their own input in one
+ *                   scratch block (their input may alias out).
+ *   allgather       send in to all, receive block q from rank q.
+ *   reduce_scatter  send block q to rank q; fold the received blocks.
+ *   alltoall        pairwise: in round k (0..nranks-1) rank r exchanges with
+ *                   rank (k - r) mod nranks (send first, then receive: in
+ *                   place is safe); the round where the partner is r itself
+ *                   is a local copy.
+ *   broadcast, reduce, gather, scatter
+ *                   the root sends to / receives from every rank.
+ */
+#include "gen_util.h"
+
+#define DIRECT_COLLS                                                           \
+  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |                         \
+   (1u << SCHED_REDUCE_SCATTER) | (1u << SCHED_ALLTOALL) |                     \
+   (1u << SCHED_BROADCAST) | (1u << SCHED_REDUCE) | (1u << SCHED_GATHER) |     \
+   (1u << SCHED_SCATTER))
+
+static int direct_allreduce(sched_channel *c, int n, int r) {
+  int e = 0;
+  for (int i = 1; i < n; i++)
+    e |= sched_send(c, (r + i) % n, gen_in(0, 1));
+  if (r == 0) {
+    e |= sched_recv_reduce(c, 1, gen_in(0, 1), gen_out(0, 1));
+    for (int q = 2; q < n; q++)
+      e |= sched_recv_reduce(c, q, gen_out(0, 1), gen_out(0, 1));
+    return e;
+  }
+  e |= sched_recv(c, 0, gen_scr(0, 1));
+  for (int q = 1; q < r; q++)
+    e |= sched_recv_reduce(c, q, gen_scr(0, 1), gen_scr(0, 1));
+  e |= sched_reduce_local(c, gen_in(0, 1), gen_scr(0, 1));
+  if (r == n - 1)
+    return e | sched_copy(c, gen_scr(0, 1), gen_out(0, 1));
+  e |= sched_recv_reduce(c, r + 1, gen_scr(0, 1), gen_out(0, 1));
+  for (int q = r + 2; q < n; q++)
+    e |= sched_recv_reduce(c, q, gen_out(0, 1), gen_out(0, 1));
+  return e;
+}
+
+static int direct_rank(sched_channel *c, sched_coll coll, int n, int root,
+                       int r) {
+  int e = 0;
+  switch (coll) {
+  case SCHED_ALLREDUCE:
+    return direct_allreduce(c, n, r);
+  case SCHED_ALLGATHER:
+    for (int i = 1; i < n; i++)
+      e |= sched_send(c, (r + i) % n, gen_in(0, 1));
+    e |= sched_copy(c, gen_in(0, 1), gen_out((uint32_t)r, 1));
+    for (int i = 1; i < n; i++) {
+      int q = (r - i + n) % n;
+      e |= sched_recv(c, q, gen_out((uint32_t)q, 1));
+    }
+    return e;
+  case SCHED_REDUCE_SCATTER:
+    for (int i = 1; i < n; i++) {
+      int q = (r + i) % n;
+      e |= sched_send(c, q, gen_in((uint32_t)q, 1));
+    }
+    for (int i = 1; i < n; i++) {
+      int q = (r - i + n) % n;
+      e |= sched_recv_reduce(
+          c, q, i == 1 ? gen_in((uint32_t)r, 1) : gen_out(0, 1), gen_out(0, 1));
+    }
+    return e;
+  case SCHED_ALLTOALL:
+    for (int k = 0; k < n; k++) {
+      int q = ((k - r) % n + n) % n;
+      if (q == r) {
+        e |= sched_copy(c, gen_in((uint32_t)r, 1), gen_out((uint32_t)r, 1));
+      } else {
+        e |= sched_send(c, q, gen_in((uint32_t)q, 1));
+        e |= sched_recv(c, q, gen_out((uint32_t)q, 1));
+      }
+    }
+    return e;
+  case SCHED_BROADCAST:
+    if (r != root)
+      return sched_recv(c, root, gen_out(0, 1));
+    for (int i = 1; i < n; i++)
+      e |= sched_send(c, (r + i) % n, gen_in(0, 1));
+    return e | sched_copy(c, gen_in(0, 1), gen_out(0, 1));
+  case SCHED_REDUCE:
+    if (r != root)
+      return sched_send(c, root, gen_in(0, 1));
+    for (int i = 1; i < n; i++)
+      e |= sched_recv_reduce(
+          c, (r + i) % n, i == 1 ? gen_in(0, 1) : gen_out(0, 1), gen_out(0, 1));
+    return e;
+  case SCHED_GATHER:
+    if (r != root)
+      return sched_send(c, root, gen_in(0, 1));
+    e |= sched_copy(c, gen_in(0, 1), gen_out((uint32_t)r, 1));
+    for (int i = 1; i < n; i++) {
+      int q = (r + i) % n;
+      e |= sched_recv(c, q, gen_out((uint32_t)q, 1));
+    }
+    return e;
+  case SCHED_SCATTER:
+    if (r != root)
+      return sched_recv(c, root, gen_out(0, 1));
+    for (int i = 1; i < n; i++) {
+      int q = (r + i) % n;
+      e |= sched_send(c, q, gen_in((uint32_t)q, 1));
+    }
+    return e | sched_copy(c, gen_in((uint32_t)r, 1), gen_out(0, 1));
+  default:
+    return -1;
+  }
+}
+
+sched *gen_direct(const gen_params *p) {
+  if (gen_check(p, DIRECT_COLLS))
+    return NULL;
+  int n = p->nranks;
+  sched *s = sched_new(p->coll, n, p->root, 1, p->nchannels, "direct");
+  if (!s)
+    return NULL;
+  if (p->coll == SCHED_ALLREDUCE && n > 1)
+    s->scratch_blocks = 1;
+  int e = 0;
+  for (int ch = 0; ch < p->nchannels; ch++)
+    for (int r = 0; r < n; r++) {
+      sched_channel *c = sched_chan(s, r, ch);
+      if (n == 1)
+        e |= sched_copy(c, gen_in(0, 1), gen_out(0, 1));
+      else
+        e |= direct_rank(c, p->coll, n, p->root, r);
+    }
+  if (e) {
+    sched_free(s);
+    return NULL;
+  }
+  return s;
+}

@@ -1,0 +1,195 @@
+/*
+ * Recursive halving / doubling (Rabenseifner for allreduce).
+ *
+ * Non-powers of two: with p2 the largest power of two <= nranks and
+ * rem = nranks - p2, the first 2 * rem ranks pair up (2i, 2i + 1). The even
+ * rank folds its data into the odd one before the power-of-two phase and
+ * gets the result back at the end; the odd rank takes part as "new rank" i,
+ * every rank r >= 2 * rem as new rank r - rem. New rank groups map to
+ * contiguous block ranges: new rank i < rem owns blocks {2i, 2i + 1}, new
+ * rank i >= rem owns block i + rem.
+ *
+ *   allreduce       K = p2 chunks; reduce-scatter by recursive halving
+ *                   (distance p2/2 down to 1; new rank i ends with chunk i
+ *                   fully reduced), then allgather by recursive doubling.
+ *   allgather       recursive doubling over new-rank groups of blocks.
+ *   reduce_scatter  recursive halving over new-rank groups of blocks; the
+ *                   partial sums live in scratch (nranks blocks, indexed by
+ *                   block) and each rank copies its block to out at the end.
+ *
+ * Every pairwise exchange is cut into bursts (gen_exchange) so that both
+ * partners never have more than GEN_BURST messages in flight towards the
+ * other before receiving.
+ */
+#include "gen_util.h"
+
+#define RHD_COLLS                                                              \
+  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |                         \
+   (1u << SCHED_REDUCE_SCATTER))
+
+typedef struct rhd {
+  int n, p2, rem;
+} rhd;
+
+static int new_rank(const rhd *h, int r) {
+  if (r < 2 * h->rem)
+    return (r & 1) ? r / 2 : -1;
+  return r - h->rem;
+}
+
+static int old_rank(const rhd *h, int nr) {
+  return nr < h->rem ? 2 * nr + 1 : nr + h->rem;
+}
+
+/* First block owned by new rank nr (nr == p2 gives nranks). */
+static int first_block(const rhd *h, int nr) {
+  return nr < h->rem ? 2 * nr : nr + h->rem;
+}
+
+static sched_chunks none(void) { return sched_ck(SCHED_BUF_NONE, 0, 0); }
+
+static sched_chunks rng(sched_buf b, int lo, int hi) {
+  if (hi <= lo)
+    return none();
+  return sched_ck(b, (uint32_t)lo, (uint32_t)(hi - lo));
+}
+
+static int rhd_allreduce(sched_channel *c, const rhd *h, int r) {
+  int K = h->p2, e = 0, nr = new_rank(h, r);
+  sched_buf cur = SCHED_BUF_IN;
+  if (nr < 0) {
+    e |= sched_send(c, r + 1, gen_in(0, (uint32_t)K));
+    e |= sched_recv(c, r + 1, gen_out(0, (uint32_t)K));
+    return e;
+  }
+  if (r < 2 * h->rem) {
+    e |= sched_recv_reduce(c, r - 1, gen_in(0, (uint32_t)K),
+                           gen_out(0, (uint32_t)K));
+    cur = SCHED_BUF_OUT;
+  }
+  int lo = 0, hi = K;
+  for (int d = h->p2 / 2; d >= 1; d /= 2) {
+    int partner = old_rank(h, nr ^ d), half = (hi - lo) / 2;
+    int klo = (nr & d) ? lo + half : lo, slo = (nr & d) ? lo : lo + half;
+    e |= gen_exchange(c, partner, rng(cur, slo, slo + half),
+                      rng(SCHED_BUF_OUT, klo, klo + half),
+                      rng(cur, klo, klo + half));
+    cur = SCHED_BUF_OUT;
+    lo = klo;
+    hi = klo + half;
+  }
+  for (int d = 1; d < h->p2; d *= 2) {
+    int mine = nr & ~(d - 1), theirs = (nr ^ d) & ~(d - 1);
+    e |=
+        gen_exchange(c, old_rank(h, nr ^ d), rng(SCHED_BUF_OUT, mine, mine + d),
+                     rng(SCHED_BUF_OUT, theirs, theirs + d), none());
+  }
+  if (r < 2 * h->rem)
+    e |= sched_send(c, r - 1, gen_out(0, (uint32_t)K));
+  return e;
+}
+
+static int rhd_allgather(sched_channel *c, const rhd *h, int r) {
+  int e = 0, nr = new_rank(h, r), n = h->n;
+  e |= sched_copy(c, gen_in(0, 1), gen_out((uint32_t)r, 1));
+  if (nr < 0) {
+    e |= sched_send(c, r + 1, gen_in(0, 1));
+    if (r > 0)
+      e |= sched_recv(c, r + 1, rng(SCHED_BUF_OUT, 0, r));
+    if (r + 1 < n)
+      e |= sched_recv(c, r + 1, rng(SCHED_BUF_OUT, r + 1, n));
+    return e;
+  }
+  if (r < 2 * h->rem)
+    e |= sched_recv(c, r - 1, gen_out((uint32_t)(r - 1), 1));
+  for (int d = 1; d < h->p2; d *= 2) {
+    int a = nr & ~(d - 1), pa = (nr ^ d) & ~(d - 1);
+    e |= gen_exchange(
+        c, old_rank(h, nr ^ d),
+        rng(SCHED_BUF_OUT, first_block(h, a), first_block(h, a + d)),
+        rng(SCHED_BUF_OUT, first_block(h, pa), first_block(h, pa + d)), none());
+  }
+  if (r < 2 * h->rem) {
+    if (r - 1 > 0)
+      e |= sched_send(c, r - 1, rng(SCHED_BUF_OUT, 0, r - 1));
+    if (r < n)
+      e |= sched_send(c, r - 1, rng(SCHED_BUF_OUT, r, n));
+  }
+  return e;
+}
+
+static int rhd_reduce_scatter(sched_channel *c, const rhd *h, int r) {
+  int e = 0, nr = new_rank(h, r), n = h->n;
+  sched_buf cur = SCHED_BUF_IN;
+  if (nr < 0) {
+    e |= sched_send(c, r + 1, gen_in(0, (uint32_t)n));
+    e |= sched_recv(c, r + 1, gen_out(0, 1));
+    return e;
+  }
+  if (r < 2 * h->rem) {
+    e |= sched_recv_reduce(c, r - 1, gen_in(0, (uint32_t)n),
+                           gen_scr(0, (uint32_t)n));
+    cur = SCHED_BUF_SCRATCH;
+  }
+  int lo = 0, hi = h->p2;
+  for (int d = h->p2 / 2; d >= 1; d /= 2) {
+    int partner = old_rank(h, nr ^ d), half = (hi - lo) / 2;
+    int klo = (nr & d) ? lo + half : lo, slo = (nr & d) ? lo : lo + half;
+    int kb0 = first_block(h, klo), kb1 = first_block(h, klo + half);
+    int sb0 = first_block(h, slo), sb1 = first_block(h, slo + half);
+    e |= gen_exchange(c, partner, rng(cur, sb0, sb1),
+                      rng(SCHED_BUF_SCRATCH, kb0, kb1), rng(cur, kb0, kb1));
+    cur = SCHED_BUF_SCRATCH;
+    lo = klo;
+    hi = klo + half;
+  }
+  if (r < 2 * h->rem)
+    e |= sched_send(c, r - 1, gen_scr((uint32_t)(r - 1), 1));
+  e |= sched_copy(c, gen_scr((uint32_t)r, 1), gen_out(0, 1));
+  return e;
+}
+
+sched *gen_rhd(const gen_params *p) {
+  if (gen_check(p, RHD_COLLS))
+    return NULL;
+  rhd h;
+  h.n = p->nranks;
+  h.p2 = 1;
+  while (h.p2 * 2 <= h.n)
+    h.p2 *= 2;
+  h.rem = h.n - h.p2;
+  int K = p->coll == SCHED_ALLREDUCE ? h.p2 : 1;
+  sched *s = sched_new(p->coll, h.n, p->root, K, p->nchannels, "rhd");
+  if (!s)
+    return NULL;
+  if (p->coll == SCHED_REDUCE_SCATTER && h.n > 1)
+    s->scratch_blocks = h.n;
+  int e = 0;
+  for (int ch = 0; ch < p->nchannels; ch++) {
+    for (int r = 0; r < h.n; r++) {
+      sched_channel *c = sched_chan(s, r, ch);
+      if (h.n == 1) {
+        e |= sched_copy(c, gen_in(0, 1), gen_out(0, 1));
+        continue;
+      }
+      switch (p->coll) {
+      case SCHED_ALLREDUCE:
+        e |= rhd_allreduce(c, &h, r);
+        break;
+      case SCHED_ALLGATHER:
+        e |= rhd_allgather(c, &h, r);
+        break;
+      case SCHED_REDUCE_SCATTER:
+        e |= rhd_reduce_scatter(c, &h, r);
+        break;
+      default:
+        e = -1;
+      }
+    }
+  }
+  if (e) {
+    sched_free(s);
+    return NULL;
+  }
+  return s;
+}

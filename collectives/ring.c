@@ -1,0 +1,165 @@
+/*
+ * Ring generator. Channel c runs its ring forwards when c is even and
+ * backwards when c is odd, so that two channels load both directions of
+ * every link.
+ *
+ *   allreduce       reduce-scatter then allgather, K = nranks chunks per
+ *                   block; a chunk is reduced once, along the ring, and the
+ *                   result travels on (RECV_REDUCE_SEND, RECV_COPY_SEND).
+ *   allgather       nranks - 1 steps forwarding blocks (RECV_COPY_SEND).
+ *   reduce_scatter  block b's partial sum starts at the rank after b and ends
+ *                   at b; partial sums live in one scratch block.
+ *   broadcast       pipelined chain from the root along the ring.
+ *   reduce          pipelined chain ending at the root; non-roots keep the
+ *                   partial sum in scratch.
+ */
+#include "gen_util.h"
+
+#define RING_COLLS                                                             \
+  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |                         \
+   (1u << SCHED_REDUCE_SCATTER) | (1u << SCHED_BROADCAST) |                    \
+   (1u << SCHED_REDUCE))
+
+typedef struct ring {
+  int n, dir;
+} ring;
+
+/* Position of rank r on the ring, and the rank at position p. */
+static int rpos(const ring *g, int r) {
+  return g->dir > 0 ? r : (g->n - r) % g->n;
+}
+static int rrank(const ring *g, int p) {
+  p = ((p % g->n) + g->n) % g->n;
+  return g->dir > 0 ? p : (g->n - p) % g->n;
+}
+
+static int ring_allreduce(sched_channel *c, const ring *g, int r) {
+  int n = g->n, p = rpos(g, r);
+  int next = rrank(g, p + 1), prev = rrank(g, p - 1);
+  int e = 0;
+#define CH(x) ((uint32_t)((((x) % n) + n) % n))
+  /* Reduce-scatter: step s sends chunk p - s and receives chunk p - s - 1. */
+  e |= sched_send(c, next, gen_in(CH(p), 1));
+  for (int s = 1; s < n - 1; s++)
+    e |= sched_recv_reduce_send(c, prev, gen_in(CH(p - s), 1),
+                                gen_out(CH(p - s), 1), next);
+  /* Chunk p + 1 is now complete here: finish it and start the allgather. */
+  e |= sched_recv_reduce_send(c, prev, gen_in(CH(p + 1), 1),
+                              gen_out(CH(p + 1), 1), next);
+  for (int t = 0; t < n - 2; t++)
+    e |= sched_recv_copy_send(c, prev, gen_out(CH(p - t), 1), next);
+  e |= sched_recv(c, prev, gen_out(CH(p + 2), 1));
+#undef CH
+  return e;
+}
+
+static int ring_allgather(sched_channel *c, const ring *g, int r, int K) {
+  int n = g->n, p = rpos(g, r);
+  int next = rrank(g, p + 1), prev = rrank(g, p - 1);
+  int e = 0;
+  e |= sched_send(c, next, gen_in(0, K));
+  e |= sched_copy(c, gen_in(0, K), gen_out((uint32_t)(r * K), K));
+  for (int t = 1; t < n; t++) {
+    int b = rrank(g, p - t);
+    if (t < n - 1)
+      e |= sched_recv_copy_send(c, prev, gen_out((uint32_t)(b * K), K), next);
+    else
+      e |= sched_recv(c, prev, gen_out((uint32_t)(b * K), K));
+  }
+  return e;
+}
+
+static int ring_reduce_scatter(sched_channel *c, const ring *g, int r, int K) {
+  int n = g->n, p = rpos(g, r);
+  int next = rrank(g, p + 1), prev = rrank(g, p - 1);
+  int e = 0;
+  /* Block of the rank at position q. */
+#define BLK(q) gen_in((uint32_t)(rrank(g, q) * K), K)
+  e |= sched_send(c, next, BLK(p - 1));
+  for (int s = 1; s < n - 1; s++)
+    e |= sched_recv_reduce_send(c, prev, BLK(p - 1 - s), gen_scr(0, K), next);
+  e |= sched_recv_reduce(c, prev, BLK(p), gen_out(0, K));
+#undef BLK
+  return e;
+}
+
+static int ring_broadcast(sched_channel *c, const ring *g, int r, int root,
+                          int K) {
+  int n = g->n, p = rpos(g, r);
+  int next = rrank(g, p + 1), prev = rrank(g, p - 1);
+  int d = ((p - rpos(g, root)) % n + n) % n;
+  int e = 0;
+  if (d == 0) {
+    e |= sched_send(c, next, gen_in(0, K));
+    e |= sched_copy(c, gen_in(0, K), gen_out(0, K));
+  } else if (d < n - 1) {
+    e |= sched_recv_copy_send(c, prev, gen_out(0, K), next);
+  } else {
+    e |= sched_recv(c, prev, gen_out(0, K));
+  }
+  return e;
+}
+
+static int ring_reduce(sched_channel *c, const ring *g, int r, int root,
+                       int K) {
+  int n = g->n, p = rpos(g, r);
+  int next = rrank(g, p + 1), prev = rrank(g, p - 1);
+  int d = ((p - rpos(g, root)) % n + n) % n;
+  int e = 0;
+  if (d == 0)
+    e |= sched_recv_reduce(c, prev, gen_in(0, K), gen_out(0, K));
+  else if (d == 1)
+    e |= sched_send(c, next, gen_in(0, K));
+  else
+    e |= sched_recv_reduce_send(c, prev, gen_in(0, K), gen_scr(0, K), next);
+  return e;
+}
+
+sched *gen_ring(const gen_params *p) {
+  if (gen_check(p, RING_COLLS))
+    return NULL;
+  int n = p->nranks;
+  int K = (p->coll == SCHED_ALLREDUCE && n > 1) ? n : 1;
+  sched *s = sched_new(p->coll, n, p->root, K, p->nchannels, "ring");
+  if (!s)
+    return NULL;
+  if ((p->coll == SCHED_REDUCE_SCATTER || p->coll == SCHED_REDUCE) && n > 2)
+    s->scratch_blocks = 1;
+  int e = 0;
+  for (int ch = 0; ch < p->nchannels; ch++) {
+    ring g = {n, (ch % 2 == 0) ? 1 : -1};
+    for (int r = 0; r < n; r++) {
+      sched_channel *c = sched_chan(s, r, ch);
+      if (n == 1) {
+        /* One rank: the result is the input. */
+        e |= sched_copy(c, gen_in(0, K), gen_out(0, K));
+        continue;
+      }
+      switch (p->coll) {
+      case SCHED_ALLREDUCE:
+        e |= ring_allreduce(c, &g, r);
+        break;
+      case SCHED_ALLGATHER:
+        e |= ring_allgather(c, &g, r, K);
+        break;
+      case SCHED_REDUCE_SCATTER:
+        e |= ring_reduce_scatter(c, &g, r, K);
+        break;
+      case SCHED_BROADCAST:
+        e |= ring_broadcast(c, &g, r, p->root, K);
+        break;
+      case SCHED_REDUCE:
+        e |= ring_reduce(c, &g, r, p->root, K);
+        break;
+      default:
+        e = -1;
+        break;
+      }
+    }
+  }
+  if (e) {
+    sched_free(s);
+    return NULL;
+  }
+  return s;
+}

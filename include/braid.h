@@ -1,0 +1,219 @@
+/*
+ * braid — collective communication for host and device buffers.
+ *
+ * Public C API. Everything here is prefixed braid_; nothing else is exported.
+ *
+ * Conventions (NCCL's argument order, C naming):
+ *  - every function returns a braid_result; BRAID_SUCCESS is 0;
+ *  - arguments are checked before anything is sent: a bad argument returns
+ *    BRAID_ERR_INVALID_ARG, braid_comm_last_error() names the argument, and
+ *    the communicator stays usable;
+ *  - every wait is bounded by the communicator's timeout (BRAID_TIMEOUT);
+ *  - a dead peer turns into BRAID_ERR_REMOTE on every surviving rank, and
+ *    braid_comm_last_error() names the rank;
+ *  - in place when sendbuf == recvbuf; for allgather, in place means
+ *    sendbuf == recvbuf + rank * sendcount * size; for reduce_scatter,
+ *    recvbuf == sendbuf + rank * recvcount * size (NCCL's conventions);
+ *  - stream == NULL makes a call blocking; a host stream (braid_stream_create)
+ *    queues calls in order and completes them asynchronously.
+ */
+#ifndef BRAID_H
+#define BRAID_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define BRAID_API __attribute__((visibility("default")))
+#else
+#define BRAID_API
+#endif
+
+#define BRAID_VERSION_MAJOR 0
+#define BRAID_VERSION_MINOR 1
+#define BRAID_VERSION_PATCH 0
+#define BRAID_VERSION_CODE                                                     \
+  (BRAID_VERSION_MAJOR * 10000 + BRAID_VERSION_MINOR * 100 +                   \
+   BRAID_VERSION_PATCH)
+
+typedef enum braid_result {
+  BRAID_SUCCESS = 0,
+  BRAID_ERR_INVALID_ARG = 1, /* a bad argument; nothing was sent */
+  BRAID_ERR_SYSTEM = 2,      /* a system call or library failed */
+  BRAID_ERR_REMOTE = 3,      /* a peer died, closed or reported an error */
+  BRAID_ERR_TIMEOUT = 4,     /* a wait passed the communicator's timeout */
+  BRAID_ERR_MISMATCH = 5, /* ranks called different collectives (BRAID_CHECK) */
+  BRAID_ERR_UNSUPPORTED =
+      6,                  /* not available in this build or on this machine */
+  BRAID_ERR_NOMEM = 7,    /* out of memory */
+  BRAID_ERR_INTERNAL = 8, /* a bug in braid; please report it */
+  BRAID_IN_PROGRESS = 9,  /* braid_stream_query: work is still running */
+  BRAID_ERR_ABORTED = 10  /* the communicator was aborted */
+} braid_result;
+
+typedef enum braid_dtype {
+  BRAID_INT8 = 0,
+  BRAID_UINT8 = 1,
+  BRAID_INT32 = 2,
+  BRAID_UINT32 = 3,
+  BRAID_INT64 = 4,
+  BRAID_UINT64 = 5,
+  BRAID_FLOAT16 = 6,
+  BRAID_BFLOAT16 = 7,
+  BRAID_FLOAT32 = 8,
+  BRAID_FLOAT64 = 9,
+  BRAID_NUM_DTYPES = 10
+} braid_dtype;
+
+typedef enum braid_op {
+  BRAID_SUM = 0,
+  BRAID_PROD = 1,
+  BRAID_MIN = 2,
+  BRAID_MAX = 3,
+  BRAID_AVG = 4, /* sum divided by the rank count (integers: truncated) */
+  BRAID_NUM_OPS = 5
+} braid_op;
+
+/* Opaque handles. */
+typedef struct braid_comm braid_comm;
+typedef struct braid_stream braid_stream;
+
+/* The rendezvous token: the root's address and a random secret. Create it on
+ * one process with braid_get_unique_id() and give it to every rank out of band
+ * (or use braid_comm_init_env()). braid_unique_id_to_string() makes it text. */
+#define BRAID_UNIQUE_ID_BYTES 128
+typedef struct braid_unique_id {
+  char internal[BRAID_UNIQUE_ID_BYTES];
+} braid_unique_id;
+
+/* Per-communicator settings. Initialise with braid_config_init(); a zero
+ * field (or NULL) means "take the environment variable, else the default". */
+typedef struct braid_config {
+  size_t size;           /* sizeof(braid_config), set by braid_config_init */
+  int timeout_ms;        /* bound on every wait (BRAID_TIMEOUT) */
+  int nchannels;         /* channels per collective (BRAID_NCHANNELS) */
+  int check;             /* 1: compare fingerprints (BRAID_CHECK); -1: off */
+  const char *transport; /* "shm", "tcp" (BRAID_TRANSPORT) */
+  const char *algo;      /* NCCL-style algorithm filter (BRAID_ALGO) */
+  const char *name;      /* a name for this communicator in logs */
+} braid_config;
+
+#define BRAID_SPLIT_NOCOLOR (-1)
+
+BRAID_API void braid_config_init(braid_config *cfg);
+BRAID_API const char *braid_result_string(braid_result r);
+BRAID_API braid_result braid_get_version(int *version);
+BRAID_API size_t braid_dtype_size(braid_dtype dt);
+BRAID_API const char *braid_dtype_name(braid_dtype dt);
+BRAID_API const char *braid_op_name(braid_op op);
+
+/* ---- communicators ---------------------------------------------------- */
+
+BRAID_API braid_result braid_get_unique_id(braid_unique_id *id);
+/* Hex text of an id (2*BRAID_UNIQUE_ID_BYTES+1 bytes) and back. */
+BRAID_API braid_result braid_unique_id_to_string(const braid_unique_id *id,
+                                                 char *buf, size_t len);
+BRAID_API braid_result braid_unique_id_from_string(braid_unique_id *id,
+                                                   const char *text);
+
+/* Collective over the nranks processes that call it with the same id. */
+BRAID_API braid_result braid_comm_init(braid_comm **comm, int nranks,
+                                       const braid_unique_id *id, int rank,
+                                       const braid_config *cfg);
+/* Rank, size and rendezvous from the launcher's environment: braidrun
+ * (BRAID_UNIQUE_ID), torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT),
+ * Open MPI (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID, SLURM_NTASKS), MPICH/PMI
+ * (PMI_RANK, PMI_SIZE). See docs/ENV.md. */
+BRAID_API braid_result braid_comm_init_env(braid_comm **comm,
+                                           const braid_config *cfg);
+/* Collective: ranks with the same color form a new communicator, ordered by
+ * key then by old rank. color == BRAID_SPLIT_NOCOLOR gives *out == NULL. */
+BRAID_API braid_result braid_comm_split(braid_comm *comm, int color, int key,
+                                        braid_comm **out);
+/* Waits for every queued call, then quiesces (collective). */
+BRAID_API braid_result braid_comm_finalize(braid_comm *comm);
+/* Frees the communicator (local; call finalize first for a clean close). */
+BRAID_API braid_result braid_comm_destroy(braid_comm *comm);
+/* Stops every pending call with BRAID_ERR_ABORTED and frees the communicator.
+ */
+BRAID_API braid_result braid_comm_abort(braid_comm *comm);
+BRAID_API braid_result braid_comm_rank(const braid_comm *comm, int *rank);
+BRAID_API braid_result braid_comm_size(const braid_comm *comm, int *size);
+/* The last error on this communicator, in words: what, which rank or peer. */
+BRAID_API const char *braid_comm_last_error(const braid_comm *comm);
+
+/* ---- collectives ------------------------------------------------------ */
+
+BRAID_API braid_result braid_allreduce(const void *sendbuf, void *recvbuf,
+                                       size_t count, braid_dtype dt,
+                                       braid_op op, braid_comm *comm,
+                                       braid_stream *stream);
+BRAID_API braid_result braid_reduce(const void *sendbuf, void *recvbuf,
+                                    size_t count, braid_dtype dt, braid_op op,
+                                    int root, braid_comm *comm,
+                                    braid_stream *stream);
+/* In place when sendbuf == recvbuf at the root; sendbuf only read at root. */
+BRAID_API braid_result braid_broadcast(const void *sendbuf, void *recvbuf,
+                                       size_t count, braid_dtype dt, int root,
+                                       braid_comm *comm, braid_stream *stream);
+/* recvbuf holds nranks * sendcount elements. */
+BRAID_API braid_result braid_allgather(const void *sendbuf, void *recvbuf,
+                                       size_t sendcount, braid_dtype dt,
+                                       braid_comm *comm, braid_stream *stream);
+/* sendbuf holds nranks * recvcount elements. */
+BRAID_API braid_result braid_reduce_scatter(const void *sendbuf, void *recvbuf,
+                                            size_t recvcount, braid_dtype dt,
+                                            braid_op op, braid_comm *comm,
+                                            braid_stream *stream);
+/* recvbuf (nranks * sendcount elements) only used at the root. */
+BRAID_API braid_result braid_gather(const void *sendbuf, void *recvbuf,
+                                    size_t sendcount, braid_dtype dt, int root,
+                                    braid_comm *comm, braid_stream *stream);
+/* sendbuf (nranks * recvcount elements) only used at the root. */
+BRAID_API braid_result braid_scatter(const void *sendbuf, void *recvbuf,
+                                     size_t recvcount, braid_dtype dt, int root,
+                                     braid_comm *comm, braid_stream *stream);
+/* Block j of sendbuf goes to rank j; both hold nranks * count elements. */
+BRAID_API braid_result braid_alltoall(const void *sendbuf, void *recvbuf,
+                                      size_t count, braid_dtype dt,
+                                      braid_comm *comm, braid_stream *stream);
+/* Point to point; messages between two ranks arrive in the order sent. Put
+ * matching sends and receives that depend on each other in one group. */
+BRAID_API braid_result braid_send(const void *sendbuf, size_t count,
+                                  braid_dtype dt, int peer, braid_comm *comm,
+                                  braid_stream *stream);
+BRAID_API braid_result braid_recv(void *recvbuf, size_t count, braid_dtype dt,
+                                  int peer, braid_comm *comm,
+                                  braid_stream *stream);
+BRAID_API braid_result braid_barrier(braid_comm *comm, braid_stream *stream);
+
+/* Calls between start and end are issued together at end (send/recv run
+ * concurrently, so exchanges cannot deadlock). Groups nest. */
+BRAID_API braid_result braid_group_start(void);
+BRAID_API braid_result braid_group_end(void);
+
+/* ---- streams ---------------------------------------------------------- */
+
+/* A host stream: calls on it return once queued and run in order. */
+BRAID_API braid_result braid_stream_create(braid_stream **stream);
+/* Waits for everything queued, then frees. */
+BRAID_API braid_result braid_stream_destroy(braid_stream *stream);
+/* Waits for everything queued; returns the first error of those calls. */
+BRAID_API braid_result braid_stream_synchronize(braid_stream *stream);
+/* BRAID_SUCCESS when all is done, BRAID_IN_PROGRESS while work remains, or
+ * the first error. */
+BRAID_API braid_result braid_stream_query(braid_stream *stream);
+/* Wraps a CUDA stream (cudaStream_t passed as void*). Calls on it are
+ * stream-ordered. BRAID_ERR_UNSUPPORTED in a build without CUDA. */
+BRAID_API braid_result braid_stream_from_cuda(void *cuda_stream,
+                                              braid_stream **stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BRAID_H */

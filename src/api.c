@@ -1,0 +1,373 @@
+/*
+ * The collective entry points: every argument is checked before anything is
+ * sent (BRAID_ERR_INVALID_ARG names the argument; the communicator stays
+ * usable), then the call becomes an exec_op and is issued.
+ */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "src/comm.h"
+#include "src/config.h"
+#include "src/log.h"
+
+/* ---- small public helpers --------------------------------------------- */
+
+static const size_t dtype_sizes[BRAID_NUM_DTYPES] = {1, 1, 4, 4, 8,
+                                                     8, 2, 2, 4, 8};
+static const char *dtype_names[BRAID_NUM_DTYPES] = {
+    "int8",  "uint8",   "int32",    "uint32",  "int64",
+    "uint64", "float16", "bfloat16", "float32", "float64"};
+static const char *op_names[BRAID_NUM_OPS] = {"sum", "prod", "min", "max",
+                                              "avg"};
+
+size_t braid_dtype_size(braid_dtype dt) {
+  return (unsigned)dt < BRAID_NUM_DTYPES ? dtype_sizes[dt] : 0;
+}
+
+const char *braid_dtype_name(braid_dtype dt) {
+  return (unsigned)dt < BRAID_NUM_DTYPES ? dtype_names[dt] : "invalid";
+}
+
+const char *braid_op_name(braid_op op) {
+  return (unsigned)op < BRAID_NUM_OPS ? op_names[op] : "invalid";
+}
+
+const char *braid_result_string(braid_result r) {
+  switch (r) {
+  case BRAID_SUCCESS:
+    return "success";
+  case BRAID_ERR_INVALID_ARG:
+    return "invalid argument";
+  case BRAID_ERR_SYSTEM:
+    return "system error";
+  case BRAID_ERR_REMOTE:
+    return "remote error (a peer died or failed)";
+  case BRAID_ERR_TIMEOUT:
+    return "timed out";
+  case BRAID_ERR_MISMATCH:
+    return "ranks called different collectives";
+  case BRAID_ERR_UNSUPPORTED:
+    return "unsupported";
+  case BRAID_ERR_NOMEM:
+    return "out of memory";
+  case BRAID_ERR_INTERNAL:
+    return "internal error";
+  case BRAID_IN_PROGRESS:
+    return "in progress";
+  case BRAID_ERR_ABORTED:
+    return "aborted";
+  }
+  return "unknown result";
+}
+
+braid_result braid_get_version(int *version) {
+  if (version == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  *version = BRAID_VERSION_CODE;
+  return BRAID_SUCCESS;
+}
+
+void braid_config_init(braid_config *cfg) {
+  if (cfg == NULL)
+    return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->size = sizeof *cfg;
+}
+
+braid_result braid_unique_id_to_string(const braid_unique_id *id, char *buf,
+                                       size_t len) {
+  if (id == NULL || buf == NULL || len < 2 * BRAID_UNIQUE_ID_BYTES + 1)
+    return BRAID_ERR_INVALID_ARG;
+  static const char hex[] = "0123456789abcdef";
+  for (int i = 0; i < BRAID_UNIQUE_ID_BYTES; i++) {
+    unsigned char b = (unsigned char)id->internal[i];
+    buf[2 * i] = hex[b >> 4];
+    buf[2 * i + 1] = hex[b & 15];
+  }
+  buf[2 * BRAID_UNIQUE_ID_BYTES] = '\0';
+  return BRAID_SUCCESS;
+}
+
+static int hexval(char ch) {
+  if (ch >= '0' && ch <= '9')
+    return ch - '0';
+  if (ch >= 'a' && ch <= 'f')
+    return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F')
+    return ch - 'A' + 10;
+  return -1;
+}
+
+braid_result braid_unique_id_from_string(braid_unique_id *id,
+                                         const char *text) {
+  if (id == NULL || text == NULL ||
+      strlen(text) != 2 * BRAID_UNIQUE_ID_BYTES)
+    return BRAID_ERR_INVALID_ARG;
+  for (int i = 0; i < BRAID_UNIQUE_ID_BYTES; i++) {
+    int hi = hexval(text[2 * i]), lo = hexval(text[2 * i + 1]);
+    if (hi < 0 || lo < 0)
+      return BRAID_ERR_INVALID_ARG;
+    id->internal[i] = (char)(hi << 4 | lo);
+  }
+  return BRAID_SUCCESS;
+}
+
+/* ---- argument checks --------------------------------------------------- */
+
+static braid_result bad(braid_comm *c, const char *fn, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static braid_result bad(braid_comm *c, const char *fn, const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  comm_set_error(c, "%s: %s", fn, msg);
+  WARN(LOG_COLL, "%s: %s", fn, msg);
+  return BRAID_ERR_INVALID_ARG;
+}
+
+static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return alen > 0 && blen > 0 && x < y + blen && y < x + alen;
+}
+
+/* Checks everything and fills op; op->in/out/count/dt/op/root set by the
+ * caller. */
+static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
+  const char *fn = op->name;
+  if (c->broken != BRAID_SUCCESS) {
+    comm_set_error(c, "%s: the communicator is broken since an earlier error "
+                      "(%s); destroy it",
+                   fn, braid_result_string(c->broken));
+    return c->broken;
+  }
+  if ((unsigned)op->dt >= BRAID_NUM_DTYPES)
+    return bad(c, fn, "dtype %d is not a braid_dtype", (int)op->dt);
+  if (reduces && (unsigned)op->op >= BRAID_NUM_OPS)
+    return bad(c, fn, "op %d is not a braid_op", (int)op->op);
+  int n = c->nranks, me = c->rank;
+  int rooted = op->coll == SCHED_BROADCAST || op->coll == SCHED_REDUCE ||
+               op->coll == SCHED_GATHER || op->coll == SCHED_SCATTER;
+  if (rooted && (op->root < 0 || op->root >= n))
+    return bad(c, fn, "root %d is not a rank of this communicator (0..%d)",
+               op->root, n - 1);
+  if ((op->coll == SCHED_SEND || op->coll == SCHED_RECV) &&
+      (op->root < 0 || op->root >= n))
+    return bad(c, fn, "peer %d is not a rank of this communicator (0..%d)",
+               op->root, n - 1);
+  size_t es = braid_dtype_size(op->dt);
+  int ib = sched_in_blocks(op->coll, n), ob = sched_out_blocks(op->coll, n);
+  int blocks = ib > ob ? ib : ob;
+  if (op->count > SIZE_MAX / es / (size_t)blocks / 2)
+    return bad(c, fn, "count %zu overflows the buffer size", op->count);
+  size_t inlen = op->count * es * (size_t)ib;
+  size_t outlen = op->count * es * (size_t)ob;
+  int use_in = sched_uses_in(op->coll, op->root, me) && ib > 0;
+  int use_out = sched_uses_out(op->coll, op->root, me) && ob > 0;
+  if (op->count == 0)
+    return BRAID_SUCCESS;
+  if (use_in && op->in == NULL)
+    return bad(c, fn, "sendbuf is NULL with count %zu", op->count);
+  if (use_out && op->out == NULL)
+    return bad(c, fn, "recvbuf is NULL with count %zu", op->count);
+  if (use_in && ((uintptr_t)op->in % es) != 0)
+    return bad(c, fn, "sendbuf %p is not aligned to %zu bytes (%s)", op->in,
+               es, braid_dtype_name(op->dt));
+  if (use_out && ((uintptr_t)op->out % es) != 0)
+    return bad(c, fn, "recvbuf %p is not aligned to %zu bytes (%s)", op->out,
+               es, braid_dtype_name(op->dt));
+  if (!use_in || !use_out)
+    return BRAID_SUCCESS;
+  /* In place per NCCL's conventions, or no overlap at all. */
+  const char *in = op->in;
+  const char *out = op->out;
+  const char *want = NULL;
+  switch (op->coll) {
+  case SCHED_ALLGATHER:
+  case SCHED_GATHER:
+    want = out + (size_t)(op->coll == SCHED_GATHER ? op->root : me) *
+                     op->count * es;
+    break;
+  case SCHED_REDUCE_SCATTER:
+  case SCHED_SCATTER:
+    want = in + (size_t)(op->coll == SCHED_SCATTER ? op->root : me) *
+                    op->count * es;
+    if (out == want) {
+      op->inplace = 1;
+      return BRAID_SUCCESS;
+    }
+    want = NULL;
+    break;
+  default:
+    want = out;
+    break;
+  }
+  if (want != NULL && in == want) {
+    op->inplace = 1;
+    return BRAID_SUCCESS;
+  }
+  if (overlap(in, inlen, out, outlen))
+    return bad(c, fn,
+               "sendbuf and recvbuf overlap without being in place (NCCL's "
+               "in-place conventions: see braid.h)");
+  return BRAID_SUCCESS;
+}
+
+static braid_result issue(braid_comm *c, exec_op *op, int reduces) {
+  if (c == NULL) {
+    WARN(LOG_COLL, "%s: comm is NULL", op->name);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  braid_result r = check_op(c, op, reduces);
+  if (r != BRAID_SUCCESS || op->count == 0)
+    return r;
+  if (op->coll != SCHED_SEND && op->coll != SCHED_RECV)
+    op->seq = ++c->coll_seq;
+  return enq_submit(c, op);
+}
+
+#define OP_INIT(o, kind, nm, s)                                                \
+  exec_op o;                                                                   \
+  memset(&o, 0, sizeof o);                                                     \
+  o.coll = kind;                                                               \
+  o.name = nm;                                                                 \
+  o.stream = s
+
+braid_result braid_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                             braid_dtype dt, braid_op op, braid_comm *comm,
+                             braid_stream *stream) {
+  OP_INIT(o, SCHED_ALLREDUCE, "allreduce", stream);
+  o.in = sendbuf;
+  o.out = recvbuf;
+  o.count = count;
+  o.dt = dt;
+  o.op = op;
+  return issue(comm, &o, 1);
+}
+
+braid_result braid_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                          braid_dtype dt, braid_op op, int root,
+                          braid_comm *comm, braid_stream *stream) {
+  OP_INIT(o, SCHED_REDUCE, "reduce", stream);
+  o.in = sendbuf;
+  o.out = recvbuf;
+  o.count = count;
+  o.dt = dt;
+  o.op = op;
+  o.root = root;
+  return issue(comm, &o, 1);
+}
+
+braid_result braid_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                             braid_dtype dt, int root, braid_comm *comm,
+                             braid_stream *stream) {
+  OP_INIT(o, SCHED_BROADCAST, "broadcast", stream);
+  o.in = sendbuf;
+  o.out = recvbuf;
+  o.count = count;
+  o.dt = dt;
+  o.root = root;
+  return issue(comm, &o, 0);
+}
+
+braid_result braid_allgather(const void *sendbuf, void *recvbuf,
+                             size_t sendcount, braid_dtype dt, braid_comm *comm,
+                             braid_stream *stream) {
+  OP_INIT(o, SCHED_ALLGATHER, "allgather", stream);
+  o.in = sendbuf;
+  o.out = recvbuf;
+  o.count = sendcount;
+  o.dt = dt;
+  return issue(comm, &o, 0);
+}
+
+braid_result braid_reduce_scatter(const void *sendbuf, void *recvbuf,
+                                  size_t recvcount, braid_dtype dt, braid_op op,
+                                  braid_comm *comm, braid_stream *stream) {
+  OP_INIT(o, SCHED_REDUCE_SCATTER, "reduce_scatter", stream);
+  o.in = sendbuf;
+  o.out = recvbuf;
+  o.count = recvcount;
+  o.dt = dt;
+  o.op = op;
+  return issue(comm, &o, 1);
+}
+
+braid_result braid_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                          braid_dtype dt, int root, braid_comm *comm,
+                          braid_stream *stream) {
+  OP_INIT(o, SCHED_GATHER, "gather", stream);
+  o.in = sendbuf;
+  o.out = recvbuf;
+  o.count = sendcount;
+  o.dt = dt;
+  o.root = root;
+  return issue(comm, &o, 0);
+}
+
+braid_result braid_scatter(const void *sendbuf, void *recvbuf,
+                           size_t recvcount, braid_dtype dt, int root,
+                           braid_comm *comm, braid_stream *stream) {
+  OP_INIT(o, SCHED_SCATTER, "scatter", stream);
+  o.in = sendbuf;
+  o.out = recvbuf;
+  o.count = recvcount;
+  o.dt = dt;
+  o.root = root;
+  return issue(comm, &o, 0);
+}
+
+braid_result braid_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                            braid_dtype dt, braid_comm *comm,
+                            braid_stream *stream) {
+  OP_INIT(o, SCHED_ALLTOALL, "alltoall", stream);
+  o.in = sendbuf;
+  o.out = recvbuf;
+  o.count = count;
+  o.dt = dt;
+  return issue(comm, &o, 0);
+}
+
+braid_result braid_send(const void *sendbuf, size_t count, braid_dtype dt,
+                        int peer, braid_comm *comm, braid_stream *stream) {
+  OP_INIT(o, SCHED_SEND, "send", stream);
+  o.in = sendbuf;
+  o.count = count;
+  o.dt = dt;
+  o.root = peer;
+  return issue(comm, &o, 0);
+}
+
+braid_result braid_recv(void *recvbuf, size_t count, braid_dtype dt, int peer,
+                        braid_comm *comm, braid_stream *stream) {
+  OP_INIT(o, SCHED_RECV, "recv", stream);
+  o.out = recvbuf;
+  o.count = count;
+  o.dt = dt;
+  o.root = peer;
+  return issue(comm, &o, 0);
+}
+
+braid_result braid_barrier(braid_comm *comm, braid_stream *stream) {
+  if (comm == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  OP_INIT(o, SCHED_ALLREDUCE, "barrier", stream);
+  o.count = 1;
+  o.dt = BRAID_UINT8;
+  o.op = BRAID_SUM;
+  /* The barrier's bytes live in the op (see xop_prepare), so a queued copy
+   * points at its own. */
+  o.is_barrier = 1;
+  if (comm->broken != BRAID_SUCCESS) {
+    comm_set_error(comm, "barrier: the communicator is broken since an "
+                         "earlier error (%s); destroy it",
+                   braid_result_string(comm->broken));
+    return comm->broken;
+  }
+  o.seq = ++comm->coll_seq;
+  return enq_submit(comm, &o);
+}

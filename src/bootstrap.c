@@ -1,0 +1,1031 @@
+/*
+ * Bootstrap (src/bootstrap.h): the root service, the rendezvous and the
+ * control mesh. Wire formats are private to this file; both ends run the
+ * same build.
+ */
+#include "src/bootstrap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "src/config.h"
+#include "src/log.h"
+#include "transports/sock_util.h"
+
+#define BOOT_MAGIC 0x42524431u  /* "BRD1": unique id and greetings */
+#define FRAME_MAGIC 0x42524446u /* "BRDF": mesh frames */
+#define BOOT_VERSION 1
+#define KIND_ROOT 1u
+#define KIND_MESH 2u
+#define AUTH_MS 5000 /* a connection proves the secret within this */
+#define TEXT_LEN 256
+
+enum { FR_ALLGATHER = 1, FR_BARRIER = 2, FR_P2P = 3, FR_SPLIT = 4 };
+static const char *frame_name[] = {"?", "boot_allgather", "boot_barrier",
+                                   "boot_send/boot_recv", "boot_split"};
+
+/* The unique id's content (inside braid_unique_id). */
+typedef struct id_wire {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t family;
+  uint16_t port; /* host order */
+  uint16_t pad;
+  uint32_t scope_id;
+  uint8_t addr[16];
+  uint8_t secret[16];
+} id_wire;
+_Static_assert(sizeof(id_wire) <= BRAID_UNIQUE_ID_BYTES, "id fits");
+
+typedef struct root_hello {
+  int32_t rank, nranks;
+  boot_peer me;
+} root_hello;
+
+_Static_assert(sizeof(root_hello) + sizeof(sock_auth) <= SOCK_GATE_MAX_MSG,
+               "greeting fits the gate");
+
+typedef struct root_reply {
+  int32_t status; /* braid_result */
+  int32_t nranks;
+  char text[TEXT_LEN]; /* why, when status != 0 */
+} root_reply;          /* followed by nranks boot_peer when status == 0 */
+
+typedef struct mesh_hello {
+  int32_t rank, nranks;
+} mesh_hello;
+
+typedef struct frame_hdr {
+  uint32_t magic;
+  uint32_t kind;
+  uint64_t len;
+} frame_hdr;
+
+/* Sockets shared by a bootstrap and its splits. */
+typedef struct boot_mesh {
+  atomic_int refs;
+  int nranks; /* of the world the sockets were made for */
+  int *fds;   /* world rank -> socket (-1 for self) */
+  uint8_t secret[16];
+} boot_mesh;
+
+struct tp_bootstrap {
+  boot_mesh *m;
+  int rank, nranks;
+  int *map; /* rank of this view -> world rank */
+  boot_peer *peers;
+  int timeout_ms;
+  char err[TEXT_LEN];
+};
+
+#define SETERR(buf, len, ...)                                                  \
+  do {                                                                         \
+    if ((buf) && (len))                                                        \
+      snprintf((buf), (len), __VA_ARGS__);                                     \
+  } while (0)
+
+/* ---- identity ------------------------------------------------------------ */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++) {
+    h ^= c[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+static void read_small(const char *path, char *buf, size_t len) {
+  buf[0] = '\0';
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  ssize_t n = read(fd, buf, len - 1);
+  close(fd);
+  buf[n > 0 ? n : 0] = '\0';
+}
+
+static void fill_self(boot_peer *p, const struct sockaddr_storage *addr) {
+  memset(p, 0, sizeof(*p));
+  gethostname(p->host, sizeof(p->host) - 1);
+  char boot_id[64], netns[64];
+  read_small("/proc/sys/kernel/random/boot_id", boot_id, sizeof(boot_id));
+  ssize_t n = readlink("/proc/self/ns/net", netns, sizeof(netns) - 1);
+  netns[n > 0 ? n : 0] = '\0';
+  uint64_t h = 1469598103934665603ull;
+  h = fnv1a(h, p->host, strlen(p->host) + 1);
+  h = fnv1a(h, boot_id, strlen(boot_id) + 1);
+  h = fnv1a(h, netns, strlen(netns) + 1);
+  p->host_hash = h;
+  p->pid = (int32_t)getpid();
+  p->addr = *addr;
+}
+
+static void id_encode(braid_unique_id *id, const struct sockaddr_storage *a,
+                      const uint8_t secret[16]) {
+  id_wire w;
+  memset(&w, 0, sizeof(w));
+  w.magic = BOOT_MAGIC;
+  w.version = BOOT_VERSION;
+  w.family = a->ss_family;
+  w.port = (uint16_t)sock_addr_port(a);
+  if (a->ss_family == AF_INET) {
+    memcpy(w.addr, &((const struct sockaddr_in *)a)->sin_addr, 4);
+  } else {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)a;
+    memcpy(w.addr, &in6->sin6_addr, 16);
+    w.scope_id = in6->sin6_scope_id;
+  }
+  memcpy(w.secret, secret, 16);
+  memset(id, 0, sizeof(*id));
+  memcpy(id->internal, &w, sizeof(w));
+}
+
+static int id_decode(const braid_unique_id *id, struct sockaddr_storage *a,
+                     uint8_t secret[16]) {
+  id_wire w;
+  memcpy(&w, id->internal, sizeof(w));
+  if (w.magic != BOOT_MAGIC || w.version != BOOT_VERSION ||
+      (w.family != AF_INET && w.family != AF_INET6))
+    return -1;
+  memset(a, 0, sizeof(*a));
+  a->ss_family = w.family;
+  if (w.family == AF_INET) {
+    memcpy(&((struct sockaddr_in *)a)->sin_addr, w.addr, 4);
+  } else {
+    memcpy(&((struct sockaddr_in6 *)a)->sin6_addr, w.addr, 16);
+    ((struct sockaddr_in6 *)a)->sin6_scope_id = w.scope_id;
+  }
+  sock_addr_set_port(a, w.port);
+  memcpy(secret, w.secret, 16);
+  return 0;
+}
+
+static int timeout_or_default(int timeout_ms) {
+  if (timeout_ms > 0)
+    return timeout_ms;
+  const cfg_env *c = cfg_get();
+  if (c && c->timeout_ms > 0)
+    return c->timeout_ms;
+  return 300000;
+}
+
+/* ---- root service -------------------------------------------------------- */
+
+typedef struct root_svc {
+  int lfd;
+  uint8_t secret[16];
+  int timeout_ms;
+  char addr[80];
+} root_svc;
+
+static void root_answer(const char *what, int fd, braid_result status,
+                        const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void root_answer(const char *what, int fd, braid_result status,
+                        const char *fmt, ...) {
+  root_reply r;
+  memset(&r, 0, sizeof(r));
+  r.status = status;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r.text, sizeof(r.text), fmt, ap);
+  va_end(ap);
+  WARN(LOG_BOOT, "%s: %s", what, r.text);
+  (void)sock_write_full(fd, &r, sizeof(r), sock_now_ms() + 1000);
+  close(fd);
+}
+
+static void *root_main(void *arg) {
+  root_svc *s = arg;
+  int64_t deadline = sock_now_ms() + s->timeout_ms;
+  char what[128], as[80];
+  snprintf(what, sizeof(what), "bootstrap root %s", s->addr);
+  sock_gate g;
+  sock_gate_init(&g, s->lfd, BOOT_MAGIC, KIND_ROOT, s->secret,
+                 sizeof(root_hello), AUTH_MS, what);
+  int nranks = -1, joined = 0;
+  int *fds = NULL;
+  boot_peer *table = NULL;
+  while (nranks < 0 || joined < nranks) {
+    if (sock_now_ms() >= deadline)
+      break;
+    int64_t wake = sock_now_ms() + 500;
+    int fd;
+    root_hello h;
+    struct sockaddr_storage from;
+    int rc =
+        sock_gate_next(&g, wake < deadline ? wake : deadline, &fd, &h, &from);
+    /* A rank that left before the rendezvous finished frees its slot. */
+    for (int r = 0; fds && r < nranks; r++)
+      if (fds[r] >= 0 && sock_peer_dead(fds[r])) {
+        WARN(LOG_BOOT, "%s: rank %d disconnected before all %d ranks arrived",
+             what, r, nranks);
+        close(fds[r]);
+        fds[r] = -1;
+        joined--;
+      }
+    if (fds && joined == 0) {
+      /* Everyone left: the next arrival sets nranks afresh. */
+      free(fds);
+      free(table);
+      fds = NULL;
+      table = NULL;
+      nranks = -1;
+    }
+    if (rc == SOCK_ERR) {
+      WARN(LOG_BOOT, "%s: accept failed: %s", what, strerror(errno));
+      break;
+    }
+    if (rc != 0)
+      continue;
+    sock_addr_str(&from, as, sizeof(as));
+    if (h.nranks <= 0 || h.rank < 0 || h.rank >= h.nranks) {
+      root_answer(what, fd, BRAID_ERR_INVALID_ARG,
+                  "rank %d with nranks %d (from %s) is out of range", h.rank,
+                  h.nranks, as);
+      continue;
+    }
+    if (nranks < 0) {
+      nranks = h.nranks;
+      fds = calloc((size_t)nranks, sizeof(int));
+      table = calloc((size_t)nranks, sizeof(boot_peer));
+      if (fds == NULL || table == NULL) {
+        root_answer(what, fd, BRAID_ERR_NOMEM, "bootstrap root out of memory");
+        break;
+      }
+      for (int r = 0; r < nranks; r++)
+        fds[r] = -1;
+    }
+    if (h.nranks != nranks) {
+      root_answer(what, fd, BRAID_ERR_INVALID_ARG,
+                  "rank %d (from %s) says nranks=%d but the ranks already "
+                  "joined say nranks=%d",
+                  h.rank, as, h.nranks, nranks);
+      continue;
+    }
+    if (fds[h.rank] >= 0) {
+      root_answer(what, fd, BRAID_ERR_INVALID_ARG,
+                  "duplicate rank: rank %d (from %s, pid %d) already joined "
+                  "(pid %d)",
+                  h.rank, as, (int)h.me.pid, (int)table[h.rank].pid);
+      continue;
+    }
+    fds[h.rank] = fd;
+    table[h.rank] = h.me;
+    joined++;
+    TRACE(LOG_BOOT, "%s: rank %d/%d joined from %s", what, h.rank, nranks, as);
+  }
+  sock_gate_free(&g);
+  close(s->lfd);
+  if (nranks > 0 && joined == nranks) {
+    root_reply r;
+    memset(&r, 0, sizeof(r));
+    r.nranks = nranks;
+    int64_t dl = sock_now_ms() + s->timeout_ms;
+    for (int i = 0; i < nranks; i++) {
+      if (sock_write_full(fds[i], &r, sizeof(r), dl) != 0 ||
+          sock_write_full(fds[i], table, (size_t)nranks * sizeof(boot_peer),
+                          dl) != 0)
+        WARN(LOG_BOOT, "%s: could not send the peer table to rank %d", what, i);
+      close(fds[i]);
+    }
+    INFO(LOG_BOOT, "%s: rendezvous of %d ranks complete", what, nranks);
+  } else {
+    char missing[128] = "";
+    size_t off = 0;
+    for (int i = 0; fds && i < nranks && off + 12 < sizeof(missing); i++)
+      if (fds[i] < 0)
+        off += (size_t)snprintf(missing + off, sizeof(missing) - off, "%s%d",
+                                off ? "," : "", i);
+    for (int i = 0; fds && i < nranks; i++)
+      if (fds[i] >= 0)
+        root_answer(what, fds[i], BRAID_ERR_TIMEOUT,
+                    "rendezvous at %s timed out after %d ms: %d of %d ranks "
+                    "arrived (missing: %s)",
+                    s->addr, s->timeout_ms, joined, nranks, missing);
+    if (nranks < 0)
+      WARN(LOG_BOOT, "%s: no rank arrived within %d ms; root service ends",
+           what, s->timeout_ms);
+  }
+  free(fds);
+  free(table);
+  free(s);
+  return NULL;
+}
+
+static braid_result root_start(const struct sockaddr_storage *bind_addr,
+                               int reuse, const uint8_t secret[16],
+                               struct sockaddr_storage *bound, char *err,
+                               size_t errlen) {
+  root_svc *s = calloc(1, sizeof(*s));
+  if (s == NULL) {
+    SETERR(err, errlen, "bootstrap root: out of memory");
+    return BRAID_ERR_NOMEM;
+  }
+  char e[200];
+  if (sock_listen(bind_addr, reuse, 0, &s->lfd, bound, e, sizeof(e)) != 0) {
+    SETERR(err, errlen, "bootstrap root: %s", e);
+    free(s);
+    return BRAID_ERR_SYSTEM;
+  }
+  memcpy(s->secret, secret, 16);
+  s->timeout_ms = timeout_or_default(0);
+  sock_addr_str(bound, s->addr, sizeof(s->addr));
+  pthread_attr_t at;
+  pthread_t th;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&th, &at, root_main, s);
+  pthread_attr_destroy(&at);
+  if (rc != 0) {
+    SETERR(err, errlen, "bootstrap root: cannot start its thread: %s",
+           strerror(rc));
+    close(s->lfd);
+    free(s);
+    return BRAID_ERR_SYSTEM;
+  }
+  return BRAID_SUCCESS;
+}
+
+static braid_result make_secret(uint8_t secret[16], char *err, size_t errlen) {
+  size_t got = 0;
+  while (got < 16) {
+    ssize_t n = getrandom(secret + got, 16 - got, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      SETERR(err, errlen, "getrandom failed: %s", strerror(errno));
+      return BRAID_ERR_SYSTEM;
+    }
+    got += (size_t)n;
+  }
+  return BRAID_SUCCESS;
+}
+
+braid_result boot_unique_id(braid_unique_id *id, char *err, size_t errlen) {
+  if (id == NULL) {
+    SETERR(err, errlen, "boot_unique_id: id is NULL");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  const cfg_env *c = cfg_get();
+  struct sockaddr_storage addr, bound;
+  char ifname[64], e[200];
+  if (sock_pick_addr(c ? c->socket_ifname : NULL, &addr, ifname, sizeof(ifname),
+                     e, sizeof(e)) != 0) {
+    SETERR(err, errlen, "boot_unique_id: %s", e);
+    return BRAID_ERR_SYSTEM;
+  }
+  uint8_t secret[16];
+  CHECKR(make_secret(secret, err, errlen));
+  CHECKR(root_start(&addr, 0, secret, &bound, err, errlen));
+  char as[80];
+  INFO(LOG_BOOT, "bootstrap root listening on %s (interface %s)",
+       sock_addr_str(&bound, as, sizeof(as)), ifname);
+  id_encode(id, &bound, secret);
+  return BRAID_SUCCESS;
+}
+
+braid_result boot_unique_id_at(const char *host, int port,
+                               const uint8_t secret[16], int is_root,
+                               braid_unique_id *id, char *err, size_t errlen) {
+  if (id == NULL || secret == NULL || host == NULL) {
+    SETERR(err, errlen, "boot_unique_id_at: %s is NULL",
+           id == NULL       ? "id"
+           : secret == NULL ? "secret"
+                            : "host");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (port <= 0 || port > 65535) {
+    SETERR(err, errlen, "boot_unique_id_at: port %d is not in 1..65535", port);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  struct sockaddr_storage addr;
+  char e[200];
+  if (sock_resolve(host, port, &addr, e, sizeof(e)) != 0) {
+    SETERR(err, errlen, "boot_unique_id_at: %s", e);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (is_root) {
+    /* Listen on every address of the family so that any name of this host
+     * reaches the root. */
+    struct sockaddr_storage any;
+    memset(&any, 0, sizeof(any));
+    any.ss_family = addr.ss_family;
+    sock_addr_set_port(&any, port);
+    struct sockaddr_storage bound;
+    CHECKR(root_start(&any, 1, secret, &bound, err, errlen));
+  }
+  id_encode(id, &addr, secret);
+  return BRAID_SUCCESS;
+}
+
+/* ---- rendezvous and mesh --------------------------------------------------
+ */
+
+static void mesh_unref(boot_mesh *m) {
+  if (m == NULL || atomic_fetch_sub(&m->refs, 1) != 1)
+    return;
+  for (int i = 0; i < m->nranks; i++)
+    if (m->fds[i] >= 0)
+      close(m->fds[i]);
+  free(m->fds);
+  free(m);
+}
+
+static boot *boot_alloc(int nranks) {
+  boot *b = calloc(1, sizeof(*b));
+  if (b == NULL)
+    return NULL;
+  b->map = calloc((size_t)nranks, sizeof(int));
+  b->peers = calloc((size_t)nranks, sizeof(boot_peer));
+  if (b->map == NULL || b->peers == NULL) {
+    free(b->map);
+    free(b->peers);
+    free(b);
+    return NULL;
+  }
+  b->nranks = nranks;
+  return b;
+}
+
+void boot_close(boot *b) {
+  if (b == NULL)
+    return;
+  mesh_unref(b->m);
+  free(b->map);
+  free(b->peers);
+  free(b);
+}
+
+static braid_result rendezvous(const struct sockaddr_storage *root,
+                               const uint8_t secret[16], int rank, int nranks,
+                               int64_t deadline, boot *b, int *lfd, char *err,
+                               size_t errlen) {
+  char e[200], as[80];
+  sock_addr_str(root, as, sizeof(as));
+  int fd;
+  int crc = sock_connect(root, deadline, 0, &fd, e, sizeof(e));
+  if (crc != 0) {
+    SETERR(err, errlen, "rank %d: cannot reach the bootstrap root: %s", rank,
+           e);
+    return crc == SOCK_TIMEOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_SYSTEM;
+  }
+  /* Listen on the address this host used to reach the root. */
+  struct sockaddr_storage local, bound;
+  socklen_t l = sizeof(local);
+  memset(&local, 0, sizeof(local));
+  getsockname(fd, (struct sockaddr *)&local, &l);
+  sock_addr_set_port(&local, 0);
+  if (sock_listen(&local, 0, 0, lfd, &bound, e, sizeof(e)) != 0) {
+    SETERR(err, errlen, "rank %d: control listener: %s", rank, e);
+    close(fd);
+    return BRAID_ERR_SYSTEM;
+  }
+  struct {
+    sock_auth a;
+    root_hello h;
+  } msg;
+  memset(&msg, 0, sizeof(msg));
+  sock_auth_fill(&msg.a, BOOT_MAGIC, KIND_ROOT, secret);
+  msg.h.rank = rank;
+  msg.h.nranks = nranks;
+  fill_self(&msg.h.me, &bound);
+  root_reply r;
+  int rc = sock_write_full(fd, &msg, sizeof(msg), deadline);
+  if (rc == 0)
+    rc = sock_read_full(fd, &r, sizeof(r), deadline);
+  if (rc == 0 && r.status == BRAID_SUCCESS) {
+    if (r.nranks != nranks) {
+      SETERR(err, errlen,
+             "rank %d: the bootstrap root at %s answered with a table of %d "
+             "ranks, not %d",
+             rank, as, (int)r.nranks, nranks);
+      close(fd);
+      close(*lfd);
+      return BRAID_ERR_INTERNAL;
+    }
+    rc = sock_read_full(fd, b->peers, (size_t)nranks * sizeof(boot_peer),
+                        deadline);
+  }
+  close(fd);
+  if (rc != 0) {
+    SETERR(err, errlen,
+           "rank %d: rendezvous with the bootstrap root at %s failed: %s", rank,
+           as,
+           rc == SOCK_TIMEOUT ? "timed out waiting for the other ranks"
+           : rc == SOCK_EOF   ? "the root closed the connection (wrong "
+                                "secret, or the root already finished?)"
+                              : sock_strerror(rc, e, sizeof(e)));
+    close(*lfd);
+    return rc == SOCK_TIMEOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_REMOTE;
+  }
+  if (r.status != BRAID_SUCCESS) {
+    r.text[sizeof(r.text) - 1] = '\0';
+    SETERR(err, errlen, "rank %d: bootstrap root %s refused: %s", rank, as,
+           r.text);
+    close(*lfd);
+    return (braid_result)r.status;
+  }
+  return BRAID_SUCCESS;
+}
+
+static braid_result build_mesh(boot *b, int lfd, int64_t deadline, char *err,
+                               size_t errlen) {
+  boot_mesh *m = b->m;
+  char e[200], as[80];
+  int rank = b->rank, n = b->nranks;
+  for (int j = 0; j < rank; j++) {
+    int fd;
+    if (sock_connect(&b->peers[j].addr, deadline, 0, &fd, e, sizeof(e)) != 0) {
+      SETERR(err, errlen, "rank %d: control connection to rank %d: %s", rank, j,
+             e);
+      return BRAID_ERR_SYSTEM;
+    }
+    m->fds[j] = fd;
+    struct {
+      sock_auth a;
+      mesh_hello h;
+    } msg;
+    memset(&msg, 0, sizeof(msg));
+    sock_auth_fill(&msg.a, BOOT_MAGIC, KIND_MESH, m->secret);
+    msg.h.rank = rank;
+    msg.h.nranks = n;
+    if (sock_write_full(fd, &msg, sizeof(msg), deadline) != 0) {
+      SETERR(err, errlen, "rank %d: sending the greeting to rank %d (%s): %s",
+             rank, j, sock_addr_str(&b->peers[j].addr, as, sizeof(as)),
+             strerror(errno));
+      return BRAID_ERR_REMOTE;
+    }
+  }
+  char what[96];
+  snprintf(what, sizeof(what), "control listener of rank %d", rank);
+  sock_gate g;
+  sock_gate_init(&g, lfd, BOOT_MAGIC, KIND_MESH, m->secret, sizeof(mesh_hello),
+                 AUTH_MS, what);
+  int need = n - 1 - rank;
+  braid_result res = BRAID_SUCCESS;
+  while (need > 0) {
+    int fd;
+    mesh_hello h;
+    struct sockaddr_storage from;
+    int rc = sock_gate_next(&g, deadline, &fd, &h, &from);
+    if (rc != 0) {
+      char missing[96] = "";
+      size_t off = 0;
+      for (int j = rank + 1; j < n && off + 12 < sizeof(missing); j++)
+        if (m->fds[j] < 0)
+          off += (size_t)snprintf(missing + off, sizeof(missing) - off, "%s%d",
+                                  off ? "," : "", j);
+      SETERR(err, errlen,
+             "rank %d: %s waiting for control connections from ranks %s", rank,
+             rc == SOCK_TIMEOUT ? "timed out" : "accept failed", missing);
+      res = rc == SOCK_TIMEOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_SYSTEM;
+      break;
+    }
+    if (h.nranks != n || h.rank <= rank || h.rank >= n || m->fds[h.rank] >= 0) {
+      WARN(LOG_BOOT,
+           "%s: rejected connection from %s claiming rank %d of %d "
+           "(expected one of ranks %d..%d of %d, once each)",
+           what, sock_addr_str(&from, as, sizeof(as)), h.rank, h.nranks,
+           rank + 1, n - 1, n);
+      close(fd);
+      continue;
+    }
+    m->fds[h.rank] = fd;
+    need--;
+  }
+  sock_gate_free(&g);
+  return res;
+}
+
+braid_result boot_init(const braid_unique_id *id, int rank, int nranks,
+                       int timeout_ms, boot **out, char *err, size_t errlen) {
+  if (out)
+    *out = NULL;
+  if (id == NULL || out == NULL) {
+    SETERR(err, errlen, "boot_init: %s is NULL", id ? "out" : "id");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (nranks <= 0 || rank < 0 || rank >= nranks) {
+    SETERR(err, errlen, "boot_init: rank %d is not in 0..nranks-1 (nranks %d)",
+           rank, nranks);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  struct sockaddr_storage root;
+  uint8_t secret[16];
+  if (id_decode(id, &root, secret) != 0) {
+    SETERR(err, errlen,
+           "boot_init: the unique id is not a braid id of this version "
+           "(bad magic/version/address family)");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  timeout_ms = timeout_or_default(timeout_ms);
+  int64_t deadline = sock_now_ms() + timeout_ms;
+  boot *b = boot_alloc(nranks);
+  boot_mesh *m = calloc(1, sizeof(*m));
+  if (b == NULL || m == NULL || !(m->fds = malloc(nranks * sizeof(int)))) {
+    free(m);
+    boot_close(b);
+    SETERR(err, errlen, "boot_init: out of memory");
+    return BRAID_ERR_NOMEM;
+  }
+  atomic_init(&m->refs, 1);
+  m->nranks = nranks;
+  memcpy(m->secret, secret, 16);
+  for (int i = 0; i < nranks; i++) {
+    m->fds[i] = -1;
+    b->map[i] = i;
+  }
+  b->m = m;
+  b->rank = rank;
+  b->timeout_ms = timeout_ms;
+  int lfd = -1;
+  braid_result r =
+      rendezvous(&root, secret, rank, nranks, deadline, b, &lfd, err, errlen);
+  if (r == BRAID_SUCCESS) {
+    r = build_mesh(b, lfd, deadline, err, errlen);
+    close(lfd);
+  }
+  if (r != BRAID_SUCCESS) {
+    boot_close(b);
+    return r;
+  }
+  INFO(LOG_BOOT, "rank %d/%d: bootstrap ready", rank, nranks);
+  *out = b;
+  return BRAID_SUCCESS;
+}
+
+/* ---- accessors ----------------------------------------------------------- */
+
+int boot_rank(const boot *b) { return b->rank; }
+int boot_nranks(const boot *b) { return b->nranks; }
+const boot_peer *boot_peer_info(const boot *b, int rank) {
+  if (rank < 0 || rank >= b->nranks)
+    return NULL;
+  return &b->peers[rank];
+}
+int boot_same_host(const boot *b, int a, int b_rank) {
+  if (a < 0 || a >= b->nranks || b_rank < 0 || b_rank >= b->nranks)
+    return 0;
+  return b->peers[a].host_hash == b->peers[b_rank].host_hash;
+}
+const uint8_t *boot_secret(const boot *b, size_t *len) {
+  if (len)
+    *len = sizeof(b->m->secret);
+  return b->m->secret;
+}
+const char *boot_last_error(const boot *b) { return b ? b->err : ""; }
+
+/* ---- framed exchange over the mesh ----------------------------------------
+ */
+
+typedef struct xop {
+  int peer; /* rank of this view */
+  int send;
+  frame_hdr hdr;
+  size_t hoff;
+  char *buf;
+  size_t len, off;
+  int done;
+} xop;
+
+static int peer_fd(const boot *b, int peer) { return b->m->fds[b->map[peer]]; }
+
+static braid_result xop_dead(boot *b, xop *o, const char *what, int rc) {
+  snprintf(b->err, sizeof(b->err),
+           "%s: rank %d closed its control connection to rank %d (%s; "
+           "process died?)",
+           what, o->peer, b->rank, rc == 0 ? "end of file" : strerror(errno));
+  return BRAID_ERR_REMOTE;
+}
+
+/* Moves what it can for one op: BRAID_SUCCESS (done or not), or an error. */
+static braid_result xop_step(boot *b, xop *o, uint32_t kind, const char *what) {
+  int fd = peer_fd(b, o->peer);
+  while (!o->done) {
+    ssize_t n;
+    if (o->send) {
+      struct iovec iov[2];
+      int k = 0;
+      if (o->hoff < sizeof(o->hdr)) {
+        iov[k].iov_base = (char *)&o->hdr + o->hoff;
+        iov[k++].iov_len = sizeof(o->hdr) - o->hoff;
+      }
+      iov[k].iov_base = o->buf + o->off;
+      iov[k++].iov_len = o->len - o->off;
+      struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+      n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0)
+        goto fail;
+      size_t h = sizeof(o->hdr) - o->hoff;
+      if ((size_t)n >= h) {
+        o->hoff = sizeof(o->hdr);
+        o->off += (size_t)n - h;
+      } else {
+        o->hoff += (size_t)n;
+      }
+    } else if (o->hoff < sizeof(o->hdr)) {
+      n = recv(fd, (char *)&o->hdr + o->hoff, sizeof(o->hdr) - o->hoff,
+               MSG_DONTWAIT);
+      if (n <= 0)
+        goto fail;
+      o->hoff += (size_t)n;
+      if (o->hoff < sizeof(o->hdr))
+        continue;
+      if (o->hdr.magic != FRAME_MAGIC) {
+        snprintf(b->err, sizeof(b->err),
+                 "%s: garbage on the control connection from rank %d", what,
+                 o->peer);
+        return BRAID_ERR_REMOTE;
+      }
+      if (o->hdr.kind != kind) {
+        snprintf(b->err, sizeof(b->err),
+                 "%s: rank %d sent a %s message instead (bootstrap calls in a "
+                 "different order?)",
+                 what, o->peer,
+                 o->hdr.kind < 5 ? frame_name[o->hdr.kind] : "unknown");
+        return BRAID_ERR_INVALID_ARG;
+      }
+      if (o->hdr.len != o->len) {
+        snprintf(b->err, sizeof(b->err),
+                 "%s: rank %d sent %llu bytes where rank %d expects %zu "
+                 "(lengths differ between ranks, or calls in a different "
+                 "order)",
+                 what, o->peer, (unsigned long long)o->hdr.len, b->rank,
+                 o->len);
+        return BRAID_ERR_INVALID_ARG;
+      }
+    } else {
+      n = recv(fd, o->buf + o->off, o->len - o->off, MSG_DONTWAIT);
+      if (n <= 0)
+        goto fail;
+      o->off += (size_t)n;
+    }
+    if (o->hoff == sizeof(o->hdr) && o->off == o->len)
+      o->done = 1;
+    continue;
+  fail:
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return BRAID_SUCCESS;
+    if (n < 0 && errno == EINTR)
+      continue;
+    return xop_dead(b, o, what, (int)n);
+  }
+  return BRAID_SUCCESS;
+}
+
+static braid_result xchg(boot *b, xop *ops, int n, uint32_t kind) {
+  const char *what = frame_name[kind];
+  int64_t deadline = sock_now_ms() + b->timeout_ms;
+  struct pollfd *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(*p));
+  int *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+  if (p == NULL || idx == NULL) {
+    free(p);
+    free(idx);
+    snprintf(b->err, sizeof(b->err), "%s: out of memory", what);
+    return BRAID_ERR_NOMEM;
+  }
+  for (int i = 0; i < n; i++) {
+    ops[i].hdr.magic = FRAME_MAGIC;
+    ops[i].hdr.kind = kind;
+    ops[i].hdr.len = ops[i].len;
+    ops[i].hoff = ops[i].off = 0;
+    ops[i].done = 0;
+  }
+  braid_result r = BRAID_SUCCESS;
+  for (;;) {
+    int np = 0;
+    for (int i = 0; i < n; i++) {
+      if (ops[i].done)
+        continue;
+      p[np].fd = peer_fd(b, ops[i].peer);
+      p[np].events = ops[i].send ? POLLOUT : POLLIN;
+      p[np].revents = 0;
+      idx[np++] = i;
+    }
+    if (np == 0)
+      break;
+    int k = poll(p, (nfds_t)np, sock_left_ms(deadline));
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      xop *o = &ops[idx[0]];
+      snprintf(b->err, sizeof(b->err),
+               "%s: rank %d timed out after %d ms waiting to %s rank %d", what,
+               b->rank, b->timeout_ms, o->send ? "send to" : "receive from",
+               o->peer);
+      r = BRAID_ERR_TIMEOUT;
+      break;
+    }
+    for (int j = 0; j < np && r == BRAID_SUCCESS; j++)
+      if (p[j].revents)
+        r = xop_step(b, &ops[idx[j]], kind, what);
+    if (r != BRAID_SUCCESS)
+      break;
+  }
+  free(p);
+  free(idx);
+  return r;
+}
+
+static braid_result gather_kind(boot *b, const void *mine, void *all,
+                                size_t len, uint32_t kind) {
+  int n = b->nranks;
+  char *dst = all;
+  if (len && mine != dst + (size_t)b->rank * len)
+    memcpy(dst + (size_t)b->rank * len, mine, len);
+  if (n == 1)
+    return BRAID_SUCCESS;
+  xop *ops = calloc((size_t)(2 * (n - 1)), sizeof(xop));
+  if (ops == NULL) {
+    snprintf(b->err, sizeof(b->err), "%s: out of memory", frame_name[kind]);
+    return BRAID_ERR_NOMEM;
+  }
+  int k = 0;
+  for (int p = 0; p < n; p++) {
+    if (p == b->rank)
+      continue;
+    ops[k].peer = p;
+    ops[k].send = 1;
+    ops[k].buf = dst + (size_t)b->rank * len;
+    ops[k++].len = len;
+    ops[k].peer = p;
+    ops[k].buf = dst + (size_t)p * len;
+    ops[k++].len = len;
+  }
+  braid_result r = xchg(b, ops, k, kind);
+  free(ops);
+  return r;
+}
+
+braid_result boot_allgather(boot *b, const void *mine, void *all, size_t len) {
+  if (b == NULL || (len && (mine == NULL || all == NULL))) {
+    if (b)
+      snprintf(b->err, sizeof(b->err), "boot_allgather: NULL buffer");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  return gather_kind(b, mine, all, len, FR_ALLGATHER);
+}
+
+braid_result boot_barrier(boot *b) {
+  if (b == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  char none = 0;
+  return gather_kind(b, &none, &none, 0, FR_BARRIER);
+}
+
+static braid_result p2p(boot *b, int peer, void *buf, size_t len, int send) {
+  if (b == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  const char *what = send ? "boot_send" : "boot_recv";
+  if (peer < 0 || peer >= b->nranks || peer == b->rank) {
+    snprintf(b->err, sizeof(b->err),
+             "%s: peer %d is not another rank of 0..%d (this is rank %d)", what,
+             peer, b->nranks - 1, b->rank);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (len && buf == NULL) {
+    snprintf(b->err, sizeof(b->err), "%s: NULL buffer", what);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  xop o;
+  memset(&o, 0, sizeof(o));
+  o.peer = peer;
+  o.send = send;
+  o.buf = buf;
+  o.len = len;
+  return xchg(b, &o, 1, FR_P2P);
+}
+
+braid_result boot_send(boot *b, int peer, const void *buf, size_t len) {
+  return p2p(b, peer, (void *)buf, len, 1);
+}
+
+braid_result boot_recv(boot *b, int peer, void *buf, size_t len) {
+  return p2p(b, peer, buf, len, 0);
+}
+
+braid_result boot_split(boot *parent, const int *ranks, int nranks, int rank,
+                        boot **out, char *err, size_t errlen) {
+  if (out)
+    *out = NULL;
+  if (parent == NULL || ranks == NULL || out == NULL) {
+    SETERR(err, errlen, "boot_split: %s is NULL",
+           parent == NULL  ? "parent"
+           : ranks == NULL ? "ranks"
+                           : "out");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (nranks <= 0 || nranks > parent->nranks || rank < 0 || rank >= nranks) {
+    SETERR(err, errlen,
+           "boot_split: rank %d / nranks %d invalid for a parent of %d ranks",
+           rank, nranks, parent->nranks);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (ranks[rank] != parent->rank) {
+    SETERR(err, errlen,
+           "boot_split: ranks[%d] is %d but this process is parent rank %d",
+           rank, ranks[rank], parent->rank);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  for (int i = 0; i < nranks; i++) {
+    int bad = ranks[i] < 0 || ranks[i] >= parent->nranks;
+    for (int j = 0; j < i && !bad; j++)
+      bad = ranks[j] == ranks[i];
+    if (bad) {
+      SETERR(err, errlen,
+             "boot_split: ranks[%d]=%d is out of range or repeated "
+             "(parent has %d ranks)",
+             i, ranks[i], parent->nranks);
+      return BRAID_ERR_INVALID_ARG;
+    }
+  }
+  boot *b = boot_alloc(nranks);
+  if (b == NULL) {
+    SETERR(err, errlen, "boot_split: out of memory");
+    return BRAID_ERR_NOMEM;
+  }
+  for (int i = 0; i < nranks; i++) {
+    b->map[i] = parent->map[ranks[i]];
+    b->peers[i] = parent->peers[ranks[i]];
+  }
+  b->rank = rank;
+  b->timeout_ms = parent->timeout_ms;
+  b->m = parent->m;
+  atomic_fetch_add(&b->m->refs, 1);
+  /* Every member must hold the same member list. */
+  uint64_t h =
+      fnv1a(1469598103934665603ull, b->map, (size_t)nranks * sizeof(int));
+  uint64_t *all = malloc((size_t)nranks * sizeof(uint64_t));
+  braid_result r =
+      all ? gather_kind(b, &h, all, sizeof(h), FR_SPLIT) : BRAID_ERR_NOMEM;
+  for (int i = 0; r == BRAID_SUCCESS && i < nranks; i++)
+    if (all[i] != h) {
+      snprintf(b->err, sizeof(b->err),
+               "boot_split: rank %d (parent rank %d) passed a different member "
+               "list than rank %d",
+               i, ranks[i], rank);
+      r = BRAID_ERR_INVALID_ARG;
+    }
+  free(all);
+  if (r != BRAID_SUCCESS) {
+    SETERR(err, errlen, "%s",
+           r == BRAID_ERR_NOMEM ? "boot_split: out of memory" : b->err);
+    boot_close(b);
+    return r;
+  }
+  *out = b;
+  return BRAID_SUCCESS;
+}
+
+braid_result boot_check_peers(boot *b, int *dead) {
+  if (b == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  for (int p = 0; p < b->nranks; p++) {
+    if (p == b->rank)
+      continue;
+    int fd = peer_fd(b, p);
+    if (fd >= 0 && sock_peer_dead(fd)) {
+      int32_t *pids = malloc((size_t)b->nranks * sizeof(int32_t));
+      uint8_t *same = calloc((size_t)b->nranks, 2);
+      for (int q = 0; pids && same && q < b->nranks; q++) {
+        pids[q] = b->peers[q].pid;
+        same[q] = (uint8_t)boot_same_host(b, b->rank, q);
+        int qfd = q > p && q != b->rank ? peer_fd(b, q) : -1;
+        same[b->nranks + q] = (uint8_t)(qfd >= 0 && sock_peer_dead(qfd));
+      }
+      int d = pids && same ? sock_blame(p, b->rank, b->nranks, pids, same,
+                                        same + b->nranks)
+                           : p;
+      free(pids);
+      free(same);
+      if (dead)
+        *dead = d;
+      if (d != p)
+        snprintf(b->err, sizeof(b->err),
+                 "rank %d (pid %d on %s) died; rank %d then closed its "
+                 "control connection to rank %d",
+                 d, (int)b->peers[d].pid, b->peers[d].host, p, b->rank);
+      else
+        snprintf(b->err, sizeof(b->err),
+                 "rank %d (pid %d on %s) closed its control connection to "
+                 "rank %d (process died?)",
+                 p, (int)b->peers[p].pid, b->peers[p].host, b->rank);
+      return BRAID_ERR_REMOTE;
+    }
+  }
+  return BRAID_SUCCESS;
+}

@@ -1,0 +1,67 @@
+/*
+ * Bootstrap: rendezvous through the root named in the unique id, then a mesh
+ * of control sockets (one per pair of ranks) that carries small blobs for
+ * setup and tells a rank when a peer dies (EOF or reset on its socket).
+ * Every connection first proves the id's secret; one that does not is logged
+ * and dropped and never reaches the job.
+ */
+#ifndef BRAID_SRC_BOOTSTRAP_H
+#define BRAID_SRC_BOOTSTRAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "braid.h"
+
+typedef struct tp_bootstrap boot;
+
+/* What each rank publishes about itself at rendezvous. */
+typedef struct boot_peer {
+  char host[64];      /* hostname */
+  uint64_t host_hash; /* hostname + boot id + net namespace: same host test */
+  int32_t pid;
+  struct sockaddr_storage addr; /* this rank's control listener (IP to reach) */
+} boot_peer;
+
+/* Fills id: root address (from BRAID_SOCKET_IFNAME / first non-loopback
+ * interface, else loopback), a random secret, a magic. Starts, in this
+ * process, the root service thread that answers one rendezvous. */
+braid_result boot_unique_id(braid_unique_id *id, char *err, size_t errlen);
+
+/* An id for a root at a known address (torchrun's MASTER_ADDR/MASTER_PORT,
+ * BRAID_COMM_ID): the secret comes from the caller. When is_root, this
+ * process starts the root service listening on host:port. */
+braid_result boot_unique_id_at(const char *host, int port,
+                               const uint8_t secret[16], int is_root,
+                               braid_unique_id *id, char *err, size_t errlen);
+
+/* Collective over nranks: rendezvous, then the control mesh. */
+braid_result boot_init(const braid_unique_id *id, int rank, int nranks,
+                       int timeout_ms, boot **out, char *err, size_t errlen);
+/* A bootstrap for a subset of the ranks of `parent` (split): ranks[i] is the
+ * parent rank of new rank i. Shares the parent's sockets. Collective over the
+ * subset. */
+braid_result boot_split(boot *parent, const int *ranks, int nranks, int rank,
+                        boot **out, char *err, size_t errlen);
+void boot_close(boot *b);
+
+int boot_rank(const boot *b);
+int boot_nranks(const boot *b);
+const boot_peer *boot_peer_info(const boot *b, int rank);
+int boot_same_host(const boot *b, int a, int b_rank);
+/* The secret bytes from the id (transports authenticate with them too). */
+const uint8_t *boot_secret(const boot *b, size_t *len);
+
+/* All collective over the bootstrap's ranks; bounded by the timeout. */
+braid_result boot_allgather(boot *b, const void *mine, void *all, size_t len);
+braid_result boot_barrier(boot *b);
+braid_result boot_send(boot *b, int peer, const void *buf, size_t len);
+braid_result boot_recv(boot *b, int peer, void *buf, size_t len);
+/* Polls every control socket once: BRAID_SUCCESS, or BRAID_ERR_REMOTE with
+ * *dead set to the (this bootstrap's) rank whose socket closed. */
+braid_result boot_check_peers(boot *b, int *dead);
+const char *boot_last_error(const boot *b);
+
+#endif

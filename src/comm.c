@@ -1,0 +1,400 @@
+/*
+ * Communicators: creation over the bootstrap, transport choice per peer,
+ * split, finalize, destroy, abort, errors.
+ */
+#include "src/comm.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/select.h"
+#include "src/config.h"
+#include "src/launch_env.h"
+#include "src/log.h"
+
+void comm_set_error(braid_comm *c, const char *fmt, ...) {
+  char buf[sizeof c->last_error];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&c->err_lock);
+  memcpy(c->last_error, buf, sizeof buf);
+  pthread_mutex_unlock(&c->err_lock);
+  INFO(LOG_COLL, "%s", buf);
+}
+
+const char *braid_comm_last_error(const braid_comm *c) {
+  if (c == NULL)
+    return "comm is NULL";
+  return c->last_error[0] ? c->last_error : "no error";
+}
+
+tp_conn *comm_conn(braid_comm *c, int peer, int channel) {
+  size_t i = (size_t)peer * (size_t)(c->nchannels + 1) + (size_t)channel;
+  if (c->conns[i] == NULL) {
+    int t = c->peer_tp[peer];
+    c->conns[i] = c->tp[t]->conn(c->tp_state[t], peer, channel);
+  }
+  return c->conns[i];
+}
+
+static const tp_ops *tp_by_name(const char *name) {
+  if (strcmp(name, "shm") == 0)
+    return &tp_shm;
+  if (strcmp(name, "tcp") == 0)
+    return &tp_tcp;
+  return NULL;
+}
+
+/* Choose a transport per peer and set each one up (collective). */
+static braid_result setup_transports(braid_comm *c) {
+  const char *forced = c->transport_forced[0] ? c->transport_forced : NULL;
+  const tp_ops *want_local = &tp_shm, *want_remote = &tp_tcp;
+  if (forced != NULL) {
+    const tp_ops *t = tp_by_name(forced);
+    if (t == NULL) {
+      comm_set_error(c,
+                     "BRAID_TRANSPORT=%s is not a transport here (shm, tcp)",
+                     forced);
+      return BRAID_ERR_INVALID_ARG;
+    }
+    want_local = t;
+    if (t == &tp_shm) {
+      for (int p = 0; p < c->nranks; p++)
+        if (!boot_same_host(c->boot, c->rank, p)) {
+          comm_set_error(c,
+                         "BRAID_TRANSPORT=shm but rank %d is on another host "
+                         "(%s)",
+                         p, boot_peer_info(c->boot, p)->host);
+          return BRAID_ERR_INVALID_ARG;
+        }
+    } else {
+      want_remote = t;
+    }
+  }
+  c->peer_tp = calloc((size_t)c->nranks, sizeof *c->peer_tp);
+  c->conns = calloc((size_t)c->nranks * (size_t)(c->nchannels + 1),
+                    sizeof *c->conns);
+  if (c->peer_tp == NULL || c->conns == NULL)
+    return BRAID_ERR_NOMEM;
+  /* Every rank runs the same transports in the same order (setup is
+   * collective), even where it has no peer on one of them. */
+  const tp_ops *order[3] = {&tp_self, &tp_shm, &tp_tcp};
+  int nused = 0;
+  for (int k = 0; k < 3; k++) {
+    const tp_ops *t = order[k];
+    if (t != &tp_self && t != want_local && t != want_remote)
+      continue;
+    uint8_t *peers = calloc((size_t)c->nranks, 1);
+    if (peers == NULL)
+      return BRAID_ERR_NOMEM;
+    for (int p = 0; p < c->nranks; p++) {
+      const tp_ops *pick = p == c->rank ? &tp_self
+                           : boot_same_host(c->boot, c->rank, p) ? want_local
+                                                                  : want_remote;
+      if (pick == t) {
+        peers[p] = 1;
+        c->peer_tp[p] = nused;
+      }
+    }
+    tp_setup st;
+    memset(&st, 0, sizeof st);
+    st.boot = c->boot;
+    st.rank = c->rank;
+    st.nranks = c->nranks;
+    st.nchannels = c->nchannels + 1;
+    st.nslots = c->nslots;
+    st.slot_bytes = c->slot_bytes;
+    st.timeout_ms = c->timeout_ms;
+    void *state = NULL;
+    int r = t->setup(&st, peers, &state);
+    free(peers);
+    if (r != BRAID_SUCCESS) {
+      comm_set_error(c, "transport %s setup failed on rank %d: %s", t->name,
+                     c->rank, st.errbuf[0] ? st.errbuf : "no detail");
+      return (braid_result)r;
+    }
+    c->tp[nused] = t;
+    c->tp_state[nused] = state;
+    c->ntp = ++nused;
+  }
+  return BRAID_SUCCESS;
+}
+
+static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
+                             const braid_comm *parent) {
+  const cfg_env *env = cfg_get();
+  braid_comm *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return BRAID_ERR_NOMEM;
+  pthread_mutex_init(&c->lock, NULL);
+  pthread_mutex_init(&c->qlock, NULL);
+  pthread_cond_init(&c->qcond, NULL);
+  pthread_mutex_init(&c->err_lock, NULL);
+  c->boot = b;
+  c->rank = boot_rank(b);
+  c->nranks = boot_nranks(b);
+  if (parent != NULL) {
+    c->timeout_ms = parent->timeout_ms;
+    c->check = parent->check;
+    c->nchannels = parent->nchannels;
+    snprintf(c->algo, sizeof c->algo, "%s", parent->algo);
+    snprintf(c->transport_forced, sizeof c->transport_forced, "%s",
+             parent->transport_forced);
+    snprintf(c->name, sizeof c->name, "%.50s.split", parent->name);
+  } else {
+    c->timeout_ms = cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms
+                                               : env->timeout_ms;
+    c->check = cfg && cfg->check != 0 ? cfg->check > 0 : env->check;
+    c->nchannels = cfg && cfg->nchannels > 0 ? cfg->nchannels : env->nchannels;
+    const char *algo = cfg && cfg->algo ? cfg->algo : env->algo;
+    snprintf(c->algo, sizeof c->algo, "%s", algo ? algo : "");
+    const char *tr = cfg && cfg->transport ? cfg->transport : env->transport;
+    snprintf(c->transport_forced, sizeof c->transport_forced, "%s",
+             tr ? tr : "");
+    snprintf(c->name, sizeof c->name, "%s",
+             cfg && cfg->name ? cfg->name : "comm");
+  }
+  if (c->nchannels <= 0)
+    c->nchannels = 2;
+  c->nslots = env->nslots;
+  c->slot_bytes = env->buffsize / (size_t)env->nslots;
+  c->slot_bytes &= ~(size_t)63;
+  c->slice_bytes = env->slice_bytes > 0 && env->slice_bytes < c->slot_bytes
+                       ? env->slice_bytes
+                       : c->slot_bytes;
+  c->broken = BRAID_SUCCESS;
+  if (c->algo[0]) { /* validate the filter once, with a clear error */
+    char err[256] = "";
+    if (select_algo(SCHED_ALLREDUCE, c->nranks, 8, SELECT_TP_SHM, c->algo, err,
+                    sizeof err) == NULL &&
+        err[0]) {
+      comm_set_error(c, "BRAID_ALGO=%s: %s", c->algo, err);
+      WARN(LOG_INIT, "BRAID_ALGO=%s: %s", c->algo, err);
+    }
+  }
+  braid_result r = setup_transports(c);
+  if (r != BRAID_SUCCESS) {
+    WARN(LOG_INIT, "%s", c->last_error);
+    *out = c; /* the caller frees it */
+    return r;
+  }
+  INFO(LOG_INIT, "comm %s: rank %d of %d, %d channels, transports:%s%s%s",
+       c->name, c->rank, c->nranks, c->nchannels,
+       c->ntp > 0 ? c->tp[0]->name : "", c->ntp > 1 ? c->tp[1]->name : "",
+       c->ntp > 2 ? c->tp[2]->name : "");
+  *out = c;
+  return BRAID_SUCCESS;
+}
+
+static void comm_free(braid_comm *c) {
+  if (c == NULL)
+    return;
+  enq_shutdown(c);
+  for (int i = 0; i < c->ntp; i++)
+    if (c->tp[i]->teardown != NULL)
+      c->tp[i]->teardown(c->tp_state[i]);
+  for (int i = 0; i < c->ncache; i++) {
+    sched_free(c->cache[i].s);
+    free(c->cache[i].volatile_src[0]);
+    free(c->cache[i].volatile_src[1]);
+  }
+  if (c->boot != NULL)
+    boot_close(c->boot);
+  free(c->peer_tp);
+  free(c->conns);
+  free(c->scratch);
+  pthread_mutex_destroy(&c->lock);
+  pthread_mutex_destroy(&c->qlock);
+  pthread_cond_destroy(&c->qcond);
+  pthread_mutex_destroy(&c->err_lock);
+  free(c);
+}
+
+braid_result braid_comm_init(braid_comm **comm, int nranks,
+                             const braid_unique_id *id, int rank,
+                             const braid_config *cfg) {
+  const cfg_env *env = cfg_get();
+  if (comm == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  *comm = NULL;
+  if (id == NULL) {
+    WARN(LOG_INIT, "braid_comm_init: id is NULL");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (nranks < 1 || rank < 0 || rank >= nranks) {
+    WARN(LOG_INIT,
+         "braid_comm_init: rank %d and nranks %d (need 0 <= rank < nranks)",
+         rank, nranks);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (cfg != NULL && cfg->size != sizeof(braid_config)) {
+    WARN(LOG_INIT, "braid_comm_init: cfg was not set up by braid_config_init");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  int timeout = cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms : env->timeout_ms;
+  char err[256] = "";
+  boot *b = NULL;
+  braid_result r = boot_init(id, rank, nranks, timeout, &b, err, sizeof err);
+  if (r != BRAID_SUCCESS) {
+    WARN(LOG_INIT, "braid_comm_init (rank %d of %d): %s", rank, nranks, err);
+    return r;
+  }
+  braid_comm *c = NULL;
+  r = comm_new(&c, b, cfg, NULL);
+  if (r != BRAID_SUCCESS) {
+    comm_free(c);
+    return r;
+  }
+  *comm = c;
+  return BRAID_SUCCESS;
+}
+
+braid_result braid_comm_init_env(braid_comm **comm, const braid_config *cfg) {
+  const cfg_env *env = cfg_get();
+  if (comm == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  *comm = NULL;
+  launch_info li;
+  braid_unique_id id;
+  char err[256] = "";
+  int timeout = cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms : env->timeout_ms;
+  braid_result r = launch_detect(&li, &id, timeout, err, sizeof err);
+  if (r != BRAID_SUCCESS) {
+    WARN(LOG_INIT, "braid_comm_init_env: %s", err);
+    return r;
+  }
+  INFO(LOG_INIT, "launcher %s: rank %d of %d", li.source, li.rank, li.size);
+  r = braid_comm_init(comm, li.size, &id, li.rank, cfg);
+  launch_cleanup();
+  return r;
+}
+
+braid_result braid_comm_split(braid_comm *c, int color, int key,
+                              braid_comm **out) {
+  if (c == NULL || out == NULL) {
+    if (c != NULL)
+      comm_set_error(c, "braid_comm_split: out is NULL");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  *out = NULL;
+  if (color < BRAID_SPLIT_NOCOLOR) {
+    comm_set_error(c, "braid_comm_split: color %d is negative (only "
+                      "BRAID_SPLIT_NOCOLOR = -1 is allowed)",
+                   color);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  CHECKR(enq_drain(c));
+  int32_t mine[2] = {color, key};
+  int32_t *all = malloc(sizeof mine * (size_t)c->nranks);
+  int *ranks = malloc(sizeof(int) * (size_t)c->nranks);
+  if (all == NULL || ranks == NULL) {
+    free(all);
+    free(ranks);
+    return BRAID_ERR_NOMEM;
+  }
+  pthread_mutex_lock(&c->lock);
+  braid_result r = boot_allgather(c->boot, mine, all, sizeof mine);
+  pthread_mutex_unlock(&c->lock);
+  if (r != BRAID_SUCCESS) {
+    comm_set_error(c, "braid_comm_split: %s", boot_last_error(c->boot));
+    goto done;
+  }
+  if (color == BRAID_SPLIT_NOCOLOR)
+    goto done;
+  /* members ordered by key, then by old rank */
+  int n = 0, me = -1;
+  for (int p = 0; p < c->nranks; p++)
+    if (all[2 * p] == color)
+      ranks[n++] = p;
+  for (int i = 1; i < n; i++) {
+    int v = ranks[i], j = i - 1;
+    while (j >= 0 && (all[2 * ranks[j] + 1] > all[2 * v + 1] ||
+                      (all[2 * ranks[j] + 1] == all[2 * v + 1] && ranks[j] > v))) {
+      ranks[j + 1] = ranks[j];
+      j--;
+    }
+    ranks[j + 1] = v;
+  }
+  for (int i = 0; i < n; i++)
+    if (ranks[i] == c->rank)
+      me = i;
+  char err[256] = "";
+  boot *b = NULL;
+  pthread_mutex_lock(&c->lock);
+  r = boot_split(c->boot, ranks, n, me, &b, err, sizeof err);
+  pthread_mutex_unlock(&c->lock);
+  if (r != BRAID_SUCCESS) {
+    comm_set_error(c, "braid_comm_split: %s", err);
+    goto done;
+  }
+  braid_comm *nc = NULL;
+  r = comm_new(&nc, b, NULL, c);
+  if (r != BRAID_SUCCESS) {
+    comm_set_error(c, "braid_comm_split: %s", nc ? nc->last_error : "");
+    comm_free(nc);
+    goto done;
+  }
+  *out = nc;
+done:
+  free(all);
+  free(ranks);
+  return r;
+}
+
+braid_result braid_comm_finalize(braid_comm *c) {
+  if (c == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  CHECKR(enq_drain(c));
+  if (c->broken != BRAID_SUCCESS)
+    return c->broken;
+  pthread_mutex_lock(&c->lock);
+  braid_result r = boot_barrier(c->boot);
+  pthread_mutex_unlock(&c->lock);
+  if (r != BRAID_SUCCESS)
+    comm_set_error(c, "braid_comm_finalize: %s", boot_last_error(c->boot));
+  return r;
+}
+
+braid_result braid_comm_destroy(braid_comm *c) {
+  if (c == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  comm_free(c);
+  return BRAID_SUCCESS;
+}
+
+braid_result braid_comm_abort(braid_comm *c) {
+  if (c == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  atomic_store(&c->aborted, 1);
+  comm_free(c);
+  return BRAID_SUCCESS;
+}
+
+braid_result braid_comm_rank(const braid_comm *c, int *rank) {
+  if (c == NULL || rank == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  *rank = c->rank;
+  return BRAID_SUCCESS;
+}
+
+braid_result braid_comm_size(const braid_comm *c, int *size) {
+  if (c == NULL || size == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  *size = c->nranks;
+  return BRAID_SUCCESS;
+}
+
+braid_result braid_get_unique_id(braid_unique_id *id) {
+  (void)cfg_get();
+  if (id == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  char err[256] = "";
+  braid_result r = boot_unique_id(id, err, sizeof err);
+  if (r != BRAID_SUCCESS)
+    WARN(LOG_BOOT, "braid_get_unique_id: %s", err);
+  return r;
+}

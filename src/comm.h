@@ -1,0 +1,123 @@
+/*
+ * The communicator and the operations queued on it (internal).
+ */
+#ifndef BRAID_SRC_COMM_H
+#define BRAID_SRC_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "braid.h"
+#include "collectives/schedule.h"
+#include "src/bootstrap.h"
+#include "src/reduce.h"
+#include "transports/transport.h"
+
+#define COMM_MAX_TRANSPORTS 4
+#define COMM_SCHED_CACHE 64
+
+/* One call, with everything needed to run it later. */
+typedef struct exec_op {
+  sched_coll coll; /* SCHED_* ; barrier is an allreduce of one byte */
+  const void *in;
+  void *out;
+  size_t count; /* elements per block */
+  braid_dtype dt;
+  braid_op op;
+  int root; /* or the peer of send/recv */
+  int inplace;
+  uint64_t seq;             /* collective sequence number on this comm */
+  const char *name;         /* "allreduce", ... for messages */
+  struct braid_stream *stream; /* NULL: blocking */
+  int is_barrier;
+  uint8_t barrier_byte[2]; /* barrier's own buffers */
+} exec_op;
+
+/* A unit of work in the comm's queue: one op, or a group's ops. */
+typedef struct exec_work {
+  exec_op *ops;
+  int nops;
+  struct braid_stream *stream;
+  atomic_int done;    /* set once finished */
+  braid_result result;
+  struct exec_work *next;
+} exec_work;
+
+typedef struct sched_cache_entry {
+  sched_coll coll;
+  int root;
+  int nchannels;
+  const void *gen; /* gen_desc* */
+  sched *s;
+  /* Per step of this rank's channels (channel after channel): does a later
+   * step overwrite what the step sends? [0] out of place, [1] in place.
+   * Sends of such "volatile" sources must not be single-copy. */
+  uint8_t *volatile_src[2];
+} sched_cache_entry;
+
+struct braid_comm {
+  int rank, nranks;
+  boot *boot;
+  char name[64];
+  int timeout_ms;
+  int check;
+  int nchannels;       /* schedule channels (transport has one more for p2p) */
+  int nslots;
+  size_t slot_bytes;
+  size_t slice_bytes;
+  char algo[128];
+  char transport_forced[16];
+
+  /* transports */
+  int ntp;
+  const tp_ops *tp[COMM_MAX_TRANSPORTS];
+  void *tp_state[COMM_MAX_TRANSPORTS];
+  int *peer_tp; /* per rank: index into tp[] */
+  tp_conn **conns; /* (peer * (nchannels + 1) + channel), filled lazily */
+
+  /* schedules */
+  sched_cache_entry cache[COMM_SCHED_CACHE];
+  int ncache;
+
+  /* scratch for schedules that need it */
+  void *scratch;
+  size_t scratch_bytes;
+
+  /* sequence numbers */
+  uint64_t coll_seq;
+
+  /* the queue of asynchronous work, run in issue order by the progress
+   * thread; blocking calls run inline when the queue is empty. */
+  pthread_mutex_t lock; /* serialises execution */
+  pthread_mutex_t qlock;
+  pthread_cond_t qcond;
+  exec_work *qhead, *qtail;
+  int qlen;
+  int thread_started, thread_stop;
+  pthread_t thread;
+
+  /* state */
+  atomic_int aborted;
+  braid_result broken; /* non-success once a remote/timeout error happened */
+  char last_error[512];
+  pthread_mutex_t err_lock;
+};
+
+/* src/comm.c */
+void comm_set_error(braid_comm *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+tp_conn *comm_conn(braid_comm *c, int peer, int channel);
+
+/* src/executor.c: runs a set of ops to completion (caller holds c->lock). */
+braid_result exec_run(braid_comm *c, exec_op *ops, int nops);
+
+/* src/enqueue.c: submit work (blocking or on a stream), groups, streams. */
+braid_result enq_submit(braid_comm *c, exec_op *op);
+void enq_shutdown(braid_comm *c);
+braid_result enq_drain(braid_comm *c);
+
+/* src/check.c: BRAID_CHECK fingerprint comparison (collective). */
+braid_result check_fingerprint(braid_comm *c, const exec_op *op);
+
+#endif

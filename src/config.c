@@ -1,0 +1,112 @@
+/*
+ * The one place braid reads environment variables (docs/ENV.md lists them).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+static cfg_env g_cfg;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+int cfg_parse_size(const char *s, size_t *out) {
+  if (s == NULL || *s == '\0')
+    return -1;
+  errno = 0;
+  char *end = NULL;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno != 0 || end == s || s[0] == '-')
+    return -1;
+  unsigned long long mult = 1;
+  if (*end == 'k' || *end == 'K')
+    mult = 1ull << 10;
+  else if (*end == 'm' || *end == 'M')
+    mult = 1ull << 20;
+  else if (*end == 'g' || *end == 'G')
+    mult = 1ull << 30;
+  if (mult != 1)
+    end++;
+  if (*end == 'B' || *end == 'b')
+    end++;
+  if (*end != '\0')
+    return -1;
+  if (v > (unsigned long long)SIZE_MAX / mult)
+    return -1;
+  *out = (size_t)(v * mult);
+  return 0;
+}
+
+static const char *env_str(const char *name) {
+  const char *v = getenv(name);
+  return (v != NULL && *v != '\0') ? v : NULL;
+}
+
+static int env_int(const char *name, int def, int lo, int hi) {
+  const char *v = env_str(name);
+  if (v == NULL)
+    return def;
+  char *end = NULL;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || x < lo || x > hi) {
+    WARN(LOG_ENV, "%s=%s is not an integer in [%d, %d]; using %d", name, v, lo,
+         hi, def);
+    return def;
+  }
+  return (int)x;
+}
+
+static size_t env_size(const char *name, size_t def) {
+  const char *v = env_str(name);
+  if (v == NULL)
+    return def;
+  size_t x;
+  if (cfg_parse_size(v, &x) != 0) {
+    WARN(LOG_ENV, "%s=%s is not a size (like 4M); using %zu", name, v, def);
+    return def;
+  }
+  return x;
+}
+
+static void cfg_load(void) {
+  cfg_env *c = &g_cfg;
+  /* Logging first, so that warnings below go where the user asked. */
+  c->debug = env_str("BRAID_DEBUG");
+  c->debug_subsys = env_str("BRAID_DEBUG_SUBSYS");
+  c->debug_file = env_str("BRAID_DEBUG_FILE");
+  log_configure(c->debug, c->debug_subsys, c->debug_file);
+
+  c->timeout_ms = env_int("BRAID_TIMEOUT", 300, 1, 86400) * 1000;
+  c->nchannels = env_int("BRAID_NCHANNELS", 0, 0, 32);
+  c->check = env_int("BRAID_CHECK", 0, 0, 1);
+  c->transport = env_str("BRAID_TRANSPORT");
+  c->algo = env_str("BRAID_ALGO");
+  c->socket_ifname = env_str("BRAID_SOCKET_IFNAME");
+  c->nsockets = env_int("BRAID_NSOCKS_PERPEER", 0, 0, 16);
+  c->buffsize = env_size("BRAID_BUFFSIZE", (size_t)4 << 20);
+  c->nslots = env_int("BRAID_NSLOTS", 8, 2, 64);
+  c->slice_bytes = env_size("BRAID_SLICE", 0);
+  c->shm_cma = env_int("BRAID_SHM_CMA", 1, 0, 1);
+  c->cma_threshold = env_size("BRAID_SHM_CMA_THRESHOLD", (size_t)64 << 10);
+  c->spin_us = env_int("BRAID_SPIN_US", 50, 0, 1000000);
+  c->topo_file = env_str("BRAID_TOPO_FILE");
+  c->topo_dump_file = env_str("BRAID_TOPO_DUMP_FILE");
+  c->ofi_provider = env_str("BRAID_OFI_PROVIDER");
+  c->ofi_domain = env_str("BRAID_OFI_DOMAIN");
+  c->ib_hca = env_str("BRAID_IB_HCA");
+  c->ib_gid_index = env_int("BRAID_IB_GID_INDEX", -1, -1, 65535);
+  if (c->buffsize < (size_t)c->nslots * 4096) {
+    WARN(LOG_ENV, "BRAID_BUFFSIZE=%zu is below %d slots of 4 KiB; using 4M",
+         c->buffsize, c->nslots);
+    c->buffsize = (size_t)4 << 20;
+  }
+}
+
+const cfg_env *cfg_get(void) {
+  pthread_once(&g_once, cfg_load);
+  return &g_cfg;
+}

@@ -1,0 +1,39 @@
+/*
+ * Every environment variable braid reads is read here, once (docs/ENV.md).
+ */
+#ifndef BRAID_SRC_CONFIG_H
+#define BRAID_SRC_CONFIG_H
+
+#include <stddef.h>
+
+typedef struct cfg_env {
+  int timeout_ms;        /* BRAID_TIMEOUT (seconds in the env), default 300 s */
+  int nchannels;         /* BRAID_NCHANNELS, default 0 = auto */
+  int check;             /* BRAID_CHECK, default 0 */
+  const char *transport; /* BRAID_TRANSPORT, default NULL = auto */
+  const char *algo;      /* BRAID_ALGO */
+  const char *socket_ifname; /* BRAID_SOCKET_IFNAME */
+  int nsockets;              /* BRAID_NSOCKS_PERPEER, default 0 = auto */
+  size_t buffsize;           /* BRAID_BUFFSIZE: bytes of slots per connection */
+  int nslots;                /* BRAID_NSLOTS, default 8 */
+  size_t slice_bytes;        /* BRAID_SLICE: pipeline slice (0 = auto) */
+  int shm_cma;               /* BRAID_SHM_CMA: single-copy, default 1 */
+  size_t cma_threshold;      /* BRAID_SHM_CMA_THRESHOLD */
+  int spin_us;               /* BRAID_SPIN_US: spin before yielding */
+  const char *debug;         /* BRAID_DEBUG */
+  const char *debug_subsys;  /* BRAID_DEBUG_SUBSYS */
+  const char *debug_file;    /* BRAID_DEBUG_FILE */
+  const char *topo_file;     /* BRAID_TOPO_FILE */
+  const char *topo_dump_file; /* BRAID_TOPO_DUMP_FILE */
+  const char *ofi_provider; /* BRAID_OFI_PROVIDER, default NULL = fastest */
+  const char *ofi_domain;   /* BRAID_OFI_DOMAIN, default NULL = auto */
+  const char *ib_hca;       /* BRAID_IB_HCA (NCCL syntax), default NULL = all */
+  int ib_gid_index;         /* BRAID_IB_GID_INDEX, default -1 = auto */
+} cfg_env;
+
+/* Reads the environment once (thread-safe); later calls return the cache. */
+const cfg_env *cfg_get(void);
+/* Integer/size parsing with K/M/G suffixes; returns -1 on a bad value. */
+int cfg_parse_size(const char *s, size_t *out);
+
+#endif

@@ -1,0 +1,331 @@
+/*
+ * Issuing work: blocking calls, host streams, groups.
+ *
+ * Each communicator runs its work in issue order. A blocking call (stream
+ * NULL) runs in the caller's thread when nothing is queued, else it queues
+ * and waits. Calls on a host stream are queued and run by the communicator's
+ * progress thread; the stream counts them and keeps the first error. Calls
+ * on one communicator must be issued from one thread at a time (as in NCCL).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/comm.h"
+#include "src/log.h"
+
+struct braid_stream {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  uint64_t submitted, completed;
+  braid_result first_error;
+  void *cuda; /* wrapped cudaStream_t, NULL for host streams */
+};
+
+/* ---- running work ------------------------------------------------------ */
+
+static int is_fatal(braid_result r) {
+  return r == BRAID_ERR_REMOTE || r == BRAID_ERR_TIMEOUT ||
+         r == BRAID_ERR_ABORTED || r == BRAID_ERR_INTERNAL ||
+         r == BRAID_ERR_SYSTEM;
+}
+
+static braid_result run_ops(braid_comm *c, exec_op *ops, int nops) {
+  pthread_mutex_lock(&c->lock);
+  braid_result r = c->broken;
+  if (r != BRAID_SUCCESS) {
+    comm_set_error(c, "the communicator is broken since an earlier error (%s);"
+                      " destroy it",
+                   braid_result_string(r));
+  }
+  for (int i = 0; r == BRAID_SUCCESS && c->check && i < nops; i++)
+    if (ops[i].coll != SCHED_SEND && ops[i].coll != SCHED_RECV)
+      r = check_fingerprint(c, &ops[i]);
+  if (r == BRAID_SUCCESS)
+    r = exec_run(c, ops, nops);
+  if (is_fatal(r) || r == BRAID_ERR_MISMATCH)
+    c->broken = r;
+  pthread_mutex_unlock(&c->lock);
+  return r;
+}
+
+static void stream_complete(braid_stream *s, braid_result r) {
+  pthread_mutex_lock(&s->lock);
+  s->completed++;
+  if (r != BRAID_SUCCESS && s->first_error == BRAID_SUCCESS)
+    s->first_error = r;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+}
+
+static void *progress_main(void *arg) {
+  braid_comm *c = arg;
+  pthread_mutex_lock(&c->qlock);
+  for (;;) {
+    while (c->qhead == NULL && !c->thread_stop)
+      pthread_cond_wait(&c->qcond, &c->qlock);
+    if (c->qhead == NULL && c->thread_stop)
+      break;
+    exec_work *w = c->qhead;
+    pthread_mutex_unlock(&c->qlock);
+    braid_result r = atomic_load(&c->aborted) ? BRAID_ERR_ABORTED
+                                              : run_ops(c, w->ops, w->nops);
+    pthread_mutex_lock(&c->qlock);
+    c->qhead = w->next;
+    if (c->qhead == NULL)
+      c->qtail = NULL;
+    c->qlen--;
+    w->result = r;
+    braid_stream *s = w->stream;
+    if (s != NULL) {
+      free(w->ops);
+      free(w);
+    } else {
+      atomic_store(&w->done, 1); /* a blocking caller owns w */
+    }
+    pthread_cond_broadcast(&c->qcond);
+    pthread_mutex_unlock(&c->qlock);
+    if (s != NULL)
+      stream_complete(s, r);
+    pthread_mutex_lock(&c->qlock);
+  }
+  pthread_mutex_unlock(&c->qlock);
+  return NULL;
+}
+
+/* Queue work (qlock held). */
+static braid_result push_locked(braid_comm *c, exec_work *w) {
+  if (!c->thread_started) {
+    if (pthread_create(&c->thread, NULL, progress_main, c) != 0) {
+      comm_set_error(c, "cannot start the progress thread");
+      return BRAID_ERR_SYSTEM;
+    }
+    c->thread_started = 1;
+  }
+  w->next = NULL;
+  if (c->qtail != NULL)
+    c->qtail->next = w;
+  else
+    c->qhead = w;
+  c->qtail = w;
+  c->qlen++;
+  pthread_cond_broadcast(&c->qcond);
+  return BRAID_SUCCESS;
+}
+
+/* Submit ops (copied) as one unit of work, blocking or on a stream. */
+static braid_result submit(braid_comm *c, exec_op *ops, int nops,
+                           braid_stream *s) {
+  pthread_mutex_lock(&c->qlock);
+  if (s == NULL && c->qlen == 0) {
+    pthread_mutex_unlock(&c->qlock);
+    return run_ops(c, ops, nops); /* the fast path */
+  }
+  exec_work *w = calloc(1, sizeof *w);
+  exec_op *copy = malloc(sizeof *copy * (size_t)nops);
+  if (w == NULL || copy == NULL) {
+    pthread_mutex_unlock(&c->qlock);
+    free(w);
+    free(copy);
+    return BRAID_ERR_NOMEM;
+  }
+  memcpy(copy, ops, sizeof *copy * (size_t)nops);
+  w->ops = copy;
+  w->nops = nops;
+  w->stream = s;
+  if (s != NULL) {
+    pthread_mutex_lock(&s->lock);
+    s->submitted++;
+    pthread_mutex_unlock(&s->lock);
+  }
+  braid_result r = push_locked(c, w);
+  if (r != BRAID_SUCCESS) {
+    pthread_mutex_unlock(&c->qlock);
+    if (s != NULL)
+      stream_complete(s, r);
+    free(copy);
+    free(w);
+    return r;
+  }
+  if (s != NULL) {
+    pthread_mutex_unlock(&c->qlock);
+    return BRAID_SUCCESS;
+  }
+  while (!atomic_load(&w->done))
+    pthread_cond_wait(&c->qcond, &c->qlock);
+  pthread_mutex_unlock(&c->qlock);
+  r = w->result;
+  free(copy);
+  free(w);
+  return r;
+}
+
+braid_result enq_drain(braid_comm *c) {
+  pthread_mutex_lock(&c->qlock);
+  while (c->qlen > 0)
+    pthread_cond_wait(&c->qcond, &c->qlock);
+  pthread_mutex_unlock(&c->qlock);
+  return BRAID_SUCCESS;
+}
+
+void enq_shutdown(braid_comm *c) {
+  pthread_mutex_lock(&c->qlock);
+  int started = c->thread_started;
+  c->thread_stop = 1;
+  pthread_cond_broadcast(&c->qcond);
+  pthread_mutex_unlock(&c->qlock);
+  if (started)
+    pthread_join(c->thread, NULL);
+  c->thread_started = 0;
+}
+
+/* ---- groups ------------------------------------------------------------ */
+
+typedef struct group_state {
+  int depth;
+  exec_op *ops;
+  braid_comm **comms;
+  int n, cap;
+} group_state;
+
+static _Thread_local group_state g_group;
+
+braid_result braid_group_start(void) {
+  g_group.depth++;
+  return BRAID_SUCCESS;
+}
+
+braid_result braid_group_end(void) {
+  if (g_group.depth <= 0)
+    return BRAID_ERR_INVALID_ARG;
+  if (--g_group.depth > 0)
+    return BRAID_SUCCESS;
+  group_state g = g_group;
+  memset(&g_group, 0, sizeof g_group);
+  braid_result res = BRAID_SUCCESS;
+  int blocking = 0;
+  for (int i = 0; i < g.n; i++)
+    blocking |= g.ops[i].stream == NULL;
+  /* one unit of work per communicator, in the order of first use */
+  exec_op *tmp = malloc(sizeof *tmp * (size_t)(g.n > 0 ? g.n : 1));
+  braid_comm **done = calloc((size_t)(g.n > 0 ? g.n : 1), sizeof *done);
+  if (tmp == NULL || done == NULL) {
+    res = BRAID_ERR_NOMEM;
+    goto out;
+  }
+  int ncomm = 0;
+  for (int i = 0; i < g.n; i++) {
+    braid_comm *c = g.comms[i];
+    int seen = 0;
+    for (int k = 0; k < ncomm; k++)
+      seen |= done[k] == c;
+    if (seen)
+      continue;
+    done[ncomm++] = c;
+  }
+  if (ncomm == 1) {
+    braid_stream *s = blocking ? NULL : g.ops[0].stream;
+    res = submit(done[0], g.ops, g.n, s);
+    goto out;
+  }
+  /* several communicators: queue all (they may depend on each other across
+   * ranks), then wait for all when blocking */
+  braid_stream *s = NULL;
+  if (blocking && braid_stream_create(&s) != BRAID_SUCCESS) {
+    res = BRAID_ERR_NOMEM;
+    goto out;
+  }
+  for (int k = 0; k < ncomm; k++) {
+    int n = 0;
+    for (int i = 0; i < g.n; i++)
+      if (g.comms[i] == done[k])
+        tmp[n++] = g.ops[i];
+    braid_result r = submit(done[k], tmp, n, blocking ? s : tmp[0].stream);
+    if (r != BRAID_SUCCESS && res == BRAID_SUCCESS)
+      res = r;
+  }
+  if (blocking) {
+    braid_result r = braid_stream_destroy(s);
+    if (res == BRAID_SUCCESS)
+      res = r;
+  }
+out:
+  free(tmp);
+  free(done);
+  free(g.ops);
+  free(g.comms);
+  return res;
+}
+
+braid_result enq_submit(braid_comm *c, exec_op *op) {
+  if (g_group.depth > 0) {
+    if (g_group.n == g_group.cap) {
+      int cap = g_group.cap ? g_group.cap * 2 : 16;
+      exec_op *o = realloc(g_group.ops, sizeof *o * (size_t)cap);
+      if (o == NULL)
+        return BRAID_ERR_NOMEM;
+      g_group.ops = o;
+      braid_comm **cs = realloc(g_group.comms, sizeof *cs * (size_t)cap);
+      if (cs == NULL)
+        return BRAID_ERR_NOMEM;
+      g_group.comms = cs;
+      g_group.cap = cap;
+    }
+    g_group.ops[g_group.n] = *op;
+    g_group.comms[g_group.n++] = c;
+    return BRAID_SUCCESS;
+  }
+  return submit(c, op, 1, op->stream);
+}
+
+/* ---- streams ----------------------------------------------------------- */
+
+braid_result braid_stream_create(braid_stream **stream) {
+  if (stream == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  braid_stream *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return BRAID_ERR_NOMEM;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->cond, NULL);
+  *stream = s;
+  return BRAID_SUCCESS;
+}
+
+braid_result braid_stream_synchronize(braid_stream *s) {
+  if (s == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  pthread_mutex_lock(&s->lock);
+  while (s->completed < s->submitted)
+    pthread_cond_wait(&s->cond, &s->lock);
+  braid_result r = s->first_error;
+  s->first_error = BRAID_SUCCESS;
+  pthread_mutex_unlock(&s->lock);
+  return r;
+}
+
+braid_result braid_stream_query(braid_stream *s) {
+  if (s == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  pthread_mutex_lock(&s->lock);
+  braid_result r = s->completed < s->submitted ? BRAID_IN_PROGRESS
+                                               : s->first_error;
+  pthread_mutex_unlock(&s->lock);
+  return r;
+}
+
+braid_result braid_stream_destroy(braid_stream *s) {
+  if (s == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  braid_result r = braid_stream_synchronize(s);
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->cond);
+  free(s);
+  return r;
+}
+
+braid_result braid_stream_from_cuda(void *cuda_stream, braid_stream **stream) {
+  (void)cuda_stream;
+  if (stream != NULL)
+    *stream = NULL;
+  return BRAID_ERR_UNSUPPORTED;
+}

@@ -1,0 +1,789 @@
+/*
+ * The executor: runs schedules over transports (DESIGN §4).
+ *
+ * Every channel of every op is a resumable state machine over
+ * (slice, step, chunk-in-range, phase). Nothing blocks: a transport call that
+ * cannot finish returns TP_AGAIN and the channel keeps its place. When no
+ * channel moves, the rank waits: it spins briefly, then yields, then sleeps on
+ * the shm doorbell (a futex) or on the sockets, so more ranks than cores still
+ * make progress. Every wait is bounded by the communicator's timeout, and
+ * dead peers are noticed while waiting.
+ *
+ * A send may still read its source after the transport accepted it (TCP
+ * queue, shm single-copy): such sends stay "pending" with their byte range,
+ * and a later step that writes an overlapping range first waits for them.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "collectives/generators.h"
+#include "collectives/select.h"
+#include "src/comm.h"
+#include "src/config.h"
+#include "src/log.h"
+
+#define XPEND 64
+
+typedef struct pend {
+  tp_conn *conn;
+  const tp_ops *ops;
+  uint64_t ticket;
+  const char *p;
+  size_t len;
+} pend;
+
+typedef struct xchan {
+  const sched_channel *sc;
+  int ch;       /* schedule channel index */
+  int tch;      /* transport channel used for its connections */
+  int nslices;
+  int slice, step;
+  uint32_t sub;
+  int phase;
+  int done;
+  double w_lo, w_hi;
+  const uint8_t *vol; /* per step: the source is overwritten later */
+  pend pend[XPEND];
+  int npend;
+  /* what the channel waits for, for sleeping and for error messages */
+  tp_conn *wait_conn;
+  short wait_events;
+  int wait_peer;
+} xchan;
+
+typedef struct xop {
+  exec_op *op;
+  const sched *s;
+  sched_channel p2p; /* send/recv: one local step */
+  sched_step p2p_step;
+  int me;
+  char *bufs[4];
+  size_t E, esize;
+  int K;
+  tp_reducer red;
+  xchan *chans;
+  int nch;
+  int done;
+  int is_p2p;
+} xop;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static int64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static const tp_ops *peer_ops(braid_comm *c, int peer) {
+  return c->tp[c->peer_tp[peer]];
+}
+
+/* ---- geometry ---------------------------------------------------------- */
+
+static void part_range(const xop *x, const xchan *h, int j, size_t *lo,
+                       size_t *hi) {
+  size_t m = sched_chunk_len(x->E, x->K, j);
+  *lo = (size_t)((double)m * h->w_lo);
+  *hi = h->w_hi >= 1.0 ? m : (size_t)((double)m * h->w_hi);
+  if (*hi > m)
+    *hi = m;
+  if (*lo > *hi)
+    *lo = *hi;
+}
+
+/* Pointer and byte length of slice `slice` of chunk (ck.index + sub). */
+static char *cptr(const xop *x, const xchan *h, sched_chunks ck, uint32_t sub,
+                  size_t *len) {
+  uint32_t idx = ck.index + sub;
+  uint32_t block = idx / (uint32_t)x->K;
+  int j = (int)(idx % (uint32_t)x->K);
+  size_t lo, hi;
+  part_range(x, h, j, &lo, &hi);
+  size_t L = hi - lo, S = (size_t)h->nslices, s = (size_t)h->slice;
+  size_t off = L * s / S, end = L * (s + 1) / S;
+  *len = (end - off) * x->esize;
+  size_t elem = (size_t)block * x->E + sched_chunk_off(x->E, x->K, j) + lo + off;
+  return x->bufs[ck.buf] + elem * x->esize;
+}
+
+/* ---- pending sends and hazards ---------------------------------------- */
+
+static int retire(braid_comm *c, xchan *h, int i) {
+  pend *p = &h->pend[i];
+  int r = p->ops->send_done(p->conn, p->ticket);
+  if (r == TP_AGAIN) {
+    h->wait_conn = p->conn;
+    h->wait_events = POLLOUT;
+    return TP_AGAIN;
+  }
+  if (r != BRAID_SUCCESS)
+    return r;
+  h->pend[i] = h->pend[--h->npend];
+  (void)c;
+  return BRAID_SUCCESS;
+}
+
+/* Before writing [p, p+len): wait for pending sends that read it. */
+static int hazard(braid_comm *c, xchan *h, const char *p, size_t len) {
+  for (int i = 0; i < h->npend;) {
+    const pend *q = &h->pend[i];
+    if (q->p < p + len && p < q->p + q->len) {
+      int r = retire(c, h, i);
+      if (r != BRAID_SUCCESS)
+        return r;
+      continue;
+    }
+    i++;
+  }
+  return BRAID_SUCCESS;
+}
+
+static int pend_room(braid_comm *c, xchan *h) {
+  if (h->npend < XPEND)
+    return BRAID_SUCCESS;
+  for (int i = 0; i < h->npend; i++) {
+    int r = retire(c, h, i);
+    if (r == BRAID_SUCCESS)
+      return BRAID_SUCCESS;
+    if (r != TP_AGAIN)
+      return r;
+  }
+  return TP_AGAIN;
+}
+
+static int do_send(braid_comm *c, xchan *h, int peer, const char *p,
+                   size_t len) {
+  int vol = h->vol != NULL && h->vol[h->step];
+  int r = pend_room(c, h);
+  if (r != BRAID_SUCCESS)
+    return r;
+  tp_conn *conn = comm_conn(c, peer, h->tch);
+  const tp_ops *ops = peer_ops(c, peer);
+  uint64_t t = 0;
+  r = vol && ops->isend_copy != NULL ? ops->isend_copy(conn, p, len, &t)
+                                     : ops->isend(conn, p, len, &t);
+  if (r == TP_AGAIN) {
+    h->wait_conn = conn;
+    h->wait_events = POLLOUT;
+    h->wait_peer = peer;
+    return r;
+  }
+  if (r != BRAID_SUCCESS)
+    return r;
+  h->pend[h->npend++] = (pend){conn, ops, t, p, len};
+  return BRAID_SUCCESS;
+}
+
+/* ---- one channel ------------------------------------------------------- */
+
+static int chan_error(braid_comm *c, const xop *x, const xchan *h, int peer,
+                      int r) {
+  const char *why = "";
+  if (peer >= 0 && peer < c->nranks) {
+    int t = c->peer_tp[peer];
+    if (c->tp[t]->last_error != NULL)
+      why = c->tp[t]->last_error(c->tp_state[t]);
+  }
+  const sched_step *st = &h->sc->steps[h->step];
+  comm_set_error(c, "%s #%llu on rank %d: channel %d step %d (%s, peer %d): %s",
+                 x->op->name, (unsigned long long)x->op->seq, c->rank, h->ch,
+                 h->step, sched_prim_name((sched_prim)st->prim), peer,
+                 why[0] ? why : braid_result_string((braid_result)r));
+  return r;
+}
+
+/* Advance as far as possible. Returns BRAID_SUCCESS (check h->done) or an
+ * error; *moved is set when anything happened. */
+static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
+  const sched_channel *sc = h->sc;
+  for (;;) {
+    if (h->slice >= h->nslices) {
+      while (h->npend > 0) {
+        int r = retire(c, h, h->npend - 1);
+        if (r == TP_AGAIN)
+          return BRAID_SUCCESS;
+        if (r != BRAID_SUCCESS)
+          return chan_error(c, x, h, -1, r);
+      }
+      h->done = 1;
+      *moved = 1;
+      return BRAID_SUCCESS;
+    }
+    if (h->step >= sc->nsteps) {
+      h->step = 0;
+      h->slice++;
+      continue;
+    }
+    const sched_step *st = &sc->steps[h->step];
+    uint32_t n = st->src.buf != SCHED_BUF_NONE ? st->src.count : st->dst.count;
+    if (h->sub >= n) {
+      h->sub = 0;
+      h->phase = 0;
+      h->step++;
+      continue;
+    }
+    size_t len = 0, len2 = 0;
+    char *src = st->src.buf != SCHED_BUF_NONE
+                    ? cptr(x, h, st->src, h->sub, &len)
+                    : NULL;
+    char *dst = st->dst.buf != SCHED_BUF_NONE
+                    ? cptr(x, h, st->dst, h->sub, &len2)
+                    : NULL;
+    if (src == NULL)
+      len = len2;
+    if (len == 0) {
+      h->sub++;
+      continue;
+    }
+    int r = BRAID_SUCCESS;
+    int peer = st->peer;
+    switch ((sched_prim)st->prim) {
+    case SCHED_P_SEND:
+      r = do_send(c, h, peer, src, len);
+      break;
+    case SCHED_P_RECV:
+    case SCHED_P_RECV_COPY_SEND:
+      if (h->phase == 0) {
+        r = hazard(c, h, dst, len);
+        if (r == BRAID_SUCCESS) {
+          r = peer_ops(c, peer)->recv(comm_conn(c, peer, h->tch), dst, len);
+          if (r == TP_AGAIN) {
+            h->wait_conn = comm_conn(c, peer, h->tch);
+            h->wait_events = POLLIN;
+            h->wait_peer = peer;
+          }
+        }
+        if (r == BRAID_SUCCESS && st->prim == SCHED_P_RECV_COPY_SEND) {
+          h->phase = 1;
+          *moved = 1;
+        }
+      }
+      if (h->phase == 1 && r == BRAID_SUCCESS) {
+        peer = st->peer_out;
+        r = do_send(c, h, peer, dst, len);
+      }
+      break;
+    case SCHED_P_RECV_REDUCE:
+    case SCHED_P_RECV_REDUCE_SEND:
+      if (h->phase == 0) {
+        r = hazard(c, h, dst, len);
+        if (r == BRAID_SUCCESS) {
+          tp_conn *conn = comm_conn(c, peer, h->tch);
+          r = peer_ops(c, peer)->recv_reduce(conn, src, dst, len, &x->red);
+          if (r == TP_AGAIN) {
+            h->wait_conn = conn;
+            h->wait_events = POLLIN;
+            h->wait_peer = peer;
+          }
+        }
+        if (r == BRAID_SUCCESS && st->prim == SCHED_P_RECV_REDUCE_SEND) {
+          h->phase = 1;
+          *moved = 1;
+        }
+      }
+      if (h->phase == 1 && r == BRAID_SUCCESS) {
+        peer = st->peer_out;
+        r = do_send(c, h, peer, dst, len);
+      }
+      break;
+    case SCHED_P_COPY:
+      if (dst == src) /* in place: nothing to do */
+        break;
+      r = hazard(c, h, dst, len);
+      if (r == BRAID_SUCCESS)
+        memmove(dst, src, len);
+      break;
+    case SCHED_P_REDUCE:
+      r = hazard(c, h, dst, len);
+      if (r == BRAID_SUCCESS)
+        x->red.fn(dst, dst, src, len / x->esize);
+      break;
+    default:
+      r = BRAID_ERR_INTERNAL;
+    }
+    if (r == TP_AGAIN)
+      return BRAID_SUCCESS;
+    if (r != BRAID_SUCCESS)
+      return chan_error(c, x, h, peer, r);
+    *moved = 1;
+    h->phase = 0;
+    h->sub++;
+  }
+}
+
+/* ---- preparing an op --------------------------------------------------- */
+
+static int transport_class(braid_comm *c) {
+  for (int i = 0; i < c->ntp; i++)
+    if (c->tp[i] != &tp_shm && c->tp[i] != &tp_self)
+      return SELECT_TP_TCP;
+  return SELECT_TP_SHM;
+}
+
+/* The selector's size: bytes of one block (count x datatype size). */
+static size_t coll_bytes(const exec_op *op) {
+  return op->count * braid_dtype_size(op->dt);
+}
+
+static braid_result get_sched(braid_comm *c, exec_op *op,
+                              sched_cache_entry **out) {
+  char err[256] = "";
+  const gen_desc *g =
+      select_algo(op->coll, c->nranks, coll_bytes(op),
+                  transport_class(c), c->algo[0] ? c->algo : NULL, err,
+                  sizeof err);
+  if (g == NULL) {
+    comm_set_error(c, "%s: no algorithm: %s", op->name, err);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  int root = op->root;
+  for (int i = 0; i < c->ncache; i++) {
+    sched_cache_entry *e = &c->cache[i];
+    if (e->coll == op->coll && e->root == root && e->gen == g &&
+        e->nchannels == c->nchannels) {
+      *out = e;
+      return BRAID_SUCCESS;
+    }
+  }
+  gen_params p = {op->coll, c->nranks, root, c->nchannels};
+  sched *s = g->fn(&p);
+  if (s == NULL) {
+    comm_set_error(c, "%s: generator %s failed (out of memory?)", op->name,
+                   g->name);
+    return BRAID_ERR_NOMEM;
+  }
+  if (s->nchannels > c->nchannels) {
+    comm_set_error(c, "%s: generator %s made %d channels, the comm has %d",
+                   op->name, g->name, s->nchannels, c->nchannels);
+    sched_free(s);
+    return BRAID_ERR_INTERNAL;
+  }
+  TRACE(LOG_SCHED, "%s on %d ranks: algorithm %s, %d channels", op->name,
+        c->nranks, g->name, s->nchannels);
+  if (c->ncache == COMM_SCHED_CACHE) { /* evict the oldest */
+    sched_free(c->cache[0].s);
+    free(c->cache[0].volatile_src[0]);
+    free(c->cache[0].volatile_src[1]);
+    memmove(&c->cache[0], &c->cache[1],
+            sizeof c->cache[0] * (COMM_SCHED_CACHE - 1));
+    c->ncache--;
+  }
+  c->cache[c->ncache] =
+      (sched_cache_entry){op->coll, root, c->nchannels, g, s, {NULL, NULL}};
+  *out = &c->cache[c->ncache++];
+  return BRAID_SUCCESS;
+}
+
+static braid_result scratch_reserve(braid_comm *c, size_t bytes) {
+  if (bytes <= c->scratch_bytes)
+    return BRAID_SUCCESS;
+  void *p = realloc(c->scratch, bytes);
+  if (p == NULL) {
+    comm_set_error(c, "cannot allocate %zu bytes of scratch", bytes);
+    return BRAID_ERR_NOMEM;
+  }
+  c->scratch = p;
+  c->scratch_bytes = bytes;
+  return BRAID_SUCCESS;
+}
+
+static void chan_init(braid_comm *c, xop *x, xchan *h, const sched_channel *sc,
+                      int ch, int tch, double w_lo, double w_hi) {
+  memset(h, 0, sizeof *h);
+  h->sc = sc;
+  h->ch = ch;
+  h->tch = tch;
+  h->w_lo = w_lo;
+  h->w_hi = w_hi;
+  h->wait_peer = -1;
+  size_t maxpart = 0;
+  for (int j = 0; j < x->K; j++) {
+    size_t lo, hi;
+    part_range(x, h, j, &lo, &hi);
+    if (hi - lo > maxpart)
+      maxpart = hi - lo;
+  }
+  size_t bytes = maxpart * x->esize;
+  size_t slice = c->slice_bytes;
+  h->nslices = bytes == 0 ? 1 : (int)((bytes + slice - 1) / slice);
+  if (sc->nsteps == 0)
+    h->nslices = 0;
+}
+
+/* Where a chunk really lives: in place, input chunks alias output chunks
+ * (NCCL's conventions), so both names map to one key. */
+static uint64_t canon(const exec_op *op, int rank, int K, uint8_t buf,
+                      uint32_t idx) {
+  if (op->inplace && buf == SCHED_BUF_IN) {
+    switch (op->coll) {
+    case SCHED_ALLREDUCE:
+    case SCHED_BROADCAST:
+    case SCHED_REDUCE:
+    case SCHED_ALLTOALL:
+      buf = SCHED_BUF_OUT;
+      break;
+    case SCHED_ALLGATHER:
+    case SCHED_GATHER:
+      buf = SCHED_BUF_OUT;
+      idx += (uint32_t)((op->coll == SCHED_GATHER ? op->root : rank) * K);
+      break;
+    default:
+      break;
+    }
+  } else if (op->inplace && buf == SCHED_BUF_OUT &&
+             (op->coll == SCHED_REDUCE_SCATTER || op->coll == SCHED_SCATTER)) {
+    buf = SCHED_BUF_IN;
+    idx += (uint32_t)((op->coll == SCHED_SCATTER ? op->root : rank) * K);
+  }
+  return (uint64_t)buf << 32 | idx;
+}
+
+static int writes(const sched_step *st) {
+  return st->prim != SCHED_P_SEND && st->dst.buf != SCHED_BUF_NONE;
+}
+
+/* Does a step after `i` overwrite a chunk that step i sends? */
+static int is_volatile(const exec_op *op, int rank, int K,
+                       const sched_channel *sc, int i) {
+  const sched_step *st = &sc->steps[i];
+  sched_chunks sent;
+  if (st->prim == SCHED_P_SEND)
+    sent = st->src;
+  else if (st->prim == SCHED_P_RECV_REDUCE_SEND ||
+           st->prim == SCHED_P_RECV_COPY_SEND)
+    sent = st->dst;
+  else
+    return 0;
+  for (int j = i + 1; j < sc->nsteps; j++) {
+    const sched_step *w = &sc->steps[j];
+    if (!writes(w))
+      continue;
+    for (uint32_t a = 0; a < sent.count; a++)
+      for (uint32_t b = 0; b < w->dst.count; b++)
+        if (canon(op, rank, K, sent.buf, sent.index + a) ==
+            canon(op, rank, K, w->dst.buf, w->dst.index + b))
+          return 1;
+  }
+  return 0;
+}
+
+static const uint8_t *volatile_map(sched_cache_entry *e, const exec_op *op,
+                                   int rank) {
+  int ip = op->inplace ? 1 : 0;
+  if (e->volatile_src[ip] != NULL)
+    return e->volatile_src[ip];
+  const sched *s = e->s;
+  size_t total = 0;
+  for (int ch = 0; ch < s->nchannels; ch++)
+    total += (size_t)sched_chan_c(s, rank, ch)->nsteps;
+  uint8_t *m = calloc(total + 1, 1);
+  if (m == NULL)
+    return NULL; /* everything counts as stable; hazards still protect */
+  size_t o = 0;
+  for (int ch = 0; ch < s->nchannels; ch++) {
+    const sched_channel *sc = sched_chan_c(s, rank, ch);
+    for (int i = 0; i < sc->nsteps; i++)
+      m[o++] = (uint8_t)is_volatile(op, rank, s->chunks_per_block, sc, i);
+  }
+  e->volatile_src[ip] = m;
+  return m;
+}
+
+static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op) {
+  memset(x, 0, sizeof *x);
+  x->op = op;
+  x->esize = braid_dtype_size(op->dt);
+  x->E = op->count;
+  red_fn fn = red_get(op->dt, op->op);
+  x->red = (tp_reducer){fn, x->esize};
+  x->bufs[SCHED_BUF_IN] = (char *)(uintptr_t)op->in;
+  x->bufs[SCHED_BUF_OUT] = (char *)op->out;
+  if (op->is_barrier) {
+    x->bufs[SCHED_BUF_IN] = (char *)&op->barrier_byte[0];
+    x->bufs[SCHED_BUF_OUT] = (char *)&op->barrier_byte[1];
+  }
+  if (op->coll == SCHED_SEND || op->coll == SCHED_RECV) {
+    x->is_p2p = 1;
+    x->K = 1;
+    x->me = c->rank;
+    x->p2p_step = (sched_step){
+        op->coll == SCHED_SEND ? SCHED_P_SEND : SCHED_P_RECV, op->root, -1,
+        op->coll == SCHED_SEND ? sched_ck(SCHED_BUF_IN, 0, 1)
+                               : sched_ck(SCHED_BUF_NONE, 0, 0),
+        op->coll == SCHED_RECV ? sched_ck(SCHED_BUF_OUT, 0, 1)
+                               : sched_ck(SCHED_BUF_NONE, 0, 0)};
+    x->p2p = (sched_channel){&x->p2p_step, 1, 1};
+    x->nch = 1;
+    x->chans = malloc(sizeof *x->chans);
+    if (x->chans == NULL)
+      return BRAID_ERR_NOMEM;
+    chan_init(c, x, &x->chans[0], &x->p2p, 0, c->nchannels, 0.0, 1.0);
+    return BRAID_SUCCESS;
+  }
+  sched_cache_entry *e = NULL;
+  CHECKR(get_sched(c, op, &e));
+  x->s = e->s;
+  const sched *s = x->s;
+  const uint8_t *vol = volatile_map(e, op, c->rank);
+  x->K = s->chunks_per_block;
+  x->me = c->rank;
+  if (s->scratch_blocks > 0) {
+    size_t bytes = (size_t)s->scratch_blocks * x->E * x->esize;
+    CHECKR(scratch_reserve(c, bytes));
+    x->bufs[SCHED_BUF_SCRATCH] = c->scratch;
+  }
+  x->nch = s->nchannels;
+  x->chans = malloc(sizeof *x->chans * (size_t)x->nch);
+  if (x->chans == NULL)
+    return BRAID_ERR_NOMEM;
+  double w = 0.0;
+  for (int ch = 0; ch < x->nch; ch++) {
+    double wn = ch == x->nch - 1 ? 1.0 : w + s->weights[ch];
+    const sched_channel *sc = sched_chan_c(s, x->me, ch);
+    chan_init(c, x, &x->chans[ch], sc, ch, ch, w, wn);
+    x->chans[ch].vol = vol;
+    if (vol != NULL)
+      vol += sc->nsteps;
+    w = wn;
+  }
+  return BRAID_SUCCESS;
+}
+
+static void xop_finish(braid_comm *c, xop *x) {
+  exec_op *op = x->op;
+  if (op->op == BRAID_AVG && x->E > 0) {
+    int div = 0;
+    if (op->coll == SCHED_ALLREDUCE || op->coll == SCHED_REDUCE_SCATTER ||
+        (op->coll == SCHED_REDUCE && c->rank == op->root))
+      div = 1;
+    if (div)
+      red_div(op->out, x->E, op->dt, c->nranks);
+  }
+  x->done = 1;
+}
+
+/* ---- waiting ----------------------------------------------------------- */
+
+typedef struct waiter {
+  int64_t idle_since;
+  int64_t last_check;
+  int64_t last_progress;
+  int sleeps;
+} waiter;
+
+static braid_result check_health(braid_comm *c, xop *xs, int nops) {
+  if (atomic_load(&c->aborted)) {
+    comm_set_error(c, "the communicator was aborted");
+    return BRAID_ERR_ABORTED;
+  }
+  for (int i = 0; i < c->ntp; i++) {
+    int dead = -1;
+    if (c->tp[i]->check_peers != NULL &&
+        c->tp[i]->check_peers(c->tp_state[i], &dead) != BRAID_SUCCESS) {
+      const exec_op *op = xs[0].op;
+      for (int k = 0; k < nops; k++)
+        if (!xs[k].done) {
+          op = xs[k].op;
+          break;
+        }
+      const char *why = c->tp[i]->last_error != NULL
+                            ? c->tp[i]->last_error(c->tp_state[i])
+                            : "";
+      comm_set_error(c,
+                     "rank %d died or closed its connections during %s #%llu "
+                     "(seen by rank %d: %s)",
+                     dead, op->name, (unsigned long long)op->seq, c->rank,
+                     why);
+      for (int k = 0; k < c->ntp; k++)
+        if (c->tp[k]->set_cause != NULL)
+          c->tp[k]->set_cause(c->tp_state[k], dead);
+      return BRAID_ERR_REMOTE;
+    }
+  }
+  int dead = -1;
+  if (boot_check_peers(c->boot, &dead) != BRAID_SUCCESS) {
+    comm_set_error(c, "rank %d died or closed its connections (seen by rank "
+                      "%d on the bootstrap socket)",
+                   dead, c->rank);
+    return BRAID_ERR_REMOTE;
+  }
+  return BRAID_SUCCESS;
+}
+
+static void describe_wait(braid_comm *c, xop *xs, int nops, char *buf,
+                          size_t len) {
+  buf[0] = '\0';
+  for (int k = 0; k < nops; k++) {
+    if (xs[k].done)
+      continue;
+    for (int i = 0; i < xs[k].nch; i++) {
+      xchan *h = &xs[k].chans[i];
+      if (h->done)
+        continue;
+      const sched_step *st =
+          h->step < h->sc->nsteps ? &h->sc->steps[h->step] : NULL;
+      snprintf(buf, len, "waiting on rank %d (channel %d, step %d %s)",
+               h->wait_peer, h->ch, h->step,
+               st ? sched_prim_name((sched_prim)st->prim) : "end");
+      return;
+    }
+  }
+  (void)c;
+}
+
+static void sleep_once(braid_comm *c, xop *xs, int nops, const uint32_t *seen,
+                       int timeout_us) {
+  struct pollfd fds[64];
+  int nfds = 0;
+  for (int k = 0; k < nops; k++) {
+    if (xs[k].done)
+      continue;
+    for (int i = 0; i < xs[k].nch && nfds < 64; i++) {
+      xchan *h = &xs[k].chans[i];
+      if (h->done || h->wait_conn == NULL || h->wait_peer < 0)
+        continue;
+      const tp_ops *ops = peer_ops(c, h->wait_peer);
+      int fd = ops->pollfd != NULL ? ops->pollfd(h->wait_conn) : -1;
+      if (fd >= 0)
+        fds[nfds++] = (struct pollfd){fd, h->wait_events, 0};
+    }
+  }
+  int bell = -1;
+  for (int i = 0; i < c->ntp; i++)
+    if (c->tp[i]->bell_wait != NULL)
+      bell = i;
+  if (bell >= 0 && nfds == 0) {
+    c->tp[bell]->bell_wait(c->tp_state[bell], seen[bell], timeout_us);
+  } else if (bell >= 0) {
+    c->tp[bell]->bell_wait(c->tp_state[bell], seen[bell], 100);
+    (void)poll(fds, (nfds_t)nfds, 0);
+  } else {
+    (void)poll(fds, (nfds_t)nfds, timeout_us / 1000 > 0 ? timeout_us / 1000 : 1);
+  }
+}
+
+/* ---- running ----------------------------------------------------------- */
+
+static int p2p_blocked(xop *xs, int k) {
+  /* messages to one peer go out in issue order: only the oldest unfinished
+   * send (or recv) per peer runs at once */
+  for (int i = 0; i < k; i++)
+    if (!xs[i].done && xs[i].is_p2p && xs[i].op->coll == xs[k].op->coll &&
+        xs[i].op->root == xs[k].op->root)
+      return 1;
+  return 0;
+}
+
+braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
+  xop stackx[4];
+  xop *xs = nops <= 4 ? stackx : calloc((size_t)nops, sizeof *xs);
+  if (xs == NULL)
+    return BRAID_ERR_NOMEM;
+  braid_result res = BRAID_SUCCESS;
+  int prepared = 0;
+  for (; prepared < nops; prepared++) {
+    res = xop_prepare(c, &xs[prepared], &ops[prepared]);
+    if (res != BRAID_SUCCESS)
+      goto out;
+  }
+  const cfg_env *cfg = cfg_get();
+  waiter w = {0, 0, now_us(), 0};
+  uint32_t seen[COMM_MAX_TRANSPORTS] = {0};
+  for (;;) {
+    for (int i = 0; i < c->ntp; i++)
+      if (c->tp[i]->bell_read != NULL)
+        seen[i] = c->tp[i]->bell_read(c->tp_state[i]);
+    int moved = 0, pending = 0, coll_active = 0;
+    for (int k = 0; k < nops; k++) {
+      xop *x = &xs[k];
+      if (x->done)
+        continue;
+      pending = 1;
+      if (!x->is_p2p) {
+        if (coll_active) /* collectives of a group run one at a time */
+          continue;
+        coll_active = 1;
+      } else if (p2p_blocked(xs, k)) {
+        continue;
+      }
+      int all = 1;
+      for (int i = 0; i < x->nch; i++) {
+        xchan *h = &x->chans[i];
+        if (h->done)
+          continue;
+        int r = chan_advance(c, x, h, &moved);
+        if (r != BRAID_SUCCESS) {
+          res = (braid_result)r;
+          goto out;
+        }
+        all &= h->done;
+      }
+      if (all) {
+        xop_finish(c, x);
+        moved = 1;
+      }
+    }
+    if (!pending)
+      break;
+    if (moved) {
+      w.idle_since = 0;
+      w.sleeps = 0;
+      continue;
+    }
+    int64_t t = now_us();
+    if (w.idle_since == 0) {
+      w.idle_since = t;
+      w.last_progress = t;
+    }
+    int64_t idle = t - w.idle_since;
+    if (t - w.last_check > 50000 && idle > 1000) {
+      w.last_check = t;
+      res = check_health(c, xs, nops);
+      if (res != BRAID_SUCCESS)
+        goto out;
+      if (idle > (int64_t)c->timeout_ms * 1000) {
+        char what[160];
+        describe_wait(c, xs, nops, what, sizeof what);
+        const exec_op *op = xs[0].op;
+        for (int k = 0; k < nops; k++)
+          if (!xs[k].done) {
+            op = xs[k].op;
+            break;
+          }
+        comm_set_error(c, "%s #%llu timed out after %d ms on rank %d: %s",
+                       op->name, (unsigned long long)op->seq, c->timeout_ms,
+                       c->rank, what);
+        res = BRAID_ERR_TIMEOUT;
+        goto out;
+      }
+    }
+    if (idle < cfg->spin_us) {
+      for (int i = 0; i < 64; i++)
+        cpu_relax();
+    } else if (idle < cfg->spin_us + 200) {
+      sched_yield();
+    } else {
+      int us = 50 << (w.sleeps < 8 ? w.sleeps : 8); /* up to ~12 ms */
+      w.sleeps++;
+      sleep_once(c, xs, nops, seen, us);
+    }
+  }
+out:
+  for (int k = 0; k < prepared; k++)
+    free(xs[k].chans);
+  if (xs != stackx)
+    free(xs);
+  return res;
+}

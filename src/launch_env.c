@@ -1,0 +1,544 @@
+/*
+ * Rank, size and rendezvous from a launcher's environment.
+ *
+ * The launcher variables are read here and nowhere else (docs/ENV.md,
+ * docs/LAUNCH.md). Rank and size come from the first launcher whose
+ * variables are present, in this order: braidrun, torchrun, Open MPI, Slurm,
+ * MPICH/PMI. The rendezvous, independently, from the first that applies:
+ *  1. BRAID_UNIQUE_ID: the id itself, as text;
+ *  2. BRAID_COMM_ID=host:port, or MASTER_ADDR + MASTER_PORT: rank 0 runs the
+ *     root there; the secret is BRAID_SECRET, or else one derived from the
+ *     address and the job id (weaker: anyone who can read those can derive
+ *     it);
+ *  3. a rendezvous file on one host, named after the job id: rank 0 creates
+ *     an id and publishes it atomically (mode 0600), the others poll for it.
+ */
+#include "launch_env.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "log.h"
+
+#define RDV_MAGIC "BRAIDRDV1\n\0\0\0\0\0\0"
+#define RDV_MAGIC_LEN 16
+#define DEFAULT_TIMEOUT_MS 300000
+
+static pthread_mutex_t rdv_lock = PTHREAD_MUTEX_INITIALIZER;
+static char rdv_path[PATH_MAX]; /* the file this process created, if any */
+
+__attribute__((format(printf, 3, 4))) static void
+seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (err == NULL || errlen == 0)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  /* the analyzer misreads va_start in static variadic functions */
+  // NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized)
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* A variable's value; NULL when unset. */
+static const char *env(const char *name) { return getenv(name); }
+
+/* Strict decimal: digits only (an optional leading '-' is parsed so that a
+ * negative value is reported as out of range rather than as garbage). */
+static braid_result parse_int(const char *name, const char *val, long lo,
+                              long hi, int *out, char *err, size_t errlen) {
+  const char *p = val;
+  if (*p == '-')
+    p++;
+  int ok = *p != '\0';
+  for (const char *q = p; *q; q++)
+    if (*q < '0' || *q > '9')
+      ok = 0;
+  if (!ok) {
+    seterr(err, errlen, "%s='%s' is not a decimal integer", name, val);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  errno = 0;
+  long v = strtol(val, NULL, 10);
+  if (errno == ERANGE || v < lo || v > hi) {
+    seterr(err, errlen, "%s='%s' is out of range (%ld..%ld)", name, val, lo,
+           hi);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  *out = (int)v;
+  return BRAID_SUCCESS;
+}
+
+/* ---- rank and size ------------------------------------------------------- */
+
+typedef struct launcher {
+  const char *source;
+  const char *rank, *size, *local_rank, *local_size;
+} launcher;
+
+static const launcher launchers[] = {
+    {"braidrun", "BRAID_RANK", "BRAID_SIZE", "BRAID_LOCAL_RANK",
+     "BRAID_LOCAL_SIZE"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL},
+    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+};
+
+static braid_result detect_rank(launch_info *li, char *err, size_t errlen) {
+  for (size_t i = 0; i < sizeof launchers / sizeof *launchers; i++) {
+    const launcher *l = &launchers[i];
+    const char *r = env(l->rank), *s = env(l->size);
+    if (r == NULL && s == NULL)
+      continue;
+    if (r == NULL || s == NULL) {
+      seterr(err, errlen, "%s is set but %s is not (launcher %s)",
+             r ? l->rank : l->size, r ? l->size : l->rank, l->source);
+      return BRAID_ERR_INVALID_ARG;
+    }
+    CHECKR(parse_int(l->size, s, 1, INT_MAX, &li->size, err, errlen));
+    CHECKR(parse_int(l->rank, r, 0, INT_MAX, &li->rank, err, errlen));
+    if (li->rank >= li->size) {
+      seterr(err, errlen, "%s=%d is not below %s=%d", l->rank, li->rank,
+             l->size, li->size);
+      return BRAID_ERR_INVALID_ARG;
+    }
+    const char *lr = l->local_rank ? env(l->local_rank) : NULL;
+    const char *ls = l->local_size ? env(l->local_size) : NULL;
+    if (lr != NULL)
+      CHECKR(parse_int(l->local_rank, lr, 0, li->size - 1, &li->local_rank, err,
+                       errlen));
+    if (ls != NULL)
+      CHECKR(parse_int(l->local_size, ls, 1, li->size, &li->local_size, err,
+                       errlen));
+    if (lr != NULL && ls != NULL && li->local_rank >= li->local_size) {
+      seterr(err, errlen, "%s=%d is not below %s=%d", l->local_rank,
+             li->local_rank, l->local_size, li->local_size);
+      return BRAID_ERR_INVALID_ARG;
+    }
+    li->source = l->source;
+    return BRAID_SUCCESS;
+  }
+  seterr(err, errlen,
+         "no launcher found (set BRAID_RANK/BRAID_SIZE/BRAID_UNIQUE_ID, or "
+         "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or run under mpirun/srun)");
+  return BRAID_ERR_INVALID_ARG;
+}
+
+/* ---- hashing (not cryptographic) ----------------------------------------- */
+
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t hash_str(uint64_t h, const char *s) {
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return mix64(h ^ 0xff); /* separator, so "ab"+"c" != "a"+"bc" */
+}
+
+/* The job id variables every rank of one job shares. */
+static const char *const job_vars[] = {"TORCHELASTIC_RUN_ID",
+                                       "OMPI_MCA_ess_base_jobid",
+                                       "PMIX_NAMESPACE",
+                                       "OMPI_MCA_orte_hnp_uri",
+                                       "SLURM_JOB_ID",
+                                       "SLURM_STEP_ID",
+                                       "PMI_PORT"};
+
+static uint64_t hash_job(uint64_t h) {
+  for (size_t i = 0; i < sizeof job_vars / sizeof *job_vars; i++) {
+    const char *v = env(job_vars[i]);
+    h = hash_str(h, job_vars[i]);
+    h = hash_str(h, v ? v : "");
+  }
+  return h;
+}
+
+/* ---- BRAID_COMM_ID / MASTER_ADDR ----------------------------------------- */
+
+static int hexval(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+static braid_result get_secret(const char *host, int port, uint8_t out[16],
+                               char *err, size_t errlen) {
+  const char *s = env("BRAID_SECRET");
+  if (s != NULL) { /* the value itself is never printed */
+    size_t n = strlen(s);
+    int ok = n == 32;
+    for (size_t i = 0; ok && i < 16; i++) {
+      int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+      if (hi < 0 || lo < 0)
+        ok = 0;
+      else
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    if (!ok) {
+      seterr(err, errlen,
+             "BRAID_SECRET must be 32 hexadecimal digits (got %zu characters"
+             "%s)",
+             n, n == 32 ? ", not all hexadecimal" : "");
+      return BRAID_ERR_INVALID_ARG;
+    }
+    return BRAID_SUCCESS;
+  }
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  uint64_t h = hash_str(0xcbf29ce484222325ull, "braid-secret-1");
+  h = hash_job(hash_str(hash_str(h, host), ps));
+  uint64_t h2 = mix64(h ^ 0x5851f42d4c957f2dull);
+  for (int i = 0; i < 8; i++) {
+    out[i] = (uint8_t)(h >> (8 * i));
+    out[8 + i] = (uint8_t)(h2 >> (8 * i));
+  }
+  INFO(LOG_ENV, "rendezvous secret derived from the address and job id; set "
+                "BRAID_SECRET on shared machines");
+  return BRAID_SUCCESS;
+}
+
+/* "host:port" or "[v6addr]:port". */
+static braid_result parse_comm_id(const char *v, char *host, size_t hostlen,
+                                  int *port, char *err, size_t errlen) {
+  const char *colon = strrchr(v, ':');
+  const char *h = v;
+  size_t hl = colon ? (size_t)(colon - v) : 0;
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+  }
+  if (colon == NULL || hl == 0 || hl >= hostlen) {
+    seterr(err, errlen, "BRAID_COMM_ID='%s' is not host:port", v);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  const char *ps = colon + 1;
+  int ok = *ps != '\0';
+  for (const char *q = ps; *q; q++)
+    if (*q < '0' || *q > '9')
+      ok = 0;
+  long p = ok && strlen(ps) <= 5 ? strtol(ps, NULL, 10) : -1;
+  if (p < 1 || p > 65535) {
+    seterr(err, errlen, "BRAID_COMM_ID='%s': port '%s' is not in 1..65535", v,
+           ps);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  *port = (int)p;
+  return BRAID_SUCCESS;
+}
+
+/* *found = 1 when an address was given and *id is built from it. */
+static braid_result rdv_address(const launch_info *li, braid_unique_id *id,
+                                int *found, char *err, size_t errlen) {
+  char host[256];
+  int port = 0;
+  const char *cid = env("BRAID_COMM_ID");
+  const char *ma = env("MASTER_ADDR"), *mp = env("MASTER_PORT");
+  *found = 0;
+  if (cid != NULL) {
+    CHECKR(parse_comm_id(cid, host, sizeof host, &port, err, errlen));
+  } else if (ma != NULL || mp != NULL) {
+    if (ma == NULL || mp == NULL) {
+      seterr(err, errlen, "%s is set but %s is not",
+             ma ? "MASTER_ADDR" : "MASTER_PORT",
+             ma ? "MASTER_PORT" : "MASTER_ADDR");
+      return BRAID_ERR_INVALID_ARG;
+    }
+    if (*ma == '\0' || strlen(ma) >= sizeof host) {
+      seterr(err, errlen, "MASTER_ADDR='%s' is not a host name or address", ma);
+      return BRAID_ERR_INVALID_ARG;
+    }
+    snprintf(host, sizeof host, "%s", ma);
+    CHECKR(parse_int("MASTER_PORT", mp, 1, 65535, &port, err, errlen));
+  } else {
+    return BRAID_SUCCESS;
+  }
+  uint8_t secret[16];
+  CHECKR(get_secret(host, port, secret, err, errlen));
+  char e[256] = "";
+  braid_result r =
+      boot_unique_id_at(host, port, secret, li->rank == 0, id, e, sizeof e);
+  if (r != BRAID_SUCCESS) {
+    /* torchrun's agent may hold MASTER_PORT for its own store */
+    seterr(err, errlen, "rendezvous at %s:%d (from %s): %s%s", host, port,
+           cid ? "BRAID_COMM_ID" : "MASTER_ADDR/MASTER_PORT", e,
+           cid || li->rank != 0
+               ? ""
+               : " (for another port: BRAID_COMM_ID=host:port)");
+    return r;
+  }
+  *found = 1;
+  return BRAID_SUCCESS;
+}
+
+/* ---- rendezvous file ----------------------------------------------------- */
+
+/* Wall-clock start time of this process, or 0 when unknown. */
+static time_t proc_start_time(void) {
+  FILE *f = fopen("/proc/stat", "re");
+  if (f == NULL)
+    return 0;
+  char line[256];
+  long long btime = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "btime %lld", &btime) == 1)
+      break;
+  fclose(f);
+  f = fopen("/proc/self/stat", "re");
+  if (f == NULL || btime == 0) {
+    if (f)
+      fclose(f);
+    return 0;
+  }
+  char buf[1024];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+  unsigned long long start = 0;
+  /* after ')': state is field 3; starttime is field 22 */
+  if (p == NULL || sscanf(p + 2,
+                          "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u "
+                          "%*u %*d %*d %*d %*d %*d %*d %llu",
+                          &start) != 1)
+    return 0;
+  long hz = sysconf(_SC_CLK_TCK);
+  return hz > 0 ? (time_t)(btime + (long long)(start / (unsigned long)hz)) : 0;
+}
+
+static braid_result rdv_file_path(const launch_info *li, char *path, size_t len,
+                                  char *err, size_t errlen) {
+  const char *dir = env("BRAID_RENDEZVOUS_DIR");
+  if (dir == NULL || *dir == '\0')
+    dir = "/tmp";
+  /* The job key: the first job id variable present, else the parent
+   * process (the launcher daemon that forked every local rank). */
+  char key[512] = "";
+  const char *pairs[][2] = {{"OMPI_MCA_ess_base_jobid", NULL},
+                            {"PMIX_NAMESPACE", NULL},
+                            {"OMPI_MCA_orte_hnp_uri", NULL},
+                            {"SLURM_JOB_ID", "SLURM_STEP_ID"},
+                            {"PMI_PORT", NULL}};
+  for (size_t i = 0; i < sizeof pairs / sizeof *pairs && !key[0]; i++) {
+    const char *a = env(pairs[i][0]);
+    const char *b = pairs[i][1] ? env(pairs[i][1]) : NULL;
+    if (a != NULL && *a)
+      snprintf(key, sizeof key, "%s=%s.%s", pairs[i][0], a, b ? b : "");
+  }
+  if (!key[0])
+    snprintf(key, sizeof key, "ppid=%ld", (long)getppid());
+  uint64_t h = hash_str(0xcbf29ce484222325ull, key);
+  h = hash_str(h, li->source);
+  char ss[16];
+  snprintf(ss, sizeof ss, "%d", li->size);
+  h = hash_str(h, ss);
+  int n = snprintf(path, len, "%s/braid-rdv-%u-%016llx", dir,
+                   (unsigned)geteuid(), (unsigned long long)h);
+  if (n < 0 || (size_t)n >= len) {
+    seterr(err, errlen, "BRAID_RENDEZVOUS_DIR='%s' is too long", dir);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  TRACE(LOG_ENV, "rendezvous file %s (key %s)", path, key);
+  return BRAID_SUCCESS;
+}
+
+static braid_result rdv_publish(const char *path, const braid_unique_id *id,
+                                char *err, size_t errlen) {
+  char tmp[PATH_MAX + 32];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  unlink(tmp);
+  int fd =
+      open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    seterr(err, errlen, "cannot create rendezvous file %s: %s", tmp,
+           strerror(errno));
+    return BRAID_ERR_SYSTEM;
+  }
+  char buf[RDV_MAGIC_LEN + sizeof id->internal];
+  memcpy(buf, RDV_MAGIC, RDV_MAGIC_LEN);
+  memcpy(buf + RDV_MAGIC_LEN, id->internal, sizeof id->internal);
+  ssize_t w = write(fd, buf, sizeof buf);
+  int e = w == (ssize_t)sizeof buf ? 0 : (w < 0 ? errno : EIO);
+  if (e == 0 && fsync(fd) != 0)
+    e = errno;
+  close(fd);
+  if (e == 0 && rename(tmp, path) != 0)
+    e = errno;
+  if (e != 0) {
+    unlink(tmp);
+    seterr(err, errlen, "cannot write rendezvous file %s: %s", path,
+           strerror(e));
+    return BRAID_ERR_SYSTEM;
+  }
+  pthread_mutex_lock(&rdv_lock);
+  snprintf(rdv_path, sizeof rdv_path, "%s", path);
+  pthread_mutex_unlock(&rdv_lock);
+  return BRAID_SUCCESS;
+}
+
+/* 1: read a fresh id; 0: not there (yet) or stale; <0 with err: refused. */
+static int rdv_try_read(const char *path, time_t not_before,
+                        braid_unique_id *id, char *err, size_t errlen) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT)
+      return 0;
+    seterr(err, errlen, "cannot open rendezvous file %s: %s", path,
+           strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  char buf[RDV_MAGIC_LEN + BRAID_UNIQUE_ID_BYTES];
+  int rc = 0;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    seterr(err, errlen, "rendezvous file %s is not a regular file", path);
+    rc = -1;
+  } else if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+    seterr(err, errlen,
+           "rendezvous file %s belongs to uid %u with mode %03o; refusing it "
+           "(expected uid %u, mode 0600)",
+           path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777),
+           (unsigned)geteuid());
+    rc = -1;
+  } else if (not_before != 0 && st.st_mtime < not_before) {
+    rc = 0; /* left by an earlier job: wait for rank 0 to replace it */
+  } else if (st.st_size == (off_t)sizeof buf &&
+             read(fd, buf, sizeof buf) == (ssize_t)sizeof buf &&
+             memcmp(buf, RDV_MAGIC, RDV_MAGIC_LEN) == 0) {
+    memcpy(id->internal, buf + RDV_MAGIC_LEN, sizeof id->internal);
+    rc = 1;
+  }
+  close(fd);
+  return rc;
+}
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static braid_result rdv_file(const launch_info *li, braid_unique_id *id,
+                             int timeout_ms, char *err, size_t errlen) {
+  int nodes = 0;
+  const char *nn = env("SLURM_STEP_NUM_NODES");
+  if (nn == NULL)
+    nn = env("SLURM_NNODES");
+  if (nn != NULL && parse_int("SLURM_NNODES", nn, 1, INT_MAX, &nodes, NULL,
+                              0) != BRAID_SUCCESS)
+    nodes = 0;
+  if ((li->local_size > 0 && li->local_size != li->size) || nodes > 1) {
+    seterr(err, errlen,
+           "the %d ranks (%s) span more than one host: set MASTER_ADDR and "
+           "MASTER_PORT (or BRAID_COMM_ID=host:port) to a free port on rank "
+           "0's host",
+           li->size, li->source);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  char path[PATH_MAX];
+  CHECKR(rdv_file_path(li, path, sizeof path, err, errlen));
+  if (li->rank == 0) {
+    char e[256] = "";
+    braid_result r = boot_unique_id(id, e, sizeof e);
+    if (r != BRAID_SUCCESS) {
+      seterr(err, errlen, "rendezvous: %s", e);
+      return r;
+    }
+    CHECKR(rdv_publish(path, id, err, errlen));
+    INFO(LOG_ENV, "published the unique id in %s", path);
+    return BRAID_SUCCESS;
+  }
+  time_t start = proc_start_time();
+  time_t not_before = start ? start - 2 : 0;
+  long long deadline = now_ms() + timeout_ms;
+  long sleep_us = 1000;
+  for (;;) {
+    int rc = rdv_try_read(path, not_before, id, err, errlen);
+    if (rc > 0) {
+      INFO(LOG_ENV, "read the unique id from %s", path);
+      return BRAID_SUCCESS;
+    }
+    if (rc < 0)
+      return BRAID_ERR_SYSTEM;
+    if (now_ms() >= deadline) {
+      seterr(err, errlen,
+             "rank %d waited %d ms for rank 0's rendezvous file %s (needs "
+             "one host, one BRAID_RENDEZVOUS_DIR; else set MASTER_ADDR/"
+             "MASTER_PORT)",
+             li->rank, timeout_ms, path);
+      return BRAID_ERR_TIMEOUT;
+    }
+    usleep((useconds_t)sleep_us);
+    if (sleep_us < 20000)
+      sleep_us *= 2;
+  }
+}
+
+/* ---- entry points -------------------------------------------------------- */
+
+braid_result launch_detect(launch_info *li, braid_unique_id *id, int timeout_ms,
+                           char *err, size_t errlen) {
+  if (err != NULL && errlen > 0)
+    err[0] = '\0';
+  if (li == NULL || id == NULL) {
+    seterr(err, errlen, "launch_detect: %s is NULL", li ? "id" : "li");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  memset(li, 0, sizeof *li);
+  li->local_rank = li->local_size = -1;
+  memset(id, 0, sizeof *id);
+  if (timeout_ms <= 0)
+    timeout_ms = DEFAULT_TIMEOUT_MS;
+  CHECKR(detect_rank(li, err, errlen));
+  INFO(LOG_ENV, "launcher %s: rank %d of %d (local %d of %d)", li->source,
+       li->rank, li->size, li->local_rank, li->local_size);
+
+  const char *uid = env("BRAID_UNIQUE_ID");
+  if (uid != NULL) {
+    if (braid_unique_id_from_string(id, uid) != BRAID_SUCCESS) {
+      seterr(err, errlen,
+             "BRAID_UNIQUE_ID is not the %d-hex-digit text of "
+             "braid_unique_id_to_string (got %zu characters)",
+             2 * BRAID_UNIQUE_ID_BYTES, strlen(uid));
+      return BRAID_ERR_INVALID_ARG;
+    }
+    return BRAID_SUCCESS;
+  }
+  int found = 0;
+  CHECKR(rdv_address(li, id, &found, err, errlen));
+  if (found)
+    return BRAID_SUCCESS;
+  if (li->size == 1) /* nobody to meet: a private root */
+    return boot_unique_id(id, err, errlen);
+  return rdv_file(li, id, timeout_ms, err, errlen);
+}
+
+void launch_cleanup(void) {
+  pthread_mutex_lock(&rdv_lock);
+  if (rdv_path[0] != '\0') {
+    if (unlink(rdv_path) != 0 && errno != ENOENT)
+      WARN(LOG_ENV, "cannot remove rendezvous file %s: %s", rdv_path,
+           strerror(errno));
+    rdv_path[0] = '\0';
+  }
+  pthread_mutex_unlock(&rdv_lock);
+}

@@ -1,0 +1,27 @@
+/*
+ * Rank, size and rendezvous from a launcher's environment (braidrun,
+ * torchrun, Open MPI, Slurm, MPICH/PMI), for braid_comm_init_env.
+ */
+#ifndef BRAID_SRC_LAUNCH_ENV_H
+#define BRAID_SRC_LAUNCH_ENV_H
+
+#include <stddef.h>
+
+#include "braid.h"
+
+typedef struct launch_info {
+  int rank, size;
+  int local_rank, local_size; /* -1 when the launcher does not say */
+  const char *source;         /* "braidrun", "torchrun", "openmpi", ... */
+} launch_info;
+
+/* Detects the launcher and builds the unique id every rank of the job agrees
+ * on (BRAID_UNIQUE_ID, MASTER_ADDR/MASTER_PORT or BRAID_COMM_ID with the
+ * root at rank 0, or a rendezvous file keyed by the job id on one host).
+ * Errors name the variable that is missing or malformed. */
+braid_result launch_detect(launch_info *li, braid_unique_id *id, int timeout_ms,
+                           char *err, size_t errlen);
+/* Rank 0 removes the rendezvous file, if it made one (after init). */
+void launch_cleanup(void);
+
+#endif

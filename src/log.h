@@ -1,0 +1,52 @@
+/*
+ * Logging (BRAID_DEBUG, BRAID_DEBUG_SUBSYS, BRAID_DEBUG_FILE) and error
+ * propagation. Levels: NONE < WARN < INFO < TRACE.
+ */
+#ifndef BRAID_SRC_LOG_H
+#define BRAID_SRC_LOG_H
+
+#include "braid.h"
+
+enum log_level { LOG_NONE = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_TRACE = 3 };
+enum log_subsys {
+  LOG_INIT = 1u << 0,
+  LOG_BOOT = 1u << 1,
+  LOG_NET = 1u << 2,
+  LOG_SHM = 1u << 3,
+  LOG_COLL = 1u << 4,
+  LOG_SCHED = 1u << 5,
+  LOG_TOPO = 1u << 6,
+  LOG_ENV = 1u << 7,
+  LOG_ALL = 0xffffffffu
+};
+
+extern int log_level_now;
+void log_msg(int level, unsigned subsys, const char *file, int line,
+             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+int log_enabled(int level, unsigned subsys);
+/* Called once by cfg_get() with the BRAID_DEBUG* values. */
+void log_configure(const char *level, const char *subsys, const char *file);
+
+#define WARN(sub, ...) log_msg(LOG_WARN, sub, __FILE__, __LINE__, __VA_ARGS__)
+#define INFO(sub, ...)                                                         \
+  do {                                                                         \
+    if (log_level_now >= LOG_INFO)                                             \
+      log_msg(LOG_INFO, sub, __FILE__, __LINE__, __VA_ARGS__);                 \
+  } while (0)
+#define TRACE(sub, ...)                                                        \
+  do {                                                                         \
+    if (log_level_now >= LOG_TRACE)                                            \
+      log_msg(LOG_TRACE, sub, __FILE__, __LINE__, __VA_ARGS__);                \
+  } while (0)
+
+/* Propagate a non-success result, noting file:line at TRACE. */
+#define CHECKR(expr)                                                           \
+  do {                                                                         \
+    braid_result r__ = (expr);                                                 \
+    if (r__ != BRAID_SUCCESS) {                                                \
+      TRACE(LOG_ALL, "%s -> %s", #expr, braid_result_string(r__));             \
+      return r__;                                                              \
+    }                                                                          \
+  } while (0)
+
+#endif

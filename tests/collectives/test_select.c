@@ -1,0 +1,164 @@
+/*
+ * Selector: never picks a generator that does not support the collective,
+ * follows the cost model's broad shape, and parses BRAID_ALGO filters in
+ * NCCL_ALGO's syntax with errors that name the bad token.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "collectives/select.h"
+#include "collectives/verify.h"
+
+static char err[512];
+
+Test(select, never_unsupported) {
+  size_t sizes[] = {0, 1, 8, 4096, 65536, 1u << 20, 64u << 20};
+  const char *filters[] = {NULL,
+                           "",
+                           "ring",
+                           "^tree",
+                           "ring,tree,direct",
+                           "allreduce:rhd;broadcast:^tree",
+                           "^direct,linear"};
+  for (int tp = 0; tp < SELECT_TP_NUM; tp++)
+    for (int c = 0; c < SCHED_NUM_COLLS; c++)
+      for (int n = 1; n <= 64; n++)
+        for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+          for (size_t fi = 0; fi < sizeof(filters) / sizeof(filters[0]); fi++) {
+            const gen_desc *g = select_algo((sched_coll)c, n, sizes[si], tp,
+                                            filters[fi], err, sizeof(err));
+            if (!g) {
+              /* Only a collective's own entry may leave nothing, and it
+               * must say so. */
+              cr_assert(filters[fi] && strchr(filters[fi], ':'), "%s n=%d: %s",
+                        sched_coll_name(c), n, err);
+              cr_assert(strstr(err, "leaves no algorithm for"), "%s", err);
+              cr_assert(strstr(err, sched_coll_name(c)), "%s", err);
+              continue;
+            }
+            cr_assert(gen_supports(g, (sched_coll)c, n), "%s picked for %s",
+                      g->name, sched_coll_name(c));
+            cr_assert_geq(select_cost(g, (sched_coll)c, n, sizes[si], tp), 0);
+          }
+}
+
+Test(select, picks_verify) {
+  /* What the selector picks generates a schedule the verifier accepts. */
+  char verr[512];
+  for (int c = 0; c < SCHED_NUM_COLLS; c++)
+    for (int n = 1; n <= 17; n += 4) {
+      const gen_desc *g = select_algo((sched_coll)c, n, 1 << 20, SELECT_TP_TCP,
+                                      NULL, err, sizeof(err));
+      cr_assert_not_null(g, "%s", err);
+      gen_params p = {(sched_coll)c, n, n - 1, 1};
+      sched *s = g->fn(&p);
+      cr_assert_not_null(s);
+      cr_assert_eq(verify_sched(s, 0, 8, verr, sizeof(verr)), 0, "%s", verr);
+      sched_free(s);
+    }
+}
+
+Test(select, model_shape) {
+  const gen_desc *ring = gen_find("ring"), *direct = gen_find("direct");
+  /* Small allreduce on 8 ranks: one-shot beats the 14-step ring. */
+  cr_assert_lt(select_cost(direct, SCHED_ALLREDUCE, 8, 8, SELECT_TP_SHM),
+               select_cost(ring, SCHED_ALLREDUCE, 8, 8, SELECT_TP_SHM));
+  /* Large allreduce: the ring moves 2(n-1)/n of the data, one-shot n-1. */
+  cr_assert_lt(
+      select_cost(ring, SCHED_ALLREDUCE, 8, 64 << 20, SELECT_TP_TCP),
+      select_cost(direct, SCHED_ALLREDUCE, 8, 64 << 20, SELECT_TP_TCP));
+  /* Unsupported: -1. */
+  cr_assert_lt(select_cost(gen_find("tree"), SCHED_GATHER, 8, 8, 0), 0);
+  cr_assert_lt(select_cost(ring, SCHED_ALLREDUCE, 8, 8, 7), 0);
+  /* tcp is slower than shm for the same call. */
+  cr_assert_lt(select_cost(ring, SCHED_ALLREDUCE, 8, 4096, SELECT_TP_SHM),
+               select_cost(ring, SCHED_ALLREDUCE, 8, 4096, SELECT_TP_TCP));
+  cr_assert_not_null(select_model_get(SELECT_TP_SHM));
+  cr_assert_null(select_model_get(SELECT_TP_NUM));
+  /* Small messages on many ranks avoid the ring's 2(n-1) latency. */
+  const gen_desc *g =
+      select_algo(SCHED_ALLREDUCE, 64, 64, SELECT_TP_TCP, NULL, err, 512);
+  cr_assert_str_neq(g->name, "ring");
+}
+
+static void expect_pick(const char *filter, sched_coll c, const char *want) {
+  const gen_desc *g =
+      select_algo(c, 8, 1 << 20, SELECT_TP_SHM, filter, err, sizeof(err));
+  cr_assert_not_null(g, "%s: %s", filter, err);
+  cr_assert_str_eq(g->name, want, "filter \"%s\" on %s", filter,
+                   sched_coll_name(c));
+}
+
+Test(select, filter_include_exclude) {
+  expect_pick("ring", SCHED_ALLREDUCE, "ring");
+  expect_pick("RING", SCHED_ALLREDUCE, "ring");
+  expect_pick(" tree ", SCHED_ALLREDUCE, "tree");
+  expect_pick("binomial", SCHED_BROADCAST, "binomial");
+  expect_pick("^ring,rhd,tree,direct", SCHED_ALLREDUCE, "binomial");
+  expect_pick("allreduce:ring;broadcast:linear", SCHED_ALLREDUCE, "ring");
+  expect_pick("allreduce:ring;broadcast:linear", SCHED_BROADCAST, "linear");
+  /* Per-collective entries override the default entry, in either order. */
+  expect_pick("direct;allreduce:tree", SCHED_ALLREDUCE, "tree");
+  expect_pick("allreduce:tree;direct", SCHED_ALLGATHER, "direct");
+  expect_pick("reducescatter:ring", SCHED_REDUCE_SCATTER, "ring");
+  expect_pick("reduce_scatter:ring", SCHED_REDUCE_SCATTER, "ring");
+  expect_pick("allreduce:^rhd,direct,binomial,tree", SCHED_ALLREDUCE, "ring");
+  /* Trailing separator is harmless. */
+  expect_pick("allreduce:ring;", SCHED_ALLREDUCE, "ring");
+
+  select_filter f;
+  cr_assert_eq(select_filter_parse("^tree", &f, err, sizeof(err)), 0);
+  cr_assert_not(select_filter_allows(&f, SCHED_ALLREDUCE, gen_find("tree")));
+  cr_assert(select_filter_allows(&f, SCHED_ALLREDUCE, gen_find("ring")));
+  cr_assert_eq(select_filter_parse("sendrecv:linear", &f, err, sizeof(err)), 0);
+  cr_assert(select_filter_allows(&f, SCHED_RECV, gen_find("linear")));
+  cr_assert_not(select_filter_allows(&f, SCHED_SEND, gen_find("ring")));
+  cr_assert(select_filter_allows(&f, SCHED_ALLREDUCE, gen_find("ring")));
+}
+
+static void expect_error(const char *filter, const char *msg) {
+  select_filter f;
+  cr_assert_eq(select_filter_parse(filter, &f, err, sizeof(err)), -1,
+               "\"%s\" accepted", filter);
+  cr_assert(strstr(err, msg), "\"%s\": \"%s\" lacks \"%s\"", filter, err, msg);
+  cr_assert_null(
+      select_algo(SCHED_ALLREDUCE, 4, 8, 0, filter, err, sizeof(err)));
+  cr_assert(strstr(err, msg));
+}
+
+Test(select, filter_errors) {
+  expect_error("rign", "unknown algorithm \"rign\"");
+  expect_error("ring,bogus", "unknown algorithm \"bogus\"");
+  expect_error("allreduce:ring;brodcast:tree",
+               "unknown collective \"brodcast\"");
+  expect_error("ring;tree", "second entry without a collective: \"tree\"");
+  expect_error("allreduce:ring;allreduce:tree",
+               "collective \"allreduce\" named twice");
+  expect_error("ring,,tree", "empty algorithm name");
+  expect_error("^", "empty algorithm name");
+  expect_error("allreduce:", "empty algorithm name");
+}
+
+Test(select, impossible_filter) {
+  /* A global list that no gather algorithm matches does not apply to gather;
+   * gather's own entry does. */
+  const gen_desc *g =
+      select_algo(SCHED_GATHER, 8, 8, SELECT_TP_SHM, "tree", err, sizeof(err));
+  cr_assert_not_null(g, "%s", err);
+  cr_assert(gen_supports(g, SCHED_GATHER, 8));
+  g = select_algo(SCHED_GATHER, 8, 8, SELECT_TP_SHM, "binomial", err,
+                  sizeof(err));
+  cr_assert_str_eq(g->name, "binomial");
+  g = select_algo(SCHED_GATHER, 8, 8, SELECT_TP_SHM, "gather:tree", err,
+                  sizeof(err));
+  cr_assert_null(g);
+  cr_assert(strstr(err, "leaves no algorithm for gather on 8 ranks"), "%s",
+            err);
+  g = select_algo(SCHED_ALLREDUCE, 8, 8, SELECT_TP_SHM, "allreduce:linear", err,
+                  sizeof(err));
+  cr_assert_null(g);
+  cr_assert(strstr(err, "allreduce"), "%s", err);
+  cr_assert_null(select_algo(SCHED_ALLREDUCE, 0, 8, 0, NULL, err, 512));
+  cr_assert_null(select_algo(SCHED_ALLREDUCE, 4, 8, 9, NULL, err, 512));
+  cr_assert(strstr(err, "transport class 9"), "%s", err);
+}

@@ -1,0 +1,536 @@
+/*
+ * The correctness matrix: every collective x dtype x op x count x in/out of
+ * place, checked element by element against exactly computed values
+ * (integers stored in every dtype, chosen so that sums, products and averages
+ * stay exact). Run as N ranks (braidrun -n N coll_matrix [--counts a,b,..]).
+ * Exits non-zero on any wrong element, printing the first few.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "braid.h"
+
+static int g_rank, g_n;
+static long g_pass, g_fail;
+
+/* ---- values -------------------------------------------------------------- */
+
+static uint16_t f2h(float f) {
+  /* exact for the small integers used here */
+  union {
+    float f;
+    uint32_t u;
+  } v = {f};
+  uint32_t sign = (v.u >> 16) & 0x8000u;
+  int exp = (int)((v.u >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = v.u & 0x7fffffu;
+  if (f == 0.0f)
+    return (uint16_t)sign;
+  return (uint16_t)(sign | ((uint32_t)exp << 10) | (mant >> 13));
+}
+
+static float h2f(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  int exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ffu;
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  if (exp == 0 && mant == 0)
+    v.u = sign;
+  else if (exp == 0x1f)
+    v.u = sign | 0x7f800000u | (mant << 13);
+  else if (exp == 0) { /* subnormal: not produced here */
+    float m = (float)mant / 1024.0f * (1.0f / 16384.0f);
+    return sign ? -m : m;
+  } else
+    v.u = sign | ((uint32_t)(exp - 15 + 127) << 23) | (mant << 13);
+  return v.f;
+}
+
+static void put(void *buf, size_t i, braid_dtype dt, int64_t x) {
+  switch (dt) {
+  case BRAID_INT8:
+  case BRAID_UINT8:
+    ((uint8_t *)buf)[i] = (uint8_t)(uint64_t)x;
+    break;
+  case BRAID_INT32:
+  case BRAID_UINT32:
+    ((uint32_t *)buf)[i] = (uint32_t)(uint64_t)x;
+    break;
+  case BRAID_INT64:
+  case BRAID_UINT64:
+    ((uint64_t *)buf)[i] = (uint64_t)x;
+    break;
+  case BRAID_FLOAT16:
+    ((uint16_t *)buf)[i] = f2h((float)x);
+    break;
+  case BRAID_BFLOAT16: {
+    union {
+      float f;
+      uint32_t u;
+    } v = {(float)x};
+    ((uint16_t *)buf)[i] = (uint16_t)(v.u >> 16);
+    break;
+  }
+  case BRAID_FLOAT32:
+    ((float *)buf)[i] = (float)x;
+    break;
+  case BRAID_FLOAT64:
+    ((double *)buf)[i] = (double)x;
+    break;
+  default:
+    break;
+  }
+}
+
+/* Element i as a double, exactly, interpreting integers with their sign. */
+static double get(const void *buf, size_t i, braid_dtype dt) {
+  switch (dt) {
+  case BRAID_INT8:
+    return ((const int8_t *)buf)[i];
+  case BRAID_UINT8:
+    return ((const uint8_t *)buf)[i];
+  case BRAID_INT32:
+    return ((const int32_t *)buf)[i];
+  case BRAID_UINT32:
+    return ((const uint32_t *)buf)[i];
+  case BRAID_INT64:
+    return (double)((const int64_t *)buf)[i];
+  case BRAID_UINT64:
+    return (double)((const uint64_t *)buf)[i];
+  case BRAID_FLOAT16:
+    return h2f(((const uint16_t *)buf)[i]);
+  case BRAID_BFLOAT16: {
+    union {
+      uint32_t u;
+      float f;
+    } v = {(uint32_t)((const uint16_t *)buf)[i] << 16};
+    return v.f;
+  }
+  case BRAID_FLOAT32:
+    return ((const float *)buf)[i];
+  case BRAID_FLOAT64:
+    return ((const double *)buf)[i];
+  default:
+    return NAN;
+  }
+}
+
+/* The value the dtype holds for the exact integer x (wrapping integers). */
+static double as_dtype(int64_t x, braid_dtype dt) {
+  uint8_t tmp[8];
+  put(tmp, 0, dt, x);
+  return get(tmp, 0, dt);
+}
+
+/* Input of rank r, element i, for an op (0..4) or -1 for data movement. */
+static int64_t val(int r, size_t i, int op) {
+  switch (op) {
+  case BRAID_SUM:
+    return (int64_t)((r + i) % 4) + 1;
+  case BRAID_PROD:
+    return ((r + i) % 3 == 0) ? 2 : 1;
+  case BRAID_MIN:
+  case BRAID_MAX:
+    return (int64_t)((r * 5 + i) % 7) + 1;
+  case BRAID_AVG: { /* offsets sum to zero over ranks: the average is exact */
+    int64_t d = (g_n % 2 == 1 && r == g_n - 1) ? 0 : (r % 2 == 0 ? 1 : -1);
+    return (int64_t)(i % 5) + 3 + d;
+  }
+  default:
+    return (int64_t)((r * 13 + i * 7) % 100);
+  }
+}
+
+static int64_t reduce_expect_slow(size_t i, int op) {
+  int64_t acc = val(0, i, op);
+  for (int r = 1; r < g_n; r++) {
+    int64_t v = val(r, i, op);
+    switch (op) {
+    case BRAID_SUM:
+    case BRAID_AVG:
+      acc += v;
+      break;
+    case BRAID_PROD:
+      acc *= v;
+      break;
+    case BRAID_MIN:
+      acc = v < acc ? v : acc;
+      break;
+    case BRAID_MAX:
+      acc = v > acc ? v : acc;
+      break;
+    }
+  }
+  if (op == BRAID_AVG)
+    acc /= g_n;
+  return acc;
+}
+
+/* The inputs are periodic in i (periods 4, 3, 7, 7, 5): one period of
+ * expected values per op, computed once. */
+static int64_t reduce_expect(size_t i, int op) {
+  static const int period[BRAID_NUM_OPS] = {4, 3, 7, 7, 5};
+  static int64_t table[BRAID_NUM_OPS][8];
+  static int ready[BRAID_NUM_OPS];
+  if (!ready[op]) {
+    for (int k = 0; k < period[op]; k++)
+      table[op][k] = reduce_expect_slow((size_t)k, op);
+    ready[op] = 1;
+  }
+  return table[op][i % (size_t)period[op]];
+}
+
+/* ---- checking ------------------------------------------------------------ */
+
+static int report(const char *what, braid_dtype dt, int op, size_t count,
+                  int inplace, size_t i, double got, double want) {
+  if (g_fail < 20)
+    fprintf(stderr,
+            "rank %d: %s %s %s count %zu %s: element %zu is %g, expected %g\n",
+            g_rank, what, braid_dtype_name(dt),
+            op >= 0 ? braid_op_name((braid_op)op) : "-", count,
+            inplace ? "in-place" : "out-of-place", i, got, want);
+  return 1;
+}
+
+#define GUARD 16
+static const int64_t guard_val = 77;
+
+static void *alloc(size_t n, braid_dtype dt) {
+  size_t es = braid_dtype_size(dt);
+  char *p = malloc((n + GUARD) * es + 64);
+  if (p == NULL) {
+    fprintf(stderr, "rank %d: out of memory\n", g_rank);
+    exit(3);
+  }
+  for (size_t i = 0; i < n + GUARD; i++)
+    put(p, i, dt, guard_val);
+  return p;
+}
+
+static int check_guard(const void *buf, size_t n, braid_dtype dt,
+                       const char *what) {
+  for (size_t i = n; i < n + GUARD; i++)
+    if (get(buf, i, dt) != as_dtype(guard_val, dt)) {
+      fprintf(stderr, "rank %d: %s wrote past the end of recvbuf\n", g_rank,
+              what);
+      return 1;
+    }
+  return 0;
+}
+
+static void tally(int bad, const char *what) {
+  if (bad)
+    g_fail++;
+  else
+    g_pass++;
+  (void)what;
+}
+
+static int call_ok(braid_result r, braid_comm *c, const char *what) {
+  if (r == BRAID_SUCCESS)
+    return 1;
+  fprintf(stderr, "rank %d: %s failed: %s (%s)\n", g_rank, what,
+          braid_result_string(r), braid_comm_last_error(c));
+  g_fail++;
+  return 0;
+}
+
+/* ---- the tests ----------------------------------------------------------- */
+
+static void t_allreduce(braid_comm *c, braid_dtype dt, int op, size_t n,
+                        int inplace) {
+  void *out = alloc(n, dt);
+  void *in = inplace ? out : alloc(n, dt);
+  for (size_t i = 0; i < n; i++)
+    put(in, i, dt, val(g_rank, i, op));
+  if (call_ok(braid_allreduce(in, out, n, dt, (braid_op)op, c, NULL), c,
+              "allreduce")) {
+    int bad = check_guard(out, n, dt, "allreduce");
+    for (size_t i = 0; i < n && !bad; i++) {
+      double w = as_dtype(reduce_expect(i, op), dt), g = get(out, i, dt);
+      if (g != w)
+        bad = report("allreduce", dt, op, n, inplace, i, g, w);
+    }
+    tally(bad, "allreduce");
+  }
+  if (!inplace)
+    free(in);
+  free(out);
+}
+
+static void t_reduce(braid_comm *c, braid_dtype dt, int op, size_t n,
+                     int inplace, int root) {
+  int me_root = g_rank == root;
+  void *out = me_root ? alloc(n, dt) : NULL;
+  void *in = (inplace && me_root) ? out : alloc(n, dt);
+  for (size_t i = 0; i < n; i++)
+    put(in, i, dt, val(g_rank, i, op));
+  if (call_ok(braid_reduce(in, out, n, dt, (braid_op)op, root, c, NULL), c,
+              "reduce")) {
+    int bad = 0;
+    if (me_root) {
+      bad = check_guard(out, n, dt, "reduce");
+      for (size_t i = 0; i < n && !bad; i++) {
+        double w = as_dtype(reduce_expect(i, op), dt), g = get(out, i, dt);
+        if (g != w)
+          bad = report("reduce", dt, op, n, inplace, i, g, w);
+      }
+    } else if (!inplace) {
+      for (size_t i = 0; i < n && !bad; i++) /* sendbuf untouched */
+        if (get(in, i, dt) != as_dtype(val(g_rank, i, op), dt))
+          bad = report("reduce(sendbuf)", dt, op, n, inplace, i,
+                       get(in, i, dt), as_dtype(val(g_rank, i, op), dt));
+    }
+    tally(bad, "reduce");
+  }
+  if (in != out)
+    free(in);
+  free(out);
+}
+
+static void t_reduce_scatter(braid_comm *c, braid_dtype dt, int op, size_t n,
+                             int inplace) {
+  size_t total = n * (size_t)g_n;
+  void *in = alloc(total, dt);
+  for (size_t i = 0; i < total; i++)
+    put(in, i, dt, val(g_rank, i, op));
+  void *out = inplace ? (char *)in + (size_t)g_rank * n * braid_dtype_size(dt)
+                      : alloc(n, dt);
+  if (call_ok(braid_reduce_scatter(in, out, n, dt, (braid_op)op, c, NULL), c,
+              "reduce_scatter")) {
+    int bad = inplace ? 0 : check_guard(out, n, dt, "reduce_scatter");
+    for (size_t i = 0; i < n && !bad; i++) {
+      size_t gi = (size_t)g_rank * n + i;
+      double w = as_dtype(reduce_expect(gi, op), dt), g = get(out, i, dt);
+      if (g != w)
+        bad = report("reduce_scatter", dt, op, n, inplace, i, g, w);
+    }
+    tally(bad, "reduce_scatter");
+  }
+  if (!inplace)
+    free(out);
+  free(in);
+}
+
+static void t_broadcast(braid_comm *c, braid_dtype dt, size_t n, int inplace,
+                        int root) {
+  void *out = alloc(n, dt);
+  void *in = NULL;
+  if (g_rank == root) {
+    in = inplace ? out : alloc(n, dt);
+    for (size_t i = 0; i < n; i++)
+      put(in, i, dt, val(root, i, -1));
+  }
+  if (call_ok(braid_broadcast(in, out, n, dt, root, c, NULL), c,
+              "broadcast")) {
+    int bad = check_guard(out, n, dt, "broadcast");
+    for (size_t i = 0; i < n && !bad; i++) {
+      double w = as_dtype(val(root, i, -1), dt), g = get(out, i, dt);
+      if (g != w)
+        bad = report("broadcast", dt, -1, n, inplace, i, g, w);
+    }
+    tally(bad, "broadcast");
+  }
+  if (in != NULL && in != out)
+    free(in);
+  free(out);
+}
+
+static void t_allgather(braid_comm *c, braid_dtype dt, size_t n, int inplace) {
+  size_t total = n * (size_t)g_n, es = braid_dtype_size(dt);
+  void *out = alloc(total, dt);
+  void *in = inplace ? (char *)out + (size_t)g_rank * n * es : alloc(n, dt);
+  for (size_t i = 0; i < n; i++)
+    put(in, i, dt, val(g_rank, i, -1));
+  if (call_ok(braid_allgather(in, out, n, dt, c, NULL), c, "allgather")) {
+    int bad = check_guard(out, total, dt, "allgather");
+    for (size_t i = 0; i < total && !bad; i++) {
+      double w = as_dtype(val((int)(i / n), i % n, -1), dt),
+             g = get(out, i, dt);
+      if (g != w)
+        bad = report("allgather", dt, -1, n, inplace, i, g, w);
+    }
+    tally(bad, "allgather");
+  }
+  if (!inplace)
+    free(in);
+  free(out);
+}
+
+static void t_gather(braid_comm *c, braid_dtype dt, size_t n, int inplace,
+                     int root) {
+  size_t total = n * (size_t)g_n, es = braid_dtype_size(dt);
+  int me_root = g_rank == root;
+  void *out = me_root ? alloc(total, dt) : NULL;
+  void *in = (inplace && me_root) ? (char *)out + (size_t)root * n * es
+                                  : alloc(n, dt);
+  for (size_t i = 0; i < n; i++)
+    put(in, i, dt, val(g_rank, i, -1));
+  if (call_ok(braid_gather(in, out, n, dt, root, c, NULL), c, "gather")) {
+    int bad = 0;
+    if (me_root) {
+      bad = check_guard(out, total, dt, "gather");
+      for (size_t i = 0; i < total && !bad; i++) {
+        double w = as_dtype(val((int)(i / n), i % n, -1), dt),
+               g = get(out, i, dt);
+        if (g != w)
+          bad = report("gather", dt, -1, n, inplace, i, g, w);
+      }
+    }
+    tally(bad, "gather");
+  }
+  if (!(inplace && me_root))
+    free(in);
+  free(out);
+}
+
+static void t_scatter(braid_comm *c, braid_dtype dt, size_t n, int inplace,
+                      int root) {
+  size_t total = n * (size_t)g_n, es = braid_dtype_size(dt);
+  int me_root = g_rank == root;
+  void *in = NULL;
+  if (me_root) {
+    in = alloc(total, dt);
+    for (size_t i = 0; i < total; i++)
+      put(in, i, dt, val(root, i, -1));
+  }
+  void *out = (inplace && me_root) ? (char *)in + (size_t)root * n * es
+                                   : alloc(n, dt);
+  if (call_ok(braid_scatter(in, out, n, dt, root, c, NULL), c, "scatter")) {
+    int bad = (inplace && me_root) ? 0 : check_guard(out, n, dt, "scatter");
+    for (size_t i = 0; i < n && !bad; i++) {
+      double w = as_dtype(val(root, (size_t)g_rank * n + i, -1), dt),
+             g = get(out, i, dt);
+      if (g != w)
+        bad = report("scatter", dt, -1, n, inplace, i, g, w);
+    }
+    tally(bad, "scatter");
+  }
+  if (!(inplace && me_root))
+    free(out);
+  free(in);
+}
+
+static void t_alltoall(braid_comm *c, braid_dtype dt, size_t n, int inplace) {
+  size_t total = n * (size_t)g_n;
+  void *out = alloc(total, dt);
+  void *in = inplace ? out : alloc(total, dt);
+  /* block j of rank r's input: r*100+j pattern */
+  for (size_t i = 0; i < total; i++)
+    put(in, i, dt, val(g_rank, i, -1));
+  if (call_ok(braid_alltoall(in, out, n, dt, c, NULL), c, "alltoall")) {
+    int bad = check_guard(out, total, dt, "alltoall");
+    for (size_t i = 0; i < total && !bad; i++) {
+      int from = (int)(i / n);
+      size_t src = (size_t)g_rank * n + i % n;
+      double w = as_dtype(val(from, src, -1), dt), g = get(out, i, dt);
+      if (g != w)
+        bad = report("alltoall", dt, -1, n, inplace, i, g, w);
+    }
+    tally(bad, "alltoall");
+  }
+  if (!inplace)
+    free(in);
+  free(out);
+}
+
+static void t_sendrecv(braid_comm *c, braid_dtype dt, size_t n) {
+  int to = (g_rank + 1) % g_n, from = (g_rank + g_n - 1) % g_n;
+  void *in = alloc(n, dt), *out = alloc(n, dt);
+  for (size_t i = 0; i < n; i++)
+    put(in, i, dt, val(g_rank, i, -1));
+  braid_group_start();
+  braid_result r1 = braid_send(in, n, dt, to, c, NULL);
+  braid_result r2 = braid_recv(out, n, dt, from, c, NULL);
+  braid_result r3 = braid_group_end();
+  if (call_ok(r1, c, "send") && call_ok(r2, c, "recv") &&
+      call_ok(r3, c, "group_end(send/recv)")) {
+    int bad = check_guard(out, n, dt, "recv");
+    for (size_t i = 0; i < n && !bad; i++) {
+      double w = as_dtype(val(from, i, -1), dt), g = get(out, i, dt);
+      if (g != w)
+        bad = report("sendrecv", dt, -1, n, 0, i, g, w);
+    }
+    tally(bad, "sendrecv");
+  }
+  free(in);
+  free(out);
+}
+
+int main(int argc, char **argv) {
+  size_t counts[16] = {0, 1, 7, 1023, (1u << 20) + 3};
+  int ncounts = 5;
+  const char *only = NULL;
+  for (int a = 1; a < argc; a++) {
+    if (strcmp(argv[a], "--counts") == 0 && a + 1 < argc) {
+      ncounts = 0;
+      char *s = argv[++a];
+      for (char *t = strtok(s, ","); t && ncounts < 16; t = strtok(NULL, ","))
+        counts[ncounts++] = strtoull(t, NULL, 10);
+    } else if (strcmp(argv[a], "--only") == 0 && a + 1 < argc) {
+      only = argv[++a];
+    } else {
+      fprintf(stderr, "usage: coll_matrix [--counts a,b,...] [--only name]\n");
+      return 2;
+    }
+  }
+  braid_comm *c = NULL;
+  braid_result r = braid_comm_init_env(&c, NULL);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "coll_matrix: braid_comm_init_env: %s\n",
+            braid_result_string(r));
+    return 1;
+  }
+  braid_comm_rank(c, &g_rank);
+  braid_comm_size(c, &g_n);
+  int root = g_n - 1; /* a root other than 0 where there is one */
+#define RUN(name) (only == NULL || strcmp(only, name) == 0)
+  for (int ci = 0; ci < ncounts; ci++) {
+    size_t n = counts[ci];
+    for (int d = 0; d < BRAID_NUM_DTYPES; d++) {
+      braid_dtype dt = (braid_dtype)d;
+      for (int ip = 0; ip < 2; ip++) {
+        for (int op = 0; op < BRAID_NUM_OPS; op++) {
+          if (RUN("allreduce"))
+            t_allreduce(c, dt, op, n, ip);
+          if (RUN("reduce"))
+            t_reduce(c, dt, op, n, ip, root);
+          if (RUN("reduce_scatter"))
+            t_reduce_scatter(c, dt, op, n, ip);
+        }
+        if (RUN("broadcast"))
+          t_broadcast(c, dt, n, ip, root);
+        if (RUN("allgather"))
+          t_allgather(c, dt, n, ip);
+        if (RUN("gather"))
+          t_gather(c, dt, n, ip, root);
+        if (RUN("scatter"))
+          t_scatter(c, dt, n, ip, root);
+        if (RUN("alltoall"))
+          t_alltoall(c, dt, n, ip);
+      }
+      if (RUN("sendrecv"))
+        t_sendrecv(c, dt, n);
+    }
+    if (RUN("barrier"))
+      tally(!call_ok(braid_barrier(c, NULL), c, "barrier"), "barrier");
+  }
+  r = braid_comm_finalize(c);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: finalize: %s (%s)\n", g_rank,
+            braid_result_string(r), braid_comm_last_error(c));
+    g_fail++;
+  }
+  braid_comm_destroy(c);
+  if (g_rank == 0 || g_fail > 0)
+    printf("coll_matrix rank %d of %d: %ld passed, %ld failed\n", g_rank, g_n,
+           g_pass, g_fail);
+  return g_fail > 0 ? 1 : 0;
+}

@@ -1,0 +1,473 @@
+/*
+ * Scenarios over real ranks (forked processes): argument errors, a rank
+ * killed mid-collective, BRAID_CHECK mismatches, timeouts, split
+ * communicators, interleaved communicators, host streams and groups.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "braid.h"
+
+typedef int (*rank_fn)(braid_comm *c, int rank, int n);
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Forks n ranks running fn; fills status[] with each exit code (128+signal
+ * when killed, -1 when it had to be killed after timeout_s). */
+static void run_ranks(int n, rank_fn fn, double timeout_s, int *status) {
+  braid_unique_id id;
+  cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+  pid_t pids[16];
+  for (int r = 0; r < n; r++) {
+    pid_t p = fork();
+    cr_assert(p >= 0);
+    if (p == 0) {
+      braid_comm *c = NULL;
+      braid_result res = braid_comm_init(&c, n, &id, r, NULL);
+      if (res != BRAID_SUCCESS) {
+        fprintf(stderr, "rank %d: init: %s\n", r, braid_result_string(res));
+        _exit(100);
+      }
+      int rc = fn(c, r, n);
+      fflush(stdout);
+      fflush(stderr);
+      _exit(rc);
+    }
+    pids[r] = p;
+  }
+  double end = now_s() + timeout_s;
+  for (int r = 0; r < n; r++)
+    status[r] = -2;
+  int left = n;
+  while (left > 0) {
+    for (int r = 0; r < n; r++) {
+      if (status[r] != -2)
+        continue;
+      int st;
+      pid_t w = waitpid(pids[r], &st, WNOHANG);
+      if (w == pids[r]) {
+        status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        left--;
+      }
+    }
+    if (left > 0 && now_s() > end) {
+      for (int r = 0; r < n; r++)
+        if (status[r] == -2) {
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], NULL, 0);
+          status[r] = -1;
+        }
+      break;
+    }
+    usleep(2000);
+  }
+}
+
+/* ---- argument errors ----------------------------------------------------- */
+
+static int expect_invalid(braid_comm *c, braid_result r, const char *word) {
+  if (r != BRAID_ERR_INVALID_ARG) {
+    fprintf(stderr, "expected invalid argument for '%s', got %s\n", word,
+            braid_result_string(r));
+    return 1;
+  }
+  if (strstr(braid_comm_last_error(c), word) == NULL) {
+    fprintf(stderr, "error '%s' does not name '%s'\n", braid_comm_last_error(c),
+            word);
+    return 1;
+  }
+  return 0;
+}
+
+static int bad_args(braid_comm *c, int rank, int n) {
+  float a[64] = {0}, b[64] = {0};
+  int e = 0;
+  e |= expect_invalid(c, braid_allreduce(NULL, b, 4, BRAID_FLOAT32, BRAID_SUM,
+                                         c, NULL),
+                      "sendbuf");
+  e |= expect_invalid(c, braid_allreduce(a, NULL, 4, BRAID_FLOAT32, BRAID_SUM,
+                                         c, NULL),
+                      "recvbuf");
+  e |= expect_invalid(
+      c, braid_allreduce(a, b, 4, (braid_dtype)42, BRAID_SUM, c, NULL),
+      "dtype");
+  e |= expect_invalid(
+      c, braid_allreduce(a, b, 4, BRAID_FLOAT32, (braid_op)9, c, NULL), "op");
+  e |= expect_invalid(c, braid_broadcast(a, b, 4, BRAID_FLOAT32, n, c, NULL),
+                      "root");
+  e |= expect_invalid(c, braid_reduce(a, b, 4, BRAID_FLOAT32, BRAID_SUM, -1, c,
+                                      NULL),
+                      "root");
+  e |= expect_invalid(c, braid_send(a, 4, BRAID_FLOAT32, n + 3, c, NULL),
+                      "peer");
+  e |= expect_invalid(c, braid_allreduce(a, b, SIZE_MAX / 2, BRAID_FLOAT32,
+                                         BRAID_SUM, c, NULL),
+                      "count");
+  e |= expect_invalid(c, braid_allreduce(a, a + 1, 8, BRAID_FLOAT32,
+                                         BRAID_SUM, c, NULL),
+                      "overlap");
+  e |= expect_invalid(c, braid_allreduce((char *)a + 1, b, 4, BRAID_FLOAT32,
+                                         BRAID_SUM, c, NULL),
+                      "aligned");
+  /* the communicator is still usable */
+  for (int i = 0; i < 4; i++)
+    a[i] = (float)(rank + 1);
+  braid_result r = braid_allreduce(a, b, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  if (r != BRAID_SUCCESS || b[0] != (float)(n * (n + 1) / 2)) {
+    fprintf(stderr, "allreduce after bad arguments: %s, b[0]=%g\n",
+            braid_result_string(r), b[0]);
+    e = 1;
+  }
+  braid_comm_finalize(c);
+  braid_comm_destroy(c);
+  return e;
+}
+
+Test(scenarios, bad_arguments_keep_comm_usable, .timeout = 60) {
+  int st[2];
+  run_ranks(2, bad_args, 50, st);
+  cr_expect_eq(st[0], 0, "rank 0 exit %d", st[0]);
+  cr_expect_eq(st[1], 0, "rank 1 exit %d", st[1]);
+}
+
+/* ---- a rank killed mid-collective --------------------------------------- */
+
+#define VICTIM 2
+
+static void *killer(void *arg) {
+  (void)arg;
+  usleep(300 * 1000);
+  kill(getpid(), SIGKILL);
+  return NULL;
+}
+
+static int dead_rank(braid_comm *c, int rank, int n) {
+  (void)n;
+  size_t count = (size_t)4 << 20;
+  float *buf = calloc(count, sizeof *buf);
+  if (rank == VICTIM) {
+    pthread_t t;
+    pthread_create(&t, NULL, killer, NULL);
+  }
+  double t0 = now_s();
+  for (int it = 0; it < 100000; it++) {
+    braid_result r =
+        braid_allreduce(buf, buf, count, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+    if (r != BRAID_SUCCESS) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", braid_comm_last_error(c));
+      char want[32];
+      snprintf(want, sizeof want, "rank %d", VICTIM);
+      fprintf(stderr, "rank %d after %.2f s: %s: %s\n", rank, now_s() - t0,
+              braid_result_string(r), msg);
+      /* later calls fail at once: the communicator is broken */
+      braid_result r2 =
+          braid_allreduce(buf, buf, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+      braid_comm_abort(c);
+      if (r != BRAID_ERR_REMOTE)
+        return 10;
+      if (strstr(msg, want) == NULL)
+        return 11;
+      if (r2 == BRAID_SUCCESS)
+        return 12;
+      return 0;
+    }
+  }
+  return 13; /* never noticed */
+}
+
+static void dead_rank_on(const char *transport, int n) {
+  setenv("BRAID_TRANSPORT", transport, 1);
+  setenv("BRAID_TIMEOUT", "30", 1);
+  int st[8];
+  double t0 = now_s();
+  run_ranks(n, dead_rank, 60, st);
+  double dt = now_s() - t0;
+  for (int r = 0; r < n; r++) {
+    if (r == VICTIM)
+      cr_expect_eq(st[r], 128 + SIGKILL, "the victim was not killed: %d",
+                   st[r]);
+    else
+      cr_expect_eq(st[r], 0, "%s: rank %d exit %d (10: not REMOTE, 11: does "
+                             "not name the rank, 13: never noticed, -1: hung)",
+                   transport, r, st[r]);
+  }
+  cr_expect_lt(dt, 30.0, "survivors took %.1f s (timeout 30 s)", dt);
+}
+
+Test(scenarios, killed_rank_reported_shm, .timeout = 90) {
+  dead_rank_on("shm", 4);
+}
+Test(scenarios, killed_rank_reported_tcp, .timeout = 90) {
+  dead_rank_on("tcp", 4);
+}
+
+/* ---- BRAID_CHECK ---------------------------------------------------------- */
+
+static int mismatch(braid_comm *c, int rank, int n) {
+  (void)n;
+  float a[16] = {0}, b[16];
+  braid_result r;
+  /* one good call first */
+  r = braid_allreduce(a, b, 16, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  if (r != BRAID_SUCCESS)
+    return 20;
+  if (rank == 1)
+    r = braid_broadcast(a, b, 16, BRAID_FLOAT32, 0, c, NULL);
+  else
+    r = braid_allreduce(a, b, 16, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  const char *msg = braid_comm_last_error(c);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, braid_result_string(r), msg);
+  if (r != BRAID_ERR_MISMATCH)
+    return 21;
+  if (strstr(msg, "rank 1") == NULL || strstr(msg, "broadcast") == NULL ||
+      strstr(msg, "allreduce") == NULL)
+    return 22;
+  braid_comm_abort(c);
+  return 0;
+}
+
+Test(scenarios, check_reports_mismatch, .timeout = 60) {
+  setenv("BRAID_CHECK", "1", 1);
+  setenv("BRAID_TIMEOUT", "20", 1);
+  int st[3];
+  run_ranks(3, mismatch, 50, st);
+  for (int r = 0; r < 3; r++)
+    cr_expect_eq(st[r], 0, "rank %d exit %d", r, st[r]);
+}
+
+static int count_mismatch(braid_comm *c, int rank, int n) {
+  (void)n;
+  float a[16] = {0}, b[16];
+  braid_result r = braid_allreduce(a, b, rank == 0 ? 16 : 8, BRAID_FLOAT32,
+                                   BRAID_SUM, c, NULL);
+  const char *msg = braid_comm_last_error(c);
+  if (r != BRAID_ERR_MISMATCH || strstr(msg, "count 8") == NULL ||
+      strstr(msg, "count 16") == NULL) {
+    fprintf(stderr, "rank %d: %s: %s\n", rank, braid_result_string(r), msg);
+    return 23;
+  }
+  braid_comm_abort(c);
+  return 0;
+}
+
+Test(scenarios, check_reports_count_mismatch, .timeout = 60) {
+  setenv("BRAID_CHECK", "1", 1);
+  int st[2];
+  run_ranks(2, count_mismatch, 50, st);
+  cr_expect_eq(st[0], 0);
+  cr_expect_eq(st[1], 0);
+}
+
+/* ---- timeout -------------------------------------------------------------- */
+
+static int lonely(braid_comm *c, int rank, int n) {
+  (void)n;
+  float a[4] = {0}, b[4];
+  if (rank == 1) {
+    sleep(6); /* never joins the collective */
+    braid_comm_abort(c);
+    return 0;
+  }
+  double t0 = now_s();
+  braid_result r = braid_allreduce(a, b, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  double dt = now_s() - t0;
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", braid_comm_last_error(c));
+  fprintf(stderr, "rank 0 after %.2f s: %s: %s\n", dt, braid_result_string(r),
+          msg);
+  braid_comm_abort(c);
+  if (r != BRAID_ERR_TIMEOUT)
+    return 30;
+  if (dt < 1.5 || dt > 5.0)
+    return 31;
+  if (strstr(msg, "timed out") == NULL || strstr(msg, "rank 1") == NULL)
+    return 32;
+  return 0;
+}
+
+Test(scenarios, wait_bounded_by_timeout, .timeout = 60) {
+  setenv("BRAID_TIMEOUT", "2", 1);
+  int st[2];
+  run_ranks(2, lonely, 30, st);
+  cr_expect_eq(st[0], 0, "rank 0 exit %d (30: not a timeout, 31: wrong time)",
+               st[0]);
+  cr_expect_eq(st[1], 0);
+}
+
+/* ---- split and interleaving ---------------------------------------------- */
+
+static int split(braid_comm *c, int rank, int n) {
+  braid_comm *sub = NULL, *none = (braid_comm *)1;
+  /* even/odd, reversed order by key */
+  if (braid_comm_split(c, rank % 2, -rank, &sub) != BRAID_SUCCESS)
+    return 40;
+  int sr, sn;
+  braid_comm_rank(sub, &sr);
+  braid_comm_size(sub, &sn);
+  int want_n = (n + 1 - rank % 2) / 2;
+  if (sn != want_n)
+    return 41;
+  /* the highest old rank of the colour is new rank 0 */
+  int64_t mine = rank, got[16];
+  if (braid_allgather(&mine, got, 1, BRAID_INT64, sub, NULL) != BRAID_SUCCESS)
+    return 42;
+  for (int i = 0; i + 1 < sn; i++)
+    if (got[i] <= got[i + 1] || got[i] % 2 != rank % 2)
+      return 43;
+  if (got[sr] != rank)
+    return 44;
+  /* interleave collectives on both communicators */
+  for (int it = 0; it < 200; it++) {
+    int64_t x = rank + it, s1, s2;
+    if (braid_allreduce(&x, &s1, 1, BRAID_INT64, BRAID_SUM, c, NULL) ||
+        braid_allreduce(&x, &s2, 1, BRAID_INT64, BRAID_SUM, sub, NULL))
+      return 45;
+    int64_t e1 = (int64_t)n * (n - 1) / 2 + (int64_t)n * it, e2 = 0;
+    for (int q = rank % 2; q < n; q += 2)
+      e2 += q + it;
+    if (s1 != e1 || s2 != e2)
+      return 46;
+  }
+  if (braid_comm_split(c, rank == 0 ? BRAID_SPLIT_NOCOLOR : 1, 0, &none) !=
+      BRAID_SUCCESS)
+    return 47;
+  if (rank == 0 && none != NULL)
+    return 48;
+  if (rank != 0) {
+    int nn;
+    braid_comm_size(none, &nn);
+    if (nn != n - 1)
+      return 49;
+    braid_comm_destroy(none);
+  }
+  braid_comm_finalize(sub);
+  braid_comm_destroy(sub);
+  braid_comm_finalize(c);
+  braid_comm_destroy(c);
+  return 0;
+}
+
+Test(scenarios, split_and_interleave, .timeout = 120) {
+  int st[5];
+  run_ranks(5, split, 110, st);
+  for (int r = 0; r < 5; r++)
+    cr_expect_eq(st[r], 0, "rank %d exit %d", r, st[r]);
+}
+
+/* ---- streams and groups --------------------------------------------------- */
+
+static int streams(braid_comm *c, int rank, int n) {
+  braid_stream *s = NULL;
+  if (braid_stream_create(&s) != BRAID_SUCCESS)
+    return 50;
+  enum { K = 12, N = 100000 };
+  float *bufs[K];
+  for (int k = 0; k < K; k++) {
+    bufs[k] = malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++)
+      bufs[k][i] = (float)(rank + k);
+    if (braid_allreduce(bufs[k], bufs[k], N, BRAID_FLOAT32, BRAID_SUM, c, s) !=
+        BRAID_SUCCESS)
+      return 51;
+  }
+  braid_result q = braid_stream_query(s);
+  if (q != BRAID_SUCCESS && q != BRAID_IN_PROGRESS)
+    return 52;
+  /* a blocking call after queued ones runs after them */
+  int32_t one = 1, tot = 0;
+  if (braid_allreduce(&one, &tot, 1, BRAID_INT32, BRAID_SUM, c, NULL) !=
+          BRAID_SUCCESS ||
+      tot != n)
+    return 53;
+  if (braid_stream_synchronize(s) != BRAID_SUCCESS)
+    return 54;
+  if (braid_stream_query(s) != BRAID_SUCCESS)
+    return 55;
+  for (int k = 0; k < K; k++) {
+    float want = (float)(n * (n - 1) / 2 + n * k);
+    for (int i = 0; i < N; i += 997)
+      if (bufs[k][i] != want)
+        return 56;
+    free(bufs[k]);
+  }
+  braid_stream_destroy(s);
+  /* groups: several sends to one peer keep their order */
+  int to = (rank + 1) % n, from = (rank + n - 1) % n;
+  int32_t out[3] = {rank * 10, rank * 10 + 1, rank * 10 + 2}, in[3] = {0};
+  braid_group_start();
+  for (int i = 0; i < 3; i++)
+    braid_send(&out[i], 1, BRAID_INT32, to, c, NULL);
+  for (int i = 0; i < 3; i++)
+    braid_recv(&in[i], 1, BRAID_INT32, from, c, NULL);
+  if (braid_group_end() != BRAID_SUCCESS)
+    return 57;
+  for (int i = 0; i < 3; i++)
+    if (in[i] != from * 10 + i)
+      return 58;
+  /* collectives inside a group */
+  int32_t x = rank, s1 = 0, s2 = 0;
+  braid_group_start();
+  braid_allreduce(&x, &s1, 1, BRAID_INT32, BRAID_SUM, c, NULL);
+  braid_allreduce(&x, &s2, 1, BRAID_INT32, BRAID_MAX, c, NULL);
+  if (braid_group_end() != BRAID_SUCCESS || s1 != n * (n - 1) / 2 ||
+      s2 != n - 1)
+    return 59;
+  if (braid_barrier(c, NULL) != BRAID_SUCCESS)
+    return 60;
+  braid_comm_finalize(c);
+  braid_comm_destroy(c);
+  return 0;
+}
+
+Test(scenarios, streams_and_groups, .timeout = 120) {
+  int st[3];
+  run_ranks(3, streams, 110, st);
+  for (int r = 0; r < 3; r++)
+    cr_expect_eq(st[r], 0, "rank %d exit %d", r, st[r]);
+}
+
+Test(scenarios, streams_and_groups_tcp, .timeout = 120) {
+  setenv("BRAID_TRANSPORT", "tcp", 1);
+  int st[3];
+  run_ranks(3, streams, 110, st);
+  for (int r = 0; r < 3; r++)
+    cr_expect_eq(st[r], 0, "rank %d exit %d", r, st[r]);
+}
+
+/* ---- many in a row, 8 ranks on 2 cores ----------------------------------- */
+
+static int many(braid_comm *c, int rank, int n) {
+  for (int it = 0; it < 500; it++) {
+    int64_t x = rank * it, s;
+    if (braid_allreduce(&x, &s, 1, BRAID_INT64, BRAID_SUM, c, NULL) !=
+        BRAID_SUCCESS)
+      return 70;
+    if (s != (int64_t)it * n * (n - 1) / 2)
+      return 71;
+  }
+  braid_comm_finalize(c);
+  braid_comm_destroy(c);
+  return 0;
+}
+
+Test(scenarios, eight_ranks_many_small, .timeout = 120) {
+  int st[8];
+  double t0 = now_s();
+  run_ranks(8, many, 110, st);
+  for (int r = 0; r < 8; r++)
+    cr_expect_eq(st[r], 0, "rank %d exit %d", r, st[r]);
+  cr_log_info("500 allreduces on 8 ranks: %.2f s", now_s() - t0);
+}

@@ -1,0 +1,378 @@
+/*
+ * braid-perf internals without a running library: option parsing, sizes and
+ * bandwidth formulas, and the data patterns (every collective simulated in
+ * process for every dtype, op and several rank counts must check clean, and a
+ * corrupted element must be counted).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "perf.h"
+
+/* ---- option parsing ---- */
+
+static int parse(char *const *args, perf_opts *o, char **msg) {
+  int argc = 0;
+  while (args[argc])
+    argc++;
+  size_t len = 0;
+  *msg = NULL;
+  FILE *err = open_memstream(msg, &len);
+  int r = perf_parse_args(argc, (char **)args, o, err);
+  fclose(err);
+  return r;
+}
+
+#define EXPECT_BAD(substr, ...)                                                \
+  do {                                                                         \
+    char *const a_[] = {__VA_ARGS__, NULL};                                    \
+    perf_opts o_;                                                              \
+    char *m_;                                                                  \
+    int r_ = parse(a_, &o_, &m_);                                              \
+    cr_expect_eq(r_, -1, "parse should fail for %s", a_[1]);                   \
+    cr_expect(m_ &&strstr(m_, substr), "message '%s' lacks '%s'",              \
+              m_ ? m_ : "", substr);                                           \
+    free(m_);                                                                  \
+  } while (0)
+
+Test(perf_options, defaults_are_nccl_tests_defaults) {
+  char *const a[] = {"braid-perf", "all_reduce", NULL};
+  perf_opts o;
+  char *m;
+  cr_assert_eq(parse(a, &o, &m), 0);
+  free(m);
+  cr_expect_eq(o.minbytes, 32u << 20);
+  cr_expect_eq(o.maxbytes, 32u << 20);
+  cr_expect_eq(o.iters, 20);
+  cr_expect_eq(o.warmup, 5);
+  cr_expect_eq(o.agg, 1);
+  cr_expect_eq(o.check, 1);
+  cr_expect_eq(o.average, AVG_MEAN);
+  cr_expect_eq(o.ndtypes, 1);
+  cr_expect_eq(o.dtypes[0], BRAID_FLOAT32);
+  cr_expect_eq(o.ops[0], BRAID_SUM);
+  cr_expect_eq(o.ncolls, 1);
+  cr_expect_eq(o.colls[0], COLL_ALL_REDUCE);
+}
+
+Test(perf_options, full_command_line) {
+  char *const a[] = {
+      "braid-perf", "reduce", "-b",    "8",   "-e", "128M", "-f", "2",  "-n",
+      "7",          "-w",     "3",     "-m",  "4",  "-c",   "2",  "-o", "all",
+      "-d",         "all",    "-r",    "all", "-z", "1",    "-a", "3",  "-J",
+      "x.json",     "--csv",  "x.csv", "-y",  "1",  NULL};
+  perf_opts o;
+  char *m;
+  cr_assert_eq(parse(a, &o, &m), 0, "%s", m);
+  free(m);
+  cr_expect_eq(o.minbytes, 8);
+  cr_expect_eq(o.maxbytes, 128u << 20);
+  cr_expect_eq(o.stepfactor, 2);
+  cr_expect_eq(o.iters, 7);
+  cr_expect_eq(o.warmup, 3);
+  cr_expect_eq(o.agg, 4);
+  cr_expect_eq(o.check, 2);
+  cr_expect_eq(o.nops, BRAID_NUM_OPS);
+  cr_expect_eq(o.ndtypes, BRAID_NUM_DTYPES);
+  cr_expect_eq(o.root, -1);
+  cr_expect_eq(o.blocking, 1);
+  cr_expect_eq(o.stream_null, 1);
+  cr_expect_eq(o.average, AVG_MAX);
+  cr_expect_str_eq(o.json, "x.json");
+  cr_expect_str_eq(o.csv, "x.csv");
+}
+
+Test(perf_options, binary_name_selects_collective) {
+  char *const a[] = {
+      "/usr/bin/all_gather_perf", "-b", "1K", "-e", "1K", "-d", "half", NULL};
+  perf_opts o;
+  char *m;
+  cr_assert_eq(parse(a, &o, &m), 0, "%s", m);
+  free(m);
+  cr_expect_eq(o.colls[0], COLL_ALL_GATHER);
+  cr_expect_eq(o.minbytes, 1024);
+  cr_expect_eq(o.dtypes[0], BRAID_FLOAT16);
+}
+
+Test(perf_options, all_collectives) {
+  char *const a[] = {"braid-perf", "all", NULL};
+  perf_opts o;
+  char *m;
+  cr_assert_eq(parse(a, &o, &m), 0);
+  free(m);
+  cr_expect_eq(o.ncolls, COLL_COUNT);
+}
+
+Test(perf_options, bad_values_name_the_problem) {
+  EXPECT_BAD("invalid size '12Q'", "braid-perf", "all_reduce", "-b", "12Q");
+  EXPECT_BAD("invalid size '-5'", "braid-perf", "all_reduce", "-e", "-5");
+  EXPECT_BAD("invalid size 'M'", "braid-perf", "all_reduce", "-e", "M");
+  EXPECT_BAD("unknown datatype 'float7'", "braid-perf", "all_reduce", "-d",
+             "float7");
+  EXPECT_BAD("unknown reduction op 'mean'", "braid-perf", "all_reduce", "-o",
+             "mean");
+  EXPECT_BAD("unknown collective 'allreduce2'", "braid-perf", "allreduce2");
+  EXPECT_BAD("missing collective", "braid-perf", "-b", "8");
+  EXPECT_BAD("step factor", "braid-perf", "all_reduce", "-f", "1");
+  EXPECT_BAD("larger than maxbytes", "braid-perf", "all_reduce", "-b", "1M",
+             "-e", "1K");
+  EXPECT_BAD("not built with CUDA", "braid-perf", "all_reduce", "-G", "1");
+  EXPECT_BAD("unknown option", "braid-perf", "all_reduce", "-Q", "1");
+  EXPECT_BAD("unknown option", "braid-perf", "all_reduce", "--frobnicate");
+  EXPECT_BAD("needs a value", "braid-perf", "all_reduce", "-n");
+  EXPECT_BAD("-a", "braid-perf", "all_reduce", "-a", "7");
+  EXPECT_BAD("invalid root", "braid-perf", "broadcast", "-r", "x");
+  EXPECT_BAD("either -i", "braid-perf", "all_reduce", "-i", "1K", "-f", "2");
+  EXPECT_BAD("one rank per process", "braid-perf", "all_reduce", "-g", "2");
+  EXPECT_BAD(".png or .svg", "braid-perf", "all_reduce", "--plot", "a.jpg");
+  EXPECT_BAD("unexpected argument", "braid-perf", "all_reduce", "extra");
+}
+
+Test(perf_options, sizes) {
+  size_t s;
+  cr_expect_eq(perf_parse_size("64K", &s), 0);
+  cr_expect_eq(s, 65536);
+  cr_expect_eq(perf_parse_size("1.5M", &s), 0);
+  cr_expect_eq(s, 3u << 19);
+  cr_expect_eq(perf_parse_size("2G", &s), 0);
+  cr_expect_eq(s, (size_t)2 << 30);
+  cr_expect_eq(perf_parse_size("8", &s), 0);
+  cr_expect_eq(s, 8);
+  cr_expect_eq(perf_parse_size("1KB", &s), 0);
+  cr_expect_eq(s, 1024);
+  cr_expect_neq(perf_parse_size("1KX", &s), 0);
+  cr_expect_neq(perf_parse_size("", &s), 0);
+  cr_expect_neq(perf_parse_size("ten", &s), 0);
+}
+
+/* ---- sizes and bandwidth ---- */
+
+Test(perf_bw, nccl_tests_formulas) {
+  double alg, bus;
+  /* 1 GB in 1 s on 4 ranks. */
+  perf_get_bw(COLL_ALL_REDUCE, 250000000, 4, 1.0, 4, &alg, &bus);
+  cr_expect(fabs(alg - 1.0) < 1e-9);
+  cr_expect(fabs(bus - 1.5) < 1e-9, "allreduce busbw 2(n-1)/n");
+  /* allgather: per-rank count 62.5M floats -> 1 GB total. */
+  perf_get_bw(COLL_ALL_GATHER, 62500000, 4, 1.0, 4, &alg, &bus);
+  cr_expect(fabs(alg - 1.0) < 1e-9);
+  cr_expect(fabs(bus - 0.75) < 1e-9);
+  perf_get_bw(COLL_REDUCE_SCATTER, 62500000, 4, 1.0, 4, &alg, &bus);
+  cr_expect(fabs(bus - 0.75) < 1e-9);
+  perf_get_bw(COLL_ALLTOALL, 62500000, 4, 1.0, 4, &alg, &bus);
+  cr_expect(fabs(bus - 0.75) < 1e-9);
+  perf_get_bw(COLL_BROADCAST, 250000000, 4, 1.0, 4, &alg, &bus);
+  cr_expect(fabs(bus - 1.0) < 1e-9);
+  perf_get_bw(COLL_REDUCE, 250000000, 4, 2.0, 4, &alg, &bus);
+  cr_expect(fabs(bus - 0.5) < 1e-9);
+}
+
+Test(perf_bw, counts) {
+  perf_counts pc;
+  perf_get_counts(COLL_ALL_GATHER, 1000, 3, &pc);
+  cr_expect_eq(pc.param, 333);
+  cr_expect_eq(pc.send, 333);
+  cr_expect_eq(pc.recv, 999);
+  cr_expect_eq(pc.send_inplace_off, 333);
+  perf_get_counts(COLL_REDUCE_SCATTER, 1000, 3, &pc);
+  cr_expect_eq(pc.send, 999);
+  cr_expect_eq(pc.recv, 333);
+  cr_expect_eq(pc.recv_inplace_off, 333);
+  perf_get_counts(COLL_ALL_REDUCE, 1000, 3, &pc);
+  cr_expect_eq(pc.param, 1000);
+  cr_expect_eq(pc.recv, 1000);
+}
+
+/* ---- data patterns ---- */
+
+Test(perf_data, half_and_bfloat16_encodings) {
+  uint16_t h[5];
+  perf_store(BRAID_FLOAT16, h, 0, 1);
+  perf_store(BRAID_FLOAT16, h, 1, 2);
+  perf_store(BRAID_FLOAT16, h, 2, 2048);
+  perf_store(BRAID_FLOAT16, h, 3, -3);
+  perf_store(BRAID_FLOAT16, h, 4, 0);
+  cr_expect_eq(h[0], 0x3c00);
+  cr_expect_eq(h[1], 0x4000);
+  cr_expect_eq(h[2], 0x6800);
+  cr_expect_eq(h[3], 0xc200);
+  cr_expect_eq(h[4], 0);
+  uint16_t b[2];
+  perf_store(BRAID_BFLOAT16, b, 0, 1);
+  perf_store(BRAID_BFLOAT16, b, 1, -2);
+  cr_expect_eq(b[0], 0x3f80);
+  cr_expect_eq(b[1], 0xc000);
+}
+
+/* Decodes an element holding a small integer. */
+static double load(braid_dtype dt, const void *buf, size_t i) {
+  switch (dt) {
+  case BRAID_INT8:
+    return ((const int8_t *)buf)[i];
+  case BRAID_UINT8:
+    return ((const uint8_t *)buf)[i];
+  case BRAID_INT32:
+    return ((const int32_t *)buf)[i];
+  case BRAID_UINT32:
+    return ((const uint32_t *)buf)[i];
+  case BRAID_INT64:
+    return (double)((const int64_t *)buf)[i];
+  case BRAID_UINT64:
+    return (double)((const uint64_t *)buf)[i];
+  case BRAID_FLOAT16: {
+    uint16_t h = ((const uint16_t *)buf)[i];
+    int e = (h >> 10) & 0x1f;
+    double m = h & 0x3ff;
+    double v = e ? ldexp(1.0 + m / 1024.0, e - 15) : ldexp(m / 1024.0, -14);
+    return (h & 0x8000) ? -v : v;
+  }
+  case BRAID_BFLOAT16: {
+    uint32_t bits = (uint32_t)((const uint16_t *)buf)[i] << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+  case BRAID_FLOAT32:
+    return ((const float *)buf)[i];
+  case BRAID_FLOAT64:
+    return ((const double *)buf)[i];
+  default:
+    return 0;
+  }
+}
+
+static double reduce2(braid_op op, double a, double b) {
+  switch (op) {
+  case BRAID_SUM:
+  case BRAID_AVG:
+    return a + b;
+  case BRAID_PROD:
+    return a * b;
+  case BRAID_MIN:
+    return a < b ? a : b;
+  default:
+    return a > b ? a : b;
+  }
+}
+
+/* Runs collective c by hand on n simulated ranks, then checks every rank's
+ * output with perf_check_output. Returns the total of wrong elements; with
+ * corrupt set, flips one output element of the last rank first. */
+static int64_t simulate(perf_coll c, braid_dtype dt, braid_op op, int n,
+                        int root, size_t count, int corrupt) {
+  perf_counts pc;
+  perf_get_counts(c, count, n, &pc);
+  size_t es = perf_dtype_size(dt);
+  unsigned char **in = calloc((size_t)n, sizeof *in);
+  unsigned char **out = calloc((size_t)n, sizeof *out);
+  for (int r = 0; r < n; r++) {
+    in[r] = calloc(pc.send + 1, es);
+    out[r] = calloc(pc.recv + 1, es);
+    perf_fill_input(c, dt, op, r, n, root, 5, in[r], 0, pc.send);
+  }
+  size_t p = pc.param;
+  for (int r = 0; r < n; r++) {
+    for (size_t i = 0; i < pc.recv; i++) {
+      int src = r;
+      size_t idx = i;
+      double v = 0;
+      int reduce = 0;
+      switch (c) {
+      case COLL_ALL_REDUCE:
+      case COLL_REDUCE:
+        reduce = 1;
+        idx = i;
+        break;
+      case COLL_REDUCE_SCATTER:
+        reduce = 1;
+        idx = (size_t)r * p + i;
+        break;
+      case COLL_BROADCAST:
+        src = root;
+        break;
+      case COLL_ALL_GATHER:
+      case COLL_GATHER:
+        src = (int)(i / p);
+        idx = i % p;
+        break;
+      case COLL_SCATTER:
+        src = root;
+        idx = (size_t)r * p + i;
+        break;
+      case COLL_ALLTOALL:
+        src = (int)(i / p);
+        idx = (size_t)r * p + i % p;
+        break;
+      case COLL_SENDRECV:
+        src = (r + n - 1) % n;
+        break;
+      default:
+        break;
+      }
+      if (reduce) {
+        v = load(dt, in[0], idx);
+        for (int q = 1; q < n; q++)
+          v = reduce2(op, v, load(dt, in[q], idx));
+        if (op == BRAID_AVG)
+          v = trunc(v / n);
+        perf_store(dt, out[r], i, (int64_t)v);
+      } else {
+        memcpy(out[r] + i * es, in[src] + idx * es, es);
+      }
+    }
+  }
+  if (corrupt && pc.recv) {
+    int r = (c == COLL_REDUCE || c == COLL_GATHER) ? root : n - 1;
+    out[r][(pc.recv / 2) * es] ^= 0x40;
+  }
+  int64_t wrong = 0;
+  for (int r = 0; r < n; r++) {
+    wrong += perf_check_output(c, dt, op, r, n, root, 5, &pc, out[r]);
+    free(in[r]);
+    free(out[r]);
+  }
+  free(in);
+  free(out);
+  return wrong;
+}
+
+Test(perf_data, every_collective_dtype_op_is_exact) {
+  static const int ranks[] = {1, 2, 3, 4, 8};
+  for (int c = 0; c < COLL_COUNT; c++) {
+    int nops = perf_colls[c].has_op ? BRAID_NUM_OPS : 1;
+    for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
+      for (int op = 0; op < nops; op++) {
+        for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++) {
+          int n = ranks[ri];
+          int root = n > 1 ? 1 : 0;
+          int64_t w = simulate((perf_coll)c, (braid_dtype)dt, (braid_op)op, n,
+                               root, 257, 0);
+          cr_expect_eq(w, 0, "%s %s %s n=%d: %lld wrong", perf_colls[c].name,
+                       perf_dtype_str(dt), perf_op_str(op), n, (long long)w);
+          int64_t wc = simulate((perf_coll)c, (braid_dtype)dt, (braid_op)op, n,
+                                root, 257, 1);
+          cr_expect_eq(wc, 1, "%s %s %s n=%d: corruption counted %lld",
+                       perf_colls[c].name, perf_dtype_str(dt), perf_op_str(op),
+                       n, (long long)wc);
+        }
+      }
+    }
+  }
+}
+
+Test(perf_data, reductions_are_not_trivial) {
+  /* The inputs differ between ranks, so a collective that returned its own
+   * input would be caught. */
+  for (int op = 0; op < BRAID_NUM_OPS; op++) {
+    perf_counts pc;
+    perf_get_counts(COLL_ALL_REDUCE, 64, 2, &pc);
+    float in0[64];
+    perf_fill_input(COLL_ALL_REDUCE, BRAID_FLOAT32, (braid_op)op, 0, 2, 0, 1,
+                    in0, 0, 64);
+    int64_t w = perf_check_output(COLL_ALL_REDUCE, BRAID_FLOAT32, (braid_op)op,
+                                  0, 2, 0, 1, &pc, in0);
+    cr_expect_gt(w, 0, "op %s: own input passes the check", perf_op_str(op));
+  }
+}

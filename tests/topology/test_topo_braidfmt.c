@@ -1,0 +1,118 @@
+/*
+ * braid's own text format: reading, writing, and errors that name the file,
+ * line and attribute.
+ */
+#include "topo_test_util.h"
+
+static const char *small =
+    "# a comment\n"
+    "braid-topology 1\n"
+    "name \"two GPUs\"\n"
+    "cpu CPU0 numa=0 cores=8 mem_gb=16 vendor=GenuineIntel\n"
+    "gpu G0 busid=0000:07:00.0 sm=80 dev=0\n"
+    "gpu G1 busid=07:01.0 sm=80 dev=1   # short bus id\n"
+    "nic N0 netdev=mlx5_0 speed=25\n"
+    "net NET0\n"
+    "link G0 CPU0 pci gen=4 width=16\n"
+    "link G1 CPU0 pci gen=3 width=8\n"
+    "link G0 G1 nvl count=4\n"
+    "link N0 CPU0 pci bw=31.5 lat=0.8\n"
+    "link N0 NET0 net\n";
+
+Test(topo_braidfmt, parse_small) {
+  char err[512];
+  topo_graph *g = NULL;
+  cr_assert_eq(topo_parse(small, strlen(small), "s.topo", TOPO_FMT_AUTO, &g,
+                          err, sizeof(err)),
+               BRAID_SUCCESS, "%s", err);
+  cr_assert_str_eq(g->name, "two GPUs");
+  cr_assert_eq(g->nv, 5);
+  cr_assert_eq(g->nl, 5);
+  int g0 = topo_find(g, "G0"), g1 = topo_find(g, "G1");
+  cr_assert_str_eq(g->v[g1].busid, "0000:07:01.0");
+  cr_assert_eq(g->v[topo_find(g, "CPU0")].mem_bytes, 16ull << 30);
+  int l = topo_link_between(g, g0, g1);
+  cr_assert_eq(g->links[l].count, 4);
+  cr_assert_float_eq(g->links[l].bw, 100.0, 1e-9, "4 lanes x 25 GB/s");
+  l = topo_link_between(g, g1, topo_find(g, "CPU0"));
+  cr_assert_float_eq(g->links[l].bw, 7.877, 0.01, "PCIe gen3 x8");
+  l = topo_link_between(g, topo_find(g, "N0"), topo_find(g, "CPU0"));
+  cr_assert_float_eq(g->links[l].lat_us, 0.8, 1e-9);
+  l = topo_link_between(g, topo_find(g, "N0"), topo_find(g, "NET0"));
+  cr_assert_float_eq(g->links[l].bw, 25.0, 1e-9, "NET link at NIC speed");
+  /* write and read back */
+  size_t n;
+  char *t = write_str(g, TOPO_FMT_BRAID, &n);
+  topo_graph *g2 = NULL;
+  cr_assert_eq(topo_parse_braid(t, n, "w.topo", &g2, err, sizeof(err)),
+               BRAID_SUCCESS, "%s\n%s", err, t);
+  char why[256];
+  cr_assert(topo_graph_equal(g, g2, why, sizeof(why)), "%s", why);
+  cr_assert_str_eq(g2->name, "two GPUs");
+  size_t n2;
+  char *t2 = write_str(g2, TOPO_FMT_BRAID, &n2);
+  cr_assert_str_eq(t, t2);
+  free(t);
+  free(t2);
+  topo_graph_free(g);
+  topo_graph_free(g2);
+}
+
+Test(topo_braidfmt, errors) {
+  char err[512];
+  parse_fails(TOPO_FMT_BRAID, "braid-topology 1\ngpu G0 sm=eighty\n", "a.topo",
+              err, sizeof(err));
+  cr_assert_has(err, "a.topo:2:");
+  cr_assert_has(err, "'sm'");
+  cr_assert_has(err, "eighty");
+
+  parse_fails(TOPO_FMT_BRAID,
+              "braid-topology 1\ngpu G0\ngpu G1\nlink G0 G1 nvl count=999\n",
+              "b.topo", err, sizeof(err));
+  cr_assert_has(err, "b.topo:4:");
+  cr_assert_has(err, "'count'");
+  cr_assert_has(err, "out of range");
+
+  parse_fails(TOPO_FMT_BRAID, "braid-topology 1\ngpu G0\nlink G0 G9 nvl\n",
+              "c.topo", err, sizeof(err));
+  cr_assert_has(err, "c.topo:3:");
+  cr_assert_has(err, "G9");
+
+  parse_fails(TOPO_FMT_BRAID, "braid-topology 1\ngpu G0\nlink G0 G0 nvl\n",
+              "d.topo", err, sizeof(err));
+  cr_assert_has(err, "d.topo:3:");
+  cr_assert_has(err, "itself");
+
+  parse_fails(TOPO_FMT_BRAID, "braid-topology 1\ngpu G0 colour=green\n",
+              "e.topo", err, sizeof(err));
+  cr_assert_has(err, "e.topo:2:");
+  cr_assert_has(err, "'colour'");
+
+  parse_fails(TOPO_FMT_BRAID, "braid-topology 1\ngpu G0\ngpu G0\n", "f.topo",
+              err, sizeof(err));
+  cr_assert_has(err, "f.topo:3:");
+  cr_assert_has(err, "twice");
+
+  parse_fails(TOPO_FMT_BRAID, "braid-topology 2\n", "g.topo", err, sizeof(err));
+  cr_assert_has(err, "g.topo:1:");
+
+  parse_fails(TOPO_FMT_BRAID, "braid-topology 1\ngpu G0 busid=\"0000:07",
+              "h.topo", err, sizeof(err));
+  cr_assert_has(err, "h.topo:2:");
+  cr_assert_has(err, "unterminated");
+
+  parse_fails(TOPO_FMT_BRAID,
+              "braid-topology 1\ngpu A busid=0000:07:00.0\n"
+              "gpu B busid=0000:07:00.0\n",
+              "i.topo", err, sizeof(err));
+  cr_assert_has(err, "i.topo:3:");
+  cr_assert_has(err, "'busid'");
+
+  parse_fails(TOPO_FMT_BRAID,
+              "braid-topology 1\ngpu A\ngpu B\nlink A B nvl\nlink B A nvl\n",
+              "j.topo", err, sizeof(err));
+  cr_assert_has(err, "j.topo:5:");
+
+  parse_fails(TOPO_FMT_BRAID, "", "empty.topo", err, sizeof(err));
+  cr_assert_has(err, "empty.topo");
+}

@@ -1,0 +1,66 @@
+/* Helpers shared by the topology tests. */
+#ifndef BRAID_TESTS_TOPO_TEST_UTIL_H
+#define BRAID_TESTS_TOPO_TEST_UTIL_H
+
+#include "topology/topo.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Skips loudly when ../shared/topologies/azure is not beside the checkout. */
+static inline const char *azure_file(const char *name, char *buf, size_t n) {
+  snprintf(buf, n, "%s/%s", BRAID_AZURE_DIR, name);
+  if (access(buf, R_OK) != 0) {
+    fprintf(stderr,
+            "SKIP: %s is missing: clone shared/ beside the repository to "
+            "run the Azure topology tests\n",
+            buf);
+    cr_skip_test("%s is missing (shared/ not beside the repository)", buf);
+  }
+  return buf;
+}
+
+static inline topo_graph *load_ok(const char *path) {
+  char err[512] = "";
+  topo_graph *g = NULL;
+  braid_result r = topo_load(path, TOPO_FMT_AUTO, &g, err, sizeof(err));
+  cr_assert_eq(r, BRAID_SUCCESS, "%s: %s", path, err);
+  cr_assert_eq(topo_graph_check(g, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  return g;
+}
+
+/* Writes g in a format into a malloc'd string. */
+static inline char *write_str(const topo_graph *g, topo_format fmt,
+                              size_t *len) {
+  char *buf = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n);
+  cr_assert_not_null(f);
+  braid_result r = fmt == TOPO_FMT_NCCL    ? topo_write_nccl(g, f)
+                   : fmt == TOPO_FMT_HWLOC ? topo_write_hwloc(g, f)
+                                           : topo_write_braid(g, f);
+  fclose(f);
+  cr_assert_eq(r, BRAID_SUCCESS);
+  if (len)
+    *len = n;
+  return buf;
+}
+
+/* Parses text that must fail; returns the message for inspection. */
+static inline void parse_fails(topo_format fmt, const char *text,
+                               const char *fname, char *err, size_t n) {
+  topo_graph *g = NULL;
+  err[0] = 0;
+  braid_result r = topo_parse(text, strlen(text), fname, fmt, &g, err, n);
+  cr_assert_neq(r, BRAID_SUCCESS, "parsing should fail:\n%s", text);
+  cr_assert_null(g);
+  cr_assert(strlen(err) > 0, "an error message is given");
+}
+
+#define cr_assert_has(s, sub)                                                  \
+  cr_assert(strstr((s), (sub)) != NULL, "'%s' should contain '%s'", (s), (sub))
+
+#endif

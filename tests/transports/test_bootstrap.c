@@ -1,0 +1,453 @@
+/*
+ * Bootstrap tests: real rank processes rendezvous through a root service in
+ * the test process, build the control mesh and exchange data over it.
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ranks.h"
+#include "src/bootstrap.h"
+#include "transports/sock_util.h"
+
+#define FAIL(...)                                                              \
+  do {                                                                         \
+    snprintf(msg, msglen, __VA_ARGS__);                                        \
+    return 1;                                                                  \
+  } while (0)
+
+typedef struct blob {
+  int32_t rank, nranks, pid;
+  uint32_t pattern;
+} blob;
+
+static int rank_basic(int rank, int nranks, const braid_unique_id *id,
+                      void *arg, char *msg, size_t msglen) {
+  (void)arg;
+  char err[256] = "";
+  boot *b = NULL;
+  braid_result r = boot_init(id, rank, nranks, 20000, &b, err, sizeof(err));
+  if (r != BRAID_SUCCESS)
+    FAIL("boot_init: %s (%s)", braid_result_string(r), err);
+  if (boot_rank(b) != rank || boot_nranks(b) != nranks)
+    FAIL("rank/nranks %d/%d", boot_rank(b), boot_nranks(b));
+  if (boot_peer_info(b, rank)->pid != getpid())
+    FAIL("own pid %d in the table", boot_peer_info(b, rank)->pid);
+  for (int p = 0; p < nranks; p++)
+    if (!boot_same_host(b, 0, p))
+      FAIL("rank %d not on the same host as rank 0", p);
+  size_t slen;
+  if (boot_secret(b, &slen) == NULL || slen != 16)
+    FAIL("secret length %zu", slen);
+  /* small allgather */
+  blob mine = {rank, nranks, getpid(), 0xabc00000u + (uint32_t)rank};
+  blob *all = calloc((size_t)nranks, sizeof(blob));
+  r = boot_allgather(b, &mine, all, sizeof(blob));
+  if (r != BRAID_SUCCESS)
+    FAIL("allgather: %s", boot_last_error(b));
+  for (int p = 0; p < nranks; p++)
+    if (all[p].rank != p || all[p].nranks != nranks ||
+        all[p].pattern != 0xabc00000u + (uint32_t)p ||
+        all[p].pid != boot_peer_info(b, p)->pid)
+      FAIL("allgather slot %d holds rank %d pattern %x", p, all[p].rank,
+           all[p].pattern);
+  free(all);
+  /* a large allgather (more than a socket buffer per peer) */
+  size_t big = 300 * 1024;
+  unsigned char *ball = malloc(big * (size_t)nranks);
+  for (size_t i = 0; i < big; i++)
+    ball[(size_t)rank * big + i] = (unsigned char)(i * 7 + (size_t)rank);
+  r = boot_allgather(b, ball + (size_t)rank * big, ball, big);
+  if (r != BRAID_SUCCESS)
+    FAIL("big allgather: %s", boot_last_error(b));
+  for (int p = 0; p < nranks; p++)
+    for (size_t i = 0; i < big; i++)
+      if (ball[(size_t)p * big + i] != (unsigned char)(i * 7 + (size_t)p))
+        FAIL("big allgather: rank %d byte %zu wrong", p, i);
+  free(ball);
+  if ((r = boot_barrier(b)) != BRAID_SUCCESS)
+    FAIL("barrier: %s", boot_last_error(b));
+  /* ring send/recv, including an empty message */
+  if (nranks > 1) {
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    char out[1100], in[1100];
+    size_t olen = 1000 + (size_t)rank, ilen = 1000 + (size_t)prev;
+    for (size_t i = 0; i < olen; i++)
+      out[i] = (char)(rank * 31 + (int)i);
+    if (rank % 2 == 0) {
+      r = boot_send(b, next, out, olen);
+      if (r == BRAID_SUCCESS)
+        r = boot_recv(b, prev, in, ilen);
+    } else {
+      r = boot_recv(b, prev, in, ilen);
+      if (r == BRAID_SUCCESS)
+        r = boot_send(b, next, out, olen);
+    }
+    if (r != BRAID_SUCCESS)
+      FAIL("ring: %s", boot_last_error(b));
+    for (size_t i = 0; i < ilen; i++)
+      if (in[i] != (char)(prev * 31 + (int)i))
+        FAIL("ring: byte %zu from rank %d wrong", i, prev);
+    if (rank == 0)
+      r = boot_send(b, next, NULL, 0);
+    else if (rank == 1)
+      r = boot_recv(b, 0, NULL, 0);
+    if (r != BRAID_SUCCESS)
+      FAIL("empty message: %s", boot_last_error(b));
+  } else if (boot_send(b, 0, "x", 1) != BRAID_ERR_INVALID_ARG) {
+    FAIL("boot_send to itself was accepted");
+  }
+  int dead = -1;
+  if (boot_check_peers(b, &dead) != BRAID_SUCCESS)
+    FAIL("check_peers reports rank %d: %s", dead, boot_last_error(b));
+  if ((r = boot_barrier(b)) != BRAID_SUCCESS)
+    FAIL("final barrier: %s", boot_last_error(b));
+  boot_close(b);
+  return 0;
+}
+
+static void run_basic(int n) {
+  braid_unique_id id;
+  char err[256] = "";
+  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(run_ranks(n, &id, rank_basic, NULL, 40000, NULL), 0,
+               "some of %d ranks failed (see stderr)", n);
+}
+
+Test(bootstrap, one_rank, .timeout = 60) { run_basic(1); }
+Test(bootstrap, two_ranks, .timeout = 60) { run_basic(2); }
+Test(bootstrap, three_ranks, .timeout = 60) { run_basic(3); }
+Test(bootstrap, four_ranks, .timeout = 60) { run_basic(4); }
+Test(bootstrap, eight_ranks, .timeout = 60) { run_basic(8); }
+
+Test(bootstrap, bad_arguments) {
+  char err[256] = "";
+  boot *b = (boot *)1;
+  braid_unique_id id;
+  memset(&id, 0, sizeof(id));
+  cr_assert_eq(boot_init(&id, 0, 2, 1000, &b, err, sizeof(err)),
+               BRAID_ERR_INVALID_ARG);
+  cr_assert(b == NULL);
+  cr_assert(strstr(err, "unique id") != NULL, "message: %s", err);
+  cr_assert_eq(boot_init(&id, 2, 2, 1000, &b, err, sizeof(err)),
+               BRAID_ERR_INVALID_ARG);
+  cr_assert(strstr(err, "rank 2") != NULL, "message: %s", err);
+  uint8_t secret[16] = {0};
+  cr_assert_eq(
+      boot_unique_id_at("127.0.0.1", 0, secret, 0, &id, err, sizeof(err)),
+      BRAID_ERR_INVALID_ARG);
+  cr_assert(strstr(err, "port 0") != NULL, "message: %s", err);
+}
+
+Test(bootstrap, ifname_filter) {
+  cr_assert(sock_ifname_match(NULL, "eth0"));
+  cr_assert(sock_ifname_match("eth", "eth0"));
+  cr_assert(sock_ifname_match("ib,eth", "eth1"));
+  cr_assert(!sock_ifname_match("ib", "eth0"));
+  cr_assert(!sock_ifname_match("^docker,lo", "docker0"));
+  cr_assert(!sock_ifname_match("^docker,lo", "lo"));
+  cr_assert(sock_ifname_match("^docker,lo", "eth0"));
+  cr_assert(sock_ifname_match("=eth0", "eth0"));
+  cr_assert(!sock_ifname_match("=eth0", "eth01"));
+  cr_assert(!sock_ifname_match("^=eth0", "eth0"));
+  cr_assert(sock_ifname_match("^=eth0", "eth01"));
+  struct sockaddr_storage a;
+  char name[64], err[256];
+  cr_assert_eq(sock_pick_addr("lo", &a, name, sizeof(name), err, sizeof(err)),
+               0, "%s", err);
+  cr_assert_str_eq(name, "lo");
+  cr_assert_neq(
+      sock_pick_addr("=nosuchif9", &a, name, sizeof(name), err, sizeof(err)),
+      0);
+  cr_assert(strstr(err, "nosuchif9") != NULL, "message: %s", err);
+}
+
+Test(bootstrap, rogue_to_root_is_rejected, .timeout = 60) {
+  uint8_t secret[16];
+  for (int i = 0; i < 16; i++)
+    secret[i] = (uint8_t)(0x5a ^ i);
+  braid_unique_id id;
+  char err[256] = "";
+  int port = -1;
+  braid_result r = BRAID_ERR_SYSTEM;
+  /* a free port may be taken again by a connection of a parallel test */
+  for (int tries = 0; tries < 20 && r != BRAID_SUCCESS; tries++) {
+    port = free_port();
+    cr_assert_gt(port, 0);
+    r = boot_unique_id_at("127.0.0.1", port, secret, 1, &id, err, sizeof(err));
+  }
+  cr_assert_eq(r, BRAID_SUCCESS, "%s", err);
+  struct sockaddr_storage root;
+  cr_assert_eq(sock_resolve("127.0.0.1", port, &root, err, sizeof(err)), 0);
+  int silent = rogue_connect(&root, 0, NULL);
+  int wrong = rogue_connect(&root, 0x42524431u, "0123456789abcdef");
+  cr_assert(silent >= 0 && wrong >= 0, "cannot connect to the root");
+  cr_assert(closed_by_peer(wrong, 3000),
+            "the root kept a connection with a wrong secret open");
+  cr_assert_eq(run_ranks(3, &id, rank_basic, NULL, 40000, NULL), 0,
+               "the job did not complete beside rogue connections");
+  cr_assert(closed_by_peer(silent, 8000),
+            "the root kept a silent connection open");
+  close(silent);
+  close(wrong);
+}
+
+Test(bootstrap, rogue_to_mesh_listener_is_rejected, .timeout = 60) {
+  braid_unique_id id;
+  char err[256] = "";
+  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  rank_proc p[3];
+  spawn_rank(&p[0], 0, 3, &id, rank_basic, NULL);
+  struct sockaddr_storage l;
+  int found = -1;
+  for (int i = 0; i < 500 && found != 0; i++) {
+    found = find_listener(p[0].pid, &l);
+    if (found != 0)
+      usleep(10000);
+  }
+  if (found != 0) {
+    wait_ranks(p, 1, 10);
+    cr_skip_test("cannot see rank 0's control listener in /proc (IPv6-only "
+                 "interface or no procfs)");
+  }
+  int wrong = rogue_connect(&l, 0x42524431u, "0123456789abcdef");
+  cr_assert_geq(wrong, 0, "cannot connect to rank 0's control listener");
+  spawn_rank(&p[1], 1, 3, &id, rank_basic, NULL);
+  spawn_rank(&p[2], 2, 3, &id, rank_basic, NULL);
+  wait_ranks(p, 3, 40000);
+  for (int r = 0; r < 3; r++)
+    cr_expect_eq(p[r].status, 0, "rank %d: status %d: %s", r, p[r].status,
+                 p[r].msg);
+  cr_assert(closed_by_peer(wrong, 3000),
+            "rank 0 kept a connection with a wrong secret open");
+  close(wrong);
+}
+
+/* Exit 10 when refused with a duplicate-rank error, 0 when the job ran. */
+static int rank_maybe_dup(int rank, int nranks, const braid_unique_id *id,
+                          void *arg, char *msg, size_t msglen) {
+  int claimed = arg ? *(int *)arg : nranks;
+  char err[256] = "";
+  boot *b = NULL;
+  braid_result r = boot_init(id, rank, claimed, 20000, &b, err, sizeof(err));
+  if (r == BRAID_ERR_INVALID_ARG) {
+    snprintf(msg, msglen, "%s", err);
+    if (strstr(err, "duplicate rank") && strstr(err, "rank 1"))
+      return 10;
+    if (strstr(err, "nranks=5") && strstr(err, "nranks=3"))
+      return 11;
+    return 2;
+  }
+  if (r != BRAID_SUCCESS)
+    FAIL("boot_init: %s (%s)", braid_result_string(r), err);
+  if (boot_barrier(b) != BRAID_SUCCESS)
+    FAIL("barrier: %s", boot_last_error(b));
+  boot_close(b);
+  return 0;
+}
+
+Test(bootstrap, duplicate_rank_is_refused, .timeout = 60) {
+  braid_unique_id id;
+  char err[256] = "";
+  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  rank_proc p[4];
+  spawn_rank(&p[0], 1, 3, &id, rank_maybe_dup, NULL);
+  spawn_rank(&p[1], 1, 3, &id, rank_maybe_dup, NULL);
+  int first = wait_any(p, 2, 20000);
+  cr_assert_geq(first, 0, "neither rank-1 process was refused");
+  cr_assert_eq(p[first].status, 10, "status %d: %s", p[first].status,
+               p[first].msg);
+  spawn_rank(&p[2], 0, 3, &id, rank_maybe_dup, NULL);
+  spawn_rank(&p[3], 2, 3, &id, rank_maybe_dup, NULL);
+  wait_ranks(p, 4, 30000);
+  for (int i = 0; i < 4; i++)
+    if (i != first)
+      cr_expect_eq(p[i].status, 0, "process %d: status %d: %s", i, p[i].status,
+                   p[i].msg);
+}
+
+Test(bootstrap, nranks_disagreement_is_refused, .timeout = 60) {
+  braid_unique_id id;
+  char err[256] = "";
+  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  rank_proc p[4];
+  int five = 5;
+  spawn_rank(&p[0], 0, 3, &id, rank_maybe_dup, NULL);
+  usleep(100000);
+  spawn_rank(&p[1], 1, 3, &id, rank_maybe_dup, &five);
+  int first = wait_any(p, 2, 20000);
+  cr_assert_eq(first, 1, "the rank claiming nranks=5 was not refused");
+  cr_assert_eq(p[1].status, 11, "status %d: %s", p[1].status, p[1].msg);
+  spawn_rank(&p[2], 1, 3, &id, rank_maybe_dup, NULL);
+  spawn_rank(&p[3], 2, 3, &id, rank_maybe_dup, NULL);
+  wait_ranks(p, 4, 30000);
+  cr_expect_eq(p[0].status, 0, "%s", p[0].msg);
+  cr_expect_eq(p[2].status, 0, "%s", p[2].msg);
+  cr_expect_eq(p[3].status, 0, "%s", p[3].msg);
+}
+
+static int rank_alone(int rank, int nranks, const braid_unique_id *id,
+                      void *arg, char *msg, size_t msglen) {
+  (void)arg;
+  char err[256] = "";
+  boot *b = NULL;
+  braid_result r = boot_init(id, rank, nranks, 800, &b, err, sizeof(err));
+  if (r != BRAID_ERR_TIMEOUT)
+    FAIL("expected a timeout, got %s (%s)", braid_result_string(r), err);
+  if (strstr(err, "timed out") == NULL || strstr(err, "rank 0") == NULL)
+    FAIL("message does not say what timed out: %s", err);
+  return 0;
+}
+
+Test(bootstrap, missing_rank_times_out, .timeout = 30) {
+  braid_unique_id id;
+  char err[256] = "";
+  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  rank_proc p;
+  spawn_rank(&p, 0, 2, &id, rank_alone, NULL);
+  wait_ranks(&p, 1, 10000);
+  cr_assert_eq(p.status, 0, "status %d: %s", p.status, p.msg);
+}
+
+/* Splits 4 ranks into evens and odds, closes the parent, then uses the
+ * split; also checks a length mismatch is reported. */
+static int rank_split(int rank, int nranks, const braid_unique_id *id,
+                      void *arg, char *msg, size_t msglen) {
+  (void)arg;
+  char err[256] = "";
+  boot *b = NULL, *s = NULL;
+  braid_result r = boot_init(id, rank, nranks, 20000, &b, err, sizeof(err));
+  if (r != BRAID_SUCCESS)
+    FAIL("boot_init: %s", err);
+  int members[2] = {rank % 2, rank % 2 + 2};
+  r = boot_split(b, members, 2, rank / 2, &s, err, sizeof(err));
+  if (r != BRAID_SUCCESS)
+    FAIL("split: %s", err);
+  boot_close(b);
+  if (boot_rank(s) != rank / 2 || boot_nranks(s) != 2)
+    FAIL("split rank %d of %d", boot_rank(s), boot_nranks(s));
+  if (boot_peer_info(s, 1 - rank / 2)->pid == getpid())
+    FAIL("split table holds this process as the other member");
+  int mine = rank * 10, all[2] = {0, 0};
+  if (boot_allgather(s, &mine, all, sizeof(int)) != BRAID_SUCCESS)
+    FAIL("split allgather: %s", boot_last_error(s));
+  if (all[0] != members[0] * 10 || all[1] != members[1] * 10)
+    FAIL("split allgather got %d,%d", all[0], all[1]);
+  if (boot_barrier(s) != BRAID_SUCCESS)
+    FAIL("split barrier: %s", boot_last_error(s));
+  /* rank 0 of the split sends 8 bytes, rank 1 expects 12 */
+  char buf[12] = {0};
+  if (boot_rank(s) == 0) {
+    if (boot_send(s, 1, buf, 8) != BRAID_SUCCESS)
+      FAIL("send: %s", boot_last_error(s));
+  } else {
+    r = boot_recv(s, 0, buf, 12);
+    if (r != BRAID_ERR_INVALID_ARG || !strstr(boot_last_error(s), "8 bytes") ||
+        !strstr(boot_last_error(s), "12"))
+      FAIL("mismatch not reported: %s: %s", braid_result_string(r),
+           boot_last_error(s));
+  }
+  boot_close(s);
+  return 0;
+}
+
+Test(bootstrap, split_outlives_parent, .timeout = 60) {
+  braid_unique_id id;
+  char err[256] = "";
+  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(run_ranks(4, &id, rank_split, NULL, 30000, NULL), 0);
+}
+
+/* Every rank checks that its control listener is on the expected family. */
+static int rank_family(int rank, int nranks, const braid_unique_id *id,
+                       void *arg, char *msg, size_t msglen) {
+  int family = *(int *)arg;
+  char err[256] = "";
+  boot *b = NULL;
+  if (boot_init(id, rank, nranks, 20000, &b, err, sizeof(err)) != BRAID_SUCCESS)
+    FAIL("boot_init: %s", err);
+  const struct sockaddr_storage *a = &boot_peer_info(b, rank)->addr;
+  if (a->ss_family != family)
+    FAIL("control listener family %d, expected %d", a->ss_family, family);
+  if (family == AF_INET && ((const struct sockaddr_in *)a)->sin_addr.s_addr !=
+                               htonl(INADDR_LOOPBACK))
+    FAIL("control listener not on loopback");
+  int x = rank, all[4];
+  if (boot_allgather(b, &x, all, sizeof(int)) != BRAID_SUCCESS)
+    FAIL("allgather: %s", boot_last_error(b));
+  for (int p = 0; p < nranks; p++)
+    if (all[p] != p)
+      FAIL("allgather slot %d = %d", p, all[p]);
+  if (boot_barrier(b) != BRAID_SUCCESS)
+    FAIL("barrier: %s", boot_last_error(b));
+  boot_close(b);
+  return 0;
+}
+
+Test(bootstrap, socket_ifname_selects_loopback, .timeout = 60) {
+  /* config is read once per process; each test runs in its own process */
+  setenv("BRAID_SOCKET_IFNAME", "=lo", 1);
+  braid_unique_id id;
+  char err[256] = "";
+  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  int family = AF_INET;
+  cr_assert_eq(run_ranks(3, &id, rank_family, &family, 30000, NULL), 0);
+}
+
+Test(bootstrap, ipv6_root, .timeout = 60) {
+  int s = socket(AF_INET6, SOCK_STREAM, 0);
+  struct sockaddr_in6 a6;
+  memset(&a6, 0, sizeof(a6));
+  a6.sin6_family = AF_INET6;
+  a6.sin6_addr = in6addr_loopback;
+  if (s < 0 || bind(s, (struct sockaddr *)&a6, sizeof(a6)) != 0) {
+    if (s >= 0)
+      close(s);
+    cr_skip_test("no IPv6 loopback on this machine (::1 cannot be bound)");
+  }
+  close(s);
+  uint8_t secret[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  braid_unique_id id;
+  char err[256] = "";
+  braid_result r = BRAID_ERR_SYSTEM;
+  for (int tries = 0; tries < 20 && r != BRAID_SUCCESS; tries++)
+    r = boot_unique_id_at("::1", free_port(), secret, 1, &id, err, sizeof(err));
+  cr_assert_eq(r, BRAID_SUCCESS, "%s", err);
+  int family = AF_INET6;
+  cr_assert_eq(run_ranks(2, &id, rank_family, &family, 30000, NULL), 0);
+}
+
+/* torchrun's flow: every rank builds the id from a known host:port; a rank
+ * that arrives before the root service is up keeps retrying. */
+Test(bootstrap, root_at_known_port_starts_late, .timeout = 60) {
+  uint8_t secret[16] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6};
+  int port = free_port();
+  cr_assert_gt(port, 0);
+  braid_unique_id id, root_id;
+  char err[256] = "";
+  cr_assert_eq(
+      boot_unique_id_at("localhost", port, secret, 0, &id, err, sizeof(err)),
+      BRAID_SUCCESS, "%s", err);
+  rank_proc p[3];
+  spawn_rank(&p[1], 1, 3, &id, rank_basic, NULL);
+  spawn_rank(&p[2], 2, 3, &id, rank_basic, NULL);
+  usleep(300000);
+  cr_assert_eq(boot_unique_id_at("localhost", port, secret, 1, &root_id, err,
+                                 sizeof(err)),
+               BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(memcmp(&id, &root_id, sizeof(id)), 0,
+               "root and ranks built different ids");
+  spawn_rank(&p[0], 0, 3, &id, rank_basic, NULL);
+  wait_ranks(p, 3, 40000);
+  for (int r = 0; r < 3; r++)
+    cr_expect_eq(p[r].status, 0, "rank %d: status %d: %s", r, p[r].status,
+                 p[r].msg);
+}

@@ -1,0 +1,416 @@
+/*
+ * libfabric transport (transports/ofi/ofi.c) between real rank processes on
+ * this host: the test process makes a unique id (its root service answers
+ * the rendezvous), forks the ranks and waits for them with a deadline,
+ * killing stragglers. Providers: tcp;ofi_rxm (the default here), shm and
+ * udp;ofi_rxd when named. A rank exits XCHG_SKIP when the provider is absent;
+ * the test then skips, saying so.
+ */
+#include <criterion/criterion.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "src/bootstrap.h"
+#include "transports/ofi/ofi.h"
+#include "xchg.h"
+
+#define MAXR 4
+#define RANK_MS 20000
+
+typedef struct job {
+  int n;
+  int nchannels, nslots;
+  size_t slot_bytes;
+  int (*body)(boot *b, void *st, int rank, int n, char *err, size_t len);
+} job;
+
+static braid_unique_id g_id;
+
+static int rank_main(const job *j, int rank) {
+  char err[512] = "";
+  boot *b = NULL;
+  braid_result r = boot_init(&g_id, rank, j->n, RANK_MS, &b, err, sizeof(err));
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: boot_init: %s\n", rank, err);
+    return 2;
+  }
+  void *st = NULL;
+  r = xchg_setup(&tp_ofi, b, j->nchannels, j->nslots, j->slot_bytes, RANK_MS,
+                 &st, err, sizeof(err));
+  if (r == BRAID_ERR_UNSUPPORTED) {
+    fprintf(stderr, "rank %d: %s\n", rank, err);
+    boot_close(b);
+    return XCHG_SKIP;
+  }
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: %s\n", rank, err);
+    boot_close(b);
+    return 3;
+  }
+  err[0] = '\0';
+  int rc = j->body(b, st, rank, j->n, err, sizeof(err));
+  if (rc != 0)
+    fprintf(stderr, "rank %d: %s\n", rank, err);
+  if (rc == 0 && boot_barrier(b) != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: final barrier: %s\n", rank, boot_last_error(b));
+    rc = 4;
+  }
+  tp_ofi.teardown(st);
+  boot_close(b);
+  return rc;
+}
+
+/* Forks j->n ranks; returns their exit codes in codes[]. */
+static void run_job(const job *j, int *codes, int timeout_ms) {
+  char err[256];
+  cr_assert_eq(boot_unique_id(&g_id, err, sizeof(err)), BRAID_SUCCESS, "%s",
+               err);
+  pid_t pid[MAXR];
+  fflush(NULL);
+  for (int r = 0; r < j->n; r++) {
+    pid[r] = fork();
+    if (pid[r] == 0)
+      _exit(rank_main(j, r));
+    cr_assert_gt(pid[r], 0, "fork failed");
+  }
+  int64_t deadline = xchg_now_ms() + timeout_ms;
+  for (int r = 0; r < j->n; r++) {
+    int st = 0;
+    codes[r] = -1000;
+    for (;;) {
+      pid_t w = waitpid(pid[r], &st, WNOHANG);
+      if (w == pid[r]) {
+        codes[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+        break;
+      }
+      if (xchg_now_ms() > deadline) {
+        kill(pid[r], SIGKILL);
+        waitpid(pid[r], &st, 0);
+        break;
+      }
+      usleep(2000);
+    }
+  }
+}
+
+static void expect_ok(const job *j, int timeout_ms) {
+  int codes[MAXR];
+  run_job(j, codes, timeout_ms);
+  for (int r = 0; r < j->n; r++)
+    if (codes[r] == XCHG_SKIP)
+      cr_skip_test("SKIP: the libfabric provider %s is not available here",
+                   getenv("BRAID_OFI_PROVIDER") ? getenv("BRAID_OFI_PROVIDER")
+                                                : "(default)");
+  for (int r = 0; r < j->n; r++)
+    cr_expect_eq(codes[r], 0,
+                 "rank %d exited with %d (-1000: killed at the "
+                 "deadline)",
+                 r, codes[r]);
+}
+
+/* ---- bodies ----------------------------------------------------------- */
+
+static const size_t k_sizes[] = {0, 1, 7, 4096, (1u << 20) + 3};
+
+static int body_sizes(boot *b, void *st, int rank, int n, char *err,
+                      size_t len) {
+  (void)b;
+  for (int p = 0; p < n; p++) {
+    if (p == rank)
+      continue;
+    int rc = xchg_run(&tp_ofi, st, rank, p, 2, k_sizes, 5, 15, 3, 0, 15000, err,
+                      len);
+    if (rc != 0)
+      return 10;
+  }
+  return 0;
+}
+
+static int body_many(boot *b, void *st, int rank, int n, char *err,
+                     size_t len) {
+  (void)b, (void)n;
+  static const size_t sz[] = {4096, 64, 12345};
+  return xchg_run(&tp_ofi, st, rank, 1 - rank, 2, sz, 3, 600, 8, 0, 15000, err,
+                  len) != 0
+             ? 11
+             : 0;
+}
+
+static int body_reduce(boot *b, void *st, int rank, int n, char *err,
+                       size_t len) {
+  (void)b, (void)n;
+  static const size_t sz[] = {0, 4, 4096, (1u << 20) + 4};
+  return xchg_run(&tp_ofi, st, rank, 1 - rank, 2, sz, 4, 12, 2, 1, 15000, err,
+                  len) != 0
+             ? 12
+             : 0;
+}
+
+/* Rank 1 dies after setup; rank 0 waits on a receive and must learn of the
+ * death through check_peers (BRAID_ERR_REMOTE naming rank 1) in time. */
+static int body_killed(boot *b, void *st, int rank, int n, char *err,
+                       size_t len) {
+  (void)b, (void)n;
+  if (rank == 1) {
+    raise(SIGKILL);
+    return 0;
+  }
+  tp_conn *c = tp_ofi.conn(st, 1, 0);
+  char buf[64];
+  int64_t t0 = xchg_now_ms();
+  for (;;) {
+    int r = tp_ofi.recv(c, buf, sizeof(buf));
+    if (r != TP_AGAIN && r != BRAID_ERR_REMOTE) {
+      snprintf(err, len, "recv from a dead rank returned %d", r);
+      return 20;
+    }
+    int dead = -1;
+    int cr = tp_ofi.check_peers(st, &dead);
+    if (r == BRAID_ERR_REMOTE || cr == BRAID_ERR_REMOTE) {
+      if (cr == BRAID_ERR_REMOTE && dead != 1) {
+        snprintf(err, len, "check_peers named rank %d, not 1", dead);
+        return 21;
+      }
+      /* Teardown with a dead peer must not hang; nobody to barrier with. */
+      tp_ofi.teardown(st);
+      _exit(0);
+    }
+    if (xchg_now_ms() - t0 > 10000) {
+      snprintf(err, len, "dead rank 1 not reported within 10 s");
+      return 22;
+    }
+    usleep(1000);
+  }
+}
+
+/* Rank 0 sends 100 bytes; rank 1 expects g_want bytes: 64 (too long for
+ * the receive: truncated) or 128 (too short). Either is BRAID_ERR_MISMATCH
+ * naming the peer; nothing hangs or overruns. (A truncation may also break
+ * the provider's connection, so each case is its own job.) */
+static size_t g_want;
+
+static int body_mismatch(boot *b, void *st, int rank, int n, char *err,
+                         size_t len) {
+  (void)n;
+  static uint8_t buf[256];
+  tp_conn *c = tp_ofi.conn(st, 1 - rank, 0);
+  if (rank == 0) {
+    uint64_t t;
+    int r;
+    int64_t dl = xchg_now_ms() + 10000;
+    while ((r = tp_ofi.isend(c, buf, 100, &t)) == TP_AGAIN &&
+           xchg_now_ms() < dl)
+      sched_yield();
+    if (r != BRAID_SUCCESS) {
+      snprintf(err, len, "isend: %d", r);
+      return 30;
+    }
+    /* A truncated receive may fail the send too; either way it ends. */
+    while (tp_ofi.send_done(c, t) == TP_AGAIN && xchg_now_ms() < dl)
+      sched_yield();
+    return boot_barrier(b) == BRAID_SUCCESS ? 0 : 31;
+  }
+  int r = xchg_wait_recv(&tp_ofi, c, buf, g_want, 10000);
+  if (r != BRAID_ERR_MISMATCH) {
+    snprintf(err, len, "100 bytes into a %zu-byte receive gave %d, not %d (%s)",
+             g_want, r, BRAID_ERR_MISMATCH, tp_ofi.last_error(st));
+    return 32;
+  }
+  if (strstr(tp_ofi.last_error(st), "rank 0") == NULL) {
+    snprintf(err, len, "error text does not name rank 0: %s",
+             tp_ofi.last_error(st));
+    return 33;
+  }
+  return boot_barrier(b) == BRAID_SUCCESS ? 0 : 34;
+}
+
+/* At most nslots (4) sends are outstanding on a connection: with the
+ * receiver held at a barrier, 1 MiB sends (rendezvous in tcp;ofi_rxm) cannot
+ * complete, so the fifth isend must answer TP_AGAIN. Then everything is
+ * delivered in order. */
+static int body_window(boot *b, void *st, int rank, int n, char *err,
+                       size_t len) {
+  (void)n;
+  const size_t sz = (size_t)1 << 20;
+  static uint8_t bufs[5][1 << 20];
+  tp_conn *c = tp_ofi.conn(st, 1 - rank, 0);
+  if (rank == 0) {
+    uint64_t t[5];
+    for (int i = 0; i < 5; i++)
+      for (size_t j = 0; j < sz; j++)
+        bufs[i][j] = xchg_byte(0, 0, i, j);
+    for (int i = 0; i < 4; i++) {
+      int r;
+      int64_t dl = xchg_now_ms() + 10000;
+      while ((r = tp_ofi.isend(c, bufs[i], sz, &t[i])) == TP_AGAIN &&
+             xchg_now_ms() < dl)
+        sched_yield();
+      if (r != BRAID_SUCCESS) {
+        snprintf(err, len, "isend %d: %d (%s)", i, r, tp_ofi.last_error(st));
+        return 50;
+      }
+    }
+    int r = tp_ofi.isend(c, bufs[4], sz, &t[4]);
+    if (r != TP_AGAIN) {
+      snprintf(err, len, "fifth isend with 4 slots gave %d, not TP_AGAIN", r);
+      return 51;
+    }
+    if (boot_barrier(b) != BRAID_SUCCESS)
+      return 52;
+    int64_t dl = xchg_now_ms() + 10000;
+    while ((r = tp_ofi.isend(c, bufs[4], sz, &t[4])) == TP_AGAIN &&
+           xchg_now_ms() < dl)
+      sched_yield();
+    if (r == BRAID_SUCCESS)
+      while ((r = tp_ofi.send_done(c, t[4])) == TP_AGAIN && xchg_now_ms() < dl)
+        sched_yield();
+    if (r != BRAID_SUCCESS) {
+      snprintf(err, len, "finishing the sends: %d (%s)", r,
+               tp_ofi.last_error(st));
+      return 53;
+    }
+    return 0;
+  }
+  if (boot_barrier(b) != BRAID_SUCCESS)
+    return 54;
+  for (int i = 0; i < 5; i++) {
+    int r = xchg_wait_recv(&tp_ofi, c, bufs[i], sz, 10000);
+    if (r != BRAID_SUCCESS) {
+      snprintf(err, len, "recv %d: %d (%s)", i, r, tp_ofi.last_error(st));
+      return 55;
+    }
+    for (size_t j = 0; j < sz; j++)
+      if (bufs[i][j] != xchg_byte(0, 0, i, j)) {
+        snprintf(err, len, "message %d byte %zu differs", i, j);
+        return 56;
+      }
+  }
+  return 0;
+}
+
+/* ---- tests ------------------------------------------------------------ */
+
+Test(transports_ofi, sizes_order_tcp) {
+  setenv("BRAID_OFI_PROVIDER", "tcp", 1);
+  job j = {2, 2, 4, (1u << 20) + 3, body_sizes};
+  expect_ok(&j, 60000);
+}
+
+Test(transports_ofi, three_ranks_tcp) {
+  setenv("BRAID_OFI_PROVIDER", "tcp", 1);
+  job j = {3, 2, 4, (1u << 20) + 3, body_sizes};
+  expect_ok(&j, 60000);
+}
+
+Test(transports_ofi, many_in_flight_tcp) {
+  setenv("BRAID_OFI_PROVIDER", "tcp", 1);
+  job j = {2, 2, 8, 16384, body_many};
+  expect_ok(&j, 60000);
+}
+
+Test(transports_ofi, recv_reduce_tcp) {
+  setenv("BRAID_OFI_PROVIDER", "tcp", 1);
+  job j = {2, 2, 4, (1u << 20) + 4, body_reduce};
+  expect_ok(&j, 60000);
+}
+
+Test(transports_ofi, default_provider) {
+  unsetenv("BRAID_OFI_PROVIDER");
+  job j = {2, 2, 4, (1u << 20) + 3, body_sizes};
+  expect_ok(&j, 60000);
+}
+
+Test(transports_ofi, sizes_order_shm) {
+  setenv("BRAID_OFI_PROVIDER", "shm", 1);
+  job j = {2, 2, 4, (1u << 20) + 3, body_sizes};
+  expect_ok(&j, 60000);
+}
+
+Test(transports_ofi, recv_reduce_shm) {
+  setenv("BRAID_OFI_PROVIDER", "shm", 1);
+  job j = {2, 2, 4, (1u << 20) + 4, body_reduce};
+  expect_ok(&j, 60000);
+}
+
+Test(transports_ofi, killed_peer_is_remote_error) {
+  setenv("BRAID_OFI_PROVIDER", "tcp", 1);
+  job j = {2, 1, 4, 4096, body_killed};
+  int codes[MAXR];
+  run_job(&j, codes, 30000);
+  if (codes[0] == XCHG_SKIP)
+    cr_skip_test("SKIP: libfabric tcp provider not available");
+  cr_expect_eq(codes[0], 0, "surviving rank exited with %d", codes[0]);
+  cr_expect_eq(codes[1], -SIGKILL, "rank 1 should have died by SIGKILL");
+}
+
+Test(transports_ofi, longer_message_is_mismatch) {
+  setenv("BRAID_OFI_PROVIDER", "tcp", 1);
+  g_want = 64;
+  job j = {2, 1, 4, 4096, body_mismatch};
+  expect_ok(&j, 30000);
+}
+
+Test(transports_ofi, shorter_message_is_mismatch) {
+  setenv("BRAID_OFI_PROVIDER", "tcp", 1);
+  g_want = 128;
+  job j = {2, 1, 4, 4096, body_mismatch};
+  expect_ok(&j, 30000);
+}
+
+static int body_never(boot *b, void *st, int rank, int n, char *err,
+                      size_t len) {
+  (void)b, (void)st, (void)rank, (void)n;
+  snprintf(err, len, "setup succeeded with an unknown provider");
+  return 40;
+}
+
+Test(transports_ofi, unknown_provider_fails_cleanly) {
+  setenv("BRAID_OFI_PROVIDER", "no-such-provider", 1);
+  job j = {2, 1, 4, 4096, body_never};
+  int codes[MAXR];
+  int64_t t0 = xchg_now_ms();
+  run_job(&j, codes, 30000);
+  cr_expect_eq(codes[0], XCHG_SKIP, "rank 0: %d, expected UNSUPPORTED",
+               codes[0]);
+  cr_expect_eq(codes[1], XCHG_SKIP, "rank 1: %d, expected UNSUPPORTED",
+               codes[1]);
+  cr_expect_lt(xchg_now_ms() - t0, 10000, "failing setup took too long");
+}
+
+Test(transports_ofi, bad_setup_arguments) {
+  tp_setup ts;
+  memset(&ts, 0, sizeof(ts));
+  void *st = (void *)1;
+  ts.nranks = 2;
+  ts.rank = 5;
+  ts.nchannels = 1;
+  ts.nslots = 4;
+  int r = tp_ofi.setup(&ts, NULL, &st);
+  cr_expect(r == BRAID_ERR_INVALID_ARG || r == BRAID_ERR_UNSUPPORTED,
+            "bad setup gave %d", r);
+  cr_expect_null(st);
+  cr_expect_neq(ts.errbuf[0], '\0', "no error text");
+}
+
+Test(transports_ofi, probe_names_the_default_provider) {
+  unsetenv("BRAID_OFI_PROVIDER");
+  char name[64] = "x";
+  int fast = ofi_probe_fast(name, sizeof(name));
+  /* This machine has only socket providers: tcp is chosen, not "fast". */
+  cr_expect_neq(name[0], '\0', "a provider should be found here");
+  if (strncmp(name, "tcp", 3) == 0 || strncmp(name, "net", 3) == 0)
+    cr_expect_eq(fast, 0, "%s is a socket provider", name);
+  setenv("BRAID_OFI_PROVIDER", "shm", 1);
+}
+
+Test(transports_ofi, send_window_is_bounded_tcp) {
+  setenv("BRAID_OFI_PROVIDER", "tcp", 1);
+  job j = {2, 1, 4, 1 << 20, body_window};
+  expect_ok(&j, 60000);
+}

@@ -1,0 +1,335 @@
+/*
+ * braid-topo: look at the machine as braid sees it.
+ *
+ *   braid-topo show    [--file F | --machine M] [--hosts N --nic-bw B]
+ *   braid-topo path    A B [--file F | --machine M]
+ *   braid-topo render  --format svg|png|dot -o OUT [--file F | --machine M]
+ *   braid-topo convert --from F --to G [--format nccl|hwloc|braid]
+ *   braid-topo models
+ *
+ * Without --file or --machine the machine is detected live. Subcommands are
+ * rows of one table; a new one (e.g. `schedule`) is one more row.
+ */
+#include "topology/topo.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RENDER_TIMEOUT_S 120
+
+typedef struct opts {
+  const char *file, *machine, *out, *format, *from, *to;
+  int hosts;
+  double nic_bw;
+  const char *pos[4];
+  int npos;
+} opts;
+
+typedef struct subcmd {
+  const char *name;
+  int (*run)(opts *o);
+  const char *usage;
+} subcmd;
+
+static int parse_opts(int argc, char **argv, opts *o) {
+  memset(o, 0, sizeof(*o));
+  o->hosts = 1;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    const char **dst = NULL;
+    if (!strcmp(a, "--file") || !strcmp(a, "-f"))
+      dst = &o->file;
+    else if (!strcmp(a, "--machine") || !strcmp(a, "-m"))
+      dst = &o->machine;
+    else if (!strcmp(a, "-o") || !strcmp(a, "--output"))
+      dst = &o->out;
+    else if (!strcmp(a, "--format"))
+      dst = &o->format;
+    else if (!strcmp(a, "--from"))
+      dst = &o->from;
+    else if (!strcmp(a, "--to"))
+      dst = &o->to;
+    else if (!strcmp(a, "--hosts") || !strcmp(a, "--nic-bw")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "braid-topo: %s needs a value\n", a);
+        return -1;
+      }
+      char *e;
+      double v = strtod(argv[++i], &e);
+      if (*e || e == argv[i] || v <= 0) {
+        fprintf(stderr, "braid-topo: %s: bad value '%s'\n", a, argv[i]);
+        return -1;
+      }
+      if (!strcmp(a, "--hosts"))
+        o->hosts = (int)v;
+      else
+        o->nic_bw = v;
+      continue;
+    } else if (a[0] == '-') {
+      fprintf(stderr, "braid-topo: unknown option '%s'\n", a);
+      return -1;
+    } else {
+      if (o->npos == 4) {
+        fprintf(stderr, "braid-topo: too many arguments\n");
+        return -1;
+      }
+      o->pos[o->npos++] = a;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "braid-topo: %s needs a value\n", a);
+      return -1;
+    }
+    *dst = argv[++i];
+  }
+  return 0;
+}
+
+/* The graph the options name: a file, a model (maybe replicated), or live. */
+static topo_graph *get_graph(const opts *o) {
+  char err[1024] = "";
+  topo_graph *g = NULL;
+  braid_result r;
+  if (o->file && o->machine) {
+    fprintf(stderr, "braid-topo: give --file or --machine, not both\n");
+    return NULL;
+  }
+  if (o->file)
+    r = topo_load(o->file, TOPO_FMT_AUTO, &g, err, sizeof(err));
+  else if (o->machine)
+    r = topo_model_load(o->machine, &g, err, sizeof(err));
+  else
+    r = topo_detect(&g, err, sizeof(err));
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "braid-topo: %s\n", err);
+    return NULL;
+  }
+  if (o->hosts > 1) {
+    topo_graph *c = NULL;
+    r = topo_cluster(g, o->hosts, o->nic_bw, &c, err, sizeof(err));
+    topo_graph_free(g);
+    if (r != BRAID_SUCCESS) {
+      fprintf(stderr, "braid-topo: %s\n", err);
+      return NULL;
+    }
+    g = c;
+  }
+  return g;
+}
+
+static int cmd_show(opts *o) {
+  topo_graph *g = get_graph(o);
+  if (!g)
+    return 1;
+  topo_print(g, stdout);
+  topo_graph_free(g);
+  return 0;
+}
+
+static int cmd_path(opts *o) {
+  if (o->npos != 2) {
+    fprintf(stderr, "braid-topo path: give two vertex names (GPU0 NIC3)\n");
+    return 2;
+  }
+  topo_graph *g = get_graph(o);
+  if (!g)
+    return 1;
+  int a = topo_find(g, o->pos[0]), b = topo_find(g, o->pos[1]);
+  int rc = 0;
+  topo_path p;
+  if (a < 0 || b < 0) {
+    fprintf(stderr, "braid-topo: no vertex '%s'\n",
+            a < 0 ? o->pos[0] : o->pos[1]);
+    rc = 1;
+  } else if (topo_path_get(g, a, b, &p) != BRAID_SUCCESS) {
+    fprintf(stderr, "braid-topo: out of memory\n");
+    rc = 1;
+  } else {
+    printf("%s -> %s: %s, %.2f GB/s, %.2f us, %d hops\n", o->pos[0], o->pos[1],
+           topo_pclass_name(p.cls), p.bw, p.lat_us, p.nhops);
+    for (int i = 0; i < p.nhops; i++) {
+      const topo_link *l = &g->links[p.links[i]];
+      printf("  %s -> %s  %s x%d %.2f GB/s\n", g->v[p.verts[i]].name,
+             g->v[p.verts[i + 1]].name, topo_ltype_name(l->type), l->count,
+             l->bw);
+    }
+    topo_path_release(&p);
+  }
+  topo_graph_free(g);
+  return rc;
+}
+
+/* Runs `dot -T<fmt> -o out in`, bounded by RENDER_TIMEOUT_S. */
+static int run_dot(const char *fmt, const char *in, const char *out) {
+  char tflag[16];
+  snprintf(tflag, sizeof(tflag), "-T%s", fmt);
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "braid-topo: fork: %s\n", strerror(errno));
+    return 1;
+  }
+  if (pid == 0) {
+    execlp("dot", "dot", tflag, "-o", out, in, (char *)NULL);
+    fprintf(stderr,
+            "braid-topo: cannot run Graphviz 'dot' (%s); install graphviz\n",
+            strerror(errno));
+    _exit(127);
+  }
+  struct timespec t0, now, nap = {0, 20 * 1000 * 1000};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    int st;
+    pid_t w = waitpid(pid, &st, WNOHANG);
+    if (w == pid) {
+      if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        return 0;
+      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 127))
+        fprintf(stderr, "braid-topo: dot failed (status %d)\n", st);
+      return 1;
+    }
+    if (w < 0 && errno != EINTR) {
+      fprintf(stderr, "braid-topo: waitpid: %s\n", strerror(errno));
+      return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - t0.tv_sec > RENDER_TIMEOUT_S) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      fprintf(stderr, "braid-topo: dot took more than %d s\n",
+              RENDER_TIMEOUT_S);
+      return 1;
+    }
+    nanosleep(&nap, NULL);
+  }
+}
+
+static int cmd_render(opts *o) {
+  const char *fmt = o->format ? o->format : "svg";
+  if (strcmp(fmt, "svg") && strcmp(fmt, "png") && strcmp(fmt, "dot")) {
+    fprintf(stderr, "braid-topo render: --format svg, png or dot\n");
+    return 2;
+  }
+  if (!o->out) {
+    fprintf(stderr, "braid-topo render: -o OUT is required\n");
+    return 2;
+  }
+  topo_graph *g = get_graph(o);
+  if (!g)
+    return 1;
+  int rc = 0;
+  if (!strcmp(fmt, "dot")) {
+    FILE *f = strcmp(o->out, "-") ? fopen(o->out, "w") : stdout;
+    if (!f || topo_write_dot(g, f) != BRAID_SUCCESS) {
+      fprintf(stderr, "braid-topo: cannot write %s\n", o->out);
+      rc = 1;
+    }
+    if (f && f != stdout && fclose(f))
+      rc = 1;
+  } else {
+    char tmp[] = "/tmp/braid-topo-XXXXXX.dot";
+    int fd = mkstemps(tmp, 4);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f || topo_write_dot(g, f) != BRAID_SUCCESS || fclose(f)) {
+      fprintf(stderr, "braid-topo: cannot write a temporary file\n");
+      rc = 1;
+    } else
+      rc = run_dot(fmt, tmp, o->out);
+    if (fd >= 0)
+      unlink(tmp);
+  }
+  topo_graph_free(g);
+  return rc;
+}
+
+static int cmd_convert(opts *o) {
+  if (!o->from || !o->to) {
+    fprintf(stderr, "braid-topo convert: --from F and --to G are required\n");
+    return 2;
+  }
+  int fmt = TOPO_FMT_AUTO;
+  if (o->format && (fmt = topo_format_parse(o->format)) < 0) {
+    fprintf(stderr, "braid-topo convert: --format nccl, hwloc or braid\n");
+    return 2;
+  }
+  char err[1024];
+  topo_graph *g = NULL;
+  if (topo_load(o->from, TOPO_FMT_AUTO, &g, err, sizeof(err)) !=
+      BRAID_SUCCESS) {
+    fprintf(stderr, "braid-topo: %s\n", err);
+    return 1;
+  }
+  int rc = 0;
+  if (topo_save(g, o->to, (topo_format)fmt, err, sizeof(err)) !=
+      BRAID_SUCCESS) {
+    fprintf(stderr, "braid-topo: %s\n", err);
+    rc = 1;
+  }
+  topo_graph_free(g);
+  return rc;
+}
+
+static int cmd_models(opts *o) {
+  (void)o;
+  const char *const *n = topo_model_names();
+  for (int i = 0; n[i]; i++) {
+    char err[512];
+    topo_graph *g = NULL;
+    if (topo_model_load(n[i], &g, err, sizeof(err)) != BRAID_SUCCESS) {
+      printf("%-12s (%s)\n", n[i], err);
+      continue;
+    }
+    printf("%-12s %-12s %d GPU, %d NIC, %d NUMA, %d PCI switch, %d NVSwitch\n",
+           n[i], g->name, topo_count(g, TOPO_GPU), topo_count(g, TOPO_NIC),
+           topo_count(g, TOPO_CPU), topo_count(g, TOPO_PCI),
+           topo_count(g, TOPO_NVS));
+    topo_graph_free(g);
+  }
+  return 0;
+}
+
+static const subcmd cmds[] = {
+    {"show", cmd_show,
+     "show [--file F | --machine M] [--hosts N [--nic-bw GBps]]\n"
+     "      the machine as a tree and the GPU/NIC matrix (nvidia-smi topo -m)"},
+    {"path", cmd_path,
+     "path A B [--file F | --machine M]\n"
+     "      the path between two vertices: class, bandwidth, hops"},
+    {"render", cmd_render,
+     "render --format svg|png|dot -o OUT [--file F | --machine M] [--hosts N]\n"
+     "      draw the graph with Graphviz"},
+    {"convert", cmd_convert,
+     "convert --from F --to G [--format nccl|hwloc|braid]\n"
+     "      between NCCL XML, hwloc XML and braid's format (default: .xml "
+     "NCCL, else braid)"},
+    {"models", cmd_models, "models\n      the machine models braid ships"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: braid-topo COMMAND [options]\n\n");
+  for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+    fprintf(f, "  braid-topo %s\n", cmds[i].usage);
+  fprintf(f, "\nWithout --file or --machine the machine is detected live.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+    if (!strcmp(argv[1], cmds[i].name)) {
+      opts o;
+      if (parse_opts(argc - 2, argv + 2, &o))
+        return 2;
+      return cmds[i].run(&o);
+    }
+  fprintf(stderr, "braid-topo: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,4 @@
+# braid-topo: show, render and convert machine topologies (topology/).
+add_executable(braid-topo ${CMAKE_CURRENT_SOURCE_DIR}/braid-topo.c)
+target_link_libraries(braid-topo PRIVATE braid_internal)
+install(TARGETS braid-topo RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

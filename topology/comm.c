@@ -1,0 +1,37 @@
+/*
+ * The runtime's entry point: the topology a communicator uses.
+ */
+#include "src/config.h"
+#include "src/log.h"
+#include "topology/topo_int.h"
+
+#include <string.h>
+
+braid_result topo_for_comm(topo_graph **out, char *err, size_t errlen) {
+  *out = NULL;
+  const cfg_env *cfg = cfg_get();
+  braid_result r;
+  if (cfg && cfg->topo_file && cfg->topo_file[0]) {
+    r = topo_load(cfg->topo_file, TOPO_FMT_AUTO, out, err, errlen);
+    if (r != BRAID_SUCCESS) {
+      WARN(LOG_TOPO, "BRAID_TOPO_FILE: %s", err ? err : "cannot load");
+      return r;
+    }
+    INFO(LOG_TOPO, "topology from BRAID_TOPO_FILE=%s", cfg->topo_file);
+  } else {
+    r = topo_detect(out, err, errlen);
+    if (r != BRAID_SUCCESS) {
+      WARN(LOG_TOPO, "topology detection failed: %s", err ? err : "");
+      return r;
+    }
+  }
+  if (cfg && cfg->topo_dump_file && cfg->topo_dump_file[0]) {
+    r = topo_save(*out, cfg->topo_dump_file, TOPO_FMT_AUTO, err, errlen);
+    if (r != BRAID_SUCCESS) /* the topology is fine; only the dump failed */
+      WARN(LOG_TOPO, "BRAID_TOPO_DUMP_FILE: %s", err ? err : "cannot write");
+    else
+      INFO(LOG_TOPO, "topology written to BRAID_TOPO_DUMP_FILE=%s",
+           cfg->topo_dump_file);
+  }
+  return BRAID_SUCCESS;
+}

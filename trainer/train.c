@@ -1,0 +1,275 @@
+#include "train.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bucket.h"
+
+void train_opts_default(train_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->epochs = 10;
+  o->batch = 256;
+  o->lr = 0.2f;
+  o->seed = 42;
+  o->bucket_mb = 0.05;
+  o->overlap = 1;
+  o->eval = 1;
+}
+
+__attribute__((format(printf, 3, 4))) static void
+seterr(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  /* the analyzer misreads va_start in static variadic functions */
+  // NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized)
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+#define PIXELS (LENET_IN * LENET_IN)
+
+static void gather(const dataset *ds, const uint32_t *idx, int n, float *x,
+                   uint8_t *y) {
+  for (int i = 0; i < n; i++) {
+    const uint8_t *src = ds->images + (size_t)idx[i] * PIXELS;
+    float *dst = x + (size_t)i * PIXELS;
+    for (int j = 0; j < PIXELS; j++)
+      dst[j] = (float)src[j] * (1.0f / 255.0f);
+    y[i] = ds->labels[idx[i]];
+  }
+}
+
+static void shuffle(uint32_t *perm, size_t n, uint64_t seed, int epoch) {
+  for (size_t i = 0; i < n; i++)
+    perm[i] = (uint32_t)i;
+  rng r = {seed * 0x100000001b3ull + (uint64_t)epoch + 1};
+  for (size_t i = n; i > 1; i--) { /* Fisher-Yates */
+    size_t j = (size_t)(rng_next(&r) % i);
+    uint32_t t = perm[i - 1];
+    perm[i - 1] = perm[j];
+    perm[j] = t;
+  }
+}
+
+/* Shard [lo, hi) of a range of n items for rank r of size. */
+static void shard(size_t n, int r, int size, size_t *lo, size_t *hi) {
+  if (size < 1) {
+    *lo = *hi = 0;
+    return;
+  }
+  *lo = n * (size_t)r / (size_t)size;
+  *hi = n * (size_t)(r + 1) / (size_t)size;
+}
+
+static int fail(dist *d, const char *what, braid_result r, char *err,
+                size_t errlen) {
+  seterr(err, errlen, "rank %d: %s: %s: %s", d->rank, what,
+         braid_result_string(r), dist_error(d));
+  return -1;
+}
+
+/* Test accuracy and loss, each rank a shard, counts summed. */
+static int evaluate(dist *d, lenet *m, const dataset *ds, float *x, uint8_t *y,
+                    uint32_t *idx, double *acc, double *loss, char *err,
+                    size_t errlen) {
+  size_t lo, hi;
+  shard(ds->n, d->rank, d->size, &lo, &hi);
+  double tot[3] = {0, 0, 0}; /* loss, correct, count */
+  for (size_t s = lo; s < hi; s += (size_t)m->maxb) {
+    int b = (int)(hi - s < (size_t)m->maxb ? hi - s : (size_t)m->maxb);
+    for (int i = 0; i < b; i++)
+      idx[i] = (uint32_t)(s + (size_t)i);
+    gather(ds, idx, b, x, y);
+    double l;
+    long c;
+    lenet_evaluate(m, b, x, y, &l, &c);
+    tot[0] += l;
+    tot[1] += (double)c;
+    tot[2] += b;
+  }
+  braid_result r = dist_allreduce(d, tot, 3, BRAID_FLOAT64, BRAID_SUM);
+  if (r != BRAID_SUCCESS)
+    return fail(d, "allreduce of test counts", r, err, errlen);
+  *acc = tot[2] > 0 ? tot[1] / tot[2] : 0.0;
+  *loss = tot[2] > 0 ? tot[0] / tot[2] : 0.0;
+  return 0;
+}
+
+int train_run(const train_opts *o, dist *d, lenet *m, const dataset *train,
+              const dataset *test, train_result *res, char *err,
+              size_t errlen) {
+  memset(res, 0, sizeof *res);
+  if (d->size < 1 || d->rank < 0 || d->rank >= d->size) {
+    seterr(err, errlen, "bad communicator: rank %d of %d", d->rank, d->size);
+    return -1;
+  }
+  if (o->batch < 1 || o->epochs < 1 || !(o->lr > 0.0f) || o->bucket_mb < 0) {
+    seterr(err, errlen, "bad options: batch %d, epochs %d, lr %g, bucket %g",
+           o->batch, o->epochs, (double)o->lr, o->bucket_mb);
+    return -1;
+  }
+  const int per_rank = (o->batch + d->size - 1) / d->size;
+  if (m->maxb < per_rank || m->maxb < 1) {
+    seterr(err, errlen, "model workspace holds %d images, a shard needs %d",
+           m->maxb, per_rank);
+    return -1;
+  }
+  if (train->n == 0 || train->n > UINT32_MAX) {
+    seterr(err, errlen, "training set has %zu images", train->n);
+    return -1;
+  }
+
+  size_t offs[LENET_NTENSORS], counts[LENET_NTENSORS];
+  for (int i = 0; i < LENET_NTENSORS; i++) {
+    offs[i] = m->t[i].off;
+    counts[i] = m->t[i].count;
+  }
+  bucketer bk;
+  size_t cap = (size_t)(o->bucket_mb * 1024.0 * 1024.0);
+  if (bucketer_plan(&bk, LENET_NTENSORS, offs, counts, cap, d, m->grads,
+                    o->overlap, BRAID_AVG) != 0) {
+    seterr(err, errlen, "cannot plan gradient buckets");
+    return -1;
+  }
+  res->nbuckets = bk.nbuckets;
+
+  float *x = malloc((size_t)m->maxb * PIXELS * sizeof(float));
+  uint8_t *y = malloc((size_t)m->maxb);
+  uint32_t *perm = malloc(train->n * sizeof(uint32_t));
+  uint32_t *idx = malloc((size_t)m->maxb * sizeof(uint32_t));
+  int rc = -1;
+  if (!x || !y || !perm || !idx) {
+    seterr(err, errlen, "out of memory");
+    goto out;
+  }
+
+  /* Everyone starts from rank 0's parameters. */
+  lenet_init_params(m, o->seed);
+  braid_result r = dist_broadcast(d, m->params, m->nparams, BRAID_FLOAT32, 0);
+  if (r != BRAID_SUCCESS) {
+    fail(d, "broadcast of the initial parameters", r, err, errlen);
+    goto out;
+  }
+
+  const size_t nsteps_epoch = (train->n + (size_t)o->batch - 1) / o->batch;
+  double train_time = 0.0, train_wait = 0.0;
+  long step = 0;
+  int stop = 0;
+  for (int ep = 0; ep < o->epochs && !stop; ep++) {
+    if (o->steps > 0 && step >= o->steps)
+      break;
+    shuffle(perm, train->n, o->seed, ep);
+    double t0 = dist_now(), w0 = d->wait_s;
+    double tot[3] = {0, 0, 0}; /* loss, correct, count */
+    for (size_t s = 0; s < nsteps_epoch; s++) {
+      if (o->steps > 0 && step >= o->steps) {
+        stop = 1;
+        break;
+      }
+      const size_t start = s * (size_t)o->batch;
+      const size_t g = train->n - start < (size_t)o->batch ? train->n - start
+                                                           : (size_t)o->batch;
+      size_t lo, hi;
+      shard(g, d->rank, d->size, &lo, &hi);
+      const int b = (int)(hi - lo);
+      gather(train, perm + start + lo, b, x, y);
+      /* Local gradients of (size / g) * sum of losses: their average over
+       * the ranks is the gradient of the global batch's mean loss. */
+      const float scale = (float)d->size / (float)g;
+      double l;
+      long c;
+      bucketer_begin(&bk);
+      int e = lenet_train_step(m, b, x, y, scale, &l, &c, bucketer_ready, &bk);
+      if (e != 0) {
+        dist_wait(d);
+        fail(d, "gradient allreduce", (braid_result)e, err, errlen);
+        goto out;
+      }
+      r = bucketer_finish(&bk);
+      if (r != BRAID_SUCCESS) {
+        fail(d, "gradient allreduce", r, err, errlen);
+        goto out;
+      }
+      lenet_sgd(m, o->lr);
+      tot[0] += l;
+      tot[1] += (double)c;
+      tot[2] += b;
+      step++;
+    }
+    r = dist_allreduce(d, tot, 3, BRAID_FLOAT64, BRAID_SUM);
+    if (r != BRAID_SUCCESS) {
+      fail(d, "allreduce of training counts", r, err, errlen);
+      goto out;
+    }
+    const double et = dist_now() - t0, ew = d->wait_s - w0;
+    train_time += et;
+    train_wait += ew;
+    res->epochs_run = ep + 1;
+    res->loss = tot[2] > 0 ? tot[0] / tot[2] : 0.0;
+    res->train_acc = tot[2] > 0 ? tot[1] / tot[2] : 0.0;
+    double te0 = dist_now(), tloss = 0.0;
+    if (test && o->eval) {
+      if (evaluate(d, m, test, x, y, idx, &res->test_acc, &tloss, err,
+                   errlen) != 0)
+        goto out;
+    }
+    const double evt = dist_now() - te0;
+    if (o->log && d->rank == 0) {
+      char tacc[32] = "-";
+      if (test && o->eval)
+        snprintf(tacc, sizeof tacc, "%.4f", res->test_acc);
+      fprintf(o->log,
+              "epoch %2d/%d  loss %.4f  train acc %.4f  test acc %s  "
+              "time %.2f s (+%.2f s eval)  comm wait %.1f%%%s\n",
+              ep + 1, o->epochs, res->loss, res->train_acc, tacc, et, evt,
+              et > 0 ? 100.0 * ew / et : 0.0,
+              stop ? "  (stopped by --steps)" : "");
+      fflush(o->log);
+    }
+  }
+  res->steps = step;
+  res->epoch_s = res->epochs_run ? train_time / res->epochs_run : 0.0;
+  res->comm_share = train_time > 0 ? train_wait / train_time : 0.0;
+
+  /* Replica check: identical parameters give one hash, so min == max. */
+  res->hash = lenet_param_hash(m);
+  uint64_t hmin = res->hash, hmax = res->hash;
+  r = dist_allreduce(d, &hmin, 1, BRAID_UINT64, BRAID_MIN);
+  if (r == BRAID_SUCCESS)
+    r = dist_allreduce(d, &hmax, 1, BRAID_UINT64, BRAID_MAX);
+  if (r != BRAID_SUCCESS) {
+    fail(d, "allreduce of the parameter hash", r, err, errlen);
+    goto out;
+  }
+  res->replicas_identical = hmin == hmax && hmin == res->hash;
+  if (o->save_params && d->rank == 0 &&
+      train_save_params(m, o->save_params, err, errlen) != 0)
+    goto out;
+  rc = 0;
+out:
+  free(x);
+  free(y);
+  free(perm);
+  free(idx);
+  return rc;
+}
+
+int train_save_params(const lenet *m, const char *path, char *err,
+                      size_t errlen) {
+  FILE *f = fopen(path, "wb");
+  if (!f) {
+    seterr(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+    return -1;
+  }
+  size_t w = fwrite(m->params, sizeof(float), m->nparams, f);
+  int bad = w != m->nparams;
+  if (fclose(f) != 0)
+    bad = 1;
+  if (bad) {
+    seterr(err, errlen, "%s: write failed: %s", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,827 @@
+/*
+ * Shared-memory transport between the ranks of one host: rings of slots in
+ * POSIX shm segments, single-copy reads (CMA) for large messages, a futex
+ * doorbell per rank, pidfd liveness checks. The layout and the protocol are
+ * described in transports/shm.h.
+ */
+#include "transports/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdalign.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "src/bootstrap.h"
+#include "src/config.h"
+#include "src/log.h"
+
+#ifndef PR_SET_PTRACER
+#define PR_SET_PTRACER 0x59616d61
+#endif
+#ifndef PR_SET_PTRACER_ANY
+#define PR_SET_PTRACER_ANY ((unsigned long)-1)
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+static _Atomic int shm_cma_mode = -1;
+static _Atomic unsigned shm_counter;
+static _Atomic int shm_cma_logged;
+
+void shm_force_cma(int mode) { atomic_store(&shm_cma_mode, mode); }
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+static void seterr(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void seterr(char *buf, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, len, fmt, ap);
+  va_end(ap);
+}
+
+#define CERR(c, code, ...)                                                     \
+  (seterr((c)->st->err, sizeof((c)->st->err), __VA_ARGS__),                    \
+   WARN(LOG_SHM, "%s", (c)->st->err), (c)->err = (code))
+
+/* A bad argument: named in last_error, the connection stays usable. */
+#define AERR(c, ...)                                                           \
+  ((c) ? seterr((c)->st->err, sizeof((c)->st->err), __VA_ARGS__) : (void)0,    \
+   BRAID_ERR_INVALID_ARG)
+
+static void futex_wake(_Atomic uint32_t *w) {
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void bell_ring(shm_hdr *h) {
+  atomic_fetch_add_explicit(&h->bell, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&h->sleeping, memory_order_seq_cst))
+    futex_wake(&h->bell);
+}
+
+static shm_ring *ring_at(shm_hdr *h, int lpeer, int channel) {
+  uint64_t i = (uint64_t)lpeer * (uint64_t)h->nchannels + (uint64_t)channel;
+  return (shm_ring *)((char *)h + h->rings_off + i * h->ring_bytes);
+}
+
+static shm_slot *slot_at(char *base, uint64_t stride, uint64_t n,
+                         uint64_t idx) {
+  return (shm_slot *)(base + (idx % n) * stride);
+}
+
+static uint64_t job_token(boot *b) {
+  size_t len = 0;
+  const uint8_t *s = b ? boot_secret(b, &len) : NULL;
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; s && i < len; i++)
+    h = (h ^ s[i]) * 1099511628211ULL;
+  return h & 0xffffffffffffULL;
+}
+
+/* ---- send side ---------------------------------------------------------- */
+
+static uint64_t tx_free(tp_conn *c) {
+  if (c->tx_prod - c->tx_tail >= c->tx_nslots)
+    c->tx_tail = atomic_load_explicit(&c->tx->tail, memory_order_acquire);
+  return c->tx_nslots - (c->tx_prod - c->tx_tail);
+}
+
+/* Fills the next slot's header and publishes it. */
+static void tx_publish(tp_conn *c, shm_slot *s, uint64_t len, uint64_t off,
+                       uint64_t addr, uint32_t frag, uint32_t kind) {
+  s->msg_len = len;
+  s->off = off;
+  s->addr = addr;
+  s->frag_len = frag;
+  s->kind = kind;
+  atomic_store_explicit(&s->seq, c->tx_prod + 1, memory_order_release);
+  c->tx_prod++;
+}
+
+/* Pushes as many fragments of the pending message as there are free slots.
+ * Returns 1 when the message is fully pushed. */
+static int tx_push(tp_conn *c) {
+  int pushed = 0;
+  while (c->pend_frags > 0 && tx_free(c) > 0) {
+    shm_slot *s = slot_at(c->tx_base, c->tx_stride, c->tx_nslots, c->tx_prod);
+    uint64_t n = c->pend_len - c->pend_off;
+    if (n > c->tx_cap)
+      n = c->tx_cap;
+    if (n)
+      memcpy((char *)s + sizeof(shm_slot), c->pend_src + c->pend_off, n);
+    tx_publish(c, s, c->pend_len, c->pend_off, 0, (uint32_t)n, SHM_KIND_DATA);
+    c->pend_off += n;
+    c->pend_frags--;
+    pushed = 1;
+  }
+  if (pushed)
+    bell_ring(c->tx_hdr);
+  return c->pend_frags == 0;
+}
+
+static void pend_progress(shm_state *st) {
+  for (int i = 0; i < st->npend;) {
+    if (tx_push(st->pend[i]))
+      st->pend[i] = st->pend[--st->npend];
+    else
+      i++;
+  }
+}
+
+/* Forgets single-copy sends the receiver has released. */
+static void cmaq_pop(tp_conn *c) {
+  c->tx_tail = atomic_load_explicit(&c->tx->tail, memory_order_acquire);
+  while (c->cmaq_n > 0 && c->cmaq[c->cmaq_head].slot_end <= c->tx_tail) {
+    c->cmaq_head = (c->cmaq_head + 1) % c->tx_nslots;
+    c->cmaq_n--;
+  }
+}
+
+static int shm_isend_mode(tp_conn *c, const void *src, size_t len,
+                          uint64_t *ticket, int allow_cma) {
+  if (!c || !ticket || (!src && len))
+    return AERR(c, "shm isend to rank %d: %s is NULL", c->peer,
+                ticket ? "src" : "ticket");
+  if (c->err)
+    return c->err;
+  pend_progress(c->st);
+  if (c->pend_frags > 0 || tx_free(c) == 0)
+    return TP_AGAIN;
+  if (allow_cma && c->tx_cma && len > 0 && len >= c->st->cma_threshold) {
+    cmaq_pop(c); /* at most nslots - 1 remain: one slot is free */
+    shm_slot *s = slot_at(c->tx_base, c->tx_stride, c->tx_nslots, c->tx_prod);
+    tx_publish(c, s, len, 0, (uint64_t)(uintptr_t)src, 0, SHM_KIND_CMA);
+    shm_cmaq *q = &c->cmaq[(c->cmaq_head + c->cmaq_n) % c->tx_nslots];
+    q->msgno = ++c->tx_msgno;
+    q->slot_end = c->tx_prod;
+    c->cmaq_n++;
+    c->cma_sent++;
+    bell_ring(c->tx_hdr);
+    *ticket = c->tx_msgno;
+    return BRAID_SUCCESS;
+  }
+  c->pend_src = src;
+  c->pend_len = len;
+  c->pend_off = 0;
+  c->pend_frags = len == 0 ? 1 : (len + c->tx_cap - 1) / c->tx_cap;
+  c->pend_msgno = ++c->tx_msgno;
+  if (!tx_push(c))
+    c->st->pend[c->st->npend++] = c;
+  *ticket = c->tx_msgno;
+  return BRAID_SUCCESS;
+}
+
+static int shm_isend(tp_conn *c, const void *src, size_t len,
+                     uint64_t *ticket) {
+  return shm_isend_mode(c, src, len, ticket, 1);
+}
+
+/* The source may change once this returns: never single-copy. */
+static int shm_isend_copy(tp_conn *c, const void *src, size_t len,
+                          uint64_t *ticket) {
+  return shm_isend_mode(c, src, len, ticket, 0);
+}
+
+static int shm_send_done(tp_conn *c, uint64_t ticket) {
+  if (!c || ticket > c->tx_msgno)
+    return AERR(c, "shm send_done to rank %d: ticket %" PRIu64 " never issued",
+                c->peer, ticket);
+  if (c->err)
+    return c->err;
+  pend_progress(c->st);
+  if (c->pend_frags > 0 && c->pend_msgno <= ticket)
+    return TP_AGAIN;
+  if (c->cmaq_n == 0)
+    return BRAID_SUCCESS;
+  cmaq_pop(c);
+  if (c->cmaq_n > 0 && c->cmaq[c->cmaq_head].msgno <= ticket)
+    return TP_AGAIN;
+  return BRAID_SUCCESS;
+}
+
+/* ---- receive side ------------------------------------------------------- */
+
+static int cma_read(tp_conn *c, void *dst, uint64_t raddr, size_t len) {
+  shm_peer *p = &c->st->peers[c->lpeer];
+  size_t done = 0;
+  while (done < len) {
+    struct iovec l = {(char *)dst + done, len - done};
+    struct iovec r = {(void *)(uintptr_t)(raddr + done), len - done};
+    ssize_t n = process_vm_readv(p->pid, &l, 1, &r, 1, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      int e = n < 0 ? errno : EIO;
+      return CERR(c, e == ESRCH ? BRAID_ERR_REMOTE : BRAID_ERR_SYSTEM,
+                  "shm recv from rank %d channel %d: single-copy read of %zu "
+                  "bytes from pid %d failed: %s",
+                  c->peer, c->channel, len - done, p->pid, strerror(e));
+    }
+    done += (size_t)n;
+  }
+  return BRAID_SUCCESS;
+}
+
+static int cma_reduce(tp_conn *c, const char *src, char *dst, uint64_t raddr,
+                      size_t len, const tp_reducer *r) {
+  if (!c->bounce && !(c->bounce = aligned_alloc(SHM_CL, SHM_PIECE)))
+    return CERR(c, BRAID_ERR_NOMEM, "shm recv_reduce from rank %d: no memory",
+                c->peer);
+  size_t piece = SHM_PIECE - SHM_PIECE % r->elem_size;
+  for (size_t off = 0; off < len; off += piece) {
+    size_t n = len - off < piece ? len - off : piece;
+    int rc = cma_read(c, c->bounce, raddr + off, n);
+    if (rc)
+      return rc;
+    r->fn(dst + off, src + off, c->bounce, n / r->elem_size);
+  }
+  return BRAID_SUCCESS;
+}
+
+/* Consumes published slots of the current message; reduces when r != NULL. */
+static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
+                       const tp_reducer *r) {
+  if (c->err)
+    return c->err;
+  pend_progress(c->st);
+  int rc = TP_AGAIN, freed = 0;
+  uint64_t nslots = (uint64_t)c->st->nslots;
+  uint64_t stride = c->st->me->slot_bytes;
+  for (;;) {
+    shm_slot *s = slot_at(c->rx_base, stride, nslots, c->rx_cons);
+    if (atomic_load_explicit(&s->seq, memory_order_acquire) != c->rx_cons + 1)
+      break;
+    if (s->msg_len != len) {
+      rc = CERR(c, BRAID_ERR_MISMATCH,
+                "shm recv from rank %d channel %d: message has %" PRIu64
+                " bytes, the receive expects %zu",
+                c->peer, c->channel, s->msg_len, len);
+      break;
+    }
+    if (s->kind == SHM_KIND_CMA) {
+      if (c->rx_off != 0) {
+        rc =
+            CERR(c, BRAID_ERR_INTERNAL,
+                 "shm recv from rank %d: descriptor inside a message", c->peer);
+        break;
+      }
+      rc = r ? cma_reduce(c, src, dst, s->addr, len, r)
+             : cma_read(c, dst, s->addr, len);
+      if (rc)
+        break;
+      c->rx_off = len;
+      c->cma_recvd++;
+    } else {
+      uint64_t n = s->frag_len;
+      if (s->kind != SHM_KIND_DATA || s->off != c->rx_off ||
+          n > c->st->me->slot_data || n > len - c->rx_off ||
+          (r && n % r->elem_size)) {
+        rc = CERR(c, BRAID_ERR_INTERNAL,
+                  "shm recv from rank %d channel %d: bad slot (kind %u, "
+                  "offset %" PRIu64 ", %" PRIu64 " bytes) at offset %" PRIu64,
+                  c->peer, c->channel, s->kind, s->off, n, c->rx_off);
+        break;
+      }
+      const char *data = (const char *)s + sizeof(shm_slot);
+      if (r && n)
+        r->fn(dst + c->rx_off, src + c->rx_off, data, n / r->elem_size);
+      else if (n)
+        memcpy(dst + c->rx_off, data, n);
+      c->rx_off += n;
+    }
+    c->rx_cons++;
+    atomic_store_explicit(&c->rx->tail, c->rx_cons, memory_order_release);
+    freed = 1;
+    if (c->rx_off == len) {
+      c->rx_off = 0;
+      rc = BRAID_SUCCESS;
+      break;
+    }
+  }
+  if (freed)
+    bell_ring(c->st->peers[c->lpeer].hdr);
+  return rc;
+}
+
+static int shm_recv(tp_conn *c, void *dst, size_t len) {
+  if (!c || (!dst && len))
+    return AERR(c, "shm recv from rank %d: dst is NULL", c->peer);
+  return rx_progress(c, NULL, dst, len, NULL);
+}
+
+static int shm_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
+                           const tp_reducer *r) {
+  if (!c || (len && (!src || !dst)) || !r || !r->fn || r->elem_size == 0 ||
+      r->elem_size > SHM_CL || (r->elem_size & (r->elem_size - 1)) ||
+      len % r->elem_size) /* fragments hold whole elements */
+    return AERR(c,
+                "shm recv_reduce from rank %d: NULL buffer or reducer, or "
+                "%zu bytes not a multiple of an element size (1..64, power "
+                "of two) of %zu",
+                c->peer, len, r ? r->elem_size : 0);
+  return rx_progress(c, src, dst, len, r);
+}
+
+static int shm_pollfd(tp_conn *c) {
+  (void)c;
+  return -1;
+}
+
+/* ---- doorbell and liveness ---------------------------------------------- */
+
+static uint32_t shm_bell_read(void *state) {
+  shm_state *st = state;
+  if (!st->me)
+    return st->lone_bell;
+  return atomic_load_explicit(&st->me->bell, memory_order_acquire);
+}
+
+static void shm_bell_wait(void *state, uint32_t seen, int timeout_us) {
+  shm_state *st = state;
+  if (timeout_us <= 0)
+    return;
+  struct timespec ts = {timeout_us / 1000000, (timeout_us % 1000000) * 1000L};
+  if (!st->me) {
+    nanosleep(&ts, NULL);
+    return;
+  }
+  atomic_fetch_add_explicit(&st->me->sleeping, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&st->me->bell, memory_order_seq_cst) == seen)
+    syscall(SYS_futex, (uint32_t *)&st->me->bell, FUTEX_WAIT, seen, &ts, NULL,
+            0);
+  atomic_fetch_sub_explicit(&st->me->sleeping, 1, memory_order_seq_cst);
+}
+
+static int proc_gone(int pid) {
+  char path[64], buf[256];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+  if (fd >= 0)
+    close(fd);
+  if (n <= 0) /* no /proc: ask the kernel whether the pid exists */
+    return kill(pid, 0) != 0 && errno == ESRCH;
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')'); /* the state follows the command */
+  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* 1 when a message copied in by peer i still waits in one of our rings: a
+ * peer that exited after its last send is reported only once that is read. */
+static int rx_waiting(shm_state *st, int i) {
+  for (int ch = 0; ch < st->nchannels; ch++) {
+    tp_conn *c = &st->conns[i * st->nchannels + ch];
+    shm_slot *s = slot_at(c->rx_base, st->me->slot_bytes, (uint64_t)st->nslots,
+                          c->rx_cons);
+    if (atomic_load_explicit(&s->seq, memory_order_acquire) == c->rx_cons + 1 &&
+        s->kind == SHM_KIND_DATA)
+      return 1;
+  }
+  return 0;
+}
+
+static int shm_check_peers(void *state, int *dead_rank) {
+  shm_state *st = state;
+  for (int i = 0; i < st->npeers; i++) {
+    shm_peer *p = &st->peers[i];
+    if (!p->pid_ok)
+      continue;
+    if (!p->dead) {
+      if (p->pidfd >= 0) {
+        struct pollfd pf = {p->pidfd, POLLIN, 0};
+        p->dead = poll(&pf, 1, 0) > 0 && (pf.revents & (POLLIN | POLLHUP));
+      } else {
+        p->dead = proc_gone(p->pid);
+      }
+    }
+    if (p->dead && !rx_waiting(st, i)) {
+      int cause = atomic_load(&p->hdr->cause);
+      if (cause >= 0 && cause != st->rank) {
+        if (dead_rank)
+          *dead_rank = cause;
+        seterr(st->err, sizeof(st->err),
+               "shm: rank %d died; rank %d (pid %d) then left", cause,
+               p->rank, p->pid);
+        return BRAID_ERR_REMOTE;
+      }
+      if (dead_rank)
+        *dead_rank = p->rank;
+      seterr(st->err, sizeof(st->err),
+             "shm: rank %d (pid %d) on this host has exited", p->rank, p->pid);
+      return BRAID_ERR_REMOTE;
+    }
+  }
+  pend_progress(st);
+  return BRAID_SUCCESS;
+}
+
+static void shm_set_cause(void *state, int dead_rank) {
+  shm_state *st = state;
+  if (st != NULL && st->me != NULL)
+    atomic_store(&st->me->cause, dead_rank);
+}
+
+static const char *shm_last_error(void *state) {
+  return state ? ((shm_state *)state)->err : "shm: no state";
+}
+
+static tp_conn *shm_conn(void *state, int peer, int channel) {
+  shm_state *st = state;
+  if (!st || peer < 0 || peer >= st->nranks || channel < 0 ||
+      channel >= st->nchannels || st->lidx[peer] < 0)
+    return NULL;
+  return &st->conns[st->lidx[peer] * st->nchannels + channel];
+}
+
+int shm_peer_cma(void *state, int peer) {
+  tp_conn *c = shm_conn(state, peer, 0);
+  return c ? c->tx_cma : 0;
+}
+
+uint64_t shm_conn_cma_sent(const tp_conn *c) { return c ? c->cma_sent : 0; }
+uint64_t shm_conn_cma_recvd(const tp_conn *c) { return c ? c->cma_recvd : 0; }
+
+/* ---- setup and teardown ------------------------------------------------- */
+
+static void shm_teardown(void *state) {
+  shm_state *st = state;
+  if (!st)
+    return;
+  for (int i = 0; st->peers && i < st->npeers; i++) {
+    shm_peer *p = &st->peers[i];
+    if (p->hdr)
+      munmap(p->hdr, p->size);
+    if (p->pidfd >= 0)
+      close(p->pidfd);
+  }
+  if (st->me)
+    munmap(st->me, st->me_size);
+  for (int i = 0; st->conns && i < st->npeers * st->nchannels; i++) {
+    free(st->conns[i].cmaq);
+    free(st->conns[i].bounce);
+  }
+  free(st->conns);
+  free(st->pend);
+  free(st->peers);
+  free(st->lidx);
+  free(st);
+}
+
+static void seg_unlink(shm_state *st) {
+  if (st->name[0] && !st->unlinked)
+    shm_unlink(st->name);
+  st->unlinked = 1;
+}
+
+typedef struct shm_rec {
+  char name[64];
+  int32_t pid, status;
+  uint64_t size, pidns;
+} shm_rec;
+
+static uint64_t pidns_id(void) {
+  struct stat sb;
+  if (stat("/proc/self/ns/pid", &sb) != 0)
+    return 0;
+  return (uint64_t)sb.st_ino ^ ((uint64_t)sb.st_dev << 32);
+}
+
+#define SERR(st_, code, ...)                                                   \
+  (seterr((st_)->errbuf, sizeof((st_)->errbuf), __VA_ARGS__), (code))
+
+/* Creates, sizes and initialises this rank's segment. */
+static int seg_create(tp_setup *su, shm_state *st, boot *b) {
+  uint64_t data = round_up(st->slot_bytes, SHM_CL);
+  uint64_t slot = sizeof(shm_slot) + data;
+  uint64_t ring = sizeof(shm_ring) + (uint64_t)st->nslots * slot;
+  uint64_t nrings = (uint64_t)st->npeers * (uint64_t)st->nchannels;
+  uint64_t hdr =
+      round_up(sizeof(shm_hdr) + sizeof(int32_t) * (uint64_t)st->npeers, 4096);
+  if (ring > (UINT64_MAX / 2) / nrings)
+    return SERR(su, BRAID_ERR_INVALID_ARG,
+                "shm: segment size overflows (nslots %d, slot_bytes %zu)",
+                st->nslots, st->slot_bytes);
+  uint64_t total = hdr + nrings * ring;
+  int fd = -1;
+  for (int tries = 0; tries < 16 && fd < 0; tries++) {
+    snprintf(st->name, sizeof(st->name), "/braid-%012" PRIx64 "-%d-%d-%u",
+             job_token(b), (int)getpid(), st->rank,
+             atomic_fetch_add(&shm_counter, 1));
+    fd = shm_open(st->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EEXIST)
+      break;
+  }
+  if (fd < 0) {
+    int e = errno;
+    st->name[0] = 0;
+    return SERR(su, BRAID_ERR_SYSTEM,
+                "shm: rank %d cannot create a segment in /dev/shm: %s",
+                st->rank, strerror(e));
+  }
+  int e = ftruncate(fd, (off_t)total) != 0 ? errno : 0;
+  if (!e)
+    e = posix_fallocate(fd, 0, (off_t)total);
+  void *m = MAP_FAILED;
+  if (!e) {
+    m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+      e = errno;
+  }
+  close(fd);
+  if (e) {
+    shm_unlink(st->name);
+    st->name[0] = 0;
+    return SERR(su, e == ENOSPC ? BRAID_ERR_NOMEM : BRAID_ERR_SYSTEM,
+                "shm: rank %d cannot allocate %" PRIu64 " bytes in /dev/shm "
+                "(%d peers x %d channels x %d slots x %zu bytes): %s%s",
+                st->rank, total, st->npeers, st->nchannels, st->nslots,
+                st->slot_bytes, strerror(e),
+                e == ENOSPC ? "; /dev/shm is too small (enlarge it, e.g. "
+                              "docker --shm-size, or lower BRAID_BUFFSIZE / "
+                              "BRAID_NSLOTS)"
+                            : "");
+  }
+  shm_hdr *h = m;
+  st->me = h;
+  st->me_size = total;
+  h->pid = (int32_t)getpid();
+  h->rank = st->rank;
+  h->npeers = st->npeers;
+  h->nchannels = st->nchannels;
+  h->nslots = st->nslots;
+  h->slot_data = data;
+  h->slot_bytes = slot;
+  h->ring_bytes = ring;
+  h->rings_off = hdr;
+  h->total = total;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  atomic_store(&h->cause, -1);
+  h->cma_magic = SHM_MAGIC ^ ((uint64_t)ts.tv_nsec << 20) ^
+                 (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
+  h->cma_addr = (uint64_t)(uintptr_t)&h->cma_magic;
+  for (int i = 0; i < st->npeers; i++)
+    h->peer_rank[i] = st->peers[i].rank;
+  h->magic = SHM_MAGIC; /* peers read it after the next exchange */
+  return BRAID_SUCCESS;
+}
+
+/* Maps peer p's segment, finds our rings there, probes CMA, opens a pidfd. */
+static int peer_attach(tp_setup *su, shm_state *st, shm_peer *p,
+                       const shm_rec *rec, int use_cma) {
+  p->pid = rec->pid;
+  int fd = shm_open(rec->name, O_RDWR | O_CLOEXEC, 0);
+  struct stat sb;
+  int e = fd < 0 ? errno : 0;
+  if (!e && fstat(fd, &sb) != 0)
+    e = errno;
+  if (!e && (uint64_t)sb.st_size < rec->size)
+    e = EINVAL;
+  if (!e) {
+    void *m = mmap(NULL, rec->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+      e = errno;
+    else
+      p->hdr = m, p->size = rec->size;
+  }
+  if (fd >= 0)
+    close(fd);
+  if (e)
+    return SERR(su, BRAID_ERR_SYSTEM,
+                "shm: rank %d cannot map the segment %s of rank %d: %s "
+                "(is rank %d on this host?)",
+                st->rank, rec->name, p->rank, strerror(e), p->rank);
+  shm_hdr *h = p->hdr;
+  if (h->magic != SHM_MAGIC || h->rank != p->rank ||
+      h->nchannels != st->nchannels)
+    return SERR(su, BRAID_ERR_INTERNAL,
+                "shm: the segment of rank %d is not what rank %d expects "
+                "(channels %d vs %d)",
+                p->rank, st->rank, (int)h->nchannels, st->nchannels);
+  p->pidfd = -1;
+  p->pid_ok = rec->pidns == pidns_id();
+  if (!p->pid_ok) {
+    INFO(LOG_SHM,
+         "shm: rank %d is in another pid namespace: no single-copy, "
+         "liveness through the bootstrap only",
+         p->rank);
+  } else {
+    p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
+    if (p->pidfd < 0 && errno == ESRCH)
+      return SERR(su, BRAID_ERR_REMOTE,
+                  "shm: rank %d (pid %d) exited during setup", p->rank, p->pid);
+  }
+  p->can_read = 0;
+  if (use_cma && p->pid_ok) {
+    uint64_t v = 0;
+    struct iovec l = {&v, sizeof(v)};
+    struct iovec r = {(void *)(uintptr_t)h->cma_addr, sizeof(v)};
+    ssize_t n = process_vm_readv(p->pid, &l, 1, &r, 1, 0);
+    p->can_read = n == (ssize_t)sizeof(v) && v == h->cma_magic;
+    if (!p->can_read) {
+      const char *why = n < 0 ? strerror(errno) : "wrong bytes";
+      if (!atomic_exchange(&shm_cma_logged, 1))
+        INFO(LOG_SHM,
+             "shm: single-copy reads from rank %d (pid %d) unavailable (%s); "
+             "using copies",
+             p->rank, p->pid, why);
+      else
+        TRACE(LOG_SHM, "shm: no single-copy from rank %d: %s", p->rank, why);
+    }
+  }
+  return BRAID_SUCCESS;
+}
+
+/* Points peer i's connections at our rings in its segment and its rings in
+ * ours. */
+static int conns_init(tp_setup *su, shm_state *st, int i) {
+  shm_peer *p = &st->peers[i];
+  shm_hdr *h = p->hdr;
+  int at = -1;
+  for (int k = 0; k < h->npeers; k++)
+    if (h->peer_rank[k] == st->rank)
+      at = k;
+  if (at < 0)
+    return SERR(su, BRAID_ERR_INVALID_ARG,
+                "shm setup: rank %d lists rank %d as a shm peer but not the "
+                "other way round",
+                st->rank, p->rank);
+  for (int ch = 0; ch < st->nchannels; ch++) {
+    tp_conn *c = &st->conns[i * st->nchannels + ch];
+    *c = (tp_conn){.st = st, .peer = p->rank, .channel = ch, .lpeer = i};
+    c->tx_hdr = h;
+    c->tx = ring_at(h, at, ch);
+    c->tx_base = (char *)c->tx + sizeof(shm_ring);
+    c->tx_nslots = (uint64_t)h->nslots;
+    c->tx_stride = h->slot_bytes;
+    c->tx_cap = h->slot_data;
+    c->rx = ring_at(st->me, i, ch);
+    c->rx_base = (char *)c->rx + sizeof(shm_ring);
+    atomic_store(&c->rx->cma_ok, (uint32_t)p->can_read);
+    if (!(c->cmaq = calloc(c->tx_nslots, sizeof(shm_cmaq))))
+      return SERR(su, BRAID_ERR_NOMEM, "shm setup: no memory");
+  }
+  return BRAID_SUCCESS;
+}
+
+static int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
+  if (!su || !state)
+    return BRAID_ERR_INVALID_ARG;
+  *state = NULL;
+  su->errbuf[0] = 0;
+  boot *b = su->boot;
+  if (!b || !peers || su->nranks < 1 || su->rank < 0 || su->rank >= su->nranks)
+    return SERR(su, BRAID_ERR_INVALID_ARG,
+                "shm setup: missing bootstrap/peers or bad rank %d of %d",
+                su->rank, su->nranks);
+  if (su->nchannels < 1 || su->nslots < 1 || su->slot_bytes == 0 ||
+      su->slot_bytes > (size_t)UINT32_MAX - SHM_CL)
+    return SERR(su, BRAID_ERR_INVALID_ARG,
+                "shm setup: nchannels (%d) and nslots (%d) must be >= 1 and "
+                "slot_bytes (%zu) in 1..4 GiB",
+                su->nchannels, su->nslots, su->slot_bytes);
+  /* Every failure below is shared through the two exchanges, so that all
+   * ranks fail setup together instead of waiting for each other. */
+  shm_state *st = calloc(1, sizeof(*st));
+  size_t n = (size_t)su->nranks, nconn = n * (size_t)su->nchannels;
+  shm_rec *recs = calloc(n, sizeof(shm_rec));
+  int32_t *all = calloc(n, sizeof(int32_t));
+  shm_rec mine = {.pid = (int32_t)getpid(), .pidns = pidns_id()};
+  int rc = BRAID_SUCCESS, use_cma = 0;
+  if (st) {
+    st->lidx = malloc(sizeof(int) * n);
+    st->peers = calloc(n, sizeof(shm_peer));
+    st->conns = calloc(nconn, sizeof(tp_conn));
+    st->pend = calloc(nconn, sizeof(tp_conn *));
+  }
+  if (!st || !recs || !all || !st->lidx || !st->peers || !st->conns ||
+      !st->pend) {
+    rc = SERR(su, BRAID_ERR_NOMEM, "shm setup: no memory for %d ranks",
+              su->nranks);
+  } else {
+    *st = (shm_state){.rank = su->rank,
+                      .nranks = su->nranks,
+                      .nchannels = su->nchannels,
+                      .nslots = su->nslots,
+                      .slot_bytes = su->slot_bytes,
+                      .lidx = st->lidx,
+                      .peers = st->peers,
+                      .conns = st->conns,
+                      .pend = st->pend};
+    const cfg_env *cfg = cfg_get();
+    int mode = atomic_load(&shm_cma_mode);
+    use_cma = mode >= 0 ? mode : (cfg ? cfg->shm_cma : 1);
+    st->cma_threshold = cfg && cfg->cma_threshold ? cfg->cma_threshold
+                                                  : SHM_DEFAULT_CMA_THRESHOLD;
+    for (int i = 0; i < su->nranks; i++) {
+      int on = peers[i] && i != su->rank; /* self is tp_self's job */
+      st->lidx[i] = on ? st->npeers : -1;
+      if (on)
+        st->peers[st->npeers++] = (shm_peer){.rank = i, .pidfd = -1};
+    }
+    if (use_cma)
+      prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    if (st->npeers > 0) {
+      rc = seg_create(su, st, b);
+      memcpy(mine.name, st->name, sizeof(mine.name));
+      mine.size = st->me_size;
+    }
+  }
+  /* Phase 1: segment names (or failures) go round. */
+  mine.status = rc ? 1 : 0;
+  int x = boot_allgather(b, &mine, recs, sizeof(mine));
+  for (int i = 0; !x && !rc && i < su->nranks; i++)
+    if (recs[i].status)
+      rc = SERR(su, BRAID_ERR_REMOTE,
+                "shm setup: rank %d could not create its segment (see its "
+                "log)",
+                i);
+  if (x || rc) {
+    rc = x ? x : rc;
+    goto out;
+  }
+  /* Attach to every peer; failures go round in phase 2. */
+  int32_t status = 0;
+  for (int i = 0; i < st->npeers && !status; i++) {
+    shm_peer *p = &st->peers[i];
+    if (!recs[p->rank].name[0])
+      status = SERR(su, BRAID_ERR_INVALID_ARG,
+                    "shm setup: rank %d lists rank %d as a shm peer, but "
+                    "rank %d has no shm peers",
+                    st->rank, p->rank, p->rank);
+    else if (!(status = peer_attach(su, st, p, &recs[p->rank], use_cma)))
+      status = conns_init(su, st, i);
+  }
+  /* Phase 2: everyone has mapped everything, so the names can go. */
+  x = boot_allgather(b, &status, all, sizeof(status));
+  seg_unlink(st);
+  rc = x ? x : status;
+  for (int i = 0; !rc && i < su->nranks; i++)
+    if (all[i])
+      rc = SERR(su, BRAID_ERR_REMOTE,
+                "shm setup: rank %d could not attach to its shm peers (see "
+                "its log)",
+                i);
+  if (rc)
+    goto out;
+  /* Peers wrote cma_ok into our rings before phase 2. */
+  for (size_t i = 0; i < (size_t)st->npeers * (size_t)st->nchannels; i++)
+    st->conns[i].tx_cma = use_cma && atomic_load(&st->conns[i].tx->cma_ok);
+  INFO(LOG_SHM,
+       "shm: rank %d connected to %d local peers, %d channels, %d "
+       "slots of %zu bytes, single-copy %s",
+       st->rank, st->npeers, st->nchannels, st->nslots, st->slot_bytes,
+       use_cma ? "allowed" : "off");
+out:
+  if (st)
+    seg_unlink(st);
+  if (x && !su->errbuf[0])
+    seterr(su->errbuf, sizeof(su->errbuf),
+           "shm setup: bootstrap exchange failed: %s", boot_last_error(b));
+  free(recs);
+  free(all);
+  if (rc) {
+    shm_teardown(st);
+    return rc;
+  }
+  *state = st;
+  return BRAID_SUCCESS;
+}
+
+const tp_ops tp_shm = {
+    .name = "shm",
+    .setup = shm_setup,
+    .conn = shm_conn,
+    .isend = shm_isend,
+    .isend_copy = shm_isend_copy,
+    .send_done = shm_send_done,
+    .recv = shm_recv,
+    .recv_reduce = shm_recv_reduce,
+    .pollfd = shm_pollfd,
+    .bell_read = shm_bell_read,
+    .bell_wait = shm_bell_wait,
+    .check_peers = shm_check_peers,
+    .set_cause = shm_set_cause,
+    .teardown = shm_teardown,
+    .last_error = shm_last_error,
+};

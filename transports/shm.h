@@ -1,0 +1,169 @@
+/*
+ * Shared-memory transport (tp_shm): the segment layout, the protocol, and
+ * hooks for tests. The transport itself is used through the vtable in
+ * transports/transport.h.
+ *
+ * Each rank owns one POSIX shm segment per communicator that holds its
+ * INCOMING rings: a header (pid, doorbell, CMA probe word, the sender rank of
+ * each ring group), then one ring per (shm peer, channel). A ring is a
+ * two-cache-line header (the consumer counter `tail` alone on the first)
+ * followed by nslots slots; a slot is a 64-byte header (sequence word,
+ * lengths, descriptor) followed by slot_data bytes (slot_bytes rounded up to
+ * 64).
+ *
+ * Send: the sender copies a message, or the next fragment of one larger than
+ * a slot, into the next free slot and publishes it by storing the slot's
+ * sequence word (absolute slot index + 1) with release order. A message that
+ * needs more slots than are free is pushed as slots free up, by any later
+ * call on the same transport state; the sender's send_done reports it once
+ * all of it is in the ring.
+ *
+ * Receive: the receiver waits for the expected sequence word (acquire),
+ * copies or reduces straight out of the slot, then stores the new `tail`
+ * (release). `tail` tells the sender which slots are free and doubles as
+ * the acknowledgment of single-copy messages.
+ *
+ * Single-copy (CMA): a message of at least the CMA threshold, to a receiver
+ * that could read the sender's memory when probed at setup, takes one slot
+ * holding (sender address, length); the receiver reads it with
+ * process_vm_readv (for reductions, in 64 KiB pieces through a buffer) and
+ * releases the slot after the read, which completes the sender's send_done.
+ *
+ * Doorbell: a 32-bit counter in the owner's header that peers bump after
+ * publishing or releasing a slot, with a FUTEX_WAKE only when the owner has
+ * announced that it sleeps in bell_wait.
+ *
+ * Setup exchanges the segment names with the bootstrap, maps every peer's
+ * segment, exchanges a status (so that every rank fails together), and then
+ * every rank unlinks its own name: nothing stays in /dev/shm, whatever
+ * happens to the processes later.
+ */
+#ifndef BRAID_TRANSPORTS_SHM_H
+#define BRAID_TRANSPORTS_SHM_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "transports/transport.h"
+
+/* ---- segment layout (one per rank and communicator) ------------------- */
+
+#define SHM_MAGIC 0x316d736469617262ULL /* "braidsm1" */
+#define SHM_CL 64
+#define SHM_KIND_DATA 1u
+#define SHM_KIND_CMA 2u
+#define SHM_PIECE (64 * 1024) /* CMA reduce: bytes read per piece */
+#define SHM_DEFAULT_CMA_THRESHOLD (64 * 1024)
+
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,
+               "shm needs lock-free 32- and 64-bit atomics");
+
+typedef struct shm_hdr {
+  uint64_t magic;
+  int32_t pid, rank;
+  int32_t npeers, nchannels, nslots, pad0;
+  uint64_t slot_data;  /* data bytes per slot (multiple of 64) */
+  uint64_t slot_bytes; /* header + data */
+  uint64_t ring_bytes; /* stride between rings */
+  uint64_t rings_off;  /* offset of ring 0 */
+  uint64_t total;      /* segment size */
+  uint64_t cma_magic;  /* random; read by peers through CMA at setup */
+  uint64_t cma_addr;   /* address of cma_magic in the owner's memory */
+  alignas(SHM_CL) _Atomic uint32_t bell;
+  alignas(SHM_CL) _Atomic uint32_t sleeping;
+  /* The rank whose death made this rank give up (-1: none), so that peers
+   * who see this rank leave afterwards name the first cause. */
+  alignas(SHM_CL) _Atomic int32_t cause;
+  alignas(SHM_CL) int32_t peer_rank[]; /* sender rank of each ring group */
+} shm_hdr;
+
+typedef struct shm_ring {
+  alignas(SHM_CL) _Atomic uint64_t tail;   /* receiver: slots released */
+  alignas(SHM_CL) _Atomic uint32_t cma_ok; /* receiver reads sender's memory */
+} shm_ring;
+
+typedef struct shm_slot {
+  alignas(SHM_CL) _Atomic uint64_t seq; /* absolute slot index + 1 */
+  uint64_t msg_len;                     /* whole message */
+  uint64_t off;                         /* fragment offset in the message */
+  uint64_t addr;                        /* CMA: sender's address */
+  uint32_t frag_len;
+  uint32_t kind;
+} shm_slot;
+
+_Static_assert(sizeof(shm_slot) == SHM_CL, "slot header is one cache line");
+_Static_assert(sizeof(shm_ring) == 2 * SHM_CL, "ring header is two lines");
+
+/* ---- per-process state (private to transports/shm.c and its tests) ---- */
+
+typedef struct shm_cmaq {
+  uint64_t msgno, slot_end;
+} shm_cmaq;
+
+struct tp_conn {
+  struct shm_state *st;
+  int peer, channel, lpeer;
+  int err; /* sticky error of this connection */
+  /* send side: our ring in the peer's segment */
+  shm_hdr *tx_hdr;
+  shm_ring *tx;
+  char *tx_base; /* first slot */
+  uint64_t tx_nslots, tx_stride, tx_cap;
+  uint64_t tx_prod, tx_tail; /* next slot; last tail seen */
+  uint64_t tx_msgno;
+  int tx_cma;
+  /* a message being pushed fragment by fragment */
+  const char *pend_src;
+  uint64_t pend_len, pend_off, pend_frags, pend_msgno;
+  /* single-copy sends not yet acknowledged */
+  shm_cmaq *cmaq;
+  uint64_t cmaq_head, cmaq_n;
+  /* receive side: the peer's ring in our segment */
+  shm_ring *rx;
+  char *rx_base;
+  uint64_t rx_cons, rx_off;
+  char *bounce;
+  uint64_t cma_sent, cma_recvd;
+};
+
+typedef struct shm_peer {
+  int rank, pid, pidfd, dead;
+  int pid_ok; /* its pid means the same process here (same pid namespace) */
+  shm_hdr *hdr;
+  size_t size;
+  int can_read; /* we can read its memory */
+} shm_peer;
+
+typedef struct shm_state {
+  int rank, nranks, nchannels, nslots;
+  size_t slot_bytes;
+  int npeers;
+  int *lidx; /* rank -> local peer index or -1 */
+  shm_peer *peers;
+  shm_hdr *me;
+  size_t me_size;
+  char name[64];
+  int unlinked;
+  tp_conn *conns; /* npeers * nchannels */
+  tp_conn **pend; /* connections with a message half pushed */
+  int npend;
+  size_t cma_threshold;
+  uint32_t lone_bell; /* bell when the rank has no segment */
+  char err[256];
+} shm_state;
+
+/* Overrides BRAID_SHM_CMA for setups that follow: -1 (default) follows the
+ * configuration, 0 forces copies, 1 allows single-copy where the probe works.
+ */
+void shm_force_cma(int mode);
+
+/* 1 when messages of at least the CMA threshold from this rank to `peer` go
+ * single-copy (the peer can read this process's memory), else 0. */
+int shm_peer_cma(void *state, int peer);
+
+/* Messages this connection has sent and received as CMA descriptors. */
+uint64_t shm_conn_cma_sent(const tp_conn *c);
+uint64_t shm_conn_cma_recvd(const tp_conn *c);
+
+#endif

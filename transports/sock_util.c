@@ -1,0 +1,722 @@
+#include "transports/sock_util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "src/log.h"
+
+int64_t sock_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int sock_left_ms(int64_t deadline) {
+  int64_t left = deadline - sock_now_ms();
+  if (left < 0)
+    return 0;
+  if (left > 1000000000)
+    return 1000000000;
+  return (int)left;
+}
+
+socklen_t sock_addr_len(const struct sockaddr_storage *a) {
+  if (a->ss_family == AF_INET)
+    return sizeof(struct sockaddr_in);
+  if (a->ss_family == AF_INET6)
+    return sizeof(struct sockaddr_in6);
+  return 0;
+}
+
+const char *sock_addr_str(const struct sockaddr_storage *a, char *buf,
+                          size_t len) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  if (a->ss_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)a;
+    inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+    snprintf(buf, len, "%s:%d", ip, ntohs(in->sin_port));
+  } else if (a->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)a;
+    inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+    snprintf(buf, len, "[%s]:%d", ip, ntohs(in6->sin6_port));
+  } else {
+    snprintf(buf, len, "(address family %d)", (int)a->ss_family);
+  }
+  return buf;
+}
+
+int sock_addr_port(const struct sockaddr_storage *a) {
+  if (a->ss_family == AF_INET)
+    return ntohs(((const struct sockaddr_in *)a)->sin_port);
+  if (a->ss_family == AF_INET6)
+    return ntohs(((const struct sockaddr_in6 *)a)->sin6_port);
+  return -1;
+}
+
+void sock_addr_set_port(struct sockaddr_storage *a, int port) {
+  if (a->ss_family == AF_INET)
+    ((struct sockaddr_in *)a)->sin_port = htons((uint16_t)port);
+  else if (a->ss_family == AF_INET6)
+    ((struct sockaddr_in6 *)a)->sin6_port = htons((uint16_t)port);
+}
+
+int sock_ifname_match(const char *spec, const char *name) {
+  if (spec == NULL || spec[0] == '\0')
+    return 1;
+  int exclude = 0, exact = 0;
+  if (*spec == '^') {
+    exclude = 1;
+    spec++;
+  }
+  if (*spec == '=') {
+    exact = 1;
+    spec++;
+  }
+  int hit = 0;
+  const char *p = spec;
+  while (*p && !hit) {
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n > 0) {
+      if (exact)
+        hit = strlen(name) == n && strncmp(name, p, n) == 0;
+      else
+        hit = strncmp(name, p, n) == 0;
+    }
+    p += n;
+    if (*p == ',')
+      p++;
+  }
+  return exclude ? !hit : hit;
+}
+
+static int usable_family(const struct ifaddrs *ifa) {
+  if (ifa->ifa_addr == NULL || !(ifa->ifa_flags & IFF_UP))
+    return 0;
+  if (ifa->ifa_addr->sa_family == AF_INET)
+    return AF_INET;
+  if (ifa->ifa_addr->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ifa->ifa_addr;
+    if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr))
+      return 0;
+    return AF_INET6;
+  }
+  return 0;
+}
+
+static void take(const struct ifaddrs *ifa, struct sockaddr_storage *out,
+                 char *ifname, size_t ifname_len) {
+  memset(out, 0, sizeof(*out));
+  memcpy(out, ifa->ifa_addr,
+         ifa->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                             : sizeof(struct sockaddr_in6));
+  sock_addr_set_port(out, 0);
+  if (ifname && ifname_len)
+    snprintf(ifname, ifname_len, "%s", ifa->ifa_name);
+}
+
+int sock_pick_addr(const char *spec, struct sockaddr_storage *out, char *ifname,
+                   size_t ifname_len, char *err, size_t errlen) {
+  struct ifaddrs *list = NULL;
+  if (getifaddrs(&list) != 0) {
+    snprintf(err, errlen, "getifaddrs failed: %s", strerror(errno));
+    return SOCK_ERR;
+  }
+  int found = 0;
+  int has_spec = spec != NULL && spec[0] != '\0';
+  for (int fam = 0; fam < 2 && !found; fam++) {
+    int want = fam == 0 ? AF_INET : AF_INET6;
+    for (struct ifaddrs *ifa = list; ifa && !found; ifa = ifa->ifa_next) {
+      if (usable_family(ifa) != want)
+        continue;
+      if (has_spec) {
+        if (!sock_ifname_match(spec, ifa->ifa_name))
+          continue;
+      } else {
+        if (want != AF_INET || (ifa->ifa_flags & IFF_LOOPBACK) ||
+            strncmp(ifa->ifa_name, "docker", 6) == 0 ||
+            strncmp(ifa->ifa_name, "virbr", 5) == 0)
+          continue;
+      }
+      take(ifa, out, ifname, ifname_len);
+      found = 1;
+    }
+  }
+  freeifaddrs(list);
+  if (found)
+    return 0;
+  if (has_spec) {
+    snprintf(err, errlen,
+             "BRAID_SOCKET_IFNAME=%s matches no interface that is up and has "
+             "an IPv4 or global IPv6 address",
+             spec);
+    return SOCK_ERR;
+  }
+  memset(out, 0, sizeof(*out));
+  struct sockaddr_in *in = (struct sockaddr_in *)out;
+  in->sin_family = AF_INET;
+  in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (ifname && ifname_len)
+    snprintf(ifname, ifname_len, "lo");
+  return 0;
+}
+
+int sock_resolve(const char *host, int port, struct sockaddr_storage *out,
+                 char *err, size_t errlen) {
+  if (host == NULL || host[0] == '\0') {
+    snprintf(err, errlen, "empty host name");
+    return SOCK_ERR;
+  }
+  if (port < 0 || port > 65535) {
+    snprintf(err, errlen, "port %d out of range (0..65535)", port);
+    return SOCK_ERR;
+  }
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  int rc = getaddrinfo(host, NULL, &hints, &res);
+  if (rc != 0 || res == NULL) {
+    snprintf(err, errlen, "cannot resolve host '%s': %s", host,
+             gai_strerror(rc));
+    return SOCK_ERR;
+  }
+  /* Prefer IPv4 when the name has both. */
+  const struct addrinfo *pick = res;
+  for (const struct addrinfo *a = res; a; a = a->ai_next)
+    if (a->ai_family == AF_INET) {
+      pick = a;
+      break;
+    }
+  memset(out, 0, sizeof(*out));
+  memcpy(out, pick->ai_addr, pick->ai_addrlen);
+  sock_addr_set_port(out, port);
+  freeaddrinfo(res);
+  return 0;
+}
+
+int sock_set_nonblock(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+    return SOCK_ERR;
+  return 0;
+}
+
+int sock_set_nodelay(int fd) {
+  int one = 1;
+  return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0
+             ? 0
+             : SOCK_ERR;
+}
+
+void sock_set_bufs(int fd, size_t bytes) {
+  if (bytes == 0)
+    return;
+  int v = bytes > (size_t)(1 << 30) ? (1 << 30) : (int)bytes;
+  /* Only ever grow them (the defaults may be larger already); the kernel
+   * caps them at net.core.[rw]mem_max, so this is best effort. */
+  int opts[2] = {SO_SNDBUF, SO_RCVBUF};
+  for (int i = 0; i < 2; i++) {
+    int cur = 0;
+    socklen_t l = sizeof(cur);
+    if (getsockopt(fd, SOL_SOCKET, opts[i], &cur, &l) == 0 && cur >= v)
+      continue;
+    (void)setsockopt(fd, SOL_SOCKET, opts[i], &v, sizeof(v));
+  }
+}
+
+int sock_listen(const struct sockaddr_storage *addr, int reuse, size_t bufs,
+                int *fd, struct sockaddr_storage *bound, char *err,
+                size_t errlen) {
+  char as[80];
+  int s = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) {
+    snprintf(err, errlen, "socket() for a listener on %s failed: %s",
+             sock_addr_str(addr, as, sizeof(as)), strerror(errno));
+    return SOCK_ERR;
+  }
+  int one = 1;
+  if (reuse)
+    (void)setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sock_set_bufs(s, bufs);
+  if (bind(s, (const struct sockaddr *)addr, sock_addr_len(addr)) != 0) {
+    snprintf(err, errlen, "bind to %s failed: %s",
+             sock_addr_str(addr, as, sizeof(as)), strerror(errno));
+    close(s);
+    return SOCK_ERR;
+  }
+  if (listen(s, SOMAXCONN) != 0 || sock_set_nonblock(s) != 0) {
+    snprintf(err, errlen, "listen on %s failed: %s",
+             sock_addr_str(addr, as, sizeof(as)), strerror(errno));
+    close(s);
+    return SOCK_ERR;
+  }
+  if (bound) {
+    socklen_t l = sizeof(*bound);
+    memset(bound, 0, sizeof(*bound));
+    if (getsockname(s, (struct sockaddr *)bound, &l) != 0) {
+      snprintf(err, errlen, "getsockname on listener %s failed: %s",
+               sock_addr_str(addr, as, sizeof(as)), strerror(errno));
+      close(s);
+      return SOCK_ERR;
+    }
+  }
+  *fd = s;
+  return 0;
+}
+
+/* One nonblocking connect attempt: 0 connected, 1 retry later, <0 error. */
+static int connect_once(const struct sockaddr_storage *addr, int64_t deadline,
+                        size_t bufs, int *fd, int *err_no) {
+  int s = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) {
+    *err_no = errno;
+    return SOCK_ERR;
+  }
+  sock_set_bufs(s, bufs);
+  sock_set_nonblock(s);
+  int rc = connect(s, (const struct sockaddr *)addr, sock_addr_len(addr));
+  if (rc != 0 && errno != EINPROGRESS) {
+    *err_no = errno;
+    close(s);
+    return (*err_no == ECONNREFUSED || *err_no == ETIMEDOUT ||
+            *err_no == EHOSTUNREACH || *err_no == ENETUNREACH ||
+            *err_no == EAGAIN)
+               ? 1
+               : SOCK_ERR;
+  }
+  if (rc != 0) {
+    struct pollfd p = {.fd = s, .events = POLLOUT};
+    int left = sock_left_ms(deadline);
+    int n;
+    do {
+      n = poll(&p, 1, left);
+    } while (n < 0 && errno == EINTR);
+    if (n == 0) {
+      *err_no = ETIMEDOUT;
+      close(s);
+      return SOCK_TIMEOUT;
+    }
+    int soerr = 0;
+    socklen_t sl = sizeof(soerr);
+    getsockopt(s, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+    if (soerr != 0) {
+      *err_no = soerr;
+      close(s);
+      return (soerr == ECONNREFUSED || soerr == ETIMEDOUT ||
+              soerr == EHOSTUNREACH || soerr == ENETUNREACH)
+                 ? 1
+                 : SOCK_ERR;
+    }
+  }
+  *fd = s;
+  return 0;
+}
+
+int sock_connect(const struct sockaddr_storage *addr, int64_t deadline,
+                 size_t bufs, int *fd, char *err, size_t errlen) {
+  char as[80];
+  int err_no = 0;
+  int backoff = 10;
+  for (;;) {
+    int rc = connect_once(addr, deadline, bufs, fd, &err_no);
+    if (rc == 0) {
+      sock_set_nodelay(*fd);
+      return 0;
+    }
+    if (rc < 0 && rc != SOCK_TIMEOUT) {
+      snprintf(err, errlen, "connect to %s failed: %s",
+               sock_addr_str(addr, as, sizeof(as)), strerror(err_no));
+      return rc;
+    }
+    int left = sock_left_ms(deadline);
+    if (left == 0 || rc == SOCK_TIMEOUT) {
+      snprintf(err, errlen, "connect to %s timed out (last error: %s)",
+               sock_addr_str(addr, as, sizeof(as)), strerror(err_no));
+      return SOCK_TIMEOUT;
+    }
+    int nap = backoff < left ? backoff : left;
+    struct timespec ts = {nap / 1000, (long)(nap % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    if (backoff < 200)
+      backoff *= 2;
+  }
+}
+
+int sock_accept(int lfd, int64_t deadline, int *fd,
+                struct sockaddr_storage *peer) {
+  for (;;) {
+    socklen_t l = sizeof(*peer);
+    int s =
+        accept4(lfd, (struct sockaddr *)peer, &l, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (s >= 0) {
+      sock_set_nodelay(s);
+      *fd = s;
+      return 0;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+        errno != ECONNABORTED)
+      return SOCK_ERR;
+    int left = sock_left_ms(deadline);
+    if (left == 0)
+      return SOCK_TIMEOUT;
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    if (poll(&p, 1, left) < 0 && errno != EINTR)
+      return SOCK_ERR;
+  }
+}
+
+static int wait_fd(int fd, short ev, int64_t deadline) {
+  struct pollfd p = {.fd = fd, .events = ev};
+  for (;;) {
+    int left = sock_left_ms(deadline);
+    int n = poll(&p, 1, left);
+    if (n > 0)
+      return 0;
+    if (n == 0)
+      return SOCK_TIMEOUT;
+    if (errno != EINTR)
+      return SOCK_ERR;
+  }
+}
+
+int sock_write_full(int fd, const void *buf, size_t len, int64_t deadline) {
+  const char *p = buf;
+  size_t off = 0;
+  while (off < len) {
+    ssize_t n = send(fd, p + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      off += (size_t)n;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      int rc = wait_fd(fd, POLLOUT, deadline);
+      if (rc != 0)
+        return rc;
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET))
+      return SOCK_RESET;
+    return SOCK_ERR;
+  }
+  return 0;
+}
+
+int sock_read_full(int fd, void *buf, size_t len, int64_t deadline) {
+  char *p = buf;
+  size_t off = 0;
+  while (off < len) {
+    ssize_t n = recv(fd, p + off, len - off, MSG_DONTWAIT);
+    if (n > 0) {
+      off += (size_t)n;
+      continue;
+    }
+    if (n == 0)
+      return SOCK_EOF;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      int rc = wait_fd(fd, POLLIN, deadline);
+      if (rc != 0)
+        return rc;
+      continue;
+    }
+    if (errno == EINTR)
+      continue;
+    if (errno == ECONNRESET || errno == EPIPE)
+      return SOCK_RESET;
+    return SOCK_ERR;
+  }
+  return 0;
+}
+
+const char *sock_strerror(int code, char *buf, size_t len) {
+  switch (code) {
+  case 0:
+    snprintf(buf, len, "success");
+    break;
+  case SOCK_EOF:
+    snprintf(buf, len, "connection closed by the peer");
+    break;
+  case SOCK_TIMEOUT:
+    snprintf(buf, len, "timed out");
+    break;
+  case SOCK_RESET:
+    snprintf(buf, len, "connection reset by the peer");
+    break;
+  default:
+    snprintf(buf, len, "%s", strerror(errno));
+    break;
+  }
+  return buf;
+}
+
+int sock_peer_dead(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, 0) <= 0)
+    return 0;
+  if (p.revents & POLLNVAL)
+    return 1;
+  char c;
+  ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0)
+    return 1;
+  if (n < 0 && (errno == ECONNRESET || errno == EPIPE || errno == ENOTCONN ||
+                errno == ETIMEDOUT))
+    return 1;
+  return 0;
+}
+
+/* ---- authenticating accept loop ------------------------------------------ */
+
+struct sock_gate_conn {
+  int fd;
+  struct sockaddr_storage addr;
+  int64_t deadline;
+  size_t got;
+  uint8_t buf[SOCK_GATE_MAX_MSG];
+};
+
+void sock_auth_fill(sock_auth *a, uint32_t magic, uint32_t kind,
+                    const uint8_t secret[16]) {
+  memset(a, 0, sizeof(*a));
+  a->magic = magic;
+  a->kind = kind;
+  memcpy(a->secret, secret, sizeof(a->secret));
+}
+
+void sock_gate_init(sock_gate *g, int lfd, uint32_t magic, uint32_t kind,
+                    const uint8_t secret[16], size_t body_len, int auth_ms,
+                    const char *what) {
+  memset(g, 0, sizeof(*g));
+  g->lfd = lfd;
+  sock_auth_fill(&g->want, magic, kind, secret);
+  g->body_len = body_len;
+  g->auth_ms = auth_ms;
+  snprintf(g->what, sizeof(g->what), "%s", what);
+}
+
+static void gate_drop(sock_gate *g, int i, const char *why) {
+  char as[80];
+  WARN(LOG_BOOT | LOG_NET, "%s: rejected connection from %s: %s", g->what,
+       sock_addr_str(&g->pend[i].addr, as, sizeof(as)), why);
+  close(g->pend[i].fd);
+  g->pend[i] = g->pend[--g->npend];
+}
+
+static int auth_ok(const sock_auth *want, const uint8_t *got) {
+  sock_auth a;
+  memcpy(&a, got, sizeof(a));
+  unsigned diff = (a.magic != want->magic) | (a.kind != want->kind);
+  for (size_t i = 0; i < sizeof(a.secret); i++)
+    diff |= (unsigned)(a.secret[i] ^ want->secret[i]);
+  return diff == 0;
+}
+
+static void gate_accept_all(sock_gate *g) {
+  for (;;) {
+    struct sockaddr_storage peer;
+    socklen_t l = sizeof(peer);
+    int s = accept4(g->lfd, (struct sockaddr *)&peer, &l,
+                    SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (s < 0)
+      return;
+    if (g->npend >= 256) {
+      char as[80];
+      WARN(LOG_BOOT | LOG_NET,
+           "%s: rejected connection from %s: too many connections still "
+           "unauthenticated",
+           g->what, sock_addr_str(&peer, as, sizeof(as)));
+      close(s);
+      continue;
+    }
+    if (g->npend == g->cap) {
+      int nc = g->cap ? 2 * g->cap : 8;
+      sock_gate_conn *np = realloc(g->pend, (size_t)nc * sizeof(*np));
+      if (np == NULL) {
+        close(s);
+        return;
+      }
+      g->pend = np;
+      g->cap = nc;
+    }
+    sock_gate_conn *c = &g->pend[g->npend];
+    sock_set_nodelay(s);
+    c->fd = s;
+    c->addr = peer;
+    c->deadline = sock_now_ms() + g->auth_ms;
+    c->got = 0;
+    g->npend++;
+  }
+}
+
+/* Reads what is there: 1 complete, 0 not yet, -1 dropped. */
+static int gate_read(sock_gate *g, int i) {
+  sock_gate_conn *c = &g->pend[i];
+  size_t want = sizeof(sock_auth) + g->body_len;
+  while (c->got < want) {
+    /* Read the greeting first so a wrong secret is refused before any body. */
+    size_t lim = c->got < sizeof(sock_auth) ? sizeof(sock_auth) : want;
+    ssize_t n = recv(c->fd, c->buf + c->got, lim - c->got, MSG_DONTWAIT);
+    if (n == 0) {
+      gate_drop(g, i, "closed before completing its greeting");
+      return -1;
+    }
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return 0;
+      gate_drop(g, i, strerror(errno));
+      return -1;
+    }
+    c->got += (size_t)n;
+    if (c->got == sizeof(sock_auth) && !auth_ok(&g->want, c->buf)) {
+      gate_drop(g, i, "it did not present this job's secret");
+      return -1;
+    }
+  }
+  return 1;
+}
+
+int sock_gate_next(sock_gate *g, int64_t deadline, int *fd, void *body,
+                   struct sockaddr_storage *peer) {
+  for (;;) {
+    int64_t now = sock_now_ms();
+    for (int i = 0; i < g->npend;) {
+      if (now >= g->pend[i].deadline) {
+        char why[96];
+        snprintf(why, sizeof(why), "no valid greeting within %d ms",
+                 g->auth_ms);
+        gate_drop(g, i, why);
+        continue;
+      }
+      i++;
+    }
+    if (now >= deadline)
+      return SOCK_TIMEOUT;
+    int64_t wake = deadline;
+    for (int i = 0; i < g->npend; i++)
+      if (g->pend[i].deadline < wake)
+        wake = g->pend[i].deadline;
+    struct pollfd stack[33];
+    int np = g->npend + 1 <= 33 ? g->npend + 1 : 33;
+    stack[0].fd = g->lfd;
+    stack[0].events = POLLIN;
+    for (int i = 1; i < np; i++) {
+      stack[i].fd = g->pend[i - 1].fd;
+      stack[i].events = POLLIN;
+    }
+    int n = poll(stack, (nfds_t)np, sock_left_ms(wake));
+    if (n < 0 && errno != EINTR)
+      return SOCK_ERR;
+    if (n <= 0)
+      continue;
+    /* Progress every pending connection (including those beyond the poll
+     * window: reads are nonblocking). */
+    for (int i = 0; i < g->npend;) {
+      int r = gate_read(g, i);
+      if (r < 0)
+        continue; /* slot i now holds another connection */
+      if (r == 1) {
+        sock_gate_conn *c = &g->pend[i];
+        memcpy(body, c->buf + sizeof(sock_auth), g->body_len);
+        *fd = c->fd;
+        if (peer)
+          *peer = c->addr;
+        g->pend[i] = g->pend[--g->npend];
+        return 0;
+      }
+      i++;
+    }
+    if (stack[0].revents & POLLIN)
+      gate_accept_all(g);
+  }
+}
+
+void sock_gate_free(sock_gate *g) {
+  for (int i = 0; i < g->npend; i++)
+    close(g->pend[i].fd);
+  free(g->pend);
+  g->pend = NULL;
+  g->npend = g->cap = 0;
+}
+
+/* ---- who died -------------------------------------------------------------
+ */
+
+int sock_pid_state(int pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return SOCK_PID_GONE;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0)
+    return SOCK_PID_GONE;
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');
+  if (p == NULL || p[1] != ' ')
+    return SOCK_PID_RUNNING;
+  char state = p[2];
+  if (state != 'Z' && state != 'X')
+    return SOCK_PID_RUNNING;
+  /* field 52 (exit_code, wait status) counted from the state (field 3) */
+  int field = 3;
+  long code = -1;
+  for (char *q = p + 2; *q; q++)
+    if (*q == ' ' && ++field == 52) {
+      code = strtol(q + 1, NULL, 10);
+      break;
+    }
+  return code >= 0 && (code & 0x7f) != 0 ? SOCK_PID_KILLED : SOCK_PID_EXITED;
+}
+
+static int blame_score(int r, const int32_t *pids, const uint8_t *same_host) {
+  if (!same_host[r])
+    return 2; /* unknown: as good as gone */
+  switch (sock_pid_state(pids[r])) {
+  case SOCK_PID_KILLED:
+    return 3;
+  case SOCK_PID_GONE:
+    return 2;
+  case SOCK_PID_EXITED:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+int sock_blame(int peer, int me, int n, const int32_t *pids,
+               const uint8_t *same_host, const uint8_t *closed) {
+  if (pids == NULL || same_host == NULL || peer < 0 || peer >= n)
+    return peer;
+  int best = peer, bs = blame_score(peer, pids, same_host);
+  for (int q = 0; closed && q < n && bs < 3; q++) {
+    if (q == me || q == peer || !closed[q])
+      continue;
+    int sc = blame_score(q, pids, same_host);
+    if (sc > bs) {
+      best = q;
+      bs = sc;
+    }
+  }
+  if (bs >= 2)
+    return best;
+  for (int want = SOCK_PID_KILLED; want <= SOCK_PID_GONE; want += 2)
+    for (int q = 0; q < n; q++)
+      if (q != me && same_host[q] && sock_pid_state(pids[q]) == want)
+        return q;
+  return best;
+}

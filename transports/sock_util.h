@@ -1,0 +1,132 @@
+/*
+ * Socket helpers shared by the bootstrap and the tcp transport: interface
+ * selection (BRAID_SOCKET_IFNAME syntax), address text, listeners, connects
+ * and full reads/writes, every one bounded by a timeout.
+ *
+ * Results are 0 on success or a negative SOCK_E* code; the error text, when a
+ * buffer is given, names the address and the failing call.
+ */
+#ifndef BRAID_TRANSPORTS_SOCK_UTIL_H
+#define BRAID_TRANSPORTS_SOCK_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define SOCK_EOF (-1)     /* the peer closed the connection */
+#define SOCK_TIMEOUT (-2) /* the deadline passed */
+#define SOCK_ERR (-3)     /* a system call failed (errno kept) */
+#define SOCK_RESET (-4)   /* ECONNRESET / EPIPE: the peer went away */
+
+/* Milliseconds on the monotonic clock. */
+int64_t sock_now_ms(void);
+/* Milliseconds left before deadline (>= 0). */
+int sock_left_ms(int64_t deadline);
+
+/* Length of the sockaddr for its family (0 for an unknown family). */
+socklen_t sock_addr_len(const struct sockaddr_storage *a);
+/* "192.0.2.1:5000" or "[fd00::1]:5000" into buf; returns buf. */
+const char *sock_addr_str(const struct sockaddr_storage *a, char *buf,
+                          size_t len);
+int sock_addr_port(const struct sockaddr_storage *a);
+void sock_addr_set_port(struct sockaddr_storage *a, int port);
+
+/* Whether interface `name` passes the filter `spec` (NCCL syntax:
+ * comma-separated prefixes; a leading '^' excludes the listed ones; a
+ * leading '=' (after any '^') makes them exact names). NULL/"" passes all. */
+int sock_ifname_match(const char *spec, const char *name);
+/* Picks the local address to advertise: with spec, the first up interface
+ * that passes it (IPv4 before IPv6, link-local IPv6 skipped); else the first
+ * up non-loopback IPv4 interface not named docker* or virbr*; else loopback.
+ * Port is 0. ifname (may be NULL) gets the interface's name. */
+int sock_pick_addr(const char *spec, struct sockaddr_storage *out, char *ifname,
+                   size_t ifname_len, char *err, size_t errlen);
+/* Resolves host (name or literal) and port into out. */
+int sock_resolve(const char *host, int port, struct sockaddr_storage *out,
+                 char *err, size_t errlen);
+
+int sock_set_nonblock(int fd);
+int sock_set_nodelay(int fd);
+/* SO_SNDBUF / SO_RCVBUF of at least bytes where the system allows. */
+void sock_set_bufs(int fd, size_t bytes);
+
+/* Nonblocking listener bound to addr (its port, 0 = any); *bound gets the
+ * address with the port actually bound. reuse sets SO_REUSEADDR. */
+int sock_listen(const struct sockaddr_storage *addr, int reuse, size_t bufs,
+                int *fd, struct sockaddr_storage *bound, char *err,
+                size_t errlen);
+/* Nonblocking connect to addr, waiting until deadline (retries while the
+ * listener is not there yet). *fd is nonblocking on success. bufs > 0 sets
+ * the socket buffers before connecting. */
+int sock_connect(const struct sockaddr_storage *addr, int64_t deadline,
+                 size_t bufs, int *fd, char *err, size_t errlen);
+/* Accepts one connection (waiting until deadline). *fd is nonblocking. */
+int sock_accept(int lfd, int64_t deadline, int *fd,
+                struct sockaddr_storage *peer);
+
+/* All of buf, or an error, by deadline (works on nonblocking sockets). */
+int sock_write_full(int fd, const void *buf, size_t len, int64_t deadline);
+int sock_read_full(int fd, void *buf, size_t len, int64_t deadline);
+/* Text for a SOCK_E* code (with errno for SOCK_ERR). */
+const char *sock_strerror(int code, char *buf, size_t len);
+
+/* Whether the peer of fd has closed or reset it, without consuming data:
+ * 1 dead, 0 alive (or data pending). */
+int sock_peer_dead(int fd);
+
+/* The greeting every braid connection opens with: a magic naming the kind
+ * of connection and the job's secret. */
+typedef struct sock_auth {
+  uint32_t magic;
+  uint32_t kind;
+  uint8_t secret[16];
+} sock_auth;
+void sock_auth_fill(sock_auth *a, uint32_t magic, uint32_t kind,
+                    const uint8_t secret[16]);
+
+/* An authenticating accept loop on a listener. Each accepted connection must
+ * send a sock_auth matching (magic, kind, secret) followed by body_len bytes
+ * within auth_ms; one that does not is logged with WARN (naming `what` and
+ * the remote address) and closed, and the gate keeps serving. */
+#define SOCK_GATE_MAX_MSG 512 /* greeting + body */
+typedef struct sock_gate_conn sock_gate_conn;
+typedef struct sock_gate {
+  int lfd;
+  sock_auth want;
+  size_t body_len;
+  int auth_ms;
+  char what[96];
+  int npend, cap;
+  sock_gate_conn *pend;
+} sock_gate;
+void sock_gate_init(sock_gate *g, int lfd, uint32_t magic, uint32_t kind,
+                    const uint8_t secret[16], size_t body_len, int auth_ms,
+                    const char *what);
+/* body_len must be at most SOCK_GATE_MAX_MSG - sizeof(sock_auth). */
+/* Waits until deadline for the next connection that proves the secret:
+ * 0 (with *fd nonblocking, body filled, *peer set), SOCK_TIMEOUT or
+ * SOCK_ERR. */
+int sock_gate_next(sock_gate *g, int64_t deadline, int *fd, void *body,
+                   struct sockaddr_storage *peer);
+/* Closes the connections still pending (not the listener). */
+void sock_gate_free(sock_gate *g);
+
+/* Which rank to blame when the connection to `peer` closed, among n ranks
+ * (`me` excluded). A peer that closed because another rank died first is
+ * not the one to name: candidates are peer and the ranks in closed[] (their
+ * connections closed too; may be NULL), ranked by what their processes show
+ * (pids[r], same_host[r]): killed by a signal, then gone (or on another
+ * host), then exited, then running; a tie keeps peer. When every
+ * candidate still runs or exited normally, the first rank on this host whose
+ * process was killed or is gone is named. Returns peer when nothing better
+ * is known. */
+int sock_blame(int peer, int me, int n, const int32_t *pids,
+               const uint8_t *same_host, const uint8_t *closed);
+/* What happened to process pid: SOCK_PID_* below. */
+#define SOCK_PID_RUNNING 0
+#define SOCK_PID_KILLED 1 /* zombie killed by a signal */
+#define SOCK_PID_EXITED 2 /* zombie that exited */
+#define SOCK_PID_GONE 3   /* no such process (reaped) */
+int sock_pid_state(int pid);
+
+#endif

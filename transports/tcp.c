@@ -1,0 +1,712 @@
+/*
+ * tcp transport (docs/TRANSPORTS.md): one nonblocking TCP socket per (peer,
+ * channel). Each message is an 8-byte header (type in the top byte, payload
+ * length below) followed by the payload. Sends write what the socket takes
+ * and queue the rest (references to the caller's buffer, up to nslots
+ * messages); receives read straight into the destination, or through a
+ * slot-sized staging buffer when reducing.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "src/bootstrap.h"
+#include "src/log.h"
+#include "transports/sock_util.h"
+#include "transports/transport.h"
+
+#define TCP_MAGIC 0x42524454u /* "BRDT" */
+#define TCP_KIND 1u
+#define TCP_AUTH_MS 5000
+#define TCP_DATA 1u
+#define TCP_LEN_MAX ((uint64_t)1 << 56)
+#define TCP_IOV_MAX 32
+
+typedef struct tcp_hello {
+  int32_t rank, channel, nranks, nchannels;
+} tcp_hello;
+
+_Static_assert(sizeof(tcp_hello) + sizeof(sock_auth) <= SOCK_GATE_MAX_MSG,
+               "greeting fits the gate");
+
+typedef struct tcp_msg {
+  uint64_t hdr;
+  const char *src;
+  size_t len;
+  size_t off; /* bytes of header + payload already written */
+  uint64_t ticket;
+} tcp_msg;
+
+typedef struct tcp_state tcp_state;
+
+struct tp_conn {
+  tcp_state *s;
+  int peer, channel, fd;
+  int err;   /* sticky failure (BRAID_ERR_*), 0 while healthy */
+  int blame; /* the rank named when err is BRAID_ERR_REMOTE */
+  /* send side */
+  tcp_msg *q;
+  int qhead, qcount;
+  int listed; /* in s->flush */
+  uint64_t next_ticket, written;
+  /* receive side: one message at a time */
+  int rmode; /* 0 idle, 1 recv, 2 recv_reduce */
+  uint64_t rhdr;
+  size_t rhdr_got;
+  size_t rlen, rgot, rdone;
+  char *stage;
+  size_t stage_cap;
+};
+
+struct tcp_state {
+  int rank, nranks, nchannels, nslots;
+  size_t slot_bytes;
+  tp_conn **conns; /* [peer * nchannels + channel] */
+  tp_conn **flush; /* connections with queued sends */
+  int nflush;
+  int32_t *pids;      /* per rank, from the bootstrap */
+  uint8_t *same_host; /* per rank */
+  struct pollfd *pfd;
+  int *pfd_conn;
+  int npfd;
+  char err[256];
+};
+
+#define SERR(s, ...) snprintf((s)->err, sizeof((s)->err), __VA_ARGS__)
+
+/* ---- failures ------------------------------------------------------------ */
+
+/* Which rank to name for the closed connection c (see sock_blame): the
+ * other connections that closed too are the candidates. */
+static int tcp_blame(tcp_state *s, tp_conn *c) {
+  if (s->pids == NULL || s->same_host == NULL)
+    return c->peer;
+  uint8_t *closed = calloc((size_t)s->nranks, 1);
+  if (closed == NULL)
+    return c->peer;
+  size_t nconn = (size_t)s->nranks * (size_t)s->nchannels;
+  int r = c->peer;
+  /* A peer that is still running closed on purpose; the rank that died
+   * may be a moment from showing it (its sockets close before it becomes a
+   * zombie): look again for up to 100 ms. */
+  for (int tries = 0; tries < 20; tries++) {
+    for (size_t i = 0; i < nconn; i++) {
+      tp_conn *o = s->conns[i];
+      if (o != NULL && o != c &&
+          ((o->err == BRAID_ERR_REMOTE && o->blame == o->peer) ||
+           (o->err == 0 && sock_peer_dead(o->fd))))
+        closed[o->peer] = 1;
+    }
+    r = sock_blame(c->peer, s->rank, s->nranks, s->pids, s->same_host, closed);
+    if (r != c->peer || !s->same_host[c->peer] ||
+        sock_pid_state(s->pids[c->peer]) != SOCK_PID_RUNNING)
+      break;
+    usleep(5000);
+  }
+  free(closed);
+  return r;
+}
+
+static int conn_fail(tp_conn *c, int code, int err_no) {
+  if (c->err)
+    return c->err;
+  c->err = code;
+  tcp_state *s = c->s;
+  c->blame = c->peer;
+  if (code == BRAID_ERR_REMOTE)
+    c->blame = tcp_blame(s, c);
+  if (code == BRAID_ERR_REMOTE && c->blame != c->peer)
+    SERR(s,
+         "tcp: rank %d died (its process was killed or is gone); rank %d then "
+         "%s the connection of channel %d to rank %d",
+         c->blame, c->peer, err_no == 0 ? "closed" : "reset", c->channel,
+         s->rank);
+  else if (code == BRAID_ERR_REMOTE)
+    SERR(c->s,
+         "tcp: rank %d %s the connection of channel %d to rank %d (process "
+         "died?)",
+         c->peer, err_no == 0 ? "closed" : "reset", c->channel, c->s->rank);
+  else
+    SERR(c->s, "tcp: connection to rank %d (channel %d) failed: %s", c->peer,
+         c->channel, strerror(err_no));
+  return code;
+}
+
+static int io_fail(tp_conn *c, ssize_t n) {
+  if (n == 0)
+    return conn_fail(c, BRAID_ERR_REMOTE, 0);
+  if (errno == ECONNRESET || errno == EPIPE || errno == ENOTCONN ||
+      errno == ETIMEDOUT)
+    return conn_fail(c, BRAID_ERR_REMOTE, errno);
+  return conn_fail(c, BRAID_ERR_SYSTEM, errno);
+}
+
+/* ---- sending ------------------------------------------------------------- */
+
+/* Writes queued messages: BRAID_SUCCESS (maybe some left) or an error. */
+static int conn_flush(tp_conn *c) {
+  int nslots = c->s->nslots;
+  while (c->qcount > 0 && !c->err) {
+    struct iovec iov[TCP_IOV_MAX];
+    int k = 0;
+    for (int i = 0; i < c->qcount && k + 2 <= TCP_IOV_MAX; i++) {
+      tcp_msg *m = &c->q[(c->qhead + i) % nslots];
+      size_t off = m->off;
+      if (off < sizeof(m->hdr)) {
+        iov[k].iov_base = (char *)&m->hdr + off;
+        iov[k++].iov_len = sizeof(m->hdr) - off;
+        off = 0;
+      } else {
+        off -= sizeof(m->hdr);
+      }
+      if (m->len > off) {
+        iov[k].iov_base = (char *)m->src + off;
+        iov[k++].iov_len = m->len - off;
+      }
+    }
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+    ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return BRAID_SUCCESS;
+      if (errno == EINTR)
+        continue;
+      return io_fail(c, n);
+    }
+    size_t left = (size_t)n;
+    while (c->qcount > 0) {
+      tcp_msg *m = &c->q[c->qhead];
+      size_t need = sizeof(m->hdr) + m->len - m->off;
+      if (left < need) {
+        m->off += left;
+        break;
+      }
+      left -= need;
+      c->written = m->ticket;
+      c->qhead = (c->qhead + 1) % nslots;
+      c->qcount--;
+    }
+  }
+  return c->err;
+}
+
+/* Any call flushes every connection with queued data, so a rank waiting on
+ * one peer still feeds the others. */
+static void flush_all(tcp_state *s) {
+  for (int i = 0; i < s->nflush;) {
+    tp_conn *c = s->flush[i];
+    (void)conn_flush(c);
+    if (c->qcount == 0 || c->err) {
+      c->listed = 0;
+      s->flush[i] = s->flush[--s->nflush];
+      continue;
+    }
+    i++;
+  }
+}
+
+static int tcp_isend(tp_conn *c, const void *src, size_t len,
+                     uint64_t *ticket) {
+  if (c == NULL || ticket == NULL || (len && src == NULL))
+    return BRAID_ERR_INVALID_ARG;
+  if (c->err)
+    return c->err;
+  if ((uint64_t)len >= TCP_LEN_MAX) {
+    SERR(c->s, "tcp: message of %zu bytes to rank %d is too large", len,
+         c->peer);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  tcp_state *s = c->s;
+  flush_all(s);
+  int r = conn_flush(c);
+  if (r != BRAID_SUCCESS)
+    return r;
+  if (c->qcount >= s->nslots)
+    return TP_AGAIN;
+  tcp_msg *m = &c->q[(c->qhead + c->qcount) % s->nslots];
+  m->hdr = ((uint64_t)TCP_DATA << 56) | (uint64_t)len;
+  m->src = src;
+  m->len = len;
+  m->off = 0;
+  m->ticket = ++c->next_ticket;
+  c->qcount++;
+  *ticket = m->ticket;
+  r = conn_flush(c);
+  if (r != BRAID_SUCCESS)
+    return r;
+  if (c->qcount > 0 && !c->listed) {
+    c->listed = 1;
+    s->flush[s->nflush++] = c;
+  }
+  return BRAID_SUCCESS;
+}
+
+static int tcp_send_done(tp_conn *c, uint64_t ticket) {
+  if (c == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  if (ticket <= c->written)
+    return BRAID_SUCCESS;
+  flush_all(c->s);
+  int r = conn_flush(c);
+  if (ticket <= c->written)
+    return BRAID_SUCCESS;
+  return r != BRAID_SUCCESS ? r : TP_AGAIN;
+}
+
+/* ---- receiving ----------------------------------------------------------- */
+
+/* Reads the header (and whatever payload follows into buf, up to cap).
+ * BRAID_SUCCESS once the header is complete and matches len. */
+static int read_header(tp_conn *c, char *buf, size_t cap, size_t len,
+                       int mode) {
+  if (c->rmode != 0 && c->rmode != mode) {
+    SERR(c->s,
+         "tcp: recv and recv_reduce interleaved on one message from rank %d",
+         c->peer);
+    return BRAID_ERR_INTERNAL;
+  }
+  if (c->rmode == mode) {
+    if (c->rlen != len) {
+      SERR(c->s,
+           "tcp: a resumed receive from rank %d changed its length from %zu "
+           "to %zu",
+           c->peer, c->rlen, len);
+      return BRAID_ERR_INTERNAL;
+    }
+    if (c->rhdr_got == sizeof(c->rhdr))
+      return BRAID_SUCCESS;
+  } else {
+    c->rmode = mode;
+    c->rlen = len;
+    c->rhdr_got = 0;
+    c->rgot = c->rdone = 0;
+  }
+  while (c->rhdr_got < sizeof(c->rhdr)) {
+    struct iovec iov[2];
+    iov[0].iov_base = (char *)&c->rhdr + c->rhdr_got;
+    iov[0].iov_len = sizeof(c->rhdr) - c->rhdr_got;
+    iov[1].iov_base = buf;
+    iov[1].iov_len = cap;
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = cap ? 2 : 1};
+    ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT);
+    if (n <= 0) {
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return TP_AGAIN;
+      if (n < 0 && errno == EINTR)
+        continue;
+      return io_fail(c, n);
+    }
+    size_t h = sizeof(c->rhdr) - c->rhdr_got;
+    if ((size_t)n < h) {
+      c->rhdr_got += (size_t)n;
+      continue;
+    }
+    c->rhdr_got = sizeof(c->rhdr);
+    c->rgot = (size_t)n - h;
+  }
+  uint64_t type = c->rhdr >> 56, mlen = c->rhdr & (TCP_LEN_MAX - 1);
+  if (type != TCP_DATA) {
+    c->err = BRAID_ERR_REMOTE;
+    c->blame = c->peer;
+    SERR(c->s, "tcp: garbage on the connection from rank %d (channel %d)",
+         c->peer, c->channel);
+    return c->err;
+  }
+  if (mlen != len) {
+    c->err = BRAID_ERR_MISMATCH;
+    SERR(c->s,
+         "tcp: rank %d sent a %llu-byte message on channel %d where rank %d "
+         "expected %zu bytes (collectives called in a different order? "
+         "BRAID_CHECK=1 finds which)",
+         c->peer, (unsigned long long)mlen, c->channel, c->s->rank, len);
+    return c->err;
+  }
+  return BRAID_SUCCESS;
+}
+
+static int tcp_recv(tp_conn *c, void *dst, size_t len) {
+  if (c == NULL || (len && dst == NULL))
+    return BRAID_ERR_INVALID_ARG;
+  if (c->err)
+    return c->err;
+  flush_all(c->s);
+  int r = read_header(c, dst, len, len, 1);
+  if (r != BRAID_SUCCESS)
+    return r;
+  while (c->rgot < len) {
+    ssize_t n = recv(c->fd, (char *)dst + c->rgot, len - c->rgot, MSG_DONTWAIT);
+    if (n <= 0) {
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return TP_AGAIN;
+      if (n < 0 && errno == EINTR)
+        continue;
+      return io_fail(c, n);
+    }
+    c->rgot += (size_t)n;
+  }
+  c->rmode = 0;
+  return BRAID_SUCCESS;
+}
+
+/* Reduces the whole elements in staging into dst and keeps the rest. */
+static void reduce_staged(tp_conn *c, const char *src, char *dst,
+                          const tp_reducer *r) {
+  size_t fill = c->rgot - c->rdone;
+  size_t k = fill / r->elem_size * r->elem_size;
+  if (k == 0)
+    return;
+  r->fn(dst + c->rdone, src + c->rdone, c->stage, k / r->elem_size);
+  if (fill > k)
+    memmove(c->stage, c->stage + k, fill - k);
+  c->rdone += k;
+}
+
+static int tcp_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
+                           const tp_reducer *r) {
+  if (c == NULL || r == NULL || r->fn == NULL || r->elem_size == 0 ||
+      (len && (src == NULL || dst == NULL)))
+    return BRAID_ERR_INVALID_ARG;
+  if (c->err)
+    return c->err;
+  tcp_state *s = c->s;
+  if (len % r->elem_size != 0) {
+    SERR(s,
+         "tcp: recv_reduce of %zu bytes from rank %d is not a whole number "
+         "of %zu-byte elements",
+         len, c->peer, r->elem_size);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (c->stage == NULL) {
+    size_t cap = s->slot_bytes; /* never more than one slot */
+    if (cap < 64)
+      cap = 64;
+    c->stage = malloc(cap);
+    if (c->stage == NULL) {
+      SERR(s, "tcp: no memory for a %zu-byte staging buffer", cap);
+      return BRAID_ERR_NOMEM;
+    }
+    c->stage_cap = cap;
+  }
+  size_t cap = c->stage_cap / r->elem_size * r->elem_size;
+  if (cap == 0) {
+    SERR(s, "tcp: %zu-byte elements do not fit the %zu-byte staging buffer",
+         r->elem_size, c->stage_cap);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  flush_all(s);
+  int rc = read_header(c, c->stage, len < cap ? len : cap, len, 2);
+  if (rc != BRAID_SUCCESS)
+    return rc;
+  for (;;) {
+    reduce_staged(c, src, dst, r);
+    if (c->rdone == len)
+      break;
+    size_t fill = c->rgot - c->rdone;
+    size_t room = cap - fill;
+    if (room > len - c->rgot)
+      room = len - c->rgot;
+    ssize_t n = recv(c->fd, c->stage + fill, room, MSG_DONTWAIT);
+    if (n <= 0) {
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return TP_AGAIN;
+      if (n < 0 && errno == EINTR)
+        continue;
+      return io_fail(c, n);
+    }
+    c->rgot += (size_t)n;
+  }
+  c->rmode = 0;
+  return BRAID_SUCCESS;
+}
+
+static int tcp_pollfd(tp_conn *c) { return c ? c->fd : -1; }
+
+/* ---- setup --------------------------------------------------------------- */
+
+static void tcp_teardown(void *state);
+
+static tp_conn *conn_new(tcp_state *s, int peer, int channel, int fd) {
+  tp_conn *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return NULL;
+  c->q = calloc((size_t)s->nslots, sizeof(tcp_msg));
+  if (c->q == NULL) {
+    free(c);
+    return NULL;
+  }
+  c->s = s;
+  c->peer = peer;
+  c->blame = peer;
+  c->channel = channel;
+  c->fd = fd;
+  s->conns[peer * s->nchannels + channel] = c;
+  return c;
+}
+
+static int setup_fail(tp_setup *st, tcp_state *s, int code) {
+  snprintf(st->errbuf, sizeof(st->errbuf), "%s", s->err);
+  tcp_teardown(s);
+  return code;
+}
+
+static int tcp_connect_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
+                           const struct sockaddr_storage *addrs, size_t bufs,
+                           const uint8_t *secret, int64_t deadline) {
+  char e[200], as[80];
+  for (int p = st->rank + 1; p < st->nranks; p++) {
+    if (!peers[p])
+      continue;
+    for (int ch = 0; ch < st->nchannels; ch++) {
+      int fd;
+      if (sock_connect(&addrs[p], deadline, bufs, &fd, e, sizeof(e)) != 0) {
+        SERR(s, "tcp: rank %d cannot connect to rank %d (channel %d): %.150s",
+             st->rank, p, ch, e);
+        return BRAID_ERR_SYSTEM;
+      }
+      if (conn_new(s, p, ch, fd) == NULL) {
+        close(fd);
+        SERR(s, "tcp: out of memory");
+        return BRAID_ERR_NOMEM;
+      }
+      struct {
+        sock_auth a;
+        tcp_hello h;
+      } msg;
+      memset(&msg, 0, sizeof(msg));
+      sock_auth_fill(&msg.a, TCP_MAGIC, TCP_KIND, secret);
+      msg.h = (tcp_hello){st->rank, ch, st->nranks, st->nchannels};
+      if (sock_write_full(fd, &msg, sizeof(msg), deadline) != 0) {
+        SERR(s, "tcp: rank %d cannot greet rank %d at %s (channel %d): %.150s",
+             st->rank, p, sock_addr_str(&addrs[p], as, sizeof(as)), ch,
+             strerror(errno));
+        return BRAID_ERR_REMOTE;
+      }
+    }
+  }
+  return BRAID_SUCCESS;
+}
+
+static int tcp_accept_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
+                          int lfd, const uint8_t *secret, int64_t deadline) {
+  int need = 0;
+  for (int p = 0; p < st->rank; p++)
+    need += peers[p] ? st->nchannels : 0;
+  char what[64], as[80];
+  snprintf(what, sizeof(what), "tcp listener of rank %d", st->rank);
+  sock_gate g;
+  sock_gate_init(&g, lfd, TCP_MAGIC, TCP_KIND, secret, sizeof(tcp_hello),
+                 TCP_AUTH_MS, what);
+  int res = BRAID_SUCCESS;
+  while (need > 0) {
+    int fd;
+    tcp_hello h;
+    struct sockaddr_storage from;
+    int rc = sock_gate_next(&g, deadline, &fd, &h, &from);
+    if (rc != 0) {
+      int miss = -1;
+      for (int p = 0; p < st->rank && miss < 0; p++)
+        for (int ch = 0; peers[p] && ch < st->nchannels; ch++)
+          if (s->conns[p * st->nchannels + ch] == NULL) {
+            miss = p;
+            break;
+          }
+      SERR(s,
+           "tcp: rank %d %s waiting for %d connection(s), first missing from "
+           "rank %d",
+           st->rank, rc == SOCK_TIMEOUT ? "timed out" : "failed", need, miss);
+      res = rc == SOCK_TIMEOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_SYSTEM;
+      break;
+    }
+    if (h.nranks != st->nranks || h.nchannels != st->nchannels || h.rank < 0 ||
+        h.rank >= st->rank || !peers[h.rank] || h.channel < 0 ||
+        h.channel >= st->nchannels ||
+        s->conns[h.rank * st->nchannels + h.channel] != NULL) {
+      WARN(LOG_NET,
+           "%s: rejected connection from %s claiming rank %d channel %d "
+           "(nranks %d, nchannels %d): not an expected peer connection",
+           what, sock_addr_str(&from, as, sizeof(as)), h.rank, h.channel,
+           h.nranks, h.nchannels);
+      close(fd);
+      continue;
+    }
+    if (conn_new(s, h.rank, h.channel, fd) == NULL) {
+      close(fd);
+      SERR(s, "tcp: out of memory");
+      res = BRAID_ERR_NOMEM;
+      break;
+    }
+    need--;
+  }
+  sock_gate_free(&g);
+  return res;
+}
+
+static int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
+  if (st == NULL || peers == NULL || state == NULL || st->boot == NULL ||
+      st->nranks <= 0 || st->rank < 0 || st->rank >= st->nranks ||
+      st->nchannels <= 0 || st->nslots <= 0 || st->slot_bytes == 0) {
+    if (st)
+      snprintf(st->errbuf, sizeof(st->errbuf),
+               "tcp setup: bad arguments (rank %d, nranks %d, nchannels %d, "
+               "nslots %d, slot_bytes %zu)",
+               st->rank, st->nranks, st->nchannels, st->nslots, st->slot_bytes);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  *state = NULL;
+  tcp_state *s = calloc(1, sizeof(*s));
+  if (s == NULL)
+    return BRAID_ERR_NOMEM;
+  s->rank = st->rank;
+  s->nranks = st->nranks;
+  s->nchannels = st->nchannels;
+  s->nslots = st->nslots;
+  s->slot_bytes = st->slot_bytes;
+  size_t nconn = (size_t)st->nranks * (size_t)st->nchannels;
+  s->conns = calloc(nconn, sizeof(tp_conn *));
+  s->flush = calloc(nconn, sizeof(tp_conn *));
+  struct sockaddr_storage *addrs =
+      calloc((size_t)st->nranks, sizeof(struct sockaddr_storage));
+  if (s->conns == NULL || s->flush == NULL || addrs == NULL) {
+    free(addrs);
+    SERR(s, "tcp setup: out of memory");
+    return setup_fail(st, s, BRAID_ERR_NOMEM);
+  }
+  size_t bufs = (size_t)st->nslots * st->slot_bytes;
+  int64_t deadline =
+      sock_now_ms() + (st->timeout_ms > 0 ? st->timeout_ms : 300000);
+  const boot_peer *me = boot_peer_info(st->boot, st->rank);
+  struct sockaddr_storage local = me->addr, bound;
+  sock_addr_set_port(&local, 0);
+  char e[200];
+  int lfd = -1, r;
+  if (sock_listen(&local, 0, bufs, &lfd, &bound, e, sizeof(e)) != 0) {
+    free(addrs);
+    SERR(s, "tcp setup on rank %d: %.200s", st->rank, e);
+    return setup_fail(st, s, BRAID_ERR_SYSTEM);
+  }
+  r = boot_allgather(st->boot, &bound, addrs, sizeof(bound));
+  if (r != BRAID_SUCCESS) {
+    SERR(s, "tcp setup on rank %d: exchanging addresses: %.180s", st->rank,
+         boot_last_error(st->boot));
+  } else {
+    const uint8_t *secret = boot_secret(st->boot, NULL);
+    r = tcp_connect_all(st, s, peers, addrs, bufs, secret, deadline);
+    if (r == BRAID_SUCCESS)
+      r = tcp_accept_all(st, s, peers, lfd, secret, deadline);
+  }
+  close(lfd);
+  free(addrs);
+  if (r != BRAID_SUCCESS)
+    return setup_fail(st, s, r);
+  s->pids = calloc((size_t)st->nranks, sizeof(int32_t));
+  s->same_host = calloc((size_t)st->nranks, 1);
+  for (int p = 0; s->pids && s->same_host && p < st->nranks; p++) {
+    s->pids[p] = boot_peer_info(st->boot, p)->pid;
+    s->same_host[p] = (uint8_t)boot_same_host(st->boot, st->rank, p);
+  }
+  s->pfd = calloc(nconn ? nconn : 1, sizeof(struct pollfd));
+  s->pfd_conn = calloc(nconn ? nconn : 1, sizeof(int));
+  if (s->pfd == NULL || s->pfd_conn == NULL) {
+    SERR(s, "tcp setup: out of memory");
+    return setup_fail(st, s, BRAID_ERR_NOMEM);
+  }
+  for (size_t i = 0; i < nconn; i++)
+    if (s->conns[i]) {
+      s->pfd[s->npfd].fd = s->conns[i]->fd;
+      s->pfd[s->npfd].events = POLLIN;
+      s->pfd_conn[s->npfd++] = (int)i;
+    }
+  INFO(LOG_NET, "tcp: rank %d connected %d socket(s)", st->rank, s->npfd);
+  *state = s;
+  return BRAID_SUCCESS;
+}
+
+static tp_conn *tcp_conn(void *state, int peer, int channel) {
+  tcp_state *s = state;
+  if (s == NULL || peer < 0 || peer >= s->nranks || channel < 0 ||
+      channel >= s->nchannels)
+    return NULL;
+  return s->conns[peer * s->nchannels + channel];
+}
+
+static int tcp_check_peers(void *state, int *dead_rank) {
+  tcp_state *s = state;
+  if (s == NULL || s->npfd == 0)
+    return BRAID_SUCCESS;
+  for (int i = 0; i < s->npfd; i++) {
+    tp_conn *c = s->conns[s->pfd_conn[i]];
+    if (c->err == BRAID_ERR_REMOTE) {
+      if (dead_rank)
+        *dead_rank = c->blame;
+      return BRAID_ERR_REMOTE;
+    }
+    s->pfd[i].revents = 0;
+  }
+  if (poll(s->pfd, (nfds_t)s->npfd, 0) <= 0)
+    return BRAID_SUCCESS;
+  for (int i = 0; i < s->npfd; i++) {
+    if (!s->pfd[i].revents)
+      continue;
+    tp_conn *c = s->conns[s->pfd_conn[i]];
+    char b;
+    ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 ||
+        (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      io_fail(c, n);
+      if (dead_rank)
+        *dead_rank = c->blame;
+      return BRAID_ERR_REMOTE;
+    }
+  }
+  return BRAID_SUCCESS;
+}
+
+static void tcp_teardown(void *state) {
+  tcp_state *s = state;
+  if (s == NULL)
+    return;
+  size_t nconn = (size_t)s->nranks * (size_t)s->nchannels;
+  for (size_t i = 0; s->conns && i < nconn; i++) {
+    tp_conn *c = s->conns[i];
+    if (c == NULL)
+      continue;
+    close(c->fd);
+    free(c->q);
+    free(c->stage);
+    free(c);
+  }
+  free(s->conns);
+  free(s->flush);
+  free(s->pfd);
+  free(s->pfd_conn);
+  free(s->pids);
+  free(s->same_host);
+  free(s);
+}
+
+static const char *tcp_last_error(void *state) {
+  tcp_state *s = state;
+  return s ? s->err : "";
+}
+
+const tp_ops tp_tcp = {
+    .name = "tcp",
+    .setup = tcp_setup,
+    .conn = tcp_conn,
+    .isend = tcp_isend,
+    .send_done = tcp_send_done,
+    .recv = tcp_recv,
+    .recv_reduce = tcp_recv_reduce,
+    .pollfd = tcp_pollfd,
+    .bell_read = NULL,
+    .bell_wait = NULL,
+    .check_peers = tcp_check_peers,
+    .teardown = tcp_teardown,
+    .last_error = tcp_last_error,
+};

@@ -1,0 +1,94 @@
+/*
+ * The transport vtable (DESIGN §4). A transport knows nothing of collectives:
+ * it moves ordered messages on connections. One connection per (peer,
+ * channel); messages on a connection are delivered in order. Nothing here
+ * blocks: calls return TP_AGAIN when they cannot finish now, and the executor
+ * retries them after other work or after waiting.
+ *
+ * Sizes are known to both ends (the schedule decides them); a transport may
+ * still carry a length to catch mismatches and report them.
+ */
+#ifndef BRAID_TRANSPORTS_TRANSPORT_H
+#define BRAID_TRANSPORTS_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "braid.h"
+
+#define TP_AGAIN (-1) /* returned (as int) when the call should be retried */
+
+/* Reduction kernel handed to recv_reduce: dst[i] = a[i] (+) b[i], n elements.
+ */
+typedef struct tp_reducer {
+  void (*fn)(void *dst, const void *a, const void *b, size_t n);
+  size_t elem_size;
+} tp_reducer;
+
+struct tp_bootstrap; /* src/bootstrap.h */
+
+typedef struct tp_conn tp_conn; /* one per (peer, channel), transport-owned */
+
+/* What a transport needs from the communicator at setup. */
+typedef struct tp_setup {
+  struct tp_bootstrap *boot; /* allgather / p2p exchange of small blobs */
+  int rank, nranks;
+  int nchannels;     /* connections per peer */
+  int nslots;        /* messages a connection buffers */
+  size_t slot_bytes; /* largest message */
+  int timeout_ms;
+  char errbuf[256]; /* filled on error */
+} tp_setup;
+
+typedef struct tp_ops {
+  const char *name;
+  /* Create per-communicator state. peers[i] != 0 marks the ranks this
+   * transport must connect to. Collective over all ranks of the comm. */
+  int (*setup)(tp_setup *st, const uint8_t *peers, void **state);
+  tp_conn *(*conn)(void *state, int peer, int channel);
+  /* Send len bytes. BRAID_SUCCESS: accepted (*ticket set; src may still be
+   * read until send_done(ticket)); TP_AGAIN: no room now; else an error. */
+  int (*isend)(tp_conn *c, const void *src, size_t len, uint64_t *ticket);
+  /* Optional: like isend, for a source the caller overwrites soon after:
+   * the transport must not read src after this call unless its own bounded
+   * buffering (nslots messages) lets send_done complete without any action
+   * of the receiver. NULL: isend already behaves so. (shm: never
+   * single-copy.) */
+  int (*isend_copy)(tp_conn *c, const void *src, size_t len, uint64_t *ticket);
+  /* BRAID_SUCCESS once every send up to ticket no longer reads its source. */
+  int (*send_done)(tp_conn *c, uint64_t ticket);
+  /* Receive the next message (len bytes) into dst. Resumable: TP_AGAIN until
+   * all of it has arrived. */
+  int (*recv)(tp_conn *c, void *dst, size_t len);
+  /* Receive the next message and combine: dst = src (+) message. */
+  int (*recv_reduce)(tp_conn *c, const void *src, void *dst, size_t len,
+                     const tp_reducer *r);
+  /* File descriptor to poll for readiness, or -1 (shm uses its doorbell). */
+  int (*pollfd)(tp_conn *c);
+  /* Optional doorbell (shm): a counter in this rank's memory that peers bump
+   * (with a futex wake when the waiter sleeps) whenever they publish a message
+   * or free a slot for it. The executor reads it, makes progress, and if
+   * nothing moved sleeps in bell_wait until it changes or timeout_us passes.
+   * NULL for transports that wait through pollfd. */
+  uint32_t (*bell_read)(void *state);
+  void (*bell_wait)(void *state, uint32_t seen, int timeout_us);
+  /* Check the peers once (dead process, closed socket). BRAID_SUCCESS, or
+   * BRAID_ERR_REMOTE with *dead_rank set. */
+  int (*check_peers)(void *state, int *dead_rank);
+  /* Optional: this rank gives up because dead_rank died; peers that see this
+   * rank leave next should name dead_rank as the cause. */
+  void (*set_cause)(void *state, int dead_rank);
+  void (*teardown)(void *state);
+  /* Error text of the last failure on this state (names the peer). */
+  const char *(*last_error)(void *state);
+} tp_ops;
+
+extern const tp_ops tp_self;
+extern const tp_ops tp_shm;
+extern const tp_ops tp_tcp;
+/* Always defined; setup returns BRAID_ERR_UNSUPPORTED when the library was
+ * built without libfabric/libibverbs or no provider/device is present. */
+extern const tp_ops tp_ofi;
+extern const tp_ops tp_ibverbs;
+
+#endif
