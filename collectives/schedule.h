@@ -145,6 +145,8 @@ const char *sched_buf_name(sched_buf buf);
 
 /* Element geometry (see the header comment). */
 static inline size_t sched_chunk_off(size_t E, int K, int j) {
+  if (E <= UINT32_MAX) /* E * j fits in 64 bits: no 128-bit division */
+    return (size_t)((uint64_t)E * (unsigned)j / (unsigned)K);
   return (size_t)(((unsigned __int128)E * (unsigned)j) / (unsigned)K);
 }
 static inline size_t sched_chunk_len(size_t E, int K, int j) {

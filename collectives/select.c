@@ -12,9 +12,13 @@
  *   tcp  alpha 30 us (send/recv system calls and one network hop),
  *        beta 0.8 ns/B (about 1.25 GB/s: 10 GbE), gamma 0.1 ns/B
  * A burst of messages to different peers costs alpha once plus a posting
- * overhead of alpha / 4 per message.
+ * overhead of alpha / 4 per message; the direct algorithms' n - 1
+ * simultaneous streams pay 5% more per byte for every stream beyond the
+ * first (at most twice).
  */
 #include "select.h"
+
+#include "gen_util.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -96,7 +100,12 @@ double select_cost(const gen_desc *g, sched_coll coll, int nranks, size_t bytes,
     int p2 = 1;
     while (p2 * 2 <= nranks)
       p2 *= 2;
-    double P = p2, l2 = ceil_log2(p2), fold = nranks != p2;
+    /* Exchanges go in bursts of GEN_BURST chunks: distance d moves d chunks
+     * (or blocks) each way in ceil(d / GEN_BURST) round trips. */
+    double l2 = 0;
+    for (int d = 1; d < p2; d *= 2)
+      l2 += (d + GEN_BURST - 1) / GEN_BURST;
+    double P = p2, fold = nranks != p2;
     switch (coll) {
     case SCHED_ALLREDUCE:
       return 2 * l2 * a + (P - 1) / P * m * (2 * b + gm) +
@@ -111,7 +120,13 @@ double select_cost(const gen_desc *g, sched_coll coll, int nranks, size_t bytes,
   if (!strcmp(nm, "direct")) {
     if (coll == SCHED_ALLTOALL)
       return (n - 1) * (a + m * b);
-    return a + (n - 1) * (o + m * (b + red));
+    /* n - 1 simultaneous streams into or out of one rank contend (incast,
+     * cache and memory traffic): 5% more per byte for every extra stream,
+     * at most twice the time. */
+    double cont = 1 + 0.05 * (n - 2);
+    if (cont > 2)
+      cont = 2;
+    return a + (n - 1) * (o + m * (b * cont + red));
   }
   if (!strcmp(nm, "linear")) {
     if (coll == SCHED_SEND || coll == SCHED_RECV)
@@ -296,9 +311,9 @@ int select_filter_allows(const select_filter *f, sched_coll coll,
   return f ? (f->allow[coll] >> i) & 1u : 1;
 }
 
-const gen_desc *select_algo(sched_coll coll, int nranks, size_t bytes,
-                            int transport_class, const char *algo_filter,
-                            char *err, size_t errlen) {
+const gen_desc *select_algo_f(sched_coll coll, int nranks, size_t bytes,
+                              int transport_class, const select_filter *fin,
+                              char *err, size_t errlen) {
   select_filter f;
   if (err && errlen)
     err[0] = '\0';
@@ -317,8 +332,13 @@ const gen_desc *select_algo(sched_coll coll, int nranks, size_t bytes,
       snprintf(err, errlen, "unknown transport class %d", transport_class);
     return NULL;
   }
-  if (select_filter_parse(algo_filter, &f, err, errlen))
-    return NULL;
+  if (fin) {
+    f = *fin;
+  } else {
+    for (int c = 0; c < SCHED_NUM_COLLS; c++)
+      f.allow[c] = 0xffffffffu;
+    f.named = 0;
+  }
   /* A default entry that rules out every algorithm of this collective does
    * not apply to it (see select.h). */
   if (!(f.named & (1u << coll))) {
@@ -349,10 +369,26 @@ const gen_desc *select_algo(sched_coll coll, int nranks, size_t bytes,
         o += (size_t)snprintf(sup + o, sizeof(sup) - o, "%s%s", o ? ", " : "",
                               g->name);
     snprintf(err, errlen,
-             "BRAID_ALGO=\"%s\" leaves no algorithm for %s on %d ranks "
+             "the algorithm filter leaves no algorithm for %s on %d ranks "
              "(algorithms that support it: %s)",
-             algo_filter ? algo_filter : "", sched_coll_name(coll), nranks,
-             sup);
+             sched_coll_name(coll), nranks, sup);
   }
   return best;
+}
+
+const gen_desc *select_algo(sched_coll coll, int nranks, size_t bytes,
+                            int transport_class, const char *algo_filter,
+                            char *err, size_t errlen) {
+  select_filter f;
+  if (select_filter_parse(algo_filter, &f, err, errlen))
+    return NULL;
+  const gen_desc *g =
+      select_algo_f(coll, nranks, bytes, transport_class, &f, err, errlen);
+  if (!g && err && errlen && algo_filter &&
+      strstr(err, "leaves no algorithm")) {
+    char tmp[512];
+    snprintf(tmp, sizeof(tmp), "BRAID_ALGO=\"%s\": %s", algo_filter, err);
+    snprintf(err, errlen, "%s", tmp);
+  }
+  return g;
 }

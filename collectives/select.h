@@ -65,4 +65,10 @@ const gen_desc *select_algo(sched_coll coll, int nranks, size_t bytes,
                             int transport_class, const char *algo_filter,
                             char *err, size_t errlen);
 
+/* The same with a filter parsed once by select_filter_parse (NULL: no
+ * filter), for callers that select on every call. */
+const gen_desc *select_algo_f(sched_coll coll, int nranks, size_t bytes,
+                              int transport_class, const select_filter *f,
+                              char *err, size_t errlen);
+
 #endif

@@ -97,7 +97,7 @@ static void csv_result(FILE *f, const perf_result *r) {
     fprintf(f, ",,,,");
     return;
   }
-  fprintf(f, ",%.3f,%.4f,%.4f,", r->time_us, r->algbw, r->busbw);
+  fprintf(f, ",%.3f,%.6g,%.6g,", r->time_us, r->algbw, r->busbw);
   if (r->wrong >= 0)
     fprintf(f, "%lld", (long long)r->wrong);
 }
@@ -128,8 +128,8 @@ static void json_result(FILE *f, const char *name, const perf_result *r) {
     return;
   }
   fprintf(f,
-          "\"%s\": {\"time_us\": %.3f, \"algbw_GBps\": %.4f, "
-          "\"busbw_GBps\": %.4f, \"wrong\": ",
+          "\"%s\": {\"time_us\": %.3f, \"algbw_GBps\": %.6g, "
+          "\"busbw_GBps\": %.6g, \"wrong\": ",
           name, r->time_us, r->algbw, r->busbw);
   if (r->wrong >= 0)
     fprintf(f, "%lld}", (long long)r->wrong);

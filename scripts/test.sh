@@ -11,6 +11,9 @@ start=$(date +%s)
 echo "== build (RelWithDebInfo, -Werror)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"
+if [ "${BRAID_SKIP_LINT:-0}" != 1 ]; then
+  scripts/lint.sh build
+fi
 echo "== tests"
 (cd build && ctest --output-on-failure -j2 --timeout 900)
 
@@ -25,8 +28,8 @@ if [ "${BRAID_SKIP_SANITIZE:-0}" != 1 ]; then
     ctest --output-on-failure -j2 --timeout 900 -LE nosan)
 fi
 
-if [ "${BRAID_SKIP_FUZZ:-0}" != 1 ] && [ -x tests/fuzz/run.sh ]; then
+if [ "${BRAID_SKIP_FUZZ:-0}" != 1 ] && [ -x topology/fuzz/run.sh ]; then
   echo "== fuzzing the topology parsers (${FUZZ_SECONDS:-60} s each)"
-  tests/fuzz/run.sh
+  topology/fuzz/run.sh
 fi
 echo "== all tests passed in $(( $(date +%s) - start )) s"

@@ -17,7 +17,7 @@
 static const size_t dtype_sizes[BRAID_NUM_DTYPES] = {1, 1, 4, 4, 8,
                                                      8, 2, 2, 4, 8};
 static const char *dtype_names[BRAID_NUM_DTYPES] = {
-    "int8",  "uint8",   "int32",    "uint32",  "int64",
+    "int8",   "uint8",   "int32",    "uint32",  "int64",
     "uint64", "float16", "bfloat16", "float32", "float64"};
 static const char *op_names[BRAID_NUM_OPS] = {"sum", "prod", "min", "max",
                                               "avg"};
@@ -102,8 +102,7 @@ static int hexval(char ch) {
 
 braid_result braid_unique_id_from_string(braid_unique_id *id,
                                          const char *text) {
-  if (id == NULL || text == NULL ||
-      strlen(text) != 2 * BRAID_UNIQUE_ID_BYTES)
+  if (id == NULL || text == NULL || strlen(text) != 2 * BRAID_UNIQUE_ID_BYTES)
     return BRAID_ERR_INVALID_ARG;
   for (int i = 0; i < BRAID_UNIQUE_ID_BYTES; i++) {
     int hi = hexval(text[2 * i]), lo = hexval(text[2 * i + 1]);
@@ -140,8 +139,9 @@ static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
 static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
   const char *fn = op->name;
   if (c->broken != BRAID_SUCCESS) {
-    comm_set_error(c, "%s: the communicator is broken since an earlier error "
-                      "(%s); destroy it",
+    comm_set_error(c,
+                   "%s: the communicator is broken since an earlier error "
+                   "(%s); destroy it",
                    fn, braid_result_string(c->broken));
     return c->broken;
   }
@@ -175,8 +175,8 @@ static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
   if (use_out && op->out == NULL)
     return bad(c, fn, "recvbuf is NULL with count %zu", op->count);
   if (use_in && ((uintptr_t)op->in % es) != 0)
-    return bad(c, fn, "sendbuf %p is not aligned to %zu bytes (%s)", op->in,
-               es, braid_dtype_name(op->dt));
+    return bad(c, fn, "sendbuf %p is not aligned to %zu bytes (%s)", op->in, es,
+               braid_dtype_name(op->dt));
   if (use_out && ((uintptr_t)op->out % es) != 0)
     return bad(c, fn, "recvbuf %p is not aligned to %zu bytes (%s)", op->out,
                es, braid_dtype_name(op->dt));
@@ -189,13 +189,13 @@ static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
   switch (op->coll) {
   case SCHED_ALLGATHER:
   case SCHED_GATHER:
-    want = out + (size_t)(op->coll == SCHED_GATHER ? op->root : me) *
-                     op->count * es;
+    want = out +
+           (size_t)(op->coll == SCHED_GATHER ? op->root : me) * op->count * es;
     break;
   case SCHED_REDUCE_SCATTER:
   case SCHED_SCATTER:
-    want = in + (size_t)(op->coll == SCHED_SCATTER ? op->root : me) *
-                    op->count * es;
+    want = in +
+           (size_t)(op->coll == SCHED_SCATTER ? op->root : me) * op->count * es;
     if (out == want) {
       op->inplace = 1;
       return BRAID_SUCCESS;
@@ -309,9 +309,9 @@ braid_result braid_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
   return issue(comm, &o, 0);
 }
 
-braid_result braid_scatter(const void *sendbuf, void *recvbuf,
-                           size_t recvcount, braid_dtype dt, int root,
-                           braid_comm *comm, braid_stream *stream) {
+braid_result braid_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                           braid_dtype dt, int root, braid_comm *comm,
+                           braid_stream *stream) {
   OP_INIT(o, SCHED_SCATTER, "scatter", stream);
   o.in = sendbuf;
   o.out = recvbuf;
@@ -363,8 +363,9 @@ braid_result braid_barrier(braid_comm *comm, braid_stream *stream) {
    * points at its own. */
   o.is_barrier = 1;
   if (comm->broken != BRAID_SUCCESS) {
-    comm_set_error(comm, "barrier: the communicator is broken since an "
-                         "earlier error (%s); destroy it",
+    comm_set_error(comm,
+                   "barrier: the communicator is broken since an "
+                   "earlier error (%s); destroy it",
                    braid_result_string(comm->broken));
     return comm->broken;
   }

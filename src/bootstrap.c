@@ -1,7 +1,7 @@
 /*
- * Bootstrap (src/bootstrap.h): the root service, the rendezvous and the
- * control mesh. Wire formats are private to this file; both ends run the
- * same build.
+ * Bootstrap (src/bootstrap.h): the rendezvous and the control mesh; the root
+ * service is in bootstrap_root.c. Wire formats are private to these two files
+ * (shared ones in bootstrap_int.h); both ends run the same build.
  */
 #include "src/bootstrap.h"
 
@@ -9,59 +9,24 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "src/bootstrap_int.h"
 #include "src/config.h"
 #include "src/log.h"
 #include "transports/sock_util.h"
 
-#define BOOT_MAGIC 0x42524431u  /* "BRD1": unique id and greetings */
 #define FRAME_MAGIC 0x42524446u /* "BRDF": mesh frames */
-#define BOOT_VERSION 1
-#define KIND_ROOT 1u
-#define KIND_MESH 2u
-#define AUTH_MS 5000 /* a connection proves the secret within this */
-#define TEXT_LEN 256
 
 enum { FR_ALLGATHER = 1, FR_BARRIER = 2, FR_P2P = 3, FR_SPLIT = 4 };
 static const char *frame_name[] = {"?", "boot_allgather", "boot_barrier",
                                    "boot_send/boot_recv", "boot_split"};
-
-/* The unique id's content (inside braid_unique_id). */
-typedef struct id_wire {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t family;
-  uint16_t port; /* host order */
-  uint16_t pad;
-  uint32_t scope_id;
-  uint8_t addr[16];
-  uint8_t secret[16];
-} id_wire;
-_Static_assert(sizeof(id_wire) <= BRAID_UNIQUE_ID_BYTES, "id fits");
-
-typedef struct root_hello {
-  int32_t rank, nranks;
-  boot_peer me;
-} root_hello;
-
-_Static_assert(sizeof(root_hello) + sizeof(sock_auth) <= SOCK_GATE_MAX_MSG,
-               "greeting fits the gate");
-
-typedef struct root_reply {
-  int32_t status; /* braid_result */
-  int32_t nranks;
-  char text[TEXT_LEN]; /* why, when status != 0 */
-} root_reply;          /* followed by nranks boot_peer when status == 0 */
 
 typedef struct mesh_hello {
   int32_t rank, nranks;
@@ -89,12 +54,6 @@ struct tp_bootstrap {
   int timeout_ms;
   char err[TEXT_LEN];
 };
-
-#define SETERR(buf, len, ...)                                                  \
-  do {                                                                         \
-    if ((buf) && (len))                                                        \
-      snprintf((buf), (len), __VA_ARGS__);                                     \
-  } while (0)
 
 /* ---- identity ------------------------------------------------------------ */
 
@@ -133,26 +92,6 @@ static void fill_self(boot_peer *p, const struct sockaddr_storage *addr) {
   p->addr = *addr;
 }
 
-static void id_encode(braid_unique_id *id, const struct sockaddr_storage *a,
-                      const uint8_t secret[16]) {
-  id_wire w;
-  memset(&w, 0, sizeof(w));
-  w.magic = BOOT_MAGIC;
-  w.version = BOOT_VERSION;
-  w.family = a->ss_family;
-  w.port = (uint16_t)sock_addr_port(a);
-  if (a->ss_family == AF_INET) {
-    memcpy(w.addr, &((const struct sockaddr_in *)a)->sin_addr, 4);
-  } else {
-    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)a;
-    memcpy(w.addr, &in6->sin6_addr, 16);
-    w.scope_id = in6->sin6_scope_id;
-  }
-  memcpy(w.secret, secret, 16);
-  memset(id, 0, sizeof(*id));
-  memcpy(id->internal, &w, sizeof(w));
-}
-
 static int id_decode(const braid_unique_id *id, struct sockaddr_storage *a,
                      uint8_t secret[16]) {
   id_wire w;
@@ -173,263 +112,13 @@ static int id_decode(const braid_unique_id *id, struct sockaddr_storage *a,
   return 0;
 }
 
-static int timeout_or_default(int timeout_ms) {
+int boot_timeout_or_default(int timeout_ms) {
   if (timeout_ms > 0)
     return timeout_ms;
   const cfg_env *c = cfg_get();
   if (c && c->timeout_ms > 0)
     return c->timeout_ms;
   return 300000;
-}
-
-/* ---- root service -------------------------------------------------------- */
-
-typedef struct root_svc {
-  int lfd;
-  uint8_t secret[16];
-  int timeout_ms;
-  char addr[80];
-} root_svc;
-
-static void root_answer(const char *what, int fd, braid_result status,
-                        const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void root_answer(const char *what, int fd, braid_result status,
-                        const char *fmt, ...) {
-  root_reply r;
-  memset(&r, 0, sizeof(r));
-  r.status = status;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(r.text, sizeof(r.text), fmt, ap);
-  va_end(ap);
-  WARN(LOG_BOOT, "%s: %s", what, r.text);
-  (void)sock_write_full(fd, &r, sizeof(r), sock_now_ms() + 1000);
-  close(fd);
-}
-
-static void *root_main(void *arg) {
-  root_svc *s = arg;
-  int64_t deadline = sock_now_ms() + s->timeout_ms;
-  char what[128], as[80];
-  snprintf(what, sizeof(what), "bootstrap root %s", s->addr);
-  sock_gate g;
-  sock_gate_init(&g, s->lfd, BOOT_MAGIC, KIND_ROOT, s->secret,
-                 sizeof(root_hello), AUTH_MS, what);
-  int nranks = -1, joined = 0;
-  int *fds = NULL;
-  boot_peer *table = NULL;
-  while (nranks < 0 || joined < nranks) {
-    if (sock_now_ms() >= deadline)
-      break;
-    int64_t wake = sock_now_ms() + 500;
-    int fd;
-    root_hello h;
-    struct sockaddr_storage from;
-    int rc =
-        sock_gate_next(&g, wake < deadline ? wake : deadline, &fd, &h, &from);
-    /* A rank that left before the rendezvous finished frees its slot. */
-    for (int r = 0; fds && r < nranks; r++)
-      if (fds[r] >= 0 && sock_peer_dead(fds[r])) {
-        WARN(LOG_BOOT, "%s: rank %d disconnected before all %d ranks arrived",
-             what, r, nranks);
-        close(fds[r]);
-        fds[r] = -1;
-        joined--;
-      }
-    if (fds && joined == 0) {
-      /* Everyone left: the next arrival sets nranks afresh. */
-      free(fds);
-      free(table);
-      fds = NULL;
-      table = NULL;
-      nranks = -1;
-    }
-    if (rc == SOCK_ERR) {
-      WARN(LOG_BOOT, "%s: accept failed: %s", what, strerror(errno));
-      break;
-    }
-    if (rc != 0)
-      continue;
-    sock_addr_str(&from, as, sizeof(as));
-    if (h.nranks <= 0 || h.rank < 0 || h.rank >= h.nranks) {
-      root_answer(what, fd, BRAID_ERR_INVALID_ARG,
-                  "rank %d with nranks %d (from %s) is out of range", h.rank,
-                  h.nranks, as);
-      continue;
-    }
-    if (nranks < 0) {
-      nranks = h.nranks;
-      fds = calloc((size_t)nranks, sizeof(int));
-      table = calloc((size_t)nranks, sizeof(boot_peer));
-      if (fds == NULL || table == NULL) {
-        root_answer(what, fd, BRAID_ERR_NOMEM, "bootstrap root out of memory");
-        break;
-      }
-      for (int r = 0; r < nranks; r++)
-        fds[r] = -1;
-    }
-    if (h.nranks != nranks) {
-      root_answer(what, fd, BRAID_ERR_INVALID_ARG,
-                  "rank %d (from %s) says nranks=%d but the ranks already "
-                  "joined say nranks=%d",
-                  h.rank, as, h.nranks, nranks);
-      continue;
-    }
-    if (fds[h.rank] >= 0) {
-      root_answer(what, fd, BRAID_ERR_INVALID_ARG,
-                  "duplicate rank: rank %d (from %s, pid %d) already joined "
-                  "(pid %d)",
-                  h.rank, as, (int)h.me.pid, (int)table[h.rank].pid);
-      continue;
-    }
-    fds[h.rank] = fd;
-    table[h.rank] = h.me;
-    joined++;
-    TRACE(LOG_BOOT, "%s: rank %d/%d joined from %s", what, h.rank, nranks, as);
-  }
-  sock_gate_free(&g);
-  close(s->lfd);
-  if (nranks > 0 && joined == nranks) {
-    root_reply r;
-    memset(&r, 0, sizeof(r));
-    r.nranks = nranks;
-    int64_t dl = sock_now_ms() + s->timeout_ms;
-    for (int i = 0; i < nranks; i++) {
-      if (sock_write_full(fds[i], &r, sizeof(r), dl) != 0 ||
-          sock_write_full(fds[i], table, (size_t)nranks * sizeof(boot_peer),
-                          dl) != 0)
-        WARN(LOG_BOOT, "%s: could not send the peer table to rank %d", what, i);
-      close(fds[i]);
-    }
-    INFO(LOG_BOOT, "%s: rendezvous of %d ranks complete", what, nranks);
-  } else {
-    char missing[128] = "";
-    size_t off = 0;
-    for (int i = 0; fds && i < nranks && off + 12 < sizeof(missing); i++)
-      if (fds[i] < 0)
-        off += (size_t)snprintf(missing + off, sizeof(missing) - off, "%s%d",
-                                off ? "," : "", i);
-    for (int i = 0; fds && i < nranks; i++)
-      if (fds[i] >= 0)
-        root_answer(what, fds[i], BRAID_ERR_TIMEOUT,
-                    "rendezvous at %s timed out after %d ms: %d of %d ranks "
-                    "arrived (missing: %s)",
-                    s->addr, s->timeout_ms, joined, nranks, missing);
-    if (nranks < 0)
-      WARN(LOG_BOOT, "%s: no rank arrived within %d ms; root service ends",
-           what, s->timeout_ms);
-  }
-  free(fds);
-  free(table);
-  free(s);
-  return NULL;
-}
-
-static braid_result root_start(const struct sockaddr_storage *bind_addr,
-                               int reuse, const uint8_t secret[16],
-                               struct sockaddr_storage *bound, char *err,
-                               size_t errlen) {
-  root_svc *s = calloc(1, sizeof(*s));
-  if (s == NULL) {
-    SETERR(err, errlen, "bootstrap root: out of memory");
-    return BRAID_ERR_NOMEM;
-  }
-  char e[200];
-  if (sock_listen(bind_addr, reuse, 0, &s->lfd, bound, e, sizeof(e)) != 0) {
-    SETERR(err, errlen, "bootstrap root: %s", e);
-    free(s);
-    return BRAID_ERR_SYSTEM;
-  }
-  memcpy(s->secret, secret, 16);
-  s->timeout_ms = timeout_or_default(0);
-  sock_addr_str(bound, s->addr, sizeof(s->addr));
-  pthread_attr_t at;
-  pthread_t th;
-  pthread_attr_init(&at);
-  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-  int rc = pthread_create(&th, &at, root_main, s);
-  pthread_attr_destroy(&at);
-  if (rc != 0) {
-    SETERR(err, errlen, "bootstrap root: cannot start its thread: %s",
-           strerror(rc));
-    close(s->lfd);
-    free(s);
-    return BRAID_ERR_SYSTEM;
-  }
-  return BRAID_SUCCESS;
-}
-
-static braid_result make_secret(uint8_t secret[16], char *err, size_t errlen) {
-  size_t got = 0;
-  while (got < 16) {
-    ssize_t n = getrandom(secret + got, 16 - got, 0);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      SETERR(err, errlen, "getrandom failed: %s", strerror(errno));
-      return BRAID_ERR_SYSTEM;
-    }
-    got += (size_t)n;
-  }
-  return BRAID_SUCCESS;
-}
-
-braid_result boot_unique_id(braid_unique_id *id, char *err, size_t errlen) {
-  if (id == NULL) {
-    SETERR(err, errlen, "boot_unique_id: id is NULL");
-    return BRAID_ERR_INVALID_ARG;
-  }
-  const cfg_env *c = cfg_get();
-  struct sockaddr_storage addr, bound;
-  char ifname[64], e[200];
-  if (sock_pick_addr(c ? c->socket_ifname : NULL, &addr, ifname, sizeof(ifname),
-                     e, sizeof(e)) != 0) {
-    SETERR(err, errlen, "boot_unique_id: %s", e);
-    return BRAID_ERR_SYSTEM;
-  }
-  uint8_t secret[16];
-  CHECKR(make_secret(secret, err, errlen));
-  CHECKR(root_start(&addr, 0, secret, &bound, err, errlen));
-  char as[80];
-  INFO(LOG_BOOT, "bootstrap root listening on %s (interface %s)",
-       sock_addr_str(&bound, as, sizeof(as)), ifname);
-  id_encode(id, &bound, secret);
-  return BRAID_SUCCESS;
-}
-
-braid_result boot_unique_id_at(const char *host, int port,
-                               const uint8_t secret[16], int is_root,
-                               braid_unique_id *id, char *err, size_t errlen) {
-  if (id == NULL || secret == NULL || host == NULL) {
-    SETERR(err, errlen, "boot_unique_id_at: %s is NULL",
-           id == NULL       ? "id"
-           : secret == NULL ? "secret"
-                            : "host");
-    return BRAID_ERR_INVALID_ARG;
-  }
-  if (port <= 0 || port > 65535) {
-    SETERR(err, errlen, "boot_unique_id_at: port %d is not in 1..65535", port);
-    return BRAID_ERR_INVALID_ARG;
-  }
-  struct sockaddr_storage addr;
-  char e[200];
-  if (sock_resolve(host, port, &addr, e, sizeof(e)) != 0) {
-    SETERR(err, errlen, "boot_unique_id_at: %s", e);
-    return BRAID_ERR_INVALID_ARG;
-  }
-  if (is_root) {
-    /* Listen on every address of the family so that any name of this host
-     * reaches the root. */
-    struct sockaddr_storage any;
-    memset(&any, 0, sizeof(any));
-    any.ss_family = addr.ss_family;
-    sock_addr_set_port(&any, port);
-    struct sockaddr_storage bound;
-    CHECKR(root_start(&any, 1, secret, &bound, err, errlen));
-  }
-  id_encode(id, &addr, secret);
-  return BRAID_SUCCESS;
 }
 
 /* ---- rendezvous and mesh --------------------------------------------------
@@ -632,7 +321,7 @@ braid_result boot_init(const braid_unique_id *id, int rank, int nranks,
            "(bad magic/version/address family)");
     return BRAID_ERR_INVALID_ARG;
   }
-  timeout_ms = timeout_or_default(timeout_ms);
+  timeout_ms = boot_timeout_or_default(timeout_ms);
   int64_t deadline = sock_now_ms() + timeout_ms;
   boot *b = boot_alloc(nranks);
   boot_mesh *m = calloc(1, sizeof(*m));
@@ -849,7 +538,7 @@ static braid_result gather_kind(boot *b, const void *mine, void *all,
     memcpy(dst + (size_t)b->rank * len, mine, len);
   if (n == 1)
     return BRAID_SUCCESS;
-  xop *ops = calloc((size_t)(2 * (n - 1)), sizeof(xop));
+  xop *ops = calloc(2 * (size_t)(n - 1), sizeof(xop));
   if (ops == NULL) {
     snprintf(b->err, sizeof(b->err), "%s: out of memory", frame_name[kind]);
     return BRAID_ERR_NOMEM;

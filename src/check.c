@@ -60,8 +60,9 @@ braid_result check_fingerprint(braid_comm *c, const exec_op *op) {
       char a[160], b[160];
       describe(&all[0], a, sizeof a);
       describe(&all[p], b, sizeof b);
-      comm_set_error(c, "BRAID_CHECK: collective mismatch: rank 0 called %s, "
-                        "rank %d called %s",
+      comm_set_error(c,
+                     "BRAID_CHECK: collective mismatch: rank 0 called %s, "
+                     "rank %d called %s",
                      a, p, b);
       WARN(LOG_COLL, "%s", c->last_error);
       free(all);

@@ -13,6 +13,8 @@
 #include "src/config.h"
 #include "src/launch_env.h"
 #include "src/log.h"
+#include "transports/ibverbs/ibverbs.h"
+#include "transports/ofi/ofi.h"
 
 void comm_set_error(braid_comm *c, const char *fmt, ...) {
   char buf[sizeof c->last_error];
@@ -46,18 +48,57 @@ static const tp_ops *tp_by_name(const char *name) {
     return &tp_shm;
   if (strcmp(name, "tcp") == 0)
     return &tp_tcp;
+  if (strcmp(name, "ofi") == 0)
+    return &tp_ofi;
+  if (strcmp(name, "ibverbs") == 0 || strcmp(name, "ib") == 0)
+    return &tp_ibverbs;
   return NULL;
+}
+
+/* What this rank could use between hosts, as bits; ranks use what all have,
+ * so every rank sets up the same transports (setup is collective). */
+enum { CAP_IB = 1, CAP_OFI_FAST = 2 };
+
+static braid_result remote_choice(braid_comm *c, const tp_ops **out) {
+  int remote = 0;
+  for (int p = 0; p < c->nranks; p++)
+    remote |= !boot_same_host(c->boot, c->rank, p);
+  uint32_t mine = 0, *all = NULL;
+  if (remote) {
+    char name[64];
+    if (ib_probe_device(name, sizeof name))
+      mine |= CAP_IB;
+    if (ofi_probe_fast(name, sizeof name))
+      mine |= CAP_OFI_FAST;
+  }
+  all = calloc((size_t)c->nranks, sizeof *all);
+  if (all == NULL)
+    return BRAID_ERR_NOMEM;
+  braid_result r = boot_allgather(c->boot, &mine, all, sizeof mine);
+  uint32_t common = CAP_IB | CAP_OFI_FAST;
+  for (int p = 0; p < c->nranks; p++)
+    common &= all[p];
+  free(all);
+  if (r != BRAID_SUCCESS) {
+    comm_set_error(c, "transport choice: %s", boot_last_error(c->boot));
+    return r;
+  }
+  *out = (common & CAP_IB)         ? &tp_ibverbs
+         : (common & CAP_OFI_FAST) ? &tp_ofi
+                                   : &tp_tcp;
+  return BRAID_SUCCESS;
 }
 
 /* Choose a transport per peer and set each one up (collective). */
 static braid_result setup_transports(braid_comm *c) {
   const char *forced = c->transport_forced[0] ? c->transport_forced : NULL;
-  const tp_ops *want_local = &tp_shm, *want_remote = &tp_tcp;
+  const tp_ops *want_local = &tp_shm, *want_remote = NULL;
   if (forced != NULL) {
     const tp_ops *t = tp_by_name(forced);
     if (t == NULL) {
       comm_set_error(c,
-                     "BRAID_TRANSPORT=%s is not a transport here (shm, tcp)",
+                     "BRAID_TRANSPORT=%s is not a transport (shm, tcp, ofi, "
+                     "ibverbs)",
                      forced);
       return BRAID_ERR_INVALID_ARG;
     }
@@ -71,20 +112,23 @@ static braid_result setup_transports(braid_comm *c) {
                          p, boot_peer_info(c->boot, p)->host);
           return BRAID_ERR_INVALID_ARG;
         }
+      want_remote = &tp_tcp; /* unused */
     } else {
       want_remote = t;
     }
+  } else {
+    CHECKR(remote_choice(c, &want_remote));
   }
   c->peer_tp = calloc((size_t)c->nranks, sizeof *c->peer_tp);
-  c->conns = calloc((size_t)c->nranks * (size_t)(c->nchannels + 1),
-                    sizeof *c->conns);
+  c->conns =
+      calloc((size_t)c->nranks * (size_t)(c->nchannels + 1), sizeof(tp_conn *));
   if (c->peer_tp == NULL || c->conns == NULL)
     return BRAID_ERR_NOMEM;
   /* Every rank runs the same transports in the same order (setup is
    * collective), even where it has no peer on one of them. */
-  const tp_ops *order[3] = {&tp_self, &tp_shm, &tp_tcp};
+  const tp_ops *order[] = {&tp_self, &tp_shm, &tp_tcp, &tp_ofi, &tp_ibverbs};
   int nused = 0;
-  for (int k = 0; k < 3; k++) {
+  for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
     const tp_ops *t = order[k];
     if (t != &tp_self && t != want_local && t != want_remote)
       continue;
@@ -92,9 +136,9 @@ static braid_result setup_transports(braid_comm *c) {
     if (peers == NULL)
       return BRAID_ERR_NOMEM;
     for (int p = 0; p < c->nranks; p++) {
-      const tp_ops *pick = p == c->rank ? &tp_self
+      const tp_ops *pick = p == c->rank                          ? &tp_self
                            : boot_same_host(c->boot, c->rank, p) ? want_local
-                                                                  : want_remote;
+                                                                 : want_remote;
       if (pick == t) {
         peers[p] = 1;
         c->peer_tp[p] = nused;
@@ -146,8 +190,8 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
              parent->transport_forced);
     snprintf(c->name, sizeof c->name, "%.50s.split", parent->name);
   } else {
-    c->timeout_ms = cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms
-                                               : env->timeout_ms;
+    c->timeout_ms =
+        cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms : env->timeout_ms;
     c->check = cfg && cfg->check != 0 ? cfg->check > 0 : env->check;
     c->nchannels = cfg && cfg->nchannels > 0 ? cfg->nchannels : env->nchannels;
     const char *algo = cfg && cfg->algo ? cfg->algo : env->algo;
@@ -204,9 +248,12 @@ static void comm_free(braid_comm *c) {
   }
   if (c->boot != NULL)
     boot_close(c->boot);
+  if (c->topo != NULL)
+    topo_graph_free(c->topo);
   free(c->peer_tp);
   free(c->conns);
   free(c->scratch);
+  free(c->xpool);
   pthread_mutex_destroy(&c->lock);
   pthread_mutex_destroy(&c->qlock);
   pthread_cond_destroy(&c->qcond);
@@ -245,6 +292,14 @@ braid_result braid_comm_init(braid_comm **comm, int nranks,
   }
   braid_comm *c = NULL;
   r = comm_new(&c, b, cfg, NULL);
+  if (r == BRAID_SUCCESS &&
+      (env->topo_file != NULL || env->topo_dump_file != NULL)) {
+    r = topo_for_comm(&c->topo, err, sizeof err);
+    if (r != BRAID_SUCCESS) {
+      comm_set_error(c, "topology: %s", err);
+      WARN(LOG_TOPO, "braid_comm_init (rank %d): topology: %s", rank, err);
+    }
+  }
   if (r != BRAID_SUCCESS) {
     comm_free(c);
     return r;
@@ -282,8 +337,9 @@ braid_result braid_comm_split(braid_comm *c, int color, int key,
   }
   *out = NULL;
   if (color < BRAID_SPLIT_NOCOLOR) {
-    comm_set_error(c, "braid_comm_split: color %d is negative (only "
-                      "BRAID_SPLIT_NOCOLOR = -1 is allowed)",
+    comm_set_error(c,
+                   "braid_comm_split: color %d is negative (only "
+                   "BRAID_SPLIT_NOCOLOR = -1 is allowed)",
                    color);
     return BRAID_ERR_INVALID_ARG;
   }
@@ -312,8 +368,9 @@ braid_result braid_comm_split(braid_comm *c, int color, int key,
       ranks[n++] = p;
   for (int i = 1; i < n; i++) {
     int v = ranks[i], j = i - 1;
-    while (j >= 0 && (all[2 * ranks[j] + 1] > all[2 * v + 1] ||
-                      (all[2 * ranks[j] + 1] == all[2 * v + 1] && ranks[j] > v))) {
+    while (j >= 0 &&
+           (all[2 * ranks[j] + 1] > all[2 * v + 1] ||
+            (all[2 * ranks[j] + 1] == all[2 * v + 1] && ranks[j] > v))) {
       ranks[j + 1] = ranks[j];
       j--;
     }

@@ -12,6 +12,7 @@
 #include "collectives/schedule.h"
 #include "src/bootstrap.h"
 #include "src/reduce.h"
+#include "topology/topo.h"
 #include "transports/transport.h"
 
 #define COMM_MAX_TRANSPORTS 4
@@ -27,8 +28,8 @@ typedef struct exec_op {
   braid_op op;
   int root; /* or the peer of send/recv */
   int inplace;
-  uint64_t seq;             /* collective sequence number on this comm */
-  const char *name;         /* "allreduce", ... for messages */
+  uint64_t seq;                /* collective sequence number on this comm */
+  const char *name;            /* "allreduce", ... for messages */
   struct braid_stream *stream; /* NULL: blocking */
   int is_barrier;
   uint8_t barrier_byte[2]; /* barrier's own buffers */
@@ -39,7 +40,7 @@ typedef struct exec_work {
   exec_op *ops;
   int nops;
   struct braid_stream *stream;
-  atomic_int done;    /* set once finished */
+  atomic_int done; /* set once finished */
   braid_result result;
   struct exec_work *next;
 } exec_work;
@@ -62,7 +63,7 @@ struct braid_comm {
   char name[64];
   int timeout_ms;
   int check;
-  int nchannels;       /* schedule channels (transport has one more for p2p) */
+  int nchannels; /* schedule channels (transport has one more for p2p) */
   int nslots;
   size_t slot_bytes;
   size_t slice_bytes;
@@ -73,12 +74,19 @@ struct braid_comm {
   int ntp;
   const tp_ops *tp[COMM_MAX_TRANSPORTS];
   void *tp_state[COMM_MAX_TRANSPORTS];
-  int *peer_tp; /* per rank: index into tp[] */
+  int *peer_tp;    /* per rank: index into tp[] */
   tp_conn **conns; /* (peer * (nchannels + 1) + channel), filled lazily */
 
   /* schedules */
   sched_cache_entry cache[COMM_SCHED_CACHE];
   int ncache;
+
+  /* the selector's picks, per collective and power-of-two size */
+  const void *sel_cache[SCHED_NUM_COLLS][65];
+
+  /* executor state reused across calls (calls on a comm are serialised) */
+  void *xpool;
+  size_t xpool_cap;
 
   /* scratch for schedules that need it */
   void *scratch;
@@ -96,6 +104,9 @@ struct braid_comm {
   int qlen;
   int thread_started, thread_stop;
   pthread_t thread;
+
+  /* the machine, when BRAID_TOPO_FILE or BRAID_TOPO_DUMP_FILE asks for it */
+  topo_graph *topo;
 
   /* state */
   atomic_int aborted;

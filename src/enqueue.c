@@ -33,8 +33,9 @@ static braid_result run_ops(braid_comm *c, exec_op *ops, int nops) {
   pthread_mutex_lock(&c->lock);
   braid_result r = c->broken;
   if (r != BRAID_SUCCESS) {
-    comm_set_error(c, "the communicator is broken since an earlier error (%s);"
-                      " destroy it",
+    comm_set_error(c,
+                   "the communicator is broken since an earlier error (%s);"
+                   " destroy it",
                    braid_result_string(r));
   }
   for (int i = 0; r == BRAID_SUCCESS && c->check && i < nops; i++)
@@ -207,7 +208,7 @@ braid_result braid_group_end(void) {
     blocking |= g.ops[i].stream == NULL;
   /* one unit of work per communicator, in the order of first use */
   exec_op *tmp = malloc(sizeof *tmp * (size_t)(g.n > 0 ? g.n : 1));
-  braid_comm **done = calloc((size_t)(g.n > 0 ? g.n : 1), sizeof *done);
+  braid_comm **done = calloc((size_t)(g.n > 0 ? g.n : 1), sizeof(braid_comm *));
   if (tmp == NULL || done == NULL) {
     res = BRAID_ERR_NOMEM;
     goto out;
@@ -264,7 +265,8 @@ braid_result enq_submit(braid_comm *c, exec_op *op) {
       if (o == NULL)
         return BRAID_ERR_NOMEM;
       g_group.ops = o;
-      braid_comm **cs = realloc(g_group.comms, sizeof *cs * (size_t)cap);
+      braid_comm **cs =
+          realloc(g_group.comms, sizeof(braid_comm *) * (size_t)cap);
       if (cs == NULL)
         return BRAID_ERR_NOMEM;
       g_group.comms = cs;
@@ -307,8 +309,8 @@ braid_result braid_stream_query(braid_stream *s) {
   if (s == NULL)
     return BRAID_ERR_INVALID_ARG;
   pthread_mutex_lock(&s->lock);
-  braid_result r = s->completed < s->submitted ? BRAID_IN_PROGRESS
-                                               : s->first_error;
+  braid_result r =
+      s->completed < s->submitted ? BRAID_IN_PROGRESS : s->first_error;
   pthread_mutex_unlock(&s->lock);
   return r;
 }

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +40,8 @@ typedef struct pend {
 
 typedef struct xchan {
   const sched_channel *sc;
-  int ch;       /* schedule channel index */
-  int tch;      /* transport channel used for its connections */
+  int ch;  /* schedule channel index */
+  int tch; /* transport channel used for its connections */
   int nslices;
   int slice, step;
   uint32_t sub;
@@ -48,12 +49,12 @@ typedef struct xchan {
   int done;
   double w_lo, w_hi;
   const uint8_t *vol; /* per step: the source is overwritten later */
-  pend pend[XPEND];
   int npend;
   /* what the channel waits for, for sleeping and for error messages */
   tp_conn *wait_conn;
   short wait_events;
   int wait_peer;
+  pend pend[XPEND]; /* last: not cleared between calls */
 } xchan;
 
 typedef struct xop {
@@ -114,7 +115,8 @@ static char *cptr(const xop *x, const xchan *h, sched_chunks ck, uint32_t sub,
   size_t L = hi - lo, S = (size_t)h->nslices, s = (size_t)h->slice;
   size_t off = L * s / S, end = L * (s + 1) / S;
   *len = (end - off) * x->esize;
-  size_t elem = (size_t)block * x->E + sched_chunk_off(x->E, x->K, j) + lo + off;
+  size_t elem =
+      (size_t)block * x->E + sched_chunk_off(x->E, x->K, j) + lo + off;
   return x->bufs[ck.buf] + elem * x->esize;
 }
 
@@ -299,6 +301,10 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
       }
       break;
     case SCHED_P_COPY:
+      if (dst == NULL || src == NULL) {
+        r = BRAID_ERR_INTERNAL;
+        break;
+      }
       if (dst == src) /* in place: nothing to do */
         break;
       r = hazard(c, h, dst, len);
@@ -340,24 +346,34 @@ static size_t coll_bytes(const exec_op *op) {
 static braid_result get_sched(braid_comm *c, exec_op *op,
                               sched_cache_entry **out) {
   char err[256] = "";
-  const gen_desc *g =
-      select_algo(op->coll, c->nranks, coll_bytes(op),
-                  transport_class(c), c->algo[0] ? c->algo : NULL, err,
-                  sizeof err);
+  size_t bytes = coll_bytes(op);
+  int bucket = bytes == 0 ? 0 : 64 - __builtin_clzll((unsigned long long)bytes);
+  const gen_desc *g = c->sel_cache[op->coll][bucket];
   if (g == NULL) {
-    comm_set_error(c, "%s: no algorithm: %s", op->name, err);
-    return BRAID_ERR_INVALID_ARG;
+    /* picks are made for the bucket's lower bound, so every size in a
+     * bucket runs the same algorithm */
+    size_t at = bucket == 0 ? 0 : (size_t)1 << (bucket - 1);
+    g = select_algo(op->coll, c->nranks, at, transport_class(c),
+                    c->algo[0] ? c->algo : NULL, err, sizeof err);
+    if (g == NULL) {
+      comm_set_error(c, "%s: no algorithm: %s", op->name, err);
+      return BRAID_ERR_INVALID_ARG;
+    }
+    c->sel_cache[op->coll][bucket] = g;
   }
+  /* at least 256 KiB per channel: small calls use one */
+  int nch = (int)(bytes / ((size_t)256 << 10));
+  nch = nch < 1 ? 1 : nch > c->nchannels ? c->nchannels : nch;
   int root = op->root;
   for (int i = 0; i < c->ncache; i++) {
     sched_cache_entry *e = &c->cache[i];
     if (e->coll == op->coll && e->root == root && e->gen == g &&
-        e->nchannels == c->nchannels) {
+        e->nchannels == nch) {
       *out = e;
       return BRAID_SUCCESS;
     }
   }
-  gen_params p = {op->coll, c->nranks, root, c->nchannels};
+  gen_params p = {op->coll, c->nranks, root, nch};
   sched *s = g->fn(&p);
   if (s == NULL) {
     comm_set_error(c, "%s: generator %s failed (out of memory?)", op->name,
@@ -381,7 +397,7 @@ static braid_result get_sched(braid_comm *c, exec_op *op,
     c->ncache--;
   }
   c->cache[c->ncache] =
-      (sched_cache_entry){op->coll, root, c->nchannels, g, s, {NULL, NULL}};
+      (sched_cache_entry){op->coll, root, nch, g, s, {NULL, NULL}};
   *out = &c->cache[c->ncache++];
   return BRAID_SUCCESS;
 }
@@ -401,7 +417,7 @@ static braid_result scratch_reserve(braid_comm *c, size_t bytes) {
 
 static void chan_init(braid_comm *c, xop *x, xchan *h, const sched_channel *sc,
                       int ch, int tch, double w_lo, double w_hi) {
-  memset(h, 0, sizeof *h);
+  memset(h, 0, offsetof(xchan, pend));
   h->sc = sc;
   h->ch = ch;
   h->tch = tch;
@@ -501,14 +517,16 @@ static const uint8_t *volatile_map(sched_cache_entry *e, const exec_op *op,
   return m;
 }
 
-static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op) {
+static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
+                                xchan *chans) {
   memset(x, 0, sizeof *x);
+  x->chans = chans;
   x->op = op;
   x->esize = braid_dtype_size(op->dt);
   x->E = op->count;
   red_fn fn = red_get(op->dt, op->op);
   x->red = (tp_reducer){fn, x->esize};
-  x->bufs[SCHED_BUF_IN] = (char *)(uintptr_t)op->in;
+  x->bufs[SCHED_BUF_IN] = (char *)op->in; /* never written when const */
   x->bufs[SCHED_BUF_OUT] = (char *)op->out;
   if (op->is_barrier) {
     x->bufs[SCHED_BUF_IN] = (char *)&op->barrier_byte[0];
@@ -526,9 +544,6 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op) {
                                : sched_ck(SCHED_BUF_NONE, 0, 0)};
     x->p2p = (sched_channel){&x->p2p_step, 1, 1};
     x->nch = 1;
-    x->chans = malloc(sizeof *x->chans);
-    if (x->chans == NULL)
-      return BRAID_ERR_NOMEM;
     chan_init(c, x, &x->chans[0], &x->p2p, 0, c->nchannels, 0.0, 1.0);
     return BRAID_SUCCESS;
   }
@@ -545,9 +560,6 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op) {
     x->bufs[SCHED_BUF_SCRATCH] = c->scratch;
   }
   x->nch = s->nchannels;
-  x->chans = malloc(sizeof *x->chans * (size_t)x->nch);
-  if (x->chans == NULL)
-    return BRAID_ERR_NOMEM;
   double w = 0.0;
   for (int ch = 0; ch < x->nch; ch++) {
     double wn = ch == x->nch - 1 ? 1.0 : w + s->weights[ch];
@@ -604,8 +616,7 @@ static braid_result check_health(braid_comm *c, xop *xs, int nops) {
       comm_set_error(c,
                      "rank %d died or closed its connections during %s #%llu "
                      "(seen by rank %d: %s)",
-                     dead, op->name, (unsigned long long)op->seq, c->rank,
-                     why);
+                     dead, op->name, (unsigned long long)op->seq, c->rank, why);
       for (int k = 0; k < c->ntp; k++)
         if (c->tp[k]->set_cause != NULL)
           c->tp[k]->set_cause(c->tp_state[k], dead);
@@ -614,8 +625,9 @@ static braid_result check_health(braid_comm *c, xop *xs, int nops) {
   }
   int dead = -1;
   if (boot_check_peers(c->boot, &dead) != BRAID_SUCCESS) {
-    comm_set_error(c, "rank %d died or closed its connections (seen by rank "
-                      "%d on the bootstrap socket)",
+    comm_set_error(c,
+                   "rank %d died or closed its connections (seen by rank "
+                   "%d on the bootstrap socket)",
                    dead, c->rank);
     return BRAID_ERR_REMOTE;
   }
@@ -670,7 +682,8 @@ static void sleep_once(braid_comm *c, xop *xs, int nops, const uint32_t *seen,
     c->tp[bell]->bell_wait(c->tp_state[bell], seen[bell], 100);
     (void)poll(fds, (nfds_t)nfds, 0);
   } else {
-    (void)poll(fds, (nfds_t)nfds, timeout_us / 1000 > 0 ? timeout_us / 1000 : 1);
+    (void)poll(fds, (nfds_t)nfds,
+               timeout_us / 1000 > 0 ? timeout_us / 1000 : 1);
   }
 }
 
@@ -692,9 +705,20 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
   if (xs == NULL)
     return BRAID_ERR_NOMEM;
   braid_result res = BRAID_SUCCESS;
-  int prepared = 0;
-  for (; prepared < nops; prepared++) {
-    res = xop_prepare(c, &xs[prepared], &ops[prepared]);
+  /* every op gets room for the comm's channel count from a reused pool */
+  size_t need = (size_t)nops * (size_t)c->nchannels * sizeof(xchan);
+  if (need > c->xpool_cap) {
+    void *p = realloc(c->xpool, need);
+    if (p == NULL) {
+      res = BRAID_ERR_NOMEM;
+      goto out;
+    }
+    c->xpool = p;
+    c->xpool_cap = need;
+  }
+  for (int k = 0; k < nops; k++) {
+    xchan *chans = (xchan *)c->xpool + (size_t)k * (size_t)c->nchannels;
+    res = xop_prepare(c, &xs[k], &ops[k], chans);
     if (res != BRAID_SUCCESS)
       goto out;
   }
@@ -735,8 +759,28 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
         moved = 1;
       }
     }
-    if (!pending)
-      break;
+    if (!pending) {
+      /* copies a transport still holds (isend_copy) must reach the wire
+       * before the call returns: a peer may wait for them */
+      int again = 0;
+      for (int i = 0; i < c->ntp; i++) {
+        if (c->tp[i]->flush == NULL)
+          continue;
+        int r = c->tp[i]->flush(c->tp_state[i]);
+        if (r == TP_AGAIN) {
+          again = 1;
+        } else if (r != BRAID_SUCCESS) {
+          comm_set_error(c, "flushing %s: %s", c->tp[i]->name,
+                         c->tp[i]->last_error != NULL
+                             ? c->tp[i]->last_error(c->tp_state[i])
+                             : braid_result_string((braid_result)r));
+          res = (braid_result)r;
+          goto out;
+        }
+      }
+      if (!again)
+        break;
+    }
     if (moved) {
       w.idle_since = 0;
       w.sleeps = 0;
@@ -781,8 +825,6 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
     }
   }
 out:
-  for (int k = 0; k < prepared; k++)
-    free(xs[k].chans);
   if (xs != stackx)
     free(xs);
   return res;

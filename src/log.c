@@ -12,7 +12,6 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-
 int log_level_now = LOG_WARN;
 static unsigned g_subsys = LOG_ALL;
 static FILE *g_file;

@@ -633,7 +633,7 @@ void topo_nccl_graphs_free(topo_nccl_graphs *gs) {
   if (!gs)
     return;
   for (int i = 0; i < gs->n; i++) {
-    for (int c = 0; c < gs->g[i].nch; c++)
+    for (int c = 0; gs->g[i].ch != NULL && c < gs->g[i].nch; c++)
       free(gs->g[i].ch[c].gpus);
     free(gs->g[i].ch);
   }

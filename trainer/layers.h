@@ -1,9 +1,10 @@
 /*
  * CPU layer kernels for the reference trainer. Activations are NHWC
  * (batch, row, column, channel), row-major. Convolutions are "valid" with
- * stride 1 and run as im2col plus one matrix product (OpenBLAS sgemm); a
- * convolution weight is laid out [cout][ky][kx][cin], so a row of the im2col
- * matrix (ky, kx, cin) meets a row of the weight in one dot product.
+ * stride 1 and run as im2col plus a matrix product (OpenBLAS sgemm) per chunk
+ * of a few images; a convolution weight is laid out [cout][ky][kx][cin], so a
+ * row of the im2col matrix (ky, kx, cin) meets a row of the weight in one dot
+ * product.
  */
 #ifndef BRAID_TRAINER_LAYERS_H
 #define BRAID_TRAINER_LAYERS_H

@@ -420,8 +420,8 @@ static int shm_check_peers(void *state, int *dead_rank) {
         if (dead_rank)
           *dead_rank = cause;
         seterr(st->err, sizeof(st->err),
-               "shm: rank %d died; rank %d (pid %d) then left", cause,
-               p->rank, p->pid);
+               "shm: rank %d died; rank %d (pid %d) then left", cause, p->rank,
+               p->pid);
         return BRAID_ERR_REMOTE;
       }
       if (dead_rank)

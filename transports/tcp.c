@@ -2,9 +2,10 @@
  * tcp transport (docs/TRANSPORTS.md): one nonblocking TCP socket per (peer,
  * channel). Each message is an 8-byte header (type in the top byte, payload
  * length below) followed by the payload. Sends write what the socket takes
- * and queue the rest (references to the caller's buffer, up to nslots
- * messages); receives read straight into the destination, or through a
- * slot-sized staging buffer when reducing.
+ * and queue the rest, up to nslots messages: isend keeps a reference to the
+ * caller's buffer, isend_copy a copy in the queue slot (at most nslots *
+ * slot_bytes bytes of copies per connection). Receives read straight into the
+ * destination, or through a slot-sized staging buffer when reducing.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -25,6 +26,7 @@
 #define TCP_KIND 1u
 #define TCP_AUTH_MS 5000
 #define TCP_DATA 1u
+#define TCP_BYE 2u /* "closing because rank (len - 1) failed" */
 #define TCP_LEN_MAX ((uint64_t)1 << 56)
 #define TCP_IOV_MAX 32
 
@@ -41,6 +43,9 @@ typedef struct tcp_msg {
   size_t len;
   size_t off; /* bytes of header + payload already written */
   uint64_t ticket;
+  int copied;      /* src is `copy` (isend_copy): send_done need not wait */
+  char *copy;      /* this slot's copy buffer, kept for reuse */
+  size_t copy_cap; /* its size */
 } tcp_msg;
 
 typedef struct tcp_state tcp_state;
@@ -55,6 +60,7 @@ struct tp_conn {
   int qhead, qcount;
   int listed; /* in s->flush */
   uint64_t next_ticket, written;
+  size_t staged; /* bytes of queued copies */
   /* receive side: one message at a time */
   int rmode; /* 0 idle, 1 recv, 2 recv_reduce */
   uint64_t rhdr;
@@ -75,6 +81,8 @@ struct tcp_state {
   struct pollfd *pfd;
   int *pfd_conn;
   int npfd;
+  int culprit; /* the rank this side blamed first, -1 before any failure */
+  int timeout_ms;
   char err[256];
 };
 
@@ -82,15 +90,35 @@ struct tcp_state {
 
 /* ---- failures ------------------------------------------------------------ */
 
+/* Whether the next thing to read on o (between messages) is a goodbye from
+ * a peer that stopped because of another rank's failure: that rank, or -1. */
+static int bye_peek(tcp_state *s, tp_conn *o) {
+  if (o->rmode != 0)
+    return -1;
+  uint64_t h;
+  ssize_t n = recv(o->fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+  if (n != (ssize_t)sizeof(h) || (h >> 56) != TCP_BYE)
+    return -1;
+  uint64_t d = (h & (TCP_LEN_MAX - 1)) - 1;
+  return d < (uint64_t)s->nranks && (int)d != s->rank ? (int)d : -1;
+}
+
 /* Which rank to name for the closed connection c (see sock_blame): the
  * other connections that closed too are the candidates. */
 static int tcp_blame(tcp_state *s, tp_conn *c) {
   if (s->pids == NULL || s->same_host == NULL)
     return c->peer;
+  size_t nconn = (size_t)s->nranks * (size_t)s->nchannels;
+  /* A goodbye on any connection names the rank its sender blamed. */
+  for (size_t i = 0; i < nconn; i++) {
+    tp_conn *o = s->conns[i];
+    int d = o && (o == c || o->err == 0) ? bye_peek(s, o) : -1;
+    if (d >= 0)
+      return d;
+  }
   uint8_t *closed = calloc((size_t)s->nranks, 1);
   if (closed == NULL)
     return c->peer;
-  size_t nconn = (size_t)s->nranks * (size_t)s->nchannels;
   int r = c->peer;
   /* A peer that is still running closed on purpose; the rank that died
    * may be a moment from showing it (its sockets close before it becomes a
@@ -121,6 +149,8 @@ static int conn_fail(tp_conn *c, int code, int err_no) {
   c->blame = c->peer;
   if (code == BRAID_ERR_REMOTE)
     c->blame = tcp_blame(s, c);
+  if (code == BRAID_ERR_REMOTE && s->culprit < 0)
+    s->culprit = c->blame;
   if (code == BRAID_ERR_REMOTE && c->blame != c->peer)
     SERR(s,
          "tcp: rank %d died (its process was killed or is gone); rank %d then "
@@ -189,6 +219,15 @@ static int conn_flush(tp_conn *c) {
       }
       left -= need;
       c->written = m->ticket;
+      if (m->copied) {
+        c->staged -= m->len;
+        m->copied = 0;
+        if (m->copy_cap > c->s->slot_bytes) { /* keep only slot-sized ones */
+          free(m->copy);
+          m->copy = NULL;
+          m->copy_cap = 0;
+        }
+      }
       c->qhead = (c->qhead + 1) % nslots;
       c->qcount--;
     }
@@ -211,8 +250,10 @@ static void flush_all(tcp_state *s) {
   }
 }
 
-static int tcp_isend(tp_conn *c, const void *src, size_t len,
-                     uint64_t *ticket) {
+/* The checks common to isend and isend_copy, and a flush: BRAID_SUCCESS
+ * when the message may be queued now, TP_AGAIN or an error otherwise. */
+static int send_check(tp_conn *c, const void *src, size_t len,
+                      const uint64_t *ticket) {
   if (c == NULL || ticket == NULL || (len && src == NULL))
     return BRAID_ERR_INVALID_ARG;
   if (c->err)
@@ -222,22 +263,27 @@ static int tcp_isend(tp_conn *c, const void *src, size_t len,
          c->peer);
     return BRAID_ERR_INVALID_ARG;
   }
-  tcp_state *s = c->s;
-  flush_all(s);
+  flush_all(c->s);
   int r = conn_flush(c);
   if (r != BRAID_SUCCESS)
     return r;
-  if (c->qcount >= s->nslots)
-    return TP_AGAIN;
-  tcp_msg *m = &c->q[(c->qhead + c->qcount) % s->nslots];
+  return c->qcount >= c->s->nslots ? TP_AGAIN : BRAID_SUCCESS;
+}
+
+/* Queues the message in slot m (the next free one) and writes what the
+ * socket takes. */
+static int send_queue(tp_conn *c, tcp_msg *m, const void *src, size_t len,
+                      uint64_t *ticket) {
+  tcp_state *s = c->s;
   m->hdr = ((uint64_t)TCP_DATA << 56) | (uint64_t)len;
   m->src = src;
   m->len = len;
   m->off = 0;
+  m->copied = 0;
   m->ticket = ++c->next_ticket;
   c->qcount++;
   *ticket = m->ticket;
-  r = conn_flush(c);
+  int r = conn_flush(c);
   if (r != BRAID_SUCCESS)
     return r;
   if (c->qcount > 0 && !c->listed) {
@@ -247,6 +293,68 @@ static int tcp_isend(tp_conn *c, const void *src, size_t len,
   return BRAID_SUCCESS;
 }
 
+static int tcp_isend(tp_conn *c, const void *src, size_t len,
+                     uint64_t *ticket) {
+  int r = send_check(c, src, len, ticket);
+  if (r != BRAID_SUCCESS)
+    return r;
+  tcp_msg *m = &c->q[(c->qhead + c->qcount) % c->s->nslots];
+  return send_queue(c, m, src, len, ticket);
+}
+
+/* For a source the caller overwrites next: what the socket does not take
+ * now is copied into the message's queue slot, so send_done is immediate and
+ * later calls write the copy. TP_AGAIN, before anything is written, when the
+ * copies could exceed nslots * slot_bytes bytes. */
+static int tcp_isend_copy(tp_conn *c, const void *src, size_t len,
+                          uint64_t *ticket) {
+  int r = send_check(c, src, len, ticket);
+  if (r != BRAID_SUCCESS)
+    return r;
+  tcp_state *s = c->s;
+  size_t bound = (size_t)s->nslots * s->slot_bytes;
+  if (len > bound) {
+    SERR(s,
+         "tcp: isend_copy of %zu bytes to rank %d exceeds the %zu bytes a "
+         "connection may hold in copies (nslots %d x slot_bytes %zu)",
+         len, c->peer, bound, s->nslots, s->slot_bytes);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (c->staged + len > bound)
+    return TP_AGAIN;
+  tcp_msg *m = &c->q[(c->qhead + c->qcount) % s->nslots];
+  r = send_queue(c, m, src, len, ticket);
+  if (r != BRAID_SUCCESS || *ticket <= c->written)
+    return r;
+  /* m is still queued: keep only the unwritten part of the payload */
+  size_t done = m->off > sizeof(m->hdr) ? m->off - sizeof(m->hdr) : 0;
+  size_t rest = len - done;
+  if (rest > 0 && m->copy_cap < rest) {
+    free(m->copy);
+    m->copy_cap = 0;
+    m->copy = malloc(rest);
+    if (m->copy == NULL) /* the stream is mid-message: give it up */
+      return conn_fail(c, BRAID_ERR_NOMEM, ENOMEM);
+    m->copy_cap = rest;
+  }
+  if (rest)
+    memcpy(m->copy, (const char *)src + done, rest);
+  m->src = m->copy;
+  m->len = rest;
+  m->off -= done;
+  m->copied = 1;
+  c->staged += rest;
+  return BRAID_SUCCESS;
+}
+
+/* Whether ticket (not yet written) is a queued copy. */
+static int queued_copy(const tp_conn *c, uint64_t ticket) {
+  if (ticket <= c->written || ticket > c->next_ticket)
+    return 0;
+  uint64_t i = (uint64_t)c->qhead + (ticket - c->written - 1);
+  return c->q[i % (uint64_t)c->s->nslots].copied;
+}
+
 static int tcp_send_done(tp_conn *c, uint64_t ticket) {
   if (c == NULL)
     return BRAID_ERR_INVALID_ARG;
@@ -254,9 +362,28 @@ static int tcp_send_done(tp_conn *c, uint64_t ticket) {
     return BRAID_SUCCESS;
   flush_all(c->s);
   int r = conn_flush(c);
-  if (ticket <= c->written)
+  /* A copy no longer reads its source, whatever is queued before it. */
+  if (ticket <= c->written || queued_copy(c, ticket))
     return BRAID_SUCCESS;
   return r != BRAID_SUCCESS ? r : TP_AGAIN;
+}
+
+/* Writes what the socket takes of every queued message: BRAID_SUCCESS when
+ * no copy is left, TP_AGAIN while some is, or a connection's error. */
+static int tcp_flush(void *state) {
+  tcp_state *s = state;
+  if (s == NULL)
+    return BRAID_SUCCESS;
+  flush_all(s);
+  size_t nconn = (size_t)s->nranks * (size_t)s->nchannels;
+  int again = 0;
+  for (size_t i = 0; i < nconn; i++) {
+    tp_conn *c = s->conns[i];
+    if (c != NULL && c->staged > 0 && c->err)
+      return c->err;
+    again |= c != NULL && c->staged > 0;
+  }
+  return again ? TP_AGAIN : BRAID_SUCCESS;
 }
 
 /* ---- receiving ----------------------------------------------------------- */
@@ -311,6 +438,25 @@ static int read_header(tp_conn *c, char *buf, size_t cap, size_t len,
     c->rgot = (size_t)n - h;
   }
   uint64_t type = c->rhdr >> 56, mlen = c->rhdr & (TCP_LEN_MAX - 1);
+  if (type == TCP_BYE) {
+    uint64_t d = mlen - 1;
+    c->err = BRAID_ERR_REMOTE;
+    c->blame =
+        d < (uint64_t)c->s->nranks && (int)d != c->s->rank ? (int)d : c->peer;
+    if (c->s->culprit < 0)
+      c->s->culprit = c->blame;
+    if (c->blame != c->peer)
+      SERR(c->s,
+           "tcp: rank %d failed; rank %d saw it and closed the connection of "
+           "channel %d to rank %d",
+           c->blame, c->peer, c->channel, c->s->rank);
+    else
+      SERR(c->s,
+           "tcp: rank %d closed the connection of channel %d to rank %d after "
+           "an error",
+           c->peer, c->channel, c->s->rank);
+    return c->err;
+  }
   if (type != TCP_DATA) {
     c->err = BRAID_ERR_REMOTE;
     c->blame = c->peer;
@@ -563,6 +709,8 @@ static int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
   if (s == NULL)
     return BRAID_ERR_NOMEM;
   s->rank = st->rank;
+  s->culprit = -1;
+  s->timeout_ms = st->timeout_ms > 0 ? st->timeout_ms : 300000;
   s->nranks = st->nranks;
   s->nchannels = st->nchannels;
   s->nslots = st->nslots;
@@ -578,8 +726,7 @@ static int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
     return setup_fail(st, s, BRAID_ERR_NOMEM);
   }
   size_t bufs = (size_t)st->nslots * st->slot_bytes;
-  int64_t deadline =
-      sock_now_ms() + (st->timeout_ms > 0 ? st->timeout_ms : 300000);
+  int64_t deadline = sock_now_ms() + s->timeout_ms;
   const boot_peer *me = boot_peer_info(st->boot, st->rank);
   struct sockaddr_storage local = me->addr, bound;
   sock_addr_set_port(&local, 0);
@@ -654,6 +801,15 @@ static int tcp_check_peers(void *state, int *dead_rank) {
     if (!s->pfd[i].revents)
       continue;
     tp_conn *c = s->conns[s->pfd_conn[i]];
+    int d = c->err == 0 ? bye_peek(s, c) : -1;
+    if (d >= 0) {
+      /* consumes the goodbye and records the failure */
+      char none;
+      (void)tcp_recv(c, &none, 0);
+      if (dead_rank)
+        *dead_rank = c->blame;
+      return BRAID_ERR_REMOTE;
+    }
     char b;
     ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 ||
@@ -672,11 +828,39 @@ static void tcp_teardown(void *state) {
   if (s == NULL)
     return;
   size_t nconn = (size_t)s->nranks * (size_t)s->nchannels;
+  /* Copies still queued belong to messages a live peer waits for: let them
+   * go out while they move (stop after 5 s, or the timeout, without
+   * progress, or when a connection fails). */
+  int64_t idle = s->timeout_ms < 5000 ? s->timeout_ms : 5000;
+  int64_t end = sock_now_ms() + idle;
+  size_t left = (size_t)-1;
+  while (s->conns && s->culprit < 0 && tcp_flush(s) == TP_AGAIN &&
+         sock_now_ms() < end) {
+    size_t now = 0;
+    for (size_t i = 0; i < nconn; i++)
+      now += s->conns[i] ? s->conns[i]->staged : 0;
+    if (now < left)
+      end = sock_now_ms() + idle;
+    left = now;
+    usleep(1000);
+  }
+  /* After a failure, tell the peers which rank this side blamed, where the
+   * stream is between messages, so that they name it rather than us. */
+  for (size_t i = 0; s->conns && s->culprit >= 0 && i < nconn; i++) {
+    tp_conn *c = s->conns[i];
+    if (c == NULL || c->err || c->peer == s->culprit ||
+        (c->qcount > 0 && c->q[c->qhead].off != 0))
+      continue;
+    uint64_t h = ((uint64_t)TCP_BYE << 56) | (uint64_t)(s->culprit + 1);
+    (void)send(c->fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
   for (size_t i = 0; s->conns && i < nconn; i++) {
     tp_conn *c = s->conns[i];
     if (c == NULL)
       continue;
     close(c->fd);
+    for (int k = 0; k < s->nslots; k++)
+      free(c->q[k].copy);
     free(c->q);
     free(c->stage);
     free(c);
@@ -700,6 +884,7 @@ const tp_ops tp_tcp = {
     .setup = tcp_setup,
     .conn = tcp_conn,
     .isend = tcp_isend,
+    .isend_copy = tcp_isend_copy,
     .send_done = tcp_send_done,
     .recv = tcp_recv,
     .recv_reduce = tcp_recv_reduce,
@@ -709,4 +894,5 @@ const tp_ops tp_tcp = {
     .check_peers = tcp_check_peers,
     .teardown = tcp_teardown,
     .last_error = tcp_last_error,
+    .flush = tcp_flush,
 };

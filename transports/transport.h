@@ -81,6 +81,13 @@ typedef struct tp_ops {
   void (*teardown)(void *state);
   /* Error text of the last failure on this state (names the peer). */
   const char *(*last_error)(void *state);
+  /* Optional: writes out what the transport still holds in its own buffers
+   * (isend_copy's copies, whose send_done was immediate) without waiting.
+   * BRAID_SUCCESS when nothing is left, TP_AGAIN while something is, else an
+   * error. Only calls on the transport push such data out, and a peer may be
+   * waiting for it: a rank should not leave an operation before this says
+   * BRAID_SUCCESS. NULL: the transport never holds such data. */
+  int (*flush)(void *state);
 } tp_ops;
 
 extern const tp_ops tp_self;

@@ -306,6 +306,10 @@ def fmt_t(x):
     return "%.0f" % x if x >= 10000 else "%.1f" % x if x >= 100 else "%.2f" % x
 
 
+def fmt_r(x):
+    return "-" if x is None else "%.2f" % x if x >= 0.1 else "%.3f" % x
+
+
 def fmt_b(x):
     return "-" if x is None else "%.3f" % x
 
@@ -338,7 +342,7 @@ def print_table(res, ceil, colls, szs, n, f):
                 cells += [fmt_t(v and v["time_us"]), fmt_b(v and v["busbw"])]
             for a, b in PAIRS:
                 x = ratio(res, coll, a, b, s)
-                cells.append("-" if x is None else "%.2f" % x)
+                cells.append(fmt_r(x))
             m = ceil.get(mem_key, {}).get(s)
             t = ceil.get("tcp-bidir" if coll != "broadcast"
                          else "tcp-pingpong", {}).get(s)
@@ -394,7 +398,7 @@ def write_markdown(path, res, ceil, colls, szs, n):
                               fmt_b(v and v["busbw"])]
                 for a, b in PAIRS:
                     x = ratio(res, coll, a, b, s)
-                    cells.append("-" if x is None else "%.2f" % x)
+                    cells.append(fmt_r(x))
                 m = ceil.get("mem-copy-%dp" % n, {}).get(s)
                 t = ceil.get("tcp-pingpong" if coll == "broadcast"
                              else "tcp-bidir", {}).get(s)
@@ -496,12 +500,15 @@ def main():
                     "script was copied into, or ../../build)")
     ap.add_argument("--collectives", default=",".join(COLLS),
                     help="comma-separated subset of " + ",".join(COLLS))
-    ap.add_argument("--min", type=parse_size, default=8)
-    ap.add_argument("--max", type=parse_size, default=256 << 20)
+    ap.add_argument("--min", type=parse_size, default=8,
+                    help="smallest size, K/M/G suffixes (8)")
+    ap.add_argument("--max", type=parse_size, default=256 << 20,
+                    help="largest size (256M); sizes double in between")
     ap.add_argument("--points", default=None,
                     help="comma-separated sizes to measure instead of the "
                     "doubling sweep, e.g. 8,64K,1M,64M,256M")
-    ap.add_argument("--nranks", type=int, default=2)
+    ap.add_argument("--nranks", type=int, default=2,
+                    help="ranks of every library (2)")
     ap.add_argument("--only", default="braid,ompi,gloo,ceiling",
                     help="which of braid,ompi,gloo,ceiling to run")
     ap.add_argument("--iters-scale", type=float, default=1.0,
@@ -509,7 +516,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=1,
                     help="run everything N times and keep the fastest time "
                     "per size (tames a busy machine)")
-    ap.add_argument("--out", default="compare-out")
+    ap.add_argument("--out", default="compare-out",
+                    help="directory for compare.{csv,md,json,log,png}")
     ap.add_argument("--timeout", type=int, default=900,
                     help="seconds allowed for one command")
     ap.add_argument("--braid-timeout", type=int, default=60,

@@ -86,7 +86,7 @@ static void worker(shared *sh, int id, size_t minb, size_t maxb, int nproc) {
         ct = sh->copy_t[p] > ct ? sh->copy_t[p] : ct;
         at = sh->add_t[p] > at ? sh->add_t[p] : at;
       }
-      printf("%zu %.3f %.4f %.3f %.4f\n", bytes, ct * 1e6,
+      printf("%zu %.3f %.6g %.3f %.6g\n", bytes, ct * 1e6,
              ct > 0 ? (double)bytes / 1e9 / ct : 0, at * 1e6,
              at > 0 ? (double)bytes / 1e9 / at : 0);
       fflush(stdout);

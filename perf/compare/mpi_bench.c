@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
       size_t shown = coll == H_ALLGATHER || coll == H_REDUCE_SCATTER
                          ? cnt * (size_t)n * 4
                          : cnt * 4;
-      printf("%zu %zu %.3f %.4f %.4f\n", shown, cnt, t * 1e6, alg, bus);
+      printf("%zu %zu %.3f %.6g %.6g\n", shown, cnt, t * 1e6, alg, bus);
       fflush(stdout);
     }
     if (bytes >= maxb)

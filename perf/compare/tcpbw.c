@@ -138,7 +138,7 @@ static int sweep(int fd, int me, size_t minb, size_t maxb, char *s, char *r) {
       bd = (now() - t0) / n;
     }
     if (me == 0) {
-      printf("%zu %.3f %.4f %.3f %.4f\n", bytes, pp * 1e6,
+      printf("%zu %.3f %.6g %.3f %.6g\n", bytes, pp * 1e6,
              pp > 0 ? (double)bytes / 1e9 / pp : 0, bd * 1e6,
              bd > 0 ? (double)bytes / 1e9 / bd : 0);
       fflush(stdout);

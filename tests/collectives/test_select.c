@@ -161,4 +161,19 @@ Test(select, impossible_filter) {
   cr_assert_null(select_algo(SCHED_ALLREDUCE, 0, 8, 0, NULL, err, 512));
   cr_assert_null(select_algo(SCHED_ALLREDUCE, 4, 8, 9, NULL, err, 512));
   cr_assert(strstr(err, "transport class 9"), "%s", err);
+  cr_assert(strstr(err, "transport class 9"), "%s", err);
+  /* The parsed-once form gives the same answers. */
+  select_filter f;
+  cr_assert_eq(select_filter_parse("allreduce:tree;ring", &f, err, 512), 0);
+  cr_assert_str_eq(
+      select_algo_f(SCHED_ALLREDUCE, 8, 1 << 20, 0, &f, err, 512)->name,
+      "tree");
+  cr_assert_str_eq(
+      select_algo_f(SCHED_BROADCAST, 8, 1 << 20, 0, &f, err, 512)->name,
+      "ring");
+  cr_assert_eq(select_algo_f(SCHED_ALLREDUCE, 8, 1 << 20, 0, NULL, err, 512),
+               select_algo(SCHED_ALLREDUCE, 8, 1 << 20, 0, NULL, err, 512));
+  cr_assert_eq(select_filter_parse("gather:tree", &f, err, 512), 0);
+  cr_assert_null(select_algo_f(SCHED_GATHER, 8, 8, 0, &f, err, 512));
+  cr_assert(strstr(err, "leaves no algorithm for gather"), "%s", err);
 }

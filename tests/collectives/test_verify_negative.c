@@ -354,3 +354,74 @@ Test(verify_negative, second_channel) {
   EXPECT_FAIL(s, 0, 8, "rank 3 channel 1");
   sched_free(s);
 }
+
+/* Random corruption of valid schedules: the verifier must never crash or
+ * hang on malformed input (schedules may come from files), and it must
+ * reject most of the corruptions. */
+static uint32_t rnd_state = 12345;
+static uint32_t rnd(void) {
+  rnd_state = rnd_state * 1103515245u + 12345u;
+  return rnd_state >> 8;
+}
+
+Test(verify_negative, random_corruption) {
+  struct {
+    const char *g;
+    sched_coll c;
+  } cases[] = {{"ring", SCHED_ALLREDUCE},  {"tree", SCHED_REDUCE},
+               {"binomial", SCHED_GATHER}, {"rhd", SCHED_REDUCE_SCATTER},
+               {"direct", SCHED_ALLTOALL}, {"linear", SCHED_SCATTER},
+               {"rhd", SCHED_ALLGATHER},   {"binomial", SCHED_SCATTER}};
+  int rejected = 0, total = 0;
+  for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+    for (int trial = 0; trial < 300; trial++) {
+      int n = 2 + (int)(rnd() % 9);
+      sched *s = gen(cases[ci].g, cases[ci].c, n, (int)(rnd() % (uint32_t)n),
+                     1 + (int)(rnd() % 2));
+      int r = (int)(rnd() % (uint32_t)n),
+          ch = (int)(rnd() % (uint32_t)s->nchannels);
+      sched_channel *c = sched_chan(s, r, ch);
+      if (c->nsteps == 0) {
+        sched_free(s);
+        continue;
+      }
+      sched_step *st = &c->steps[rnd() % (uint32_t)c->nsteps];
+      switch (rnd() % 8) {
+      case 0:
+        st->prim = (uint8_t)(rnd() % 9);
+        break;
+      case 1:
+        st->peer = (int32_t)(rnd() % (uint32_t)(n + 2)) - 1;
+        break;
+      case 2:
+        st->peer_out = (int32_t)(rnd() % (uint32_t)(n + 2)) - 1;
+        break;
+      case 3:
+        st->src.buf = (uint8_t)(rnd() % 5);
+        break;
+      case 4:
+        st->dst.buf = (uint8_t)(rnd() % 5);
+        break;
+      case 5:
+        st->src.index = rnd() % 70;
+        break;
+      case 6:
+        st->dst.count = rnd() % 4 ? rnd() % 5 : 0xffffffffu;
+        break;
+      default:
+        st->dst.index = rnd() % 2 ? rnd() % 70 : 0xfffffff0u;
+        break;
+      }
+      for (int ip = 0; ip < 2; ip++) {
+        int slots = 1 + (int)(rnd() % 8);
+        rejected += verify_sched(s, ip, slots, err, sizeof(err)) != 0;
+        total++;
+      }
+      sched_free(s);
+    }
+  }
+  /* Some corruptions are harmless (an unused field, a value set to what it
+   * was); most are not. */
+  cr_assert_gt(rejected, total / 2, "only %d of %d corruptions rejected",
+               rejected, total);
+}

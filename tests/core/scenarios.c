@@ -27,13 +27,26 @@ static double now_s(void) {
 /* Forks n ranks running fn; fills status[] with each exit code (128+signal
  * when killed, -1 when it had to be killed after timeout_s). */
 static void run_ranks(int n, rank_fn fn, double timeout_s, int *status) {
-  braid_unique_id id;
-  cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+  /* Fork first; rank 0 then makes the id (its root service thread must not
+   * exist while anything forks) and hands it to the others through pipes. */
+  int pipes[16][2];
+  for (int r = 1; r < n; r++)
+    cr_assert(pipe(pipes[r]) == 0);
   pid_t pids[16];
   for (int r = 0; r < n; r++) {
     pid_t p = fork();
     cr_assert(p >= 0);
     if (p == 0) {
+      braid_unique_id id;
+      if (r == 0) {
+        if (braid_get_unique_id(&id) != BRAID_SUCCESS)
+          _exit(101);
+        for (int q = 1; q < n; q++)
+          if (write(pipes[q][1], &id, sizeof id) != (ssize_t)sizeof id)
+            _exit(102);
+      } else if (read(pipes[r][0], &id, sizeof id) != (ssize_t)sizeof id) {
+        _exit(103);
+      }
       braid_comm *c = NULL;
       braid_result res = braid_comm_init(&c, n, &id, r, NULL);
       if (res != BRAID_SUCCESS) {
@@ -46,6 +59,10 @@ static void run_ranks(int n, rank_fn fn, double timeout_s, int *status) {
       _exit(rc);
     }
     pids[r] = p;
+  }
+  for (int r = 1; r < n; r++) {
+    close(pipes[r][0]);
+    close(pipes[r][1]);
   }
   double end = now_s() + timeout_s;
   for (int r = 0; r < n; r++)
@@ -94,12 +111,12 @@ static int expect_invalid(braid_comm *c, braid_result r, const char *word) {
 static int bad_args(braid_comm *c, int rank, int n) {
   float a[64] = {0}, b[64] = {0};
   int e = 0;
-  e |= expect_invalid(c, braid_allreduce(NULL, b, 4, BRAID_FLOAT32, BRAID_SUM,
-                                         c, NULL),
-                      "sendbuf");
-  e |= expect_invalid(c, braid_allreduce(a, NULL, 4, BRAID_FLOAT32, BRAID_SUM,
-                                         c, NULL),
-                      "recvbuf");
+  e |= expect_invalid(
+      c, braid_allreduce(NULL, b, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL),
+      "sendbuf");
+  e |= expect_invalid(
+      c, braid_allreduce(a, NULL, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL),
+      "recvbuf");
   e |= expect_invalid(
       c, braid_allreduce(a, b, 4, (braid_dtype)42, BRAID_SUM, c, NULL),
       "dtype");
@@ -107,20 +124,20 @@ static int bad_args(braid_comm *c, int rank, int n) {
       c, braid_allreduce(a, b, 4, BRAID_FLOAT32, (braid_op)9, c, NULL), "op");
   e |= expect_invalid(c, braid_broadcast(a, b, 4, BRAID_FLOAT32, n, c, NULL),
                       "root");
-  e |= expect_invalid(c, braid_reduce(a, b, 4, BRAID_FLOAT32, BRAID_SUM, -1, c,
-                                      NULL),
-                      "root");
+  e |= expect_invalid(
+      c, braid_reduce(a, b, 4, BRAID_FLOAT32, BRAID_SUM, -1, c, NULL), "root");
   e |= expect_invalid(c, braid_send(a, 4, BRAID_FLOAT32, n + 3, c, NULL),
                       "peer");
-  e |= expect_invalid(c, braid_allreduce(a, b, SIZE_MAX / 2, BRAID_FLOAT32,
-                                         BRAID_SUM, c, NULL),
-                      "count");
-  e |= expect_invalid(c, braid_allreduce(a, a + 1, 8, BRAID_FLOAT32,
-                                         BRAID_SUM, c, NULL),
-                      "overlap");
-  e |= expect_invalid(c, braid_allreduce((char *)a + 1, b, 4, BRAID_FLOAT32,
-                                         BRAID_SUM, c, NULL),
-                      "aligned");
+  e |= expect_invalid(
+      c, braid_allreduce(a, b, SIZE_MAX / 2, BRAID_FLOAT32, BRAID_SUM, c, NULL),
+      "count");
+  e |= expect_invalid(
+      c, braid_allreduce(a, a + 1, 8, BRAID_FLOAT32, BRAID_SUM, c, NULL),
+      "overlap");
+  e |= expect_invalid(
+      c,
+      braid_allreduce((char *)a + 1, b, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL),
+      "aligned");
   /* the communicator is still usable */
   for (int i = 0; i < 4; i++)
     a[i] = (float)(rank + 1);
@@ -200,8 +217,9 @@ static void dead_rank_on(const char *transport, int n) {
       cr_expect_eq(st[r], 128 + SIGKILL, "the victim was not killed: %d",
                    st[r]);
     else
-      cr_expect_eq(st[r], 0, "%s: rank %d exit %d (10: not REMOTE, 11: does "
-                             "not name the rank, 13: never noticed, -1: hung)",
+      cr_expect_eq(st[r], 0,
+                   "%s: rank %d exit %d (10: not REMOTE, 11: does "
+                   "not name the rank, 13: never noticed, -1: hung)",
                    transport, r, st[r]);
   }
   cr_expect_lt(dt, 30.0, "survivors took %.1f s (timeout 30 s)", dt);
@@ -214,7 +232,8 @@ Test(scenarios, killed_rank_reported_tcp, .timeout = 90) {
   dead_rank_on("tcp", 4);
 }
 
-/* ---- BRAID_CHECK ---------------------------------------------------------- */
+/* ---- BRAID_CHECK ----------------------------------------------------------
+ */
 
 static int mismatch(braid_comm *c, int rank, int n) {
   (void)n;
@@ -271,7 +290,8 @@ Test(scenarios, check_reports_count_mismatch, .timeout = 60) {
   cr_expect_eq(st[1], 0);
 }
 
-/* ---- timeout -------------------------------------------------------------- */
+/* ---- timeout --------------------------------------------------------------
+ */
 
 static int lonely(braid_comm *c, int rank, int n) {
   (void)n;
@@ -367,7 +387,8 @@ Test(scenarios, split_and_interleave, .timeout = 120) {
     cr_expect_eq(st[r], 0, "rank %d exit %d", r, st[r]);
 }
 
-/* ---- streams and groups --------------------------------------------------- */
+/* ---- streams and groups ---------------------------------------------------
+ */
 
 static int streams(braid_comm *c, int rank, int n) {
   braid_stream *s = NULL;
@@ -470,4 +491,47 @@ Test(scenarios, eight_ranks_many_small, .timeout = 120) {
   for (int r = 0; r < 8; r++)
     cr_expect_eq(st[r], 0, "rank %d exit %d", r, st[r]);
   cr_log_info("500 allreduces on 8 ranks: %.2f s", now_s() - t0);
+}
+
+/* ---- logging --------------------------------------------------------------
+ */
+
+static int logged(braid_comm *c, int rank, int n) {
+  (void)n;
+  int32_t x = rank, s = 0;
+  int e = braid_allreduce(&x, &s, 1, BRAID_INT32, BRAID_SUM, c, NULL) != 0;
+  braid_comm_finalize(c);
+  braid_comm_destroy(c);
+  return e;
+}
+
+Test(scenarios, debug_file_per_process, .timeout = 60) {
+  char dir[] = "/tmp/braid-log-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  char pattern[128];
+  snprintf(pattern, sizeof pattern, "%s/%%h-%%p.log", dir);
+  setenv("BRAID_DEBUG", "INFO", 1);
+  setenv("BRAID_DEBUG_SUBSYS", "INIT", 1);
+  setenv("BRAID_DEBUG_FILE", pattern, 1);
+  int st[2];
+  run_ranks(2, logged, 50, st);
+  cr_expect_eq(st[0], 0);
+  cr_expect_eq(st[1], 0);
+  /* one file per rank process, named by host and pid, with INIT lines and
+   * nothing from the excluded subsystems (the COLL/SCHED lines) */
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "ls %s/*.log | wc -l", dir);
+  FILE *p = popen(cmd, "r");
+  int files = 0;
+  cr_assert(fscanf(p, "%d", &files) == 1);
+  pclose(p);
+  cr_expect_geq(files, 2, "%d log files in %s", files, dir);
+  snprintf(cmd, sizeof cmd, "cat %s/*.log | grep -c 'braid INFO comm '", dir);
+  p = popen(cmd, "r");
+  int lines = 0;
+  cr_assert(fscanf(p, "%d", &lines) == 1);
+  pclose(p);
+  cr_expect_geq(lines, 2, "INIT lines in the logs: %d", lines);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_expect_eq(system(cmd), 0);
 }

@@ -61,6 +61,10 @@ static outcome run(char *const *argv, char *const *extra_env, int timeout_s) {
     struct pollfd pf = {p[0], POLLIN, 0};
     int left = (int)(end - time(NULL));
     if (left <= 0) {
+      /* braidrun forwards SIGTERM to its ranks; SIGKILL if that fails. */
+      kill(pid, SIGTERM);
+      for (int i = 0; i < 50 && waitpid(pid, NULL, WNOHANG) == 0; i++)
+        usleep(100000);
       kill(pid, SIGKILL);
       break;
     }
@@ -75,7 +79,7 @@ static outcome run(char *const *argv, char *const *extra_env, int timeout_s) {
   }
   oc.out[len] = 0;
   close(p[0]);
-  int st;
+  int st = 0;
   waitpid(pid, &st, 0);
   if (time(NULL) >= end)
     oc.status = -1;

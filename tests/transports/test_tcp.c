@@ -460,10 +460,10 @@ Test(tcp, killed_peer_is_named, .timeout = 60) {
 
 /* Rank 2 dies; rank 1 sees it and closes its connections but keeps
  * running. Rank 0 then loses rank 1's connection and must name rank 2, the
- * rank that died, not rank 1. */
+ * rank that died, not rank 1 (the message starts with "tcp: rank 2 "). */
 static int rank_cascade(int rank, int nranks, const braid_unique_id *id,
                         void *arg, char *msg, size_t msglen) {
-  (void)arg;
+  int raw = *(int *)arg; /* rank 1 drops its sockets without a goodbye */
   job j;
   if (job_start(&j, rank, nranks, id, 1, NULL, msg, msglen))
     return 1;
@@ -477,13 +477,17 @@ static int rank_cascade(int rank, int nranks, const braid_unique_id *id,
     if ((r = xrecv(tp_tcp.conn(j.st, 2, 0), buf, sizeof(buf))) !=
         BRAID_ERR_REMOTE)
       FAIL("rank 1: recv from the dead rank returned %d", r);
-    job_end(&j);
+    if (raw)
+      for (int fd = 3; fd < 1024; fd++)
+        close(fd);
+    else
+      job_end(&j);
     usleep(1500000); /* still running while rank 0 looks */
     return 0;
   }
   r = xrecv(tp_tcp.conn(j.st, 1, 0), buf, sizeof(buf));
   const char *e = tp_tcp.last_error(j.st);
-  if (r != BRAID_ERR_REMOTE || !strstr(e, "rank 2 died"))
+  if (r != BRAID_ERR_REMOTE || strncmp(e, "tcp: rank 2 ", 12) != 0)
     FAIL("rank 0: %d: %s", r, e);
   int dead = -1;
   if (tp_tcp.check_peers(j.st, &dead) != BRAID_ERR_REMOTE || dead != 2)
@@ -493,18 +497,29 @@ static int rank_cascade(int rank, int nranks, const braid_unique_id *id,
   return 0;
 }
 
-Test(tcp, cascade_names_the_dead_rank, .timeout = 60) {
+static void run_cascade(int raw) {
   braid_unique_id id;
   char err[256];
   cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
   rank_proc p[3];
   for (int r = 0; r < 3; r++)
-    spawn_rank(&p[r], r, 3, &id, rank_cascade, NULL);
+    spawn_rank(&p[r], r, 3, &id, rank_cascade, &raw);
   wait_ranks(p, 3, 30000);
   cr_assert_eq(p[2].status, -SIGKILL, "rank 2: %d: %s", p[2].status, p[2].msg);
   cr_assert_eq(p[1].status, 0, "rank 1: %d: %s", p[1].status, p[1].msg);
   cr_assert_eq(p[0].status, 0, "rank 0: %d: %s", p[0].status, p[0].msg);
   cr_log_info("rank 0 saw: %s", p[0].msg);
+}
+
+/* rank 1 tears its transport down: its goodbye names rank 2 */
+Test(tcp, cascade_goodbye_names_the_dead_rank, .timeout = 60) {
+  run_cascade(0);
+}
+
+/* rank 1 just drops its sockets: rank 0 sees rank 1 still running and finds
+ * rank 2's process killed or gone */
+Test(tcp, cascade_process_state_names_the_dead_rank, .timeout = 60) {
+  run_cascade(1);
 }
 
 /* A connection with a wrong secret to rank 1's tcp listener, made while

@@ -21,12 +21,14 @@ typedef struct shared {
   char msg[2][512];
 } shared;
 
-static braid_unique_id g_id;
+static xchg_idbox *g_box;
 
 static int rank_main(shared *sh, int rank) {
   char *err = sh->msg[rank];
   boot *b = NULL;
-  if (boot_init(&g_id, rank, 2, 20000, &b, err, 512) != BRAID_SUCCESS)
+  braid_unique_id id;
+  if (xchg_get_id(g_box, rank, &id, 20000, err, 512) != 0 ||
+      boot_init(&id, rank, 2, 20000, &b, err, 512) != BRAID_SUCCESS)
     return 2;
   void *st = NULL;
   int r =
@@ -49,9 +51,8 @@ static int rank_main(shared *sh, int rank) {
 }
 
 Test(transports_ib, exchange_or_unsupported) {
-  char err[256];
-  cr_assert_eq(boot_unique_id(&g_id, err, sizeof(err)), BRAID_SUCCESS, "%s",
-               err);
+  g_box = xchg_idbox_new();
+  cr_assert_not_null(g_box, "mmap failed");
   shared *sh = mmap(NULL, sizeof(shared), PROT_READ | PROT_WRITE,
                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   cr_assert_neq(sh, MAP_FAILED);
@@ -101,7 +102,9 @@ Test(transports_ib, exchange_or_unsupported) {
 static int rank_bad_hca(shared *sh, int rank) {
   char *err = sh->msg[rank];
   boot *b = NULL;
-  if (boot_init(&g_id, rank, 2, 20000, &b, err, 512) != BRAID_SUCCESS)
+  braid_unique_id id;
+  if (xchg_get_id(g_box, rank, &id, 20000, err, 512) != 0 ||
+      boot_init(&id, rank, 2, 20000, &b, err, 512) != BRAID_SUCCESS)
     return 2;
   void *st = NULL;
   int r = xchg_setup(&tp_ibverbs, b, 1, 4, 4096, 20000, &st, err, 512);
@@ -112,10 +115,9 @@ static int rank_bad_hca(shared *sh, int rank) {
 }
 
 Test(transports_ib, bad_hca_filter_is_invalid_arg) {
-  char err[256];
   setenv("BRAID_IB_HCA", "mlx5_0:x", 1); /* before the config is cached */
-  cr_assert_eq(boot_unique_id(&g_id, err, sizeof(err)), BRAID_SUCCESS, "%s",
-               err);
+  g_box = xchg_idbox_new();
+  cr_assert_not_null(g_box, "mmap failed");
   shared *sh = mmap(NULL, sizeof(shared), PROT_READ | PROT_WRITE,
                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   cr_assert_neq(sh, MAP_FAILED);

@@ -28,21 +28,44 @@ typedef struct job {
   int nchannels, nslots;
   size_t slot_bytes;
   int (*body)(boot *b, void *st, int rank, int n, char *err, size_t len);
+  int star; /* 1: ofi peers are rank 0 <-> every other rank only */
 } job;
 
-static braid_unique_id g_id;
+static xchg_idbox *g_box;
 
 static int rank_main(const job *j, int rank) {
   char err[512] = "";
   boot *b = NULL;
-  braid_result r = boot_init(&g_id, rank, j->n, RANK_MS, &b, err, sizeof(err));
+  braid_unique_id id;
+  if (xchg_get_id(g_box, rank, &id, RANK_MS, err, sizeof(err)) != 0) {
+    fprintf(stderr, "rank %d: %s\n", rank, err);
+    return 2;
+  }
+  braid_result r = boot_init(&id, rank, j->n, RANK_MS, &b, err, sizeof(err));
   if (r != BRAID_SUCCESS) {
     fprintf(stderr, "rank %d: boot_init: %s\n", rank, err);
     return 2;
   }
   void *st = NULL;
-  r = xchg_setup(&tp_ofi, b, j->nchannels, j->nslots, j->slot_bytes, RANK_MS,
-                 &st, err, sizeof(err));
+  if (j->star) {
+    uint8_t peers[MAXR] = {0};
+    for (int p = 0; p < j->n; p++)
+      peers[p] = p != rank && (rank == 0 || p == 0);
+    tp_setup ts;
+    memset(&ts, 0, sizeof(ts));
+    ts.boot = b;
+    ts.rank = rank;
+    ts.nranks = j->n;
+    ts.nchannels = j->nchannels;
+    ts.nslots = j->nslots;
+    ts.slot_bytes = j->slot_bytes;
+    ts.timeout_ms = RANK_MS;
+    r = tp_ofi.setup(&ts, peers, &st);
+    snprintf(err, sizeof(err), "%s", ts.errbuf);
+  } else {
+    r = xchg_setup(&tp_ofi, b, j->nchannels, j->nslots, j->slot_bytes, RANK_MS,
+                   &st, err, sizeof(err));
+  }
   if (r == BRAID_ERR_UNSUPPORTED) {
     fprintf(stderr, "rank %d: %s\n", rank, err);
     boot_close(b);
@@ -68,9 +91,8 @@ static int rank_main(const job *j, int rank) {
 
 /* Forks j->n ranks; returns their exit codes in codes[]. */
 static void run_job(const job *j, int *codes, int timeout_ms) {
-  char err[256];
-  cr_assert_eq(boot_unique_id(&g_id, err, sizeof(err)), BRAID_SUCCESS, "%s",
-               err);
+  g_box = xchg_idbox_new();
+  cr_assert_not_null(g_box, "mmap failed");
   pid_t pid[MAXR];
   fflush(NULL);
   for (int r = 0; r < j->n; r++) {
@@ -294,53 +316,141 @@ static int body_window(boot *b, void *st, int rank, int n, char *err,
   return 0;
 }
 
+/* isend_copy frees the source at once: rank 0 reuses one buffer for five
+ * 1 MiB messages while the receiver is away; send_done is immediate, flush
+ * says TP_AGAIN until the receiver has taken them, and every message arrives
+ * intact and in order. */
+static int body_copy(boot *b, void *st, int rank, int n, char *err,
+                     size_t len) {
+  (void)n;
+  const size_t sz = (size_t)1 << 20;
+  static uint8_t buf[1 << 20];
+  tp_conn *c = tp_ofi.conn(st, 1 - rank, 0);
+  if (rank == 0) {
+    uint64_t t = 0;
+    int r = 0;
+    for (int i = 0; i < 4; i++) {
+      for (size_t j = 0; j < sz; j++)
+        buf[j] = xchg_byte(0, 0, i, j);
+      int64_t dl = xchg_now_ms() + 10000;
+      while ((r = tp_ofi.isend_copy(c, buf, sz, &t)) == TP_AGAIN &&
+             xchg_now_ms() < dl)
+        sched_yield();
+      if (r != BRAID_SUCCESS || tp_ofi.send_done(c, t) != BRAID_SUCCESS) {
+        snprintf(err, len, "isend_copy %d: %d / send_done not immediate", i, r);
+        return 60;
+      }
+      memset(buf, 0xee, sz); /* the copy must not see this */
+    }
+    if (tp_ofi.flush(st) != TP_AGAIN) {
+      snprintf(err, len, "flush with the receiver away is not TP_AGAIN");
+      return 61;
+    }
+    for (size_t j = 0; j < sz; j++)
+      buf[j] = xchg_byte(0, 0, 4, j);
+    if (tp_ofi.isend_copy(c, buf, sz, &t) != TP_AGAIN) {
+      snprintf(err, len, "a fifth copy with 4 slots was accepted");
+      return 62;
+    }
+    if (boot_barrier(b) != BRAID_SUCCESS)
+      return 63;
+    int64_t dl = xchg_now_ms() + 10000;
+    while ((r = tp_ofi.isend_copy(c, buf, sz, &t)) == TP_AGAIN &&
+           xchg_now_ms() < dl)
+      sched_yield();
+    memset(buf, 0xee, sz);
+    if (r == BRAID_SUCCESS)
+      while ((r = tp_ofi.flush(st)) == TP_AGAIN && xchg_now_ms() < dl)
+        sched_yield();
+    if (r != BRAID_SUCCESS) {
+      snprintf(err, len, "flush: %d (%s)", r, tp_ofi.last_error(st));
+      return 64;
+    }
+    return 0;
+  }
+  if (boot_barrier(b) != BRAID_SUCCESS)
+    return 65;
+  for (int i = 0; i < 5; i++) {
+    int r = xchg_wait_recv(&tp_ofi, c, buf, sz, 10000);
+    if (r != BRAID_SUCCESS) {
+      snprintf(err, len, "recv %d: %d (%s)", i, r, tp_ofi.last_error(st));
+      return 66;
+    }
+    for (size_t j = 0; j < sz; j++)
+      if (buf[j] != xchg_byte(0, 0, i, j)) {
+        snprintf(err, len, "copied message %d byte %zu differs", i, j);
+        return 67;
+      }
+  }
+  return 0;
+}
+
+/* Star: rank 0 exchanges with every other rank; the others have no ofi
+ * connection between them (as when they share a host and use shm). */
+static int body_star(boot *b, void *st, int rank, int n, char *err,
+                     size_t len) {
+  (void)b;
+  static const size_t sz[] = {0, 7, 4096, 100000};
+  for (int p = 0; p < n; p++) {
+    if (p == rank || (rank != 0 && p != 0))
+      continue;
+    if (xchg_run(&tp_ofi, st, rank, p, 2, sz, 4, 12, 3, 0, 15000, err, len))
+      return 14;
+  }
+  if (rank != 0 && tp_ofi.conn(st, rank == 1 ? 2 : 1, 0) != NULL) {
+    snprintf(err, len, "a connection exists to a rank not listed as a peer");
+    return 15;
+  }
+  return 0;
+}
+
 /* ---- tests ------------------------------------------------------------ */
 
 Test(transports_ofi, sizes_order_tcp) {
   setenv("BRAID_OFI_PROVIDER", "tcp", 1);
-  job j = {2, 2, 4, (1u << 20) + 3, body_sizes};
+  job j = {2, 2, 4, (1u << 20) + 3, body_sizes, 0};
   expect_ok(&j, 60000);
 }
 
 Test(transports_ofi, three_ranks_tcp) {
   setenv("BRAID_OFI_PROVIDER", "tcp", 1);
-  job j = {3, 2, 4, (1u << 20) + 3, body_sizes};
+  job j = {3, 2, 4, (1u << 20) + 3, body_sizes, 0};
   expect_ok(&j, 60000);
 }
 
 Test(transports_ofi, many_in_flight_tcp) {
   setenv("BRAID_OFI_PROVIDER", "tcp", 1);
-  job j = {2, 2, 8, 16384, body_many};
+  job j = {2, 2, 8, 16384, body_many, 0};
   expect_ok(&j, 60000);
 }
 
 Test(transports_ofi, recv_reduce_tcp) {
   setenv("BRAID_OFI_PROVIDER", "tcp", 1);
-  job j = {2, 2, 4, (1u << 20) + 4, body_reduce};
+  job j = {2, 2, 4, (1u << 20) + 4, body_reduce, 0};
   expect_ok(&j, 60000);
 }
 
 Test(transports_ofi, default_provider) {
   unsetenv("BRAID_OFI_PROVIDER");
-  job j = {2, 2, 4, (1u << 20) + 3, body_sizes};
+  job j = {2, 2, 4, (1u << 20) + 3, body_sizes, 0};
   expect_ok(&j, 60000);
 }
 
 Test(transports_ofi, sizes_order_shm) {
   setenv("BRAID_OFI_PROVIDER", "shm", 1);
-  job j = {2, 2, 4, (1u << 20) + 3, body_sizes};
+  job j = {2, 2, 4, (1u << 20) + 3, body_sizes, 0};
   expect_ok(&j, 60000);
 }
 
 Test(transports_ofi, recv_reduce_shm) {
   setenv("BRAID_OFI_PROVIDER", "shm", 1);
-  job j = {2, 2, 4, (1u << 20) + 4, body_reduce};
+  job j = {2, 2, 4, (1u << 20) + 4, body_reduce, 0};
   expect_ok(&j, 60000);
 }
 
 Test(transports_ofi, killed_peer_is_remote_error) {
   setenv("BRAID_OFI_PROVIDER", "tcp", 1);
-  job j = {2, 1, 4, 4096, body_killed};
+  job j = {2, 1, 4, 4096, body_killed, 0};
   int codes[MAXR];
   run_job(&j, codes, 30000);
   if (codes[0] == XCHG_SKIP)
@@ -352,14 +462,14 @@ Test(transports_ofi, killed_peer_is_remote_error) {
 Test(transports_ofi, longer_message_is_mismatch) {
   setenv("BRAID_OFI_PROVIDER", "tcp", 1);
   g_want = 64;
-  job j = {2, 1, 4, 4096, body_mismatch};
+  job j = {2, 1, 4, 4096, body_mismatch, 0};
   expect_ok(&j, 30000);
 }
 
 Test(transports_ofi, shorter_message_is_mismatch) {
   setenv("BRAID_OFI_PROVIDER", "tcp", 1);
   g_want = 128;
-  job j = {2, 1, 4, 4096, body_mismatch};
+  job j = {2, 1, 4, 4096, body_mismatch, 0};
   expect_ok(&j, 30000);
 }
 
@@ -372,7 +482,7 @@ static int body_never(boot *b, void *st, int rank, int n, char *err,
 
 Test(transports_ofi, unknown_provider_fails_cleanly) {
   setenv("BRAID_OFI_PROVIDER", "no-such-provider", 1);
-  job j = {2, 1, 4, 4096, body_never};
+  job j = {2, 1, 4, 4096, body_never, 0};
   int codes[MAXR];
   int64_t t0 = xchg_now_ms();
   run_job(&j, codes, 30000);
@@ -411,6 +521,18 @@ Test(transports_ofi, probe_names_the_default_provider) {
 
 Test(transports_ofi, send_window_is_bounded_tcp) {
   setenv("BRAID_OFI_PROVIDER", "tcp", 1);
-  job j = {2, 1, 4, 1 << 20, body_window};
+  job j = {2, 1, 4, 1 << 20, body_window, 0};
+  expect_ok(&j, 60000);
+}
+
+Test(transports_ofi, star_partial_peers_tcp) {
+  setenv("BRAID_OFI_PROVIDER", "tcp", 1);
+  job j = {3, 2, 4, 100000, body_star, 1};
+  expect_ok(&j, 60000);
+}
+
+Test(transports_ofi, isend_copy_and_flush_tcp) {
+  setenv("BRAID_OFI_PROVIDER", "tcp", 1);
+  job j = {2, 1, 4, 1 << 20, body_copy, 0};
   expect_ok(&j, 60000);
 }

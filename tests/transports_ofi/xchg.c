@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 int64_t xchg_now_ms(void) {
   struct timespec ts;
@@ -246,5 +248,47 @@ int xchg_wait_recv(const tp_ops *tp, tp_conn *c, void *dst, size_t len,
     if (xchg_now_ms() > deadline)
       return BRAID_ERR_TIMEOUT;
     sched_yield();
+  }
+}
+
+xchg_idbox *xchg_idbox_new(void) {
+  void *p = mmap(NULL, sizeof(xchg_idbox), PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return NULL;
+  memset(p, 0, sizeof(xchg_idbox));
+  return p;
+}
+
+void xchg_idbox_free(xchg_idbox *b) {
+  if (b != NULL)
+    munmap(b, sizeof(*b));
+}
+
+int xchg_get_id(xchg_idbox *b, int rank, braid_unique_id *id, int timeout_ms,
+                char *err, size_t errlen) {
+  if (rank == 0) {
+    if (boot_unique_id(&b->id, b->err, sizeof(b->err)) != BRAID_SUCCESS) {
+      __atomic_store_n(&b->state, -1, __ATOMIC_RELEASE);
+      snprintf(err, errlen, "boot_unique_id: %s", b->err);
+      return -1;
+    }
+    *id = b->id;
+    __atomic_store_n(&b->state, 1, __ATOMIC_RELEASE);
+    return 0;
+  }
+  int64_t deadline = xchg_now_ms() + timeout_ms;
+  for (;;) {
+    int s = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
+    if (s == 1) {
+      *id = b->id;
+      return 0;
+    }
+    if (s < 0 || xchg_now_ms() > deadline) {
+      snprintf(err, errlen, "no unique id from rank 0%s%s",
+               s < 0 ? ": " : " in time", s < 0 ? b->err : "");
+      return -1;
+    }
+    usleep(1000);
   }
 }

@@ -32,6 +32,23 @@ int xchg_run(const tp_ops *tp, void *state, int rank, int peer, int nchannels,
              const size_t *sizes, int nsizes, int nmsg, int window, int reduce,
              int timeout_ms, char *err, size_t errlen);
 
+/* The unique id of a job of forked ranks. Rank 0 makes it after the fork,
+ * so the forking process runs no rendezvous thread (forking a process with
+ * other threads running can leave the child holding a dead thread's lock),
+ * and the other ranks wait for it here. */
+typedef struct xchg_idbox {
+  volatile int state; /* 0 waiting, 1 ready, -1 rank 0 failed */
+  braid_unique_id id;
+  char err[240];
+} xchg_idbox;
+
+/* Shared (MAP_SHARED) and zeroed; NULL on failure. */
+xchg_idbox *xchg_idbox_new(void);
+void xchg_idbox_free(xchg_idbox *b);
+/* 0 with *id set, or -1 (err explains) after timeout_ms. */
+int xchg_get_id(xchg_idbox *b, int rank, braid_unique_id *id, int timeout_ms,
+                char *err, size_t errlen);
+
 /* Calls expr-like progress on (c) until not TP_AGAIN; helper for tests. */
 int xchg_wait_recv(const tp_ops *tp, tp_conn *c, void *dst, size_t len,
                    int timeout_ms);

@@ -101,17 +101,30 @@ static void fill(uint8_t *p, size_t n, unsigned seed) {
 }
 
 static int run_ranks(int n, int (*fn)(world *), int killed_rank) {
-  braid_unique_id id;
-  char err[256] = "";
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS,
-               "boot_unique_id: %s", err);
+  /* Fork first: rank 0 makes the id (the root service thread must not run
+   * while anything forks) and hands it to the others through pipes. */
+  int pipes[MAXR][2];
+  for (int r = 1; r < n; r++)
+    cr_assert_eq(pipe(pipes[r]), 0);
   pid_t pids[MAXR];
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
     cr_assert_geq(pids[r], 0, "fork: %s", strerror(errno));
     if (pids[r] == 0) {
-      world w = {NULL, r, n};
+      braid_unique_id id;
       char e[256] = "";
+      if (r == 0) {
+        if (boot_unique_id(&id, e, sizeof(e)) != BRAID_SUCCESS) {
+          fprintf(stderr, "boot_unique_id: %s\n", e);
+          _exit(2);
+        }
+        for (int q = 1; q < n; q++)
+          if (write(pipes[q][1], &id, sizeof id) != (ssize_t)sizeof id)
+            _exit(2);
+      } else if (read(pipes[r][0], &id, sizeof id) != (ssize_t)sizeof id) {
+        _exit(2);
+      }
+      world w = {NULL, r, n};
       if (boot_init(&id, r, n, 10000, &w.b, e, sizeof(e)) != BRAID_SUCCESS) {
         fprintf(stderr, "rank %d: boot_init: %s\n", r, e);
         _exit(2);
@@ -120,6 +133,10 @@ static int run_ranks(int n, int (*fn)(world *), int killed_rank) {
       boot_close(w.b);
       _exit(rc);
     }
+  }
+  for (int r = 1; r < n; r++) {
+    close(pipes[r][0]);
+    close(pipes[r][1]);
   }
   int status[MAXR], done = 0, skipped = 0;
   int64_t deadline = now_ms() + 30000;

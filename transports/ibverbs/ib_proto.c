@@ -230,7 +230,7 @@ uint64_t ib_rx_announce(ib_rx_flow *r) {
 /* ---- connection state ------------------------------------------------ */
 
 int ib_conn_step(ib_conn_state *s, ib_conn_event ev) {
-  ib_conn_state next = *s;
+  ib_conn_state next;
   switch (ev) {
   case IB_EV_CREATED:
     if (*s != IB_CONN_INIT)
@@ -459,8 +459,9 @@ int rc_get(tp_regcache *c, const void *addr, size_t len, void **key,
   uintptr_t start = a & ~(ps - 1);
   uintptr_t end = (b + ps - 1) & ~(ps - 1);
   void *handle = NULL, *k = NULL;
-  if (c->reg(c->ctx, (void *)start, end - start, &handle, &k) != 0 ||
-      handle == NULL)
+  /* The page start, as a pointer derived from addr. */
+  void *base = (void *)((const char *)addr - (a - start));
+  if (c->reg(c->ctx, base, end - start, &handle, &k) != 0 || handle == NULL)
     return -1;
   rc_entry *e = &c->e[slot];
   e->start = start;

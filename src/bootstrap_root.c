@@ -1,0 +1,295 @@
+/*
+ * Bootstrap (src/bootstrap.h), the root side: boot_unique_id and
+ * boot_unique_id_at, and the root service they start, a detached thread that
+ * answers one rendezvous. It admits ranks that prove the id's secret, checks
+ * that they agree on nranks and that no rank joins twice, forgets ranks that
+ * leave before the rendezvous completes, and once all nranks ranks are in
+ * sends every one of them the table of peers. At its timeout it tells the
+ * ranks that came which ones are missing.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "src/bootstrap_int.h"
+#include "src/config.h"
+#include "src/log.h"
+#include "transports/sock_util.h"
+
+/* ---- root service -------------------------------------------------------- */
+
+typedef struct root_svc {
+  int lfd;
+  uint8_t secret[16];
+  int timeout_ms;
+  char addr[80];
+} root_svc;
+
+static void root_answer(const char *what, int fd, braid_result status,
+                        const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void root_answer(const char *what, int fd, braid_result status,
+                        const char *fmt, ...) {
+  root_reply r;
+  memset(&r, 0, sizeof(r));
+  r.status = status;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r.text, sizeof(r.text), fmt, ap);
+  va_end(ap);
+  WARN(LOG_BOOT, "%s: %s", what, r.text);
+  (void)sock_write_full(fd, &r, sizeof(r), sock_now_ms() + 1000);
+  close(fd);
+}
+
+static void *root_main(void *arg) {
+  root_svc *s = arg;
+  int64_t deadline = sock_now_ms() + s->timeout_ms;
+  char what[128], as[80];
+  snprintf(what, sizeof(what), "bootstrap root %s", s->addr);
+  sock_gate g;
+  sock_gate_init(&g, s->lfd, BOOT_MAGIC, KIND_ROOT, s->secret,
+                 sizeof(root_hello), AUTH_MS, what);
+  int nranks = -1, joined = 0;
+  int *fds = NULL;
+  boot_peer *table = NULL;
+  while (nranks < 0 || joined < nranks) {
+    if (sock_now_ms() >= deadline)
+      break;
+    int64_t wake = sock_now_ms() + 500;
+    int fd;
+    root_hello h;
+    struct sockaddr_storage from;
+    int rc =
+        sock_gate_next(&g, wake < deadline ? wake : deadline, &fd, &h, &from);
+    /* A rank that left before the rendezvous finished frees its slot. */
+    for (int r = 0; fds && r < nranks; r++)
+      if (fds[r] >= 0 && sock_peer_dead(fds[r])) {
+        WARN(LOG_BOOT, "%s: rank %d disconnected before all %d ranks arrived",
+             what, r, nranks);
+        close(fds[r]);
+        fds[r] = -1;
+        joined--;
+      }
+    if (fds && joined == 0) {
+      /* Everyone left: the next arrival sets nranks afresh. */
+      free(fds);
+      free(table);
+      fds = NULL;
+      table = NULL;
+      nranks = -1;
+    }
+    if (rc == SOCK_ERR) {
+      WARN(LOG_BOOT, "%s: accept failed: %s", what, strerror(errno));
+      break;
+    }
+    if (rc != 0)
+      continue;
+    sock_addr_str(&from, as, sizeof(as));
+    if (h.nranks <= 0 || h.rank < 0 || h.rank >= h.nranks) {
+      root_answer(what, fd, BRAID_ERR_INVALID_ARG,
+                  "rank %d with nranks %d (from %s) is out of range", h.rank,
+                  h.nranks, as);
+      continue;
+    }
+    if (nranks < 0) {
+      nranks = h.nranks;
+      fds = calloc((size_t)nranks, sizeof(int));
+      table = calloc((size_t)nranks, sizeof(boot_peer));
+      if (fds == NULL || table == NULL) {
+        root_answer(what, fd, BRAID_ERR_NOMEM, "bootstrap root out of memory");
+        break;
+      }
+      for (int r = 0; r < nranks; r++)
+        fds[r] = -1;
+    }
+    if (h.nranks != nranks) {
+      root_answer(what, fd, BRAID_ERR_INVALID_ARG,
+                  "rank %d (from %s) says nranks=%d but the ranks already "
+                  "joined say nranks=%d",
+                  h.rank, as, h.nranks, nranks);
+      continue;
+    }
+    if (fds[h.rank] >= 0) {
+      root_answer(what, fd, BRAID_ERR_INVALID_ARG,
+                  "duplicate rank: rank %d (from %s, pid %d) already joined "
+                  "(pid %d)",
+                  h.rank, as, (int)h.me.pid, (int)table[h.rank].pid);
+      continue;
+    }
+    fds[h.rank] = fd;
+    table[h.rank] = h.me;
+    joined++;
+    TRACE(LOG_BOOT, "%s: rank %d/%d joined from %s", what, h.rank, nranks, as);
+  }
+  sock_gate_free(&g);
+  close(s->lfd);
+  if (nranks > 0 && joined == nranks) {
+    root_reply r;
+    memset(&r, 0, sizeof(r));
+    r.nranks = nranks;
+    int64_t dl = sock_now_ms() + s->timeout_ms;
+    for (int i = 0; i < nranks; i++) {
+      if (sock_write_full(fds[i], &r, sizeof(r), dl) != 0 ||
+          sock_write_full(fds[i], table, (size_t)nranks * sizeof(boot_peer),
+                          dl) != 0)
+        WARN(LOG_BOOT, "%s: could not send the peer table to rank %d", what, i);
+      close(fds[i]);
+    }
+    INFO(LOG_BOOT, "%s: rendezvous of %d ranks complete", what, nranks);
+  } else {
+    char missing[128] = "";
+    size_t off = 0;
+    for (int i = 0; fds && i < nranks && off + 12 < sizeof(missing); i++)
+      if (fds[i] < 0)
+        off += (size_t)snprintf(missing + off, sizeof(missing) - off, "%s%d",
+                                off ? "," : "", i);
+    for (int i = 0; fds && i < nranks; i++)
+      if (fds[i] >= 0)
+        root_answer(what, fds[i], BRAID_ERR_TIMEOUT,
+                    "rendezvous at %s timed out after %d ms: %d of %d ranks "
+                    "arrived (missing: %s)",
+                    s->addr, s->timeout_ms, joined, nranks, missing);
+    if (nranks < 0)
+      WARN(LOG_BOOT, "%s: no rank arrived within %d ms; root service ends",
+           what, s->timeout_ms);
+  }
+  free(fds);
+  free(table);
+  free(s);
+  return NULL;
+}
+
+braid_result boot_root_start(const struct sockaddr_storage *bind_addr,
+                             int reuse, const uint8_t secret[16],
+                             struct sockaddr_storage *bound, char *err,
+                             size_t errlen) {
+  root_svc *s = calloc(1, sizeof(*s));
+  if (s == NULL) {
+    SETERR(err, errlen, "bootstrap root: out of memory");
+    return BRAID_ERR_NOMEM;
+  }
+  char e[200];
+  if (sock_listen(bind_addr, reuse, 0, &s->lfd, bound, e, sizeof(e)) != 0) {
+    SETERR(err, errlen, "bootstrap root: %s", e);
+    free(s);
+    return BRAID_ERR_SYSTEM;
+  }
+  memcpy(s->secret, secret, 16);
+  s->timeout_ms = boot_timeout_or_default(0);
+  sock_addr_str(bound, s->addr, sizeof(s->addr));
+  pthread_attr_t at;
+  pthread_t th;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&th, &at, root_main, s);
+  pthread_attr_destroy(&at);
+  if (rc != 0) {
+    SETERR(err, errlen, "bootstrap root: cannot start its thread: %s",
+           strerror(rc));
+    close(s->lfd);
+    free(s);
+    return BRAID_ERR_SYSTEM;
+  }
+  return BRAID_SUCCESS;
+}
+
+/* ---- the unique id ------------------------------------------------------ */
+
+static void id_encode(braid_unique_id *id, const struct sockaddr_storage *a,
+                      const uint8_t secret[16]) {
+  id_wire w;
+  memset(&w, 0, sizeof(w));
+  w.magic = BOOT_MAGIC;
+  w.version = BOOT_VERSION;
+  w.family = a->ss_family;
+  w.port = (uint16_t)sock_addr_port(a);
+  if (a->ss_family == AF_INET) {
+    memcpy(w.addr, &((const struct sockaddr_in *)a)->sin_addr, 4);
+  } else {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)a;
+    memcpy(w.addr, &in6->sin6_addr, 16);
+    w.scope_id = in6->sin6_scope_id;
+  }
+  memcpy(w.secret, secret, 16);
+  memset(id, 0, sizeof(*id));
+  memcpy(id->internal, &w, sizeof(w));
+}
+
+static braid_result make_secret(uint8_t secret[16], char *err, size_t errlen) {
+  size_t got = 0;
+  while (got < 16) {
+    ssize_t n = getrandom(secret + got, 16 - got, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      SETERR(err, errlen, "getrandom failed: %s", strerror(errno));
+      return BRAID_ERR_SYSTEM;
+    }
+    got += (size_t)n;
+  }
+  return BRAID_SUCCESS;
+}
+
+braid_result boot_unique_id(braid_unique_id *id, char *err, size_t errlen) {
+  if (id == NULL) {
+    SETERR(err, errlen, "boot_unique_id: id is NULL");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  const cfg_env *c = cfg_get();
+  struct sockaddr_storage addr, bound;
+  char ifname[64], e[200];
+  if (sock_pick_addr(c ? c->socket_ifname : NULL, &addr, ifname, sizeof(ifname),
+                     e, sizeof(e)) != 0) {
+    SETERR(err, errlen, "boot_unique_id: %s", e);
+    return BRAID_ERR_SYSTEM;
+  }
+  uint8_t secret[16];
+  CHECKR(make_secret(secret, err, errlen));
+  CHECKR(boot_root_start(&addr, 0, secret, &bound, err, errlen));
+  char as[80];
+  INFO(LOG_BOOT, "bootstrap root listening on %s (interface %s)",
+       sock_addr_str(&bound, as, sizeof(as)), ifname);
+  id_encode(id, &bound, secret);
+  return BRAID_SUCCESS;
+}
+
+braid_result boot_unique_id_at(const char *host, int port,
+                               const uint8_t secret[16], int is_root,
+                               braid_unique_id *id, char *err, size_t errlen) {
+  if (id == NULL || secret == NULL || host == NULL) {
+    SETERR(err, errlen, "boot_unique_id_at: %s is NULL",
+           id == NULL       ? "id"
+           : secret == NULL ? "secret"
+                            : "host");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (port <= 0 || port > 65535) {
+    SETERR(err, errlen, "boot_unique_id_at: port %d is not in 1..65535", port);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  struct sockaddr_storage addr;
+  char e[200];
+  if (sock_resolve(host, port, &addr, e, sizeof(e)) != 0) {
+    SETERR(err, errlen, "boot_unique_id_at: %s", e);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (is_root) {
+    /* Listen on every address of the family so that any name of this host
+     * reaches the root. */
+    struct sockaddr_storage any;
+    memset(&any, 0, sizeof(any));
+    any.ss_family = addr.ss_family;
+    sock_addr_set_port(&any, port);
+    struct sockaddr_storage bound;
+    CHECKR(boot_root_start(&any, 1, secret, &bound, err, errlen));
+  }
+  id_encode(id, &addr, secret);
+  return BRAID_SUCCESS;
+}

@@ -1,0 +1,92 @@
+/*
+ * Private to the ibverbs transport (ibverbs.c: data path, ibverbs_setup.c:
+ * device choice and connection setup).
+ */
+#ifndef BRAID_TRANSPORTS_IB_INT_H
+#define BRAID_TRANSPORTS_IB_INT_H
+
+#ifdef BRAID_HAVE_IBVERBS
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/bootstrap.h"
+#include "transports/ibverbs/ib_proto.h"
+#include "transports/transport.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <unistd.h>
+
+#define IBV_MAGIC 0x49425652u
+enum { K_DATA = 1, K_CREDIT = 2, K_RECV = 3 };
+enum { ST_OK = 0, ST_FAILED = 1, ST_IDLE = 2 };
+
+typedef struct ibv_blob {
+  uint32_t magic;
+  int32_t status;
+  char dev[56];
+} ibv_blob;
+
+typedef struct ib_state ib_state;
+
+struct tp_conn {
+  ib_state *st;
+  int peer, channel;
+  size_t index;
+  struct ibv_qp *qp;
+  ib_conn_state state;
+  uint8_t *mem; /* [send slots | receive slots | credit word] */
+  size_t mem_len;
+  uint32_t lkey;
+  int rc_entry;
+  ib_wire_info remote;
+  ib_tx_flow tx;
+  ib_rx_flow rx;
+  int sq_out, sq_max;
+  int credit_pending;
+  int err;
+};
+
+struct ib_state {
+  int rank, nranks, nchannels, nslots;
+  size_t slot_bytes;
+  boot *boot;
+  struct ibv_context *ctx;
+  struct ibv_pd *pd;
+  struct ibv_cq *cq;
+  uint8_t port;
+  int eth;
+  int gid_index;
+  union ibv_gid gid;
+  struct ibv_port_attr pattr;
+  char dev[64];
+  tp_regcache rc;
+  int rc_ready;
+  tp_conn *conns;
+  uint8_t *used;
+  char err[256];
+};
+
+static inline uint8_t *send_slot(tp_conn *c, uint32_t s) {
+  return c->mem + (size_t)s * c->st->slot_bytes;
+}
+static inline uint8_t *recv_slot(tp_conn *c, uint32_t s) {
+  return c->mem + ((size_t)c->st->nslots + s) * c->st->slot_bytes;
+}
+static inline volatile uint64_t *credit_word(tp_conn *c) {
+  return (volatile uint64_t *)(c->mem +
+                               2 * (size_t)c->st->nslots * c->st->slot_bytes);
+}
+
+/* Records a failure on a connection; returns its (sticky) result. */
+int ib_conn_fail(tp_conn *c, int r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Posts one zero-length receive (consumed by a write with immediate). */
+int ib_post_recv(tp_conn *c);
+void ibv_teardown(void *state);
+int ibv_setup(tp_setup *ts, const uint8_t *peers, void **state);
+
+#endif /* BRAID_HAVE_IBVERBS */
+#endif
