@@ -29,8 +29,16 @@ static int is_fatal(braid_result r) {
          r == BRAID_ERR_SYSTEM;
 }
 
+static braid_result run_ops_locked(braid_comm *c, exec_op *ops, int nops);
+
 static braid_result run_ops(braid_comm *c, exec_op *ops, int nops) {
   pthread_mutex_lock(&c->lock);
+  braid_result r = run_ops_locked(c, ops, nops);
+  pthread_mutex_unlock(&c->lock);
+  return r;
+}
+
+static braid_result run_ops_locked(braid_comm *c, exec_op *ops, int nops) {
   braid_result r = c->broken;
   if (r != BRAID_SUCCESS) {
     comm_set_error(c,
@@ -45,7 +53,6 @@ static braid_result run_ops(braid_comm *c, exec_op *ops, int nops) {
     r = exec_run(c, ops, nops);
   if (is_fatal(r) || r == BRAID_ERR_MISMATCH)
     c->broken = r;
-  pthread_mutex_unlock(&c->lock);
   return r;
 }
 
@@ -116,6 +123,11 @@ static braid_result push_locked(braid_comm *c, exec_work *w) {
 /* Submit ops (copied) as one unit of work, blocking or on a stream. */
 static braid_result submit(braid_comm *c, exec_op *ops, int nops,
                            braid_stream *s) {
+  /* No progress thread yet means nothing queued and nobody else running
+   * work (calls on a comm come from one thread at a time): run here without
+   * the locks. Only this thread starts the progress thread. */
+  if (s == NULL && !c->thread_started)
+    return run_ops_locked(c, ops, nops);
   pthread_mutex_lock(&c->qlock);
   if (s == NULL && c->qlen == 0) {
     pthread_mutex_unlock(&c->qlock);
