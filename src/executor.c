@@ -634,6 +634,24 @@ static braid_result check_health(braid_comm *c, xop *xs, int nops) {
   return BRAID_SUCCESS;
 }
 
+/* A transport saw a peer fail (reset, failed read). Ask the peer checks,
+ * for a short while, which rank died first: they name the cause and record
+ * it, so ranks that see this one leave next name that rank too. */
+static braid_result remote_cause(braid_comm *c, xop *xs, int nops,
+                                 braid_result r) {
+  if (r != BRAID_ERR_REMOTE)
+    return r;
+  int64_t until = now_us() + 200000;
+  for (;;) {
+    if (check_health(c, xs, nops) == BRAID_ERR_REMOTE)
+      return BRAID_ERR_REMOTE;
+    if (now_us() > until)
+      return r; /* keep the transport's own message */
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 static void describe_wait(braid_comm *c, xop *xs, int nops, char *buf,
                           size_t len) {
   buf[0] = '\0';
@@ -749,7 +767,7 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
           continue;
         int r = chan_advance(c, x, h, &moved);
         if (r != BRAID_SUCCESS) {
-          res = (braid_result)r;
+          res = remote_cause(c, xs, nops, (braid_result)r);
           goto out;
         }
         all &= h->done;
