@@ -86,7 +86,6 @@ static void cfg_load(void) {
   c->transport = env_str("BRAID_TRANSPORT");
   c->algo = env_str("BRAID_ALGO");
   c->socket_ifname = env_str("BRAID_SOCKET_IFNAME");
-  c->nsockets = env_int("BRAID_NSOCKS_PERPEER", 0, 0, 16);
   c->buffsize = env_size("BRAID_BUFFSIZE", (size_t)4 << 20);
   c->nslots = env_int("BRAID_NSLOTS", 8, 2, 64);
   c->slice_bytes = env_size("BRAID_SLICE", 0);

@@ -13,7 +13,6 @@ typedef struct cfg_env {
   const char *transport; /* BRAID_TRANSPORT, default NULL = auto */
   const char *algo;      /* BRAID_ALGO */
   const char *socket_ifname; /* BRAID_SOCKET_IFNAME */
-  int nsockets;              /* BRAID_NSOCKS_PERPEER, default 0 = auto */
   size_t buffsize;           /* BRAID_BUFFSIZE: bytes of slots per connection */
   int nslots;                /* BRAID_NSLOTS, default 8 */
   size_t slice_bytes;        /* BRAID_SLICE: pipeline slice (0 = auto) */
