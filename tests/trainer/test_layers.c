@@ -465,12 +465,20 @@ Test(trainer_model, blas_runs_one_thread) {
   float *a = calloc(N * N, 4), *b = calloc(N * N, 4), *c = calloc(N * N, 4);
   for (int i = 0; i < N * N; i++)
     a[i] = b[i] = (float)(i % 7) * 0.1f;
-  double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
-  for (int k = 0; k < 6; k++)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N,
-                b, N, 0.0f, c, N);
-  double wall = clock_s(CLOCK_MONOTONIC) - w0;
-  double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+  /* Best of three: a BLAS on two threads uses about twice the CPU time on
+   * every attempt; one attempt disturbed by other work must not decide. */
+  double wall = 0, cpu = 0;
+  for (int attempt = 0; attempt < 3; attempt++) {
+    double w0 = clock_s(CLOCK_MONOTONIC);
+    double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    for (int k = 0; k < 6; k++)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a,
+                  N, b, N, 0.0f, c, N);
+    wall = clock_s(CLOCK_MONOTONIC) - w0;
+    cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    if (cpu <= 1.3 * wall + 0.01)
+      break;
+  }
   cr_expect(cpu <= 1.3 * wall + 0.01,
             "sgemm used %.3f s of CPU in %.3f s: more than one thread", cpu,
             wall);
