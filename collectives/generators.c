@@ -7,28 +7,50 @@
 #include <strings.h>
 
 #include "gen_util.h"
+#include "view.h"
 
 #define B(c) (1u << (c))
 
 const gen_desc gen_table[] = {
     {"ring", gen_ring,
      B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER) |
-         B(SCHED_BROADCAST) | B(SCHED_REDUCE)},
+         B(SCHED_BROADCAST) | B(SCHED_REDUCE),
+     0},
     {"tree", gen_tree,
-     B(SCHED_ALLREDUCE) | B(SCHED_BROADCAST) | B(SCHED_REDUCE)},
+     B(SCHED_ALLREDUCE) | B(SCHED_BROADCAST) | B(SCHED_REDUCE), 0},
     {"binomial", gen_binomial,
      B(SCHED_BROADCAST) | B(SCHED_REDUCE) | B(SCHED_GATHER) | B(SCHED_SCATTER) |
-         B(SCHED_ALLREDUCE)},
+         B(SCHED_ALLREDUCE),
+     0},
     {"rhd", gen_rhd,
-     B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER)},
+     B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER), 0},
     {"direct", gen_direct,
      B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER) |
          B(SCHED_ALLTOALL) | B(SCHED_BROADCAST) | B(SCHED_REDUCE) |
-         B(SCHED_GATHER) | B(SCHED_SCATTER)},
+         B(SCHED_GATHER) | B(SCHED_SCATTER),
+     0},
     {"linear", gen_linear,
      B(SCHED_SEND) | B(SCHED_RECV) | B(SCHED_GATHER) | B(SCHED_SCATTER) |
-         B(SCHED_BROADCAST) | B(SCHED_REDUCE)},
-    {NULL, NULL, 0},
+         B(SCHED_BROADCAST) | B(SCHED_REDUCE),
+     0},
+    {"multiring", gen_multiring,
+     B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER) |
+         B(SCHED_BROADCAST) | B(SCHED_REDUCE),
+     GEN_NEEDS_GRAPH},
+    {"treepack", gen_treepack,
+     B(SCHED_ALLREDUCE) | B(SCHED_BROADCAST) | B(SCHED_REDUCE),
+     GEN_NEEDS_GRAPH},
+    {"hybrid", gen_hybrid,
+     B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER),
+     GEN_NEEDS_GRAPH},
+    {"hier", gen_hier,
+     B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER) |
+         B(SCHED_BROADCAST) | B(SCHED_REDUCE),
+     GEN_NEEDS_HOSTS},
+    {"chaintree", gen_chaintree,
+     B(SCHED_ALLREDUCE) | B(SCHED_BROADCAST) | B(SCHED_REDUCE),
+     GEN_NEEDS_HOSTS},
+    {NULL, NULL, 0, 0},
 };
 
 const gen_desc *gen_find(const char *name) {
@@ -45,7 +67,29 @@ int gen_supports(const gen_desc *g, sched_coll coll, int nranks) {
     return 0;
   if (nranks < 1 || nranks > GEN_MAX_RANKS)
     return 0;
-  return (g->colls & B(coll)) != 0;
+  return (g->colls & B(coll)) != 0 && g->needs == 0;
+}
+
+int gen_supports_view(const gen_desc *g, sched_coll coll, int nranks,
+                      const sched_view *v) {
+  if (!g || !g->name || (int)coll < 0 || coll >= SCHED_NUM_COLLS ||
+      nranks < 1 || nranks > GEN_MAX_RANKS || (g->colls & B(coll)) == 0)
+    return 0;
+  if (g->needs == 0)
+    return 1;
+  if (v == NULL || v->nranks != nranks)
+    return 0;
+  if ((g->needs & GEN_NEEDS_HOSTS) && v->nhosts < 2)
+    return 0;
+  if (g->needs & GEN_NEEDS_GRAPH) {
+    if (v->g == NULL)
+      return 0;
+    for (int a = 0; a < nranks; a++) /* ranks on distinct vertices */
+      for (int b = a + 1; b < nranks; b++)
+        if (v->vertex[a] == v->vertex[b])
+          return 0;
+  }
+  return 1;
 }
 
 int gen_check(const gen_params *p, uint32_t coll_mask) {

@@ -7,11 +7,19 @@
 
 #include "schedule.h"
 
+struct sched_view; /* collectives/view.h */
+
 typedef struct gen_params {
   sched_coll coll;
   int nranks;
   int root;      /* broadcast/reduce/gather/scatter root; send/recv peer */
-  int nchannels; /* >= 1 */
+  int nchannels; /* >= 1: the channels of topology-blind generators */
+  /* Topology-aware generators: where the ranks sit (NULL: unknown; those
+   * generators then return NULL), the bytes of one block (0: unknown), and
+   * the most channels they may use (0: GEN_MAX_CHANNELS). */
+  const struct sched_view *view;
+  size_t bytes;
+  int max_channels;
 } gen_params;
 
 typedef sched *(*gen_fn)(const gen_params *p);
@@ -20,13 +28,22 @@ typedef struct gen_desc {
   const char *name; /* "ring", "tree", "binomial", "rhd", "direct", ... */
   gen_fn fn;
   uint32_t colls; /* bit (1u << sched_coll) for each collective supported */
+  uint32_t needs; /* GEN_NEEDS_* */
 } gen_desc;
+
+/* What a generator needs from the view. */
+#define GEN_NEEDS_GRAPH 1u /* a graph with ranks on distinct vertices */
+#define GEN_NEEDS_HOSTS 2u /* ranks on >= 2 hosts */
 
 /* All generators, terminated by an entry with name == NULL. */
 extern const gen_desc gen_table[];
 const gen_desc *gen_find(const char *name);
-/* Does generator g support collective `coll` on `nranks` ranks? */
+/* Does generator g support collective `coll` on `nranks` ranks without a
+ * view? (Topology-aware generators: no; see gen_supports_view.) */
 int gen_supports(const gen_desc *g, sched_coll coll, int nranks);
+/* The same, and the view gives what g needs (v may be NULL). */
+int gen_supports_view(const gen_desc *g, sched_coll coll, int nranks,
+                      const struct sched_view *v);
 
 /* One entry per file: */
 sched *gen_ring(const gen_params *p);     /* ring.c */
@@ -35,5 +52,11 @@ sched *gen_binomial(const gen_params *p); /* binomial.c */
 sched *gen_rhd(const gen_params *p);    /* rhd.c: recursive halving/doubling */
 sched *gen_direct(const gen_params *p); /* direct.c: one-shot, every pair */
 sched *gen_linear(const gen_params *p); /* linear.c: root-centred, p2p */
+/* Topology-aware (need p->view): */
+sched *gen_multiring(const gen_params *p); /* multiring.c: several rings */
+sched *gen_treepack(const gen_params *p);  /* treepack.c: spanning trees */
+sched *gen_hybrid(const gen_params *p);    /* hybrid.c: NVLink + PCIe */
+sched *gen_hier(const gen_params *p);      /* hier.c: intra/inter host */
+sched *gen_chaintree(const gen_params *p); /* chaintree.c: trees of chains */
 
 #endif

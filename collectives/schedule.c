@@ -22,8 +22,9 @@ sched *sched_new(sched_coll coll, int nranks, int root, int chunks_per_block,
   s->scratch_blocks = 0;
   s->nchannels = nchannels;
   s->weights = calloc((size_t)nchannels, sizeof(double));
+  s->route = calloc((size_t)nchannels, 1);
   s->ch = calloc((size_t)nranks * (size_t)nchannels, sizeof(sched_channel));
-  if (!s->weights || !s->ch) {
+  if (!s->weights || !s->route || !s->ch) {
     sched_free(s);
     return NULL;
   }
@@ -45,6 +46,7 @@ void sched_free(sched *s) {
   }
   free(s->ch);
   free(s->weights);
+  free(s->route);
   free(s);
 }
 
@@ -236,6 +238,19 @@ const char *sched_buf_name(sched_buf buf) {
     return "out";
   case SCHED_BUF_SCRATCH:
     return "scratch";
+  default:
+    return "unknown";
+  }
+}
+
+const char *sched_route_name(sched_route r) {
+  switch (r) {
+  case SCHED_ROUTE_ANY:
+    return "any";
+  case SCHED_ROUTE_NVL:
+    return "nvl";
+  case SCHED_ROUTE_HOST:
+    return "host";
   default:
     return "unknown";
   }

@@ -73,6 +73,16 @@ typedef enum sched_prim {
   SCHED_NUM_PRIMS
 } sched_prim;
 
+/* Which links a channel's messages should take (a hint for transports that
+ * have a choice, and the simulator's routing): the best path, NVLink only,
+ * or through host memory (PCIe / CPU, never NVLink). */
+typedef enum sched_route {
+  SCHED_ROUTE_ANY = 0,
+  SCHED_ROUTE_NVL = 1,
+  SCHED_ROUTE_HOST = 2,
+  SCHED_NUM_ROUTES
+} sched_route;
+
 /* `count` consecutive chunks of one buffer, starting at `index`. */
 typedef struct sched_chunks {
   uint8_t buf;    /* sched_buf */
@@ -102,6 +112,7 @@ typedef struct sched {
   int scratch_blocks;   /* blocks of scratch each rank needs (0: none) */
   int nchannels;
   double *weights;   /* nchannels weights summing to 1 */
+  uint8_t *route;    /* nchannels sched_route hints (all SCHED_ROUTE_ANY) */
   sched_channel *ch; /* nranks * nchannels, index rank * nchannels + c */
   char algo[32];     /* generator name, e.g. "ring" */
 } sched;
@@ -142,6 +153,7 @@ int sched_reduces(sched_coll coll);
 const char *sched_coll_name(sched_coll coll);
 const char *sched_prim_name(sched_prim prim);
 const char *sched_buf_name(sched_buf buf);
+const char *sched_route_name(sched_route r); /* "any", "nvl", "host" */
 
 /* Element geometry (see the header comment). */
 static inline size_t sched_chunk_off(size_t E, int K, int j) {

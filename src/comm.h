@@ -107,6 +107,14 @@ struct braid_comm {
 
   /* the machine, when BRAID_TOPO_FILE or BRAID_TOPO_DUMP_FILE asks for it */
   topo_graph *topo;
+  /* where the ranks sit, for topology-aware generators (src/comm_view.c) */
+  struct sched_view *view;
+  /* the schedules of BRAID_SCHEDULE_FILE, used instead of the selector's */
+  sched **file_scheds;
+  int nfile_scheds;
+
+  /* device memory (CUDA), set up lazily by src/comm_dev.c */
+  struct comm_dev *dev;
 
   /* state */
   atomic_int aborted;

@@ -373,7 +373,7 @@ static braid_result get_sched(braid_comm *c, exec_op *op,
       return BRAID_SUCCESS;
     }
   }
-  gen_params p = {op->coll, c->nranks, root, nch};
+  gen_params p = {op->coll, c->nranks, root, nch, c->view, bytes, c->nchannels};
   sched *s = g->fn(&p);
   if (s == NULL) {
     comm_set_error(c, "%s: generator %s failed (out of memory?)", op->name,

@@ -1,0 +1,29 @@
+/*
+ * Schedule files: a schedule as JSON, to read and write (DESIGN §1, the fifth
+ * consumer). The format is documented in docs/SCHEDULES.md. A file holds one
+ * schedule object or an array of them.
+ */
+#ifndef BRAID_COLLECTIVES_SCHED_FILE_H
+#define BRAID_COLLECTIVES_SCHED_FILE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "schedule.h"
+
+/* Writes one schedule as a JSON object. 0 or -1 (I/O error). */
+int sched_file_write(const sched *s, FILE *f);
+/* Writes several as a JSON array. */
+int sched_file_write_all(sched *const *s, int n, FILE *f);
+
+/* Parses JSON text (one object or an array). On success *out is an array of
+ * *n schedules (free each with sched_free, then free the array). Errors name
+ * the file, line and column, and what was wrong. Every schedule is run
+ * through the verifier (out of place and in place) before it is returned:
+ * a schedule that fails is an error naming its position in the file. */
+int sched_file_parse(const char *buf, size_t len, const char *fname,
+                     sched ***out, int *n, char *err, size_t errlen);
+int sched_file_load(const char *path, sched ***out, int *n, char *err,
+                    size_t errlen);
+
+#endif
