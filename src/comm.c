@@ -242,7 +242,8 @@ static void comm_free(braid_comm *c) {
     if (c->tp[i]->teardown != NULL)
       c->tp[i]->teardown(c->tp_state[i]);
   for (int i = 0; i < c->ncache; i++) {
-    sched_free(c->cache[i].s);
+    if (!c->cache[i].borrowed)
+      sched_free(c->cache[i].s);
     free(c->cache[i].volatile_src[0]);
     free(c->cache[i].volatile_src[1]);
   }
@@ -454,4 +455,15 @@ braid_result braid_get_unique_id(braid_unique_id *id) {
   if (r != BRAID_SUCCESS)
     WARN(LOG_BOOT, "braid_get_unique_id: %s", err);
   return r;
+}
+
+sched *comm_file_sched(braid_comm *c, sched_coll coll, int root) {
+  for (int i = 0; i < c->nfile_scheds; i++) {
+    sched *s = c->file_scheds[i];
+    if (s->coll == coll && s->nranks == c->nranks &&
+        (s->root == root || !(coll == SCHED_BROADCAST || coll == SCHED_REDUCE ||
+                              coll == SCHED_GATHER || coll == SCHED_SCATTER)))
+      return s;
+  }
+  return NULL;
 }

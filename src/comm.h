@@ -55,6 +55,7 @@ typedef struct sched_cache_entry {
    * step overwrite what the step sends? [0] out of place, [1] in place.
    * Sends of such "volatile" sources must not be single-copy. */
   uint8_t *volatile_src[2];
+  int borrowed; /* s belongs to c->file_scheds: not freed with the entry */
 } sched_cache_entry;
 
 struct braid_comm {
@@ -127,6 +128,9 @@ struct braid_comm {
 void comm_set_error(braid_comm *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 tp_conn *comm_conn(braid_comm *c, int peer, int channel);
+
+/* src/comm.c: the schedule BRAID_SCHEDULE_FILE gives for a call, or NULL. */
+sched *comm_file_sched(braid_comm *c, sched_coll coll, int root);
 
 /* src/executor.c: runs a set of ops to completion (caller holds c->lock). */
 braid_result exec_run(braid_comm *c, exec_op *ops, int nops);

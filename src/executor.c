@@ -348,8 +348,9 @@ static braid_result get_sched(braid_comm *c, exec_op *op,
   char err[256] = "";
   size_t bytes = coll_bytes(op);
   int bucket = bytes == 0 ? 0 : 64 - __builtin_clzll((unsigned long long)bytes);
-  const gen_desc *g = c->sel_cache[op->coll][bucket];
-  if (g == NULL) {
+  sched *fs = comm_file_sched(c, op->coll, op->root);
+  const gen_desc *g = fs ? NULL : c->sel_cache[op->coll][bucket];
+  if (fs == NULL && g == NULL) {
     /* picks are made for the bucket's lower bound, so every size in a
      * bucket runs the same algorithm */
     size_t at = bucket == 0 ? 0 : (size_t)1 << (bucket - 1);
@@ -365,16 +366,19 @@ static braid_result get_sched(braid_comm *c, exec_op *op,
   int nch = (int)(bytes / ((size_t)256 << 10));
   nch = nch < 1 ? 1 : nch > c->nchannels ? c->nchannels : nch;
   int root = op->root;
+  const void *key = fs ? (const void *)fs : (const void *)g;
+  if (fs)
+    nch = fs->nchannels;
   for (int i = 0; i < c->ncache; i++) {
     sched_cache_entry *e = &c->cache[i];
-    if (e->coll == op->coll && e->root == root && e->gen == g &&
+    if (e->coll == op->coll && e->root == root && e->gen == key &&
         e->nchannels == nch) {
       *out = e;
       return BRAID_SUCCESS;
     }
   }
   gen_params p = {op->coll, c->nranks, root, nch, c->view, bytes, c->nchannels};
-  sched *s = g->fn(&p);
+  sched *s = fs ? fs : g->fn(&p);
   if (s == NULL) {
     comm_set_error(c, "%s: generator %s failed (out of memory?)", op->name,
                    g->name);
@@ -382,22 +386,24 @@ static braid_result get_sched(braid_comm *c, exec_op *op,
   }
   if (s->nchannels > c->nchannels) {
     comm_set_error(c, "%s: generator %s made %d channels, the comm has %d",
-                   op->name, g->name, s->nchannels, c->nchannels);
+                   op->name, s->algo, s->nchannels, c->nchannels);
     sched_free(s);
     return BRAID_ERR_INTERNAL;
   }
-  TRACE(LOG_SCHED, "%s on %d ranks: algorithm %s, %d channels", op->name,
-        c->nranks, g->name, s->nchannels);
+  TRACE(LOG_SCHED, "%s on %d ranks: algorithm %s%s, %d channels", op->name,
+        c->nranks, fs ? "from BRAID_SCHEDULE_FILE: " : "", s->algo,
+        s->nchannels);
   if (c->ncache == COMM_SCHED_CACHE) { /* evict the oldest */
-    sched_free(c->cache[0].s);
+    if (!c->cache[0].borrowed)
+      sched_free(c->cache[0].s);
     free(c->cache[0].volatile_src[0]);
     free(c->cache[0].volatile_src[1]);
     memmove(&c->cache[0], &c->cache[1],
             sizeof c->cache[0] * (COMM_SCHED_CACHE - 1));
     c->ncache--;
   }
-  c->cache[c->ncache] =
-      (sched_cache_entry){op->coll, root, nch, g, s, {NULL, NULL}};
+  c->cache[c->ncache] = (sched_cache_entry){
+      op->coll, root, nch, key, s, {NULL, NULL}, fs != NULL};
   *out = &c->cache[c->ncache++];
   return BRAID_SUCCESS;
 }

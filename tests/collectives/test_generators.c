@@ -33,7 +33,7 @@ static int matrix(const char *name, int maxn, int slots) {
         if (dup)
           continue;
         for (int nch = 1; nch <= 3; nch++) {
-          gen_params p = {(sched_coll)c, n, roots[ri], nch};
+          gen_params p = {(sched_coll)c, n, roots[ri], nch, NULL, 0, 0};
           sched *s = g->fn(&p);
           cr_assert_not_null(s, "%s %s n=%d root=%d nch=%d: no schedule", name,
                              sched_coll_name(c), n, roots[ri], nch);
@@ -88,7 +88,7 @@ Test(generators, table_and_support) {
   /* A generator refuses what it does not support, and bad parameters. */
   for (const gen_desc *g = gen_table; g->name; g++)
     for (int c = 0; c < SCHED_NUM_COLLS; c++) {
-      gen_params p = {(sched_coll)c, 4, 0, 1};
+      gen_params p = {(sched_coll)c, 4, 0, 1, NULL, 0, 0};
       sched *s = g->fn(&p);
       if (!gen_supports(g, (sched_coll)c, 4))
         cr_assert_null(s, "%s accepted %s", g->name, sched_coll_name(c));
@@ -98,10 +98,10 @@ Test(generators, table_and_support) {
       cr_assert_eq(gen_supports(g, (sched_coll)c, 0), 0);
     }
   gen_params bad[] = {
-      {SCHED_BROADCAST, 4, 4, 1},  /* root out of range */
-      {SCHED_BROADCAST, 4, -1, 1}, /* negative root */
-      {SCHED_ALLREDUCE, 0, 0, 1},  /* no ranks */
-      {SCHED_ALLREDUCE, 4, 0, 0},  /* no channels */
+      {SCHED_BROADCAST, 4, 4, 1, NULL, 0, 0},  /* root out of range */
+      {SCHED_BROADCAST, 4, -1, 1, NULL, 0, 0}, /* negative root */
+      {SCHED_ALLREDUCE, 0, 0, 1, NULL, 0, 0},  /* no ranks */
+      {SCHED_ALLREDUCE, 4, 0, 0, NULL, 0, 0},  /* no channels */
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     for (const gen_desc *g = gen_table; g->name; g++)
@@ -114,7 +114,7 @@ Test(generators, table_and_support) {
  * broadcast phase. */
 Test(generators, tree_complementary) {
   for (int n = 3; n <= 64; n++) {
-    gen_params p = {SCHED_BROADCAST, n, 0, 2};
+    gen_params p = {SCHED_BROADCAST, n, 0, 2, NULL, 0, 0};
     sched *s = gen_tree(&p);
     cr_assert_not_null(s);
     cr_assert_eq(s->nchannels, 2);
@@ -139,7 +139,7 @@ Test(generators, tree_complementary) {
   /* An odd channel count is kept: blocks are cut in two chunks and the last
    * channel runs both trees, one per chunk. */
   for (int nch = 1; nch <= 3; nch += 2) {
-    gen_params p = {SCHED_ALLREDUCE, 8, 0, nch};
+    gen_params p = {SCHED_ALLREDUCE, 8, 0, nch, NULL, 0, 0};
     sched *s = gen_tree(&p);
     cr_assert_eq(s->nchannels, nch);
     cr_assert_eq(s->chunks_per_block, 2);
@@ -151,7 +151,7 @@ Test(generators, tree_complementary) {
 
 /* Ring channels alternate direction. */
 Test(generators, ring_directions) {
-  gen_params p = {SCHED_ALLGATHER, 5, 0, 2};
+  gen_params p = {SCHED_ALLGATHER, 5, 0, 2, NULL, 0, 0};
   sched *s = gen_ring(&p);
   cr_assert_eq(sched_chan_c(s, 0, 0)->steps[0].peer, 1);
   cr_assert_eq(sched_chan_c(s, 0, 1)->steps[0].peer, 4);
@@ -164,7 +164,7 @@ Test(generators, ring_directions) {
 Test(generators, reduce_scratch) {
   const char *gens[] = {"ring", "tree", "binomial", "direct", "linear"};
   for (size_t i = 0; i < sizeof(gens) / sizeof(gens[0]); i++) {
-    gen_params p = {SCHED_REDUCE, 9, 4, 1};
+    gen_params p = {SCHED_REDUCE, 9, 4, 1, NULL, 0, 0};
     sched *s = gen_find(gens[i])->fn(&p);
     for (int r = 0; r < 9; r++) {
       if (r == 4)
