@@ -1,0 +1,42 @@
+/*
+ * Device memory on a communicator (src/comm_dev.c): which transport carries
+ * device buffers to each peer, the internal CUDA stream, device scratch and
+ * pinned staging. Set up on the first call with device buffers; every rank
+ * of the communicator sets it up in that same call (a collective step over
+ * the bootstrap). Built without CUDA, setup reports BRAID_ERR_UNSUPPORTED.
+ */
+#ifndef BRAID_SRC_COMM_DEV_H
+#define BRAID_SRC_COMM_DEV_H
+
+#include <stddef.h>
+
+#include "src/comm.h"
+#include "transports/transport.h"
+
+typedef struct comm_dev {
+  int device;     /* this rank's CUDA device */
+  void *stream;   /* internal stream for copies and kernels */
+  int gpu_vertex; /* this GPU's vertex in c->topo, -1 unknown */
+  /* per peer: the transport for device buffers and its state; NULL ops:
+   * none (the executor stages the whole call through host memory) */
+  const tp_ops **ops;
+  void **state;
+  /* device scratch and pinned host staging, grown on demand */
+  void *scratch;
+  size_t scratch_bytes;
+  void *stage;
+  size_t stage_bytes;
+} comm_dev;
+
+/* Sets c->dev up for CUDA device `device`. Collective. */
+braid_result comm_dev_setup(braid_comm *c, int device);
+void comm_dev_teardown(braid_comm *c);
+/* The transport and connection for device buffers to `peer` on a channel
+ * (channel c->nchannels is the point-to-point one), or NULL. */
+const tp_ops *comm_dev_ops(braid_comm *c, int peer);
+tp_conn *comm_dev_conn(braid_comm *c, int peer, int channel);
+/* Device scratch / pinned staging of at least `bytes`. */
+braid_result comm_dev_scratch(braid_comm *c, size_t bytes, void **p);
+braid_result comm_dev_stage(braid_comm *c, size_t bytes, void **p);
+
+#endif
