@@ -220,7 +220,9 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
       WARN(LOG_INIT, "BRAID_ALGO=%s: %s", c->algo, err);
     }
   }
-  braid_result r = setup_transports(c);
+  braid_result r = comm_view_setup(c);
+  if (r == BRAID_SUCCESS)
+    r = setup_transports(c);
   if (r != BRAID_SUCCESS) {
     WARN(LOG_INIT, "%s", c->last_error);
     *out = c; /* the caller frees it */
@@ -251,6 +253,7 @@ static void comm_free(braid_comm *c) {
     boot_close(c->boot);
   if (c->topo != NULL)
     topo_graph_free(c->topo);
+  comm_view_free(c);
   free(c->peer_tp);
   free(c->conns);
   free(c->scratch);
@@ -455,15 +458,4 @@ braid_result braid_get_unique_id(braid_unique_id *id) {
   if (r != BRAID_SUCCESS)
     WARN(LOG_BOOT, "braid_get_unique_id: %s", err);
   return r;
-}
-
-sched *comm_file_sched(braid_comm *c, sched_coll coll, int root) {
-  for (int i = 0; i < c->nfile_scheds; i++) {
-    sched *s = c->file_scheds[i];
-    if (s->coll == coll && s->nranks == c->nranks &&
-        (s->root == root || !(coll == SCHED_BROADCAST || coll == SCHED_REDUCE ||
-                              coll == SCHED_GATHER || coll == SCHED_SCATTER)))
-      return s;
-  }
-  return NULL;
 }

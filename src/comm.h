@@ -33,6 +33,7 @@ typedef struct exec_op {
   struct braid_stream *stream; /* NULL: blocking */
   int is_barrier;
   uint8_t barrier_byte[2]; /* barrier's own buffers */
+  int dev; /* -1: host buffers; else the CUDA device of the buffers */
 } exec_op;
 
 /* A unit of work in the comm's queue: one op, or a group's ops. */
@@ -129,7 +130,17 @@ void comm_set_error(braid_comm *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 tp_conn *comm_conn(braid_comm *c, int peer, int channel);
 
-/* src/comm.c: the schedule BRAID_SCHEDULE_FILE gives for a call, or NULL. */
+/* src/comm_view.c: where the ranks sit (c->view) and the schedules of
+ * BRAID_SCHEDULE_FILE (c->file_scheds), set up at creation; freed by
+ * comm_view_free. */
+braid_result comm_view_setup(braid_comm *c);
+void comm_view_free(braid_comm *c);
+/* The generator for a call of `bytes` per block (a gen_desc *), or NULL with
+ * a message: the simulator on the comm's view when ranks span several hosts,
+ * the cost model otherwise; BRAID_ALGO filters both. */
+const void *comm_select(braid_comm *c, sched_coll coll, size_t bytes, char *err,
+                        size_t errlen);
+/* The schedule BRAID_SCHEDULE_FILE gives for a call, or NULL. */
 sched *comm_file_sched(braid_comm *c, sched_coll coll, int root);
 
 /* src/executor.c: runs a set of ops to completion (caller holds c->lock). */

@@ -94,6 +94,7 @@ static void cfg_load(void) {
   c->spin_us = env_int("BRAID_SPIN_US", 50, 0, 1000000);
   c->topo_file = env_str("BRAID_TOPO_FILE");
   c->topo_dump_file = env_str("BRAID_TOPO_DUMP_FILE");
+  c->schedule_file = env_str("BRAID_SCHEDULE_FILE");
   c->ofi_provider = env_str("BRAID_OFI_PROVIDER");
   c->ofi_domain = env_str("BRAID_OFI_DOMAIN");
   c->ib_hca = env_str("BRAID_IB_HCA");

@@ -24,6 +24,7 @@ typedef struct cfg_env {
   const char *debug_file;    /* BRAID_DEBUG_FILE */
   const char *topo_file;     /* BRAID_TOPO_FILE */
   const char *topo_dump_file; /* BRAID_TOPO_DUMP_FILE */
+  const char *schedule_file;  /* BRAID_SCHEDULE_FILE */
   const char *ofi_provider;   /* BRAID_OFI_PROVIDER, default NULL = fastest */
   const char *ofi_domain;     /* BRAID_OFI_DOMAIN, default NULL = auto */
   const char *ib_hca; /* BRAID_IB_HCA (NCCL syntax), default NULL = all */

@@ -331,13 +331,6 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
 
 /* ---- preparing an op --------------------------------------------------- */
 
-static int transport_class(braid_comm *c) {
-  for (int i = 0; i < c->ntp; i++)
-    if (c->tp[i] != &tp_shm && c->tp[i] != &tp_self)
-      return SELECT_TP_TCP;
-  return SELECT_TP_SHM;
-}
-
 /* The selector's size: bytes of one block (count x datatype size). */
 static size_t coll_bytes(const exec_op *op) {
   return op->count * braid_dtype_size(op->dt);
@@ -354,8 +347,7 @@ static braid_result get_sched(braid_comm *c, exec_op *op,
     /* picks are made for the bucket's lower bound, so every size in a
      * bucket runs the same algorithm */
     size_t at = bucket == 0 ? 0 : (size_t)1 << (bucket - 1);
-    g = select_algo(op->coll, c->nranks, at, transport_class(c),
-                    c->algo[0] ? c->algo : NULL, err, sizeof err);
+    g = comm_select(c, op->coll, at, err, sizeof err);
     if (g == NULL) {
       comm_set_error(c, "%s: no algorithm: %s", op->name, err);
       return BRAID_ERR_INVALID_ARG;
