@@ -37,4 +37,69 @@ static inline sched_chunks gen_scr(uint32_t i, uint32_t n) {
 int gen_exchange(sched_channel *c, int peer, sched_chunks snd, sched_chunks rcv,
                  sched_chunks rsrc);
 
+/* Ring steps (ring.c) for generators that choose their own ring orders
+ * (multiring.c, hybrid.c). ring_sched_new makes a schedule of `nchannels`
+ * channels for p's collective (allreduce, allgather, reduce_scatter,
+ * broadcast, reduce) with the geometry ring steps need (K, scratch);
+ * ring_build_channel appends, for every rank, channel ch's steps on the ring
+ * order[0] -> order[1] -> .. -> order[n-1] -> order[0] (order: a permutation
+ * of the ranks). Returns NULL / -1 on bad arguments or no memory. */
+sched *ring_sched_new(const gen_params *p, int nchannels, const char *algo);
+int ring_build_channel(sched *s, int ch, const int *order);
+
+/* Double binary tree (tree.c) over n members 0..n-1 with top member `top`
+ * (which has one child): fills parent[0..n) (-1 at the top) and
+ * kid[0..2n) (kid[2i], kid[2i+1]: member i's children, -1 when absent) of
+ * tree `which` (0 or 1). The two trees are complementary: a member interior
+ * in one is a leaf in the other. tree.c's schedules use exactly these trees
+ * over ranks. Returns 0, or -1 on bad arguments or no memory. */
+int tree_dbt(int n, int top, int which, int *parent, int *kid);
+
+/* The ranks of p->view grouped by host (hier.c), for the hierarchical
+ * generators. Hosts without ranks are dropped and the others renumbered
+ * 0..H-1 in the view's order; ranks keep rank order within a host. */
+typedef struct gen_hosts {
+  int n;      /* ranks */
+  int H;      /* hosts with ranks */
+  int P;      /* ranks on the largest host */
+  int *host;  /* per rank: host 0..H-1 */
+  int *loc;   /* per rank: index within its host */
+  int *start; /* per host: first entry in rank[] */
+  int *size;  /* per host: its ranks */
+  int *rank;  /* ranks, host after host */
+} gen_hosts;
+/* Returns 0, or -1 when p has no view, the view does not match p->nranks,
+ * names a host outside 0..nhosts-1, puts every rank on one host, or memory
+ * runs out. */
+int gen_hosts_init(gen_hosts *h, const gen_params *p);
+void gen_hosts_free(gen_hosts *h);
+
+/* Ring plans: a ring order per channel, shared by multiring.c (which finds
+ * them) and hybrid.c. */
+typedef struct ring_plan {
+  int n;          /* ranks */
+  int nch;        /* channels */
+  int *order;     /* nch * n: channel c's ring order at order + c * n */
+  double *bw;     /* per channel: bottleneck GB/s of one direction */
+  uint8_t *route; /* per channel: sched_route */
+} ring_plan;
+/* Room for `cap` channels of n ranks; 0 or -1 (no memory). */
+int ring_plan_alloc(ring_plan *pl, int n, int cap);
+void ring_plan_free(ring_plan *pl);
+/* Appends ring `ord` as one channel, and when `both` the same ring backwards
+ * (ord[0], ord[n-1], .., ord[1]) as the next one. The caller keeps nch within
+ * the capacity. */
+void ring_plan_add(ring_plan *pl, const int *ord, double bw, int route,
+                   int both);
+/* The rings multiring uses on view v (multiring.c), at most max_channels
+ * channels (0: GEN_MAX_CHANNELS). 0, or -1 (bad view, no memory). */
+int multiring_plan(const struct sched_view *v, int max_channels, ring_plan *pl);
+/* A schedule of ring steps (ring_build_channel) with one channel per plan
+ * channel, routes from the plan and weights proportional to `weights` (NULL:
+ * to the plan's bandwidths). */
+sched *ring_plan_sched(const gen_params *p, const ring_plan *pl,
+                       const double *weights, const char *algo);
+/* Does v place p's nranks ranks on distinct vertices of a graph? 0 yes. */
+int mr_view_check(const struct sched_view *v, int nranks);
+
 #endif

@@ -15,21 +15,30 @@
  */
 #include "gen_util.h"
 
+#include <stdlib.h>
+
 #define RING_COLLS                                                             \
   ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |                         \
    (1u << SCHED_REDUCE_SCATTER) | (1u << SCHED_BROADCAST) |                    \
    (1u << SCHED_REDUCE))
 
+/* A ring: rank order 0, 1, .. n-1 forwards (dir > 0) or backwards, or, when
+ * ord is set, the order ord[0..n) (pos its inverse: pos[ord[p]] == p). */
 typedef struct ring {
   int n, dir;
+  const int *ord, *pos;
 } ring;
 
 /* Position of rank r on the ring, and the rank at position p. */
 static int rpos(const ring *g, int r) {
+  if (g->ord)
+    return g->pos[r];
   return g->dir > 0 ? r : (g->n - r) % g->n;
 }
 static int rrank(const ring *g, int p) {
   p = ((p % g->n) + g->n) % g->n;
+  if (g->ord)
+    return g->ord[p];
   return g->dir > 0 ? p : (g->n - p) % g->n;
 }
 
@@ -115,51 +124,94 @@ static int ring_reduce(sched_channel *c, const ring *g, int r, int root,
   return e;
 }
 
-sched *gen_ring(const gen_params *p) {
-  if (gen_check(p, RING_COLLS))
+/* The steps of every rank on channel ch of s for ring g. */
+static int ring_fill(sched *s, int ch, const ring *g) {
+  int n = s->nranks, K = s->chunks_per_block;
+  int e = 0;
+  for (int r = 0; r < n; r++) {
+    sched_channel *c = sched_chan(s, r, ch);
+    if (n == 1) {
+      /* One rank: the result is the input. */
+      e |= sched_copy(c, gen_in(0, K), gen_out(0, K));
+      continue;
+    }
+    switch (s->coll) {
+    case SCHED_ALLREDUCE:
+      e |= ring_allreduce(c, g, r);
+      break;
+    case SCHED_ALLGATHER:
+      e |= ring_allgather(c, g, r, K);
+      break;
+    case SCHED_REDUCE_SCATTER:
+      e |= ring_reduce_scatter(c, g, r, K);
+      break;
+    case SCHED_BROADCAST:
+      e |= ring_broadcast(c, g, r, s->root, K);
+      break;
+    case SCHED_REDUCE:
+      e |= ring_reduce(c, g, r, s->root, K);
+      break;
+    default:
+      e = -1;
+      break;
+    }
+  }
+  return e ? -1 : 0;
+}
+
+sched *ring_sched_new(const gen_params *p, int nchannels, const char *algo) {
+  if (!p || (int)p->coll < 0 || p->coll >= SCHED_NUM_COLLS ||
+      !(RING_COLLS & (1u << p->coll)) || p->nranks < 1 ||
+      p->nranks > GEN_MAX_RANKS || nchannels < 1 ||
+      nchannels > GEN_MAX_CHANNELS)
+    return NULL;
+  if ((p->coll == SCHED_BROADCAST || p->coll == SCHED_REDUCE) &&
+      (p->root < 0 || p->root >= p->nranks))
     return NULL;
   int n = p->nranks;
   int K = (p->coll == SCHED_ALLREDUCE && n > 1) ? n : 1;
-  sched *s = sched_new(p->coll, n, p->root, K, p->nchannels, "ring");
+  sched *s = sched_new(p->coll, n, p->root, K, nchannels, algo);
   if (!s)
     return NULL;
   if ((p->coll == SCHED_REDUCE_SCATTER || p->coll == SCHED_REDUCE) && n > 2)
     s->scratch_blocks = 1;
-  int e = 0;
-  for (int ch = 0; ch < p->nchannels; ch++) {
-    ring g = {n, (ch % 2 == 0) ? 1 : -1};
-    for (int r = 0; r < n; r++) {
-      sched_channel *c = sched_chan(s, r, ch);
-      if (n == 1) {
-        /* One rank: the result is the input. */
-        e |= sched_copy(c, gen_in(0, K), gen_out(0, K));
-        continue;
-      }
-      switch (p->coll) {
-      case SCHED_ALLREDUCE:
-        e |= ring_allreduce(c, &g, r);
-        break;
-      case SCHED_ALLGATHER:
-        e |= ring_allgather(c, &g, r, K);
-        break;
-      case SCHED_REDUCE_SCATTER:
-        e |= ring_reduce_scatter(c, &g, r, K);
-        break;
-      case SCHED_BROADCAST:
-        e |= ring_broadcast(c, &g, r, p->root, K);
-        break;
-      case SCHED_REDUCE:
-        e |= ring_reduce(c, &g, r, p->root, K);
-        break;
-      default:
-        e = -1;
-        break;
-      }
-    }
+  return s;
+}
+
+int ring_build_channel(sched *s, int ch, const int *order) {
+  if (!s || !order || ch < 0 || ch >= s->nchannels)
+    return -1;
+  int n = s->nranks;
+  int *pos = malloc((size_t)n * sizeof(int));
+  if (!pos)
+    return -1;
+  for (int r = 0; r < n; r++)
+    pos[r] = -1;
+  int bad = 0;
+  for (int q = 0; q < n; q++) {
+    if (order[q] < 0 || order[q] >= n || pos[order[q]] >= 0)
+      bad = 1; /* not a permutation of the ranks */
+    else
+      pos[order[q]] = q;
   }
-  if (e) {
-    sched_free(s);
+  ring g = {n, 1, order, pos};
+  int e = bad ? -1 : ring_fill(s, ch, &g);
+  free(pos);
+  return e;
+}
+
+sched *gen_ring(const gen_params *p) {
+  if (gen_check(p, RING_COLLS))
     return NULL;
+  sched *s = ring_sched_new(p, p->nchannels, "ring");
+  if (!s)
+    return NULL;
+  for (int ch = 0; ch < p->nchannels; ch++) {
+    ring g = {p->nranks, (ch % 2 == 0) ? 1 : -1, NULL, NULL};
+    if (ring_fill(s, ch, &g)) {
+      sched_free(s);
+      return NULL;
+    }
   }
   return s;
 }

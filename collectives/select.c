@@ -392,3 +392,111 @@ const gen_desc *select_algo(sched_coll coll, int nranks, size_t bytes,
   }
   return g;
 }
+
+/* ---- selection on a view, by simulation ---- */
+
+int select_sim_table(sched_coll coll, int root, const sched_view *v,
+                     size_t bytes, const sim_params *p, const select_filter *f,
+                     int max_channels, select_cand *out, int max, char *err,
+                     size_t errlen) {
+  if ((int)coll < 0 || coll >= SCHED_NUM_COLLS || !v || !p || !out || max < 0) {
+    snprintf(err, errlen, "select_sim_table: bad arguments");
+    return -1;
+  }
+  select_filter all;
+  for (int c = 0; c < SCHED_NUM_COLLS; c++)
+    all.allow[c] = 0xffffffffu;
+  all.named = 0;
+  const select_filter *use = f ? f : &all;
+  if (f && !(f->named & (1u << coll))) {
+    int any = 0;
+    for (const gen_desc *g = gen_table; g->name; g++)
+      any |= gen_supports_view(g, coll, v->nranks, v) &&
+             select_filter_allows(f, coll, g);
+    if (!any)
+      use = &all;
+  }
+  int n = 0;
+  for (const gen_desc *g = gen_table; g->name && n < max; g++) {
+    if (!gen_supports_view(g, coll, v->nranks, v) ||
+        !select_filter_allows(use, coll, g))
+      continue;
+    select_cand *c = &out[n++];
+    memset(c, 0, sizeof *c);
+    c->gen = g;
+    gen_params gp = {coll, v->nranks, root < 0 ? 0 : root, SELECT_VIEW_CHANNELS,
+                     v,    bytes,     max_channels};
+    sched *s = g->fn(&gp);
+    if (!s) {
+      snprintf(c->note, sizeof c->note, "no schedule for this view");
+      continue;
+    }
+    c->nchannels = s->nchannels;
+    char why[160];
+    if (sim_run(s, v, bytes, p, &c->res, why, sizeof why) == 0)
+      c->ok = 1;
+    else
+      snprintf(c->note, sizeof c->note, "%s", why);
+    sched_free(s);
+  }
+  return n;
+}
+
+/* The call's size is known to within its power-of-two bucket: the runtime
+ * selects once per bucket [bytes, 2 bytes) at its lower end. Each candidate
+ * is simulated at both ends and scored by its worst ratio to the fastest
+ * there; the lowest score wins, then the lower time at `bytes`, then the
+ * earlier entry. A generator that is fastest at both ends always wins. */
+const gen_desc *select_algo_view(sched_coll coll, const sched_view *v,
+                                 size_t bytes, const sim_params *p,
+                                 const select_filter *f, int max_channels,
+                                 char *err, size_t errlen) {
+  select_cand lo[32], hi[32];
+  int n = select_sim_table(coll, 0, v, bytes, p, f, max_channels, lo, 32, err,
+                           errlen);
+  int nh = 0;
+  if (n > 0 && bytes > 0 && bytes <= SIZE_MAX / 2)
+    nh = select_sim_table(coll, 0, v, 2 * bytes, p, f, max_channels, hi, 32,
+                          err, errlen);
+  if (n < 0 || nh < 0)
+    return NULL;
+  double best_lo = INFINITY, best_hi = INFINITY;
+  for (int i = 0; i < n; i++)
+    if (lo[i].ok && lo[i].res.time_us < best_lo)
+      best_lo = lo[i].res.time_us;
+  for (int i = 0; i < nh; i++)
+    if (hi[i].ok && hi[i].res.time_us < best_hi)
+      best_hi = hi[i].res.time_us;
+  const select_cand *best = NULL;
+  double best_score = INFINITY;
+  for (int i = 0; i < n; i++) {
+    if (!lo[i].ok)
+      continue;
+    double score = best_lo > 0 ? lo[i].res.time_us / best_lo : 1;
+    if (nh == n && hi[i].gen == lo[i].gen) {
+      double r = !hi[i].ok     ? INFINITY
+                 : best_hi > 0 ? hi[i].res.time_us / best_hi
+                               : 1;
+      if (r > score)
+        score = r;
+    }
+    if (!best || score < best_score ||
+        (score == best_score && lo[i].res.time_us < best->res.time_us)) {
+      best = &lo[i];
+      best_score = score;
+    }
+  }
+  if (!best) {
+    snprintf(err, errlen, "no generator could be simulated for %s on %d ranks",
+             sched_coll_name(coll), v->nranks);
+    for (int i = 0; i < n; i++) { /* the first reason, to help */
+      size_t o = strlen(err);
+      if (lo[i].note[0] && o + 8 < errlen) {
+        snprintf(err + o, errlen - o, " (%s: %s)", lo[i].gen->name, lo[i].note);
+        break;
+      }
+    }
+    return NULL;
+  }
+  return best->gen;
+}

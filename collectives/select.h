@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "generators.h"
+#include "sim.h"
 
 /* Transport classes of the cost model. */
 enum { SELECT_TP_SHM = 0, SELECT_TP_TCP = 1, SELECT_TP_NUM };
@@ -70,5 +71,44 @@ const gen_desc *select_algo(sched_coll coll, int nranks, size_t bytes,
 const gen_desc *select_algo_f(sched_coll coll, int nranks, size_t bytes,
                               int transport_class, const select_filter *f,
                               char *err, size_t errlen);
+
+/* ---- selection on a topology view, by simulation (collectives/sim.h) ---- */
+
+/* Channels given to topology-blind generators (ring, tree, ...) when they
+ * are simulated on a view; the executor's default BRAID_NCHANNELS. */
+#define SELECT_VIEW_CHANNELS 2
+
+/* One candidate of a selection on a view. */
+typedef struct select_cand {
+  const gen_desc *gen;
+  int ok;        /* 1: simulated (res valid); 0: skipped, why in note */
+  int nchannels; /* channels of its schedule (ok only) */
+  sim_result res;
+  char note[160];
+} select_cand;
+
+/* Builds and simulates the schedule of every generator that
+ * gen_supports_view(coll, v) and the filter allows (NULL: all; a default
+ * entry that leaves nothing for coll is ignored, as in select_algo_f), for
+ * blocks of `bytes` bytes, root `root` (rooted collectives), at most
+ * max_channels channels for topology-aware generators (0: their default).
+ * Fills out[0 .. return) in gen_table order, skipped ones included with
+ * ok = 0 (a generator that returns NULL: not applicable here). Returns the
+ * count, or -1 with a message. */
+int select_sim_table(sched_coll coll, int root, const sched_view *v,
+                     size_t bytes, const sim_params *p, const select_filter *f,
+                     int max_channels, select_cand *out, int max, char *err,
+                     size_t errlen);
+
+/* The generator to use for calls in the power-of-two bucket [bytes,
+ * 2 bytes) (the runtime selects once per bucket, at its lower end), root 0:
+ * every candidate is simulated at both ends and the one with the smallest
+ * worst ratio to the fastest there wins (then the lower time at `bytes`,
+ * then the earlier entry), so a generator fastest at both ends is picked.
+ * NULL with a message when none could be simulated. */
+const gen_desc *select_algo_view(sched_coll coll, const sched_view *v,
+                                 size_t bytes, const sim_params *p,
+                                 const select_filter *f, int max_channels,
+                                 char *err, size_t errlen);
 
 #endif

@@ -7,10 +7,13 @@
  * along the route the channel asks for (sched_route); each directed link is a
  * resource of its bandwidth, shared by the transfers that cross it at the
  * same time. Ranks on the same vertex copy through that vertex's memory. A
- * message costs the software latency of its class plus the hop latencies; a
- * reduction costs gamma per byte at the reducing rank. Steps of a channel run
- * in order per slice, as the executor runs them (src/executor.c), with at
- * most `slots` messages in flight per (sender, receiver, channel).
+ * message costs the software latency of its class plus the hop latencies,
+ * and its sender a posting overhead; a reduction costs gamma per byte at the
+ * reducing rank. Steps of a channel run in order per slice, as the executor
+ * runs them (src/executor.c), with at most `slots` messages in flight per
+ * (sender, receiver, channel). The model, its defaults and the bounds are
+ * described in collectives/sim.c, collectives/sim_bound.c and
+ * docs/SCHEDULES.md.
  *
  * Bounds (what no schedule can beat on this graph, for these ranks):
  *   allgather / reduce_scatter: the cut bound — every rank (and every host)
@@ -34,6 +37,10 @@ typedef struct sim_params {
   double loc_bw;         /* GB/s of a copy between ranks on one vertex */
   size_t slice_bytes;    /* pipeline slice (the executor's BRAID_SLICE) */
   int slots;             /* messages in flight per connection */
+  /* A sender's cost of posting one message (its channel is busy that long
+   * after each send), inside a host and across hosts. */
+  double overhead_intra_us;
+  double overhead_net_us;
 } sim_params;
 
 /* Defaults for GPUs (NVLink-class latencies) and for CPU hosts. */
@@ -41,12 +48,14 @@ void sim_params_gpu(sim_params *p);
 void sim_params_cpu(sim_params *p);
 
 typedef struct sim_result {
-  double time_us;   /* predicted time of the call */
-  double algbw;     /* GB/s: bytes / time (nccl-tests' algbw) */
-  double busbw;     /* GB/s: algbw x the collective's bus factor */
-  double bound_us;  /* the lower bound for this collective on this view */
+  double time_us;    /* predicted time of the call */
+  double algbw;      /* GB/s: size / time, nccl-tests' algbw and size (one
+                      * block; all nranks blocks for allgather,
+                      * reduce_scatter, gather, scatter, alltoall) */
+  double busbw;      /* GB/s: algbw x the collective's bus factor */
+  double bound_us;   /* the lower bound for this collective on this view */
   double efficiency; /* bound_us / time_us (1 = optimal) */
-  size_t messages;  /* transfers simulated */
+  size_t messages;   /* transfers simulated */
 } sim_result;
 
 /* Simulates `s` for a call whose blocks are `bytes` bytes (count x datatype

@@ -47,32 +47,31 @@ static int range_root(int lo, int hi) {
   return lo;
 }
 
-static void build(const int *rk, int lo, int hi, int parent_rank, int slot,
-                  btree *t) {
+/* Places the members rk[lo..hi] (by position) under `parent` (slot 0 or
+ * 1 of its children). */
+static void build(const int *rk, int lo, int hi, int parent, int slot, int *par,
+                  int *kid) {
   if (lo > hi)
     return;
   int x = range_root(lo, hi);
   int r = rk[x];
-  t->parent[r] = parent_rank;
-  if (parent_rank >= 0)
-    t->kid[2 * parent_rank + slot] = r;
-  build(rk, lo, x - 1, r, 0, t);
-  build(rk, x + 1, hi, r, 1, t);
+  par[r] = parent;
+  if (parent >= 0)
+    kid[2 * parent + slot] = r;
+  build(rk, lo, x - 1, r, 0, par, kid);
+  build(rk, x + 1, hi, r, 1, par, kid);
 }
 
-/* Builds tree `which` (0 or 1) with top rank `top` over n ranks. */
-static int make_tree(btree *t, int n, int top, int which) {
+int tree_dbt(int n, int top, int which, int *parent, int *kid) {
+  if (n < 1 || top < 0 || top >= n || which < 0 || which > 1 || !parent || !kid)
+    return -1;
   int m = n - 1;
   int *rk = malloc(sizeof(int) * (size_t)(m + 1));
-  t->parent = malloc(sizeof(int) * (size_t)n);
-  t->kid = malloc(sizeof(int) * 2 * (size_t)n);
-  if (!rk || !t->parent || !t->kid) {
-    free(rk);
+  if (!rk)
     return -1;
-  }
   for (int r = 0; r < n; r++) {
-    t->parent[r] = -1;
-    t->kid[2 * r] = t->kid[2 * r + 1] = -1;
+    parent[r] = -1;
+    kid[2 * r] = kid[2 * r + 1] = -1;
   }
   for (int i = 1; i <= m; i++) {
     int pos = i;
@@ -80,11 +79,20 @@ static int make_tree(btree *t, int n, int top, int which) {
       pos = (m % 2 == 0) ? m + 1 - i : (i % m) + 1;
     rk[pos] = (top + i) % n;
   }
-  /* The top rank's single child is the root of the position tree. */
-  build(rk, 1, m, top, 0, t);
-  t->parent[top] = -1;
+  /* The top member's single child is the root of the position tree. */
+  build(rk, 1, m, top, 0, parent, kid);
+  parent[top] = -1;
   free(rk);
   return 0;
+}
+
+/* Builds tree `which` (0 or 1) with top rank `top` over n ranks. */
+static int make_tree(btree *t, int n, int top, int which) {
+  t->parent = malloc(sizeof(int) * (size_t)n);
+  t->kid = malloc(sizeof(int) * 2 * (size_t)n);
+  if (!t->parent || !t->kid)
+    return -1;
+  return tree_dbt(n, top, which, t->parent, t->kid);
 }
 
 static void free_tree(btree *t) {

@@ -20,7 +20,7 @@ typedef struct sched_view {
   int *vertex; /* per rank: vertex id in g (-1 when g is NULL) */
   int *host;   /* per rank: host number, 0 .. nhosts-1 */
   int nhosts;
-  int rails; /* NICs per host that carry inter-host traffic (>= 1) */
+  int rails;      /* NICs per host that carry inter-host traffic (>= 1) */
   int owns_graph; /* view_free frees g */
 } sched_view;
 

@@ -23,12 +23,122 @@
 #include "src/config.h"
 #include "src/log.h"
 
-braid_result comm_view_setup(braid_comm *c) {
-  (void)c;
+/* One CPU host with one NIC of `nic_gbs` GB/s, replicated nhosts times. */
+static braid_result cluster_graph(int nhosts, double nic_gbs, topo_graph **out,
+                                  char *err, size_t errlen) {
+  topo_graph *h = topo_graph_new("cpu-host");
+  if (h == NULL)
+    return BRAID_ERR_NOMEM;
+  int cpu = topo_add_vertex(h, TOPO_CPU, "CPU0");
+  int nic = topo_add_vertex(h, TOPO_NIC, "NIC0");
+  braid_result r = BRAID_ERR_NOMEM;
+  if (cpu >= 0 && nic >= 0) {
+    h->v[nic].speed = nic_gbs;
+    if (topo_add_link(h, cpu, nic, TOPO_LINK_PCI, 0, -1, 1) >= 0)
+      r = topo_cluster(h, nhosts, nic_gbs, out, err, errlen);
+  }
+  topo_graph_free(h);
+  return r;
+}
+
+static braid_result build_view(braid_comm *c) {
+  int n = c->nranks;
+  int *host = malloc(sizeof(int) * (size_t)n);
+  if (host == NULL)
+    return BRAID_ERR_NOMEM;
+  int nhosts = 0;
+  for (int r = 0; r < n; r++) {
+    host[r] = -1;
+    for (int q = 0; q < r && host[r] < 0; q++)
+      if (boot_same_host(c->boot, r, q))
+        host[r] = host[q];
+    if (host[r] < 0)
+      host[r] = nhosts++;
+  }
+  char err[256] = "";
+  topo_graph *g = NULL;
+  braid_result res = BRAID_SUCCESS;
+  if (nhosts >= 2) {
+    const select_model *tcp = select_model_get(SELECT_TP_TCP);
+    res = cluster_graph(nhosts, 1.0 / tcp->beta_ns, &g, err, sizeof err);
+  }
+  if (res == BRAID_SUCCESS) {
+    c->view = view_hosts(g, n, host, err, sizeof err);
+    if (c->view == NULL)
+      res = BRAID_ERR_INTERNAL;
+    else
+      c->view->owns_graph = g != NULL;
+  }
+  if (res != BRAID_SUCCESS) {
+    topo_graph_free(g);
+    comm_set_error(c, "the communicator's host map: %s",
+                   err[0] ? err : "out of memory");
+  }
+  free(host);
+  return res;
+}
+
+/* BRAID_SCHEDULE_FILE: every schedule is verified when it is loaded; the
+ * ones for this communicator's size may ask for more channels than
+ * BRAID_NCHANNELS gives, and then get them. */
+static braid_result load_schedules(braid_comm *c, const char *path) {
+  char err[512] = "";
+  sched **s = NULL;
+  int n = 0;
+  if (sched_file_load(path, &s, &n, err, sizeof err) != 0) {
+    comm_set_error(c, "BRAID_SCHEDULE_FILE=%s: %s", path, err);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  int used = 0;
+  for (int i = 0; i < n; i++) {
+    if (s[i]->nranks != c->nranks)
+      continue;
+    used++;
+    if (s[i]->nchannels > 32) {
+      comm_set_error(c,
+                     "BRAID_SCHEDULE_FILE=%s: schedule %d (%s) has %d "
+                     "channels; at most 32 are supported",
+                     path, i, sched_coll_name(s[i]->coll), s[i]->nchannels);
+      for (int j = 0; j < n; j++)
+        sched_free(s[j]);
+      free(s);
+      return BRAID_ERR_INVALID_ARG;
+    }
+    if (s[i]->nchannels > c->nchannels)
+      c->nchannels = s[i]->nchannels;
+  }
+  if (used == 0)
+    WARN(LOG_INIT,
+         "BRAID_SCHEDULE_FILE=%s: none of its %d schedules is for %d ranks; "
+         "the selector chooses",
+         path, n, c->nranks);
+  else
+    INFO(LOG_INIT, "BRAID_SCHEDULE_FILE=%s: %d of %d schedules for %d ranks",
+         path, used, n, c->nranks);
+  c->file_scheds = s;
+  c->nfile_scheds = n;
   return BRAID_SUCCESS;
 }
 
-void comm_view_free(braid_comm *c) { (void)c; }
+braid_result comm_view_setup(braid_comm *c) {
+  braid_result r = build_view(c);
+  if (r != BRAID_SUCCESS)
+    return r;
+  const char *path = cfg_get()->schedule_file;
+  if (path != NULL && path[0] != '\0')
+    r = load_schedules(c, path);
+  return r;
+}
+
+void comm_view_free(braid_comm *c) {
+  view_free(c->view);
+  c->view = NULL;
+  for (int i = 0; i < c->nfile_scheds; i++)
+    sched_free(c->file_scheds[i]);
+  free(c->file_scheds);
+  c->file_scheds = NULL;
+  c->nfile_scheds = 0;
+}
 
 static int transport_class(braid_comm *c) {
   for (int i = 0; i < c->ntp; i++)
@@ -40,8 +150,18 @@ static int transport_class(braid_comm *c) {
 const void *comm_select(braid_comm *c, sched_coll coll, size_t bytes, char *err,
                         size_t errlen) {
   const char *algo = c->algo[0] ? c->algo : NULL;
-  return select_algo(coll, c->nranks, bytes, transport_class(c), algo, err,
-                     errlen);
+  if (c->view == NULL || c->view->nhosts < 2 || c->view->g == NULL)
+    return select_algo(coll, c->nranks, bytes, transport_class(c), algo, err,
+                       errlen);
+  select_filter f;
+  if (select_filter_parse(algo, &f, err, errlen) != 0)
+    return NULL;
+  sim_params p;
+  sim_params_cpu(&p);
+  p.slice_bytes = c->slice_bytes;
+  p.slots = c->nslots;
+  return select_algo_view(coll, c->view, bytes, &p, &f, c->nchannels, err,
+                          errlen);
 }
 
 sched *comm_file_sched(braid_comm *c, sched_coll coll, int root) {

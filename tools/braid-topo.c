@@ -10,6 +10,7 @@
  * Without --file or --machine the machine is detected live. Subcommands are
  * rows of one table; a new one (e.g. `schedule`) is one more row.
  */
+#include "tools/topo_schedule.h"
 #include "topology/topo.h"
 
 #include <errno.h>
@@ -308,6 +309,8 @@ static const subcmd cmds[] = {
      "      between NCCL XML, hwloc XML and braid's format (default: .xml "
      "NCCL, else braid)"},
     {"models", cmd_models, "models\n      the machine models braid ships"},
+    /* reads its own options: tools/topo_schedule.c */
+    {"schedule", NULL, TOPO_SCHEDULE_USAGE},
 };
 
 static void usage(FILE *f) {
@@ -324,6 +327,8 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
     if (!strcmp(argv[1], cmds[i].name)) {
+      if (!cmds[i].run)
+        return topo_schedule_main(argc - 2, argv + 2);
       opts o;
       if (parse_opts(argc - 2, argv + 2, &o))
         return 2;

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Builds the topology fuzz targets with clang (libFuzzer + ASan) in their own
-# build directory and runs each for a bounded time on the seed corpus.
+# Builds the fuzz targets of the topology parsers and of the schedule file
+# parser ("sched") with clang (libFuzzer + ASan) in their own build directory
+# and runs each for a bounded time on the seed corpus.
 #   FUZZ_SECONDS    seconds per target (default 60)
 #   FUZZ_BUILD_DIR  build directory (default <repo>/build-fuzz)
 #   FUZZ_JOBS       build parallelism (default 2)
@@ -11,7 +12,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 secs=${FUZZ_SECONDS:-60}
 jobs=${FUZZ_JOBS:-2}
-targets="nccl hwloc braid graphs"
+targets="nccl hwloc braid graphs sched"
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja \
   -DBRAID_FUZZ=ON -DBRAID_TESTS=OFF -DBRAID_WERROR=ON >/dev/null

@@ -1,0 +1,288 @@
+/*
+ * braid-topo schedule end to end: the table on DGX-1 V100, a GPU subset,
+ * --save read back with sched_file_load, --render dot with one edge per ring
+ * step, and bad arguments (exit 2, message naming the bad value).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "collectives/generators.h"
+#include "collectives/sched_file.h"
+#include "collectives/view.h"
+#include "topology/topo.h"
+
+static char dir[64];
+static char outp[128], errp[128];
+
+static void setup(void) {
+  snprintf(dir, sizeof(dir), "/tmp/braid-topo-sched-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(outp, sizeof(outp), "%s/out", dir);
+  snprintf(errp, sizeof(errp), "%s/err", dir);
+}
+
+static void teardown(void) {
+  char cmd[160];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+/* Runs braid-topo schedule ARGS; returns its exit status. */
+static int tool(const char *args) {
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd), "'%s' schedule %s >'%s' 2>'%s'", BRAID_TOPO_BIN,
+           args, outp, errp);
+  int st = system(cmd);
+  cr_assert(WIFEXITED(st), "%s: killed", cmd);
+  return WEXITSTATUS(st);
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f, "%s missing", path);
+  char *buf = NULL;
+  size_t cap = 0, len = 0;
+  for (;;) {
+    if (len + 4096 > cap) {
+      cap = (cap + 4096) * 2;
+      buf = realloc(buf, cap);
+      cr_assert_not_null(buf);
+    }
+    size_t got = fread(buf + len, 1, cap - len - 1, f);
+    len += got;
+    if (!got)
+      break;
+  }
+  buf[len] = '\0';
+  fclose(f);
+  return buf;
+}
+
+/* The table row of generator `name` (the line that starts with it and has a
+ * '%'), copied into row; 0 when absent. */
+static int find_row(const char *out, const char *name, char *row, size_t n) {
+  for (const char *l = out; l && *l;
+       l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    size_t nl = strlen(name);
+    const char *e = strchr(l, '\n');
+    size_t ll = e ? (size_t)(e - l) : strlen(l);
+    if (ll > nl && !strncmp(l, name, nl) && l[nl] == ' ' &&
+        memchr(l, '%', ll)) {
+      snprintf(row, n, "%.*s", (int)ll, l);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* The efficiency (percent) at the end of a row (before "<- selected"). */
+static double row_eff(const char *row) {
+  const char *pct = strchr(row, '%');
+  cr_assert_not_null(pct);
+  const char *b = pct;
+  while (b > row && b[-1] != ' ')
+    b--;
+  return atof(b);
+}
+
+/* Every generator that supports (coll) on these GPUs of dgx1-v100 has a row
+ * with an efficiency; exactly one is selected. */
+static void check_table(const char *gpus_arg, const int *gpus, int ngpus,
+                        const char *coll_arg, sched_coll coll) {
+  char args[256];
+  snprintf(args, sizeof(args), "--machine dgx1-v100 %s --coll %s --size 64M",
+           gpus_arg, coll_arg);
+  int rc = tool(args);
+  char *out = slurp(outp), *err = slurp(errp);
+  cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+  topo_graph *g = NULL;
+  char e[512];
+  cr_assert_eq(topo_model_load("dgx1-v100", &g, e, sizeof(e)), BRAID_SUCCESS,
+               "%s", e);
+  sched_view *v = view_gpus(g, gpus, ngpus, e, sizeof(e));
+  cr_assert_not_null(v, "%s", e);
+  int rows = 0;
+  for (const gen_desc *gd = gen_table; gd->name; gd++) {
+    if (!gen_supports_view(gd, coll, v->nranks, v))
+      continue;
+    char row[256];
+    cr_assert(find_row(out, gd->name, row, sizeof(row)),
+              "no row with an efficiency for %s in:\n%s", gd->name, out);
+    double eff = row_eff(row);
+    cr_assert(eff > 0 && eff < 1000, "%s: efficiency %.1f", row, eff);
+    cr_assert_not_null(strstr(row, " yes "), "%s: not verified", row);
+    rows++;
+  }
+  cr_assert_gt(rows, 3, "only %d generators", rows);
+  const char *sel = strstr(out, "<- selected");
+  cr_assert_not_null(sel, "no pick in:\n%s", out);
+  cr_assert_null(strstr(sel + 1, "<- selected"), "two picks");
+  char first[128];
+  snprintf(first, sizeof(first), "%d ranks on", v->nranks);
+  cr_assert_not_null(strstr(out, first), "%s", out);
+  view_free(v);
+  topo_graph_free(g);
+  free(out);
+  free(err);
+}
+
+TestSuite(topo_schedule, .init = setup, .fini = teardown);
+
+Test(topo_schedule, every_generator_on_dgx1) {
+  check_table("", NULL, 0, "allreduce", SCHED_ALLREDUCE);
+}
+
+Test(topo_schedule, gpu_subset) {
+  static const int gpus[] = {0, 2, 3};
+  check_table("--gpus 0,2,3", gpus, 3, "broadcast", SCHED_BROADCAST);
+  char *out = slurp(outp);
+  cr_assert_not_null(strstr(out, "3 ranks on GPU0 GPU2 GPU3"), "%s", out);
+  cr_assert_null(strstr(out, "GPU5"), "%s", out);
+  free(out);
+}
+
+Test(topo_schedule, save_loads_back) {
+  char args[512], path[192];
+  snprintf(path, sizeof(path), "%s/ring.json", dir);
+  snprintf(args, sizeof(args),
+           "--machine dgx1-v100 --coll allreduce --size 1M --algo ring "
+           "--save '%s'",
+           path);
+  cr_assert_eq(tool(args), 0);
+  sched **s = NULL;
+  int n = 0;
+  char err[1024];
+  cr_assert_eq(sched_file_load(path, &s, &n, err, sizeof(err)), 0, "%s", err);
+  cr_assert_eq(n, 1);
+  cr_assert_str_eq(s[0]->algo, "ring");
+  cr_assert_eq(s[0]->coll, SCHED_ALLREDUCE);
+  cr_assert_eq(s[0]->nranks, 8);
+  sched_free(s[0]);
+  free(s);
+
+  /* without --algo: the selected generator's schedule */
+  snprintf(args, sizeof(args),
+           "--machine dgx1-v100 --coll allgather --size 32M --save '%s'", path);
+  cr_assert_eq(tool(args), 0);
+  char *out = slurp(outp);
+  cr_assert_eq(sched_file_load(path, &s, &n, err, sizeof(err)), 0, "%s", err);
+  char row[256];
+  cr_assert(find_row(out, s[0]->algo, row, sizeof(row)), "%s", out);
+  cr_assert_not_null(strstr(row, "<- selected"), "saved %s, table:\n%s",
+                     s[0]->algo, out);
+  cr_assert_eq(s[0]->coll, SCHED_ALLGATHER);
+  sched_free(s[0]);
+  free(s);
+  free(out);
+}
+
+Test(topo_schedule, render_dot_one_edge_per_ring_step) {
+  char args[512], dot[192], js[192];
+  snprintf(dot, sizeof(dot), "%s/ring.dot", dir);
+  snprintf(js, sizeof(js), "%s/ring.json", dir);
+  snprintf(args, sizeof(args),
+           "--machine dgx1-v100 --coll allreduce --size 8M --algo ring "
+           "--save '%s' --render dot -o '%s'",
+           js, dot);
+  cr_assert_eq(tool(args), 0);
+  sched **s = NULL;
+  int n = 0;
+  char err[1024];
+  cr_assert_eq(sched_file_load(js, &s, &n, err, sizeof(err)), 0, "%s", err);
+  char *text = slurp(dot);
+  cr_assert_eq(strncmp(text, "digraph", 7), 0);
+  /* a ring of n ranks has n hops per channel: one labelled edge each */
+  int want = 0;
+  for (int c = 0; c < s[0]->nchannels; c++) {
+    char lab[32];
+    snprintf(lab, sizeof(lab), "label=\"c%d ", c);
+    int got = 0;
+    for (const char *p = text; (p = strstr(p, lab)); p++)
+      got++;
+    cr_assert_eq(got, s[0]->nranks, "channel %d: %d edges, ring of %d", c, got,
+                 s[0]->nranks);
+    /* each hop r -> r+1 (even channels) or r -> r-1 (odd) */
+    for (int r = 0; r < s[0]->nranks; r++) {
+      int to = (c % 2 == 0) ? (r + 1) % 8 : (r + 7) % 8;
+      char edge[96];
+      snprintf(edge, sizeof(edge), "\"GPU%d\" -> \"GPU%d\" [color", r, to);
+      cr_assert_not_null(strstr(text, edge), "no edge %s", edge);
+    }
+    want += got;
+  }
+  cr_assert_eq(want, 8 * s[0]->nchannels);
+  free(text);
+  sched_free(s[0]);
+  free(s);
+}
+
+Test(topo_schedule, render_svg) {
+  if (system("command -v dot >/dev/null 2>&1") != 0)
+    cr_skip_test("Graphviz 'dot' is not installed");
+  char args[512], svg[192];
+  snprintf(svg, sizeof(svg), "%s/s.svg", dir);
+  snprintf(args, sizeof(args),
+           "--machine dgx1-v100 --gpus 0,1,2,3 --coll allreduce --size 1M "
+           "--render svg -o '%s'",
+           svg);
+  cr_assert_eq(tool(args), 0);
+  char *text = slurp(svg);
+  cr_assert_not_null(strstr(text, "<svg"));
+  cr_assert_not_null(strstr(text, "GPU3"));
+  free(text);
+}
+
+static void expect_bad(const char *args, const char *want) {
+  int rc = tool(args);
+  char *err = slurp(errp);
+  cr_assert_eq(rc, 2, "%s: exit %d (%s)", args, rc, err);
+  cr_assert_not_null(strstr(err, want), "%s: '%s' lacks '%s'", args, err, want);
+  free(err);
+}
+
+Test(topo_schedule, bad_arguments) {
+  expect_bad("--machine nope --coll allreduce --size 1M",
+             "unknown machine 'nope'");
+  expect_bad("--machine dgx1-v100 --gpus 0,9 --coll allreduce --size 1M",
+             "GPU 9");
+  expect_bad("--machine dgx1-v100 --gpus 0,x --coll allreduce --size 1M",
+             "bad GPU list '0,x'");
+  expect_bad("--machine dgx1-v100 --coll allscatter --size 1M",
+             "unknown collective 'allscatter'");
+  expect_bad("--machine dgx1-v100 --coll allreduce --size 12Q",
+             "bad size '12Q'");
+  expect_bad("--machine dgx1-v100 --coll allreduce --size -4K",
+             "bad size '-4K'");
+  expect_bad("--machine dgx1-v100 --coll allreduce", "--size is required");
+  expect_bad("--machine dgx1-v100 --coll allreduce --size 1M --algo nope",
+             "unknown algorithm 'nope'");
+  expect_bad("--machine dgx1-v100 --coll allreduce --size 1M --dtype f128",
+             "unknown dtype 'f128'");
+  expect_bad("--machine dgx1-v100 --coll allreduce --size 1M --render gif -o x",
+             "bad format 'gif'");
+  expect_bad("--machine dgx1-v100 --coll allreduce --size 1M --bogus 1",
+             "unknown option '--bogus'");
+  expect_bad("--machine pcie-4gpu --coll allgather --size 1M --algo treepack",
+             "'treepack' does not support allgather");
+}
+
+Test(topo_schedule, sizes_with_suffixes) {
+  cr_assert_eq(tool("--machine pcie-4gpu --coll allreduce --size 4K --dtype "
+                    "float64 --algo ring"),
+               0);
+  char *out = slurp(outp);
+  cr_assert_not_null(strstr(out, "(512 x float64 per rank)"), "%s", out);
+  free(out);
+  cr_assert_eq(tool("--machine pcie-4gpu --coll allgather --size 1G --algo "
+                    "ring"),
+               0);
+  out = slurp(outp);
+  /* 1 GiB of output over 4 ranks of float32: 2^30 / 4 / 4 elements each */
+  cr_assert_not_null(strstr(out, "(67108864 x float32 per rank and block)"),
+                     "%s", out);
+  free(out);
+}

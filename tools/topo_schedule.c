@@ -1,0 +1,639 @@
+/*
+ * braid-topo schedule: every generator's schedule for one collective on a
+ * machine model (or a file, some of its GPUs, or a cluster of N copies),
+ * checked by the verifier and timed by the simulator, with the selector's
+ * pick marked. --save writes the pick (or --algo's schedule) as JSON,
+ * --render draws its channels on the machine's GPUs with Graphviz.
+ */
+#include "tools/topo_schedule.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "braid.h"
+#include "collectives/generators.h"
+#include "collectives/sched_file.h"
+#include "collectives/select.h"
+#include "collectives/sim.h"
+#include "collectives/verify.h"
+#include "collectives/view.h"
+#include "topology/topo.h"
+
+#define MAX_GPUS 64
+#define DOT_TIMEOUT_S 120
+
+typedef struct sopts {
+  const char *machine, *file, *coll_s, *size_s, *algo, *dtype_s, *save, *render,
+      *out;
+  int gpus[MAX_GPUS], ngpus, hosts;
+  double nic_bw;
+  sched_coll coll;
+  braid_dtype dt;
+  size_t size;
+} sopts;
+
+__attribute__((format(printf, 1, 2))) static int bad(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "braid-topo schedule: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return 2;
+}
+
+/* "256M", "1G", "4096", "64KiB": bytes (powers of 1024). 0 when bad. */
+static size_t parse_size(const char *s) {
+  char *e;
+  errno = 0;
+  double v = strtod(s, &e);
+  if (e == s || errno || !(v > 0))
+    return 0;
+  double mul = 1;
+  switch (*e) {
+  case 'k':
+  case 'K':
+    mul = 1024.0;
+    e++;
+    break;
+  case 'm':
+  case 'M':
+    mul = 1024.0 * 1024;
+    e++;
+    break;
+  case 'g':
+  case 'G':
+    mul = 1024.0 * 1024 * 1024;
+    e++;
+    break;
+  default:
+    break;
+  }
+  if (mul > 1 && *e == 'i')
+    e++;
+  if (*e == 'B' || *e == 'b')
+    e++;
+  if (*e || v * mul > 1e15 || v * mul < 1)
+    return 0;
+  return (size_t)(v * mul);
+}
+
+static int parse_coll(const char *s, sched_coll *out) {
+  for (int c = 0; c < SCHED_NUM_COLLS; c++)
+    if (!strcasecmp(s, sched_coll_name((sched_coll)c))) {
+      *out = (sched_coll)c;
+      return 0;
+    }
+  if (!strcasecmp(s, "reducescatter")) {
+    *out = SCHED_REDUCE_SCATTER;
+    return 0;
+  }
+  return -1;
+}
+
+static int parse_gpus(const char *s, sopts *o) {
+  const char *p = s;
+  o->ngpus = 0;
+  while (*p) {
+    char *e;
+    errno = 0;
+    long v = strtol(p, &e, 10);
+    if (e == p || errno || v < 0 || v > 1 << 20 || (*e && *e != ','))
+      return bad("--gpus: bad GPU list '%s' (e.g. 0,2,3)", s);
+    if (o->ngpus == MAX_GPUS)
+      return bad("--gpus: more than %d GPUs in '%s'", MAX_GPUS, s);
+    o->gpus[o->ngpus++] = (int)v;
+    p = *e ? e + 1 : e;
+    if (*e && !*p)
+      return bad("--gpus: bad GPU list '%s' (e.g. 0,2,3)", s);
+  }
+  return o->ngpus ? 0 : bad("--gpus: empty GPU list");
+}
+
+static int parse_args(int argc, char **argv, sopts *o) {
+  memset(o, 0, sizeof(*o));
+  o->hosts = 1;
+  o->dt = BRAID_FLOAT32;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    static const char *const names[] = {
+        "--machine", "-m",     "--file",  "-f",       "--coll",
+        "--size",    "--algo", "--dtype", "--save",   "--render",
+        "-o",        "--gpus", "--hosts", "--nic-bw", "--output"};
+    size_t k = 0, nn = sizeof(names) / sizeof(names[0]);
+    while (k < nn && strcmp(a, names[k]) != 0)
+      k++;
+    if (k == nn)
+      return bad("unknown option '%s'", a);
+    if (i + 1 >= argc)
+      return bad("%s needs a value", a);
+    const char *v = argv[++i];
+    const char **dst[] = {&o->machine, &o->machine, &o->file, &o->file,
+                          &o->coll_s,  &o->size_s,  &o->algo, &o->dtype_s,
+                          &o->save,    &o->render,  &o->out,  NULL,
+                          NULL,        NULL,        &o->out};
+    if (dst[k]) {
+      *dst[k] = v;
+      continue;
+    }
+    if (!strcmp(a, "--gpus")) {
+      if (parse_gpus(v, o))
+        return 2;
+      continue;
+    }
+    char *e;
+    double d = strtod(v, &e);
+    if (*e || e == v || !(d > 0))
+      return bad("%s: bad value '%s'", a, v);
+    if (!strcmp(a, "--hosts")) {
+      if (d != (int)d || d > 4096)
+        return bad("--hosts: bad value '%s'", v);
+      o->hosts = (int)d;
+    } else
+      o->nic_bw = d;
+  }
+  if (!o->coll_s)
+    return bad("--coll is required (allreduce, allgather, ...)");
+  if (parse_coll(o->coll_s, &o->coll))
+    return bad("unknown collective '%s'", o->coll_s);
+  if (!o->size_s)
+    return bad("--size is required (e.g. 256M)");
+  if (!(o->size = parse_size(o->size_s)))
+    return bad("bad size '%s' (bytes, with K, M or G)", o->size_s);
+  if (o->dtype_s) {
+    int dt = -1;
+    for (int t = 0; t < BRAID_NUM_DTYPES; t++)
+      if (!strcasecmp(o->dtype_s, braid_dtype_name((braid_dtype)t)))
+        dt = t;
+    if (dt < 0)
+      return bad("unknown dtype '%s'", o->dtype_s);
+    o->dt = (braid_dtype)dt;
+  }
+  if (o->algo && !gen_find(o->algo))
+    return bad("unknown algorithm '%s'", o->algo);
+  if (o->render && strcmp(o->render, "svg") && strcmp(o->render, "png") &&
+      strcmp(o->render, "dot"))
+    return bad("--render: bad format '%s' (svg, png or dot)", o->render);
+  if (o->render && !o->out)
+    return bad("--render needs -o OUT");
+  if (o->machine && o->file)
+    return bad("give --machine or --file, not both");
+  return 0;
+}
+
+/* ---- the graph and the view ---- */
+
+static topo_graph *load_graph(const sopts *o, int *rc) {
+  char err[1024] = "";
+  topo_graph *g = NULL;
+  braid_result r;
+  *rc = 2;
+  if (o->file)
+    r = topo_load(o->file, TOPO_FMT_AUTO, &g, err, sizeof(err));
+  else if (o->machine)
+    r = topo_model_load(o->machine, &g, err, sizeof(err));
+  else {
+    r = topo_detect(&g, err, sizeof(err));
+    *rc = 1;
+  }
+  if (r != BRAID_SUCCESS) {
+    if (o->machine)
+      bad("unknown machine '%s': %s", o->machine, err);
+    else
+      fprintf(stderr, "braid-topo schedule: %s\n", err);
+    return NULL;
+  }
+  if (o->hosts > 1) {
+    topo_graph *c = NULL;
+    r = topo_cluster(g, o->hosts, o->nic_bw, &c, err, sizeof(err));
+    topo_graph_free(g);
+    if (r != BRAID_SUCCESS) {
+      bad("--hosts %d: %s", o->hosts, err);
+      return NULL;
+    }
+    g = c;
+  }
+  return g;
+}
+
+static const char *rname(const sched_view *v, int r) {
+  return v->g->v[v->vertex[r]].name;
+}
+
+/* ---- channels ---- */
+
+/* Distinct receivers of rank r's messages on channel c (at most max). */
+static int targets(const sched *s, int r, int c, int *t, int max) {
+  const sched_channel *ch = sched_chan_c(s, r, c);
+  int n = 0;
+  for (int k = 0; k < ch->nsteps; k++) {
+    const sched_step *st = &ch->steps[k];
+    int to = st->prim == SCHED_P_SEND ? st->peer
+             : (st->prim == SCHED_P_RECV_REDUCE_SEND ||
+                st->prim == SCHED_P_RECV_COPY_SEND)
+                 ? st->peer_out
+                 : -1;
+    if (to < 0)
+      continue;
+    int seen = 0;
+    for (int i = 0; i < n; i++)
+      seen |= t[i] == to;
+    if (!seen && n < max)
+      t[n++] = to;
+    else if (!seen)
+      n++;
+  }
+  return n;
+}
+
+/* Prints channel c as a ring, a tree or step counts. */
+static void print_channel(const sched *s, int c, const sched_view *v) {
+  int n = s->nranks;
+  printf("    channel %-2d weight %.4f  route %-4s ", c, s->weights[c],
+         sched_route_name((sched_route)s->route[c]));
+  int *next = malloc((size_t)n * sizeof(int));
+  int *par = malloc((size_t)n * sizeof(int));
+  char *A = calloc((size_t)n * (size_t)n, 1);
+  if (!next || !par || !A) {
+    printf("(out of memory)\n");
+    free(next);
+    free(par);
+    free(A);
+    return;
+  }
+  int ring = n >= 2, edges = 0, msgs_min = 1 << 30, msgs_max = 0;
+  for (int r = 0; r < n; r++) {
+    int t[4];
+    int nt = targets(s, r, c, t, 4);
+    ring &= nt == 1;
+    next[r] = nt >= 1 ? t[0] : -1;
+    int ns = sched_chan_c(s, r, c)->nsteps;
+    msgs_min = ns < msgs_min ? ns : msgs_min;
+    msgs_max = ns > msgs_max ? ns : msgs_max;
+    const sched_channel *ch = sched_chan_c(s, r, c);
+    for (int k = 0; k < ch->nsteps; k++) {
+      const sched_step *st = &ch->steps[k];
+      int ends[2] = {st->peer, st->peer_out};
+      for (int e = 0; e < 2; e++)
+        if (ends[e] >= 0 && ends[e] < n && ends[e] != r &&
+            !A[r * n + ends[e]]) {
+          A[r * n + ends[e]] = A[ends[e] * n + r] = 1;
+          edges++;
+        }
+    }
+  }
+  if (ring) { /* one cycle through every rank? */
+    int r = 0, len = 0;
+    do {
+      r = next[r];
+      len++;
+    } while (r > 0 && len <= n);
+    ring = r == 0 && len == n;
+  }
+  if (ring) {
+    printf("ring ");
+    int r = 0;
+    do {
+      printf("%s ", rname(v, r));
+      r = next[r];
+    } while (r != 0);
+    printf("%s\n", rname(v, 0));
+  } else if (edges == n - 1 && n >= 2) { /* a spanning tree? BFS */
+    int root = (s->coll == SCHED_BROADCAST || s->coll == SCHED_REDUCE ||
+                s->coll == SCHED_GATHER || s->coll == SCHED_SCATTER)
+                   ? s->root
+                   : 0;
+    for (int r = 0; r < n; r++)
+      par[r] = -2;
+    par[root] = -1;
+    next[0] = root; /* BFS queue */
+    int qh = 0, qt = 1;
+    while (qh < qt) {
+      int u = next[qh++];
+      for (int w = 0; w < n; w++)
+        if (A[u * n + w] && par[w] == -2) {
+          par[w] = u;
+          next[qt++] = w;
+        }
+    }
+    if (qt == n) {
+      printf("tree, parent of each rank:");
+      for (int r = 0; r < n; r++)
+        printf(" %s<%s", rname(v, r), par[r] < 0 ? "root" : rname(v, par[r]));
+      printf("\n");
+    } else
+      printf("steps per rank %d..%d\n", msgs_min, msgs_max);
+  } else
+    printf("steps per rank %d..%d, %d links used\n", msgs_min, msgs_max, edges);
+  free(next);
+  free(par);
+  free(A);
+}
+
+/* ---- rendering ---- */
+
+static const char *const palette[] = {
+    "#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628",
+    "#f781bf", "#17becf", "#bcbd22", "#1f78b4", "#33a02c", "#6a3d9a"};
+
+static int write_dot(FILE *f, const sched *s, const sched_view *v,
+                     const char *title) {
+  const topo_graph *g = v->g;
+  int n = s->nranks;
+  fprintf(f, "digraph braid_schedule {\n");
+  fprintf(f,
+          "  graph [label=\"%s\", labelloc=t, fontname=\"Helvetica\", "
+          "layout=circo];\n",
+          title);
+  fprintf(f, "  node [shape=box, style=filled, fontname=\"Helvetica\"];\n");
+  fprintf(f, "  edge [fontname=\"Helvetica\", fontsize=9];\n");
+  for (int i = 0; i < topo_count(g, TOPO_GPU); i++) {
+    int id = topo_nth(g, TOPO_GPU, i), used = 0;
+    for (int r = 0; r < n; r++)
+      used |= v->vertex[r] == id;
+    fprintf(f, "  \"%s\" [fillcolor=\"%s\"];\n", g->v[id].name,
+            used ? "#76b900" : "#eeeeee");
+  }
+  /* the machine: direct GPU-GPU links, grey, undirected */
+  for (int l = 0; l < g->nl; l++) {
+    const topo_link *k = &g->links[l];
+    if (g->v[k->a].type != TOPO_GPU || g->v[k->b].type != TOPO_GPU)
+      continue;
+    fprintf(f,
+            "  \"%s\" -> \"%s\" [dir=none, color=\"#c8c8c8\", "
+            "style=dashed, penwidth=%d];\n",
+            g->v[k->a].name, g->v[k->b].name, k->count > 1 ? 3 : 1);
+  }
+  /* the schedule: one edge per (sender, receiver) of each channel */
+  int *t = malloc((size_t)n * sizeof(int));
+  if (!t)
+    return -1;
+  for (int c = 0; c < s->nchannels; c++) {
+    const char *col = palette[c % (int)(sizeof(palette) / sizeof(palette[0]))];
+    for (int r = 0; r < n; r++) {
+      int nt = targets(s, r, c, t, n);
+      for (int i = 0; i < nt && i < n; i++)
+        fprintf(f,
+                "  \"%s\" -> \"%s\" [color=\"%s\", fontcolor=\"%s\", "
+                "label=\"c%d %.3f\"];\n",
+                rname(v, r), rname(v, t[i]), col, col, c, s->weights[c]);
+    }
+  }
+  free(t);
+  fprintf(f, "}\n");
+  return ferror(f) ? -1 : 0;
+}
+
+static int run_dot(const char *fmt, const char *in, const char *out) {
+  char tflag[16];
+  snprintf(tflag, sizeof(tflag), "-T%s", fmt);
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "braid-topo schedule: fork: %s\n", strerror(errno));
+    return 1;
+  }
+  if (pid == 0) {
+    execlp("dot", "dot", tflag, "-o", out, in, (char *)NULL);
+    fprintf(stderr,
+            "braid-topo schedule: cannot run Graphviz 'dot' (%s); install "
+            "graphviz\n",
+            strerror(errno));
+    _exit(127);
+  }
+  struct timespec t0, now, nap = {0, 20 * 1000 * 1000};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    int st;
+    pid_t w = waitpid(pid, &st, WNOHANG);
+    if (w == pid)
+      return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+    if (w < 0 && errno != EINTR)
+      return 1;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - t0.tv_sec > DOT_TIMEOUT_S) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      fprintf(stderr, "braid-topo schedule: dot took more than %d s\n",
+              DOT_TIMEOUT_S);
+      return 1;
+    }
+    nanosleep(&nap, NULL);
+  }
+}
+
+static int render(const sopts *o, const sched *s, const sched_view *v) {
+  char title[256];
+  snprintf(title, sizeof(title), "%s: %s %s, %s (%d channels)", v->g->name,
+           sched_coll_name(s->coll), o->size_s, s->algo, s->nchannels);
+  if (!strcmp(o->render, "dot")) {
+    FILE *f = strcmp(o->out, "-") ? fopen(o->out, "w") : stdout;
+    int rc = !f || write_dot(f, s, v, title);
+    if (f && f != stdout && fclose(f))
+      rc = 1;
+    if (rc)
+      fprintf(stderr, "braid-topo schedule: cannot write %s\n", o->out);
+    return rc;
+  }
+  char tmp[] = "/tmp/braid-schedule-XXXXXX.dot";
+  int fd = mkstemps(tmp, 4);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  int rc;
+  if (!f || write_dot(f, s, v, title) || fclose(f)) {
+    fprintf(stderr, "braid-topo schedule: cannot write a temporary file\n");
+    rc = 1;
+  } else
+    rc = run_dot(o->render, tmp, o->out);
+  if (fd >= 0)
+    unlink(tmp);
+  return rc;
+}
+
+/* ---- the table ---- */
+
+typedef struct row {
+  const gen_desc *g;
+  sched *s;
+  int verified;
+  char verr[512];
+  int simmed;
+  sim_result res;
+  char note[256];
+} row;
+
+static void human(double us, char *b, size_t n) {
+  if (us >= 1e6)
+    snprintf(b, n, "%.3f s", us / 1e6);
+  else if (us >= 1e3)
+    snprintf(b, n, "%.3f ms", us / 1e3);
+  else
+    snprintf(b, n, "%.2f us", us);
+}
+
+static int run(const sopts *o, topo_graph *g) {
+  char err[1024] = "";
+  sched_view *v =
+      view_gpus(g, o->ngpus ? o->gpus : NULL, o->ngpus, err, sizeof(err));
+  if (!v)
+    return bad("%s", err);
+  int n = v->nranks;
+  size_t es = braid_dtype_size(o->dt);
+  int split = o->coll == SCHED_ALLGATHER || o->coll == SCHED_REDUCE_SCATTER ||
+              o->coll == SCHED_GATHER || o->coll == SCHED_SCATTER ||
+              o->coll == SCHED_ALLTOALL;
+  size_t count = o->size / es / (split ? (size_t)n : 1);
+  if (count == 0) {
+    view_free(v);
+    return bad("bad size '%s': less than one %s element per rank", o->size_s,
+               braid_dtype_name(o->dt));
+  }
+  size_t bytes = count * es;
+  if (o->algo && !gen_supports_view(gen_find(o->algo), o->coll, n, v)) {
+    view_free(v);
+    return bad("algorithm '%s' does not support %s on this view", o->algo,
+               sched_coll_name(o->coll));
+  }
+  sim_params sp;
+  sim_params_gpu(&sp);
+  printf("%s, %d ranks on", g->name, n);
+  for (int r = 0; r < n && r < 16; r++)
+    printf(" %s", rname(v, r));
+  printf("%s\n%s of %s (%zu x %s per rank%s)\n", n > 16 ? " ..." : "",
+         sched_coll_name(o->coll), o->size_s, count, braid_dtype_name(o->dt),
+         split ? " and block" : "");
+  double bound = sim_bound_us(o->coll, 0, v, bytes, &sp);
+  char hb[32];
+  human(bound, hb, sizeof(hb));
+  if (bound > 0)
+    printf("bound %s\n", hb);
+
+  /* Every candidate is simulated once, by the selector's table helper
+   * (with --algo: that one alone); the pick is select_algo_view's rule, the
+   * lowest simulated time, ties to the earlier generator. */
+  select_cand cand[32];
+  int nc = 0;
+  const gen_desc *pick = NULL;
+  if (o->algo) {
+    memset(&cand[0], 0, sizeof(cand[0]));
+    cand[0].gen = gen_find(o->algo);
+    nc = 1;
+  } else {
+    nc = select_sim_table(o->coll, 0, v, bytes, &sp, NULL, 0, cand, 32, err,
+                          sizeof(err));
+    if (nc < 0) {
+      fprintf(stderr, "braid-topo schedule: %s\n", err);
+      view_free(v);
+      return 1;
+    }
+    int best = -1;
+    for (int i = 0; i < nc; i++)
+      if (cand[i].ok &&
+          (best < 0 || cand[i].res.time_us < cand[best].res.time_us))
+        best = i;
+    pick = best >= 0 ? cand[best].gen : NULL;
+  }
+  row rows[32];
+  int nr = 0;
+  for (int i = 0; i < nc; i++) {
+    const gen_desc *gd = cand[i].gen;
+    if (!gd)
+      continue;
+    row *w = &rows[nr++];
+    memset(w, 0, sizeof(*w));
+    w->g = gd;
+    gen_params gp = {o->coll, n, 0, SELECT_VIEW_CHANNELS, v, bytes, 0};
+    w->s = gd->fn(&gp);
+    if (!w->s) {
+      snprintf(w->note, sizeof(w->note), "no schedule for this view");
+      continue;
+    }
+    w->verified = !verify_sched(w->s, 0, 2, w->verr, sizeof(w->verr)) &&
+                  !verify_sched(w->s, 1, 2, w->verr, sizeof(w->verr));
+    if (o->algo)
+      w->simmed =
+          !sim_run(w->s, v, bytes, &sp, &w->res, w->note, sizeof(w->note));
+    else {
+      w->simmed = cand[i].ok;
+      w->res = cand[i].res;
+      snprintf(w->note, sizeof(w->note), "%s", cand[i].note);
+    }
+  }
+  printf("\n%-10s %3s %-9s %12s %10s %10s %12s %6s\n", "algo", "ch", "verified",
+         "time", "algbw", "busbw", "bound", "eff");
+  for (int i = 0; i < nr; i++) {
+    row *w = &rows[i];
+    if (!w->s) {
+      printf("%-10s  -  %s\n", w->g->name, w->note);
+      continue;
+    }
+    printf("%-10s %3d %-9s ", w->g->name, w->s->nchannels,
+           w->verified ? "yes" : "FAILED");
+    if (w->simmed) {
+      char ht[32], hbd[32];
+      human(w->res.time_us, ht, sizeof(ht));
+      human(w->res.bound_us, hbd, sizeof(hbd));
+      printf("%12s %6.2f GB/s %6.2f GB/s %12s %5.1f%%%s\n", ht, w->res.algbw,
+             w->res.busbw, hbd, 100 * w->res.efficiency,
+             w->g == pick ? "  <- selected" : "");
+    } else
+      printf("not simulated: %s\n", w->note);
+  }
+  const row *chosen = NULL;
+  for (int i = 0; i < nr; i++) {
+    row *w = &rows[i];
+    if (!w->s || !w->g)
+      continue;
+    if (o->algo || w->g == pick)
+      chosen = w;
+    printf("\n%s: %d channels%s\n", w->g->name, w->s->nchannels,
+           w->g == pick ? " (selected)" : "");
+    if (!w->verified)
+      printf("    verifier: %s\n", w->verr);
+    for (int c = 0; c < w->s->nchannels; c++)
+      print_channel(w->s, c, v);
+  }
+  int rc = 0;
+  if ((o->save || o->render) && !chosen) {
+    fprintf(stderr, "braid-topo schedule: no schedule to %s\n",
+            o->save ? "save" : "render");
+    rc = 1;
+  }
+  if (!rc && o->save) {
+    FILE *f = fopen(o->save, "w");
+    if (!f || sched_file_write(chosen->s, f)) {
+      fprintf(stderr, "braid-topo schedule: cannot write %s\n", o->save);
+      rc = 1;
+    }
+    if (f && fclose(f))
+      rc = 1;
+    if (!rc)
+      printf("\nsaved %s (%s) to %s\n", chosen->g->name,
+             sched_coll_name(o->coll), o->save);
+  }
+  if (!rc && o->render)
+    rc = render(o, chosen->s, v);
+  for (int i = 0; i < nr; i++)
+    sched_free(rows[i].s);
+  view_free(v);
+  return rc;
+}
+
+int topo_schedule_main(int argc, char **argv) {
+  sopts o;
+  int rc = parse_args(argc, argv, &o);
+  if (rc)
+    return rc;
+  topo_graph *g = load_graph(&o, &rc);
+  if (!g)
+    return rc;
+  rc = run(&o, g);
+  topo_graph_free(g);
+  return rc;
+}
