@@ -15,7 +15,13 @@
  *    sendbuf == recvbuf + rank * sendcount * size; for reduce_scatter,
  *    recvbuf == sendbuf + rank * recvcount * size (NCCL's conventions);
  *  - stream == NULL makes a call blocking; a host stream (braid_stream_create)
- *    queues calls in order and completes them asynchronously.
+ *    queues calls in order and completes them asynchronously;
+ *  - buffers may be host memory or CUDA device memory (cudaMalloc), told
+ *    apart per call; all buffers of one call must be on the same side (and
+ *    GPU), else BRAID_ERR_INVALID_ARG; every rank passes device buffers in a
+ *    call where one does. A blocking call on device buffers runs on the
+ *    device and returns when the result is there; it does not wait for the
+ *    caller's CUDA streams (synchronise them first).
  */
 #ifndef BRAID_H
 #define BRAID_H
@@ -207,8 +213,16 @@ BRAID_API braid_result braid_stream_synchronize(braid_stream *stream);
 /* BRAID_SUCCESS when all is done, BRAID_IN_PROGRESS while work remains, or
  * the first error. */
 BRAID_API braid_result braid_stream_query(braid_stream *stream);
-/* Wraps a CUDA stream (cudaStream_t passed as void*). Calls on it are
- * stream-ordered. BRAID_ERR_UNSUPPORTED in a build without CUDA. */
+/* Wraps a CUDA stream (cudaStream_t passed as void*; NULL is the default
+ * stream). Calls on it are stream-ordered as NCCL's: a call returns once
+ * enqueued; it runs after the work issued on the stream before it, and work
+ * issued on the stream after it sees its result. Such calls take device
+ * buffers only (host buffers: BRAID_ERR_INVALID_ARG). A call that the
+ * stream does not reach within BRAID_TIMEOUT fails with BRAID_ERR_TIMEOUT.
+ * braid_stream_synchronize waits for the calls (and returns their first
+ * error), braid_stream_destroy frees the wrapper, not the CUDA stream.
+ * BRAID_ERR_UNSUPPORTED (the log says why) in a build without CUDA or
+ * without a visible device. */
 BRAID_API braid_result braid_stream_from_cuda(void *cuda_stream,
                                               braid_stream **stream);
 

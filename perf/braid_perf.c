@@ -4,6 +4,11 @@
  *   braid-perf <collective|all> [nccl-tests options]
  *   all_reduce_perf [nccl-tests options]      (a link to braid-perf)
  *
+ * With -G 1 the send and receive buffers are in GPU memory (cudaMalloc) and
+ * the calls run on a CUDA stream wrapped by braid_stream_from_cuda (-y 1 or
+ * -z 1: blocking calls); inputs are written and outputs checked through host
+ * copies, outside the timed loops.
+ *
  * Rank and size come from the launcher (braidrun, mpirun, torchrun, Slurm)
  * through braid_comm_init_env(). Rank 0 prints the table; every rank checks
  * its own output and the counts of wrong elements are summed.
@@ -13,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cuda/perf_dev.h"
 #include "perf.h"
 
 typedef struct bench {
@@ -22,6 +28,13 @@ typedef struct bench {
   int rank, nranks;
   unsigned char *sendbuf, *recvbuf;
   size_t bufbytes;
+  /* -G 1: sendbuf and recvbuf are device memory, mirrored on the host by
+   * hsend and hrecv for filling and checking; cuda_stream is wrapped by
+   * stream (NULL for blocking calls). */
+  int dev;
+  unsigned char *hsend, *hrecv;
+  void *cuda_stream;
+  char devdesc[128];
   uint64_t rep; /* seed of the next check */
 } bench;
 
@@ -77,12 +90,22 @@ static braid_result issue(bench *b, perf_coll c, const void *s, void *r,
   }
 }
 
+static void die_dev(bench *b, const char *msg) {
+  fprintf(stderr, "braid-perf: rank %d: %s\n", b->rank, msg);
+  fflush(stderr);
+  braid_comm_abort(b->comm);
+  exit(PERF_EXIT_RUNTIME);
+}
+
 static void sync_stream(bench *b) {
   if (!b->stream)
     return;
   braid_result r = braid_stream_synchronize(b->stream);
   if (r != BRAID_SUCCESS)
     die(b, "braid_stream_synchronize", r);
+  char msg[PERF_DEV_MSG];
+  if (b->cuda_stream && perf_dev_stream_sync(b->cuda_stream, msg))
+    die_dev(b, msg);
 }
 
 static void barrier(bench *b) {
@@ -136,13 +159,42 @@ static void pointers(bench *b, const call *k, int inplace, void **s, void **r) {
   *r = b->recvbuf + k->pc.recv_inplace_off * (size_t)b->rank * k->es;
 }
 
+/* The host mirror of a pointer into a device buffer. */
+static unsigned char *host_of(bench *b, const void *p) {
+  const unsigned char *q = p;
+  if (q >= b->sendbuf && q < b->sendbuf + b->bufbytes)
+    return b->hsend + (q - b->sendbuf);
+  return b->hrecv + (q - b->recvbuf);
+}
+
 /* Fills the input for a check or for timing; clears the output. */
 static void prepare(bench *b, const call *k, int inplace, uint64_t seed) {
   void *s, *r;
   pointers(b, k, inplace, &s, &r);
-  memset(b->recvbuf, 0xA5, b->bufbytes);
-  perf_fill_input(k->c, k->dt, k->op, b->rank, b->nranks, k->root, seed, s, 0,
-                  k->pc.send);
+  if (!b->dev) {
+    memset(b->recvbuf, 0xA5, b->bufbytes);
+    perf_fill_input(k->c, k->dt, k->op, b->rank, b->nranks, k->root, seed, s, 0,
+                    k->pc.send);
+    return;
+  }
+  char msg[PERF_DEV_MSG];
+  memset(b->hrecv, 0xA5, b->bufbytes);
+  perf_fill_input(k->c, k->dt, k->op, b->rank, b->nranks, k->root, seed,
+                  host_of(b, s), 0, k->pc.send);
+  if (perf_dev_from_host(b->recvbuf, b->hrecv, b->bufbytes, msg) ||
+      (!inplace &&
+       perf_dev_from_host(b->sendbuf, b->hsend, k->pc.send * k->es, msg)))
+    die_dev(b, msg);
+}
+
+/* The output as the host sees it (a copy of the device buffer for -G 1). */
+static const void *output_of(bench *b, void *r) {
+  if (!b->dev)
+    return r;
+  char msg[PERF_DEV_MSG];
+  if (perf_dev_to_host(b->hrecv, b->recvbuf, b->bufbytes, msg))
+    die_dev(b, msg);
+  return host_of(b, r);
 }
 
 static void run_one(bench *b, const call *k, int inplace, perf_result *res) {
@@ -196,7 +248,7 @@ static void run_one(bench *b, const call *k, int inplace, perf_result *res) {
         die(b, perf_colls[k->c].name, e);
       sync_stream(b);
       int64_t w = perf_check_output(k->c, k->dt, k->op, b->rank, b->nranks,
-                                    k->root, seed, &k->pc, r);
+                                    k->root, seed, &k->pc, output_of(b, r));
       wrong = sum_wrong(b, w);
       if (wrong)
         break;
@@ -218,13 +270,13 @@ static void warmup(bench *b, const call *k0, size_t bytes) {
 }
 
 static void print_ranks(bench *b) {
-  enum { LINE = 160 };
+  enum { LINE = 256 };
   char line[LINE];
   char host[64] = "?";
   gethostname(host, sizeof host - 1);
   memset(line, 0, sizeof line);
-  snprintf(line, sizeof line, "#  Rank %2d Pid %6d on %10s host memory\n",
-           b->rank, (int)getpid(), host);
+  snprintf(line, sizeof line, "#  Rank %2d Pid %6d on %10s %s\n", b->rank,
+           (int)getpid(), host, b->dev ? b->devdesc : "host memory");
   char *all = calloc((size_t)b->nranks, LINE);
   if (!all)
     die(b, "allocating the rank table", BRAID_ERR_NOMEM);
@@ -239,14 +291,74 @@ static void print_ranks(bench *b) {
   free(all);
 }
 
+/* The rank's index among the ranks on its host (same host name). */
+static int local_rank(bench *b) {
+  enum { HOST = 64 };
+  char host[HOST];
+  memset(host, 0, sizeof host);
+  gethostname(host, sizeof host - 1);
+  char *all = calloc((size_t)b->nranks, HOST);
+  if (!all)
+    die(b, "allocating the host table", BRAID_ERR_NOMEM);
+  braid_result e = braid_allgather(host, all, HOST, BRAID_UINT8, b->comm, NULL);
+  if (e != BRAID_SUCCESS)
+    die(b, "braid_allgather (host names)", e);
+  int lr = 0;
+  for (int i = 0; i < b->rank; i++)
+    lr += strncmp(all + (size_t)i * HOST, host, HOST) == 0;
+  free(all);
+  return lr;
+}
+
+/* -G 1: picks the GPU (--gpu), allocates and clears the device buffers and
+ * their host mirrors. ndev: the device count. */
+static int setup_device(bench *b, int ndev) {
+  char msg[PERF_DEV_MSG];
+  if (ndev < 1)
+    return -1;
+  int lr = local_rank(b);
+  int gpu = b->o->gpu == PERF_GPU_LOCAL ? lr % ndev : b->o->gpu;
+  if (gpu >= ndev) {
+    fprintf(stderr,
+            "braid-perf: rank %d: --gpu %d: only %d CUDA device%s visible\n",
+            b->rank, gpu, ndev, ndev == 1 ? "" : "s");
+    return -1;
+  }
+  if (perf_dev_select(gpu, b->devdesc, sizeof b->devdesc, msg) ||
+      perf_dev_alloc((void **)&b->sendbuf, b->bufbytes, msg) ||
+      perf_dev_alloc((void **)&b->recvbuf, b->bufbytes, msg) ||
+      perf_dev_fill(b->sendbuf, 0, b->bufbytes, msg) ||
+      perf_dev_fill(b->recvbuf, 0, b->bufbytes, msg))
+    die_dev(b, msg);
+  b->hsend = aligned_alloc(64, b->bufbytes);
+  b->hrecv = aligned_alloc(64, b->bufbytes);
+  if (!b->hsend || !b->hrecv)
+    die(b, "allocating the host copies of the device buffers", BRAID_ERR_NOMEM);
+  memset(b->hsend, 0, b->bufbytes);
+  memset(b->hrecv, 0, b->bufbytes);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   perf_opts o;
+  perf_cuda_built = perf_dev_built();
   int pr = perf_parse_args(argc, argv, &o, stderr);
   if (pr == 1)
     return PERF_EXIT_OK;
   if (pr < 0)
     return PERF_EXIT_USAGE;
+  int ndev = 0;
+  if (o.device) {
+    /* Before the communicator: a machine without a GPU fails alike on every
+     * rank, with no peer to wait for. */
+    char msg[PERF_DEV_MSG];
+    ndev = perf_dev_count(msg);
+    if (ndev < 1) {
+      fprintf(stderr, "braid-perf: -G 1: no CUDA device (%s)\n", msg);
+      return PERF_EXIT_USAGE;
+    }
+  }
 
   braid_config cfg;
   braid_config_init(&cfg);
@@ -276,15 +388,35 @@ int main(int argc, char **argv) {
   }
 
   b.bufbytes = o.maxbytes < 64 ? 64 : (o.maxbytes + 63) / 64 * 64;
-  b.sendbuf = aligned_alloc(64, b.bufbytes);
-  b.recvbuf = aligned_alloc(64, b.bufbytes);
-  if (!b.sendbuf || !b.recvbuf)
-    die(&b, "allocating the buffers", BRAID_ERR_NOMEM);
-  memset(b.sendbuf, 0, b.bufbytes);
-  memset(b.recvbuf, 0, b.bufbytes);
+  b.dev = o.device;
+  if (b.dev) {
+    if (setup_device(&b, ndev)) {
+      braid_comm_destroy(b.comm);
+      return PERF_EXIT_USAGE;
+    }
+  } else {
+    b.sendbuf = aligned_alloc(64, b.bufbytes);
+    b.recvbuf = aligned_alloc(64, b.bufbytes);
+    if (!b.sendbuf || !b.recvbuf)
+      die(&b, "allocating the buffers", BRAID_ERR_NOMEM);
+    memset(b.sendbuf, 0, b.bufbytes);
+    memset(b.recvbuf, 0, b.bufbytes);
+  }
 
   const char *mode = "blocking calls";
-  if (!o.stream_null && !o.blocking) {
+  if (b.dev) {
+    mode = "device buffers, blocking calls";
+    if (!o.stream_null && !o.blocking) {
+      char msg[PERF_DEV_MSG];
+      if (perf_dev_stream_create(&b.cuda_stream, msg))
+        die_dev(&b, msg);
+      e = braid_stream_from_cuda(b.cuda_stream, &b.stream);
+      if (e != BRAID_SUCCESS)
+        die(&b, "braid_stream_from_cuda", e);
+      mode = "device buffers, CUDA stream (braid_stream_from_cuda), "
+             "synchronized after each timed loop";
+    }
+  } else if (!o.stream_null && !o.blocking) {
     e = braid_stream_create(&b.stream);
     if (e != BRAID_SUCCESS) {
       b.stream = NULL;
@@ -402,6 +534,7 @@ int main(int argc, char **argv) {
   free(rows.v);
   if (b.stream)
     braid_stream_destroy(b.stream);
+  perf_dev_stream_destroy(b.cuda_stream);
   e = braid_comm_finalize(b.comm);
   if (e != BRAID_SUCCESS) {
     fprintf(stderr, "braid-perf: rank %d: braid_comm_finalize: %s\n", b.rank,
@@ -409,7 +542,14 @@ int main(int argc, char **argv) {
     status = status ? status : PERF_EXIT_RUNTIME;
   }
   braid_comm_destroy(b.comm);
-  free(b.sendbuf);
-  free(b.recvbuf);
+  if (b.dev) {
+    perf_dev_free(b.sendbuf);
+    perf_dev_free(b.recvbuf);
+    free(b.hsend);
+    free(b.hrecv);
+  } else {
+    free(b.sendbuf);
+    free(b.recvbuf);
+  }
   return status;
 }

@@ -174,7 +174,11 @@ void perf_usage(FILE *f, const char *prog) {
       "     --csv <file>           also write the results as CSV\n"
       "     --plot <file.png|svg>  draw busbw and latency against size "
       "(gnuplot)\n"
-      "  -G,--device <0/1>         device buffers (needs a CUDA build)\n"
+      "  -G,--device <0/1>         1: send/receive buffers in GPU memory "
+      "(CUDA build)\n"
+      "     --gpu <n|local>        GPU of every rank with -G 1: n, or the "
+      "local rank\n"
+      "                            modulo the device count (0)\n"
       "  -t,--nthreads 1, -g,--ngpus 1, -p,--parallel_init 0: accepted\n"
       "  -h,--help\n"
       "exit status: 0 ok, 1 wrong elements, 2 bad options, 3 runtime error\n",
@@ -211,7 +215,9 @@ static int parse_list_op(const char *s, perf_opts *o) {
   return 0;
 }
 
-enum { OPT_CSV = 1000, OPT_PLOT };
+enum { OPT_CSV = 1000, OPT_PLOT, OPT_GPU };
+
+int perf_cuda_built;
 
 int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
   memset(o, 0, sizeof *o);
@@ -292,6 +298,7 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
       {"csv", required_argument, 0, OPT_CSV},
       {"plot", required_argument, 0, OPT_PLOT},
       {"device", required_argument, 0, 'G'},
+      {"gpu", required_argument, 0, OPT_GPU},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
 
@@ -459,11 +466,22 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
     case 'G':
       if (parse_int(a, 0, 1, &o->device))
         goto bad_int01;
-      if (o->device) {
+      if (o->device && !perf_cuda_built) {
         fprintf(err,
                 "%s: -G/--device: braid-perf was not built with CUDA; "
                 "device buffers are not available\n",
                 prog);
+        return -1;
+      }
+      break;
+    case OPT_GPU:
+      if (strcasecmp(a, "local") == 0) {
+        o->gpu = PERF_GPU_LOCAL;
+      } else if (parse_int(a, 0, 1 << 20, &o->gpu)) {
+        fprintf(err,
+                "%s: invalid value '%s' for --gpu: expected a device number "
+                "or 'local'\n",
+                prog, a);
         return -1;
       }
       break;

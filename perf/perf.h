@@ -66,7 +66,16 @@ typedef struct perf_opts {
   const char *csv;  /* --csv file */
   const char *plot; /* --plot file (.png or .svg) */
   int device;       /* -G: device buffers */
+  int gpu;          /* --gpu: device number, or PERF_GPU_LOCAL */
 } perf_opts;
+
+/* --gpu local: the rank's index among the ranks of its host, modulo the
+ * number of devices. */
+#define PERF_GPU_LOCAL (-1)
+
+/* Set by main before perf_parse_args when braid-perf was built with CUDA;
+ * 0 (the default): -G 1 is refused as a usage error. */
+extern int perf_cuda_built;
 
 /* Parses argv (argv[0]'s basename may name the collective, as with
  * all_reduce_perf). Returns 0 on success, 1 when help was printed, or -1 after

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what braid needs from Debian 12's packages, only what is missing.
 # Run as root (or with sudo available).
+# CUDA is not installed from here: braid uses NVIDIA's toolkit where it is
+# (/usr/local/cuda, found by BRAID_CUDA=AUTO) and builds without it elsewhere.
 set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build pkg-config clang clang-format clang-tidy

@@ -10,7 +10,9 @@
 
 #include "src/comm.h"
 #include "src/config.h"
+#include "src/exec_int.h"
 #include "src/log.h"
+#include "transports/cuda/cuda_dev.h"
 
 /* ---- small public helpers --------------------------------------------- */
 
@@ -217,12 +219,61 @@ static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
   return BRAID_SUCCESS;
 }
 
+/* Host or device: every buffer of a call on the same side (and GPU); sets
+ * op->dev. A CUDA stream takes device buffers only (as NCCL's calls). */
+static braid_result classify(braid_comm *c, exec_op *op) {
+  const char *fn = op->name;
+  int n = c->nranks, me = c->rank;
+  int use_in = sched_uses_in(op->coll, op->root, me) &&
+               sched_in_blocks(op->coll, n) > 0 && op->in != NULL;
+  int use_out = sched_uses_out(op->coll, op->root, me) &&
+                sched_out_blocks(op->coll, n) > 0 && op->out != NULL;
+  const void *ptr[2] = {use_in ? op->in : NULL, use_out ? op->out : NULL};
+  static const char *names[2] = {"sendbuf", "recvbuf"};
+  int kind[2] = {-1, -1}, gpu[2] = {-1, -1};
+  op->dev = -1;
+  for (int i = 0; i < 2; i++) {
+    if (ptr[i] == NULL)
+      continue;
+    kind[i] = cudev_is_device(ptr[i], &gpu[i]);
+    if (kind[i] < 0)
+      return bad(c, fn,
+                 "cannot tell whether %s %p is host or device memory: %s",
+                 names[i], ptr[i], cudev_error());
+  }
+  if (kind[0] >= 0 && kind[1] >= 0 && kind[0] != kind[1]) {
+    int d = kind[0] == 1 ? 0 : 1;
+    return bad(c, fn,
+               "%s is device memory (GPU %d) but %s is host memory: a call's "
+               "buffers must all be device memory or all host memory",
+               names[d], gpu[d], names[1 - d]);
+  }
+  if (kind[0] == 1 && kind[1] == 1 && gpu[0] != gpu[1])
+    return bad(c, fn,
+               "sendbuf is on GPU %d but recvbuf is on GPU %d: a call's "
+               "buffers must be on one GPU",
+               gpu[0], gpu[1]);
+  for (int i = 0; i < 2; i++)
+    if (kind[i] == 1)
+      op->dev = gpu[i];
+  if (enq_stream_cuda(op->stream) != NULL && op->dev < 0 &&
+      (kind[0] == 0 || kind[1] == 0))
+    return bad(c, fn,
+               "%s is host memory but the stream wraps a CUDA stream: calls "
+               "on a CUDA stream take device buffers (use a host stream or "
+               "NULL for host buffers)",
+               names[kind[0] == 0 ? 0 : 1]);
+  return BRAID_SUCCESS;
+}
+
 static braid_result issue(braid_comm *c, exec_op *op, int reduces) {
   if (c == NULL) {
     WARN(LOG_COLL, "%s: comm is NULL", op->name);
     return BRAID_ERR_INVALID_ARG;
   }
   braid_result r = check_op(c, op, reduces);
+  if (r == BRAID_SUCCESS && op->count > 0)
+    r = classify(c, op);
   if (r != BRAID_SUCCESS || op->count == 0)
     return r;
   if (op->coll != SCHED_SEND && op->coll != SCHED_RECV)
@@ -235,6 +286,7 @@ static braid_result issue(braid_comm *c, exec_op *op, int reduces) {
   memset(&o, 0, sizeof o);                                                     \
   o.coll = kind;                                                               \
   o.name = nm;                                                                 \
+  o.dev = -1;                                                                  \
   o.stream = s
 
 braid_result braid_allreduce(const void *sendbuf, void *recvbuf, size_t count,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "collectives/select.h"
+#include "src/comm_dev.h"
 #include "src/config.h"
 #include "src/launch_env.h"
 #include "src/log.h"
@@ -240,6 +241,7 @@ static void comm_free(braid_comm *c) {
   if (c == NULL)
     return;
   enq_shutdown(c);
+  comm_dev_teardown(c); /* before the host transports: staged sends use them */
   for (int i = 0; i < c->ntp; i++)
     if (c->tp[i]->teardown != NULL)
       c->tp[i]->teardown(c->tp_state[i]);

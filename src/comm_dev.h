@@ -21,7 +21,9 @@ typedef struct comm_dev {
    * none (the executor stages the whole call through host memory) */
   const tp_ops **ops;
   void **state;
-  /* device scratch and pinned host staging, grown on demand */
+  /* device scratch and pinned host staging, grown on demand (an outgrown
+   * buffer is freed at teardown, never during an operation: see
+   * src/comm_dev.c, "Device-wide waits") */
   void *scratch;
   size_t scratch_bytes;
   void *stage;

@@ -6,20 +6,55 @@
  * and waits. Calls on a host stream are queued and run by the communicator's
  * progress thread; the stream counts them and keeps the first error. Calls
  * on one communicator must be issued from one thread at a time (as in NCCL).
+ *
+ * A CUDA stream (braid_stream_from_cuda) is a host stream plus a gate
+ * (cudev_gate) on the user's stream. A call on it enqueues gate number seq
+ * on the user's stream and queues the work; the progress thread waits until
+ * the user's stream reached the gate (everything issued before the call has
+ * run), runs the work on device buffers (synchronously on the internal
+ * stream), then releases the gate, so later work on the user's stream sees
+ * the result. The call itself returns once both are enqueued, as NCCL's do.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "src/comm.h"
+#include "src/config.h"
+#include "src/exec_int.h"
 #include "src/log.h"
+#include "transports/cuda/cuda_dev.h"
 
 struct braid_stream {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   uint64_t submitted, completed;
   braid_result first_error;
-  void *cuda; /* wrapped cudaStream_t, NULL for host streams */
+  void *cuda;       /* wrapped cudaStream_t, NULL for host streams */
+  cudev_gate *gate; /* on the wrapped stream */
+  uint32_t gate_seq;
 };
+
+/* The gate a queued unit of work waits for. A group over several
+ * communicators on one CUDA stream shares one gate: the last of its units to
+ * finish releases it (left counts them). */
+typedef struct gate_ref {
+  cudev_gate *gate; /* NULL: no gate */
+  uint32_t seq;
+  atomic_int *left;
+} gate_ref;
+
+/* What the queue holds: the work and its gate (w first: the queue links
+ * exec_work pointers). */
+typedef struct qwork {
+  exec_work w;
+  gate_ref g;
+} qwork;
+
+void *enq_stream_cuda(const braid_stream *s) {
+  return s != NULL ? s->cuda : NULL;
+}
 
 /* ---- running work ------------------------------------------------------ */
 
@@ -65,6 +100,53 @@ static void stream_complete(braid_stream *s, braid_result r) {
   pthread_mutex_unlock(&s->lock);
 }
 
+/* Waits until the user's stream reached the work's gate: spin, yield, then
+ * short sleeps, bounded by the communicator's timeout. */
+static braid_result gate_wait(braid_comm *c, const exec_work *w,
+                              const gate_ref *g) {
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (long polls = 0; !cudev_gate_reached(g->gate, g->seq); polls++) {
+    if (atomic_load(&c->aborted))
+      return BRAID_ERR_ABORTED;
+    if (polls < 2000)
+      continue;
+    if (polls < 4000) {
+      sched_yield();
+      continue;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    long ms = (long)(t.tv_sec - t0.tv_sec) * 1000 +
+              (t.tv_nsec - t0.tv_nsec) / 1000000;
+    if (ms > c->timeout_ms) {
+      comm_set_error(c,
+                     "%s #%llu on rank %d: the CUDA stream did not reach the "
+                     "call within %d ms (BRAID_TIMEOUT): work issued on the "
+                     "stream before it is still running or waits for "
+                     "something that never comes; the call did not run",
+                     w->ops[0].name, (unsigned long long)w->ops[0].seq, c->rank,
+                     c->timeout_ms);
+      /* the other ranks ran (or wait in) this call: it cannot be skipped */
+      pthread_mutex_lock(&c->lock);
+      c->broken = BRAID_ERR_TIMEOUT;
+      pthread_mutex_unlock(&c->lock);
+      return BRAID_ERR_TIMEOUT;
+    }
+    struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+  }
+  return BRAID_SUCCESS;
+}
+
+/* The work behind a gate finished (or failed): let the user's stream go on.
+ * It is released on errors too, so the stream never hangs on braid. */
+static void gate_done(const gate_ref *g) {
+  if (g->left != NULL && atomic_fetch_sub(g->left, 1) != 1)
+    return;
+  cudev_gate_release(g->gate, g->seq);
+  free(g->left);
+}
+
 static void *progress_main(void *arg) {
   braid_comm *c = arg;
   pthread_mutex_lock(&c->qlock);
@@ -74,9 +156,15 @@ static void *progress_main(void *arg) {
     if (c->qhead == NULL && c->thread_stop)
       break;
     exec_work *w = c->qhead;
+    gate_ref g = ((qwork *)w)->g;
     pthread_mutex_unlock(&c->qlock);
     braid_result r = atomic_load(&c->aborted) ? BRAID_ERR_ABORTED
-                                              : run_ops(c, w->ops, w->nops);
+                     : g.gate != NULL         ? gate_wait(c, w, &g)
+                                              : BRAID_SUCCESS;
+    if (r == BRAID_SUCCESS)
+      r = run_ops(c, w->ops, w->nops);
+    if (g.gate != NULL)
+      gate_done(&g);
     pthread_mutex_lock(&c->qlock);
     c->qhead = w->next;
     if (c->qhead == NULL)
@@ -120,9 +208,32 @@ static braid_result push_locked(braid_comm *c, exec_work *w) {
   return BRAID_SUCCESS;
 }
 
+/* Enqueues the gate of a call on a CUDA stream (shared: a group's gate,
+ * already enqueued). */
+static braid_result gate_enqueue(braid_comm *c, const exec_op *op,
+                                 braid_stream *s, const gate_ref *shared,
+                                 gate_ref *g) {
+  if (shared != NULL) {
+    *g = *shared;
+    return BRAID_SUCCESS;
+  }
+  g->gate = s->gate;
+  g->left = NULL;
+  g->seq = ++s->gate_seq;
+  braid_result r = cudev_gate_enqueue(s->gate, g->seq);
+  if (r != BRAID_SUCCESS) {
+    s->gate_seq--;
+    comm_set_error(c,
+                   "%s on rank %d: cannot order the call on the CUDA "
+                   "stream: %s",
+                   op->name, c->rank, cudev_error());
+  }
+  return r;
+}
+
 /* Submit ops (copied) as one unit of work, blocking or on a stream. */
 static braid_result submit(braid_comm *c, exec_op *ops, int nops,
-                           braid_stream *s) {
+                           braid_stream *s, const gate_ref *shared) {
   /* No progress thread yet means nothing queued and nobody else running
    * work (calls on a comm come from one thread at a time): run here without
    * the locks. Only this thread starts the progress thread. */
@@ -133,30 +244,44 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
     pthread_mutex_unlock(&c->qlock);
     return run_ops(c, ops, nops); /* the fast path */
   }
-  exec_work *w = calloc(1, sizeof *w);
+  qwork *q = calloc(1, sizeof *q);
   exec_op *copy = malloc(sizeof *copy * (size_t)nops);
-  if (w == NULL || copy == NULL) {
+  if (q == NULL || copy == NULL) {
     pthread_mutex_unlock(&c->qlock);
-    free(w);
+    free(q);
     free(copy);
+    if (shared != NULL)
+      gate_done(shared);
     return BRAID_ERR_NOMEM;
   }
+  exec_work *w = &q->w;
   memcpy(copy, ops, sizeof *copy * (size_t)nops);
   w->ops = copy;
   w->nops = nops;
   w->stream = s;
+  braid_result r = BRAID_SUCCESS;
+  if (s != NULL && s->cuda != NULL)
+    r = gate_enqueue(c, ops, s, shared, &q->g);
+  if (r != BRAID_SUCCESS) {
+    pthread_mutex_unlock(&c->qlock);
+    free(copy);
+    free(q);
+    return r;
+  }
   if (s != NULL) {
     pthread_mutex_lock(&s->lock);
     s->submitted++;
     pthread_mutex_unlock(&s->lock);
   }
-  braid_result r = push_locked(c, w);
+  r = push_locked(c, w);
   if (r != BRAID_SUCCESS) {
     pthread_mutex_unlock(&c->qlock);
+    if (q->g.gate != NULL)
+      gate_done(&q->g);
     if (s != NULL)
       stream_complete(s, r);
     free(copy);
-    free(w);
+    free(q);
     return r;
   }
   if (s != NULL) {
@@ -168,7 +293,7 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
   pthread_mutex_unlock(&c->qlock);
   r = w->result;
   free(copy);
-  free(w);
+  free(q);
   return r;
 }
 
@@ -237,7 +362,7 @@ braid_result braid_group_end(void) {
   }
   if (ncomm == 1) {
     braid_stream *s = blocking ? NULL : g.ops[0].stream;
-    res = submit(done[0], g.ops, g.n, s);
+    res = submit(done[0], g.ops, g.n, s, NULL);
     goto out;
   }
   /* several communicators: queue all (they may depend on each other across
@@ -247,12 +372,33 @@ braid_result braid_group_end(void) {
     res = BRAID_ERR_NOMEM;
     goto out;
   }
+  /* on one CUDA stream: one gate for all, released when all are done (the
+   * communicators' units may depend on each other across ranks) */
+  gate_ref shared = {NULL, 0, NULL};
+  braid_stream *cs = blocking || g.n == 0 ? NULL : g.ops[0].stream;
+  int one_stream = ncomm > 0 && cs != NULL && cs->cuda != NULL;
+  for (int i = 0; i < g.n && one_stream; i++)
+    one_stream = g.ops[i].stream == cs;
+  if (one_stream) {
+    atomic_int *left = malloc(sizeof *left);
+    res = left == NULL ? BRAID_ERR_NOMEM
+                       : gate_enqueue(done[0], &g.ops[0], cs, NULL, &shared);
+    if (res != BRAID_SUCCESS) {
+      free(left);
+      if (s != NULL)
+        braid_stream_destroy(s);
+      goto out;
+    }
+    atomic_init(left, ncomm);
+    shared.left = left;
+  }
   for (int k = 0; k < ncomm; k++) {
     int n = 0;
     for (int i = 0; i < g.n; i++)
       if (g.comms[i] == done[k])
         tmp[n++] = g.ops[i];
-    braid_result r = submit(done[k], tmp, n, blocking ? s : tmp[0].stream);
+    braid_result r = submit(done[k], tmp, n, blocking ? s : tmp[0].stream,
+                            one_stream ? &shared : NULL);
     if (r != BRAID_SUCCESS && res == BRAID_SUCCESS)
       res = r;
   }
@@ -288,7 +434,7 @@ braid_result enq_submit(braid_comm *c, exec_op *op) {
     g_group.comms[g_group.n++] = c;
     return BRAID_SUCCESS;
   }
-  return submit(c, op, 1, op->stream);
+  return submit(c, op, 1, op->stream, NULL);
 }
 
 /* ---- streams ----------------------------------------------------------- */
@@ -331,6 +477,8 @@ braid_result braid_stream_destroy(braid_stream *s) {
   if (s == NULL)
     return BRAID_ERR_INVALID_ARG;
   braid_result r = braid_stream_synchronize(s);
+  if (s->gate != NULL) /* every gate was released: the work is done */
+    cudev_gate_free(s->gate);
   pthread_mutex_destroy(&s->lock);
   pthread_cond_destroy(&s->cond);
   free(s);
@@ -338,8 +486,38 @@ braid_result braid_stream_destroy(braid_stream *s) {
 }
 
 braid_result braid_stream_from_cuda(void *cuda_stream, braid_stream **stream) {
-  (void)cuda_stream;
-  if (stream != NULL)
-    *stream = NULL;
-  return BRAID_ERR_UNSUPPORTED;
+  (void)cfg_get(); /* logging configured for the messages below */
+  if (stream == NULL) {
+    WARN(LOG_COLL, "braid_stream_from_cuda: stream is NULL");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  *stream = NULL;
+  if (!cudev_built()) {
+    WARN(LOG_COLL, "braid_stream_from_cuda: unsupported: this braid was built "
+                   "without CUDA (BRAID_CUDA=OFF or no CUDA toolkit found)");
+    return BRAID_ERR_UNSUPPORTED;
+  }
+  if (cudev_count() <= 0) {
+    const char *why = cudev_error();
+    if (why == NULL || why[0] == '\0' || strcmp(why, "no error") == 0)
+      why = "the CUDA runtime sees none (no GPU, or no driver)";
+    WARN(LOG_COLL, "braid_stream_from_cuda: unsupported: no CUDA device: %s",
+         why);
+    return BRAID_ERR_UNSUPPORTED;
+  }
+  braid_stream *s = NULL;
+  braid_result r = braid_stream_create(&s);
+  if (r != BRAID_SUCCESS)
+    return r;
+  r = cudev_gate_new(cuda_stream, &s->gate);
+  if (r != BRAID_SUCCESS) {
+    WARN(LOG_COLL, "braid_stream_from_cuda: cannot attach to the stream: %s",
+         cudev_error());
+    braid_stream_destroy(s);
+    return r;
+  }
+  /* the default stream is NULL as a cudaStream_t: mark the wrapper anyway */
+  s->cuda = cuda_stream != NULL ? cuda_stream : (void *)s->gate;
+  *stream = s;
+  return BRAID_SUCCESS;
 }

@@ -12,6 +12,12 @@
  * A send may still read its source after the transport accepted it (TCP
  * queue, shm single-copy): such sends stay "pending" with their byte range,
  * and a later step that writes an overlapping range first waits for them.
+ *
+ * Device buffers (op->dev >= 0) go through src/exec_dev.c first: an op whose
+ * peers all have a device transport runs here with device pointers (x->dev:
+ * transports from comm_dev_ops, local steps as kernels and copies on the
+ * communicator's internal stream); any other is staged through host memory
+ * and runs here as a host op.
  */
 #include <errno.h>
 #include <poll.h>
@@ -24,54 +30,10 @@
 
 #include "collectives/generators.h"
 #include "collectives/select.h"
-#include "src/comm.h"
 #include "src/config.h"
+#include "src/exec_int.h"
 #include "src/log.h"
-
-#define XPEND 64
-
-typedef struct pend {
-  tp_conn *conn;
-  const tp_ops *ops;
-  uint64_t ticket;
-  const char *p;
-  size_t len;
-} pend;
-
-typedef struct xchan {
-  const sched_channel *sc;
-  int ch;  /* schedule channel index */
-  int tch; /* transport channel used for its connections */
-  int nslices;
-  int slice, step;
-  uint32_t sub;
-  int phase;
-  int done;
-  double w_lo, w_hi;
-  const uint8_t *vol; /* per step: the source is overwritten later */
-  int npend;
-  /* what the channel waits for, for sleeping and for error messages */
-  tp_conn *wait_conn;
-  short wait_events;
-  int wait_peer;
-  pend pend[XPEND]; /* last: not cleared between calls */
-} xchan;
-
-typedef struct xop {
-  exec_op *op;
-  const sched *s;
-  sched_channel p2p; /* send/recv: one local step */
-  sched_step p2p_step;
-  int me;
-  char *bufs[4];
-  size_t E, esize;
-  int K;
-  tp_reducer red;
-  xchan *chans;
-  int nch;
-  int done;
-  int is_p2p;
-} xop;
+#include "transports/cuda/cuda_dev.h"
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -79,16 +41,6 @@ static inline void cpu_relax(void) {
 #elif defined(__aarch64__)
   __asm__ __volatile__("yield");
 #endif
-}
-
-static int64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static const tp_ops *peer_ops(braid_comm *c, int peer) {
-  return c->tp[c->peer_tp[peer]];
 }
 
 /* ---- geometry ---------------------------------------------------------- */
@@ -165,14 +117,14 @@ static int pend_room(braid_comm *c, xchan *h) {
   return TP_AGAIN;
 }
 
-static int do_send(braid_comm *c, xchan *h, int peer, const char *p,
-                   size_t len) {
+static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
+                   const char *p, size_t len) {
   int vol = h->vol != NULL && h->vol[h->step];
   int r = pend_room(c, h);
   if (r != BRAID_SUCCESS)
     return r;
-  tp_conn *conn = comm_conn(c, peer, h->tch);
-  const tp_ops *ops = peer_ops(c, peer);
+  tp_conn *conn = x_conn(c, x, peer, h->tch);
+  const tp_ops *ops = x_ops(c, x, peer);
   uint64_t t = 0;
   r = vol && ops->isend_copy != NULL ? ops->isend_copy(conn, p, len, &t)
                                      : ops->isend(conn, p, len, &t);
@@ -193,12 +145,15 @@ static int do_send(braid_comm *c, xchan *h, int peer, const char *p,
 static int chan_error(braid_comm *c, const xop *x, const xchan *h, int peer,
                       int r) {
   const char *why = "";
-  if (peer >= 0 && peer < c->nranks) {
-    int t = c->peer_tp[peer];
-    if (c->tp[t]->last_error != NULL)
-      why = c->tp[t]->last_error(c->tp_state[t]);
-  }
   const sched_step *st = &h->sc->steps[h->step];
+  int local = st->prim == SCHED_P_COPY || st->prim == SCHED_P_REDUCE;
+  if (local && x->dev >= 0) {
+    why = cudev_error();
+  } else if (peer >= 0 && peer < c->nranks) {
+    const tp_ops *t = x_ops(c, x, peer);
+    if (t != NULL && t->last_error != NULL)
+      why = t->last_error(x_state(c, x, peer));
+  }
   comm_set_error(c, "%s #%llu on rank %d: channel %d step %d (%s, peer %d): %s",
                  x->op->name, (unsigned long long)x->op->seq, c->rank, h->ch,
                  h->step, sched_prim_name((sched_prim)st->prim), peer,
@@ -251,18 +206,22 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
     }
     int r = BRAID_SUCCESS;
     int peer = st->peer;
+    int local = st->prim == SCHED_P_COPY || st->prim == SCHED_P_REDUCE;
+    if (x->dev >= 0 && !local && x_ops(c, x, peer) == NULL)
+      return chan_error(c, x, h, peer, BRAID_ERR_INTERNAL); /* no device tp */
     switch ((sched_prim)st->prim) {
     case SCHED_P_SEND:
-      r = do_send(c, h, peer, src, len);
+      r = do_send(c, x, h, peer, src, len);
       break;
     case SCHED_P_RECV:
     case SCHED_P_RECV_COPY_SEND:
       if (h->phase == 0) {
         r = hazard(c, h, dst, len);
         if (r == BRAID_SUCCESS) {
-          r = peer_ops(c, peer)->recv(comm_conn(c, peer, h->tch), dst, len);
+          tp_conn *conn = x_conn(c, x, peer, h->tch);
+          r = x_ops(c, x, peer)->recv(conn, dst, len);
           if (r == TP_AGAIN) {
-            h->wait_conn = comm_conn(c, peer, h->tch);
+            h->wait_conn = conn;
             h->wait_events = POLLIN;
             h->wait_peer = peer;
           }
@@ -274,7 +233,7 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
       }
       if (h->phase == 1 && r == BRAID_SUCCESS) {
         peer = st->peer_out;
-        r = do_send(c, h, peer, dst, len);
+        r = do_send(c, x, h, peer, dst, len);
       }
       break;
     case SCHED_P_RECV_REDUCE:
@@ -282,8 +241,8 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
       if (h->phase == 0) {
         r = hazard(c, h, dst, len);
         if (r == BRAID_SUCCESS) {
-          tp_conn *conn = comm_conn(c, peer, h->tch);
-          r = peer_ops(c, peer)->recv_reduce(conn, src, dst, len, &x->red);
+          tp_conn *conn = x_conn(c, x, peer, h->tch);
+          r = x_ops(c, x, peer)->recv_reduce(conn, src, dst, len, &x->red.base);
           if (r == TP_AGAIN) {
             h->wait_conn = conn;
             h->wait_events = POLLIN;
@@ -297,7 +256,7 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
       }
       if (h->phase == 1 && r == BRAID_SUCCESS) {
         peer = st->peer_out;
-        r = do_send(c, h, peer, dst, len);
+        r = do_send(c, x, h, peer, dst, len);
       }
       break;
     case SCHED_P_COPY:
@@ -308,13 +267,17 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
       if (dst == src) /* in place: nothing to do */
         break;
       r = hazard(c, h, dst, len);
-      if (r == BRAID_SUCCESS)
+      if (r == BRAID_SUCCESS && x->dev >= 0)
+        r = exec_dev_copy(c, x, dst, src, len);
+      else if (r == BRAID_SUCCESS)
         memmove(dst, src, len);
       break;
     case SCHED_P_REDUCE:
       r = hazard(c, h, dst, len);
-      if (r == BRAID_SUCCESS)
-        x->red.fn(dst, dst, src, len / x->esize);
+      if (r == BRAID_SUCCESS && x->dev >= 0)
+        r = exec_dev_reduce(c, x, dst, src, len);
+      else if (r == BRAID_SUCCESS)
+        x->red.base.fn(dst, dst, src, len / x->esize);
       break;
     default:
       r = BRAID_ERR_INTERNAL;
@@ -522,8 +485,12 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
   x->op = op;
   x->esize = braid_dtype_size(op->dt);
   x->E = op->count;
-  red_fn fn = red_get(op->dt, op->op);
-  x->red = (tp_reducer){fn, x->esize};
+  x->dev = op->is_barrier ? -1 : op->dev;
+  x->red.base.fn = red_get(op->dt, op->op);
+  x->red.base.elem_size = x->esize;
+  x->red.dt = op->dt;
+  x->red.op = op->op;
+  x->red.dev_stream = x->dev >= 0 ? c->dev->stream : NULL;
   x->bufs[SCHED_BUF_IN] = (char *)op->in; /* never written when const */
   x->bufs[SCHED_BUF_OUT] = (char *)op->out;
   if (op->is_barrier) {
@@ -554,8 +521,14 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
   x->me = c->rank;
   if (s->scratch_blocks > 0) {
     size_t bytes = (size_t)s->scratch_blocks * x->E * x->esize;
-    CHECKR(scratch_reserve(c, bytes));
-    x->bufs[SCHED_BUF_SCRATCH] = c->scratch;
+    if (x->dev >= 0) {
+      void *p = NULL;
+      CHECKR(comm_dev_scratch(c, bytes, &p));
+      x->bufs[SCHED_BUF_SCRATCH] = p;
+    } else {
+      CHECKR(scratch_reserve(c, bytes));
+      x->bufs[SCHED_BUF_SCRATCH] = c->scratch;
+    }
   }
   x->nch = s->nchannels;
   double w = 0.0;
@@ -571,17 +544,21 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
   return BRAID_SUCCESS;
 }
 
-static void xop_finish(braid_comm *c, xop *x) {
+static int xop_finish(braid_comm *c, xop *x) {
   exec_op *op = x->op;
+  int r = BRAID_SUCCESS;
   if (op->op == BRAID_AVG && x->E > 0) {
     int div = 0;
     if (op->coll == SCHED_ALLREDUCE || op->coll == SCHED_REDUCE_SCATTER ||
         (op->coll == SCHED_REDUCE && c->rank == op->root))
       div = 1;
-    if (div)
+    if (div && x->dev >= 0)
+      r = exec_dev_div(c, x);
+    else if (div)
       red_div(op->out, x->E, op->dt, c->nranks);
   }
   x->done = 1;
+  return r;
 }
 
 /* ---- waiting ----------------------------------------------------------- */
@@ -592,116 +569,6 @@ typedef struct waiter {
   int64_t last_progress;
   int sleeps;
 } waiter;
-
-static braid_result check_health(braid_comm *c, xop *xs, int nops) {
-  if (atomic_load(&c->aborted)) {
-    comm_set_error(c, "the communicator was aborted");
-    return BRAID_ERR_ABORTED;
-  }
-  for (int i = 0; i < c->ntp; i++) {
-    int dead = -1;
-    if (c->tp[i]->check_peers != NULL &&
-        c->tp[i]->check_peers(c->tp_state[i], &dead) != BRAID_SUCCESS) {
-      const exec_op *op = xs[0].op;
-      for (int k = 0; k < nops; k++)
-        if (!xs[k].done) {
-          op = xs[k].op;
-          break;
-        }
-      const char *why = c->tp[i]->last_error != NULL
-                            ? c->tp[i]->last_error(c->tp_state[i])
-                            : "";
-      comm_set_error(c,
-                     "rank %d died or closed its connections during %s #%llu "
-                     "(seen by rank %d: %s)",
-                     dead, op->name, (unsigned long long)op->seq, c->rank, why);
-      for (int k = 0; k < c->ntp; k++)
-        if (c->tp[k]->set_cause != NULL)
-          c->tp[k]->set_cause(c->tp_state[k], dead);
-      return BRAID_ERR_REMOTE;
-    }
-  }
-  int dead = -1;
-  if (boot_check_peers(c->boot, &dead) != BRAID_SUCCESS) {
-    comm_set_error(c,
-                   "rank %d died or closed its connections (seen by rank "
-                   "%d on the bootstrap socket)",
-                   dead, c->rank);
-    return BRAID_ERR_REMOTE;
-  }
-  return BRAID_SUCCESS;
-}
-
-/* A transport saw a peer fail (reset, failed read). Ask the peer checks,
- * for a short while, which rank died first: they name the cause and record
- * it, so ranks that see this one leave next name that rank too. */
-static braid_result remote_cause(braid_comm *c, xop *xs, int nops,
-                                 braid_result r) {
-  if (r != BRAID_ERR_REMOTE)
-    return r;
-  int64_t until = now_us() + 200000;
-  for (;;) {
-    if (check_health(c, xs, nops) == BRAID_ERR_REMOTE)
-      return BRAID_ERR_REMOTE;
-    if (now_us() > until)
-      return r; /* keep the transport's own message */
-    struct timespec ts = {0, 5000000};
-    nanosleep(&ts, NULL);
-  }
-}
-
-static void describe_wait(braid_comm *c, xop *xs, int nops, char *buf,
-                          size_t len) {
-  buf[0] = '\0';
-  for (int k = 0; k < nops; k++) {
-    if (xs[k].done)
-      continue;
-    for (int i = 0; i < xs[k].nch; i++) {
-      xchan *h = &xs[k].chans[i];
-      if (h->done)
-        continue;
-      const sched_step *st =
-          h->step < h->sc->nsteps ? &h->sc->steps[h->step] : NULL;
-      snprintf(buf, len, "waiting on rank %d (channel %d, step %d %s)",
-               h->wait_peer, h->ch, h->step,
-               st ? sched_prim_name((sched_prim)st->prim) : "end");
-      return;
-    }
-  }
-  (void)c;
-}
-
-static void sleep_once(braid_comm *c, xop *xs, int nops, const uint32_t *seen,
-                       int timeout_us) {
-  struct pollfd fds[64];
-  int nfds = 0;
-  for (int k = 0; k < nops; k++) {
-    if (xs[k].done)
-      continue;
-    for (int i = 0; i < xs[k].nch && nfds < 64; i++) {
-      xchan *h = &xs[k].chans[i];
-      if (h->done || h->wait_conn == NULL || h->wait_peer < 0)
-        continue;
-      const tp_ops *ops = peer_ops(c, h->wait_peer);
-      int fd = ops->pollfd != NULL ? ops->pollfd(h->wait_conn) : -1;
-      if (fd >= 0)
-        fds[nfds++] = (struct pollfd){fd, h->wait_events, 0};
-    }
-  }
-  int bell = -1;
-  for (int i = 0; i < c->ntp; i++)
-    if (c->tp[i]->bell_wait != NULL)
-      bell = i;
-  if (bell >= 0 && nfds == 0) {
-    c->tp[bell]->bell_wait(c->tp_state[bell], seen[bell], timeout_us);
-  } else if (bell >= 0) {
-    c->tp[bell]->bell_wait(c->tp_state[bell], seen[bell], 100);
-    (void)poll(fds, (nfds_t)nfds, 0);
-  } else {
-    (void)poll(fds, (nfds_t)nfds,
-               timeout_us / 1000 > 0 ? timeout_us / 1000 : 1);
-  }
-}
 
 /* ---- running ----------------------------------------------------------- */
 
@@ -716,6 +583,13 @@ static int p2p_blocked(xop *xs, int k) {
 }
 
 braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
+  for (int k = 0; k < nops; k++)
+    if (ops[k].dev >= 0 && !ops[k].is_barrier)
+      return exec_dev_run(c, ops, nops);
+  return exec_loop(c, ops, nops);
+}
+
+braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
   xop stackx[4];
   xop *xs = nops <= 4 ? stackx : calloc((size_t)nops, sizeof *xs);
   if (xs == NULL)
@@ -739,7 +613,7 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
       goto out;
   }
   const cfg_env *cfg = cfg_get();
-  waiter w = {0, 0, now_us(), 0};
+  waiter w = {0, 0, exec_now_us(), 0};
   uint32_t seen[COMM_MAX_TRANSPORTS] = {0};
   for (;;) {
     for (int i = 0; i < c->ntp; i++)
@@ -765,36 +639,27 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
           continue;
         int r = chan_advance(c, x, h, &moved);
         if (r != BRAID_SUCCESS) {
-          res = remote_cause(c, xs, nops, (braid_result)r);
+          res = exec_remote_cause(c, xs, nops, (braid_result)r);
           goto out;
         }
         all &= h->done;
       }
       if (all) {
-        xop_finish(c, x);
+        res = (braid_result)xop_finish(c, x);
+        if (res != BRAID_SUCCESS)
+          goto out;
         moved = 1;
       }
     }
     if (!pending) {
       /* copies a transport still holds (isend_copy) must reach the wire
        * before the call returns: a peer may wait for them */
-      int again = 0;
-      for (int i = 0; i < c->ntp; i++) {
-        if (c->tp[i]->flush == NULL)
-          continue;
-        int r = c->tp[i]->flush(c->tp_state[i]);
-        if (r == TP_AGAIN) {
-          again = 1;
-        } else if (r != BRAID_SUCCESS) {
-          comm_set_error(c, "flushing %s: %s", c->tp[i]->name,
-                         c->tp[i]->last_error != NULL
-                             ? c->tp[i]->last_error(c->tp_state[i])
-                             : braid_result_string((braid_result)r));
-          res = (braid_result)r;
-          goto out;
-        }
+      int r = exec_flush(c, xs, nops);
+      if (r != BRAID_SUCCESS && r != TP_AGAIN) {
+        res = (braid_result)r;
+        goto out;
       }
-      if (!again)
+      if (r == BRAID_SUCCESS)
         break;
     }
     if (moved) {
@@ -802,7 +667,7 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
       w.sleeps = 0;
       continue;
     }
-    int64_t t = now_us();
+    int64_t t = exec_now_us();
     if (w.idle_since == 0) {
       w.idle_since = t;
       w.last_progress = t;
@@ -810,12 +675,12 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
     int64_t idle = t - w.idle_since;
     if (t - w.last_check > 50000 && idle > 1000) {
       w.last_check = t;
-      res = check_health(c, xs, nops);
+      res = exec_check_health(c, xs, nops);
       if (res != BRAID_SUCCESS)
         goto out;
       if (idle > (int64_t)c->timeout_ms * 1000) {
         char what[160];
-        describe_wait(c, xs, nops, what, sizeof what);
+        exec_describe_wait(xs, nops, what, sizeof what);
         const exec_op *op = xs[0].op;
         for (int k = 0; k < nops; k++)
           if (!xs[k].done) {
@@ -839,7 +704,7 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
     } else {
       int us = 50 << (w.sleeps < 8 ? w.sleeps : 8); /* up to ~12 ms */
       w.sleeps++;
-      sleep_once(c, xs, nops, seen, us);
+      exec_sleep_once(c, xs, nops, seen, us);
     }
   }
 out:

@@ -18,11 +18,10 @@ void train_opts_default(train_opts *o) {
   o->eval = 1;
 }
 
-__attribute__((format(printf, 3, 4))) static void
-seterr(char *err, size_t errlen, const char *fmt, ...) {
+void train_seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  /* the analyzer misreads va_start in static variadic functions */
+  /* the analyzer misreads va_start in variadic functions */
   // NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized)
   vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
@@ -63,93 +62,55 @@ static void shard(size_t n, int r, int size, size_t *lo, size_t *hi) {
   *hi = n * (size_t)(r + 1) / (size_t)size;
 }
 
-static int fail(dist *d, const char *what, braid_result r, char *err,
-                size_t errlen) {
-  seterr(err, errlen, "rank %d: %s: %s: %s", d->rank, what,
-         braid_result_string(r), dist_error(d));
+int train_fail(dist *d, const char *what, braid_result r, char *err,
+               size_t errlen) {
+  train_seterr(err, errlen, "rank %d: %s: %s: %s", d->rank, what,
+               braid_result_string(r), dist_error(d));
   return -1;
 }
 
 /* Test accuracy and loss, each rank a shard, counts summed. */
-static int evaluate(dist *d, lenet *m, const dataset *ds, float *x, uint8_t *y,
-                    uint32_t *idx, double *acc, double *loss, char *err,
-                    size_t errlen) {
+static int evaluate(dist *d, const train_loop_ops *ops, void *ctx, int maxb,
+                    const dataset *ds, float *x, uint8_t *y, uint32_t *idx,
+                    double *acc, double *loss, char *err, size_t errlen) {
   size_t lo, hi;
   shard(ds->n, d->rank, d->size, &lo, &hi);
   double tot[3] = {0, 0, 0}; /* loss, correct, count */
-  for (size_t s = lo; s < hi; s += (size_t)m->maxb) {
-    int b = (int)(hi - s < (size_t)m->maxb ? hi - s : (size_t)m->maxb);
+  for (size_t s = lo; s < hi; s += (size_t)maxb) {
+    int b = (int)(hi - s < (size_t)maxb ? hi - s : (size_t)maxb);
     for (int i = 0; i < b; i++)
       idx[i] = (uint32_t)(s + (size_t)i);
     gather(ds, idx, b, x, y);
     double l;
     long c;
-    lenet_evaluate(m, b, x, y, &l, &c);
+    if (ops->eval(ctx, b, x, y, &l, &c, err, errlen) != 0)
+      return -1;
     tot[0] += l;
     tot[1] += (double)c;
     tot[2] += b;
   }
   braid_result r = dist_allreduce(d, tot, 3, BRAID_FLOAT64, BRAID_SUM);
   if (r != BRAID_SUCCESS)
-    return fail(d, "allreduce of test counts", r, err, errlen);
+    return train_fail(d, "allreduce of test counts", r, err, errlen);
   *acc = tot[2] > 0 ? tot[1] / tot[2] : 0.0;
   *loss = tot[2] > 0 ? tot[0] / tot[2] : 0.0;
   return 0;
 }
 
-int train_run(const train_opts *o, dist *d, lenet *m, const dataset *train,
-              const dataset *test, train_result *res, char *err,
-              size_t errlen) {
-  memset(res, 0, sizeof *res);
-  if (d->size < 1 || d->rank < 0 || d->rank >= d->size) {
-    seterr(err, errlen, "bad communicator: rank %d of %d", d->rank, d->size);
-    return -1;
-  }
-  if (o->batch < 1 || o->epochs < 1 || !(o->lr > 0.0f) || o->bucket_mb < 0) {
-    seterr(err, errlen, "bad options: batch %d, epochs %d, lr %g, bucket %g",
-           o->batch, o->epochs, (double)o->lr, o->bucket_mb);
-    return -1;
-  }
-  const int per_rank = (o->batch + d->size - 1) / d->size;
-  if (m->maxb < per_rank || m->maxb < 1) {
-    seterr(err, errlen, "model workspace holds %d images, a shard needs %d",
-           m->maxb, per_rank);
-    return -1;
-  }
-  if (train->n == 0 || train->n > UINT32_MAX) {
-    seterr(err, errlen, "training set has %zu images", train->n);
-    return -1;
-  }
+static double extra_wait(const train_loop_ops *ops, void *ctx) {
+  return ops->extra_wait_s ? ops->extra_wait_s(ctx) : 0.0;
+}
 
-  size_t offs[LENET_NTENSORS], counts[LENET_NTENSORS];
-  for (int i = 0; i < LENET_NTENSORS; i++) {
-    offs[i] = m->t[i].off;
-    counts[i] = m->t[i].count;
-  }
-  bucketer bk;
-  size_t cap = (size_t)(o->bucket_mb * 1024.0 * 1024.0);
-  if (bucketer_plan(&bk, LENET_NTENSORS, offs, counts, cap, d, m->grads,
-                    o->overlap, BRAID_AVG) != 0) {
-    seterr(err, errlen, "cannot plan gradient buckets");
-    return -1;
-  }
-  res->nbuckets = bk.nbuckets;
-
-  float *x = malloc((size_t)m->maxb * PIXELS * sizeof(float));
-  uint8_t *y = malloc((size_t)m->maxb);
+int train_loop(const train_opts *o, dist *d, int maxb, const dataset *train,
+               const dataset *test, const train_loop_ops *ops, void *ctx,
+               train_result *res, char *err, size_t errlen) {
+  float *x = malloc((size_t)maxb * PIXELS * sizeof(float));
+  uint8_t *y = malloc((size_t)maxb);
   uint32_t *perm = malloc(train->n * sizeof(uint32_t));
-  uint32_t *idx = malloc((size_t)m->maxb * sizeof(uint32_t));
+  uint32_t *idx = malloc((size_t)maxb * sizeof(uint32_t));
   int rc = -1;
   if (!x || !y || !perm || !idx) {
-    seterr(err, errlen, "out of memory");
-    goto out;
-  }
-
-  /* Everyone starts from rank 0's parameters. */
-  lenet_init_params(m, o->seed);
-  braid_result r = dist_broadcast(d, m->params, m->nparams, BRAID_FLOAT32, 0);
-  if (r != BRAID_SUCCESS) {
-    fail(d, "broadcast of the initial parameters", r, err, errlen);
+    train_seterr(err, errlen, "out of memory");
     goto out;
   }
 
@@ -161,7 +122,7 @@ int train_run(const train_opts *o, dist *d, lenet *m, const dataset *train,
     if (o->steps > 0 && step >= o->steps)
       break;
     shuffle(perm, train->n, o->seed, ep);
-    double t0 = dist_now(), w0 = d->wait_s;
+    double t0 = dist_now(), w0 = d->wait_s + extra_wait(ops, ctx);
     double tot[3] = {0, 0, 0}; /* loss, correct, count */
     for (size_t s = 0; s < nsteps_epoch; s++) {
       if (o->steps > 0 && step >= o->steps) {
@@ -180,30 +141,22 @@ int train_run(const train_opts *o, dist *d, lenet *m, const dataset *train,
       const float scale = (float)d->size / (float)g;
       double l;
       long c;
-      bucketer_begin(&bk);
-      int e = lenet_train_step(m, b, x, y, scale, &l, &c, bucketer_ready, &bk);
-      if (e != 0) {
-        dist_wait(d);
-        fail(d, "gradient allreduce", (braid_result)e, err, errlen);
+      if (ops->step(ctx, b, x, y, scale, &l, &c, err, errlen) != 0)
         goto out;
-      }
-      r = bucketer_finish(&bk);
-      if (r != BRAID_SUCCESS) {
-        fail(d, "gradient allreduce", r, err, errlen);
-        goto out;
-      }
-      lenet_sgd(m, o->lr);
       tot[0] += l;
       tot[1] += (double)c;
       tot[2] += b;
       step++;
     }
-    r = dist_allreduce(d, tot, 3, BRAID_FLOAT64, BRAID_SUM);
+    if (ops->epoch_end && ops->epoch_end(ctx, err, errlen) != 0)
+      goto out;
+    braid_result r = dist_allreduce(d, tot, 3, BRAID_FLOAT64, BRAID_SUM);
     if (r != BRAID_SUCCESS) {
-      fail(d, "allreduce of training counts", r, err, errlen);
+      train_fail(d, "allreduce of training counts", r, err, errlen);
       goto out;
     }
-    const double et = dist_now() - t0, ew = d->wait_s - w0;
+    const double et = dist_now() - t0;
+    const double ew = d->wait_s + extra_wait(ops, ctx) - w0;
     train_time += et;
     train_wait += ew;
     res->epochs_run = ep + 1;
@@ -211,8 +164,8 @@ int train_run(const train_opts *o, dist *d, lenet *m, const dataset *train,
     res->train_acc = tot[2] > 0 ? tot[1] / tot[2] : 0.0;
     double te0 = dist_now(), tloss = 0.0;
     if (test && o->eval) {
-      if (evaluate(d, m, test, x, y, idx, &res->test_acc, &tloss, err,
-                   errlen) != 0)
+      if (evaluate(d, ops, ctx, maxb, test, x, y, idx, &res->test_acc, &tloss,
+                   err, errlen) != 0)
         goto out;
     }
     const double evt = dist_now() - te0;
@@ -232,21 +185,6 @@ int train_run(const train_opts *o, dist *d, lenet *m, const dataset *train,
   res->steps = step;
   res->epoch_s = res->epochs_run ? train_time / res->epochs_run : 0.0;
   res->comm_share = train_time > 0 ? train_wait / train_time : 0.0;
-
-  /* Replica check: identical parameters give one hash, so min == max. */
-  res->hash = lenet_param_hash(m);
-  uint64_t hmin = res->hash, hmax = res->hash;
-  r = dist_allreduce(d, &hmin, 1, BRAID_UINT64, BRAID_MIN);
-  if (r == BRAID_SUCCESS)
-    r = dist_allreduce(d, &hmax, 1, BRAID_UINT64, BRAID_MAX);
-  if (r != BRAID_SUCCESS) {
-    fail(d, "allreduce of the parameter hash", r, err, errlen);
-    goto out;
-  }
-  res->replicas_identical = hmin == hmax && hmin == res->hash;
-  if (o->save_params && d->rank == 0 &&
-      train_save_params(m, o->save_params, err, errlen) != 0)
-    goto out;
   rc = 0;
 out:
   free(x);
@@ -256,11 +194,119 @@ out:
   return rc;
 }
 
+int train_finish(const train_opts *o, dist *d, const lenet *host,
+                 train_result *res, char *err, size_t errlen) {
+  /* Replica check: identical parameters give one hash, so min == max. */
+  res->hash = lenet_param_hash(host);
+  uint64_t hmin = res->hash, hmax = res->hash;
+  braid_result r = dist_allreduce(d, &hmin, 1, BRAID_UINT64, BRAID_MIN);
+  if (r == BRAID_SUCCESS)
+    r = dist_allreduce(d, &hmax, 1, BRAID_UINT64, BRAID_MAX);
+  if (r != BRAID_SUCCESS)
+    return train_fail(d, "allreduce of the parameter hash", r, err, errlen);
+  res->replicas_identical = hmin == hmax && hmin == res->hash;
+  if (o->save_params && d->rank == 0 &&
+      train_save_params(host, o->save_params, err, errlen) != 0)
+    return -1;
+  return 0;
+}
+
+/* ---- the CPU model ---- */
+
+typedef struct cpu_ctx {
+  dist *d;
+  lenet *m;
+  bucketer *bk;
+  float lr;
+} cpu_ctx;
+
+static int cpu_step(void *ctx, int b, const float *x, const uint8_t *y,
+                    float scale, double *loss, long *correct, char *err,
+                    size_t errlen) {
+  cpu_ctx *c = ctx;
+  bucketer_begin(c->bk);
+  int e = lenet_train_step(c->m, b, x, y, scale, loss, correct, bucketer_ready,
+                           c->bk);
+  if (e != 0) {
+    dist_wait(c->d);
+    return train_fail(c->d, "gradient allreduce", (braid_result)e, err, errlen);
+  }
+  braid_result r = bucketer_finish(c->bk);
+  if (r != BRAID_SUCCESS)
+    return train_fail(c->d, "gradient allreduce", r, err, errlen);
+  lenet_sgd(c->m, c->lr);
+  return 0;
+}
+
+static int cpu_eval(void *ctx, int b, const float *x, const uint8_t *y,
+                    double *loss, long *correct, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  cpu_ctx *c = ctx;
+  lenet_evaluate(c->m, b, x, y, loss, correct);
+  return 0;
+}
+
+int train_run(const train_opts *o, dist *d, lenet *m, const dataset *train,
+              const dataset *test, train_result *res, char *err,
+              size_t errlen) {
+  memset(res, 0, sizeof *res);
+  if (d->size < 1 || d->rank < 0 || d->rank >= d->size) {
+    train_seterr(err, errlen, "bad communicator: rank %d of %d", d->rank,
+                 d->size);
+    return -1;
+  }
+  if (o->batch < 1 || o->epochs < 1 || !(o->lr > 0.0f) || o->bucket_mb < 0) {
+    train_seterr(err, errlen,
+                 "bad options: batch %d, epochs %d, lr %g, bucket %g", o->batch,
+                 o->epochs, (double)o->lr, o->bucket_mb);
+    return -1;
+  }
+  const int per_rank = (o->batch + d->size - 1) / d->size;
+  if (m->maxb < per_rank || m->maxb < 1) {
+    train_seterr(err, errlen,
+                 "model workspace holds %d images, a shard needs %d", m->maxb,
+                 per_rank);
+    return -1;
+  }
+  if (train->n == 0 || train->n > UINT32_MAX) {
+    train_seterr(err, errlen, "training set has %zu images", train->n);
+    return -1;
+  }
+
+  size_t offs[LENET_NTENSORS], counts[LENET_NTENSORS];
+  for (int i = 0; i < LENET_NTENSORS; i++) {
+    offs[i] = m->t[i].off;
+    counts[i] = m->t[i].count;
+  }
+  bucketer bk;
+  size_t cap = (size_t)(o->bucket_mb * 1024.0 * 1024.0);
+  if (bucketer_plan(&bk, LENET_NTENSORS, offs, counts, cap, d, m->grads,
+                    o->overlap, BRAID_AVG) != 0) {
+    train_seterr(err, errlen, "cannot plan gradient buckets");
+    return -1;
+  }
+  res->nbuckets = bk.nbuckets;
+
+  /* Everyone starts from rank 0's parameters. */
+  lenet_init_params(m, o->seed);
+  braid_result r = dist_broadcast(d, m->params, m->nparams, BRAID_FLOAT32, 0);
+  if (r != BRAID_SUCCESS)
+    return train_fail(d, "broadcast of the initial parameters", r, err, errlen);
+
+  static const train_loop_ops cpu_ops = {cpu_step, NULL, cpu_eval, NULL};
+  cpu_ctx c = {d, m, &bk, o->lr};
+  if (train_loop(o, d, m->maxb, train, test, &cpu_ops, &c, res, err, errlen) !=
+      0)
+    return -1;
+  return train_finish(o, d, m, res, err, errlen);
+}
+
 int train_save_params(const lenet *m, const char *path, char *err,
                       size_t errlen) {
   FILE *f = fopen(path, "wb");
   if (!f) {
-    seterr(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+    train_seterr(err, errlen, "%s: cannot create: %s", path, strerror(errno));
     return -1;
   }
   size_t w = fwrite(m->params, sizeof(float), m->nparams, f);
@@ -268,7 +314,7 @@ int train_save_params(const lenet *m, const char *path, char *err,
   if (fclose(f) != 0)
     bad = 1;
   if (bad) {
-    seterr(err, errlen, "%s: write failed: %s", path, strerror(errno));
+    train_seterr(err, errlen, "%s: write failed: %s", path, strerror(errno));
     return -1;
   }
   return 0;

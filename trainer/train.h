@@ -46,6 +46,54 @@ typedef struct train_result {
 int train_run(const train_opts *o, dist *d, lenet *m, const dataset *train,
               const dataset *test, train_result *res, char *err, size_t errlen);
 
+/* ---- the loop shared by the trainers (CPU in train_run, CUDA) ---- */
+
+/* A trainer's model behind the shared loop. Each callback returns 0, or -1
+ * with a message in err. */
+typedef struct train_loop_ops {
+  /* One SGD step on this rank's b images of a global batch (gradients
+   * scaled by scale, averaged over the ranks, applied); loss: sum of the
+   * b losses, correct: how many were right. */
+  int (*step)(void *ctx, int b, const float *x, const uint8_t *y, float scale,
+              double *loss, long *correct, char *err, size_t errlen);
+  /* After an epoch's last step, before its counts are summed (may be
+   * NULL): e.g. waits for queued device work. */
+  int (*epoch_end)(void *ctx, char *err, size_t errlen);
+  /* Loss sum and correct count on b test images. */
+  int (*eval)(void *ctx, int b, const float *x, const uint8_t *y, double *loss,
+              long *correct, char *err, size_t errlen);
+  /* Seconds waited on collectives outside d so far (may be NULL: 0). */
+  double (*extra_wait_s)(void *ctx);
+} train_loop_ops;
+
+/* The epochs of train_run on any model: shuffles, shards and gathers each
+ * global batch into chunks of at most maxb images (maxb >= the per-rank
+ * batch), calls ops, sums the counts over d, evaluates on test (may be
+ * NULL), logs, and fills res except hash, replicas_identical and nbuckets.
+ * The caller has set up the same initial parameters on every rank. */
+int train_loop(const train_opts *o, dist *d, int maxb, const dataset *train,
+               const dataset *test, const train_loop_ops *ops, void *ctx,
+               train_result *res, char *err, size_t errlen);
+
+/* After train_loop: hashes host's parameters on every rank, checks they are
+ * the same (res->hash, res->replicas_identical) and, when o->save_params is
+ * set, rank 0 writes them there. */
+int train_finish(const train_opts *o, dist *d, const lenet *host,
+                 train_result *res, char *err, size_t errlen);
+
+/* err = "rank R: WHAT: RESULT: DETAILS" from d; returns -1. */
+int train_fail(dist *d, const char *what, braid_result r, char *err,
+               size_t errlen);
+
+/* snprintf into err. */
+__attribute__((format(printf, 3, 4))) void
+train_seterr(char *err, size_t errlen, const char *fmt, ...);
+
+/* The command line of both trainers into o and data; -1 after a message on
+ * stderr; --help prints the usage and exits 0. */
+#define TRAIN_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+int train_parse_args(int argc, char **argv, train_opts *o, const char **data);
+
 /* Writes the flat parameters (little-endian float32, nparams values). */
 int train_save_params(const lenet *m, const char *path, char *err,
                       size_t errlen);

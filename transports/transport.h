@@ -25,6 +25,24 @@ typedef struct tp_reducer {
   size_t elem_size;
 } tp_reducer;
 
+/* The executor hands recv_reduce the `base` of one of these, always: a
+ * transport that carries device buffers reads the reduction from it
+ * (tp_reducer_dev) and runs cudev_reduce(dst, src, message, len / elem_size,
+ * dt, op, dev_stream). dev_stream is the communicator's internal stream for
+ * an operation on device buffers and NULL for host buffers; fn stays the CPU
+ * kernel of (dt, op). (A separate struct rather than more tp_reducer fields,
+ * so callers that fill a tp_reducer positionally stay warning-free.) */
+typedef struct tp_dev_reducer {
+  tp_reducer base;
+  braid_dtype dt;
+  braid_op op;
+  void *dev_stream;
+} tp_dev_reducer;
+
+static inline const tp_dev_reducer *tp_reducer_dev(const tp_reducer *r) {
+  return (const tp_dev_reducer *)(const void *)r;
+}
+
 struct tp_bootstrap; /* src/bootstrap.h */
 
 typedef struct tp_conn tp_conn; /* one per (peer, channel), transport-owned */

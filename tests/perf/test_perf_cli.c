@@ -109,8 +109,15 @@ Test(perf_cli, bad_options_exit_2_with_a_message) {
                      (char *const[]){exe, "all_reduce", "-o", "median", NULL});
   expect_usage_error("unknown collective 'all_sum'",
                      (char *const[]){exe, "all_sum", NULL});
-  expect_usage_error("not built with CUDA",
-                     (char *const[]){exe, "all_reduce", "-G", "1", NULL});
+  /* device buffers: "not built with CUDA", or in a CUDA build with the
+   * GPUs hidden, "no CUDA device" */
+  outcome oc = run((char *const[]){exe, "all_reduce", "-G", "1", NULL},
+                   (char *const[]){"CUDA_VISIBLE_DEVICES=", NULL}, 30);
+  cr_expect_eq(oc.status, 2, "-G 1: exit %d:\n%s", oc.status, oc.out);
+  cr_expect(strstr(oc.out, "not built with CUDA") ||
+                strstr(oc.out, "no CUDA device"),
+            "-G 1:\n%s", oc.out);
+  free(oc.out);
 }
 
 Test(perf_cli, nccl_tests_names_and_help) {

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Device-buffer measurements on a machine with a GPU: builds braid with CUDA
+# and prints a markdown section for docs/PERFORMANCE.md on stdout (progress
+# and raw tool output go to stderr and to $LOG_DIR).
+#
+#   perf/cuda/run_device.sh [build-dir]      (default: build-device)
+#
+# Measures, on GPU 0:
+#   1. reduce_bench: cudev_reduce / cudev_reduce_fwd at 256 MiB for every
+#      dtype x {sum, max} against cudaMemcpy device-to-device bandwidth B
+#      (target: >= 0.90 of B);
+#   2. braid-perf all_reduce -G 1 at 256 MiB with 2 and 4 ranks on the one
+#      GPU (braidrun -n 2/4), busbw against the memory-traffic bound of the
+#      ring over CUDA IPC (target: >= 0.70 of the bound);
+#   3. 8-byte allreduce latency on device buffers, 2 ranks (target < 10 us).
+#
+# The bound (docs/PERFORMANCE.md, "Device buffers"): the cuda transport
+# sends a chunk by copying it into a slot in the receiver's device memory
+# (read c, write c) and receives by reducing (read slot, read local, write:
+# 3c) or copying (read slot, write: 2c) out of the slot. A ring allreduce of
+# S bytes on k ranks, chunks c = S/k, does per rank 2(k-1) sends, (k-1)
+# reducing receives and (k-1) copying receives: 9(k-1)c bytes. The k ranks
+# share one GPU, so 9(k-1)S bytes cross its memory and t >= 9(k-1)S / B,
+# algbw = S/t <= B / (9(k-1)), busbw = algbw * 2(k-1)/k <= 2B / (9k).
+#
+# Exit status: 0, 2 no CUDA device (nothing measured), else the failing
+# step's status.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=${1:-$ROOT/build-device}
+SIZE=${SIZE:-256M}
+LOG_DIR=${LOG_DIR:-$BUILD/device-logs}
+JOBS=${JOBS:-$(nproc)}
+
+log() { printf '%s\n' "$*" >&2; }
+
+log "== building in $BUILD (BRAID_CUDA=ON)"
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DBRAID_CUDA=ON -DBRAID_TESTS=OFF \
+  -DCMAKE_BUILD_TYPE=Release >&2
+ninja -C "$BUILD" -j"$JOBS" braid-perf braidrun reduce_bench >&2
+mkdir -p "$LOG_DIR"
+
+PERF=$BUILD/perf/braid-perf
+RUN=$BUILD/tools/braidrun
+RB=$BUILD/perf/cuda/reduce_bench
+
+# ---- 1. reduction kernels against memcpy ----
+log "== reduce_bench -b $SIZE"
+set +e
+"$RB" -b "$SIZE" >"$LOG_DIR/reduce_bench.txt" 2>&1
+rc=$?
+set -e
+cat "$LOG_DIR/reduce_bench.txt" >&2
+if [ "$rc" -eq 2 ]; then
+  log "run_device.sh: no CUDA device here; nothing measured"
+  exit 2
+fi
+[ "$rc" -eq 0 ] || exit "$rc"
+B=$(sed -n 's/^# cudaMemcpy device to device: \([0-9.]*\) GB\/s.*/\1/p' \
+  "$LOG_DIR/reduce_bench.txt")
+[ -n "$B" ] || { log "run_device.sh: no memcpy rate in reduce_bench's output"; exit 3; }
+
+# The data row of a braid-perf run under braidrun (rank 0's "[0] " prefix
+# removed): size count type redop root time algbw busbw #wrong (x2).
+perf_row() {
+  sed -n 's/^\[0\] *//p' "$1" | awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print; exit }'
+}
+
+run_perf() { # log-file ranks args...
+  local out=$1 n=$2
+  shift 2
+  log "== braidrun -n $n braid-perf all_reduce -G 1 $*"
+  set +e
+  "$RUN" -n "$n" --timeout 600 "$PERF" all_reduce -G 1 "$@" >"$out" 2>&1
+  local rc=$?
+  set -e
+  cat "$out" >&2
+  return $rc
+}
+
+# ---- 2. bandwidth, 2 and 4 ranks on GPU 0 ----
+declare -A BW_OOP BW_INP WRONG
+for k in 2 4; do
+  f=$LOG_DIR/allreduce_${k}ranks.txt
+  run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" -n 20 -w 5 -c 1 -d float32
+  row=$(perf_row "$f")
+  [ -n "$row" ] || { log "run_device.sh: no result row in $f"; exit 3; }
+  BW_OOP[$k]=$(awk '{ print $8 }' <<<"$row")
+  BW_INP[$k]=$(awk '{ print $12 }' <<<"$row")
+  WRONG[$k]=$(awk '{ print $9 + $13 }' <<<"$row")
+done
+
+# ---- 3. latency, 8 bytes, 2 ranks (stream-ordered and blocking calls) ----
+lat=$LOG_DIR/allreduce_8B_stream.txt
+run_perf "$lat" 2 -b 8 -e 8 -n 2000 -w 200 -c 1 -d float32
+LAT_S=$(perf_row "$lat" | awk '{ print $6 }')
+latb=$LOG_DIR/allreduce_8B_blocking.txt
+run_perf "$latb" 2 -b 8 -e 8 -n 2000 -w 200 -c 1 -d float32 -y 1
+LAT_B=$(perf_row "$latb" | awk '{ print $6 }')
+
+# ---- the markdown section ----
+GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader \
+  -i 0 2>/dev/null | head -1 || true)
+echo "### Device buffers: measured $(date -u +%Y-%m-%d) on ${GPU:-GPU 0}"
+echo
+echo "Reduction kernels, $SIZE per buffer (\`perf/cuda/reduce_bench\`);"
+echo "cudaMemcpy device to device: **$B GB/s** (B, counting read + write)."
+echo
+grep '^|' "$LOG_DIR/reduce_bench.txt"
+echo
+echo "Allreduce, float32 sum, $SIZE, k ranks on one GPU (\`braidrun -n k"
+echo "braid-perf all_reduce -G 1\`, CUDA stream). Bound: ring over CUDA IPC,"
+echo "busbw <= 2B / (9k) (see \"Device buffers\"); target >= 0.70."
+echo
+echo "| ranks | busbw out-of-place (GB/s) | busbw in-place (GB/s) | bound 2B/(9k) (GB/s) | out-of-place / bound | in-place / bound | #wrong |"
+echo "|---:|---:|---:|---:|---:|---:|---:|"
+for k in 2 4; do
+  awk -v k="$k" -v b="$B" -v o="${BW_OOP[$k]}" -v i="${BW_INP[$k]}" \
+    -v w="${WRONG[$k]}" 'BEGIN {
+      bound = 2 * b / (9 * k);
+      printf "| %d | %.1f | %.1f | %.1f | %.2f | %.2f | %d |\n",
+             k, o, i, bound, o / bound, i / bound, w }'
+done
+echo
+echo "8-byte allreduce on device buffers, 2 ranks on one GPU (target < 10 us):"
+echo
+echo "| mode | time (us) |"
+echo "|---|---:|"
+echo "| CUDA stream (braid_stream_from_cuda), synchronized after the loop | ${LAT_S:-n/a} |"
+echo "| blocking calls (\`-y 1\`) | ${LAT_B:-n/a} |"

@@ -1,0 +1,413 @@
+/*
+ * Device memory on a communicator (src/comm_dev.h): which transport carries
+ * device buffers to each peer, the internal stream, device scratch and
+ * pinned staging.
+ *
+ * Setup is collective. Every rank publishes whether it can serve device
+ * buffers (a CUDA build, the device, a stream) and its host; a host is
+ * usable when all of its ranks can. Each rank then derives the same answer
+ * for every pair: same usable host -> tp_cuda (CUDA IPC); two usable hosts
+ * -> staged over the pair's host transport; otherwise none (NULL: the
+ * executor stages the whole call through host memory). tp_cuda's setup is
+ * itself collective and fails on every rank together; then every same-host
+ * pair falls back to none.
+ *
+ * Device-wide waits. While a call on a user's CUDA stream runs, that stream
+ * is held at its gate (cudev_gate) until the call is done. Anything this
+ * thread does that waits for the whole device -- cudaFree, cudaFreeHost,
+ * cudaDeviceSynchronize, on some drivers cudaIpcCloseMemHandle -- would wait
+ * for the held stream, which waits for this thread: a deadlock. So:
+ *  - scratch and staging grow without freeing: the outgrown buffer goes on
+ *    a list freed at comm_dev_teardown (which runs when no gate is held),
+ *    and each growth at least doubles, so the list holds less than the
+ *    current buffer's size in all;
+ *  - only the internal stream is ever synchronised during an operation,
+ *    never the device;
+ *  - setup (the first call with device buffers, possibly on a CUDA stream)
+ *    creates a stream, cudaMalloc's tp_cuda's IPC region and maps the
+ *    peers' regions; staged's pinned slots are cudaHostAlloc'd on first use.
+ *    cudaMalloc and cudaHostAlloc do not wait for other streams' work, but
+ *    they take the driver's allocation locks: a user thread that meanwhile
+ *    blocks in the driver on the held stream (a synchronous copy to
+ *    pageable memory issued behind the call, for example) can hold such a
+ *    lock, and both would wait. Making the first device call of a
+ *    communicator a blocking one (NULL stream), or synchronising the user's
+ *    stream only with cudaStreamSynchronize / events, avoids it. A failed
+ *    setup frees what it made (tp_cuda's teardown): that happens before any
+ *    device work of the call was issued, but on a held stream it is the
+ *    same kind of wait; it is rare (setup fails on every rank together).
+ */
+#include "src/comm_dev.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/log.h"
+#include "transports/cuda/cuda_dev.h"
+#include "transports/cuda/cuda_tp.h"
+
+/* A buffer outgrown during an operation, freed at teardown (see
+ * "Device-wide waits" above). */
+typedef struct dev_retired {
+  void *p;
+  int host; /* 1: cudev_host_alloc'd, 0: cudev_malloc'd */
+} dev_retired;
+
+/* c->dev with what teardown needs. */
+typedef struct dev_priv {
+  comm_dev pub;
+  void *cuda_state;                  /* tp_cuda, or NULL */
+  void *staged[COMM_MAX_TRANSPORTS]; /* per host transport of c->tp */
+  int ncuda, nstaged;                /* peers on each */
+  dev_retired *retired;              /* outgrown scratch and staging */
+  int nretired, retired_cap;
+} dev_priv;
+
+typedef struct dev_rec {
+  int32_t ok;
+  int32_t device;
+  char busid[32];
+} dev_rec;
+
+static tp_conn *host_conn(void *arg, int peer, int channel) {
+  return comm_conn((braid_comm *)arg, peer, channel);
+}
+
+/* Whether this rank can serve device buffers on `device`; why when not. */
+static int local_ok(comm_dev *d, int device, char *why, size_t len) {
+  if (!cudev_built()) {
+    snprintf(why, len,
+             "libbraid was built without CUDA (BRAID_CUDA=OFF or "
+             "no nvcc at build time)");
+    return 0;
+  }
+  int n = cudev_count();
+  if (n <= 0) {
+    snprintf(why, len, "no CUDA device is visible (driver or GPU missing): %s",
+             cudev_error());
+    return 0;
+  }
+  if (device < 0 || device >= n) {
+    snprintf(why, len, "GPU %d does not exist (%d visible)", device, n);
+    return 0;
+  }
+  if (cudev_set_device(device) != BRAID_SUCCESS ||
+      cudev_stream_create(&d->stream) != BRAID_SUCCESS) {
+    snprintf(why, len, "GPU %d: %s", device, cudev_error());
+    d->stream = NULL;
+    return 0;
+  }
+  return 1;
+}
+
+/* Host usability: every rank of the host is ok. */
+static int host_ok(braid_comm *c, const dev_rec *all, int r) {
+  for (int q = 0; q < c->nranks; q++)
+    if (boot_same_host(c->boot, r, q) && !all[q].ok)
+      return 0;
+  return 1;
+}
+
+static void place_gpu(braid_comm *c, comm_dev *d) {
+  d->gpu_vertex = -1;
+  if (c->topo == NULL)
+    return;
+  char busid[32];
+  if (cudev_busid(d->device, busid, sizeof busid) != BRAID_SUCCESS) {
+    INFO(LOG_TOPO, "rank %d: no PCI bus id for GPU %d: %s", c->rank, d->device,
+         cudev_error());
+    return;
+  }
+  d->gpu_vertex = topo_find_busid(c->topo, busid);
+  if (d->gpu_vertex < 0)
+    INFO(LOG_TOPO, "rank %d: GPU %d (%s) is not in the topology", c->rank,
+         d->device, busid);
+}
+
+/* tp_cuda over the same-host pairs (collective: every rank calls it when
+ * any pair of the job uses it). 0: set up or fell back; else an error. */
+static braid_result cuda_setup(braid_comm *c, dev_priv *p, const uint8_t *on) {
+  tp_setup st;
+  memset(&st, 0, sizeof st);
+  st.boot = c->boot;
+  st.rank = c->rank;
+  st.nranks = c->nranks;
+  st.nchannels = c->nchannels + 1;
+  st.nslots = c->nslots;
+  st.slot_bytes = c->slot_bytes;
+  st.timeout_ms = c->timeout_ms;
+  void *state = NULL;
+  int r = tp_cuda.setup(&st, on, &state);
+  if (r == BRAID_SUCCESS) {
+    p->cuda_state = state;
+    if (state != NULL && p->pub.stream != NULL)
+      cuda_tp_set_stream(state, p->pub.stream);
+    return BRAID_SUCCESS;
+  }
+  /* it failed on every rank: check that the bootstrap still works, then
+   * stage same-host pairs through host memory */
+  braid_result b = boot_barrier(c->boot);
+  if (b != BRAID_SUCCESS) {
+    comm_set_error(c,
+                   "cuda transport setup failed on rank %d: %s; then the "
+                   "bootstrap failed: %s",
+                   c->rank, st.errbuf[0] ? st.errbuf : "no detail",
+                   boot_last_error(c->boot));
+    return b;
+  }
+  WARN(LOG_SHM,
+       "rank %d: the cuda transport is unavailable (%s); device buffers "
+       "between ranks of one host go through host memory",
+       c->rank, st.errbuf[0] ? st.errbuf : "no detail");
+  return BRAID_SUCCESS;
+}
+
+/* staged adapters over the host transports of the other-host pairs. */
+static braid_result staged_setup(braid_comm *c, dev_priv *p,
+                                 const uint8_t *remote) {
+  for (int q = 0; q < c->nranks; q++) {
+    if (!remote[q])
+      continue;
+    int k = c->peer_tp[q];
+    if (p->staged[k] == NULL) {
+      staged_cfg g = {.inner = c->tp[k],
+                      .inner_state = c->tp_state[k],
+                      .inner_conn = host_conn,
+                      .inner_arg = c,
+                      .eng = &cuf_cuda_engine,
+                      .mem = &staged_pinned,
+                      .stream = p->pub.stream,
+                      .rank = c->rank,
+                      .nranks = c->nranks,
+                      .nchannels = c->nchannels + 1,
+                      .nslots = c->nslots,
+                      .slot_bytes = c->slot_bytes};
+      char err[256] = "";
+      int r = staged_new(&g, &p->staged[k], err, sizeof err);
+      if (r != BRAID_SUCCESS) {
+        comm_set_error(c, "rank %d: staging over %s: %s", c->rank,
+                       c->tp[k]->name, err);
+        return (braid_result)r;
+      }
+    }
+    p->pub.ops[q] = &tp_staged;
+    p->pub.state[q] = p->staged[k];
+    p->nstaged++;
+  }
+  return BRAID_SUCCESS;
+}
+
+static void dev_free(dev_priv *p) {
+  if (p == NULL)
+    return;
+  free(p->retired);
+  free(p->pub.ops);
+  free(p->pub.state);
+  free(p);
+}
+
+braid_result comm_dev_setup(braid_comm *c, int device) {
+  if (c == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  if (c->dev != NULL)
+    return BRAID_SUCCESS;
+  int n = c->nranks;
+  dev_priv *p = calloc(1, sizeof *p);
+  dev_rec *all = calloc((size_t)n, sizeof *all);
+  uint8_t *local = calloc((size_t)n, 1), *remote = calloc((size_t)n, 1);
+  if (p != NULL) {
+    p->pub.ops = calloc((size_t)n, sizeof *p->pub.ops);
+    p->pub.state = calloc((size_t)n, sizeof *p->pub.state);
+  }
+  if (p == NULL || all == NULL || local == NULL || remote == NULL ||
+      p->pub.ops == NULL || p->pub.state == NULL) {
+    dev_free(p);
+    free(all);
+    free(local);
+    free(remote);
+    comm_set_error(c, "rank %d: out of memory setting up device buffers",
+                   c->rank);
+    return BRAID_ERR_NOMEM;
+  }
+  comm_dev *d = &p->pub;
+  d->device = device;
+  d->gpu_vertex = -1;
+  /* a rank that cannot serve device buffers still joins every exchange, so
+   * that its peers agree on the pairs and never wait for it */
+  char why[160] = "";
+  dev_rec mine = {.device = device};
+  mine.ok = local_ok(d, device, why, sizeof why);
+  braid_result r = boot_allgather(c->boot, &mine, all, sizeof mine);
+  int any_cuda = 0;
+  if (r == BRAID_SUCCESS) {
+    for (int a = 0; a < n; a++)
+      for (int b = a + 1; b < n; b++)
+        any_cuda |= boot_same_host(c->boot, a, b) && host_ok(c, all, a);
+    int me_ok = mine.ok && host_ok(c, all, c->rank);
+    for (int q = 0; q < n && me_ok; q++) {
+      if (q == c->rank || !host_ok(c, all, q))
+        continue;
+      if (boot_same_host(c->boot, c->rank, q))
+        local[q] = 1;
+      else
+        remote[q] = 1;
+    }
+  } else {
+    comm_set_error(c, "rank %d: exchanging device capabilities: %s", c->rank,
+                   boot_last_error(c->boot));
+  }
+  if (r == BRAID_SUCCESS && any_cuda)
+    r = cuda_setup(c, p, local);
+  if (r == BRAID_SUCCESS && mine.ok) {
+    for (int q = 0; q < n; q++) {
+      if (local[q] && p->cuda_state != NULL) {
+        d->ops[q] = &tp_cuda;
+        d->state[q] = p->cuda_state;
+        p->ncuda++;
+      }
+    }
+    r = staged_setup(c, p, remote);
+  }
+  free(all);
+  free(local);
+  free(remote);
+  c->dev = d;
+  if (r == BRAID_SUCCESS && !mine.ok) {
+    r = BRAID_ERR_UNSUPPORTED;
+    comm_set_error(c, "rank %d cannot move device buffers on GPU %d: %s",
+                   c->rank, device, why);
+  }
+  if (r != BRAID_SUCCESS) {
+    comm_dev_teardown(c);
+    return r;
+  }
+  place_gpu(c, d);
+  INFO(LOG_INIT,
+       "rank %d: device buffers on GPU %d (topology vertex %d): %d peers over "
+       "cuda IPC, %d staged through pinned memory, %d through host memory",
+       c->rank, device, d->gpu_vertex, p->ncuda, p->nstaged,
+       n - 1 - p->ncuda - p->nstaged);
+  return BRAID_SUCCESS;
+}
+
+void comm_dev_teardown(braid_comm *c) {
+  if (c == NULL || c->dev == NULL)
+    return;
+  dev_priv *p = (dev_priv *)c->dev;
+  comm_dev *d = &p->pub;
+  if (d->stream != NULL) { /* the calling thread may have another device */
+    (void)cudev_set_device(d->device);
+    (void)cudev_stream_sync(d->stream);
+  }
+  for (int k = 0; k < COMM_MAX_TRANSPORTS; k++)
+    if (p->staged[k] != NULL)
+      tp_staged.teardown(p->staged[k]);
+  if (p->cuda_state != NULL)
+    tp_cuda.teardown(p->cuda_state);
+  if (d->scratch != NULL)
+    cudev_free(d->scratch);
+  if (d->stage != NULL)
+    cudev_host_free(d->stage);
+  for (int i = 0; i < p->nretired; i++) {
+    if (p->retired[i].host)
+      cudev_host_free(p->retired[i].p);
+    else
+      cudev_free(p->retired[i].p);
+  }
+  if (d->stream != NULL)
+    cudev_stream_destroy(d->stream);
+  dev_free(p);
+  c->dev = NULL;
+}
+
+const tp_ops *comm_dev_ops(braid_comm *c, int peer) {
+  if (c == NULL || c->dev == NULL || peer < 0 || peer >= c->nranks)
+    return NULL;
+  return c->dev->ops[peer];
+}
+
+tp_conn *comm_dev_conn(braid_comm *c, int peer, int channel) {
+  const tp_ops *o = comm_dev_ops(c, peer);
+  if (o == NULL || channel < 0 || channel > c->nchannels)
+    return NULL;
+  return o->conn(c->dev->state[peer], peer, channel);
+}
+
+/* Room on the retired list for one more buffer, made before the new buffer
+ * is allocated so that an outgrown buffer is never lost. */
+static int retire_room(dev_priv *p) {
+  if (p->nretired < p->retired_cap)
+    return 0;
+  int cap = p->retired_cap ? 2 * p->retired_cap : 8;
+  dev_retired *n = realloc(p->retired, sizeof *n * (size_t)cap);
+  if (n == NULL)
+    return -1;
+  p->retired = n;
+  p->retired_cap = cap;
+  return 0;
+}
+
+/* Replaces *buf (of *have bytes) with a buffer of at least `bytes`: the old
+ * one is retired, not freed (see "Device-wide waits"). Work queued on the
+ * internal stream may still use the old buffer; it stays valid until
+ * teardown, which synchronises the stream first. */
+static braid_result grow(braid_comm *c, void **buf, size_t *have, size_t bytes,
+                         int host) {
+  dev_priv *p = (dev_priv *)c->dev;
+  if (retire_room(p) != 0) {
+    comm_set_error(c, "rank %d: out of memory growing %s", c->rank,
+                   host ? "pinned staging" : "device scratch");
+    return BRAID_ERR_NOMEM;
+  }
+  size_t want = *have > SIZE_MAX / 2 ? bytes : 2 * *have;
+  if (want < bytes)
+    want = bytes;
+  void *n = NULL;
+  braid_result r = host ? cudev_host_alloc(&n, want) : cudev_malloc(&n, want);
+  if (r != BRAID_SUCCESS && want > bytes) { /* doubling too much: exact */
+    want = bytes;
+    r = host ? cudev_host_alloc(&n, want) : cudev_malloc(&n, want);
+  }
+  if (r != BRAID_SUCCESS) {
+    if (host)
+      comm_set_error(c, "rank %d: %zu bytes of pinned host memory: %s", c->rank,
+                     bytes, cudev_error());
+    else
+      comm_set_error(c, "rank %d: %zu bytes of device scratch on GPU %d: %s",
+                     c->rank, bytes, c->dev->device, cudev_error());
+    return r;
+  }
+  if (*buf != NULL)
+    p->retired[p->nretired++] = (dev_retired){*buf, host};
+  *buf = n;
+  *have = want;
+  return BRAID_SUCCESS;
+}
+
+braid_result comm_dev_scratch(braid_comm *c, size_t bytes, void **out) {
+  if (c == NULL || c->dev == NULL || out == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  comm_dev *d = c->dev;
+  if (bytes > d->scratch_bytes) {
+    braid_result r = grow(c, &d->scratch, &d->scratch_bytes, bytes, 0);
+    if (r != BRAID_SUCCESS)
+      return r;
+  }
+  *out = d->scratch;
+  return BRAID_SUCCESS;
+}
+
+braid_result comm_dev_stage(braid_comm *c, size_t bytes, void **out) {
+  if (c == NULL || c->dev == NULL || out == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  comm_dev *d = c->dev;
+  if (bytes > d->stage_bytes) {
+    braid_result r = grow(c, &d->stage, &d->stage_bytes, bytes, 1);
+    if (r != BRAID_SUCCESS)
+      return r;
+  }
+  *out = d->stage;
+  return BRAID_SUCCESS;
+}

@@ -1,0 +1,270 @@
+/*
+ * Device buffers in the executor.
+ *
+ * The first call with device buffers that is not a send or a receive sets
+ * the communicator's device side up (comm_dev_setup: collective, so every
+ * rank must pass device buffers in that call, as every rank must in every
+ * call). Then, per op:
+ *
+ *  - direct: every peer the op talks to has a device transport
+ *    (comm_dev_ops): the op runs in the executor with device pointers;
+ *    transports move device memory, local copies and reductions run on the
+ *    communicator's internal stream;
+ *  - staged: some peer has none (or a send/receive comes before any setup):
+ *    the op's device inputs are copied to host memory, the ordinary host
+ *    path runs on the copies, and the outputs are copied back. This is right
+ *    for every transport and collective but crosses PCIe twice per call
+ *    without overlap; the pipelined way across hosts is the staging device
+ *    transport of src/comm_dev.c, which makes such peers direct.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/exec_int.h"
+#include "src/log.h"
+#include "transports/cuda/cuda_dev.h"
+
+/* ---- local steps on the internal stream -------------------------------- */
+
+/* Each local step waits for its stream before the channel moves on: simple
+ * and right. An event recorded per step, waited for only by the next step
+ * that touches the same range, would let steps of different channels and
+ * slices overlap. */
+int exec_dev_copy(braid_comm *c, const xop *x, void *dst, const void *src,
+                  size_t len) {
+  (void)x;
+  braid_result r = cudev_memcpy(dst, src, len, c->dev->stream);
+  return r == BRAID_SUCCESS ? cudev_stream_sync(c->dev->stream) : r;
+}
+
+int exec_dev_reduce(braid_comm *c, const xop *x, void *dst, const void *src,
+                    size_t len) {
+  braid_result r = cudev_reduce(dst, dst, src, len / x->esize, x->op->dt,
+                                x->op->op, c->dev->stream);
+  return r == BRAID_SUCCESS ? cudev_stream_sync(c->dev->stream) : r;
+}
+
+int exec_dev_div(braid_comm *c, const xop *x) {
+  braid_result r =
+      cudev_div(x->op->out, x->E, x->op->dt, c->nranks, c->dev->stream);
+  if (r == BRAID_SUCCESS)
+    r = cudev_stream_sync(c->dev->stream);
+  if (r != BRAID_SUCCESS)
+    comm_set_error(c, "%s #%llu on rank %d: dividing the average on GPU %d: %s",
+                   x->op->name, (unsigned long long)x->op->seq, c->rank, x->dev,
+                   cudev_error());
+  return r;
+}
+
+/* ---- choosing direct or staged ----------------------------------------- */
+
+static int is_p2p(const exec_op *op) {
+  return op->coll == SCHED_SEND || op->coll == SCHED_RECV;
+}
+
+static int can_direct(braid_comm *c, const exec_op *op) {
+  if (c->dev == NULL)
+    return 0;
+  if (is_p2p(op))
+    return comm_dev_ops(c, op->root) != NULL;
+  for (int r = 0; r < c->nranks; r++)
+    if (r != c->rank && comm_dev_ops(c, r) == NULL)
+      return 0;
+  return 1;
+}
+
+/* Bytes of the input and output this rank uses (0: unused). */
+static void op_bytes(const braid_comm *c, const exec_op *op, size_t *inlen,
+                     size_t *outlen) {
+  size_t es = braid_dtype_size(op->dt);
+  int ib = sched_in_blocks(op->coll, c->nranks);
+  int ob = sched_out_blocks(op->coll, c->nranks);
+  int ui =
+      op->in != NULL && ib > 0 && sched_uses_in(op->coll, op->root, c->rank);
+  int uo =
+      op->out != NULL && ob > 0 && sched_uses_out(op->coll, op->root, c->rank);
+  *inlen = ui ? op->count * es * (size_t)ib : 0;
+  *outlen = uo ? op->count * es * (size_t)ob : 0;
+}
+
+#define STAGE_ALIGN 256
+
+static size_t align_up(size_t n) {
+  return (n + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+}
+
+/* Where a staged op's buffers lie in the host staging area. In place, the
+ * input and output overlap on the device and keep the same relative
+ * position on the host. */
+typedef struct staged {
+  int k;
+  size_t inlen, outlen;
+  size_t off_in, off_out;
+} staged;
+
+static size_t stage_layout(const exec_op *op, staged *s, size_t base) {
+  const char *in = op->in, *out = op->out;
+  if (s->inlen > 0 && s->outlen > 0 && in < out + s->outlen &&
+      out < in + s->inlen) {
+    const char *lo = in < out ? in : out;
+    const char *hi_in = in + s->inlen, *hi_out = out + s->outlen;
+    const char *hi = hi_in > hi_out ? hi_in : hi_out;
+    s->off_in = base + (size_t)(in - lo);
+    s->off_out = base + (size_t)(out - lo);
+    return base + align_up((size_t)(hi - lo));
+  }
+  s->off_in = base;
+  base += align_up(s->inlen);
+  s->off_out = base;
+  return base + align_up(s->outlen);
+}
+
+static braid_result dev_error(braid_comm *c, const exec_op *op, int dev,
+                              const char *what, braid_result r) {
+  comm_set_error(c, "%s #%llu on rank %d: %s (GPU %d): %s", op->name,
+                 (unsigned long long)op->seq, c->rank, what, dev,
+                 cudev_error());
+  return r;
+}
+
+/* The device all device ops use; -1 with the message set when they differ
+ * or when the communicator already uses another one. */
+static int op_device(braid_comm *c, const exec_op *ops, int nops) {
+  int dev = -1;
+  const exec_op *first = &ops[0];
+  for (int k = 0; k < nops; k++) {
+    if (ops[k].dev < 0 || ops[k].is_barrier)
+      continue;
+    if (dev < 0) {
+      dev = ops[k].dev;
+      first = &ops[k];
+    } else if (ops[k].dev != dev) {
+      comm_set_error(c,
+                     "%s and %s in one group use buffers on GPU %d and GPU %d;"
+                     " a rank uses one GPU",
+                     first->name, ops[k].name, dev, ops[k].dev);
+      return -1;
+    }
+  }
+  if (dev >= 0 && c->dev != NULL && c->dev->device != dev) {
+    comm_set_error(c,
+                   "%s: this communicator moves device buffers of GPU %d on "
+                   "rank %d; these are on GPU %d",
+                   first->name, c->dev->device, c->rank, dev);
+    return -1;
+  }
+  return dev;
+}
+
+braid_result exec_dev_run(braid_comm *c, exec_op *ops, int nops) {
+  int dev = op_device(c, ops, nops);
+  if (dev < 0)
+    return BRAID_ERR_INVALID_ARG;
+  const exec_op *first = &ops[0]; /* the first on device buffers */
+  int need_setup = 0;
+  for (int k = nops - 1; k >= 0; k--) {
+    if (ops[k].dev < 0 || ops[k].is_barrier)
+      continue;
+    first = &ops[k];
+    need_setup |= !is_p2p(&ops[k]);
+  }
+  braid_result r = cudev_set_device(dev);
+  if (r != BRAID_SUCCESS)
+    return dev_error(c, first, dev, "selecting the device", r);
+  if (c->dev == NULL && need_setup) {
+    r = comm_dev_setup(c, dev);
+    if (r != BRAID_SUCCESS) {
+      char why[sizeof c->last_error];
+      snprintf(why, sizeof why, "%s", c->last_error);
+      comm_set_error(c,
+                     "%s #%llu on rank %d: setting up device buffers on "
+                     "GPU %d: %s",
+                     first->name, (unsigned long long)first->seq, c->rank, dev,
+                     why[0] ? why : braid_result_string(r));
+      return r;
+    }
+  }
+  exec_op *run = malloc(sizeof *run * (size_t)nops);
+  staged *st = malloc(sizeof *st * (size_t)nops);
+  if (run == NULL || st == NULL) {
+    free(run);
+    free(st);
+    comm_set_error(c, "%s: out of memory staging %d operations", first->name,
+                   nops);
+    return BRAID_ERR_NOMEM;
+  }
+  memcpy(run, ops, sizeof *run * (size_t)nops);
+  int nst = 0;
+  size_t total = 0;
+  for (int k = 0; k < nops; k++) {
+    if (ops[k].dev < 0 || ops[k].is_barrier || can_direct(c, &ops[k]))
+      continue;
+    staged *s = &st[nst++];
+    s->k = k;
+    op_bytes(c, &ops[k], &s->inlen, &s->outlen);
+    total = stage_layout(&ops[k], s, total);
+  }
+  if (nst == 0) {
+    free(st);
+    r = exec_loop(c, run, nops);
+    free(run);
+    return r;
+  }
+  TRACE(LOG_COLL,
+        "%s #%llu: %d of %d operations staged through %zu bytes "
+        "of host memory",
+        first->name, (unsigned long long)first->seq, nst, nops, total);
+  /* c->dev's pinned staging when set up; a send or receive before any setup
+   * (setup is collective, they are not) uses pageable memory and a stream of
+   * its own */
+  char *host = NULL, *own_host = NULL;
+  void *stream = c->dev != NULL ? c->dev->stream : NULL, *own_stream = NULL;
+  if (c->dev != NULL) {
+    void *p = NULL;
+    r = comm_dev_stage(c, total, &p);
+    host = p;
+  } else {
+    own_host = host = malloc(total > 0 ? total : 1);
+    r = host != NULL ? cudev_stream_create(&own_stream) : BRAID_ERR_NOMEM;
+    stream = own_stream;
+  }
+  if (r != BRAID_SUCCESS) {
+    r = dev_error(c, first, dev, "allocating host staging memory", r);
+    goto out;
+  }
+  for (int i = 0; i < nst && r == BRAID_SUCCESS; i++) {
+    staged *s = &st[i];
+    exec_op *o = &run[s->k];
+    if (s->inlen > 0)
+      r = cudev_memcpy(host + s->off_in, ops[s->k].in, s->inlen, stream);
+    o->in = s->inlen > 0 ? host + s->off_in : NULL;
+    o->out = s->outlen > 0 ? host + s->off_out : NULL;
+    o->dev = -1;
+  }
+  if (r == BRAID_SUCCESS)
+    r = cudev_stream_sync(stream);
+  if (r != BRAID_SUCCESS) {
+    r = dev_error(c, first, dev, "copying inputs to host staging memory", r);
+    goto out;
+  }
+  r = exec_loop(c, run, nops);
+  if (r != BRAID_SUCCESS)
+    goto out;
+  for (int i = 0; i < nst && r == BRAID_SUCCESS; i++)
+    if (st[i].outlen > 0)
+      r = cudev_memcpy(ops[st[i].k].out, host + st[i].off_out, st[i].outlen,
+                       stream);
+  if (r == BRAID_SUCCESS)
+    r = cudev_stream_sync(stream);
+  if (r != BRAID_SUCCESS)
+    r = dev_error(c, first, dev, "copying outputs back from host staging", r);
+out:
+  if (own_stream != NULL)
+    cudev_stream_destroy(own_stream);
+  free(own_host);
+  free(run);
+  free(st);
+  return r;
+}

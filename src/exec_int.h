@@ -1,0 +1,104 @@
+/*
+ * The executor's internal state (src/executor.c runs channels,
+ * src/exec_wait.c waits and checks health, src/exec_dev.c adds device
+ * buffers).
+ */
+#ifndef BRAID_SRC_EXEC_INT_H
+#define BRAID_SRC_EXEC_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/comm.h"
+#include "src/comm_dev.h"
+
+#define XPEND 64
+
+typedef struct pend {
+  tp_conn *conn;
+  const tp_ops *ops;
+  uint64_t ticket;
+  const char *p;
+  size_t len;
+} pend;
+
+typedef struct xchan {
+  const sched_channel *sc;
+  int ch;  /* schedule channel index */
+  int tch; /* transport channel used for its connections */
+  int nslices;
+  int slice, step;
+  uint32_t sub;
+  int phase;
+  int done;
+  double w_lo, w_hi;
+  const uint8_t *vol; /* per step: the source is overwritten later */
+  int npend;
+  /* what the channel waits for, for sleeping and for error messages */
+  tp_conn *wait_conn;
+  short wait_events;
+  int wait_peer;
+  pend pend[XPEND]; /* last: not cleared between calls */
+} xchan;
+
+typedef struct xop {
+  exec_op *op;
+  const sched *s;
+  sched_channel p2p; /* send/recv: one local step */
+  sched_step p2p_step;
+  int me;
+  char *bufs[4];
+  size_t E, esize;
+  int K;
+  tp_dev_reducer red;
+  xchan *chans;
+  int nch;
+  int done;
+  int is_p2p;
+  int dev; /* -1: host buffers; else device buffers, moved directly */
+} xop;
+
+int64_t exec_now_us(void);
+
+/* The transport, connection and transport state that carry x's data to
+ * `peer`: the device transport of c->dev for device buffers. */
+static inline const tp_ops *x_ops(braid_comm *c, const xop *x, int peer) {
+  return x->dev >= 0 ? comm_dev_ops(c, peer) : c->tp[c->peer_tp[peer]];
+}
+static inline tp_conn *x_conn(braid_comm *c, const xop *x, int peer, int ch) {
+  return x->dev >= 0 ? comm_dev_conn(c, peer, ch) : comm_conn(c, peer, ch);
+}
+static inline void *x_state(braid_comm *c, const xop *x, int peer) {
+  return x->dev >= 0 ? c->dev->state[peer] : c->tp_state[c->peer_tp[peer]];
+}
+
+/* src/executor.c: runs ops whose buffers the executor can address (host
+ * buffers, or device buffers with a device transport to every peer). */
+braid_result exec_loop(braid_comm *c, exec_op *ops, int nops);
+
+/* src/exec_wait.c */
+braid_result exec_check_health(braid_comm *c, xop *xs, int nops);
+braid_result exec_remote_cause(braid_comm *c, xop *xs, int nops,
+                               braid_result r);
+void exec_describe_wait(xop *xs, int nops, char *buf, size_t len);
+void exec_sleep_once(braid_comm *c, xop *xs, int nops, const uint32_t *seen,
+                     int timeout_us);
+/* Flushes every transport the ops used: BRAID_SUCCESS, TP_AGAIN, or an
+ * error with the message set. */
+int exec_flush(braid_comm *c, const xop *xs, int nops);
+
+/* src/exec_dev.c: device buffers. exec_dev_run sets the device up, moves
+ * what it can directly and stages the rest through host memory. */
+braid_result exec_dev_run(braid_comm *c, exec_op *ops, int nops);
+/* Local steps on the communicator's internal stream, finished on return. */
+int exec_dev_copy(braid_comm *c, const xop *x, void *dst, const void *src,
+                  size_t len);
+int exec_dev_reduce(braid_comm *c, const xop *x, void *dst, const void *src,
+                    size_t len);
+int exec_dev_div(braid_comm *c, const xop *x);
+
+/* src/enqueue.c: the wrapped cudaStream_t of a stream (non-NULL for every
+ * CUDA stream, even the default one), NULL for host streams and NULL. */
+void *enq_stream_cuda(const braid_stream *s);
+
+#endif

@@ -1,0 +1,136 @@
+/*
+ * Ranks for the GPU tests: forked processes on one GPU, each with its own
+ * communicator. CUDA must not be initialised in a process that forks ranks
+ * that use it, so whether a device is visible is asked in a child too.
+ */
+#ifndef BRAID_TEST_GPU_RANKS_H
+#define BRAID_TEST_GPU_RANKS_H
+
+#include <criterion/criterion.h>
+#include <cuda_runtime_api.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "braid.h"
+#include "transports/cuda/cuda_dev.h"
+
+typedef int (*gpu_rank_fn)(braid_comm *c, int rank, int n);
+
+/* Visible CUDA devices, asked in a child; *why says why there are none. */
+static int gpu_probe(char *why, size_t len) {
+  int p[2];
+  cr_assert(pipe(p) == 0);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    close(p[0]);
+    char msg[256];
+    int n = cudev_count(), rn = 0;
+    cudaError_t e = cudaGetDeviceCount(&rn);
+    snprintf(msg, sizeof msg, "%d %s", n,
+             !cudev_built()     ? "this braid was built without CUDA"
+             : e != cudaSuccess ? cudaGetErrorString(e)
+                                : "cudaGetDeviceCount found none");
+    ssize_t w = write(p[1], msg, strlen(msg) + 1);
+    _exit(w > 0 ? 0 : 1);
+  }
+  close(p[1]);
+  char buf[256] = "";
+  ssize_t got = read(p[0], buf, sizeof buf - 1);
+  close(p[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  int n = 0, off = 0;
+  if (got <= 0 || sscanf(buf, "%d %n", &n, &off) < 1) {
+    snprintf(why, len, "the probe process failed (status %d)", st);
+    return 0;
+  }
+  snprintf(why, len, "%s", buf + off);
+  return n;
+}
+
+#define GPU_REQUIRE()                                                          \
+  do {                                                                         \
+    char why_[256];                                                            \
+    if (gpu_probe(why_, sizeof why_) <= 0) {                                   \
+      fprintf(stderr, "SKIP: no CUDA device: %s\n", why_);                     \
+      cr_skip_test("no CUDA device: %s", why_);                                \
+    }                                                                          \
+  } while (0)
+
+static double gpu_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Forks n ranks running fn; status[r]: exit code, 128+signal, -1 killed
+ * after timeout_s. */
+static void gpu_run_ranks(int n, gpu_rank_fn fn, double timeout_s,
+                          int *status) {
+  int pipes[8][2];
+  pid_t pids[8];
+  cr_assert(n <= 8);
+  for (int r = 1; r < n; r++)
+    cr_assert(pipe(pipes[r]) == 0);
+  for (int r = 0; r < n; r++) {
+    pid_t p = fork();
+    cr_assert(p >= 0);
+    if (p == 0) {
+      braid_unique_id id;
+      if (r == 0) {
+        if (braid_get_unique_id(&id) != BRAID_SUCCESS)
+          _exit(101);
+        for (int q = 1; q < n; q++)
+          if (write(pipes[q][1], &id, sizeof id) != (ssize_t)sizeof id)
+            _exit(102);
+      } else if (read(pipes[r][0], &id, sizeof id) != (ssize_t)sizeof id) {
+        _exit(103);
+      }
+      braid_comm *c = NULL;
+      braid_result res = braid_comm_init(&c, n, &id, r, NULL);
+      if (res != BRAID_SUCCESS) {
+        fprintf(stderr, "rank %d: init: %s\n", r, braid_result_string(res));
+        _exit(100);
+      }
+      int rc = fn(c, r, n);
+      braid_comm_destroy(c);
+      fflush(stdout);
+      fflush(stderr);
+      _exit(rc);
+    }
+    pids[r] = p;
+  }
+  for (int r = 1; r < n; r++) {
+    close(pipes[r][0]);
+    close(pipes[r][1]);
+  }
+  double end = gpu_now_s() + timeout_s;
+  for (int r = 0; r < n; r++)
+    status[r] = -2;
+  for (int left = n; left > 0;) {
+    for (int r = 0; r < n; r++) {
+      int st;
+      if (status[r] != -2 || waitpid(pids[r], &st, WNOHANG) != pids[r])
+        continue;
+      status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      left--;
+    }
+    if (left > 0 && gpu_now_s() > end) {
+      for (int r = 0; r < n; r++)
+        if (status[r] == -2) {
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], NULL, 0);
+          status[r] = -1;
+        }
+      break;
+    }
+    usleep(2000);
+  }
+}
+
+#endif

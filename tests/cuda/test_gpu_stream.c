@@ -1,0 +1,284 @@
+/*
+ * Stream order on device buffers (forked ranks on one GPU): work issued on
+ * the CUDA stream before a collective is seen by it, work issued after it
+ * sees its result, calls return once enqueued, an event orders two streams,
+ * and a call that mixes host and device buffers is an invalid argument that
+ * leaves the communicator usable. Skips without a GPU.
+ */
+#include <criterion/criterion.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test_gpu_ranks.h"
+
+#define N ((size_t)1 << 20)
+#define SLEEP_MS 300
+
+#define CK(call)                                                               \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      fprintf(stderr, "rank %d: %s: %s\n", rank, #call,                        \
+              cudaGetErrorString(e_));                                         \
+      return 50;                                                               \
+    }                                                                          \
+  } while (0)
+
+/* Holds the stream up: anything after it on the stream runs late. */
+static void CUDART_CB hold_stream(void *arg) {
+  (void)arg;
+  usleep(SLEEP_MS * 1000);
+}
+
+/* Rank r's input element i (small integers, exact in float). */
+static float val(int r, size_t i) { return (float)((r + (int)(i % 7)) % 5); }
+
+static float sum_over(int n, size_t i) {
+  float s = 0;
+  for (int r = 0; r < n; r++)
+    s += val(r, i);
+  return s;
+}
+
+typedef struct bufs {
+  float *hin, *hout; /* pinned */
+  float *din, *dout, *dout2;
+} bufs;
+
+static int bufs_alloc(bufs *b, int rank) {
+  CK(cudaMallocHost((void **)&b->hin, N * sizeof(float)));
+  CK(cudaMallocHost((void **)&b->hout, N * sizeof(float)));
+  CK(cudaMalloc((void **)&b->din, N * sizeof(float)));
+  CK(cudaMalloc((void **)&b->dout, N * sizeof(float)));
+  CK(cudaMalloc((void **)&b->dout2, N * sizeof(float)));
+  CK(cudaMemset(b->din, 0xff, N * sizeof(float))); /* NaN until written */
+  CK(cudaMemset(b->dout, 0xff, N * sizeof(float)));
+  for (size_t i = 0; i < N; i++)
+    b->hin[i] = val(rank, i);
+  return 0;
+}
+
+static void bufs_free(bufs *b) {
+  cudaFreeHost(b->hin);
+  cudaFreeHost(b->hout);
+  cudaFree(b->din);
+  cudaFree(b->dout);
+  cudaFree(b->dout2);
+}
+
+static int check(const bufs *b, int rank, int n, float factor,
+                 const char *what) {
+  for (size_t i = 0; i < N; i++) {
+    float want = factor * sum_over(n, i);
+    if (b->hout[i] != want) {
+      fprintf(stderr, "rank %d: %s: element %zu is %g, expected %g\n", rank,
+              what, i, (double)b->hout[i], (double)want);
+      return 20;
+    }
+  }
+  return 0;
+}
+
+/* One stream: [hold] [copy in] [kernel: in += in] allreduce [kernel: out2 =
+ * out + out] [copy out]. Right only if the collective waits for the work
+ * before it and the work after it waits for the collective. */
+static int one_stream(braid_comm *c, int rank, int n) {
+  CK(cudaSetDevice(0));
+  bufs b;
+  int rc = bufs_alloc(&b, rank);
+  if (rc)
+    return rc;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  braid_stream *bs = NULL;
+  braid_result r = braid_stream_from_cuda((void *)s, &bs);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: braid_stream_from_cuda: %s\n", rank,
+            braid_result_string(r));
+    return 10;
+  }
+  CK(cudaLaunchHostFunc(s, hold_stream, NULL));
+  CK(cudaMemcpyAsync(b.din, b.hin, N * sizeof(float), cudaMemcpyHostToDevice,
+                     s));
+  if (cudev_reduce(b.din, b.din, b.din, N, BRAID_FLOAT32, BRAID_SUM, s) !=
+      BRAID_SUCCESS)
+    return 11;
+  double t0 = gpu_now_s();
+  r = braid_allreduce(b.din, b.dout, N, BRAID_FLOAT32, BRAID_SUM, c, bs);
+  double dt = gpu_now_s() - t0;
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: allreduce: %s (%s)\n", rank,
+            braid_result_string(r), braid_comm_last_error(c));
+    return 12;
+  }
+  if (dt > SLEEP_MS / 2 * 1e-3) {
+    fprintf(stderr,
+            "rank %d: the call took %.3f s to return: it waited for the "
+            "stream instead of returning once enqueued\n",
+            rank, dt);
+    return 13;
+  }
+  if (cudev_reduce(b.dout2, b.dout, b.dout, N, BRAID_FLOAT32, BRAID_SUM, s) !=
+      BRAID_SUCCESS)
+    return 14;
+  CK(cudaMemcpyAsync(b.hout, b.dout2, N * sizeof(float), cudaMemcpyDeviceToHost,
+                     s));
+  CK(cudaStreamSynchronize(s));
+  r = braid_stream_synchronize(bs);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: stream: %s (%s)\n", rank, braid_result_string(r),
+            braid_comm_last_error(c));
+    return 15;
+  }
+  rc = check(&b, rank, n, 4.0f, "kernel after allreduce");
+  /* in place on the same stream, no host wait in between */
+  if (rc == 0) {
+    CK(cudaMemcpyAsync(b.dout, b.din, N * sizeof(float),
+                       cudaMemcpyDeviceToDevice, s));
+    r = braid_allreduce(b.dout, b.dout, N, BRAID_FLOAT32, BRAID_SUM, c, bs);
+    if (r != BRAID_SUCCESS)
+      return 16;
+    CK(cudaMemcpyAsync(b.hout, b.dout, N * sizeof(float),
+                       cudaMemcpyDeviceToHost, s));
+    CK(cudaStreamSynchronize(s));
+    rc = check(&b, rank, n, 2.0f, "in-place allreduce");
+  }
+  if (braid_stream_destroy(bs) != BRAID_SUCCESS && rc == 0)
+    rc = 17;
+  cudaStreamDestroy(s); /* the user's stream outlives the wrapper */
+  bufs_free(&b);
+  return rc;
+}
+
+/* Stream A makes the input, an event orders stream B after it; the
+ * collective runs on B. */
+static int two_streams(braid_comm *c, int rank, int n) {
+  CK(cudaSetDevice(0));
+  bufs b;
+  int rc = bufs_alloc(&b, rank);
+  if (rc)
+    return rc;
+  cudaStream_t sa, sb;
+  cudaEvent_t ev;
+  CK(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
+  CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  braid_stream *bs = NULL;
+  if (braid_stream_from_cuda((void *)sb, &bs) != BRAID_SUCCESS)
+    return 10;
+  CK(cudaLaunchHostFunc(sa, hold_stream, NULL));
+  CK(cudaMemcpyAsync(b.din, b.hin, N * sizeof(float), cudaMemcpyHostToDevice,
+                     sa));
+  CK(cudaEventRecord(ev, sa));
+  CK(cudaStreamWaitEvent(sb, ev, 0));
+  braid_result r =
+      braid_allreduce(b.din, b.dout, N, BRAID_FLOAT32, BRAID_SUM, c, bs);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: allreduce: %s (%s)\n", rank,
+            braid_result_string(r), braid_comm_last_error(c));
+    return 12;
+  }
+  CK(cudaMemcpyAsync(b.hout, b.dout, N * sizeof(float), cudaMemcpyDeviceToHost,
+                     sb));
+  CK(cudaStreamSynchronize(sb));
+  rc = check(&b, rank, n, 1.0f, "allreduce after an event");
+  if (braid_stream_destroy(bs) != BRAID_SUCCESS && rc == 0)
+    rc = 17;
+  cudaEventDestroy(ev);
+  cudaStreamDestroy(sa);
+  cudaStreamDestroy(sb);
+  bufs_free(&b);
+  return rc;
+}
+
+/* Host and device buffers in one call; host buffers on a CUDA stream. */
+static int mixing(braid_comm *c, int rank, int n) {
+  CK(cudaSetDevice(0));
+  int dev = -1;
+  CK(cudaGetDevice(&dev));
+  bufs b;
+  int rc = bufs_alloc(&b, rank);
+  if (rc)
+    return rc;
+  char want[128];
+  snprintf(want, sizeof want,
+           "sendbuf is device memory (GPU %d) but recvbuf is host memory", dev);
+  braid_result r =
+      braid_allreduce(b.din, b.hout, N, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  if (r != BRAID_ERR_INVALID_ARG ||
+      strstr(braid_comm_last_error(c), want) == NULL) {
+    fprintf(stderr, "rank %d: device->host: %s (%s), wanted \"%s\"\n", rank,
+            braid_result_string(r), braid_comm_last_error(c), want);
+    return 30;
+  }
+  snprintf(want, sizeof want,
+           "recvbuf is device memory (GPU %d) but sendbuf is host memory", dev);
+  r = braid_allreduce(b.hin, b.dout, N, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  if (r != BRAID_ERR_INVALID_ARG ||
+      strstr(braid_comm_last_error(c), want) == NULL) {
+    fprintf(stderr, "rank %d: host->device: %s (%s), wanted \"%s\"\n", rank,
+            braid_result_string(r), braid_comm_last_error(c), want);
+    return 31;
+  }
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  braid_stream *bs = NULL;
+  if (braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS)
+    return 10;
+  r = braid_allreduce(b.hin, b.hout, N, BRAID_FLOAT32, BRAID_SUM, c, bs);
+  if (r != BRAID_ERR_INVALID_ARG ||
+      strstr(braid_comm_last_error(c), "CUDA stream") == NULL) {
+    fprintf(stderr, "rank %d: host buffers on a CUDA stream: %s (%s)\n", rank,
+            braid_result_string(r), braid_comm_last_error(c));
+    return 32;
+  }
+  /* still usable: a blocking call on device buffers, then host buffers */
+  CK(cudaMemcpy(b.din, b.hin, N * sizeof(float), cudaMemcpyHostToDevice));
+  r = braid_allreduce(b.din, b.dout, N, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: allreduce after the errors: %s (%s)\n", rank,
+            braid_result_string(r), braid_comm_last_error(c));
+    return 33;
+  }
+  CK(cudaMemcpy(b.hout, b.dout, N * sizeof(float), cudaMemcpyDeviceToHost));
+  rc = check(&b, rank, n, 1.0f, "blocking allreduce on device buffers");
+  if (rc == 0) {
+    float *hin2 = malloc(N * sizeof(float));
+    if (hin2 == NULL)
+      return 3;
+    memcpy(hin2, b.hin, N * sizeof(float));
+    r = braid_allreduce(hin2, b.hout, N, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+    rc = r != BRAID_SUCCESS ? 34 : check(&b, rank, n, 1.0f, "host allreduce");
+    free(hin2);
+  }
+  braid_stream_destroy(bs);
+  cudaStreamDestroy(s);
+  bufs_free(&b);
+  return rc;
+}
+
+static void run(gpu_rank_fn fn, int n, const char *name) {
+  GPU_REQUIRE();
+  int st[4];
+  gpu_run_ranks(n, fn, 100, st);
+  for (int r = 0; r < n; r++)
+    cr_expect_eq(st[r], 0,
+                 "%s, %d ranks: rank %d exit %d (see stderr; -1: hung)", name,
+                 n, r, st[r]);
+}
+
+Test(gpu_stream, kernels_before_and_after_are_ordered, .timeout = 120) {
+  run(one_stream, 1, "one stream");
+  run(one_stream, 2, "one stream");
+}
+
+Test(gpu_stream, two_streams_with_an_event, .timeout = 120) {
+  run(two_streams, 2, "two streams");
+}
+
+Test(gpu_stream, mixing_host_and_device_is_invalid, .timeout = 120) {
+  run(mixing, 2, "mixing");
+}

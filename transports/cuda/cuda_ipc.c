@@ -1,0 +1,575 @@
+/*
+ * tp_cuda: device buffers between the ranks of one host through CUDA IPC,
+ * several ranks on one GPU included. The protocol (FIFOs of device slots,
+ * counters in host shm, credits, publications) is in cuda_fifo.c; this file
+ * sets it up over the bootstrap, maps the peers' device memory, checks
+ * liveness, and binds the copy engine to the device layer (cuda_dev.h).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "src/bootstrap.h"
+#include "src/log.h"
+#include "transports/cuda/cuda_dev.h"
+#include "transports/cuda/cuda_fifo.h"
+#include "transports/cuda/cuda_tp.h"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+/* ---- the device layer as a copy engine ----------------------------------- */
+
+static int eng_copy(void *dst, const void *src, size_t n, void *stream) {
+  return cudev_memcpy(dst, src, n, stream);
+}
+
+static int eng_reduce(void *dst, const void *a, const void *b, size_t bytes,
+                      const tp_reducer *r, void *stream) {
+  const tp_dev_reducer *d = tp_reducer_dev(r);
+  return cudev_reduce(dst, a, b, bytes / r->elem_size, d->dt, d->op, stream);
+}
+
+static int eng_event_new(void **ev) { return cudev_event_create(ev); }
+static int eng_record(void *ev, void *stream) {
+  return cudev_event_record(ev, stream);
+}
+static int eng_query(void *ev) { return cudev_event_query(ev); }
+static void eng_event_free(void *ev) { cudev_event_destroy(ev); }
+
+const cuf_engine cuf_cuda_engine = {
+    .copy = eng_copy,
+    .reduce = eng_reduce,
+    .event_new = eng_event_new,
+    .record = eng_record,
+    .query = eng_query,
+    .event_free = eng_event_free,
+    .error = cudev_error,
+};
+
+static int pinned_alloc(void **p, size_t n) { return cudev_host_alloc(p, n); }
+
+const staged_mem staged_pinned = {.alloc = pinned_alloc,
+                                  .free = cudev_host_free};
+
+/* ---- state --------------------------------------------------------------- */
+
+struct tp_conn {
+  struct cu_state *st;
+  int peer, channel, lpeer;
+  cuf_tx tx;
+  cuf_rx rx;
+};
+
+typedef struct cu_peer {
+  int rank;
+  cuf_seg seg;
+  void *dev;      /* its slot region, mapped here */
+  int ipc_mapped; /* dev came from cudev_ipc_open */
+} cu_peer;
+
+typedef struct cu_state {
+  int rank, nranks, nchannels, nslots;
+  size_t slot_bytes;
+  uint64_t slot_data;
+  int npeers;
+  int *lidx; /* rank -> local peer index or -1 */
+  cu_peer *peers;
+  cuf_peer *live; /* liveness of peers[i] */
+  cuf_seg me;
+  void *dev; /* our slot region (incoming) */
+  size_t dev_bytes;
+  void *tx_stream, *rx_stream;
+  void *order_stream; /* cuda_tp_set_stream: all copies go there */
+  tp_conn *conns;     /* npeers * nchannels */
+  uint32_t lone_bell;
+  char err[256];
+} cu_state;
+
+typedef struct cu_rec {
+  char name[64];
+  uint64_t size, pidns, dev_addr, dev_bytes;
+  int32_t pid, status;
+  uint8_t ipc[CUDEV_IPC_BYTES];
+} cu_rec;
+
+static void seterr(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void seterr(char *buf, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, len, fmt, ap);
+  va_end(ap);
+}
+
+#define SERR(su_, code, ...)                                                   \
+  (seterr((su_)->errbuf, sizeof((su_)->errbuf), __VA_ARGS__), (code))
+
+/* A bad argument: named in last_error, the connection stays usable. */
+#define AERR(c, ...)                                                           \
+  ((c) ? seterr((c)->st->err, sizeof((c)->st->err), __VA_ARGS__) : (void)0,    \
+   BRAID_ERR_INVALID_ARG)
+
+static int logged(tp_conn *c, int rc) {
+  if (rc != BRAID_SUCCESS && rc != TP_AGAIN)
+    WARN(LOG_SHM, "%s", c->st->err);
+  return rc;
+}
+
+/* Every call advances every connection's publications: a peer may wait for
+ * a message this rank finished copying while it works elsewhere. */
+static int progress_all(cu_state *st) {
+  for (int i = 0; i < st->npeers * st->nchannels; i++) {
+    int rc = cuf_tx_progress(&st->conns[i].tx);
+    if (rc)
+      return rc;
+  }
+  return BRAID_SUCCESS;
+}
+
+/* ---- data path ----------------------------------------------------------- */
+
+static int cu_isend_mode(tp_conn *c, const void *src, size_t len,
+                         uint64_t *ticket, int whole) {
+  if (!c || !ticket || (!src && len))
+    return AERR(c, "cuda isend to rank %d: %s is NULL", c ? c->peer : -1,
+                ticket ? "src" : "ticket");
+  int rc = progress_all(c->st);
+  if (!rc)
+    rc = cuf_tx_isend(&c->tx, src, len, whole, ticket);
+  return logged(c, rc);
+}
+
+static int cu_isend(tp_conn *c, const void *src, size_t len, uint64_t *ticket) {
+  return cu_isend_mode(c, src, len, ticket, 0);
+}
+
+/* Every copy reading src is issued before this returns (on the stream, so
+ * later kernels on it that overwrite src run after them). */
+static int cu_isend_copy(tp_conn *c, const void *src, size_t len,
+                         uint64_t *ticket) {
+  return cu_isend_mode(c, src, len, ticket, 1);
+}
+
+static int cu_send_done(tp_conn *c, uint64_t ticket) {
+  if (!c)
+    return BRAID_ERR_INVALID_ARG;
+  int rc = progress_all(c->st);
+  if (!rc)
+    rc = cuf_tx_send_done(&c->tx, ticket);
+  return logged(c, rc);
+}
+
+static int cu_recv(tp_conn *c, void *dst, size_t len) {
+  if (!c || (!dst && len))
+    return AERR(c, "cuda recv from rank %d: dst is NULL", c ? c->peer : -1);
+  int rc = progress_all(c->st);
+  if (!rc)
+    rc = cuf_rx_recv(&c->rx, NULL, dst, len, NULL, NULL);
+  return logged(c, rc);
+}
+
+static int cu_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
+                          const tp_reducer *r) {
+  if (!c || (len && (!src || !dst)) || !r || r->elem_size == 0 ||
+      len % r->elem_size)
+    return AERR(c,
+                "cuda recv_reduce from rank %d: NULL buffer or reducer, or "
+                "%zu bytes not a multiple of the element size %zu",
+                c ? c->peer : -1, len, r ? r->elem_size : 0);
+  if (c->st->slot_data % r->elem_size)
+    return AERR(c,
+                "cuda recv_reduce from rank %d: slots of %" PRIu64
+                " bytes do not hold whole elements of %zu bytes",
+                c->peer, c->st->slot_data, r->elem_size);
+  int rc = progress_all(c->st);
+  /* on the communicator's stream, after the work that wrote src */
+  if (!rc)
+    rc = cuf_rx_recv(&c->rx, src, dst, len, r, tp_reducer_dev(r)->dev_stream);
+  return logged(c, rc);
+}
+
+static int cu_pollfd(tp_conn *c) {
+  (void)c;
+  return -1;
+}
+
+static int cu_flush(void *state) {
+  cu_state *st = state;
+  if (!st)
+    return BRAID_SUCCESS;
+  int rc = progress_all(st);
+  if (rc)
+    return rc;
+  for (int i = 0; i < st->npeers * st->nchannels; i++)
+    if (!cuf_tx_idle(&st->conns[i].tx))
+      return TP_AGAIN;
+  return BRAID_SUCCESS;
+}
+
+/* ---- doorbell and liveness ----------------------------------------------- */
+
+static uint32_t cu_bell_read(void *state) {
+  cu_state *st = state;
+  if (!st->me.hdr)
+    return st->lone_bell;
+  return atomic_load_explicit(&st->me.hdr->bell, memory_order_acquire);
+}
+
+/* Copies on the GPU ring no bell when they finish: while any runs, sleep
+ * only briefly. */
+static void cu_bell_wait(void *state, uint32_t seen, int timeout_us) {
+  cu_state *st = state;
+  for (int i = 0; i < st->npeers * st->nchannels; i++) {
+    if (!cuf_tx_idle(&st->conns[i].tx) || cuf_rx_busy(&st->conns[i].rx)) {
+      if (timeout_us > 20)
+        timeout_us = 20;
+      break;
+    }
+  }
+  cuf_bell_wait(st->me.hdr, seen, timeout_us);
+}
+
+static int rx_waiting(void *arg, int i) {
+  cu_state *st = arg;
+  for (int ch = 0; ch < st->nchannels; ch++)
+    if (cuf_rx_waiting(&st->conns[i * st->nchannels + ch].rx))
+      return 1;
+  return 0;
+}
+
+static int cu_check_peers(void *state, int *dead_rank) {
+  cu_state *st = state;
+  int rc = cuf_peers_check(st->live, st->npeers, st->rank, rx_waiting, st,
+                           dead_rank, st->err, sizeof(st->err));
+  return rc ? rc : progress_all(st);
+}
+
+static void cu_set_cause(void *state, int dead_rank) {
+  cu_state *st = state;
+  if (st && st->me.hdr)
+    atomic_store(&st->me.hdr->cause, dead_rank);
+}
+
+static const char *cu_last_error(void *state) {
+  return state ? ((cu_state *)state)->err : "cuda: no state";
+}
+
+void cuda_tp_set_stream(void *state, void *stream) {
+  cu_state *st = state;
+  if (!st)
+    return;
+  st->order_stream = stream;
+  for (int i = 0; i < st->npeers * st->nchannels; i++) {
+    st->conns[i].tx.stream = stream ? stream : st->tx_stream;
+    st->conns[i].rx.stream = stream ? stream : st->rx_stream;
+  }
+}
+
+static tp_conn *cu_conn(void *state, int peer, int channel) {
+  cu_state *st = state;
+  if (!st || peer < 0 || peer >= st->nranks || channel < 0 ||
+      channel >= st->nchannels || st->lidx[peer] < 0)
+    return NULL;
+  return &st->conns[st->lidx[peer] * st->nchannels + channel];
+}
+
+/* ---- setup and teardown -------------------------------------------------- */
+
+static void cu_teardown(void *state) {
+  cu_state *st = state;
+  if (!st)
+    return;
+  /* copies still running read or write the mappings below */
+  if (st->order_stream)
+    cudev_stream_sync(st->order_stream);
+  if (st->tx_stream)
+    cudev_stream_sync(st->tx_stream);
+  if (st->rx_stream)
+    cudev_stream_sync(st->rx_stream);
+  for (int i = 0; st->conns && i < st->npeers * st->nchannels; i++) {
+    cuf_tx_fini(&st->conns[i].tx);
+    cuf_rx_fini(&st->conns[i].rx);
+  }
+  for (int i = 0; st->peers && i < st->npeers; i++) {
+    cu_peer *p = &st->peers[i];
+    if (p->ipc_mapped)
+      cudev_ipc_close(p->dev);
+    cuf_seg_unmap(&p->seg);
+    if (st->live && st->live[i].pidfd >= 0)
+      close(st->live[i].pidfd);
+  }
+  cuf_seg_unmap(&st->me);
+  if (st->dev)
+    cudev_free(st->dev);
+  if (st->tx_stream)
+    cudev_stream_destroy(st->tx_stream);
+  if (st->rx_stream)
+    cudev_stream_destroy(st->rx_stream);
+  free(st->conns);
+  free(st->live);
+  free(st->peers);
+  free(st->lidx);
+  free(st);
+}
+
+static uint64_t pidns_id(void) {
+  struct stat sb;
+  if (stat("/proc/self/ns/pid", &sb) != 0)
+    return 0;
+  return (uint64_t)sb.st_ino ^ ((uint64_t)sb.st_dev << 32);
+}
+
+static uint64_t job_token(boot *b) {
+  size_t len = 0;
+  const uint8_t *s = b ? boot_secret(b, &len) : NULL;
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; s && i < len; i++)
+    h = (h ^ s[i]) * 1099511628211ULL;
+  return h;
+}
+
+/* Streams, the device slot region and its IPC handle, the host segment. */
+static int local_create(tp_setup *su, cu_state *st, cu_rec *mine) {
+  int rc = cudev_stream_create(&st->tx_stream);
+  if (!rc)
+    rc = cudev_stream_create(&st->rx_stream);
+  if (rc)
+    return SERR(su, rc, "cuda: rank %d cannot create streams: %s", st->rank,
+                cudev_error());
+  uint64_t rings = (uint64_t)st->npeers * (uint64_t)st->nchannels;
+  st->dev_bytes = rings * (uint64_t)st->nslots * st->slot_data;
+  void *dev = NULL;
+  rc = cudev_malloc(&dev, st->dev_bytes);
+  if (!rc)
+    st->dev = dev;
+  if (rc)
+    return SERR(su, rc,
+                "cuda: rank %d cannot allocate %zu bytes of device memory "
+                "for %d peers x %d channels x %d slots of %" PRIu64
+                " bytes: %s",
+                st->rank, st->dev_bytes, st->npeers, st->nchannels, st->nslots,
+                st->slot_data, cudev_error());
+  rc = cudev_ipc_get(st->dev, mine->ipc);
+  if (rc)
+    return SERR(su, rc, "cuda: rank %d cannot export its slots (IPC): %s",
+                st->rank, cudev_error());
+  int32_t *ranks = malloc(sizeof(int32_t) * (size_t)st->npeers);
+  if (!ranks)
+    return SERR(su, BRAID_ERR_NOMEM, "cuda setup: no memory");
+  for (int i = 0; i < st->npeers; i++)
+    ranks[i] = st->peers[i].rank;
+  rc = cuf_seg_create(&st->me, st->rank, st->npeers, ranks, st->nchannels,
+                      st->nslots, st->slot_data, job_token(su->boot),
+                      su->errbuf, sizeof(su->errbuf));
+  free(ranks);
+  if (rc)
+    return rc;
+  snprintf(mine->name, sizeof(mine->name), "%s", st->me.name);
+  mine->size = st->me.size;
+  mine->dev_addr = (uint64_t)(uintptr_t)st->dev;
+  mine->dev_bytes = st->dev_bytes;
+  return BRAID_SUCCESS;
+}
+
+/* Maps peer i's segment and slots and binds its connections. */
+static int peer_attach(tp_setup *su, cu_state *st, int i, const cu_rec *rec) {
+  cu_peer *p = &st->peers[i];
+  cuf_peer *lv = &st->live[i];
+  lv->pid = rec->pid;
+  if (!rec->name[0])
+    return SERR(su, BRAID_ERR_INVALID_ARG,
+                "cuda setup: rank %d lists rank %d as a cuda peer, but rank "
+                "%d has no cuda peers",
+                st->rank, p->rank, p->rank);
+  int rc = cuf_seg_attach(&p->seg, rec->name, rec->size, p->rank, st->nchannels,
+                          su->errbuf, sizeof(su->errbuf));
+  if (rc)
+    return rc;
+  if (p->seg.hdr->nslots != st->nslots ||
+      p->seg.hdr->slot_data != st->slot_data)
+    return SERR(su, BRAID_ERR_INVALID_ARG,
+                "cuda setup: rank %d has %d slots of %" PRIu64
+                " bytes, rank %d %d of %" PRIu64,
+                p->rank, (int)p->seg.hdr->nslots, p->seg.hdr->slot_data,
+                st->rank, st->nslots, st->slot_data);
+  if (rec->pid == (int32_t)getpid() && rec->pidns == pidns_id()) {
+    p->dev = (void *)(uintptr_t)rec->dev_addr; /* same process */
+  } else {
+    rc = cudev_ipc_open(rec->ipc, &p->dev);
+    if (rc)
+      return SERR(su, rc,
+                  "cuda setup: rank %d cannot map the slots of rank %d "
+                  "(CUDA IPC): %s",
+                  st->rank, p->rank, cudev_error());
+    p->ipc_mapped = 1;
+  }
+  lv->hdr = p->seg.hdr;
+  lv->pid_ok = rec->pidns == pidns_id();
+  if (lv->pid_ok) {
+    lv->pidfd = (int)syscall(SYS_pidfd_open, lv->pid, 0);
+    if (lv->pidfd < 0 && errno == ESRCH)
+      return SERR(su, BRAID_ERR_REMOTE,
+                  "cuda: rank %d (pid %d) exited during setup", p->rank,
+                  lv->pid);
+  } else {
+    INFO(LOG_SHM,
+         "cuda: rank %d is in another pid namespace: liveness through the "
+         "bootstrap only",
+         p->rank);
+  }
+  uint64_t ring_data = (uint64_t)st->nslots * st->slot_data;
+  for (int ch = 0; ch < st->nchannels; ch++) {
+    tp_conn *c = &st->conns[i * st->nchannels + ch];
+    *c = (tp_conn){.st = st, .peer = p->rank, .channel = ch, .lpeer = i};
+    int at_peer = -1, at_me = -1;
+    cuf_ring *tx = cuf_ring_of(p->seg.hdr, st->rank, ch, &at_peer);
+    cuf_ring *rx = cuf_ring_of(st->me.hdr, p->rank, ch, &at_me);
+    if (!tx || !rx)
+      return SERR(su, BRAID_ERR_INVALID_ARG,
+                  "cuda setup: rank %d lists rank %d as a cuda peer but not "
+                  "the other way round",
+                  p->rank, st->rank);
+    c->tx.peer = c->rx.peer = p->rank;
+    c->tx.channel = c->rx.channel = ch;
+    c->tx.err = c->rx.err = st->err;
+    c->tx.errlen = c->rx.errlen = sizeof(st->err);
+    rc = cuf_tx_init(&c->tx, &cuf_cuda_engine, st->tx_stream, tx, p->seg.hdr,
+                     (char *)p->dev + (uint64_t)at_peer * ring_data,
+                     (uint64_t)st->nslots, st->slot_data);
+    if (!rc)
+      rc = cuf_rx_init(&c->rx, &cuf_cuda_engine, st->rx_stream, rx, p->seg.hdr,
+                       (char *)st->dev + (uint64_t)at_me * ring_data,
+                       (uint64_t)st->nslots, st->slot_data);
+    if (rc)
+      return SERR(su, rc, "cuda setup: rank %d: events for rank %d: %s",
+                  st->rank, p->rank, cudev_error());
+  }
+  return BRAID_SUCCESS;
+}
+
+static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
+  if (!su || !state)
+    return BRAID_ERR_INVALID_ARG;
+  *state = NULL;
+  su->errbuf[0] = 0;
+  boot *b = su->boot;
+  if (!b || !peers || su->nranks < 1 || su->rank < 0 || su->rank >= su->nranks)
+    return SERR(su, BRAID_ERR_INVALID_ARG,
+                "cuda setup: missing bootstrap/peers or bad rank %d of %d",
+                su->rank, su->nranks);
+  if (su->nchannels < 1 || su->nslots < 1 || su->slot_bytes == 0)
+    return SERR(su, BRAID_ERR_INVALID_ARG,
+                "cuda setup: nchannels (%d), nslots (%d) and slot_bytes "
+                "(%zu) must be >= 1",
+                su->nchannels, su->nslots, su->slot_bytes);
+  /* Failures are shared through the two exchanges: all ranks fail
+   * together instead of waiting for each other. */
+  cu_state *st = calloc(1, sizeof(*st));
+  size_t n = (size_t)su->nranks;
+  cu_rec *recs = calloc(n, sizeof(cu_rec));
+  int32_t *all = calloc(n, sizeof(int32_t));
+  cu_rec mine = {.pid = (int32_t)getpid(), .pidns = pidns_id()};
+  int rc = BRAID_SUCCESS;
+  if (st) {
+    st->lidx = malloc(sizeof(int) * n);
+    st->peers = calloc(n, sizeof(cu_peer));
+    st->live = calloc(n, sizeof(cuf_peer));
+    st->conns = calloc(n * (size_t)su->nchannels, sizeof(tp_conn));
+  }
+  if (!st || !recs || !all || !st->lidx || !st->peers || !st->live ||
+      !st->conns) {
+    rc = SERR(su, BRAID_ERR_NOMEM, "cuda setup: no memory for %d ranks",
+              su->nranks);
+  } else {
+    st->rank = su->rank;
+    st->nranks = su->nranks;
+    st->nchannels = su->nchannels;
+    st->nslots = su->nslots;
+    st->slot_bytes = su->slot_bytes;
+    st->slot_data = (su->slot_bytes + CUF_ALIGN - 1) / CUF_ALIGN * CUF_ALIGN;
+    for (int i = 0; i < su->nranks; i++) {
+      int on = peers[i] && i != su->rank;
+      st->lidx[i] = on ? st->npeers : -1;
+      if (on) {
+        st->live[st->npeers] = (cuf_peer){.rank = i, .pidfd = -1};
+        st->peers[st->npeers++] = (cu_peer){.rank = i};
+      }
+    }
+    if (st->npeers > 0 && !cudev_built())
+      rc = SERR(su, BRAID_ERR_UNSUPPORTED,
+                "cuda: rank %d: libbraid was built without CUDA", st->rank);
+    else if (st->npeers > 0)
+      rc = local_create(su, st, &mine);
+  }
+  mine.status = rc ? 1 : 0;
+  int x = boot_allgather(b, &mine, recs, sizeof(mine));
+  for (int i = 0; !x && !rc && i < su->nranks; i++)
+    if (recs[i].status)
+      rc = SERR(su, BRAID_ERR_REMOTE,
+                "cuda setup: rank %d could not create its slots (see its "
+                "log)",
+                i);
+  if (x || rc) {
+    rc = x ? x : rc;
+    goto out;
+  }
+  int32_t status = 0;
+  for (int i = 0; i < st->npeers && !status; i++)
+    status = peer_attach(su, st, i, &recs[st->peers[i].rank]);
+  x = boot_allgather(b, &status, all, sizeof(status));
+  cuf_seg_unlink(&st->me);
+  rc = x ? x : status;
+  for (int i = 0; !rc && i < su->nranks; i++)
+    if (all[i])
+      rc = SERR(su, BRAID_ERR_REMOTE,
+                "cuda setup: rank %d could not map its cuda peers (see its "
+                "log)",
+                i);
+  if (!rc)
+    INFO(LOG_SHM,
+         "cuda: rank %d connected to %d local peers, %d channels, %d slots "
+         "of %" PRIu64 " bytes of device memory",
+         st->rank, st->npeers, st->nchannels, st->nslots, st->slot_data);
+out:
+  if (st)
+    cuf_seg_unlink(&st->me);
+  if (x && !su->errbuf[0])
+    seterr(su->errbuf, sizeof(su->errbuf),
+           "cuda setup: bootstrap exchange failed: %s", boot_last_error(b));
+  free(recs);
+  free(all);
+  if (rc) {
+    cu_teardown(st);
+    return rc;
+  }
+  *state = st;
+  return BRAID_SUCCESS;
+}
+
+const tp_ops tp_cuda = {
+    .name = "cuda",
+    .setup = cu_setup,
+    .conn = cu_conn,
+    .isend = cu_isend,
+    .isend_copy = cu_isend_copy,
+    .send_done = cu_send_done,
+    .recv = cu_recv,
+    .recv_reduce = cu_recv_reduce,
+    .pollfd = cu_pollfd,
+    .bell_read = cu_bell_read,
+    .bell_wait = cu_bell_wait,
+    .check_peers = cu_check_peers,
+    .set_cause = cu_set_cause,
+    .teardown = cu_teardown,
+    .last_error = cu_last_error,
+    .flush = cu_flush,
+};

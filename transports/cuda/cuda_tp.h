@@ -1,0 +1,65 @@
+/*
+ * The transports for device buffers (DESIGN §4), used by src/comm_dev.c:
+ *
+ * - tp_cuda (cuda_ipc.c): ranks of one host, on one GPU or several. The
+ *   receiver owns FIFOs of slots in its device memory, mapped by the senders
+ *   through CUDA IPC; counters and lengths live in host shm
+ *   (transports/cuda/cuda_fifo.h). Set up like any transport (collective
+ *   over the bootstrap); the CUDA device must be current on the calling
+ *   thread for setup and for every call.
+ * - staged (staged.c): an adapter that carries device buffers over a host
+ *   transport's connection (tcp, ofi, ibverbs, shm) through pinned host
+ *   memory, pipelined. Created with staged_new over an existing host
+ *   transport; it makes no connections of its own.
+ */
+#ifndef BRAID_TRANSPORTS_CUDA_TP_H
+#define BRAID_TRANSPORTS_CUDA_TP_H
+
+#include <stddef.h>
+
+#include "transports/cuda/cuda_fifo.h"
+#include "transports/transport.h"
+
+extern const tp_ops tp_cuda;
+extern const tp_ops tp_staged; /* setup: use staged_new instead */
+
+/* Makes every copy of a tp_cuda state run on `stream` (the communicator's
+ * internal stream), after the kernels that wrote the sources: the copies
+ * then keep stream order with the executor's work. NULL: the transport's own
+ * streams (one for sends, one for receives). The caller keeps the stream
+ * alive until teardown. */
+void cuda_tp_set_stream(void *state, void *stream);
+
+/* The device layer as a copy engine (cuda_ipc.c). */
+extern const cuf_engine cuf_cuda_engine;
+
+/* Where the staged adapter finds the host connection of (peer, channel);
+ * called lazily, on the first use of each connection. */
+typedef tp_conn *(*staged_inner_fn)(void *arg, int peer, int channel);
+
+/* Memory for the pinned staging slots (cudev_host_alloc in the library;
+ * tests pass malloc). */
+typedef struct staged_mem {
+  int (*alloc)(void **p, size_t n);
+  void (*free)(void *p);
+} staged_mem;
+
+extern const staged_mem staged_pinned; /* cudev_host_alloc / host_free */
+
+typedef struct staged_cfg {
+  const tp_ops *inner; /* the host transport */
+  void *inner_state;   /* its state (owned by the caller) */
+  staged_inner_fn inner_conn;
+  void *inner_arg;
+  const cuf_engine *eng;
+  const staged_mem *mem;
+  void *stream; /* stream for the copies (owned by the caller) */
+  int rank, nranks, nchannels, nslots;
+  size_t slot_bytes;
+} staged_cfg;
+
+/* The adapter's state for tp_staged's calls; teardown with
+ * tp_staged.teardown (which leaves the inner transport alone). */
+int staged_new(const staged_cfg *cfg, void **state, char *err, size_t errlen);
+
+#endif

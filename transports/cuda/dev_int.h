@@ -1,0 +1,43 @@
+/*
+ * Internal interface between the device layer (dev.c, C) and its kernels
+ * (kernels.cu): launches that return a cudaError_t as an int. dev.c checks
+ * the arguments and turns errors into messages.
+ */
+#ifndef BRAID_TRANSPORTS_CUDA_DEV_INT_H
+#define BRAID_TRANSPORTS_CUDA_DEV_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dst[i] = a[i] op b[i] (and fwd[i], when fwd is not NULL) for n elements of
+ * dtype dt (braid_dtype); op is braid_op (BRAID_AVG sums). `grid` is the
+ * most blocks to launch (the device's SM count times resident blocks per
+ * SM); 256 threads per block. */
+int cuk_reduce(void *dst, void *fwd, const void *a, const void *b, size_t n,
+               int dt, int op, unsigned grid, void *stream);
+/* buf[i] /= divisor. */
+int cuk_div(void *buf, size_t n, int dt, int divisor, unsigned grid,
+            void *stream);
+/* The gate without stream memory operations: one thread that stores seq to
+ * *reached and waits until (int32_t)(*released - seq) >= 0 (device pointers
+ * of mapped pinned host memory). */
+int cuk_gate(uint32_t *reached, uint32_t *released, uint32_t seq, void *stream);
+/* Threads per block of the reduction kernels. */
+#define CUK_THREADS 256
+
+/* Tests: 1 makes new gates use the kernel even where stream memory
+ * operations work (to test both), 0 restores the default. */
+void cudev_gate_force_kernel(int on);
+/* Tests: 1 when gate g uses stream memory operations, 0 the kernel. */
+struct cudev_gate;
+int cudev_gate_uses_memops(const struct cudev_gate *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,243 @@
+/*
+ * CUDA kernels of the device layer: reduction (and reduce-and-forward) for
+ * every dtype x op, the division of BRAID_AVG, and the fallback stream gate.
+ *
+ * Element semantics come from reduce_ops.cuh (the CPU kernels' results, bit
+ * for bit). Three shapes of the same loop:
+ *  - vec: every pointer has the same address modulo 16 and that offset is a
+ *    multiple of the element size. A head of at most 15 bytes' worth of
+ *    elements brings the pointers to 16 bytes; the body moves 16 bytes per
+ *    load and store (uint4); the head and the tail go element by element.
+ *  - elem: the pointers are aligned to the element size but not alike modulo
+ *    16: one element per load.
+ *  - bytes: a pointer is not aligned to the element size (a byte offset into
+ *    a buffer): elements are assembled from bytes, so no access is
+ *    misaligned.
+ * Each is a grid-stride loop over a grid the caller sizes to the device (SM
+ * count x resident blocks per SM), so large buffers take one launch that
+ * fills the GPU and small ones take few blocks. When fwd is given, each
+ * result is stored to dst and fwd from the same registers: the data is read
+ * once and written twice (recv-reduce-send in one pass).
+ */
+#include <cuda_runtime.h>
+
+#include "dev_int.h"
+#include "reduce_ops.cuh"
+
+namespace {
+
+template <int DT, int OP> struct red_f {
+  typedef typename rop_type<DT>::T T;
+  __device__ __forceinline__ T operator()(T u, T v) const {
+    return rop_type<DT>::template op<OP>(u, v);
+  }
+};
+
+template <int DT> struct div_f {
+  typedef typename rop_type<DT>::T T;
+  int d;
+  __device__ __forceinline__ T operator()(T u, T) const {
+    return rop_type<DT>::div(u, d);
+  }
+};
+
+template <typename T> union vec16 {
+  uint4 v;
+  T e[16 / sizeof(T)];
+};
+
+/* UNARY: b is not read (division: dst = f(a)). */
+template <typename F, bool UNARY>
+__global__ void __launch_bounds__(CUK_THREADS)
+    k_vec(typename F::T *dst, typename F::T *fwd, const typename F::T *a,
+          const typename F::T *b, size_t n, size_t head, F f) {
+  typedef typename F::T T;
+  const int V = 16 / sizeof(T);
+  size_t nv = (n - head) / V;
+  size_t tail0 = head + nv * V;
+  size_t extra = head + (n - tail0);
+  size_t gid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  const uint4 *av = reinterpret_cast<const uint4 *>(a + head);
+  const uint4 *bv = reinterpret_cast<const uint4 *>(b + head);
+  uint4 *dv = reinterpret_cast<uint4 *>(dst + head);
+  uint4 *fv = fwd ? reinterpret_cast<uint4 *>(fwd + head) : nullptr;
+  for (size_t i = gid; i < nv; i += stride) {
+    vec16<T> x, y, r;
+    x.v = av[i];
+    if (!UNARY)
+      y.v = bv[i];
+#pragma unroll
+    for (int j = 0; j < V; j++)
+      r.e[j] = f(x.e[j], UNARY ? x.e[j] : y.e[j]);
+    dv[i] = r.v;
+    if (fwd)
+      fv[i] = r.v;
+  }
+  if (gid < extra) {
+    size_t k = gid < head ? gid : tail0 + (gid - head);
+    T u = a[k];
+    T r = f(u, UNARY ? u : b[k]);
+    dst[k] = r;
+    if (fwd)
+      fwd[k] = r;
+  }
+}
+
+template <typename T, bool BYTES>
+__device__ __forceinline__ T ld(const unsigned char *p, size_t i) {
+  T x;
+  if (BYTES) {
+    unsigned char *o = reinterpret_cast<unsigned char *>(&x);
+#pragma unroll
+    for (size_t j = 0; j < sizeof(T); j++)
+      o[j] = p[i * sizeof(T) + j];
+  } else {
+    x = reinterpret_cast<const T *>(p)[i];
+  }
+  return x;
+}
+
+template <typename T, bool BYTES>
+__device__ __forceinline__ void st(unsigned char *p, size_t i, T x) {
+  if (BYTES) {
+    const unsigned char *s = reinterpret_cast<const unsigned char *>(&x);
+#pragma unroll
+    for (size_t j = 0; j < sizeof(T); j++)
+      p[i * sizeof(T) + j] = s[j];
+  } else {
+    reinterpret_cast<T *>(p)[i] = x;
+  }
+}
+
+template <typename F, bool UNARY, bool BYTES>
+__global__ void __launch_bounds__(CUK_THREADS)
+    k_elem(unsigned char *dst, unsigned char *fwd, const unsigned char *a,
+           const unsigned char *b, size_t n, F f) {
+  typedef typename F::T T;
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    T u = ld<T, BYTES>(a, i);
+    T r = f(u, UNARY ? u : ld<T, BYTES>(b, i));
+    st<T, BYTES>(dst, i, r);
+    if (fwd)
+      st<T, BYTES>(fwd, i, r);
+  }
+}
+
+unsigned blocks_for(size_t work, unsigned grid) {
+  size_t need = (work + CUK_THREADS - 1) / CUK_THREADS;
+  if (need == 0)
+    need = 1;
+  return need < grid ? (unsigned)need : (grid ? grid : 1u);
+}
+
+template <typename F, bool UNARY>
+int launch(void *dst, void *fwd, const void *a, const void *b, size_t n,
+           unsigned grid, cudaStream_t s, F f) {
+  typedef typename F::T T;
+  if (n == 0)
+    return cudaSuccess;
+  uintptr_t ua = (uintptr_t)a, ub = UNARY ? ua : (uintptr_t)b;
+  uintptr_t ud = (uintptr_t)dst, uf = fwd ? (uintptr_t)fwd : ud;
+  uintptr_t any = ua | ub | ud | uf;
+  unsigned char *d8 = static_cast<unsigned char *>(dst);
+  unsigned char *f8 = static_cast<unsigned char *>(fwd);
+  const unsigned char *a8 = static_cast<const unsigned char *>(a);
+  const unsigned char *b8 = static_cast<const unsigned char *>(UNARY ? a : b);
+  if (any % sizeof(T)) {
+    k_elem<F, UNARY, true>
+        <<<blocks_for(n, grid), CUK_THREADS, 0, s>>>(d8, f8, a8, b8, n, f);
+  } else if ((ua % 16) == (ub % 16) && (ua % 16) == (ud % 16) &&
+             (ua % 16) == (uf % 16)) {
+    size_t head = ((16 - ua % 16) % 16) / sizeof(T);
+    if (head > n)
+      head = n;
+    const size_t V = 16 / sizeof(T);
+    size_t work = (n - head) / V;
+    size_t extra = n - work * V; /* head and tail */
+    k_vec<F, UNARY>
+        <<<blocks_for(work > extra ? work : extra, grid), CUK_THREADS, 0, s>>>(
+            static_cast<T *>(dst), static_cast<T *>(fwd),
+            static_cast<const T *>(a), static_cast<const T *>(UNARY ? a : b), n,
+            head, f);
+  } else {
+    k_elem<F, UNARY, false>
+        <<<blocks_for(n, grid), CUK_THREADS, 0, s>>>(d8, f8, a8, b8, n, f);
+  }
+  return cudaGetLastError();
+}
+
+template <int DT>
+int reduce_dt(void *dst, void *fwd, const void *a, const void *b, size_t n,
+              int op, unsigned grid, cudaStream_t s) {
+  switch (op) {
+  case BRAID_SUM:
+  case BRAID_AVG:
+    return launch<red_f<DT, ROP_SUM>, false>(dst, fwd, a, b, n, grid, s,
+                                             red_f<DT, ROP_SUM>());
+  case BRAID_PROD:
+    return launch<red_f<DT, ROP_PROD>, false>(dst, fwd, a, b, n, grid, s,
+                                              red_f<DT, ROP_PROD>());
+  case BRAID_MIN:
+    return launch<red_f<DT, ROP_MIN>, false>(dst, fwd, a, b, n, grid, s,
+                                             red_f<DT, ROP_MIN>());
+  case BRAID_MAX:
+    return launch<red_f<DT, ROP_MAX>, false>(dst, fwd, a, b, n, grid, s,
+                                             red_f<DT, ROP_MAX>());
+  default:
+    return cudaErrorInvalidValue;
+  }
+}
+
+template <int DT>
+int div_dt(void *buf, size_t n, int divisor, unsigned grid, cudaStream_t s) {
+  div_f<DT> f;
+  f.d = divisor;
+  return launch<div_f<DT>, true>(buf, NULL, buf, buf, n, grid, s, f);
+}
+
+__global__ void k_gate(volatile uint32_t *reached, volatile uint32_t *released,
+                       uint32_t seq) {
+  /* Everything before on the stream has finished when this runs. */
+  __threadfence_system();
+  *reached = seq;
+  __threadfence_system();
+  while ((int32_t)(*released - seq) < 0) {
+#if __CUDA_ARCH__ >= 700
+    __nanosleep(1000);
+#endif
+  }
+  __threadfence_system();
+}
+
+} // namespace
+
+extern "C" int cuk_reduce(void *dst, void *fwd, const void *a, const void *b,
+                          size_t n, int dt, int op, unsigned grid,
+                          void *stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+#define CUK_CALL_REDUCE(D) return reduce_dt<D>(dst, fwd, a, b, n, op, grid, s)
+  ROP_DISPATCH(dt, CUK_CALL_REDUCE)
+#undef CUK_CALL_REDUCE
+  return cudaErrorInvalidValue;
+}
+
+extern "C" int cuk_div(void *buf, size_t n, int dt, int divisor, unsigned grid,
+                       void *stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (divisor <= 1 || n == 0)
+    return cudaSuccess; /* as red_div: dividing by 1 changes nothing */
+#define CUK_CALL_DIV(D) return div_dt<D>(buf, n, divisor, grid, s)
+  ROP_DISPATCH(dt, CUK_CALL_DIV)
+#undef CUK_CALL_DIV
+  return cudaErrorInvalidValue;
+}
+
+extern "C" int cuk_gate(uint32_t *reached, uint32_t *released, uint32_t seq,
+                        void *stream) {
+  k_gate<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(reached, released,
+                                                         seq);
+  return cudaGetLastError();
+}

@@ -1,0 +1,324 @@
+/*
+ * Element operations of the CUDA reduction kernels, as __host__ __device__
+ * inline functions so that host code (tests/cuda/test_reduce_ops.cu) checks
+ * them against the CPU kernels bit for bit.
+ *
+ * The semantics are those of src/reduce.h:
+ *  - integers: sum and prod wrap modulo 2^bits (computed in the unsigned
+ *    type); min/max compare as the signed or unsigned type;
+ *  - float32/float64 min/max: a NaN in a gives a, else a NaN in b gives b;
+ *    operands that compare equal (+0, -0) give b;
+ *  - float32/float64 sum/prod: a NaN operand comes out quieted (a's first),
+ *    as on x86. GPUs return a canonical NaN for any NaN operand, so the
+ *    functions test for NaN explicitly; the branch costs nothing next to the
+ *    memory traffic;
+ *  - float16/bfloat16: widened to float (exact), reduced in float, rounded to
+ *    nearest even; subnormals kept, overflow to infinity, a NaN made quiet
+ *    with its payload truncated. On the device, float16 uses the hardware
+ *    conversions (exact, round to nearest even) for everything but NaN.
+ *  - division (BRAID_AVG): integers truncate toward zero; floats divide in the
+ *    type (float16/bfloat16 in float), a NaN stays that NaN, quieted.
+ */
+#ifndef BRAID_TRANSPORTS_CUDA_REDUCE_OPS_CUH
+#define BRAID_TRANSPORTS_CUDA_REDUCE_OPS_CUH
+
+#include <stdint.h>
+#include <string.h>
+
+#include "braid.h"
+
+#ifdef __CUDACC__
+#define ROP_HD __host__ __device__ __forceinline__
+#else
+#define ROP_HD inline
+#endif
+
+/* ---- bits -------------------------------------------------------------- */
+
+ROP_HD uint32_t rop_f2u(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+ROP_HD float rop_u2f(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+ROP_HD uint64_t rop_d2u(double d) {
+#ifdef __CUDA_ARCH__
+  return (uint64_t)__double_as_longlong(d);
+#else
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  return u;
+#endif
+}
+
+ROP_HD double rop_u2d(uint64_t u) {
+#ifdef __CUDA_ARCH__
+  return __longlong_as_double((long long)u);
+#else
+  double d;
+  memcpy(&d, &u, sizeof d);
+  return d;
+#endif
+}
+
+ROP_HD float rop_quiet(float x) { return rop_u2f(rop_f2u(x) | 0x400000u); }
+ROP_HD double rop_quiet(double x) {
+  return rop_u2d(rop_d2u(x) | 0x8000000000000ull);
+}
+
+/* ---- float16 / bfloat16 conversions (software, exact) ------------------ */
+
+ROP_HD float rop_half_to_float_sw(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t e = (h >> 10) & 0x1fu;
+  uint32_t m = h & 0x3ffu;
+  if (e == 0x1f) /* Inf, or NaN made quiet */
+    return rop_u2f(sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0));
+  if (e == 0) {
+    if (m == 0)
+      return rop_u2f(sign);
+    uint32_t fe = 113; /* exponent of 2^-14 in float's bias */
+    while (!(m & 0x400u)) {
+      m <<= 1;
+      fe--;
+    }
+    return rop_u2f(sign | (fe << 23) | ((m & 0x3ffu) << 13));
+  }
+  return rop_u2f(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+ROP_HD uint16_t rop_float_to_half_sw(float f) {
+  uint32_t x = rop_f2u(f);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) /* NaN: quiet, payload truncated */
+    return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+  if (ax >= 0x477ff000u) /* >= 65520 rounds to infinity */
+    return (uint16_t)(sign | 0x7c00u);
+  if (ax < 0x38800000u) {  /* below 2^-14: subnormal half (or zero) */
+    if (ax <= 0x33000000u) /* <= 2^-25: ties to even give zero */
+      return sign;
+    uint32_t e = ax >> 23;
+    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - e; /* value in units of 2^-24 is m >> shift */
+    uint32_t q = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u)))
+      q++;
+    return (uint16_t)(sign | q);
+  }
+  uint32_t hb = (ax >> 13) - (112u << 10);
+  uint32_t rem = ax & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (hb & 1u)))
+    hb++;
+  return (uint16_t)(sign | hb);
+}
+
+ROP_HD float rop_half_to_float(uint16_t h) {
+#ifdef __CUDA_ARCH__
+  if ((h & 0x7c00u) != 0x7c00u || !(h & 0x3ffu)) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+  }
+#endif
+  return rop_half_to_float_sw(h);
+}
+
+ROP_HD uint16_t rop_float_to_half(float f) {
+#ifdef __CUDA_ARCH__
+  if (f == f) {
+    uint16_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+  }
+#endif
+  return rop_float_to_half_sw(f);
+}
+
+ROP_HD float rop_bf16_to_float(uint16_t h) {
+  return rop_u2f((uint32_t)h << 16);
+}
+
+ROP_HD uint16_t rop_float_to_bf16(float f) {
+  uint32_t x = rop_f2u(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return (uint16_t)((x >> 16) | 0x40u);
+  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* ---- element operations ------------------------------------------------ */
+
+enum { ROP_SUM = 0, ROP_PROD = 1, ROP_MIN = 2, ROP_MAX = 3 };
+
+/* Float and double: OP is ROP_SUM..ROP_MAX. */
+template <int OP, typename F> ROP_HD F rop_float_op(F u, F v) {
+  if (OP == ROP_MIN)
+    return u != u ? u : (u < v ? u : v);
+  if (OP == ROP_MAX)
+    return u != u ? u : (u > v ? u : v);
+  if (u != u)
+    return rop_quiet(u);
+  if (v != v)
+    return rop_quiet(v);
+  return OP == ROP_PROD ? u * v : u + v;
+}
+
+template <typename F> ROP_HD F rop_float_div(F u, int d) {
+  return u != u ? rop_quiet(u) : u / (F)d;
+}
+
+/* One dtype: its storage type T, op<OP>(u, v) and div(u, divisor). */
+template <int DT> struct rop_type;
+
+/* DD: the type C's division of red_div works in (int for int8, ...). */
+#define ROP_INT(DT, TT, UU, DD)                                                \
+  template <> struct rop_type<DT> {                                            \
+    typedef TT T;                                                              \
+    typedef UU U;                                                              \
+    template <int OP> static ROP_HD T op(T u, T v) {                           \
+      if (OP == ROP_SUM)                                                       \
+        return (T)(U)((U)u + (U)v);                                            \
+      if (OP == ROP_PROD)                                                      \
+        return (T)(U)((U)u * (U)v);                                            \
+      if (OP == ROP_MIN)                                                       \
+        return u < v ? u : v;                                                  \
+      return u > v ? u : v;                                                    \
+    }                                                                          \
+    static ROP_HD T div(T u, int d) { return (T)((DD)u / (DD)d); }             \
+  };
+
+ROP_INT(BRAID_INT8, int8_t, uint8_t, int)
+ROP_INT(BRAID_UINT8, uint8_t, uint8_t, unsigned)
+ROP_INT(BRAID_INT32, int32_t, uint32_t, int32_t)
+ROP_INT(BRAID_UINT32, uint32_t, uint32_t, uint32_t)
+ROP_INT(BRAID_INT64, int64_t, uint64_t, int64_t)
+ROP_INT(BRAID_UINT64, uint64_t, uint64_t, uint64_t)
+#undef ROP_INT
+
+#define ROP_FLT(DT, TT)                                                        \
+  template <> struct rop_type<DT> {                                            \
+    typedef TT T;                                                              \
+    template <int OP> static ROP_HD T op(T u, T v) {                           \
+      return rop_float_op<OP>(u, v);                                           \
+    }                                                                          \
+    static ROP_HD T div(T u, int d) { return rop_float_div(u, d); }            \
+  };
+
+ROP_FLT(BRAID_FLOAT32, float)
+ROP_FLT(BRAID_FLOAT64, double)
+#undef ROP_FLT
+
+#define ROP_NARROW(DT, WIDEN, NARROW)                                          \
+  template <> struct rop_type<DT> {                                            \
+    typedef uint16_t T;                                                        \
+    template <int OP> static ROP_HD T op(T u, T v) {                           \
+      return NARROW(rop_float_op<OP>(WIDEN(u), WIDEN(v)));                     \
+    }                                                                          \
+    static ROP_HD T div(T u, int d) {                                          \
+      return NARROW(rop_float_div(WIDEN(u), d));                               \
+    }                                                                          \
+  };
+
+ROP_NARROW(BRAID_FLOAT16, rop_half_to_float, rop_float_to_half)
+ROP_NARROW(BRAID_BFLOAT16, rop_bf16_to_float, rop_float_to_bf16)
+#undef ROP_NARROW
+
+/* Applies op to elements in memory (any alignment): for host tests and for
+ * code that dispatches on (dtype, op) at run time. 0 on success, -1 for an
+ * unknown dtype or op. BRAID_AVG reduces as a sum. */
+template <int DT>
+ROP_HD int rop_apply_dt(int op, void *dst, const void *a, const void *b) {
+  typedef typename rop_type<DT>::T T;
+  T u, v, r;
+  memcpy(&u, a, sizeof u);
+  memcpy(&v, b, sizeof v);
+  switch (op) {
+  case BRAID_SUM:
+  case BRAID_AVG:
+    r = rop_type<DT>::template op<ROP_SUM>(u, v);
+    break;
+  case BRAID_PROD:
+    r = rop_type<DT>::template op<ROP_PROD>(u, v);
+    break;
+  case BRAID_MIN:
+    r = rop_type<DT>::template op<ROP_MIN>(u, v);
+    break;
+  case BRAID_MAX:
+    r = rop_type<DT>::template op<ROP_MAX>(u, v);
+    break;
+  default:
+    return -1;
+  }
+  memcpy(dst, &r, sizeof r);
+  return 0;
+}
+
+template <int DT> ROP_HD void rop_div_dt(void *p, int d) {
+  typedef typename rop_type<DT>::T T;
+  T u;
+  memcpy(&u, p, sizeof u);
+  u = rop_type<DT>::div(u, d);
+  memcpy(p, &u, sizeof u);
+}
+
+#define ROP_DISPATCH(DT, CALL)                                                 \
+  switch (DT) {                                                                \
+  case BRAID_INT8:                                                             \
+    CALL(BRAID_INT8);                                                          \
+  case BRAID_UINT8:                                                            \
+    CALL(BRAID_UINT8);                                                         \
+  case BRAID_INT32:                                                            \
+    CALL(BRAID_INT32);                                                         \
+  case BRAID_UINT32:                                                           \
+    CALL(BRAID_UINT32);                                                        \
+  case BRAID_INT64:                                                            \
+    CALL(BRAID_INT64);                                                         \
+  case BRAID_UINT64:                                                           \
+    CALL(BRAID_UINT64);                                                        \
+  case BRAID_FLOAT16:                                                          \
+    CALL(BRAID_FLOAT16);                                                       \
+  case BRAID_BFLOAT16:                                                         \
+    CALL(BRAID_BFLOAT16);                                                      \
+  case BRAID_FLOAT32:                                                          \
+    CALL(BRAID_FLOAT32);                                                       \
+  case BRAID_FLOAT64:                                                          \
+    CALL(BRAID_FLOAT64);                                                       \
+  default:                                                                     \
+    break;                                                                     \
+  }
+
+/* dst = a op b for one element of dtype dt: 0, or -1 for a bad dtype/op. */
+ROP_HD int rop_apply(int dt, int op, void *dst, const void *a, const void *b) {
+#define ROP_CALL_APPLY(D) return rop_apply_dt<D>(op, dst, a, b)
+  ROP_DISPATCH(dt, ROP_CALL_APPLY)
+#undef ROP_CALL_APPLY
+  return -1;
+}
+
+/* *p /= d for one element of dtype dt: 0, or -1 for a bad dtype. */
+ROP_HD int rop_div(int dt, void *p, int d) {
+#define ROP_CALL_DIV(D)                                                        \
+  rop_div_dt<D>(p, d);                                                         \
+  return 0
+  ROP_DISPATCH(dt, ROP_CALL_DIV)
+#undef ROP_CALL_DIV
+  return -1;
+}
+
+#endif
