@@ -576,20 +576,26 @@ static double secs(void) {
 
 Test(sim, speed_at_scale, .timeout = 120) {
   /* 1024 hosts: a 1024-rank ring allreduce at 8 B and 256 MiB, and an
-   * 8192-rank tree at 8 B. Generous limits: the box may be shared. */
+   * 8192-rank tree at 8 B, simulated to the end with sane results. The CPU
+   * time is logged, not asserted (speed is measured in benchmarks, not in
+   * tests). */
   topo_graph *h = model("dgx-h100");
   sim_params p;
   sim_params_gpu(&p);
   sched_view *v = cluster_view(h, 1024, 1);
   size_t sizes[] = {8, 256u << 20};
+  double ring8 = 0;
   for (int i = 0; i < 2; i++) {
     sched *s = gen("ring", SCHED_ALLREDUCE, v, 0, 2, sizes[i]);
     double t0 = secs();
-    sim_time(s, v, sizes[i], &p);
+    double t = sim_time(s, v, sizes[i], &p);
     double dt = secs() - t0;
     cr_log_info("1024-rank ring allreduce, %zu B: simulated in %.2f s",
                 sizes[i], dt);
-    cr_assert_lt(dt, 15.0, "%.2f s", dt);
+    /* 2 x 1023 messages in sequence, each at least alpha across hosts */
+    cr_assert_geq(t, 2.0 * 1023 * p.alpha_net_us, "%.1f us", t);
+    if (i == 0)
+      ring8 = t;
     sched_free(s);
   }
   sched_view *v8 = view_gpus(v->g, NULL, 0, err, sizeof err);
@@ -597,10 +603,11 @@ Test(sim, speed_at_scale, .timeout = 120) {
   cr_assert_eq(v8->nranks, 8192);
   sched *s = gen("tree", SCHED_ALLREDUCE, v8, 0, 2, 8);
   double t0 = secs();
-  sim_time(s, v8, 8, &p);
+  double t = sim_time(s, v8, 8, &p);
   double dt = secs() - t0;
+  cr_assert_lt(t, ring8 / 10, "8192-rank tree %.1f us, 1024-rank ring %.1f us",
+               t, ring8);
   cr_log_info("8192-rank tree allreduce, 8 B: simulated in %.2f s", dt);
-  cr_assert_lt(dt, 6.0, "%.2f s", dt);
   sched_free(s);
   view_free(v8);
   view_free(v);
