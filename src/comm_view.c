@@ -140,6 +140,8 @@ void comm_view_free(braid_comm *c) {
   c->nfile_scheds = 0;
 }
 
+#define SIM_SELECT_MAX_RANKS 256
+
 static int transport_class(braid_comm *c) {
   for (int i = 0; i < c->ntp; i++)
     if (c->tp[i] != &tp_shm && c->tp[i] != &tp_self)
@@ -150,7 +152,11 @@ static int transport_class(braid_comm *c) {
 const void *comm_select(braid_comm *c, sched_coll coll, size_t bytes, char *err,
                         size_t errlen) {
   const char *algo = c->algo[0] ? c->algo : NULL;
-  if (c->view == NULL || c->view->nhosts < 2 || c->view->g == NULL)
+  /* Simulating every candidate costs milliseconds at tens of ranks and
+   * seconds at a thousand: above SIM_SELECT_MAX_RANKS the cost model
+   * decides, as on one host. */
+  if (c->view == NULL || c->view->nhosts < 2 || c->view->g == NULL ||
+      c->nranks > SIM_SELECT_MAX_RANKS)
     return select_algo(coll, c->nranks, bytes, transport_class(c), algo, err,
                        errlen);
   select_filter f;
