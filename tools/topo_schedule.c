@@ -230,7 +230,9 @@ static const char *rname(const sched_view *v, int r) {
 
 /* ---- channels ---- */
 
-/* Distinct receivers of rank r's messages on channel c (at most max). */
+/* Distinct receivers of rank r's messages on channel c: the first `max`
+ * are stored in t; past max the count may include repeats (callers only ask
+ * whether there is exactly one). */
 static int targets(const sched *s, int r, int c, int *t, int max) {
   const sched_channel *ch = sched_chan_c(s, r, c);
   int n = 0;
@@ -244,7 +246,7 @@ static int targets(const sched *s, int r, int c, int *t, int max) {
     if (to < 0)
       continue;
     int seen = 0;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n && i < max; i++)
       seen |= t[i] == to;
     if (!seen && n < max)
       t[n++] = to;
