@@ -75,7 +75,8 @@ static void both_steps(lenet *cpu, lenet_cuda *gpu, float *x, uint8_t *labels) {
   cr_assert_eq(lenet_cuda_train_step(gpu, B, x, labels, 1.0f / B, &lg, &cg), 0,
                "%s", lenet_cuda_error());
   cr_assert(fabs(lg - lc) <= 1e-4 * fabs(lc), "loss GPU %g CPU %g", lg, lc);
-  cr_assert_eq(cg, cc, "right predictions GPU %ld CPU %ld", cg, cc);
+  /* fused multiply-adds and another summation order may flip a near tie */
+  cr_assert(labs(cg - cc) <= 1, "right predictions GPU %ld CPU %ld", cg, cc);
 }
 
 Test(trainer_cuda, one_step_gradients_match_cpu) {

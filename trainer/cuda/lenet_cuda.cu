@@ -102,8 +102,8 @@ __global__ void k_gemm(int m, int n, int k, const float *A, int lda, int ta,
                        const float *B, int ldb, int tb, float *C,
                        int accumulate) {
   __shared__ float as[TILE][TILE + 1], bs[TILE][TILE + 1];
-  int row = blockIdx.y * TILE + threadIdx.y;
-  int col = blockIdx.x * TILE + threadIdx.x;
+  int row = blockIdx.x * TILE + threadIdx.y; /* rows: x, up to 2^31 - 1 */
+  int col = blockIdx.y * TILE + threadIdx.x;
   float acc = 0.0f;
   for (int k0 = 0; k0 < k; k0 += TILE) {
     int ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
@@ -256,7 +256,8 @@ float *G(lenet_cuda *m, int t) { return m->grads + m->t[t].off; }
 /* C (m x n) = op(A) op(B) (+ C) */
 void gemm(cudaStream_t s, int m, int n, int k, const float *A, int lda, int ta,
           const float *B, int ldb, int tb, float *C, int acc) {
-  dim3 grid((n + TILE - 1) / TILE, (m + TILE - 1) / TILE), block(TILE, TILE);
+  /* m (batch x pixels) can pass gridDim.y's 65535 tiles; n is small */
+  dim3 grid((m + TILE - 1) / TILE, (n + TILE - 1) / TILE), block(TILE, TILE);
   k_gemm<<<grid, block, 0, s>>>(m, n, k, A, lda, ta, B, ldb, tb, C, acc);
 }
 
@@ -445,8 +446,10 @@ int lenet_cuda_create(lenet_cuda **out, int maxb) {
       (e = cudaMallocHost((void **)&m->hloss, b * sizeof(double))) !=
           cudaSuccess ||
       (e = cudaMallocHost((void **)&m->hok, b * sizeof(int))) != cudaSuccess ||
-      (e = cudaMemset(m->params, 0, m->nparams * fl)) != cudaSuccess ||
-      (e = cudaMemset(m->grads, 0, m->nparams * fl)) != cudaSuccess) {
+      (e = cudaMemsetAsync(m->params, 0, m->nparams * fl, m->stream)) !=
+          cudaSuccess ||
+      (e = cudaMemsetAsync(m->grads, 0, m->nparams * fl, m->stream)) !=
+          cudaSuccess) {
     lenet_cuda_destroy(m);
     return fail("cudaMalloc", e);
   }

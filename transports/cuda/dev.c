@@ -358,7 +358,25 @@ int cudev_gate_uses_memops(const struct cudev_gate *g) {
   return g ? g->memops : 0;
 }
 
+static int dev_preloaded[DEV_MAX];
+
+static braid_result dev_preload(void) {
+  int dev;
+  DEV_CALL("cudaGetDevice", cudaGetDevice(&dev));
+  if (dev >= 0 && dev < DEV_MAX &&
+      __atomic_load_n(&dev_preloaded[dev], __ATOMIC_ACQUIRE))
+    return BRAID_SUCCESS;
+  DEV_CALL("cudaFuncGetAttributes (loading the kernels)",
+           (cudaError_t)cuk_preload());
+  if (dev >= 0 && dev < DEV_MAX)
+    __atomic_store_n(&dev_preloaded[dev], 1, __ATOMIC_RELEASE);
+  return BRAID_SUCCESS;
+}
+
 braid_result cudev_gate_new(void *user_stream, cudev_gate **out) {
+  braid_result pr = dev_preload();
+  if (pr != BRAID_SUCCESS)
+    return pr;
   cudev_gate *g = calloc(1, sizeof *g);
   if (g == NULL) {
     snprintf(dev_msg, sizeof dev_msg, "cudev_gate_new: out of memory");

@@ -26,6 +26,10 @@ int cuk_div(void *buf, size_t n, int dt, int divisor, unsigned grid,
  * *reached and waits until (int32_t)(*released - seq) >= 0 (device pointers
  * of mapped pinned host memory). */
 int cuk_gate(uint32_t *reached, uint32_t *released, uint32_t seq, void *stream);
+/* Loads every kernel above on the current device (cudaFuncGetAttributes).
+ * Lazy loading would otherwise load one at its first launch, which may wait
+ * for a stream that a gate holds. */
+int cuk_preload(void);
 /* Threads per block of the reduction kernels. */
 #define CUK_THREADS 256
 

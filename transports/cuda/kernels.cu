@@ -212,7 +212,50 @@ __global__ void k_gate(volatile uint32_t *reached, volatile uint32_t *released,
   __threadfence_system();
 }
 
+/* Lazy loading (the default since CUDA 12.2) loads a kernel at its first
+ * launch, and a load may need the context to synchronise: a launch made while
+ * a gate holds a stream (memory operation or k_gate) would then wait for that
+ * stream, which waits for the launch. Every kernel is loaded up front instead
+ * (cudaFuncGetAttributes loads it), as the CUDA Programming Guide's "Lazy
+ * Loading: potential hazards" advises. */
+template <typename F, bool UNARY> cudaError_t preload_f() {
+  cudaFuncAttributes at;
+  cudaError_t e = cudaFuncGetAttributes(&at, k_vec<F, UNARY>);
+  if (e == cudaSuccess)
+    e = cudaFuncGetAttributes(&at, k_elem<F, UNARY, true>);
+  if (e == cudaSuccess)
+    e = cudaFuncGetAttributes(&at, k_elem<F, UNARY, false>);
+  return e;
+}
+
+template <int DT> cudaError_t preload_dt() {
+  cudaError_t e = preload_f<red_f<DT, ROP_SUM>, false>();
+  if (e == cudaSuccess)
+    e = preload_f<red_f<DT, ROP_PROD>, false>();
+  if (e == cudaSuccess)
+    e = preload_f<red_f<DT, ROP_MIN>, false>();
+  if (e == cudaSuccess)
+    e = preload_f<red_f<DT, ROP_MAX>, false>();
+  if (e == cudaSuccess)
+    e = preload_f<div_f<DT>, true>();
+  return e;
+}
+
 } // namespace
+
+/* Loads every kernel of this file on the current device (see preload_f). */
+extern "C" int cuk_preload(void) {
+  cudaFuncAttributes at;
+  cudaError_t e = cudaFuncGetAttributes(&at, k_gate);
+  for (int dt = 0; e == cudaSuccess && dt < BRAID_NUM_DTYPES; dt++) {
+#define CUK_CALL_PRELOAD(D)                                                    \
+  e = preload_dt<D>();                                                         \
+  break
+    ROP_DISPATCH(dt, CUK_CALL_PRELOAD)
+#undef CUK_CALL_PRELOAD
+  }
+  return e;
+}
 
 extern "C" int cuk_reduce(void *dst, void *fwd, const void *a, const void *b,
                           size_t n, int dt, int op, unsigned grid,
