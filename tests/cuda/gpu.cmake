@@ -66,3 +66,61 @@ if(TARGET braidrun)
     ENVIRONMENT "BRAID_TRANSPORT=tcp;BRAID_TIMEOUT=120" TIMEOUT 900
     SKIP_RETURN_CODE 77 LABELS "cuda;gpu;matrix")
 endif()
+
+# ---- the device path on an emulated GPU (tests/cuda/emu/cuda_emu.c) ----
+# No GPU needed: libbraid's objects are linked with a device layer and a
+# CUDA runtime made of host memory and worker threads instead of dev.c,
+# kernels.cu and libcudart, and the matrix and stream tests above run on it
+# in every build with the CUDA toolkit (CI included). They check braid's
+# own device-side code (classification, the executor's device path, stream
+# gates, the cuda IPC transport, staging over tcp), not CUDA or the kernels.
+add_library(braid_emu STATIC $<TARGET_OBJECTS:braid_obj>
+  ${gpu_dir}/emu/cuda_emu.c)
+target_include_directories(braid_emu PUBLIC ${PROJECT_SOURCE_DIR}
+  ${PROJECT_SOURCE_DIR}/include ${CUDAToolkit_INCLUDE_DIRS})
+target_compile_definitions(braid_emu PRIVATE _GNU_SOURCE BRAID_BUILD)
+target_link_libraries(braid_emu PUBLIC ${braid_obj_deps} Threads::Threads m)
+
+set(BRAID_EMU_MATRIX_COUNTS "0,1,7,1023,65539" CACHE STRING
+  "element counts of the correctness matrix on the emulated GPU")
+foreach(mode blocking stream)
+  set(exe emu_matrix_${mode})
+  add_executable(${exe} ${PROJECT_SOURCE_DIR}/tests/core/coll_matrix.c)
+  target_compile_options(${exe} PRIVATE -include ${gpu_dir}/test_gpu_matrix.h)
+  if(mode STREQUAL "stream")
+    target_compile_definitions(${exe} PRIVATE GPU_MATRIX_STREAM)
+  endif()
+  target_link_libraries(${exe} PRIVATE braid_emu)
+  if(NOT TARGET braidrun)
+    continue()
+  endif()
+  foreach(n 1 2 4)
+    add_test(NAME emu_matrix_${mode}_${n}
+      COMMAND $<TARGET_FILE:braidrun> -n ${n} --timeout 900
+              $<TARGET_FILE:${exe}> --counts ${BRAID_EMU_MATRIX_COUNTS})
+    set_tests_properties(emu_matrix_${mode}_${n} PROPERTIES
+      ENVIRONMENT "BRAID_TIMEOUT=120" TIMEOUT 900 LABELS "cuda;emu;matrix")
+  endforeach()
+endforeach()
+if(TARGET braidrun)
+  add_test(NAME emu_matrix_blocking_tcp_2
+    COMMAND $<TARGET_FILE:braidrun> -n 2 --timeout 900
+            $<TARGET_FILE:emu_matrix_blocking> --counts ${BRAID_EMU_MATRIX_COUNTS})
+  set_tests_properties(emu_matrix_blocking_tcp_2 PROPERTIES
+    ENVIRONMENT "BRAID_TRANSPORT=tcp;BRAID_TIMEOUT=120" TIMEOUT 900
+    LABELS "cuda;emu;matrix")
+endif()
+
+add_executable(emu_gpu_stream ${gpu_dir}/test_gpu_stream.c)
+target_include_directories(emu_gpu_stream PRIVATE ${gpu_dir})
+target_compile_definitions(emu_gpu_stream PRIVATE SLEEP_MS=1000)
+target_link_libraries(emu_gpu_stream PRIVATE braid_emu PkgConfig::CRITERION)
+add_test(NAME emu_gpu_stream COMMAND emu_gpu_stream --jobs 1)
+set_tests_properties(emu_gpu_stream PROPERTIES TIMEOUT 300 LABELS "cuda;emu"
+  ENVIRONMENT "BRAID_TIMEOUT=60")
+
+add_executable(emu_cuda_ipc ${PROJECT_SOURCE_DIR}/tests/transports/test_cuda_ipc.c
+  ${PROJECT_SOURCE_DIR}/tests/transports/ranks.c)
+target_link_libraries(emu_cuda_ipc PRIVATE braid_emu PkgConfig::CRITERION)
+add_test(NAME emu_cuda_ipc COMMAND emu_cuda_ipc --jobs=1)
+set_tests_properties(emu_cuda_ipc PROPERTIES TIMEOUT 120 LABELS "cuda;emu")

@@ -1,0 +1,894 @@
+/*
+ * An emulated GPU, for running braid's device path on machines without one.
+ *
+ * One "device" made of host memory implements both the device layer
+ * (transports/cuda/cuda_dev.h) and the part of the CUDA runtime API that the
+ * device-buffer tests call (declared by the toolkit's cuda_runtime_api.h).
+ * Linked with libbraid's other objects into the test library braid_emu, in
+ * place of dev.c, kernels.cu and the CUDA runtime, it lets the executor's
+ * device path, the stream gates, the cuda IPC transport and the staging
+ * adapter run end to end under the correctness matrix and the stream tests.
+ * It is a test double: libbraid never contains it.
+ *
+ * What it models, after the CUDA runtime's documented behaviour:
+ *  - device memory: memfd-backed mappings, told apart from host memory by
+ *    address (cudev_is_device, like cudaPointerGetAttributes). An IPC handle
+ *    names the owner's pid and fd; another process maps it through /proc.
+ *    Opening a handle twice maps it once (reference counted); opening one's
+ *    own handle is an error, as in CUDA.
+ *  - streams: one worker thread each, running its operations in order and
+ *    asynchronously to the caller: copies, memsets, reductions, host
+ *    functions, event records and waits, gates. The NULL stream is one more
+ *    stream (the legacy default stream's implicit synchronisation with
+ *    blocking streams is not modelled; braid's and the tests' streams are
+ *    non-blocking).
+ *    Like a GPU's, the work starts late: one operation in four waits
+ *    EMU_LAG_US first, so that a caller that reads a result before its
+ *    event or stream says it is done sees the old data.
+ *  - events: generations, so that a query answers for the latest record.
+ *  - cudaFree, cudaFreeHost and their cudev_ forms wait until every stream
+ *    is idle, as CUDA's do. One that waits longer than EMU_FREE_DEADLINE_S
+ *    would hang a real process (a stream held by a gate that only the
+ *    caller can release): it aborts, saying so.
+ * What it does not model: kernels (reductions run src/reduce.c's CPU
+ * kernels), several devices, peer access, timing.
+ */
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "src/reduce.h"
+#include "transports/cuda/cuda_dev.h"
+#include "transports/cuda/dev_int.h"
+#include "transports/transport.h"
+
+#define EMU_FREE_DEADLINE_S 30.0
+#define EMU_BUSID "0000:e1:00.0"
+#define EMU_LAG_US 200
+
+static _Thread_local char emu_msg[256];
+
+static cudaError_t emu_err(cudaError_t e, const char *fmt, const char *what) {
+  snprintf(emu_msg, sizeof emu_msg, fmt, what);
+  return e;
+}
+
+static double emu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sleeps a little longer each round, up to 100 us. */
+static void emu_backoff(unsigned *round) {
+  if (*round < 64) {
+    (*round)++;
+    sched_yield();
+    return;
+  }
+  struct timespec ts = {0, *round < 256 ? 10000 : 100000};
+  (*round)++;
+  nanosleep(&ts, NULL);
+}
+
+/* ---- device memory ------------------------------------------------------- */
+
+typedef struct emu_region {
+  char *base;
+  size_t size;
+  int fd;
+  int owner;     /* 1: allocated here; 0: an opened IPC handle */
+  pid_t src_pid; /* opened handles: the owner's pid and fd */
+  int src_fd;
+  int refs;
+} emu_region;
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static emu_region *regs;
+static size_t nregs, capregs;
+
+static emu_region *reg_find(const void *p) { /* reg_mu held */
+  const char *c = p;
+  for (size_t i = 0; i < nregs; i++)
+    if (c >= regs[i].base && c < regs[i].base + regs[i].size)
+      return &regs[i];
+  return NULL;
+}
+
+static int reg_add(emu_region r) { /* reg_mu held */
+  if (nregs == capregs) {
+    size_t cap = capregs ? capregs * 2 : 64;
+    emu_region *n = realloc(regs, cap * sizeof *n);
+    if (n == NULL)
+      return -1;
+    regs = n;
+    capregs = cap;
+  }
+  regs[nregs++] = r;
+  return 0;
+}
+
+static void reg_drop(emu_region *r) { /* reg_mu held */
+  munmap(r->base, r->size);
+  close(r->fd);
+  *r = regs[--nregs];
+}
+
+typedef struct emu_ipc {
+  uint32_t magic;
+  int32_t pid, fd;
+  uint64_t size;
+} emu_ipc;
+#define EMU_IPC_MAGIC 0x62656d75u
+
+_Static_assert(sizeof(emu_ipc) <= sizeof(cudaIpcMemHandle_t), "IPC handle");
+_Static_assert(sizeof(cudaIpcMemHandle_t) == CUDEV_IPC_BYTES, "IPC size");
+
+/* ---- streams ------------------------------------------------------------- */
+
+enum emu_kind {
+  OP_COPY,
+  OP_SET,
+  OP_REDUCE,
+  OP_DIV,
+  OP_HOSTFN,
+  OP_EVREC,
+  OP_EVWAIT,
+  OP_GATE,
+  OP_QUIT
+};
+
+/* An event: its last record's generation and the last one that ran; the
+ * operations that name it hold references, so it may be destroyed while
+ * they are queued, as in CUDA. */
+struct CUevent_st {
+  atomic_uint_fast64_t recorded, done;
+  atomic_int refs;
+};
+
+static void event_put(struct CUevent_st *ev) {
+  if (atomic_fetch_sub(&ev->refs, 1) == 1)
+    free(ev);
+}
+
+typedef struct emu_op {
+  enum emu_kind kind;
+  void *dst, *fwd;
+  const void *a, *b;
+  size_t n;
+  int value;
+  braid_dtype dt;
+  braid_op op;
+  cudaHostFn_t fn;
+  void *arg;
+  struct CUevent_st *ev;
+  uint64_t gen;
+  struct cudev_gate *gate;
+  uint32_t seq;
+  struct emu_op *next;
+} emu_op;
+
+struct CUstream_st {
+  pthread_mutex_t mu;
+  pthread_cond_t work, idle;
+  emu_op *head, *tail;
+  int running;
+  unsigned seed; /* lags */
+  struct CUstream_st *next_all, *prev_all;
+};
+
+static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct CUstream_st *all_streams;
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+static struct CUstream_st *default_stream;
+
+struct cudev_gate {
+  struct CUstream_st *stream;
+  atomic_uint reached, released;
+  uint32_t last;
+};
+
+static void op_run(emu_op *o) {
+  unsigned round = 0;
+  switch (o->kind) {
+  case OP_COPY:
+    memmove(o->dst, o->a, o->n);
+    break;
+  case OP_SET:
+    memset(o->dst, o->value, o->n);
+    break;
+  case OP_REDUCE:
+    red_get(o->dt, o->op)(o->dst, o->a, o->b, o->n);
+    if (o->fwd)
+      memcpy(o->fwd, o->dst, o->n * braid_dtype_size(o->dt));
+    break;
+  case OP_DIV:
+    red_div(o->dst, o->n, o->dt, o->value);
+    break;
+  case OP_HOSTFN:
+    o->fn(o->arg);
+    break;
+  case OP_EVREC: {
+    uint_fast64_t d = atomic_load(&o->ev->done);
+    while (d < o->gen &&
+           !atomic_compare_exchange_weak(&o->ev->done, &d, o->gen))
+      ;
+    break;
+  }
+  case OP_EVWAIT:
+    while (atomic_load(&o->ev->done) < o->gen)
+      emu_backoff(&round);
+    break;
+  case OP_GATE:
+    atomic_store(&o->gate->reached, o->seq);
+    while ((int32_t)(atomic_load(&o->gate->released) - o->seq) < 0)
+      emu_backoff(&round);
+    break;
+  case OP_QUIT:
+    break;
+  }
+}
+
+static void *stream_main(void *arg) {
+  struct CUstream_st *s = arg;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    while (s->head == NULL)
+      pthread_cond_wait(&s->work, &s->mu);
+    emu_op *o = s->head;
+    s->head = o->next;
+    if (s->head == NULL)
+      s->tail = NULL;
+    s->running = 1;
+    pthread_mutex_unlock(&s->mu);
+    if (rand_r(&s->seed) % 4 == 0) {
+      struct timespec lag = {0, EMU_LAG_US * 1000};
+      nanosleep(&lag, NULL);
+    }
+    op_run(o);
+    enum emu_kind kind = o->kind;
+    if (kind == OP_EVREC || kind == OP_EVWAIT)
+      event_put(o->ev);
+    free(o);
+    pthread_mutex_lock(&s->mu);
+    s->running = 0;
+    if (s->head == NULL)
+      pthread_cond_broadcast(&s->idle);
+    pthread_mutex_unlock(&s->mu);
+    if (kind == OP_QUIT)
+      break;
+  }
+  pthread_mutex_lock(&all_mu);
+  if (s->prev_all)
+    s->prev_all->next_all = s->next_all;
+  else
+    all_streams = s->next_all;
+  if (s->next_all)
+    s->next_all->prev_all = s->prev_all;
+  pthread_mutex_unlock(&all_mu);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->work);
+  pthread_cond_destroy(&s->idle);
+  free(s);
+  return NULL;
+}
+
+static struct CUstream_st *stream_new(void) {
+  struct CUstream_st *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return NULL;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->work, NULL);
+  pthread_cond_init(&s->idle, NULL);
+  s->seed = (unsigned)getpid() * 2654435761u + (unsigned)(uintptr_t)s;
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  pthread_mutex_lock(&all_mu);
+  pthread_t th;
+  if (pthread_create(&th, &at, stream_main, s) != 0) {
+    pthread_mutex_unlock(&all_mu);
+    pthread_attr_destroy(&at);
+    free(s);
+    return NULL;
+  }
+  pthread_attr_destroy(&at);
+  s->next_all = all_streams;
+  if (all_streams)
+    all_streams->prev_all = s;
+  all_streams = s;
+  pthread_mutex_unlock(&all_mu);
+  return s;
+}
+
+static void default_init(void) { default_stream = stream_new(); }
+
+/* The stream a handle stands for (NULL, cudaStreamLegacy and
+ * cudaStreamPerThread: the default stream). */
+static struct CUstream_st *stream_of(cudaStream_t s) {
+  if ((uintptr_t)s > 2)
+    return s;
+  pthread_once(&default_once, default_init);
+  return default_stream;
+}
+
+static cudaError_t stream_push(cudaStream_t h, const emu_op *tmpl) {
+  struct CUstream_st *s = stream_of(h);
+  emu_op *o = malloc(sizeof *o);
+  if (s == NULL || o == NULL) {
+    free(o);
+    return emu_err(cudaErrorMemoryAllocation, "%s: out of memory",
+                   "emulated stream");
+  }
+  *o = *tmpl;
+  o->next = NULL;
+  if (o->kind == OP_EVREC || o->kind == OP_EVWAIT)
+    atomic_fetch_add(&o->ev->refs, 1);
+  pthread_mutex_lock(&s->mu);
+  if (s->tail)
+    s->tail->next = o;
+  else
+    s->head = o;
+  s->tail = o;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+  return cudaSuccess;
+}
+
+/* Waits until stream s has run everything; deadline_s < 0: no deadline.
+ * 0 done, -1 past the deadline. */
+static int stream_wait(struct CUstream_st *s, double deadline_s) {
+  double end = emu_now() + deadline_s;
+  pthread_mutex_lock(&s->mu);
+  while (s->head != NULL || s->running) {
+    if (deadline_s < 0) {
+      pthread_cond_wait(&s->idle, &s->mu);
+      continue;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 10 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&s->idle, &s->mu, &ts);
+    if (emu_now() > end) {
+      pthread_mutex_unlock(&s->mu);
+      return -1;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+/* What cudaFree does first: waits for the work issued so far on every
+ * stream. all_mu is held throughout, so no stream frees itself meanwhile (a
+ * finishing worker waits for it before unlinking). */
+static void device_idle(const char *call) {
+  pthread_mutex_lock(&all_mu);
+  for (struct CUstream_st *s = all_streams; s; s = s->next_all)
+    if (stream_wait(s, EMU_FREE_DEADLINE_S) != 0) {
+      fprintf(stderr,
+              "cuda_emu: %s waited %.0f s for a stream that does not "
+              "finish (held by a gate?): the real call would hang here\n",
+              call, EMU_FREE_DEADLINE_S);
+      abort();
+    }
+  pthread_mutex_unlock(&all_mu);
+}
+
+/* ---- the CUDA runtime API the tests use ---------------------------------- */
+
+const char *cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+  case cudaSuccess:
+    return "no error (emulated device)";
+  case cudaErrorInvalidValue:
+    return "invalid argument (emulated device)";
+  case cudaErrorMemoryAllocation:
+    return "out of memory (emulated device)";
+  case cudaErrorInvalidDevice:
+    return "invalid device ordinal (emulated device)";
+  case cudaErrorNotReady:
+    return "device not ready (emulated device)";
+  case cudaErrorMapBufferObjectFailed:
+    return "mapping of buffer object failed (emulated device)";
+  default:
+    return "unknown error (emulated device)";
+  }
+}
+
+cudaError_t cudaGetDeviceCount(int *count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess
+                     : emu_err(cudaErrorInvalidDevice, "%s: only device 0",
+                               "cudaSetDevice");
+}
+
+cudaError_t cudaGetDevice(int *device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t size) {
+  *p = NULL;
+  if (size == 0)
+    return cudaSuccess;
+  int fd = memfd_create("braid-cuda-emu", MFD_CLOEXEC);
+  if (fd < 0)
+    return emu_err(cudaErrorMemoryAllocation, "%s: memfd_create failed",
+                   "cudaMalloc");
+  if (ftruncate(fd, (off_t)size) != 0) {
+    close(fd);
+    return emu_err(cudaErrorMemoryAllocation, "%s: ftruncate failed",
+                   "cudaMalloc");
+  }
+  void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    close(fd);
+    return emu_err(cudaErrorMemoryAllocation, "%s: mmap failed", "cudaMalloc");
+  }
+  memset(m, 0xcd, size); /* cudaMalloc's memory is not zeroed */
+  pthread_mutex_lock(&reg_mu);
+  int bad = reg_add((emu_region){m, size, fd, 1, 0, -1, 1});
+  pthread_mutex_unlock(&reg_mu);
+  if (bad) {
+    munmap(m, size);
+    close(fd);
+    return emu_err(cudaErrorMemoryAllocation, "%s: out of memory",
+                   "cudaMalloc");
+  }
+  *p = m;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+  if (p == NULL)
+    return cudaSuccess;
+  device_idle("cudaFree");
+  pthread_mutex_lock(&reg_mu);
+  emu_region *r = reg_find(p);
+  cudaError_t e = cudaSuccess;
+  if (r == NULL || r->base != p || !r->owner)
+    e = emu_err(cudaErrorInvalidValue, "%s: not the base of a cudaMalloc",
+                "cudaFree");
+  else
+    reg_drop(r);
+  pthread_mutex_unlock(&reg_mu);
+  return e;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t size) {
+  *p = malloc(size ? size : 1);
+  return *p ? cudaSuccess
+            : emu_err(cudaErrorMemoryAllocation, "%s: out of memory",
+                      "cudaMallocHost");
+}
+
+cudaError_t cudaFreeHost(void *p) {
+  if (p)
+    device_idle("cudaFreeHost");
+  free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
+                            enum cudaMemcpyKind kind, cudaStream_t stream) {
+  (void)kind;
+  if (count == 0)
+    return cudaSuccess;
+  if (dst == NULL || src == NULL)
+    return emu_err(cudaErrorInvalidValue, "%s: NULL pointer",
+                   "cudaMemcpyAsync");
+  emu_op o = {.kind = OP_COPY, .dst = dst, .a = src, .n = count};
+  return stream_push(stream, &o);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  struct CUstream_st *s = stream_of(stream);
+  if (s == NULL)
+    return cudaErrorMemoryAllocation;
+  stream_wait(s, -1);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
+                       enum cudaMemcpyKind kind) {
+  cudaError_t e = cudaMemcpyAsync(dst, src, count, kind, NULL);
+  return e != cudaSuccess ? e : cudaStreamSynchronize(NULL);
+}
+
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t count,
+                            cudaStream_t stream) {
+  if (count == 0)
+    return cudaSuccess;
+  emu_op o = {.kind = OP_SET, .dst = dst, .value = value, .n = count};
+  return stream_push(stream, &o);
+}
+
+cudaError_t cudaMemset(void *dst, int value, size_t count) {
+  cudaError_t e = cudaMemsetAsync(dst, value, count, NULL);
+  return e != cudaSuccess ? e : cudaStreamSynchronize(NULL);
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
+  (void)flags;
+  *stream = stream_new();
+  return *stream ? cudaSuccess
+                 : emu_err(cudaErrorMemoryAllocation, "%s: out of memory",
+                           "cudaStreamCreate");
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *stream) {
+  return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
+}
+
+/* As CUDA's: returns at once; the stream goes once its work has run. */
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if ((uintptr_t)stream <= 2)
+    return emu_err(cudaErrorInvalidValue, "%s: the default stream",
+                   "cudaStreamDestroy");
+  emu_op o = {.kind = OP_QUIT};
+  return stream_push(stream, &o);
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags) {
+  (void)flags;
+  *event = calloc(1, sizeof **event);
+  if (*event == NULL)
+    return emu_err(cudaErrorMemoryAllocation, "%s: out of memory",
+                   "cudaEventCreate");
+  atomic_init(&(*event)->refs, 1);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *event) {
+  return cudaEventCreateWithFlags(event, cudaEventDefault);
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  emu_op o = {.kind = OP_EVREC, .ev = event};
+  o.gen = atomic_fetch_add(&event->recorded, 1) + 1;
+  return stream_push(stream, &o);
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  return atomic_load(&event->done) >= atomic_load(&event->recorded)
+             ? cudaSuccess
+             : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  unsigned round = 0;
+  while (cudaEventQuery(event) != cudaSuccess)
+    emu_backoff(&round);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (event)
+    event_put(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
+                                unsigned int flags) {
+  (void)flags;
+  emu_op o = {.kind = OP_EVWAIT, .ev = event};
+  o.gen = atomic_load(&event->recorded);
+  return stream_push(stream, &o);
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn,
+                               void *userData) {
+  emu_op o = {.kind = OP_HOSTFN, .fn = fn, .arg = userData};
+  return stream_push(stream, &o);
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  device_idle("cudaDeviceSynchronize");
+  return cudaSuccess;
+}
+
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr) {
+  pthread_mutex_lock(&reg_mu);
+  emu_region *r = reg_find(devPtr);
+  emu_ipc h = {0};
+  if (r && r->owner && r->base == devPtr)
+    h = (emu_ipc){EMU_IPC_MAGIC, (int32_t)getpid(), r->fd, r->size};
+  pthread_mutex_unlock(&reg_mu);
+  if (h.magic == 0)
+    return emu_err(cudaErrorInvalidValue,
+                   "%s: not the base of a cudaMalloc of this process",
+                   "cudaIpcGetMemHandle");
+  memset(handle, 0, sizeof *handle);
+  memcpy(handle, &h, sizeof h);
+  return cudaSuccess;
+}
+
+cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle,
+                                 unsigned int flags) {
+  (void)flags;
+  emu_ipc h;
+  memcpy(&h, &handle, sizeof h);
+  *devPtr = NULL;
+  if (h.magic != EMU_IPC_MAGIC)
+    return emu_err(cudaErrorInvalidValue, "%s: not an IPC handle",
+                   "cudaIpcOpenMemHandle");
+  if (h.pid == (int32_t)getpid())
+    return emu_err(cudaErrorInvalidValue,
+                   "%s: a handle of this very process (CUDA refuses it)",
+                   "cudaIpcOpenMemHandle");
+  pthread_mutex_lock(&reg_mu);
+  for (size_t i = 0; i < nregs; i++)
+    if (!regs[i].owner && regs[i].src_pid == h.pid && regs[i].src_fd == h.fd) {
+      regs[i].refs++;
+      *devPtr = regs[i].base;
+      pthread_mutex_unlock(&reg_mu);
+      return cudaSuccess;
+    }
+  pthread_mutex_unlock(&reg_mu);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h.pid, (int)h.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return emu_err(cudaErrorMapBufferObjectFailed, "%s: the owner is gone",
+                   "cudaIpcOpenMemHandle");
+  void *m =
+      mmap(NULL, (size_t)h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    close(fd);
+    return emu_err(cudaErrorMapBufferObjectFailed, "%s: mmap failed",
+                   "cudaIpcOpenMemHandle");
+  }
+  pthread_mutex_lock(&reg_mu);
+  int bad = reg_add((emu_region){m, (size_t)h.size, fd, 0, h.pid, h.fd, 1});
+  pthread_mutex_unlock(&reg_mu);
+  if (bad) {
+    munmap(m, (size_t)h.size);
+    close(fd);
+    return cudaErrorMemoryAllocation;
+  }
+  *devPtr = m;
+  return cudaSuccess;
+}
+
+cudaError_t cudaIpcCloseMemHandle(void *devPtr) {
+  pthread_mutex_lock(&reg_mu);
+  emu_region *r = reg_find(devPtr);
+  cudaError_t e = cudaSuccess;
+  if (r == NULL || r->owner || r->base != devPtr)
+    e = emu_err(cudaErrorInvalidValue, "%s: not an opened handle",
+                "cudaIpcCloseMemHandle");
+  else if (--r->refs == 0)
+    reg_drop(r);
+  pthread_mutex_unlock(&reg_mu);
+  return e;
+}
+
+/* ---- the device layer (cuda_dev.h) --------------------------------------- */
+
+static braid_result dev_result(cudaError_t e, const char *call) {
+  if (e == cudaSuccess)
+    return BRAID_SUCCESS;
+  if (emu_msg[0] == 0)
+    snprintf(emu_msg, sizeof emu_msg, "%s: %s", call, cudaGetErrorString(e));
+  return e == cudaErrorMemoryAllocation ? BRAID_ERR_NOMEM : BRAID_ERR_SYSTEM;
+}
+
+#define DEV(call, expr)                                                        \
+  do {                                                                         \
+    emu_msg[0] = 0;                                                            \
+    braid_result r_ = dev_result((expr), call);                                \
+    if (r_ != BRAID_SUCCESS)                                                   \
+      return r_;                                                               \
+  } while (0)
+
+int cudev_built(void) { return 1; }
+int cudev_count(void) { return 1; }
+const char *cudev_error(void) { return emu_msg[0] ? emu_msg : "no error"; }
+
+int cudev_is_device(const void *p, int *device) {
+  if (p == NULL)
+    return 0;
+  pthread_mutex_lock(&reg_mu);
+  int dev = reg_find(p) != NULL;
+  pthread_mutex_unlock(&reg_mu);
+  if (dev && device)
+    *device = 0;
+  return dev;
+}
+
+braid_result cudev_set_device(int device) {
+  DEV("cudaSetDevice", cudaSetDevice(device));
+  return BRAID_SUCCESS;
+}
+
+braid_result cudev_busid(int device, char *busid, size_t len) {
+  if (busid == NULL || len < sizeof EMU_BUSID || device != 0) {
+    snprintf(emu_msg, sizeof emu_msg, "cudev_busid: bad device or buffer");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  snprintf(busid, len, "%s", EMU_BUSID);
+  return BRAID_SUCCESS;
+}
+
+braid_result cudev_stream_create(void **stream) {
+  cudaStream_t s;
+  DEV("cudaStreamCreateWithFlags",
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  *stream = s;
+  return BRAID_SUCCESS;
+}
+
+void cudev_stream_destroy(void *stream) {
+  if (stream)
+    cudaStreamDestroy(stream);
+}
+
+braid_result cudev_stream_sync(void *stream) {
+  DEV("cudaStreamSynchronize", cudaStreamSynchronize(stream));
+  return BRAID_SUCCESS;
+}
+
+braid_result cudev_event_create(void **event) {
+  cudaEvent_t e;
+  DEV("cudaEventCreateWithFlags",
+      cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  *event = e;
+  return BRAID_SUCCESS;
+}
+
+braid_result cudev_event_record(void *event, void *stream) {
+  DEV("cudaEventRecord", cudaEventRecord(event, stream));
+  return BRAID_SUCCESS;
+}
+
+int cudev_event_query(void *event) {
+  return cudaEventQuery(event) == cudaSuccess ? BRAID_SUCCESS : TP_AGAIN;
+}
+
+void cudev_event_destroy(void *event) {
+  if (event)
+    cudaEventDestroy(event);
+}
+
+braid_result cudev_malloc(void **p, size_t n) {
+  DEV("cudaMalloc", cudaMalloc(p, n));
+  return BRAID_SUCCESS;
+}
+
+void cudev_free(void *p) { cudaFree(p); }
+
+braid_result cudev_host_alloc(void **p, size_t n) {
+  DEV("cudaHostAlloc", cudaMallocHost(p, n));
+  return BRAID_SUCCESS;
+}
+
+void cudev_host_free(void *p) { cudaFreeHost(p); }
+
+braid_result cudev_memcpy(void *dst, const void *src, size_t n, void *stream) {
+  DEV("cudaMemcpyAsync",
+      cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream));
+  return BRAID_SUCCESS;
+}
+
+static braid_result dev_check(const char *fn, braid_dtype dt, braid_op op) {
+  if ((unsigned)dt < BRAID_NUM_DTYPES && (unsigned)op < BRAID_NUM_OPS)
+    return BRAID_SUCCESS;
+  snprintf(emu_msg, sizeof emu_msg, "%s: bad dtype %d or op %d", fn, (int)dt,
+           (int)op);
+  return BRAID_ERR_INVALID_ARG;
+}
+
+braid_result cudev_reduce_fwd(void *dst, void *fwd, const void *a,
+                              const void *b, size_t n, braid_dtype dt,
+                              braid_op op, void *stream) {
+  braid_result r = dev_check("cudev_reduce", dt, op);
+  if (r != BRAID_SUCCESS || n == 0)
+    return r;
+  emu_op o = {.kind = OP_REDUCE,
+              .dst = dst,
+              .fwd = fwd,
+              .a = a,
+              .b = b,
+              .n = n,
+              .dt = dt,
+              .op = op};
+  DEV("reduction kernel launch", stream_push(stream, &o));
+  return BRAID_SUCCESS;
+}
+
+braid_result cudev_reduce(void *dst, const void *a, const void *b, size_t n,
+                          braid_dtype dt, braid_op op, void *stream) {
+  return cudev_reduce_fwd(dst, NULL, a, b, n, dt, op, stream);
+}
+
+braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
+                       void *stream) {
+  braid_result r = dev_check("cudev_div", dt, BRAID_SUM);
+  if (r != BRAID_SUCCESS || n == 0 || divisor <= 1)
+    return r;
+  emu_op o = {.kind = OP_DIV, .dst = buf, .n = n, .dt = dt, .value = divisor};
+  DEV("division kernel launch", stream_push(stream, &o));
+  return BRAID_SUCCESS;
+}
+
+braid_result cudev_ipc_get(void *base, void *handle) {
+  cudaIpcMemHandle_t h;
+  DEV("cudaIpcGetMemHandle", cudaIpcGetMemHandle(&h, base));
+  memcpy(handle, &h, sizeof h);
+  return BRAID_SUCCESS;
+}
+
+braid_result cudev_ipc_open(const void *handle, void **base) {
+  cudaIpcMemHandle_t h;
+  memcpy(&h, handle, sizeof h);
+  DEV("cudaIpcOpenMemHandle",
+      cudaIpcOpenMemHandle(base, h, cudaIpcMemLazyEnablePeerAccess));
+  return BRAID_SUCCESS;
+}
+
+void cudev_ipc_close(void *base) {
+  if (base)
+    cudaIpcCloseMemHandle(base);
+}
+
+/* Gates: the operation stores seq to "reached", then holds its stream until
+ * "released" reaches seq (the stream memory operations' behaviour). */
+braid_result cudev_gate_new(void *user_stream, cudev_gate **out) {
+  cudev_gate *g = calloc(1, sizeof *g);
+  if (g == NULL) {
+    snprintf(emu_msg, sizeof emu_msg, "cudev_gate_new: out of memory");
+    return BRAID_ERR_NOMEM;
+  }
+  g->stream = user_stream;
+  *out = g;
+  return BRAID_SUCCESS;
+}
+
+void cudev_gate_free(cudev_gate *g) {
+  if (g == NULL)
+    return;
+  cudev_gate_release(g, g->last);
+  /* the stream may still be about to pass the gate: wait for it before the
+   * words go (dev.c's pinned words are freed by cudaFreeHost, which waits
+   * for the device in the same way) */
+  device_idle("cudaFreeHost (gate)");
+  free(g);
+}
+
+braid_result cudev_gate_enqueue(cudev_gate *g, uint32_t seq) {
+  emu_op o = {.kind = OP_GATE, .gate = g, .seq = seq};
+  DEV("gate", stream_push(g->stream, &o));
+  g->last = seq;
+  return BRAID_SUCCESS;
+}
+
+int cudev_gate_reached(cudev_gate *g, uint32_t seq) {
+  return (int32_t)(atomic_load(&g->reached) - seq) >= 0;
+}
+
+void cudev_gate_release(cudev_gate *g, uint32_t seq) {
+  uint32_t cur = atomic_load(&g->released);
+  if ((int32_t)(seq - cur) > 0)
+    atomic_store(&g->released, seq);
+}
+
+void cudev_gate_force_kernel(int on) { (void)on; }
+int cudev_gate_uses_memops(const struct cudev_gate *g) { return g != NULL; }
