@@ -36,36 +36,40 @@ set_tests_properties(gpu_stream PROPERTIES TIMEOUT 300 LABELS "cuda;gpu"
 # CUDA stream.
 set(BRAID_GPU_MATRIX_COUNTS "0,1,7,1023,262147" CACHE STRING
   "element counts of the device-buffer correctness matrix")
-foreach(mode blocking stream)
-  set(exe gpu_matrix_${mode})
-  add_executable(${exe} ${PROJECT_SOURCE_DIR}/tests/core/coll_matrix.c)
-  target_compile_options(${exe} PRIVATE
-    -include ${gpu_dir}/test_gpu_matrix.h)
-  if(mode STREQUAL "stream")
-    target_compile_definitions(${exe} PRIVATE GPU_MATRIX_STREAM)
-  endif()
-  target_link_libraries(${exe} PRIVATE braid_internal ${gpu_cudart} m)
-  if(NOT TARGET braidrun)
-    continue()
-  endif()
-  foreach(n 1 2 4)
-    add_test(NAME gpu_matrix_${mode}_${n}
-      COMMAND $<TARGET_FILE:braidrun> -n ${n} --timeout 900
-              $<TARGET_FILE:${exe}> --counts ${BRAID_GPU_MATRIX_COUNTS})
-    set_tests_properties(gpu_matrix_${mode}_${n} PROPERTIES
-      ENVIRONMENT "BRAID_TIMEOUT=120" TIMEOUT 900 SKIP_RETURN_CODE 77
-      LABELS "cuda;gpu;matrix")
+# gpu_matrix_tests(<prefix> <counts> <labels> <link libraries...>): the
+# executables <prefix>_{blocking,stream} and the tests <prefix>_<mode>_{1,2,4}
+# and <prefix>_blocking_tcp_2 (device buffers staged over tcp).
+function(gpu_matrix_tests prefix counts labels)
+  foreach(mode blocking stream)
+    set(exe ${prefix}_${mode})
+    add_executable(${exe} ${PROJECT_SOURCE_DIR}/tests/core/coll_matrix.c)
+    target_compile_options(${exe} PRIVATE
+      -include ${gpu_dir}/test_gpu_matrix.h)
+    if(mode STREQUAL "stream")
+      target_compile_definitions(${exe} PRIVATE GPU_MATRIX_STREAM)
+    endif()
+    target_link_libraries(${exe} PRIVATE ${ARGN})
   endforeach()
-endforeach()
-# Device buffers over a host transport: staged through host memory.
-if(TARGET braidrun)
-  add_test(NAME gpu_matrix_blocking_tcp_2
-    COMMAND $<TARGET_FILE:braidrun> -n 2 --timeout 900
-            $<TARGET_FILE:gpu_matrix_blocking> --counts ${BRAID_GPU_MATRIX_COUNTS})
-  set_tests_properties(gpu_matrix_blocking_tcp_2 PROPERTIES
-    ENVIRONMENT "BRAID_TRANSPORT=tcp;BRAID_TIMEOUT=120" TIMEOUT 900
-    SKIP_RETURN_CODE 77 LABELS "cuda;gpu;matrix")
-endif()
+  if(NOT TARGET braidrun)
+    return()
+  endif()
+  foreach(run blocking_1 blocking_2 blocking_4 stream_1 stream_2 stream_4
+          blocking_tcp_2)
+    string(REGEX MATCH "^[a-z]+" mode ${run})
+    string(REGEX MATCH "[0-9]+$" n ${run})
+    set(env "BRAID_TIMEOUT=120")
+    if(run MATCHES "_tcp_")
+      set(env "BRAID_TRANSPORT=tcp;BRAID_TIMEOUT=120")
+    endif()
+    add_test(NAME ${prefix}_${run}
+      COMMAND $<TARGET_FILE:braidrun> -n ${n} --timeout 900
+              $<TARGET_FILE:${prefix}_${mode}> --counts ${counts})
+    set_tests_properties(${prefix}_${run} PROPERTIES ENVIRONMENT "${env}"
+      TIMEOUT 900 SKIP_RETURN_CODE 77 LABELS "${labels}")
+  endforeach()
+endfunction()
+gpu_matrix_tests(gpu_matrix "${BRAID_GPU_MATRIX_COUNTS}" "cuda;gpu;matrix"
+  braid_internal ${gpu_cudart} m)
 
 # ---- the device path on an emulated GPU (tests/cuda/emu/cuda_emu.c) ----
 # No GPU needed: libbraid's objects are linked with a device layer and a
@@ -83,33 +87,8 @@ target_link_libraries(braid_emu PUBLIC ${braid_obj_deps} Threads::Threads m)
 
 set(BRAID_EMU_MATRIX_COUNTS "0,1,7,1023,65539" CACHE STRING
   "element counts of the correctness matrix on the emulated GPU")
-foreach(mode blocking stream)
-  set(exe emu_matrix_${mode})
-  add_executable(${exe} ${PROJECT_SOURCE_DIR}/tests/core/coll_matrix.c)
-  target_compile_options(${exe} PRIVATE -include ${gpu_dir}/test_gpu_matrix.h)
-  if(mode STREQUAL "stream")
-    target_compile_definitions(${exe} PRIVATE GPU_MATRIX_STREAM)
-  endif()
-  target_link_libraries(${exe} PRIVATE braid_emu)
-  if(NOT TARGET braidrun)
-    continue()
-  endif()
-  foreach(n 1 2 4)
-    add_test(NAME emu_matrix_${mode}_${n}
-      COMMAND $<TARGET_FILE:braidrun> -n ${n} --timeout 900
-              $<TARGET_FILE:${exe}> --counts ${BRAID_EMU_MATRIX_COUNTS})
-    set_tests_properties(emu_matrix_${mode}_${n} PROPERTIES
-      ENVIRONMENT "BRAID_TIMEOUT=120" TIMEOUT 900 LABELS "cuda;emu;matrix")
-  endforeach()
-endforeach()
-if(TARGET braidrun)
-  add_test(NAME emu_matrix_blocking_tcp_2
-    COMMAND $<TARGET_FILE:braidrun> -n 2 --timeout 900
-            $<TARGET_FILE:emu_matrix_blocking> --counts ${BRAID_EMU_MATRIX_COUNTS})
-  set_tests_properties(emu_matrix_blocking_tcp_2 PROPERTIES
-    ENVIRONMENT "BRAID_TRANSPORT=tcp;BRAID_TIMEOUT=120" TIMEOUT 900
-    LABELS "cuda;emu;matrix")
-endif()
+gpu_matrix_tests(emu_matrix "${BRAID_EMU_MATRIX_COUNTS}" "cuda;emu;matrix"
+  braid_emu)
 
 add_executable(emu_gpu_stream ${gpu_dir}/test_gpu_stream.c)
 target_include_directories(emu_gpu_stream PRIVATE ${gpu_dir})
