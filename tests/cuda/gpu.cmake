@@ -103,3 +103,11 @@ add_executable(emu_cuda_ipc ${PROJECT_SOURCE_DIR}/tests/transports/test_cuda_ipc
 target_link_libraries(emu_cuda_ipc PRIVATE braid_emu PkgConfig::CRITERION)
 add_test(NAME emu_cuda_ipc COMMAND emu_cuda_ipc --jobs=1)
 set_tests_properties(emu_cuda_ipc PROPERTIES TIMEOUT 120 LABELS "cuda;emu")
+
+add_executable(emu_place ${gpu_dir}/emu/test_emu_place.c)
+target_include_directories(emu_place PRIVATE ${gpu_dir})
+target_compile_definitions(emu_place PRIVATE
+  BRAID_MACHINES_DIR="${PROJECT_SOURCE_DIR}/topology/machines")
+target_link_libraries(emu_place PRIVATE braid_emu PkgConfig::CRITERION)
+add_test(NAME emu_place COMMAND emu_place --jobs 1)
+set_tests_properties(emu_place PROPERTIES TIMEOUT 120 LABELS "cuda;emu")

@@ -1,0 +1,77 @@
+/*
+ * A rank's GPU is placed in the communicator's system graph by its PCI bus
+ * id (src/comm_dev.c): on the emulated GPU, given the bus id of one of a
+ * machine model's GPUs and that model as BRAID_TOPO_FILE, every rank's
+ * device state names that GPU's vertex; given a bus id the machine lacks,
+ * none (-1), and the calls still run.
+ */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "src/comm.h"
+#include "src/comm_dev.h"
+#include "test_gpu_ranks.h"
+#include "topology/topo.h"
+
+#define MACHINE BRAID_MACHINES_DIR "/dgx-h100.topo"
+
+static int want_vertex; /* set before the ranks fork */
+
+static int placed(braid_comm *c, int rank, int n) {
+  (void)n;
+  float *d = NULL, h[64];
+  if (cudaMalloc((void **)&d, sizeof h) != cudaSuccess)
+    return 50;
+  for (int i = 0; i < 64; i++)
+    h[i] = (float)(rank + i);
+  cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+  braid_result r = braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: allreduce: %s (%s)\n", rank,
+            braid_result_string(r), braid_comm_last_error(c));
+    return 10;
+  }
+  cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+  cudaFree(d);
+  for (int i = 0; i < 64; i++)
+    if (h[i] != (float)(2 * i + 1)) {
+      fprintf(stderr, "rank %d: element %d is %g\n", rank, i, (double)h[i]);
+      return 20;
+    }
+  if (c->dev == NULL || c->dev->gpu_vertex != want_vertex) {
+    fprintf(stderr, "rank %d: GPU placed at vertex %d, expected %d\n", rank,
+            c->dev ? c->dev->gpu_vertex : -2, want_vertex);
+    return 30;
+  }
+  return 0;
+}
+
+static void run_with(const char *busid, int vertex) {
+  GPU_REQUIRE();
+  setenv("BRAID_TOPO_FILE", MACHINE, 1);
+  setenv("CUDA_EMU_BUSID", busid, 1);
+  want_vertex = vertex;
+  int st[2];
+  gpu_run_ranks(2, placed, 60, st);
+  for (int r = 0; r < 2; r++)
+    cr_expect_eq(st[r], 0, "bus id %s: rank %d exit %d (see stderr)", busid, r,
+                 st[r]);
+}
+
+Test(emu_place, gpu_found_by_bus_id, .timeout = 120) {
+  char err[256];
+  topo_graph *g = NULL;
+  cr_assert_eq(topo_load(MACHINE, TOPO_FMT_AUTO, &g, err, sizeof err),
+               BRAID_SUCCESS, "%s", err);
+  int gpu3 = topo_nth(g, TOPO_GPU, 3);
+  cr_assert(gpu3 >= 0 && g->v[gpu3].busid[0], "the model has a GPU3 bus id");
+  char busid[32];
+  snprintf(busid, sizeof busid, "%s", g->v[gpu3].busid);
+  topo_graph_free(g);
+  run_with(busid, gpu3);
+}
+
+Test(emu_place, unknown_bus_id_is_no_vertex, .timeout = 120) {
+  run_with("0000:fe:1f.7", -1);
+}
