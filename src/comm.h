@@ -50,7 +50,8 @@ typedef struct sched_cache_entry {
   sched_coll coll;
   int root;
   int nchannels;
-  const void *gen; /* gen_desc* */
+  const void *gen;  /* gen_desc* */
+  const void *view; /* the sched_view it was generated on */
   sched *s;
   /* Per step of this rank's channels (channel after channel): does a later
    * step overwrite what the step sends? [0] out of place, [1] in place.
@@ -83,8 +84,9 @@ struct braid_comm {
   sched_cache_entry cache[COMM_SCHED_CACHE];
   int ncache;
 
-  /* the selector's picks, per collective and power-of-two size */
-  const void *sel_cache[SCHED_NUM_COLLS][65];
+  /* the selector's picks, per collective and power-of-two size: [0] on
+   * c->view, [1] on the ranks' GPUs (c->dev->view) for device calls */
+  const void *sel_cache[2][SCHED_NUM_COLLS][65];
 
   /* executor state reused across calls (calls on a comm are serialised) */
   void *xpool;
@@ -136,9 +138,12 @@ tp_conn *comm_conn(braid_comm *c, int peer, int channel);
 braid_result comm_view_setup(braid_comm *c);
 void comm_view_free(braid_comm *c);
 /* The generator for a call of `bytes` per block (a gen_desc *), or NULL with
- * a message: the simulator on the comm's view when ranks span several hosts,
- * the cost model otherwise; BRAID_ALGO filters both. */
-const void *comm_select(braid_comm *c, sched_coll coll, size_t bytes, char *err,
+ * a message: the simulator on the ranks' GPUs for device calls when
+ * c->dev->view places them (view == that view), on the comm's view when
+ * ranks span several hosts, the cost model otherwise; BRAID_ALGO filters
+ * all. */
+const void *comm_select(braid_comm *c, sched_coll coll, size_t bytes,
+                        const struct sched_view *view, char *err,
                         size_t errlen);
 /* The schedule BRAID_SCHEDULE_FILE gives for a call, or NULL. */
 sched *comm_file_sched(braid_comm *c, sched_coll coll, int root);

@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/view.h"
 #include "src/log.h"
 #include "transports/cuda/cuda_dev.h"
 #include "transports/cuda/cuda_tp.h"
@@ -68,6 +69,7 @@ typedef struct dev_priv {
 typedef struct dev_rec {
   int32_t ok;
   int32_t device;
+  int32_t vertex; /* the GPU's vertex in the rank's c->topo, or -1 */
   char busid[32];
 } dev_rec;
 
@@ -202,10 +204,40 @@ static braid_result staged_setup(braid_comm *c, dev_priv *p,
 static void dev_free(dev_priv *p) {
   if (p == NULL)
     return;
+  view_free(p->pub.view);
   free(p->retired);
   free(p->pub.ops);
   free(p->pub.state);
   free(p);
+}
+
+/* The ranks' GPUs as a view of c->topo, for the topology-aware generators
+ * and the simulator: when every rank is on this host (one topology) and
+ * each found a GPU of its own in it by bus id. NULL otherwise. */
+static sched_view *gpu_view(braid_comm *c, const dev_rec *all) {
+  int n = c->nranks;
+  if (c->topo == NULL || n < 2)
+    return NULL;
+  for (int r = 0; r < n; r++) {
+    if (!all[r].ok || all[r].vertex < 0 || all[r].vertex >= c->topo->nv ||
+        c->topo->v[all[r].vertex].type != TOPO_GPU ||
+        !boot_same_host(c->boot, c->rank, r))
+      return NULL;
+    for (int q = 0; q < r; q++)
+      if (all[q].vertex == all[r].vertex)
+        return NULL; /* GPUs shared by ranks: the host path decides */
+  }
+  char err[160] = "";
+  sched_view *v = view_hosts(NULL, n, NULL, err, sizeof err);
+  if (v == NULL) {
+    INFO(LOG_TOPO, "rank %d: no view of the ranks' GPUs: %s", c->rank, err);
+    return NULL;
+  }
+  v->g = c->topo; /* c->topo outlives the device state */
+  v->owns_graph = 0;
+  for (int r = 0; r < n; r++)
+    v->vertex[r] = all[r].vertex;
+  return v;
 }
 
 braid_result comm_dev_setup(braid_comm *c, int device) {
@@ -237,8 +269,12 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   /* a rank that cannot serve device buffers still joins every exchange, so
    * that its peers agree on the pairs and never wait for it */
   char why[160] = "";
-  dev_rec mine = {.device = device};
+  dev_rec mine = {.device = device, .vertex = -1};
   mine.ok = local_ok(d, device, why, sizeof why);
+  if (mine.ok) {
+    place_gpu(c, d);
+    mine.vertex = d->gpu_vertex;
+  }
   braid_result r = boot_allgather(c->boot, &mine, all, sizeof mine);
   int any_cuda = 0;
   if (r == BRAID_SUCCESS) {
@@ -261,6 +297,7 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   if (r == BRAID_SUCCESS && any_cuda)
     r = cuda_setup(c, p, local);
   if (r == BRAID_SUCCESS && mine.ok) {
+    d->view = gpu_view(c, all);
     for (int q = 0; q < n; q++) {
       if (local[q] && p->cuda_state != NULL) {
         d->ops[q] = &tp_cuda;
@@ -283,12 +320,14 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
     comm_dev_teardown(c);
     return r;
   }
-  place_gpu(c, d);
   INFO(LOG_INIT,
        "rank %d: device buffers on GPU %d (topology vertex %d): %d peers over "
-       "cuda IPC, %d staged through pinned memory, %d through host memory",
+       "cuda IPC, %d staged through pinned memory, %d through host memory; "
+       "schedules for %s",
        c->rank, device, d->gpu_vertex, p->ncuda, p->nstaged,
-       n - 1 - p->ncuda - p->nstaged);
+       n - 1 - p->ncuda - p->nstaged,
+       d->view ? "the ranks' GPUs (topology-aware generators)"
+               : "the host map");
   return BRAID_SUCCESS;
 }
 

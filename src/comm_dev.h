@@ -17,6 +17,10 @@ typedef struct comm_dev {
   int device;     /* this rank's CUDA device */
   void *stream;   /* internal stream for copies and kernels */
   int gpu_vertex; /* this GPU's vertex in c->topo, -1 unknown */
+  /* every rank's GPU on c->topo when all are on this host, each on a GPU
+   * of its own found by bus id: device calls select and generate on it
+   * (src/executor.c); NULL: the communicator's host view */
+  struct sched_view *view;
   /* per peer: the transport for device buffers and its state; NULL ops:
    * none (the executor stages the whole call through host memory) */
   const tp_ops **ops;

@@ -8,7 +8,9 @@
  * job: one CPU vertex per host, ranks on the same host copying through its
  * memory at the shm model's bandwidth, hosts joined by one NIC each at the
  * tcp model's bandwidth (collectives/select.c holds both models). On one
- * host the cost model of collectives/select.c decides as before.
+ * host the cost model of collectives/select.c decides as before. Device
+ * calls whose ranks' GPUs the topology places (src/comm_dev.c) are
+ * simulated on those GPUs instead.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,9 +151,20 @@ static int transport_class(braid_comm *c) {
   return SELECT_TP_SHM;
 }
 
-const void *comm_select(braid_comm *c, sched_coll coll, size_t bytes, char *err,
-                        size_t errlen) {
+const void *comm_select(braid_comm *c, sched_coll coll, size_t bytes,
+                        const sched_view *view, char *err, size_t errlen) {
   const char *algo = c->algo[0] ? c->algo : NULL;
+  if (view != NULL && view != c->view) { /* the ranks' GPUs on one host */
+    select_filter f;
+    if (select_filter_parse(algo, &f, err, errlen) != 0)
+      return NULL;
+    sim_params p;
+    sim_params_gpu(&p);
+    p.slice_bytes = c->slice_bytes;
+    p.slots = c->nslots;
+    return select_algo_view(coll, view, bytes, &p, &f, c->nchannels, err,
+                            errlen);
+  }
   /* Simulating every candidate costs milliseconds at tens of ranks and
    * seconds at a thousand: above SIM_SELECT_MAX_RANKS the cost model
    * decides, as on one host. */

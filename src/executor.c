@@ -305,17 +305,20 @@ static braid_result get_sched(braid_comm *c, exec_op *op,
   size_t bytes = coll_bytes(op);
   int bucket = bytes == 0 ? 0 : 64 - __builtin_clzll((unsigned long long)bytes);
   sched *fs = comm_file_sched(c, op->coll, op->root);
-  const gen_desc *g = fs ? NULL : c->sel_cache[op->coll][bucket];
+  /* device calls on GPUs the topology places plan on those GPUs */
+  int on_gpus = op->dev >= 0 && c->dev != NULL && c->dev->view != NULL;
+  const sched_view *view = on_gpus ? c->dev->view : c->view;
+  const gen_desc *g = fs ? NULL : c->sel_cache[on_gpus][op->coll][bucket];
   if (fs == NULL && g == NULL) {
     /* picks are made for the bucket's lower bound, so every size in a
      * bucket runs the same algorithm */
     size_t at = bucket == 0 ? 0 : (size_t)1 << (bucket - 1);
-    g = comm_select(c, op->coll, at, err, sizeof err);
+    g = comm_select(c, op->coll, at, view, err, sizeof err);
     if (g == NULL) {
       comm_set_error(c, "%s: no algorithm: %s", op->name, err);
       return BRAID_ERR_INVALID_ARG;
     }
-    c->sel_cache[op->coll][bucket] = g;
+    c->sel_cache[on_gpus][op->coll][bucket] = g;
   }
   /* at least 256 KiB per channel: small calls use one */
   int nch = (int)(bytes / ((size_t)256 << 10));
@@ -327,12 +330,12 @@ static braid_result get_sched(braid_comm *c, exec_op *op,
   for (int i = 0; i < c->ncache; i++) {
     sched_cache_entry *e = &c->cache[i];
     if (e->coll == op->coll && e->root == root && e->gen == key &&
-        e->nchannels == nch) {
+        e->view == view && e->nchannels == nch) {
       *out = e;
       return BRAID_SUCCESS;
     }
   }
-  gen_params p = {op->coll, c->nranks, root, nch, c->view, bytes, c->nchannels};
+  gen_params p = {op->coll, c->nranks, root, nch, view, bytes, c->nchannels};
   sched *s = fs ? fs : g->fn(&p);
   if (s == NULL) {
     comm_set_error(c, "%s: generator %s failed (out of memory?)", op->name,
@@ -358,7 +361,7 @@ static braid_result get_sched(braid_comm *c, exec_op *op,
     c->ncache--;
   }
   c->cache[c->ncache] = (sched_cache_entry){
-      op->coll, root, nch, key, s, {NULL, NULL}, fs != NULL};
+      op->coll, root, nch, key, view, s, {NULL, NULL}, fs != NULL};
   *out = &c->cache[c->ncache++];
   return BRAID_SUCCESS;
 }

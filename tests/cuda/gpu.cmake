@@ -111,3 +111,14 @@ target_compile_definitions(emu_place PRIVATE
 target_link_libraries(emu_place PRIVATE braid_emu PkgConfig::CRITERION)
 add_test(NAME emu_place COMMAND emu_place --jobs 1)
 set_tests_properties(emu_place PROPERTIES TIMEOUT 120 LABELS "cuda;emu")
+
+# Device calls plan on the ranks' GPUs when the topology places them (DGX-1
+# model, four emulated GPUs): multi-ring, hybrid and tree packing run.
+if(TARGET braidrun)
+  add_test(NAME emu_gpu_view
+    COMMAND ${gpu_dir}/emu/run_gpu_view.sh $<TARGET_FILE:braidrun>
+            $<TARGET_FILE:emu_matrix_blocking> $<TARGET_FILE:emu_matrix_stream>
+            ${PROJECT_SOURCE_DIR}/topology/machines)
+  set_tests_properties(emu_gpu_view PROPERTIES TIMEOUT 600
+    LABELS "cuda;emu;matrix")
+endif()

@@ -30,9 +30,21 @@
 #define GM_GUARD 64
 #define GM_GUARD_BYTE 0x5a
 
+/* Exits 77 without a device; with several, a rank takes GPU (local rank
+ * mod count) (braidrun's BRAID_LOCAL_RANK), as a job with one rank per GPU
+ * would. */
 __attribute__((constructor)) static void gm_probe(void) {
-  if (cudev_count() > 0)
+  int count = cudev_count();
+  if (count > 0) {
+    const char *lr = getenv("BRAID_LOCAL_RANK");
+    if (count > 1 && lr != NULL &&
+        cudaSetDevice(atoi(lr) % count) != cudaSuccess) {
+      fprintf(stderr, "gpu matrix: cudaSetDevice(%d) failed\n",
+              atoi(lr) % count);
+      exit(3);
+    }
     return;
+  }
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   fprintf(stderr, "no CUDA device: %s\n",

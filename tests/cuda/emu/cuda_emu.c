@@ -30,7 +30,10 @@
  *    is idle, as CUDA's do. One that waits longer than EMU_FREE_DEADLINE_S
  *    would hang a real process (a stream held by a gate that only the
  *    caller can release): it aborts, saying so.
- * CUDA_EMU_BUSID (tests only) sets the device's PCI bus id.
+ * CUDA_EMU_BUSID (tests only) sets the devices: a comma-separated list of
+ * PCI bus ids, one device each (default: one device, EMU_BUSID). Devices
+ * differ only in their bus ids and in the device their memory reports;
+ * every one sees every other's memory.
  * What it does not model: kernels (reductions run src/reduce.c's CPU
  * kernels), several devices, peer access, timing.
  */
@@ -58,6 +61,33 @@
 #define EMU_LAG_US 200
 
 static _Thread_local char emu_msg[256];
+static _Thread_local int emu_device; /* cudaSetDevice's */
+
+/* Bus id of device d into out, or -1 when there is no such device; the
+ * number of devices for d < 0. */
+static int emu_busid(int d, char *out, size_t len) {
+  const char *ids = getenv("CUDA_EMU_BUSID");
+  if (ids == NULL || ids[0] == 0)
+    ids = EMU_BUSID;
+  int i = 0;
+  for (const char *p = ids;; i++) {
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (i == d) {
+      if (n == 0 || n >= len)
+        return -1;
+      memcpy(out, p, n);
+      out[n] = 0;
+      return 0;
+    }
+    if (end == NULL)
+      break;
+    p = end + 1;
+  }
+  return d < 0 ? i + 1 : -1;
+}
+
+static int emu_count(void) { return emu_busid(-1, NULL, 0); }
 
 static cudaError_t emu_err(cudaError_t e, const char *fmt, const char *what) {
   snprintf(emu_msg, sizeof emu_msg, fmt, what);
@@ -86,6 +116,7 @@ static void emu_backoff(unsigned *round) {
 
 typedef struct emu_region {
   char *base;
+  int device; /* the current device of the allocating thread */
   size_t size;
   int fd;
   int owner;     /* 1: allocated here; 0: an opened IPC handle */
@@ -411,18 +442,20 @@ const char *cudaGetErrorString(cudaError_t e) {
 }
 
 cudaError_t cudaGetDeviceCount(int *count) {
-  *count = 1;
+  *count = emu_count();
   return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess
-                     : emu_err(cudaErrorInvalidDevice, "%s: only device 0",
-                               "cudaSetDevice");
+  if (device < 0 || device >= emu_count())
+    return emu_err(cudaErrorInvalidDevice, "%s: no such device",
+                   "cudaSetDevice");
+  emu_device = device;
+  return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *device) {
-  *device = 0;
+  *device = emu_device;
   return cudaSuccess;
 }
 
@@ -446,7 +479,7 @@ cudaError_t cudaMalloc(void **p, size_t size) {
   }
   memset(m, 0xcd, size); /* cudaMalloc's memory is not zeroed */
   pthread_mutex_lock(&reg_mu);
-  int bad = reg_add((emu_region){m, size, fd, 1, 0, -1, 1});
+  int bad = reg_add((emu_region){m, emu_device, size, fd, 1, 0, -1, 1});
   pthread_mutex_unlock(&reg_mu);
   if (bad) {
     munmap(m, size);
@@ -658,7 +691,8 @@ cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle,
                    "cudaIpcOpenMemHandle");
   }
   pthread_mutex_lock(&reg_mu);
-  int bad = reg_add((emu_region){m, (size_t)h.size, fd, 0, h.pid, h.fd, 1});
+  int bad = reg_add(
+      (emu_region){m, emu_device, (size_t)h.size, fd, 0, h.pid, h.fd, 1});
   pthread_mutex_unlock(&reg_mu);
   if (bad) {
     munmap(m, (size_t)h.size);
@@ -701,18 +735,19 @@ static braid_result dev_result(cudaError_t e, const char *call) {
   } while (0)
 
 int cudev_built(void) { return 1; }
-int cudev_count(void) { return 1; }
+int cudev_count(void) { return emu_count(); }
 const char *cudev_error(void) { return emu_msg[0] ? emu_msg : "no error"; }
 
 int cudev_is_device(const void *p, int *device) {
   if (p == NULL)
     return 0;
   pthread_mutex_lock(&reg_mu);
-  int dev = reg_find(p) != NULL;
+  const emu_region *r = reg_find(p);
+  int dev = r ? r->device : -1;
   pthread_mutex_unlock(&reg_mu);
-  if (dev && device)
-    *device = 0;
-  return dev;
+  if (dev >= 0 && device)
+    *device = dev;
+  return dev >= 0;
 }
 
 braid_result cudev_set_device(int device) {
@@ -720,17 +755,14 @@ braid_result cudev_set_device(int device) {
   return BRAID_SUCCESS;
 }
 
-/* The device's PCI bus id: EMU_BUSID, or CUDA_EMU_BUSID from the
- * environment (tests place the emulated GPU in a machine's topology). */
+/* Bus ids come from CUDA_EMU_BUSID (tests place the emulated GPUs in a
+ * machine's topology). */
 braid_result cudev_busid(int device, char *busid, size_t len) {
-  const char *id = getenv("CUDA_EMU_BUSID");
-  if (id == NULL || id[0] == 0)
-    id = EMU_BUSID;
-  if (busid == NULL || len <= strlen(id) || device != 0) {
-    snprintf(emu_msg, sizeof emu_msg, "cudev_busid: bad device or buffer");
+  if (busid == NULL || emu_busid(device, busid, len) != 0) {
+    snprintf(emu_msg, sizeof emu_msg,
+             "cudev_busid: no device %d or a buffer too short", device);
     return BRAID_ERR_INVALID_ARG;
   }
-  snprintf(busid, len, "%s", id);
   return BRAID_SUCCESS;
 }
 
