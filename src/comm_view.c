@@ -154,33 +154,26 @@ static int transport_class(braid_comm *c) {
 const void *comm_select(braid_comm *c, sched_coll coll, size_t bytes,
                         const sched_view *view, char *err, size_t errlen) {
   const char *algo = c->algo[0] ? c->algo : NULL;
-  if (view != NULL && view != c->view) { /* the ranks' GPUs on one host */
-    select_filter f;
-    if (select_filter_parse(algo, &f, err, errlen) != 0)
-      return NULL;
-    sim_params p;
-    sim_params_gpu(&p);
-    p.slice_bytes = c->slice_bytes;
-    p.slots = c->nslots;
-    return select_algo_view(coll, view, bytes, &p, &f, c->nchannels, err,
-                            errlen);
-  }
+  int gpus = view != NULL && view != c->view; /* the ranks' GPUs, one host */
   /* Simulating every candidate costs milliseconds at tens of ranks and
    * seconds at a thousand: above SIM_SELECT_MAX_RANKS the cost model
    * decides, as on one host. */
-  if (c->view == NULL || c->view->nhosts < 2 || c->view->g == NULL ||
-      c->nranks > SIM_SELECT_MAX_RANKS)
+  if (!gpus && (c->view == NULL || c->view->nhosts < 2 || c->view->g == NULL ||
+                c->nranks > SIM_SELECT_MAX_RANKS))
     return select_algo(coll, c->nranks, bytes, transport_class(c), algo, err,
                        errlen);
   select_filter f;
   if (select_filter_parse(algo, &f, err, errlen) != 0)
     return NULL;
   sim_params p;
-  sim_params_cpu(&p);
+  if (gpus)
+    sim_params_gpu(&p);
+  else
+    sim_params_cpu(&p);
   p.slice_bytes = c->slice_bytes;
   p.slots = c->nslots;
-  return select_algo_view(coll, c->view, bytes, &p, &f, c->nchannels, err,
-                          errlen);
+  return select_algo_view(coll, gpus ? view : c->view, bytes, &p, &f,
+                          c->nchannels, err, errlen);
 }
 
 sched *comm_file_sched(braid_comm *c, sched_coll coll, int root) {
