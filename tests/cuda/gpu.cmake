@@ -122,3 +122,18 @@ if(TARGET braidrun)
   set_tests_properties(emu_gpu_view PROPERTIES TIMEOUT 600
     LABELS "cuda;emu;matrix")
 endif()
+
+# braid-perf's device buffers (-G 1) on the emulated GPU: the data is made,
+# moved and checked on device memory (times mean nothing here).
+add_executable(emu_braid_perf ${PROJECT_SOURCE_DIR}/perf/braid_perf.c
+  ${PROJECT_SOURCE_DIR}/perf/cuda/perf_dev.c)
+target_compile_definitions(emu_braid_perf PRIVATE _GNU_SOURCE)
+target_link_libraries(emu_braid_perf PRIVATE braid_perf_core braid_emu)
+if(TARGET braidrun)
+  add_test(NAME emu_perf_device
+    COMMAND $<TARGET_FILE:braidrun> -n 2 --timeout 300
+            $<TARGET_FILE:emu_braid_perf> all -G 1 -b 8 -e 1M -f 32 -n 2 -w 1
+            -c 1 -d all)
+  set_tests_properties(emu_perf_device PROPERTIES TIMEOUT 300
+    LABELS "cuda;emu;perf" FAIL_REGULAR_EXPRESSION "wrong|#wrong [1-9]")
+endif()

@@ -61,7 +61,8 @@
 #define EMU_LAG_US 200
 
 static _Thread_local char emu_msg[256];
-static _Thread_local int emu_device; /* cudaSetDevice's */
+static _Thread_local int emu_device;           /* cudaSetDevice's */
+static _Thread_local cudaError_t emu_last_err; /* cudaGetLastError's */
 
 /* Bus id of device d into out, or -1 when there is no such device; the
  * number of devices for d < 0. */
@@ -91,6 +92,7 @@ static int emu_count(void) { return emu_busid(-1, NULL, 0); }
 
 static cudaError_t emu_err(cudaError_t e, const char *fmt, const char *what) {
   snprintf(emu_msg, sizeof emu_msg, fmt, what);
+  emu_last_err = e;
   return e;
 }
 
@@ -271,6 +273,19 @@ static void op_run(emu_op *o) {
   }
 }
 
+/* CUDA_EMU_LAG_US: the lag (default EMU_LAG_US; 0: none, to see braid's
+ * own overheads). */
+static long emu_lag_us(void) {
+  static long lag = -1;
+  if (lag < 0) {
+    const char *e = getenv("CUDA_EMU_LAG_US");
+    lag = e && *e ? atol(e) : EMU_LAG_US;
+    if (lag > 999999)
+      lag = 999999;
+  }
+  return lag;
+}
+
 static void *stream_main(void *arg) {
   struct CUstream_st *s = arg;
   for (;;) {
@@ -283,8 +298,8 @@ static void *stream_main(void *arg) {
       s->tail = NULL;
     s->running = 1;
     pthread_mutex_unlock(&s->mu);
-    if (rand_r(&s->seed) % 4 == 0) {
-      struct timespec lag = {0, EMU_LAG_US * 1000};
+    if (rand_r(&s->seed) % 4 == 0 && emu_lag_us() > 0) {
+      struct timespec lag = {0, emu_lag_us() * 1000L};
       nanosleep(&lag, NULL);
     }
     op_run(o);
@@ -451,6 +466,34 @@ cudaError_t cudaSetDevice(int device) {
     return emu_err(cudaErrorInvalidDevice, "%s: no such device",
                    "cudaSetDevice");
   emu_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = emu_last_err;
+  emu_last_err = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return emu_last_err; }
+
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device) {
+  if (pciBusId == NULL || len <= 0 ||
+      emu_busid(device, pciBusId, (size_t)len) != 0)
+    return emu_err(cudaErrorInvalidValue, "%s: bad device or length",
+                   "cudaDeviceGetPCIBusId");
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+  if (prop == NULL || device < 0 || device >= emu_count())
+    return emu_err(cudaErrorInvalidDevice, "%s: no such device",
+                   "cudaGetDeviceProperties");
+  memset(prop, 0, sizeof *prop);
+  snprintf(prop->name, sizeof prop->name, "braid emulated GPU");
+  prop->major = 9;
+  prop->multiProcessorCount = 2;
+  prop->maxThreadsPerMultiProcessor = 2048;
   return cudaSuccess;
 }
 
