@@ -132,8 +132,9 @@ target_link_libraries(emu_braid_perf PRIVATE braid_perf_core braid_emu)
 if(TARGET braidrun)
   add_test(NAME emu_perf_device
     COMMAND $<TARGET_FILE:braidrun> -n 2 --timeout 300
-            $<TARGET_FILE:emu_braid_perf> all -G 1 -b 8 -e 1M -f 32 -n 2 -w 1
+            $<TARGET_FILE:emu_braid_perf> all -G 1 -b 8 -e 1M -f 32 -n 1 -w 1
             -c 1 -d all)
+  # braid-perf exits 1 on a wrong element, 3 on a runtime error
   set_tests_properties(emu_perf_device PROPERTIES TIMEOUT 300
-    LABELS "cuda;emu;perf" FAIL_REGULAR_EXPRESSION "wrong|#wrong [1-9]")
+    LABELS "cuda;emu;perf")
 endif()
