@@ -144,7 +144,7 @@ static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
     comm_set_error(c,
                    "%s: the communicator is broken since an earlier error "
                    "(%s); destroy it",
-                   fn, braid_result_string(c->broken));
+                   fn, comm_broken_why(c));
     return c->broken;
   }
   if ((unsigned)op->dt >= BRAID_NUM_DTYPES)

@@ -29,6 +29,19 @@ void comm_set_error(braid_comm *c, const char *fmt, ...) {
   INFO(LOG_COLL, "%s", buf);
 }
 
+void comm_break(braid_comm *c, braid_result r) {
+  if (r == BRAID_SUCCESS || c->broken != BRAID_SUCCESS)
+    return;
+  pthread_mutex_lock(&c->err_lock);
+  memcpy(c->broken_why, c->last_error, sizeof c->broken_why);
+  pthread_mutex_unlock(&c->err_lock);
+  c->broken = r;
+}
+
+const char *comm_broken_why(const braid_comm *c) {
+  return c->broken_why[0] ? c->broken_why : braid_result_string(c->broken);
+}
+
 const char *braid_comm_last_error(const braid_comm *c) {
   if (c == NULL)
     return "comm is NULL";

@@ -122,7 +122,8 @@ struct braid_comm {
 
   /* state */
   atomic_int aborted;
-  braid_result broken; /* non-success once a remote/timeout error happened */
+  braid_result broken;  /* non-success once a remote/timeout error happened */
+  char broken_why[512]; /* the message of that error (comm_break) */
   char last_error[512];
   pthread_mutex_t err_lock;
 };
@@ -130,6 +131,11 @@ struct braid_comm {
 /* src/comm.c */
 void comm_set_error(braid_comm *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Marks the communicator broken by r (the first time only) and keeps the
+ * current error message as the reason later calls repeat. */
+void comm_break(braid_comm *c, braid_result r);
+/* Why the communicator is broken: that message, or r's name. */
+const char *comm_broken_why(const braid_comm *c);
 tp_conn *comm_conn(braid_comm *c, int peer, int channel);
 
 /* src/comm_view.c: where the ranks sit (c->view) and the schedules of

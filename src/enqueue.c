@@ -79,7 +79,7 @@ static braid_result run_ops_locked(braid_comm *c, exec_op *ops, int nops) {
     comm_set_error(c,
                    "the communicator is broken since an earlier error (%s);"
                    " destroy it",
-                   braid_result_string(r));
+                   comm_broken_why(c));
   }
   for (int i = 0; r == BRAID_SUCCESS && c->check && i < nops; i++)
     if (ops[i].coll != SCHED_SEND && ops[i].coll != SCHED_RECV)
@@ -87,7 +87,7 @@ static braid_result run_ops_locked(braid_comm *c, exec_op *ops, int nops) {
   if (r == BRAID_SUCCESS)
     r = exec_run(c, ops, nops);
   if (is_fatal(r) || r == BRAID_ERR_MISMATCH)
-    c->broken = r;
+    comm_break(c, r);
   return r;
 }
 
@@ -128,7 +128,7 @@ static braid_result gate_wait(braid_comm *c, const exec_work *w,
                      c->timeout_ms);
       /* the other ranks ran (or wait in) this call: it cannot be skipped */
       pthread_mutex_lock(&c->lock);
-      c->broken = BRAID_ERR_TIMEOUT;
+      comm_break(c, BRAID_ERR_TIMEOUT);
       pthread_mutex_unlock(&c->lock);
       return BRAID_ERR_TIMEOUT;
     }

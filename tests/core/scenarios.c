@@ -192,6 +192,8 @@ static int dead_rank(braid_comm *c, int rank, int n) {
       /* later calls fail at once: the communicator is broken */
       braid_result r2 =
           braid_allreduce(buf, buf, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+      /* ... and still say why */
+      int why = strstr(braid_comm_last_error(c), want) != NULL;
       braid_comm_abort(c);
       if (r != BRAID_ERR_REMOTE)
         return 10;
@@ -199,6 +201,8 @@ static int dead_rank(braid_comm *c, int rank, int n) {
         return 11;
       if (r2 == BRAID_SUCCESS)
         return 12;
+      if (!why)
+        return 14;
       return 0;
     }
   }
@@ -219,7 +223,8 @@ static void dead_rank_on(const char *transport, int n) {
     else
       cr_expect_eq(st[r], 0,
                    "%s: rank %d exit %d (10: not REMOTE, 11: does "
-                   "not name the rank, 13: never noticed, -1: hung)",
+                   "not name the rank, 13: never noticed, 14: a later "
+                   "call does not name it, -1: hung)",
                    transport, r, st[r]);
   }
   cr_expect_lt(dt, 30.0, "survivors took %.1f s (timeout 30 s)", dt);

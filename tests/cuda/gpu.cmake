@@ -138,3 +138,9 @@ if(TARGET braidrun)
   set_tests_properties(emu_perf_device PROPERTIES TIMEOUT 300
     LABELS "cuda;emu;perf")
 endif()
+
+add_executable(emu_faults ${gpu_dir}/emu/test_emu_faults.c)
+target_include_directories(emu_faults PRIVATE ${gpu_dir})
+target_link_libraries(emu_faults PRIVATE braid_emu PkgConfig::CRITERION)
+add_test(NAME emu_faults COMMAND emu_faults --jobs 1)
+set_tests_properties(emu_faults PROPERTIES TIMEOUT 400 LABELS "cuda;emu")

@@ -1,0 +1,124 @@
+/*
+ * Failures on device buffers (emulated GPU): a rank killed in the middle of
+ * device collectives makes every survivor's call return BRAID_ERR_REMOTE
+ * naming it, well within BRAID_TIMEOUT, for blocking calls and for calls on
+ * a CUDA stream; a stream call's error comes back from
+ * braid_stream_synchronize and the user's CUDA stream is let go (never left
+ * held at braid's gate). Over cuda IPC and staged over tcp.
+ */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_gpu_ranks.h"
+
+#define VICTIM 1
+#define COUNT ((size_t)1 << 18)
+
+static void *killer(void *arg) {
+  (void)arg;
+  usleep(300 * 1000);
+  kill(getpid(), SIGKILL);
+  return NULL;
+}
+
+/* Checks the first failure: REMOTE, naming the victim. */
+static int judge(braid_comm *c, int rank, braid_result r, double t0) {
+  char want[32];
+  snprintf(want, sizeof want, "rank %d", VICTIM);
+  const char *msg = braid_comm_last_error(c);
+  fprintf(stderr, "rank %d after %.2f s: %s: %s\n", rank, gpu_now_s() - t0,
+          braid_result_string(r), msg);
+  if (r != BRAID_ERR_REMOTE)
+    return 10;
+  if (strstr(msg, want) == NULL)
+    return 11;
+  return 0;
+}
+
+static int dead_peer(braid_comm *c, int rank, int n, int on_stream) {
+  (void)n;
+  float *d = NULL;
+  if (cudaMalloc((void **)&d, COUNT * sizeof(float)) != cudaSuccess ||
+      cudaMemset(d, 0, COUNT * sizeof(float)) != cudaSuccess)
+    return 50;
+  cudaStream_t s = NULL;
+  braid_stream *bs = NULL;
+  if (on_stream &&
+      (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+       braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS))
+    return 51;
+  if (rank == VICTIM) {
+    pthread_t t;
+    pthread_create(&t, NULL, killer, NULL);
+  }
+  double t0 = gpu_now_s();
+  int rc = 13; /* never noticed */
+  for (int it = 0; it < 100000; it++) {
+    braid_result r =
+        braid_allreduce(d, d, COUNT, BRAID_FLOAT32, BRAID_SUM, c, bs);
+    if (r == BRAID_SUCCESS && on_stream && it % 4 == 3)
+      r = braid_stream_synchronize(bs);
+    if (r != BRAID_SUCCESS) {
+      rc = judge(c, rank, r, t0);
+      break;
+    }
+  }
+  if (on_stream) {
+    /* the held stream must be released: this returns */
+    if (cudaStreamSynchronize(s) != cudaSuccess && rc == 0)
+      rc = 14;
+    braid_stream_destroy(bs);
+    cudaStreamDestroy(s);
+  }
+  cudaFree(d);
+  return rc; /* the harness destroys the broken communicator */
+}
+
+static int dead_blocking(braid_comm *c, int rank, int n) {
+  return dead_peer(c, rank, n, 0);
+}
+
+static int dead_stream(braid_comm *c, int rank, int n) {
+  return dead_peer(c, rank, n, 1);
+}
+
+static void run(gpu_rank_fn fn, const char *transport, const char *what) {
+  GPU_REQUIRE();
+  if (transport)
+    setenv("BRAID_TRANSPORT", transport, 1);
+  else
+    unsetenv("BRAID_TRANSPORT");
+  setenv("BRAID_TIMEOUT", "30", 1);
+  int st[3];
+  double t0 = gpu_now_s();
+  gpu_run_ranks(3, fn, 60, st);
+  double dt = gpu_now_s() - t0;
+  for (int r = 0; r < 3; r++) {
+    if (r == VICTIM)
+      cr_expect_eq(st[r], 128 + SIGKILL, "%s: the victim exited %d", what,
+                   st[r]);
+    else
+      cr_expect_eq(st[r], 0,
+                   "%s: rank %d exit %d (10: not REMOTE, 11: the victim "
+                   "not named, 13: never noticed, 14: stream held, -1: "
+                   "hung)",
+                   what, r, st[r]);
+  }
+  cr_expect_lt(dt, 30.0, "%s: survivors took %.1f s (timeout 30 s)", what, dt);
+}
+
+Test(emu_faults, killed_rank_blocking_cuda_ipc, .timeout = 120) {
+  run(dead_blocking, NULL, "blocking, cuda IPC");
+}
+
+Test(emu_faults, killed_rank_stream_cuda_ipc, .timeout = 120) {
+  run(dead_stream, NULL, "CUDA stream, cuda IPC");
+}
+
+Test(emu_faults, killed_rank_blocking_staged_tcp, .timeout = 120) {
+  run(dead_blocking, "tcp", "blocking, staged over tcp");
+}
