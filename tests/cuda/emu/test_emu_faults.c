@@ -4,7 +4,9 @@
  * naming it, well within BRAID_TIMEOUT, for blocking calls and for calls on
  * a CUDA stream; a stream call's error comes back from
  * braid_stream_synchronize and the user's CUDA stream is let go (never left
- * held at braid's gate). Over cuda IPC and staged over tcp.
+ * held at braid's gate). Over cuda IPC and staged over tcp. BRAID_CHECK=1
+ * names mismatched device calls by rank; a CUDA stream that never reaches
+ * a call's gate within BRAID_TIMEOUT gives BRAID_ERR_TIMEOUT saying so.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -86,6 +88,64 @@ static int dead_stream(braid_comm *c, int rank, int n) {
   return dead_peer(c, rank, n, 1);
 }
 
+/* Rank 1 broadcasts while the others allreduce, on device buffers. */
+static int mismatch(braid_comm *c, int rank, int n) {
+  (void)n;
+  float *d = NULL;
+  if (cudaMalloc((void **)&d, 64 * sizeof(float)) != cudaSuccess ||
+      cudaMemset(d, 0, 64 * sizeof(float)) != cudaSuccess)
+    return 50;
+  braid_result r = braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  if (r != BRAID_SUCCESS)
+    return 20;
+  if (rank == 1)
+    r = braid_broadcast(d, d, 64, BRAID_FLOAT32, 0, c, NULL);
+  else
+    r = braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  const char *msg = braid_comm_last_error(c);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, braid_result_string(r), msg);
+  int rc = r != BRAID_ERR_MISMATCH ? 21
+           : strstr(msg, "rank 1") == NULL || strstr(msg, "broadcast") == NULL
+               ? 22
+               : 0;
+  cudaFree(d);
+  return rc;
+}
+
+static void CUDART_CB hold_3s(void *arg) {
+  (void)arg;
+  sleep(3);
+}
+
+/* Every rank's stream is held 3 s by a host function before the call;
+ * BRAID_TIMEOUT is 1 s. */
+static int stream_never_arrives(braid_comm *c, int rank, int n) {
+  (void)n;
+  float *d = NULL;
+  cudaStream_t s = NULL;
+  braid_stream *bs = NULL;
+  if (cudaMalloc((void **)&d, 64 * sizeof(float)) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+      braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS)
+    return 50;
+  if (cudaLaunchHostFunc(s, hold_3s, NULL) != cudaSuccess)
+    return 51;
+  braid_result r = braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, bs);
+  if (r == BRAID_SUCCESS)
+    r = braid_stream_synchronize(bs);
+  const char *msg = braid_comm_last_error(c);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, braid_result_string(r), msg);
+  int rc = r != BRAID_ERR_TIMEOUT                          ? 40
+           : strstr(msg, "did not reach the call") == NULL ? 41
+                                                           : 0;
+  if (cudaStreamSynchronize(s) != cudaSuccess && rc == 0)
+    rc = 14; /* the stream must be let go */
+  braid_stream_destroy(bs);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+  return rc;
+}
+
 static void run(gpu_rank_fn fn, const char *transport, const char *what) {
   GPU_REQUIRE();
   if (transport)
@@ -121,4 +181,31 @@ Test(emu_faults, killed_rank_stream_cuda_ipc, .timeout = 120) {
 
 Test(emu_faults, killed_rank_blocking_staged_tcp, .timeout = 120) {
   run(dead_blocking, "tcp", "blocking, staged over tcp");
+}
+
+Test(emu_faults, check_names_mismatched_device_calls, .timeout = 120) {
+  GPU_REQUIRE();
+  unsetenv("BRAID_TRANSPORT");
+  setenv("BRAID_CHECK", "1", 1);
+  int st[3];
+  gpu_run_ranks(3, mismatch, 60, st);
+  unsetenv("BRAID_CHECK");
+  for (int r = 0; r < 3; r++)
+    cr_expect_eq(st[r], 0,
+                 "rank %d exit %d (21: not MISMATCH, 22: rank 1 or its "
+                 "broadcast not named)",
+                 r, st[r]);
+}
+
+Test(emu_faults, stream_that_never_arrives_times_out, .timeout = 120) {
+  GPU_REQUIRE();
+  unsetenv("BRAID_TRANSPORT");
+  setenv("BRAID_TIMEOUT", "1", 1);
+  int st[2];
+  gpu_run_ranks(2, stream_never_arrives, 60, st);
+  for (int r = 0; r < 2; r++)
+    cr_expect_eq(st[r], 0,
+                 "rank %d exit %d (40: not TIMEOUT, 41: not said why, 14: "
+                 "stream held)",
+                 r, st[r]);
 }
