@@ -69,7 +69,8 @@ typedef struct dev_priv {
 typedef struct dev_rec {
   int32_t ok;
   int32_t device;
-  int32_t vertex; /* the GPU's vertex in the rank's c->topo, or -1 */
+  int32_t vertex;    /* the GPU's vertex in the rank's c->topo, or -1 */
+  uint32_t topo_sig; /* which topology the vertex numbers (topo_sig) */
   char busid[32];
 } dev_rec;
 
@@ -211,15 +212,31 @@ static void dev_free(dev_priv *p) {
   free(p);
 }
 
+/* A fingerprint of a topology's vertices (names and bus ids, in order):
+ * ranks compare theirs before trusting each other's vertex numbers. */
+static uint32_t topo_sig(const topo_graph *g) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (int v = 0; g != NULL && v < g->nv; v++) {
+    for (const char *p = g->v[v].name; *p; p++)
+      h = (h ^ (uint8_t)*p) * 16777619u;
+    for (const char *p = g->v[v].busid; *p; p++)
+      h = (h ^ (uint8_t)*p) * 16777619u;
+    h = (h ^ (uint32_t)g->v[v].type) * 16777619u;
+  }
+  return h;
+}
+
 /* The ranks' GPUs as a view of c->topo, for the topology-aware generators
- * and the simulator: when every rank is on this host (one topology) and
- * each found a GPU of its own in it by bus id. NULL otherwise. */
+ * and the simulator: when every rank is on this host with the same
+ * topology and each found a GPU of its own in it by bus id. NULL
+ * otherwise. Every rank decides from the same records, so all agree. */
 static sched_view *gpu_view(braid_comm *c, const dev_rec *all) {
   int n = c->nranks;
   if (c->topo == NULL || n < 2)
     return NULL;
   for (int r = 0; r < n; r++) {
     if (!all[r].ok || all[r].vertex < 0 || all[r].vertex >= c->topo->nv ||
+        all[r].topo_sig != all[0].topo_sig ||
         c->topo->v[all[r].vertex].type != TOPO_GPU ||
         !boot_same_host(c->boot, c->rank, r))
       return NULL;
@@ -269,7 +286,8 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   /* a rank that cannot serve device buffers still joins every exchange, so
    * that its peers agree on the pairs and never wait for it */
   char why[160] = "";
-  dev_rec mine = {.device = device, .vertex = -1};
+  dev_rec mine = {
+      .device = device, .vertex = -1, .topo_sig = topo_sig(c->topo)};
   mine.ok = local_ok(d, device, why, sizeof why);
   if (mine.ok) {
     place_gpu(c, d);
