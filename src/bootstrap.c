@@ -24,9 +24,19 @@
 
 #define FRAME_MAGIC 0x42524446u /* "BRDF": mesh frames */
 
-enum { FR_ALLGATHER = 1, FR_BARRIER = 2, FR_P2P = 3, FR_SPLIT = 4 };
-static const char *frame_name[] = {"?", "boot_allgather", "boot_barrier",
-                                   "boot_send/boot_recv", "boot_split"};
+/* FR_LEFT: the sender gave up on an exchange; its error message follows,
+ * so that the ranks still waiting for it learn the cause (a rank that died)
+ * rather than only that the sender closed its connections. */
+enum {
+  FR_ALLGATHER = 1,
+  FR_BARRIER = 2,
+  FR_P2P = 3,
+  FR_SPLIT = 4,
+  FR_LEFT = 5
+};
+static const char *frame_name[] = {
+    "?",          "boot_allgather",     "boot_barrier", "boot_send/boot_recv",
+    "boot_split", "a notice of leaving"};
 
 typedef struct mesh_hello {
   int32_t rank, nranks;
@@ -401,6 +411,47 @@ static braid_result xop_dead(boot *b, xop *o, const char *what, int rc) {
   return BRAID_ERR_REMOTE;
 }
 
+/* The peer of o sent FR_LEFT: reads its message (sent in one piece right
+ * after the header; waits at most a second for it) into the error. */
+static braid_result peer_left(boot *b, xop *o, const char *what) {
+  char why[TEXT_LEN] = "";
+  size_t want =
+      o->hdr.len < sizeof why - 1 ? (size_t)o->hdr.len : sizeof why - 1;
+  size_t got = 0;
+  int64_t deadline = sock_now_ms() + 1000;
+  while (got < want && sock_left_ms(deadline) > 0) {
+    struct pollfd p = {.fd = peer_fd(b, o->peer), .events = POLLIN};
+    if (poll(&p, 1, sock_left_ms(deadline)) <= 0)
+      break;
+    ssize_t n = recv(p.fd, why + got, want - got, MSG_DONTWAIT);
+    if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR)))
+      break;
+    got += n > 0 ? (size_t)n : 0;
+  }
+  why[got] = '\0';
+  char full[2 * TEXT_LEN];
+  snprintf(full, sizeof full, "%s: rank %d left the exchange: %s", what,
+           o->peer, got > 0 ? why : "(no reason received)");
+  memcpy(b->err, full, sizeof(b->err) - 1);
+  b->err[sizeof(b->err) - 1] = '\0';
+  return BRAID_ERR_REMOTE;
+}
+
+/* This rank gives up on an exchange (b->err says why): tells every peer
+ * whose frame of this exchange is not half sent, so that those waiting for
+ * it learn the cause. Best effort: never waits. */
+static void tell_left(boot *b, const xop *ops, int n) {
+  size_t len = strlen(b->err);
+  for (int i = 0; i < n; i++) {
+    if (!ops[i].send || (ops[i].hoff > 0 && !ops[i].done))
+      continue;
+    frame_hdr h = {FRAME_MAGIC, FR_LEFT, len};
+    struct iovec iov[2] = {{&h, sizeof h}, {b->err, len}};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+    (void)sendmsg(peer_fd(b, ops[i].peer), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+}
+
 /* Moves what it can for one op: BRAID_SUCCESS (done or not), or an error. */
 static braid_result xop_step(boot *b, xop *o, uint32_t kind, const char *what) {
   int fd = peer_fd(b, o->peer);
@@ -440,12 +491,14 @@ static braid_result xop_step(boot *b, xop *o, uint32_t kind, const char *what) {
                  o->peer);
         return BRAID_ERR_REMOTE;
       }
+      if (o->hdr.kind == FR_LEFT)
+        return peer_left(b, o, what);
       if (o->hdr.kind != kind) {
         snprintf(b->err, sizeof(b->err),
                  "%s: rank %d sent a %s message instead (bootstrap calls in a "
                  "different order?)",
                  what, o->peer,
-                 o->hdr.kind < 5 ? frame_name[o->hdr.kind] : "unknown");
+                 o->hdr.kind <= FR_LEFT ? frame_name[o->hdr.kind] : "unknown");
         return BRAID_ERR_INVALID_ARG;
       }
       if (o->hdr.len != o->len) {
@@ -525,6 +578,8 @@ static braid_result xchg(boot *b, xop *ops, int n, uint32_t kind) {
     if (r != BRAID_SUCCESS)
       break;
   }
+  if (r == BRAID_ERR_REMOTE || r == BRAID_ERR_TIMEOUT)
+    tell_left(b, ops, n);
   free(p);
   free(idx);
   return r;

@@ -317,6 +317,43 @@ Test(bootstrap, missing_rank_times_out, .timeout = 30) {
   cr_assert_eq(p.status, 0, "status %d: %s", p.status, p.msg);
 }
 
+/* Rank 1 dies; rank 0 finds it in an allgather before it sent rank 2 its
+ * part, and gives up; rank 2 comes to the allgather later and reads rank
+ * 0's part first: it must learn from rank 0 that rank 1 is the cause, not
+ * only that rank 0 went away. */
+static int rank_left(int rank, int nranks, const braid_unique_id *id, void *arg,
+                     char *msg, size_t msglen) {
+  (void)arg;
+  char err[256] = "";
+  boot *b = NULL;
+  if (boot_init(id, rank, nranks, 10000, &b, err, sizeof(err)))
+    FAIL("boot_init: %s", err);
+  if (rank == 1)
+    _exit(0);
+  usleep(rank == 0 ? 100 * 1000 : 400 * 1000);
+  int32_t mine = rank, all[3];
+  braid_result r = boot_allgather(b, &mine, all, sizeof mine);
+  const char *e = boot_last_error(b);
+  if (rank == 0 && (r != BRAID_ERR_REMOTE || !strstr(e, "rank 1")))
+    FAIL("rank 0: allgather gave %s: %s", braid_result_string(r), e);
+  if (rank == 2 &&
+      (r != BRAID_ERR_REMOTE || !strstr(e, "rank 0 left the exchange") ||
+       !strstr(e, "rank 1 closed its control connection")))
+    FAIL("rank 2: allgather gave %s: %s", braid_result_string(r), e);
+  boot_close(b);
+  return 0;
+}
+
+Test(bootstrap, leaving_rank_tells_the_cause, .timeout = 60) {
+  braid_unique_id id;
+  char err[256] = "";
+  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  rank_proc p[3];
+  run_ranks(3, &id, rank_left, NULL, 30000, p);
+  cr_expect_eq(p[0].status, 0, "%s", p[0].msg);
+  cr_expect_eq(p[2].status, 0, "%s", p[2].msg);
+}
+
 /* Splits 4 ranks into evens and odds, closes the parent, then uses the
  * split; also checks a length mismatch is reported. */
 static int rank_split(int rank, int nranks, const braid_unique_id *id,
