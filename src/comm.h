@@ -33,7 +33,8 @@ typedef struct exec_op {
   struct braid_stream *stream; /* NULL: blocking */
   int is_barrier;
   uint8_t barrier_byte[2]; /* barrier's own buffers */
-  int dev; /* -1: host buffers; else the CUDA device of the buffers */
+  int dev;     /* -1: host buffers; else the CUDA device of the buffers */
+  int checked; /* BRAID_CHECK compared its fingerprint already */
 } exec_op;
 
 /* A unit of work in the comm's queue: one op, or a group's ops. */
@@ -117,8 +118,10 @@ struct braid_comm {
   sched **file_scheds;
   int nfile_scheds;
 
-  /* device memory (CUDA), set up lazily by src/comm_dev.c */
+  /* device memory (CUDA), set up lazily by src/comm_dev.c; dev_up is 1
+   * while dev is set up (read by the issuing thread without the lock) */
   struct comm_dev *dev;
+  atomic_int dev_up;
 
   /* state */
   atomic_int aborted;

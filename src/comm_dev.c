@@ -23,19 +23,19 @@
  *    current buffer's size in all;
  *  - only the internal stream is ever synchronised during an operation,
  *    never the device;
- *  - setup (the first call with device buffers, possibly on a CUDA stream)
- *    creates a stream, cudaMalloc's tp_cuda's IPC region and maps the
- *    peers' regions; staged's pinned slots are cudaHostAlloc'd on first use.
- *    cudaMalloc and cudaHostAlloc do not wait for other streams' work, but
- *    they take the driver's allocation locks: a user thread that meanwhile
- *    blocks in the driver on the held stream (a synchronous copy to
- *    pageable memory issued behind the call, for example) can hold such a
- *    lock, and both would wait. Making the first device call of a
- *    communicator a blocking one (NULL stream), or synchronising the user's
- *    stream only with cudaStreamSynchronize / events, avoids it. A failed
- *    setup frees what it made (tp_cuda's teardown): that happens before any
- *    device work of the call was issued, but on a held stream it is the
- *    same kind of wait; it is rare (setup fails on every rank together).
+ *  - setup (the first collective with device buffers) creates a stream,
+ *    cudaMalloc's tp_cuda's IPC region and maps the peers' regions, and a
+ *    setup that fails frees them again (cudaFree). On a CUDA stream it runs
+ *    in the issuing thread before the call's gate is enqueued (src/
+ *    enqueue.c), so no stream is held by braid meanwhile;
+ *  - staged's pinned slots are cudaHostAlloc'd on first use, which may be
+ *    on the progress thread while a gate holds the user's stream.
+ *    cudaHostAlloc does not wait for other streams' work, but it takes the
+ *    driver's allocation locks: a user thread that meanwhile blocks in the
+ *    driver on the held stream (a synchronous copy to pageable memory
+ *    issued behind the call, for example) can hold such a lock, and both
+ *    would wait. Synchronising the user's stream only with
+ *    cudaStreamSynchronize / events avoids it.
  */
 #include "src/comm_dev.h"
 
@@ -338,6 +338,7 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
     comm_dev_teardown(c);
     return r;
   }
+  atomic_store(&c->dev_up, 1);
   INFO(LOG_INIT,
        "rank %d: device buffers on GPU %d (topology vertex %d): %d peers over "
        "cuda IPC, %d staged through pinned memory, %d through host memory; "
@@ -352,6 +353,7 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
 void comm_dev_teardown(braid_comm *c) {
   if (c == NULL || c->dev == NULL)
     return;
+  atomic_store(&c->dev_up, 0);
   dev_priv *p = (dev_priv *)c->dev;
   comm_dev *d = &p->pub;
   if (d->stream != NULL) { /* the calling thread may have another device */

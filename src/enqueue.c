@@ -64,6 +64,13 @@ static int is_fatal(braid_result r) {
          r == BRAID_ERR_SYSTEM;
 }
 
+typedef braid_result (*ops_fn)(braid_comm *c, exec_op *ops, int nops);
+
+/* Runs fn on ops (c->lock held) unless the communicator is broken, after
+ * BRAID_CHECK's comparison of each op not compared yet; breaks the
+ * communicator on fatal errors. */
+static braid_result checked_locked(braid_comm *c, exec_op *ops, int nops,
+                                   ops_fn run);
 static braid_result run_ops_locked(braid_comm *c, exec_op *ops, int nops);
 
 static braid_result run_ops(braid_comm *c, exec_op *ops, int nops) {
@@ -73,7 +80,8 @@ static braid_result run_ops(braid_comm *c, exec_op *ops, int nops) {
   return r;
 }
 
-static braid_result run_ops_locked(braid_comm *c, exec_op *ops, int nops) {
+static braid_result checked_locked(braid_comm *c, exec_op *ops, int nops,
+                                   ops_fn run) {
   braid_result r = c->broken;
   if (r != BRAID_SUCCESS) {
     comm_set_error(c,
@@ -82,12 +90,36 @@ static braid_result run_ops_locked(braid_comm *c, exec_op *ops, int nops) {
                    comm_broken_why(c));
   }
   for (int i = 0; r == BRAID_SUCCESS && c->check && i < nops; i++)
-    if (ops[i].coll != SCHED_SEND && ops[i].coll != SCHED_RECV)
+    if (ops[i].coll != SCHED_SEND && ops[i].coll != SCHED_RECV &&
+        !ops[i].checked) {
       r = check_fingerprint(c, &ops[i]);
+      ops[i].checked = 1;
+    }
   if (r == BRAID_SUCCESS)
-    r = exec_run(c, ops, nops);
+    r = run(c, ops, nops);
   if (is_fatal(r) || r == BRAID_ERR_MISMATCH)
     comm_break(c, r);
+  return r;
+}
+
+static braid_result run_ops_locked(braid_comm *c, exec_op *ops, int nops) {
+  return checked_locked(c, ops, nops, exec_run);
+}
+
+/* The first device collective of a communicator on a CUDA stream sets the
+ * device side up here, in the issuing thread, before its gate goes on the
+ * user's stream. Set up behind the gate, a setup that fails (a rank died
+ * meanwhile) would free what it made with cudaFree, which waits for every
+ * stream, the one held at the gate too: it would never return. Queued work
+ * runs first, so that every rank's bootstrap exchanges come in call order;
+ * with BRAID_CHECK the call's fingerprint is compared first, as always. */
+static braid_result setup_before_gate(braid_comm *c, exec_op *ops, int nops) {
+  if (!exec_dev_needs_setup(c, ops, nops))
+    return BRAID_SUCCESS;
+  enq_drain(c);
+  pthread_mutex_lock(&c->lock);
+  braid_result r = checked_locked(c, ops, nops, exec_dev_prepare);
+  pthread_mutex_unlock(&c->lock);
   return r;
 }
 
@@ -239,6 +271,11 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
    * the locks. Only this thread starts the progress thread. */
   if (s == NULL && !c->thread_started)
     return run_ops_locked(c, ops, nops);
+  if (s != NULL && s->cuda != NULL && shared == NULL) {
+    braid_result r = setup_before_gate(c, ops, nops);
+    if (r != BRAID_SUCCESS)
+      return r;
+  }
   pthread_mutex_lock(&c->qlock);
   if (s == NULL && c->qlen == 0) {
     pthread_mutex_unlock(&c->qlock);
@@ -379,6 +416,23 @@ braid_result braid_group_end(void) {
   int one_stream = ncomm > 0 && cs != NULL && cs->cuda != NULL;
   for (int i = 0; i < g.n && one_stream; i++)
     one_stream = g.ops[i].stream == cs;
+  /* set up before the shared gate, communicator after communicator (so
+   * the ranks' first device call in such a group lists them in one order) */
+  for (int k = 0; k < ncomm && one_stream && res == BRAID_SUCCESS; k++) {
+    int n = 0;
+    for (int i = 0; i < g.n; i++)
+      if (g.comms[i] == done[k])
+        tmp[n++] = g.ops[i];
+    res = setup_before_gate(done[k], tmp, n);
+    for (int i = 0, j = 0; i < g.n; i++)
+      if (g.comms[i] == done[k])
+        g.ops[i].checked = tmp[j++].checked;
+  }
+  if (res != BRAID_SUCCESS) {
+    if (s != NULL)
+      braid_stream_destroy(s);
+    goto out;
+  }
   if (one_stream) {
     atomic_int *left = malloc(sizeof *left);
     res = left == NULL ? BRAID_ERR_NOMEM

@@ -16,6 +16,11 @@
  *    for every transport and collective but crosses PCIe twice per call
  *    without overlap; the pipelined way across hosts is the staging device
  *    transport of src/comm_dev.c, which makes such peers direct.
+ *
+ * A call on a CUDA stream sets the device side up in the issuing thread,
+ * before its gate goes on the user's stream (src/enqueue.c): a setup that
+ * fails frees what it made, and cudaFree waits for every stream, a stream
+ * held at the call's own gate too.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -158,34 +163,61 @@ static int op_device(braid_comm *c, const exec_op *ops, int nops) {
   return dev;
 }
 
-braid_result exec_dev_run(braid_comm *c, exec_op *ops, int nops) {
-  int dev = op_device(c, ops, nops);
-  if (dev < 0)
+/* Selects the ops' device (*dev) on this thread and sets the device side up
+ * when a collective among them needs it; *first: the first op on device
+ * buffers, for messages. */
+static braid_result prepare(braid_comm *c, const exec_op *ops, int nops,
+                            const exec_op **first, int *dev) {
+  *dev = op_device(c, ops, nops);
+  if (*dev < 0)
     return BRAID_ERR_INVALID_ARG;
-  const exec_op *first = &ops[0]; /* the first on device buffers */
   int need_setup = 0;
+  *first = &ops[0];
   for (int k = nops - 1; k >= 0; k--) {
     if (ops[k].dev < 0 || ops[k].is_barrier)
       continue;
-    first = &ops[k];
+    *first = &ops[k];
     need_setup |= !is_p2p(&ops[k]);
   }
-  braid_result r = cudev_set_device(dev);
+  braid_result r = cudev_set_device(*dev);
   if (r != BRAID_SUCCESS)
-    return dev_error(c, first, dev, "selecting the device", r);
-  if (c->dev == NULL && need_setup) {
-    r = comm_dev_setup(c, dev);
-    if (r != BRAID_SUCCESS) {
-      char why[sizeof c->last_error];
-      snprintf(why, sizeof why, "%s", c->last_error);
-      comm_set_error(c,
-                     "%s #%llu on rank %d: setting up device buffers on "
-                     "GPU %d: %s",
-                     first->name, (unsigned long long)first->seq, c->rank, dev,
-                     why[0] ? why : braid_result_string(r));
-      return r;
-    }
+    return dev_error(c, *first, *dev, "selecting the device", r);
+  if (c->dev != NULL || !need_setup)
+    return BRAID_SUCCESS;
+  r = comm_dev_setup(c, *dev);
+  if (r != BRAID_SUCCESS) {
+    char why[sizeof c->last_error];
+    snprintf(why, sizeof why, "%s", c->last_error);
+    comm_set_error(c,
+                   "%s #%llu on rank %d: setting up device buffers on GPU %d: "
+                   "%s",
+                   (*first)->name, (unsigned long long)(*first)->seq, c->rank,
+                   *dev, why[0] ? why : braid_result_string(r));
   }
+  return r;
+}
+
+braid_result exec_dev_prepare(braid_comm *c, exec_op *ops, int nops) {
+  const exec_op *first = NULL;
+  int dev = -1;
+  return prepare(c, ops, nops, &first, &dev);
+}
+
+int exec_dev_needs_setup(braid_comm *c, const exec_op *ops, int nops) {
+  if (atomic_load(&c->dev_up))
+    return 0;
+  for (int k = 0; k < nops; k++)
+    if (ops[k].dev >= 0 && !ops[k].is_barrier && !is_p2p(&ops[k]))
+      return 1;
+  return 0;
+}
+
+braid_result exec_dev_run(braid_comm *c, exec_op *ops, int nops) {
+  const exec_op *first = NULL;
+  int dev = -1;
+  braid_result r = prepare(c, ops, nops, &first, &dev);
+  if (r != BRAID_SUCCESS)
+    return r;
   exec_op *run = malloc(sizeof *run * (size_t)nops);
   staged *st = malloc(sizeof *st * (size_t)nops);
   if (run == NULL || st == NULL) {

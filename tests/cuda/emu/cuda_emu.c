@@ -33,7 +33,8 @@
  * CUDA_EMU_BUSID (tests only) sets the devices: a comma-separated list of
  * PCI bus ids, one device each (default: one device, EMU_BUSID). Devices
  * differ only in their bus ids and in the device their memory reports;
- * every one sees every other's memory.
+ * every one sees every other's memory. CUDA_EMU_DIE_AT_MALLOC=N kills the
+ * process at its N-th cudaMalloc.
  * What it does not model: kernels (reductions run src/reduce.c's CPU
  * kernels), several devices, peer access, timing.
  */
@@ -42,6 +43,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -502,8 +504,20 @@ cudaError_t cudaGetDevice(int *device) {
   return cudaSuccess;
 }
 
+/* CUDA_EMU_DIE_AT_MALLOC=N: the process kills itself at its N-th
+ * cudaMalloc, so that a test can lose a rank at a chosen point of a
+ * collective setup. */
+static void emu_die_at_malloc(void) {
+  static atomic_int calls;
+  int k = atomic_fetch_add(&calls, 1) + 1;
+  const char *e = getenv("CUDA_EMU_DIE_AT_MALLOC");
+  if (e != NULL && atoi(e) == k)
+    kill(getpid(), SIGKILL);
+}
+
 cudaError_t cudaMalloc(void **p, size_t size) {
   *p = NULL;
+  emu_die_at_malloc();
   if (size == 0)
     return cudaSuccess;
   int fd = memfd_create("braid-cuda-emu", MFD_CLOEXEC);

@@ -4,13 +4,15 @@
  * naming it, well within BRAID_TIMEOUT, for blocking calls and for calls on
  * a CUDA stream; a stream call's error comes back from
  * braid_stream_synchronize and the user's CUDA stream is let go (never left
- * held at braid's gate). Over cuda IPC and staged over tcp. BRAID_CHECK=1
- * names mismatched device calls by rank; a CUDA stream that never reaches
- * a call's gate within BRAID_TIMEOUT gives BRAID_ERR_TIMEOUT saying so.
+ * held at braid's gate), also when the victim dies before the first call,
+ * which sets the device side up. Over cuda IPC and staged over tcp.
+ * BRAID_CHECK=1 names mismatched device calls by rank; a CUDA stream that never
+ * reaches a call's gate within BRAID_TIMEOUT gives BRAID_ERR_TIMEOUT saying so.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +23,7 @@
 #define COUNT ((size_t)1 << 18)
 
 static void *killer(void *arg) {
-  (void)arg;
-  usleep(300 * 1000);
+  usleep((useconds_t)(intptr_t)arg * 1000);
   kill(getpid(), SIGKILL);
   return NULL;
 }
@@ -41,7 +42,11 @@ static int judge(braid_comm *c, int rank, braid_result r, double t0) {
   return 0;
 }
 
-static int dead_peer(braid_comm *c, int rank, int n, int on_stream) {
+/* The victim dies kill_ms into the loop of calls; kill_ms < 0: in the
+ * middle of the first call's device setup, so that the others' setup
+ * fails after it allocated device memory. */
+static int dead_peer(braid_comm *c, int rank, int n, int on_stream,
+                     int kill_ms) {
   (void)n;
   float *d = NULL;
   if (cudaMalloc((void **)&d, COUNT * sizeof(float)) != cudaSuccess ||
@@ -53,9 +58,14 @@ static int dead_peer(braid_comm *c, int rank, int n, int on_stream) {
       (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
        braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS))
     return 51;
-  if (rank == VICTIM) {
+  /* the victim's next cudaMalloc is the one of its first call's setup
+   * (tp_cuda's slots): it dies after the capability exchange, when the
+   * others have allocated theirs */
+  if (rank == VICTIM && kill_ms < 0) {
+    setenv("CUDA_EMU_DIE_AT_MALLOC", "2", 1);
+  } else if (rank == VICTIM) {
     pthread_t t;
-    pthread_create(&t, NULL, killer, NULL);
+    pthread_create(&t, NULL, killer, (void *)(intptr_t)kill_ms);
   }
   double t0 = gpu_now_s();
   int rc = 13; /* never noticed */
@@ -81,11 +91,15 @@ static int dead_peer(braid_comm *c, int rank, int n, int on_stream) {
 }
 
 static int dead_blocking(braid_comm *c, int rank, int n) {
-  return dead_peer(c, rank, n, 0);
+  return dead_peer(c, rank, n, 0, 300);
 }
 
 static int dead_stream(braid_comm *c, int rank, int n) {
-  return dead_peer(c, rank, n, 1);
+  return dead_peer(c, rank, n, 1, 300);
+}
+
+static int dead_stream_at_setup(braid_comm *c, int rank, int n) {
+  return dead_peer(c, rank, n, 1, -1);
 }
 
 /* Rank 1 broadcasts while the others allreduce, on device buffers. */
@@ -177,6 +191,13 @@ Test(emu_faults, killed_rank_blocking_cuda_ipc, .timeout = 120) {
 
 Test(emu_faults, killed_rank_stream_cuda_ipc, .timeout = 120) {
   run(dead_stream, NULL, "CUDA stream, cuda IPC");
+}
+
+/* The first device call on a CUDA stream sets the device side up; a setup
+ * that fails frees what it made (cudaFree waits for every stream), so it
+ * must not run while the call's gate holds the user's stream. */
+Test(emu_faults, killed_rank_in_setup_of_first_stream_call, .timeout = 120) {
+  run(dead_stream_at_setup, NULL, "CUDA stream, first call, cuda IPC");
 }
 
 Test(emu_faults, killed_rank_blocking_staged_tcp, .timeout = 120) {
