@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../test_fork.h"
 #include "braid.h"
 
 typedef int (*rank_fn)(braid_comm *c, int rank, int n);
@@ -34,7 +35,7 @@ static void run_ranks(int n, rank_fn fn, double timeout_s, int *status) {
     cr_assert(pipe(pipes[r]) == 0);
   pid_t pids[16];
   for (int r = 0; r < n; r++) {
-    pid_t p = fork();
+    pid_t p = test_fork();
     cr_assert(p >= 0);
     if (p == 0) {
       braid_unique_id id;

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../test_fork.h"
 #include "braid.h"
 #include "transports/cuda/cuda_dev.h"
 
@@ -24,7 +25,7 @@ typedef int (*gpu_rank_fn)(braid_comm *c, int rank, int n);
 static int gpu_probe(char *why, size_t len) {
   int p[2];
   cr_assert(pipe(p) == 0);
-  pid_t pid = fork();
+  pid_t pid = test_fork();
   cr_assert(pid >= 0);
   if (pid == 0) {
     close(p[0]);
@@ -78,7 +79,7 @@ static void gpu_run_ranks(int n, gpu_rank_fn fn, double timeout_s,
   for (int r = 1; r < n; r++)
     cr_assert(pipe(pipes[r]) == 0);
   for (int r = 0; r < n; r++) {
-    pid_t p = fork();
+    pid_t p = test_fork();
     cr_assert(p >= 0);
     if (p == 0) {
       braid_unique_id id;

@@ -3,6 +3,7 @@
  * teardown when a rank fails (exit status, signal, SIGKILL escalation),
  * --timeout, signal forwarding, -x, host lists and network namespaces.
  */
+#include "../test_fork.h"
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <signal.h>
@@ -47,7 +48,7 @@ static run_result *run_sig(const char *const *args, int sig, int nready) {
     argv[k] = args[k - 1];
   argv[k] = NULL;
   double t0 = now_s();
-  pid_t pid = fork();
+  pid_t pid = test_fork();
   cr_assert_neq(pid, -1);
   if (pid == 0) {
     dup2(fo, 1);

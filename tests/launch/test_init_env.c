@@ -3,6 +3,7 @@
  * launched by braidrun, torchrun-style variables (MASTER_ADDR/MASTER_PORT),
  * Slurm-style variables (rendezvous file) and Open MPI's mpirun when present.
  */
+#include "../test_fork.h"
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <netinet/in.h>
@@ -45,7 +46,7 @@ static int wait_bounded(pid_t pid, double secs) {
 static int run_capture(char *const argv[], char *out, size_t len) {
   int p[2];
   cr_assert_eq(pipe(p), 0);
-  pid_t pid = fork();
+  pid_t pid = test_fork();
   cr_assert_neq(pid, -1);
   if (pid == 0) {
     dup2(p[1], 1);
@@ -95,7 +96,7 @@ static int free_port(void) {
 static void run_forked(const char *(*vars)(int rank, int i)) {
   pid_t pid[NRANKS];
   for (int r = 0; r < NRANKS; r++) {
-    pid[r] = fork();
+    pid[r] = test_fork();
     cr_assert_neq(pid[r], -1);
     if (pid[r] == 0) {
       static const char *drop[] = {"BRAID_RANK",

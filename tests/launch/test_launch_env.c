@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../test_fork.h"
 #include "src/launch_env.h"
 
 typedef struct result {
@@ -60,7 +61,7 @@ static pid_t spawn_detect(const char *const *vars, int timeout_ms, int *rfd,
   cr_assert_eq(pipe(p), 0);
   if (go_wr)
     cr_assert_eq(pipe(g), 0);
-  pid_t pid = fork();
+  pid_t pid = test_fork();
   cr_assert_neq(pid, -1);
   if (pid == 0) {
     close(p[0]);

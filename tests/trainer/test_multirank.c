@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../test_fork.h"
 #include "braid.h"
 #include "dist.h"
 #include "lenet.h"
@@ -155,7 +156,7 @@ static float *run_ranks(int n, const train_opts *o) {
     cr_assert_eq(pipe(fds[r]), 0);
   pid_t pids[8];
   for (int r = 0; r < n; r++) {
-    pids[r] = fork();
+    pids[r] = test_fork();
     cr_assert_geq(pids[r], 0);
     if (pids[r] == 0) {
       alarm(100);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../test_fork.h"
 #include "transports/sock_util.h"
 
 static long long now_ms(void) {
@@ -34,7 +35,7 @@ void spawn_rank(rank_proc *p, int rank, int nranks, const braid_unique_id *id,
     return;
   }
   fflush(NULL);
-  pid_t pid = fork();
+  pid_t pid = test_fork();
   if (pid == 0) {
     close(fds[0]);
     char msg[512] = "";

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../test_fork.h"
 #include "cuda_fake.h"
 #include "transports/cuda/cuda_fifo.h"
 
@@ -327,7 +328,7 @@ Test(cuda_fifo, dead_peer_is_named) {
       cuf_seg_create(&seg, 3, 1, senders, 1, 2, 256, 1, err, sizeof(err)),
       BRAID_SUCCESS);
   cuf_seg_unlink(&seg);
-  pid_t child = fork();
+  pid_t child = test_fork();
   if (child == 0)
     _exit(0);
   cr_assert_gt(child, 0);

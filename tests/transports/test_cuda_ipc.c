@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../test_fork.h"
 #include "ranks.h"
 #include "src/bootstrap.h"
 #include "src/comm.h"
@@ -32,7 +33,7 @@
 /* GPUs visible, asked in a child so that this process never starts CUDA. */
 static int gpu_count(void) {
   fflush(NULL);
-  pid_t pid = fork();
+  pid_t pid = test_fork();
   if (pid == 0)
     _exit(cudev_count() > 0 ? (cudev_count() > 100 ? 100 : cudev_count()) : 0);
   int st = 0;

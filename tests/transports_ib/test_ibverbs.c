@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../test_fork.h"
 #include "src/bootstrap.h"
 #include "transports/ibverbs/ibverbs.h"
 #include "xchg.h"
@@ -60,7 +61,7 @@ Test(transports_ib, exchange_or_unsupported) {
   pid_t pid[2];
   fflush(NULL);
   for (int r = 0; r < 2; r++) {
-    pid[r] = fork();
+    pid[r] = test_fork();
     if (pid[r] == 0)
       _exit(rank_main(sh, r));
   }
@@ -125,7 +126,7 @@ Test(transports_ib, bad_hca_filter_is_invalid_arg) {
   fflush(NULL);
   pid_t pid[2];
   for (int r = 0; r < 2; r++) {
-    pid[r] = fork();
+    pid[r] = test_fork();
     if (pid[r] == 0)
       _exit(rank_bad_hca(sh, r));
   }

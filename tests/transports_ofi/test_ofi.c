@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../test_fork.h"
 #include "src/bootstrap.h"
 #include "transports/ofi/ofi.h"
 #include "xchg.h"
@@ -96,7 +97,7 @@ static void run_job(const job *j, int *codes, int timeout_ms) {
   pid_t pid[MAXR];
   fflush(NULL);
   for (int r = 0; r < j->n; r++) {
-    pid[r] = fork();
+    pid[r] = test_fork();
     if (pid[r] == 0)
       _exit(rank_main(j, r));
     cr_assert_gt(pid[r], 0, "fork failed");

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../test_fork.h"
 #include "src/bootstrap.h"
 #include "transports/shm.h"
 
@@ -108,7 +109,7 @@ static int run_ranks(int n, int (*fn)(world *), int killed_rank) {
     cr_assert_eq(pipe(pipes[r]), 0);
   pid_t pids[MAXR];
   for (int r = 0; r < n; r++) {
-    pids[r] = fork();
+    pids[r] = test_fork();
     cr_assert_geq(pids[r], 0, "fork: %s", strerror(errno));
     if (pids[r] == 0) {
       braid_unique_id id;
