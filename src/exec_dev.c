@@ -212,7 +212,7 @@ int exec_dev_needs_setup(braid_comm *c, const exec_op *ops, int nops) {
   return 0;
 }
 
-braid_result exec_dev_run(braid_comm *c, exec_op *ops, int nops) {
+static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
   const exec_op *first = NULL;
   int dev = -1;
   braid_result r = prepare(c, ops, nops, &first, &dev);
@@ -298,5 +298,15 @@ out:
   free(own_host);
   free(run);
   free(st);
+  return r;
+}
+
+/* Runs ops on the device of their buffers, leaving the calling thread's
+ * current device as it was (a blocking call runs in the user's thread). */
+braid_result exec_dev_run(braid_comm *c, exec_op *ops, int nops) {
+  int mine = cudev_get_device();
+  braid_result r = run_on_device(c, ops, nops);
+  if (mine >= 0 && cudev_get_device() != mine)
+    (void)cudev_set_device(mine);
   return r;
 }

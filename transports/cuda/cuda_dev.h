@@ -29,6 +29,8 @@ const char *cudev_error(void);
  * CUDA or without a driver (it answers 0). */
 int cudev_is_device(const void *p, int *device);
 braid_result cudev_set_device(int device);
+/* This thread's current device; -1 when there is none (or no CUDA). */
+int cudev_get_device(void);
 /* PCI bus id "0000:07:00.0" of a device. */
 braid_result cudev_busid(int device, char *busid, size_t len);
 

@@ -122,6 +122,15 @@ braid_result cudev_set_device(int device) {
   return BRAID_SUCCESS;
 }
 
+int cudev_get_device(void) {
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return d;
+}
+
 braid_result cudev_busid(int device, char *busid, size_t len) {
   if (busid == NULL || len < 13)
     return dev_bad("cudev_busid: the buffer needs 13 bytes or more");

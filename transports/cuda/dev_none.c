@@ -32,6 +32,8 @@ braid_result cudev_set_device(int device) {
   return none("cudaSetDevice");
 }
 
+int cudev_get_device(void) { return -1; }
+
 braid_result cudev_busid(int device, char *busid, size_t len) {
   (void)device;
   (void)busid;

@@ -812,6 +812,8 @@ braid_result cudev_set_device(int device) {
   return BRAID_SUCCESS;
 }
 
+int cudev_get_device(void) { return emu_device; }
+
 /* Bus ids come from CUDA_EMU_BUSID (tests place the emulated GPUs in a
  * machine's topology). */
 braid_result cudev_busid(int device, char *busid, size_t len) {

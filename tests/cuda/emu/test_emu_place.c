@@ -3,7 +3,8 @@
  * id (src/comm_dev.c): on the emulated GPU, given the bus id of one of a
  * machine model's GPUs and that model as BRAID_TOPO_FILE, every rank's
  * device state names that GPU's vertex; given a bus id the machine lacks,
- * none (-1), and the calls still run.
+ * none (-1), and the calls still run. A first call on a CUDA stream leaves
+ * the calling thread's current device as it was.
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -74,4 +75,70 @@ Test(emu_place, gpu_found_by_bus_id, .timeout = 120) {
 
 Test(emu_place, unknown_bus_id_is_no_vertex, .timeout = 120) {
   run_with("0000:fe:1f.7", -1);
+}
+
+/* The first device call on a CUDA stream sets the device side up in the
+ * caller's thread (src/enqueue.c), and a blocking call runs there: the
+ * caller's current device must be left as it was. Buffers on device 1,
+ * the thread's current device 0. */
+static int keeps_device(braid_comm *c, int rank, int n) {
+  (void)n;
+  float *d = NULL, h[64];
+  cudaStream_t s = NULL;
+  braid_stream *bs = NULL;
+  if (cudaSetDevice(1) != cudaSuccess ||
+      cudaMalloc((void **)&d, sizeof h) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+      braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS)
+    return 50;
+  for (int i = 0; i < 64; i++)
+    h[i] = (float)(rank + i);
+  cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+  cudaSetDevice(0);
+  braid_result r = braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, bs);
+  int now = -1;
+  cudaGetDevice(&now);
+  if (r == BRAID_SUCCESS)
+    r = braid_stream_synchronize(bs);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: allreduce: %s (%s)\n", rank,
+            braid_result_string(r), braid_comm_last_error(c));
+    return 10;
+  }
+  if (now != 0) {
+    fprintf(stderr, "rank %d: current device %d after the call, was 0\n", rank,
+            now);
+    return 40;
+  }
+  /* and a blocking call, which runs in this thread */
+  r = braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  cudaGetDevice(&now);
+  if (r != BRAID_SUCCESS || now != 0) {
+    fprintf(stderr, "rank %d: blocking allreduce: %s, current device %d\n",
+            rank, braid_result_string(r), now);
+    return 41;
+  }
+  cudaStreamSynchronize(s);
+  cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+  for (int i = 0; i < 64; i++)
+    if (h[i] != (float)(4 * i + 2)) {
+      fprintf(stderr, "rank %d: element %d is %g\n", rank, i, (double)h[i]);
+      return 20;
+    }
+  braid_stream_destroy(bs);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+  return 0;
+}
+
+Test(emu_place, stream_call_keeps_the_callers_device, .timeout = 120) {
+  GPU_REQUIRE();
+  setenv("CUDA_EMU_BUSID", "0000:e1:00.0,0000:e2:00.0", 1);
+  int st[2];
+  gpu_run_ranks(2, keeps_device, 60, st);
+  for (int r = 0; r < 2; r++)
+    cr_expect_eq(st[r], 0,
+                 "rank %d exit %d (40, 41: the current device changed; "
+                 "see stderr)",
+                 r, st[r]);
 }
