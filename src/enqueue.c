@@ -112,18 +112,14 @@ static braid_result run_ops_locked(braid_comm *c, exec_op *ops, int nops) {
  * meanwhile) would free what it made with cudaFree, which waits for every
  * stream, the one held at the gate too: it would never return. Queued work
  * runs first, so that every rank's bootstrap exchanges come in call order;
- * with BRAID_CHECK the call's fingerprint is compared first, as always. The
- * caller's current device is left as it was. */
+ * with BRAID_CHECK the call's fingerprint is compared first, as always. */
 static braid_result setup_before_gate(braid_comm *c, exec_op *ops, int nops) {
   if (!exec_dev_needs_setup(c, ops, nops))
     return BRAID_SUCCESS;
   enq_drain(c);
-  int mine = cudev_get_device(); /* the caller's, given back after */
   pthread_mutex_lock(&c->lock);
   braid_result r = checked_locked(c, ops, nops, exec_dev_prepare);
   pthread_mutex_unlock(&c->lock);
-  if (mine >= 0 && cudev_get_device() != mine)
-    (void)cudev_set_device(mine);
   return r;
 }
 

@@ -163,6 +163,11 @@ static int op_device(braid_comm *c, const exec_op *ops, int nops) {
   return dev;
 }
 
+/* A device collective: the first one sets the device side up. */
+static int sets_up(const exec_op *op) {
+  return op->dev >= 0 && !op->is_barrier && !is_p2p(op);
+}
+
 /* Selects the ops' device (*dev) on this thread and sets the device side up
  * when a collective among them needs it; *first: the first op on device
  * buffers, for messages. */
@@ -177,7 +182,7 @@ static braid_result prepare(braid_comm *c, const exec_op *ops, int nops,
     if (ops[k].dev < 0 || ops[k].is_barrier)
       continue;
     *first = &ops[k];
-    need_setup |= !is_p2p(&ops[k]);
+    need_setup |= sets_up(&ops[k]);
   }
   braid_result r = cudev_set_device(*dev);
   if (r != BRAID_SUCCESS)
@@ -197,7 +202,7 @@ static braid_result prepare(braid_comm *c, const exec_op *ops, int nops,
   return r;
 }
 
-braid_result exec_dev_prepare(braid_comm *c, exec_op *ops, int nops) {
+static braid_result prepare_only(braid_comm *c, exec_op *ops, int nops) {
   const exec_op *first = NULL;
   int dev = -1;
   return prepare(c, ops, nops, &first, &dev);
@@ -207,7 +212,7 @@ int exec_dev_needs_setup(braid_comm *c, const exec_op *ops, int nops) {
   if (atomic_load(&c->dev_up))
     return 0;
   for (int k = 0; k < nops; k++)
-    if (ops[k].dev >= 0 && !ops[k].is_barrier && !is_p2p(&ops[k]))
+    if (sets_up(&ops[k]))
       return 1;
   return 0;
 }
@@ -301,12 +306,23 @@ out:
   return r;
 }
 
-/* Runs ops on the device of their buffers, leaving the calling thread's
- * current device as it was (a blocking call runs in the user's thread). */
-braid_result exec_dev_run(braid_comm *c, exec_op *ops, int nops) {
+/* Runs fn, which selects the ops' device, and gives the calling thread its
+ * current device back: blocking calls and the setup before a gate run in
+ * the user's thread. */
+static braid_result on_callers_device(braid_comm *c, exec_op *ops, int nops,
+                                      braid_result (*fn)(braid_comm *,
+                                                         exec_op *, int)) {
   int mine = cudev_get_device();
-  braid_result r = run_on_device(c, ops, nops);
+  braid_result r = fn(c, ops, nops);
   if (mine >= 0 && cudev_get_device() != mine)
     (void)cudev_set_device(mine);
   return r;
+}
+
+braid_result exec_dev_prepare(braid_comm *c, exec_op *ops, int nops) {
+  return on_callers_device(c, ops, nops, prepare_only);
+}
+
+braid_result exec_dev_run(braid_comm *c, exec_op *ops, int nops) {
+  return on_callers_device(c, ops, nops, run_on_device);
 }

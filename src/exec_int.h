@@ -88,10 +88,11 @@ void exec_sleep_once(braid_comm *c, xop *xs, int nops, const uint32_t *seen,
 int exec_flush(braid_comm *c, const xop *xs, int nops);
 
 /* src/exec_dev.c: device buffers. exec_dev_run sets the device up, moves
- * what it can directly and stages the rest through host memory. */
+ * what it can directly and stages the rest through host memory. Both leave
+ * the calling thread's current device as they found it. */
 braid_result exec_dev_run(braid_comm *c, exec_op *ops, int nops);
-/* Selects the ops' device on this thread and sets the communicator's device
- * side up when a collective among them needs it (exec_dev_needs_setup). */
+/* Sets the communicator's device side up when a collective among the ops
+ * needs it (exec_dev_needs_setup). */
 braid_result exec_dev_prepare(braid_comm *c, exec_op *ops, int nops);
 int exec_dev_needs_setup(braid_comm *c, const exec_op *ops, int nops);
 /* Local steps on the communicator's internal stream, finished on return. */
