@@ -338,9 +338,14 @@ braid_result topo_parse_braid(const char *buf, size_t len, const char *fname,
       } else
         snprintf(g->name, sizeof(g->name), "%s", t[1].val);
     } else if (!strcmp(t[0].val, "hosts")) {
-      t[1].key = "hosts";
-      if (nt != 2 || inum(&b, &t[1], 1, 1 << 20, &g->nhosts))
+      if (nt != 2 || t[1].key) {
+        topo_errf(err, errlen, "%s:%d: hosts takes one number (hosts N)",
+                  b.fname, b.line);
         rc = -1;
+      } else {
+        t[1].key = "hosts";
+        rc = inum(&b, &t[1], 1, 1 << 20, &g->nhosts);
+      }
     } else if (!strcmp(t[0].val, "link")) {
       rc = link_line(&b, g, t, nt);
     } else {

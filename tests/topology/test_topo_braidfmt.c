@@ -115,4 +115,21 @@ Test(topo_braidfmt, errors) {
 
   parse_fails(TOPO_FMT_BRAID, "", "empty.topo", err, sizeof(err));
   cr_assert_has(err, "empty.topo");
+
+  /* "hosts" takes exactly one number; every way of getting it wrong names
+   * the line (a fuzzer found "hosts A pci ..." failing with no message) */
+  parse_fails(TOPO_FMT_BRAID, "braid-topology 1\nhosts PCI0 pci gen=3\n",
+              "k.topo", err, sizeof(err));
+  cr_assert_has(err, "k.topo:2:");
+  cr_assert_has(err, "hosts");
+  parse_fails(TOPO_FMT_BRAID, "braid-topology 1\nhosts\n", "l.topo", err,
+              sizeof(err));
+  cr_assert_has(err, "l.topo:2:");
+  parse_fails(TOPO_FMT_BRAID, "braid-topology 1\nhosts n=2\n", "m.topo", err,
+              sizeof(err));
+  cr_assert_has(err, "m.topo:2:");
+  parse_fails(TOPO_FMT_BRAID, "braid-topology 1\nhosts 0\n", "n.topo", err,
+              sizeof(err));
+  cr_assert_has(err, "n.topo:2:");
+  cr_assert_has(err, "out of range");
 }
