@@ -153,14 +153,17 @@ Test(cuda_staged, copy_of_the_next_message_overlaps_the_send) {
   uint64_t t1, t2;
   cr_assert_eq(tp_staged.isend(tx, a, 64, &t1), BRAID_SUCCESS);
   cr_assert_eq(lq.sent, 0, "not on the wire before its copy completes");
+  cr_assert_eq(tp_staged.send_done(tx, t1), TP_AGAIN,
+               "the source is read until its copy completes");
   fake_run(-1);
-  cr_assert_eq(tp_staged.send_done(tx, t1), TP_AGAIN);
+  cr_assert_eq(tp_staged.send_done(tx, t1), BRAID_SUCCESS,
+               "the source is no longer read once its copy completed");
   cr_assert_eq(lq.sent, 1, "the completed copy went to the host transport");
   cr_assert_eq(tp_staged.isend(tx, b, 64, &t2), BRAID_SUCCESS);
   cr_assert_gt(fake_pending(), 0, "message 2 is being copied...");
   cr_assert_eq(lq.sent - lq.recvd, 1, "...while message 1 is on the wire");
-  cr_assert_eq(tp_staged.send_done(tx, t1), TP_AGAIN,
-               "done only when the host transport is done");
+  cr_assert_eq(tp_staged.flush(st[0]), TP_AGAIN,
+               "the adapter holds message 1 until the host transport is done");
   int rc = TP_AGAIN;
   for (int i = 0; i < 100 && rc == TP_AGAIN; i++) {
     rc = tp_staged.recv(rx, out, 64);
@@ -179,6 +182,57 @@ Test(cuda_staged, copy_of_the_next_message_overlaps_the_send) {
   cr_assert_eq(rc, BRAID_SUCCESS);
   cr_assert_arr_eq(out, b, 64);
   cr_assert_eq(tp_staged.send_done(tx, t2), BRAID_SUCCESS);
+  cr_assert_eq(tp_staged.flush(st[0]), BRAID_SUCCESS);
+  close_pair();
+}
+
+/* The inner transport's sends complete only once received (like shm's
+ * single-copy reads): send_done must not wait for that, or two ranks that
+ * each wait for their send before receiving would wait for each other. */
+Test(cuda_staged, send_done_does_not_wait_for_the_receiver) {
+  open_pair(2, 64);
+  char a[200], out[200];
+  fill(a, 200, 5);
+  uint64_t t;
+  cr_assert_eq(tp_staged.isend(tx, a, 200, &t), BRAID_SUCCESS);
+  int rc = TP_AGAIN;
+  for (int i = 0; i < 100 && rc == TP_AGAIN; i++) {
+    fake_run(-1);
+    rc = tp_staged.send_done(tx, t);
+    if (rc == TP_AGAIN && lq.sent - lq.recvd == LOOP_DEPTH)
+      break; /* no room on the wire: the rest waits for the receiver */
+  }
+  /* four fragments, two slots: the last two are copied only after the
+   * receiver frees the first two, so send_done waits; the receiver then
+   * takes them without the sender doing anything but progress */
+  cr_assert_eq(rc, TP_AGAIN, "fragments 3-4 still wait for slots");
+  cr_assert_eq(lq.recvd, 0);
+  rc = TP_AGAIN;
+  for (int i = 0; i < 100 && rc == TP_AGAIN; i++) {
+    rc = tp_staged.recv(rx, out, 200);
+    fake_run(-1);
+    if (rc == TP_AGAIN)
+      (void)tp_staged.send_done(tx, t);
+  }
+  cr_assert_eq(rc, BRAID_SUCCESS, "%s", tp_staged.last_error(st[1]));
+  cr_assert_arr_eq(out, a, 200);
+  cr_assert_eq(tp_staged.send_done(tx, t), BRAID_SUCCESS);
+  cr_assert_eq(tp_staged.flush(st[0]), BRAID_SUCCESS);
+  /* a message that fits in the slots: done as soon as it is copied, while
+   * the receiver has not touched it */
+  uint64_t t2;
+  cr_assert_eq(tp_staged.isend(tx, a, 100, &t2), BRAID_SUCCESS);
+  fake_run(-1);
+  cr_assert_eq(tp_staged.send_done(tx, t2), BRAID_SUCCESS);
+  cr_assert_eq(lq.sent - lq.recvd, 2, "both fragments on the wire, unread");
+  cr_assert_eq(tp_staged.flush(st[0]), TP_AGAIN);
+  rc = TP_AGAIN;
+  for (int i = 0; i < 100 && rc == TP_AGAIN; i++) {
+    rc = tp_staged.recv(rx, out, 100);
+    fake_run(-1);
+  }
+  cr_assert_eq(rc, BRAID_SUCCESS);
+  cr_assert_arr_eq(out, a, 100);
   cr_assert_eq(tp_staged.flush(st[0]), BRAID_SUCCESS);
   close_pair();
 }

@@ -8,8 +8,13 @@
  * event has completed the slot goes to the inner transport's isend; once the
  * inner send_done says the slot is no longer read, the slot is free again.
  * So the copy of fragment k+1 runs while fragment k is on the wire. A
- * message is done (send_done) when the inner transport is done with its last
- * fragment: nothing of it is left in the adapter.
+ * message is done for send_done once the copies of all its fragments have
+ * completed: its source is no longer read, though slots may still be on the
+ * wire (flush waits for those). Waiting for the inner transport instead
+ * would make the sender wait for its receiver wherever the inner send
+ * completes only once received (shm's single-copy reads, rendezvous
+ * protocols), and a ring whose ranks each overwrite what they just sent
+ * would then wait in a cycle.
  *
  * Receive: each fragment is received by the inner transport into a pinned
  * slot, then copied (or reduced, the kernel reading the mapped pinned slot)
@@ -46,7 +51,8 @@ struct tp_conn {
   void **tev;
   uint64_t *tticket, *tlen, *tlast;
   uint64_t tprod, tsent, tfree; /* copies issued, handed on, slots freed */
-  uint64_t msgs, done;
+  uint64_t msgs, done; /* messages accepted; done on the inner transport */
+  uint64_t copied;     /* messages whose fragments are all in pinned slots */
   const char *src;
   uint64_t len, off;
   int pushing;
@@ -194,6 +200,8 @@ static int tx_progress(tp_conn *c) {
                   "staged send to rank %d channel %d: the copy to pinned "
                   "memory failed: %s",
                   c->peer, c->channel, eng_err(st));
+    if (c->tlast[s] > c->copied) /* slots complete in order */
+      c->copied = c->tlast[s];
     rc = in->isend(c->inner, c->tbuf + s * c->cap, (size_t)c->tlen[s],
                    &c->tticket[s]);
     if (rc == TP_AGAIN)
@@ -286,7 +294,7 @@ static int stg_send_done(tp_conn *c, uint64_t ticket) {
   int rc = progress_all(c->st);
   if (rc)
     return rc;
-  return c->done >= ticket ? BRAID_SUCCESS : TP_AGAIN;
+  return c->copied >= ticket || c->done >= ticket ? BRAID_SUCCESS : TP_AGAIN;
 }
 
 /* ---- receive side -------------------------------------------------------- */
