@@ -64,6 +64,7 @@ typedef struct dev_priv {
   int ncuda, nstaged;                /* peers on each */
   dev_retired *retired;              /* outgrown scratch and staging */
   int nretired, retired_cap;
+  uint8_t *host_used; /* per peer: a host-routed channel reached it */
 } dev_priv;
 
 typedef struct dev_rec {
@@ -167,37 +168,61 @@ static braid_result cuda_setup(braid_comm *c, dev_priv *p, const uint8_t *on) {
   return BRAID_SUCCESS;
 }
 
-/* staged adapters over the host transports of the other-host pairs. */
-static braid_result staged_setup(braid_comm *c, dev_priv *p,
-                                 const uint8_t *remote) {
-  for (int q = 0; q < c->nranks; q++) {
-    if (!remote[q])
-      continue;
-    int k = c->peer_tp[q];
-    if (p->staged[k] == NULL) {
-      staged_cfg g = {.inner = c->tp[k],
-                      .inner_state = c->tp_state[k],
-                      .inner_conn = host_conn,
-                      .inner_arg = c,
-                      .eng = &cuf_cuda_engine,
-                      .mem = &staged_pinned,
-                      .stream = p->pub.stream,
-                      .rank = c->rank,
-                      .nranks = c->nranks,
-                      .nchannels = c->nchannels + 1,
-                      .nslots = c->nslots,
-                      .slot_bytes = c->slot_bytes};
-      char err[256] = "";
-      int r = staged_new(&g, &p->staged[k], err, sizeof err);
-      if (r != BRAID_SUCCESS) {
-        comm_set_error(c, "rank %d: staging over %s: %s", c->rank,
-                       c->tp[k]->name, err);
-        return (braid_result)r;
-      }
+/* The staged adapter over the host transport that carries peer q's host
+ * buffers (one per host transport, shared by its peers). */
+static braid_result staged_for(braid_comm *c, dev_priv *p, int q,
+                               void **state) {
+  int k = c->peer_tp[q];
+  if (p->staged[k] == NULL) {
+    staged_cfg g = {.inner = c->tp[k],
+                    .inner_state = c->tp_state[k],
+                    .inner_conn = host_conn,
+                    .inner_arg = c,
+                    .eng = &cuf_cuda_engine,
+                    .mem = &staged_pinned,
+                    .stream = p->pub.stream,
+                    .rank = c->rank,
+                    .nranks = c->nranks,
+                    .nchannels = c->nchannels + 1,
+                    .nslots = c->nslots,
+                    .slot_bytes = c->slot_bytes};
+    char err[256] = "";
+    int r = staged_new(&g, &p->staged[k], err, sizeof err);
+    if (r != BRAID_SUCCESS) {
+      comm_set_error(c, "rank %d: staging over %s: %s", c->rank, c->tp[k]->name,
+                     err);
+      return (braid_result)r;
     }
-    p->pub.ops[q] = &tp_staged;
-    p->pub.state[q] = p->staged[k];
-    p->nstaged++;
+  }
+  *state = p->staged[k];
+  return BRAID_SUCCESS;
+}
+
+/* The transports of every peer: tp_cuda for the same-host pairs when it is
+ * set up (with a staged path for host-routed channels), staged adapters over
+ * the host transports for the other-host pairs. */
+static braid_result peers_setup(braid_comm *c, dev_priv *p,
+                                const uint8_t *local, const uint8_t *remote) {
+  comm_dev *d = &p->pub;
+  for (int q = 0; q < c->nranks; q++) {
+    void *st = NULL;
+    if (local[q] && p->cuda_state != NULL) {
+      d->ops[q] = &tp_cuda;
+      d->state[q] = p->cuda_state;
+      p->ncuda++;
+    } else if (!remote[q]) {
+      continue;
+    }
+    braid_result r = staged_for(c, p, q, &st);
+    if (r != BRAID_SUCCESS)
+      return r;
+    d->host_ops[q] = &tp_staged;
+    d->host_state[q] = st;
+    if (d->ops[q] == NULL) {
+      d->ops[q] = &tp_staged;
+      d->state[q] = st;
+      p->nstaged++;
+    }
   }
   return BRAID_SUCCESS;
 }
@@ -207,8 +232,11 @@ static void dev_free(dev_priv *p) {
     return;
   view_free(p->pub.view);
   free(p->retired);
+  free(p->host_used);
   free(p->pub.ops);
   free(p->pub.state);
+  free(p->pub.host_ops);
+  free(p->pub.host_state);
   free(p);
 }
 
@@ -269,9 +297,13 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   if (p != NULL) {
     p->pub.ops = calloc((size_t)n, sizeof *p->pub.ops);
     p->pub.state = calloc((size_t)n, sizeof *p->pub.state);
+    p->pub.host_ops = calloc((size_t)n, sizeof *p->pub.host_ops);
+    p->pub.host_state = calloc((size_t)n, sizeof *p->pub.host_state);
+    p->host_used = calloc((size_t)n, 1);
   }
   if (p == NULL || all == NULL || local == NULL || remote == NULL ||
-      p->pub.ops == NULL || p->pub.state == NULL) {
+      p->pub.ops == NULL || p->pub.state == NULL || p->pub.host_ops == NULL ||
+      p->pub.host_state == NULL || p->host_used == NULL) {
     dev_free(p);
     free(all);
     free(local);
@@ -316,14 +348,7 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
     r = cuda_setup(c, p, local);
   if (r == BRAID_SUCCESS && mine.ok) {
     d->view = gpu_view(c, all);
-    for (int q = 0; q < n; q++) {
-      if (local[q] && p->cuda_state != NULL) {
-        d->ops[q] = &tp_cuda;
-        d->state[q] = p->cuda_state;
-        p->ncuda++;
-      }
-    }
-    r = staged_setup(c, p, remote);
+    r = peers_setup(c, p, local, remote);
   }
   free(all);
   free(local);
@@ -341,8 +366,9 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   atomic_store(&c->dev_up, 1);
   INFO(LOG_INIT,
        "rank %d: device buffers on GPU %d (topology vertex %d): %d peers over "
-       "cuda IPC, %d staged through pinned memory, %d through host memory; "
-       "schedules for %s",
+       "cuda IPC (staged through pinned memory on host-routed channels), %d "
+       "staged through pinned memory, %d through host memory; schedules for "
+       "%s",
        c->rank, device, d->gpu_vertex, p->ncuda, p->nstaged,
        n - 1 - p->ncuda - p->nstaged,
        d->view ? "the ranks' GPUs (topology-aware generators)"
@@ -381,17 +407,62 @@ void comm_dev_teardown(braid_comm *c) {
   c->dev = NULL;
 }
 
-const tp_ops *comm_dev_ops(braid_comm *c, int peer) {
+const tp_ops *comm_dev_ops(braid_comm *c, int peer, int route) {
   if (c == NULL || c->dev == NULL || peer < 0 || peer >= c->nranks)
     return NULL;
-  return c->dev->ops[peer];
+  return route == SCHED_ROUTE_HOST ? c->dev->host_ops[peer] : c->dev->ops[peer];
 }
 
-tp_conn *comm_dev_conn(braid_comm *c, int peer, int channel) {
-  const tp_ops *o = comm_dev_ops(c, peer);
+void *comm_dev_state(braid_comm *c, int peer, int route) {
+  if (c == NULL || c->dev == NULL || peer < 0 || peer >= c->nranks)
+    return NULL;
+  return route == SCHED_ROUTE_HOST ? c->dev->host_state[peer]
+                                   : c->dev->state[peer];
+}
+
+tp_conn *comm_dev_conn(braid_comm *c, int peer, int channel, int route) {
+  const tp_ops *o = comm_dev_ops(c, peer, route);
   if (o == NULL || channel < 0 || channel > c->nchannels)
     return NULL;
-  return o->conn(c->dev->state[peer], peer, channel);
+  dev_priv *p = (dev_priv *)c->dev;
+  if (o != c->dev->ops[peer] && !p->host_used[peer]) {
+    p->host_used[peer] = 1;
+    INFO(LOG_INIT,
+         "rank %d: host-routed channels reach rank %d through pinned host "
+         "memory over %s, not CUDA IPC",
+         c->rank, peer, c->tp[c->peer_tp[peer]]->name);
+  }
+  return o->conn(comm_dev_state(c, peer, route), peer, channel);
+}
+
+int comm_dev_host_routed(const braid_comm *c, int peer) {
+  if (c == NULL || c->dev == NULL || peer < 0 || peer >= c->nranks)
+    return 0;
+  return ((const dev_priv *)c->dev)->host_used[peer];
+}
+
+int comm_dev_transports(braid_comm *c, int i, const tp_ops **ops,
+                        void **state) {
+  if (c == NULL || c->dev == NULL)
+    return 0;
+  int n = c->nranks;
+  const comm_dev *d = c->dev;
+  for (; i < 2 * n; i++) {
+    const tp_ops *o = i < n ? d->ops[i] : d->host_ops[i - n];
+    void *s = i < n ? d->state[i] : d->host_state[i - n];
+    if (o == NULL)
+      continue;
+    int seen = 0;
+    for (int k = 0; k < i && !seen; k++)
+      seen = (k < n ? d->ops[k] : d->host_ops[k - n]) == o &&
+             (k < n ? d->state[k] : d->host_state[k - n]) == s;
+    if (!seen) {
+      *ops = o;
+      *state = s;
+      return i + 1;
+    }
+  }
+  return 0;
 }
 
 /* Room on the retired list for one more buffer, made before the new buffer

@@ -25,6 +25,12 @@ typedef struct comm_dev {
    * none (the executor stages the whole call through host memory) */
   const tp_ops **ops;
   void **state;
+  /* per peer: the path through host memory, for channels routed
+   * SCHED_ROUTE_HOST (hybrid's PCIe share): a same-host peer on CUDA IPC is
+   * reached through pinned staging over its host transport instead; any
+   * other peer as in ops/state */
+  const tp_ops **host_ops;
+  void **host_state;
   /* device scratch and pinned host staging, grown on demand (an outgrown
    * buffer is freed at teardown, never during an operation: see
    * src/comm_dev.c, "Device-wide waits") */
@@ -37,10 +43,19 @@ typedef struct comm_dev {
 /* Sets c->dev up for CUDA device `device`. Collective. */
 braid_result comm_dev_setup(braid_comm *c, int device);
 void comm_dev_teardown(braid_comm *c);
-/* The transport and connection for device buffers to `peer` on a channel
- * (channel c->nchannels is the point-to-point one), or NULL. */
-const tp_ops *comm_dev_ops(braid_comm *c, int peer);
-tp_conn *comm_dev_conn(braid_comm *c, int peer, int channel);
+/* The transport, its state and the connection for device buffers to `peer`
+ * on a channel whose route hint is `route` (a sched_route; channel
+ * c->nchannels is the point-to-point one), or NULL. */
+const tp_ops *comm_dev_ops(braid_comm *c, int peer, int route);
+void *comm_dev_state(braid_comm *c, int peer, int route);
+tp_conn *comm_dev_conn(braid_comm *c, int peer, int channel, int route);
+/* Whether a host-routed channel has reached `peer` through pinned host
+ * memory instead of its device transport (once per communicator, logged). */
+int comm_dev_host_routed(const braid_comm *c, int peer);
+/* The distinct device transports of c->dev: sets *ops and *state to the
+ * first one at or after position i not seen before it and returns the
+ * position to go on from; 0 when none is left (start with i = 0). */
+int comm_dev_transports(braid_comm *c, int i, const tp_ops **ops, void **state);
 /* Device scratch / pinned staging of at least `bytes`. */
 braid_result comm_dev_scratch(braid_comm *c, size_t bytes, void **p);
 braid_result comm_dev_stage(braid_comm *c, size_t bytes, void **p);

@@ -165,9 +165,10 @@ const void *comm_select(braid_comm *c, sched_coll coll, size_t bytes,
   select_filter f;
   if (select_filter_parse(algo, &f, err, errlen) != 0)
     return NULL;
-  /* hybrid's host-path share would run over the same peer copies as its
-   * NVLink share (route hints are not followed at run time yet): it runs
-   * only where BRAID_ALGO names it */
+  /* hybrid's host-routed share runs through pinned staging over shm
+   * (src/comm_dev.c): a CPU copy per message that the simulator's GPU
+   * model leaves out and that no GPU has measured yet, so it runs only
+   * where BRAID_ALGO names it */
   const gen_desc *hybrid = gen_find("hybrid");
   if (gpus && hybrid != NULL && (algo == NULL || !strcasestr(algo, "hybrid")))
     for (int k = 0; k < SCHED_NUM_COLLS; k++)

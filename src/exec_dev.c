@@ -73,9 +73,10 @@ static int can_direct(braid_comm *c, const exec_op *op) {
   if (c->dev == NULL)
     return 0;
   if (is_p2p(op))
-    return comm_dev_ops(c, op->root) != NULL;
+    return comm_dev_ops(c, op->root, SCHED_ROUTE_ANY) != NULL;
+  /* a peer with a device transport has one for every route */
   for (int r = 0; r < c->nranks; r++)
-    if (r != c->rank && comm_dev_ops(c, r) == NULL)
+    if (r != c->rank && comm_dev_ops(c, r, SCHED_ROUTE_ANY) == NULL)
       return 0;
   return 1;
 }

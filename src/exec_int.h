@@ -24,8 +24,9 @@ typedef struct pend {
 
 typedef struct xchan {
   const sched_channel *sc;
-  int ch;  /* schedule channel index */
-  int tch; /* transport channel used for its connections */
+  int ch;    /* schedule channel index */
+  int tch;   /* transport channel used for its connections */
+  int route; /* the schedule's route hint (sched_route) for device buffers */
   int nslices;
   int slice, step;
   uint32_t sub;
@@ -60,16 +61,23 @@ typedef struct xop {
 
 int64_t exec_now_us(void);
 
-/* The transport, connection and transport state that carry x's data to
- * `peer`: the device transport of c->dev for device buffers. */
-static inline const tp_ops *x_ops(braid_comm *c, const xop *x, int peer) {
-  return x->dev >= 0 ? comm_dev_ops(c, peer) : c->tp[c->peer_tp[peer]];
+/* The transport, connection and transport state that carry channel h of x
+ * to `peer`: for device buffers, the device transport of c->dev that the
+ * channel's route hint asks for. */
+static inline const tp_ops *x_ops(braid_comm *c, const xop *x, const xchan *h,
+                                  int peer) {
+  return x->dev >= 0 ? comm_dev_ops(c, peer, h->route)
+                     : c->tp[c->peer_tp[peer]];
 }
-static inline tp_conn *x_conn(braid_comm *c, const xop *x, int peer, int ch) {
-  return x->dev >= 0 ? comm_dev_conn(c, peer, ch) : comm_conn(c, peer, ch);
+static inline tp_conn *x_conn(braid_comm *c, const xop *x, const xchan *h,
+                              int peer) {
+  return x->dev >= 0 ? comm_dev_conn(c, peer, h->tch, h->route)
+                     : comm_conn(c, peer, h->tch);
 }
-static inline void *x_state(braid_comm *c, const xop *x, int peer) {
-  return x->dev >= 0 ? c->dev->state[peer] : c->tp_state[c->peer_tp[peer]];
+static inline void *x_state(braid_comm *c, const xop *x, const xchan *h,
+                            int peer) {
+  return x->dev >= 0 ? comm_dev_state(c, peer, h->route)
+                     : c->tp_state[c->peer_tp[peer]];
 }
 
 /* src/executor.c: runs ops whose buffers the executor can address (host

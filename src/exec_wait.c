@@ -16,28 +16,6 @@ int64_t exec_now_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* The distinct device transports of c->dev, in peer order: sets *ops and
- * *state to the first one at or after peer i not seen before it, and
- * returns the peer index to go on from; 0 when none is left. */
-static int dev_states(braid_comm *c, int i, const tp_ops **ops, void **state) {
-  if (c->dev == NULL || c->dev->ops == NULL)
-    return 0;
-  for (; i < c->nranks; i++) {
-    const tp_ops *o = c->dev->ops[i];
-    if (o == NULL)
-      continue;
-    int seen = 0;
-    for (int k = 0; k < i && !seen; k++)
-      seen = c->dev->ops[k] == o && c->dev->state[k] == c->dev->state[i];
-    if (seen)
-      continue;
-    *ops = o;
-    *state = c->dev->state[i];
-    return i + 1;
-  }
-  return 0;
-}
-
 static const exec_op *first_pending(xop *xs, int nops) {
   for (int k = 0; k < nops; k++)
     if (!xs[k].done)
@@ -60,8 +38,8 @@ static braid_result dead_peer(braid_comm *c, xop *xs, int nops, const tp_ops *t,
    * tp_cuda's segment must name the same cause */
   const tp_ops *dt = NULL;
   void *ds = NULL;
-  for (int i = dev_states(c, 0, &dt, &ds); i > 0;
-       i = dev_states(c, i, &dt, &ds))
+  for (int i = comm_dev_transports(c, 0, &dt, &ds); i > 0;
+       i = comm_dev_transports(c, i, &dt, &ds))
     if (dt->set_cause != NULL)
       dt->set_cause(ds, dead);
   return BRAID_ERR_REMOTE;
@@ -80,8 +58,8 @@ braid_result exec_check_health(braid_comm *c, xop *xs, int nops) {
   }
   const tp_ops *t = NULL;
   void *state = NULL;
-  for (int i = dev_states(c, 0, &t, &state); i > 0;
-       i = dev_states(c, i, &t, &state)) {
+  for (int i = comm_dev_transports(c, 0, &t, &state); i > 0;
+       i = comm_dev_transports(c, i, &t, &state)) {
     int dead = -1;
     if (t->check_peers != NULL && t->check_peers(state, &dead) != BRAID_SUCCESS)
       return dead_peer(c, xs, nops, t, state, dead);
@@ -147,7 +125,7 @@ void exec_sleep_once(braid_comm *c, xop *xs, int nops, const uint32_t *seen,
       xchan *h = &xs[k].chans[i];
       if (h->done || h->wait_conn == NULL || h->wait_peer < 0)
         continue;
-      const tp_ops *ops = x_ops(c, &xs[k], h->wait_peer);
+      const tp_ops *ops = x_ops(c, &xs[k], h, h->wait_peer);
       int fd =
           ops != NULL && ops->pollfd != NULL ? ops->pollfd(h->wait_conn) : -1;
       if (fd >= 0)
@@ -166,8 +144,8 @@ void exec_sleep_once(braid_comm *c, xop *xs, int nops, const uint32_t *seen,
     const tp_ops *dt = NULL, *bell_ops = NULL;
     void *ds = NULL, *bell_state = NULL;
     int nbells = 0;
-    for (int i = dev_states(c, 0, &dt, &ds); i > 0;
-         i = dev_states(c, i, &dt, &ds))
+    for (int i = comm_dev_transports(c, 0, &dt, &ds); i > 0;
+         i = comm_dev_transports(c, i, &dt, &ds))
       if (dt->bell_read != NULL && dt->bell_wait != NULL) {
         bell_ops = dt;
         bell_state = ds;
@@ -222,8 +200,8 @@ int exec_flush(braid_comm *c, const xop *xs, int nops) {
   }
   const tp_ops *t = NULL;
   void *state = NULL;
-  for (int i = device ? dev_states(c, 0, &t, &state) : 0; i > 0;
-       i = dev_states(c, i, &t, &state)) {
+  for (int i = device ? comm_dev_transports(c, 0, &t, &state) : 0; i > 0;
+       i = comm_dev_transports(c, i, &t, &state)) {
     int r = flush_one(c, t, state);
     if (r == TP_AGAIN)
       again = 1;

@@ -123,8 +123,8 @@ static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
   int r = pend_room(c, h);
   if (r != BRAID_SUCCESS)
     return r;
-  tp_conn *conn = x_conn(c, x, peer, h->tch);
-  const tp_ops *ops = x_ops(c, x, peer);
+  tp_conn *conn = x_conn(c, x, h, peer);
+  const tp_ops *ops = x_ops(c, x, h, peer);
   uint64_t t = 0;
   r = vol && ops->isend_copy != NULL ? ops->isend_copy(conn, p, len, &t)
                                      : ops->isend(conn, p, len, &t);
@@ -150,9 +150,9 @@ static int chan_error(braid_comm *c, const xop *x, const xchan *h, int peer,
   if (local && x->dev >= 0) {
     why = cudev_error();
   } else if (peer >= 0 && peer < c->nranks) {
-    const tp_ops *t = x_ops(c, x, peer);
+    const tp_ops *t = x_ops(c, x, h, peer);
     if (t != NULL && t->last_error != NULL)
-      why = t->last_error(x_state(c, x, peer));
+      why = t->last_error(x_state(c, x, h, peer));
   }
   comm_set_error(c, "%s #%llu on rank %d: channel %d step %d (%s, peer %d): %s",
                  x->op->name, (unsigned long long)x->op->seq, c->rank, h->ch,
@@ -207,7 +207,7 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
     int r = BRAID_SUCCESS;
     int peer = st->peer;
     int local = st->prim == SCHED_P_COPY || st->prim == SCHED_P_REDUCE;
-    if (x->dev >= 0 && !local && x_ops(c, x, peer) == NULL)
+    if (x->dev >= 0 && !local && x_ops(c, x, h, peer) == NULL)
       return chan_error(c, x, h, peer, BRAID_ERR_INTERNAL); /* no device tp */
     switch ((sched_prim)st->prim) {
     case SCHED_P_SEND:
@@ -218,8 +218,8 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
       if (h->phase == 0) {
         r = hazard(c, h, dst, len);
         if (r == BRAID_SUCCESS) {
-          tp_conn *conn = x_conn(c, x, peer, h->tch);
-          r = x_ops(c, x, peer)->recv(conn, dst, len);
+          tp_conn *conn = x_conn(c, x, h, peer);
+          r = x_ops(c, x, h, peer)->recv(conn, dst, len);
           if (r == TP_AGAIN) {
             h->wait_conn = conn;
             h->wait_events = POLLIN;
@@ -241,8 +241,9 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
       if (h->phase == 0) {
         r = hazard(c, h, dst, len);
         if (r == BRAID_SUCCESS) {
-          tp_conn *conn = x_conn(c, x, peer, h->tch);
-          r = x_ops(c, x, peer)->recv_reduce(conn, src, dst, len, &x->red.base);
+          tp_conn *conn = x_conn(c, x, h, peer);
+          r = x_ops(c, x, h, peer)
+                  ->recv_reduce(conn, src, dst, len, &x->red.base);
           if (r == TP_AGAIN) {
             h->wait_conn = conn;
             h->wait_events = POLLIN;
@@ -539,6 +540,7 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
     double wn = ch == x->nch - 1 ? 1.0 : w + s->weights[ch];
     const sched_channel *sc = sched_chan_c(s, x->me, ch);
     chan_init(c, x, &x->chans[ch], sc, ch, ch, w, wn);
+    x->chans[ch].route = s->route != NULL ? s->route[ch] : SCHED_ROUTE_ANY;
     x->chans[ch].vol = vol;
     if (vol != NULL)
       vol += sc->nsteps;

@@ -241,11 +241,21 @@ static int rank_setup(int rank, int nranks, const braid_unique_id *id,
   } else {
     if (r != BRAID_SUCCESS)
       FAIL("setup: %s", braid_comm_last_error(c));
-    if (comm_dev_ops(c, 1 - rank) != &tp_cuda || comm_dev_ops(c, rank) ||
-        !comm_dev_conn(c, 1 - rank, c->nchannels) ||
-        comm_dev_conn(c, 1 - rank, c->nchannels + 1))
-      FAIL("peer ops %p conn %p", (const void *)comm_dev_ops(c, 1 - rank),
-           (void *)comm_dev_conn(c, 1 - rank, 0));
+    const int any = SCHED_ROUTE_ANY, host = SCHED_ROUTE_HOST;
+    if (comm_dev_ops(c, 1 - rank, any) != &tp_cuda ||
+        comm_dev_ops(c, rank, any) ||
+        !comm_dev_conn(c, 1 - rank, c->nchannels, any) ||
+        comm_dev_conn(c, 1 - rank, c->nchannels + 1, any))
+      FAIL("peer ops %p conn %p", (const void *)comm_dev_ops(c, 1 - rank, any),
+           (void *)comm_dev_conn(c, 1 - rank, 0, any));
+    /* host-routed channels: pinned staging over the host transport */
+    if (comm_dev_ops(c, 1 - rank, host) != &tp_staged ||
+        comm_dev_host_routed(c, 1 - rank) ||
+        !comm_dev_conn(c, 1 - rank, 0, host) ||
+        !comm_dev_host_routed(c, 1 - rank))
+      FAIL("host route: ops %p, used %d",
+           (const void *)comm_dev_ops(c, 1 - rank, host),
+           comm_dev_host_routed(c, 1 - rank));
     void *a = NULL, *b = NULL;
     if (comm_dev_scratch(c, 4096, &a) || comm_dev_scratch(c, 1024, &b) ||
         a != b || comm_dev_stage(c, 4096, &a) || !a)

@@ -5,7 +5,8 @@
 # it plans on its GPUs, and the topology-aware generators must have run for
 # real: multi-ring and tree packing chosen by the selector, hybrid
 # NVLink+PCIe where BRAID_ALGO names it (the runtime does not choose it by
-# itself yet: docs/SCHEDULES.md §4).
+# itself yet: docs/SCHEDULES.md §4), its host-routed channels through
+# pinned host memory over shm rather than CUDA IPC.
 # usage: run_gpu_view.sh BRAIDRUN MATRIX_BLOCKING MATRIX_STREAM MACHINES_DIR
 set -u
 braidrun=$1 blocking=$2 stream=$3 machines=$4
@@ -43,5 +44,14 @@ for algo in multiring hybrid treepack; do
     fail=1
   fi
 done
+# hybrid's host-routed channels: every rank reached both its ring
+# neighbours through host memory (a rank logs each such peer once per
+# communicator); the plain runs route nothing through the host
+hosted=$(grep -c "host-routed channels reach rank" "$log")
+echo "host-routed peers: $hosted"
+if [ "$hosted" -lt 8 ]; then
+  echo "FAILED: hybrid's host channels reached $hosted peers through host memory (want >= 8: two per rank)"
+  fail=1
+fi
 [ $fail = 0 ] && echo "gpu view: every run exact, topology-aware plans ran"
 exit $fail

@@ -4,16 +4,20 @@
  * machine model's GPUs and that model as BRAID_TOPO_FILE, every rank's
  * device state names that GPU's vertex; given a bus id the machine lacks,
  * none (-1), and the calls still run. A first call on a CUDA stream leaves
- * the calling thread's current device as it was.
+ * the calling thread's current device as it was. Channels routed "host"
+ * reach a same-host peer through pinned host memory, not CUDA IPC.
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "collectives/generators.h"
+#include "collectives/sched_file.h"
 #include "src/comm.h"
 #include "src/comm_dev.h"
 #include "test_gpu_ranks.h"
 #include "topology/topo.h"
+#include "transports/cuda/cuda_tp.h"
 
 #define MACHINE BRAID_MACHINES_DIR "/dgx-h100.topo"
 
@@ -141,4 +145,85 @@ Test(emu_place, stream_call_keeps_the_callers_device, .timeout = 120) {
                  "rank %d exit %d (40, 41: the current device changed; "
                  "see stderr)",
                  r, st[r]);
+}
+
+/* Route hints at run time: a 2-rank ring allreduce from BRAID_SCHEDULE_FILE
+ * whose channel 1 is routed "host" runs exactly, and that channel reached
+ * the peer through pinned host memory (staged over shm); with every channel
+ * routed "any", nothing goes that way. */
+static int want_host_routed;
+
+static int routed(braid_comm *c, int rank, int n) {
+  enum { N = 300007 }; /* ~1.2 MB: several slices on both channels */
+  float *d = NULL, *h = malloc(sizeof *h * N);
+  if (h == NULL || cudaMalloc((void **)&d, sizeof *h * N) != cudaSuccess)
+    return 50;
+  for (int i = 0; i < N; i++)
+    h[i] = (float)(rank + i % 1000);
+  cudaMemcpy(d, h, sizeof *h * N, cudaMemcpyHostToDevice);
+  braid_result r = braid_allreduce(d, d, N, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: allreduce: %s (%s)\n", rank,
+            braid_result_string(r), braid_comm_last_error(c));
+    return 10;
+  }
+  cudaMemcpy(h, d, sizeof *h * N, cudaMemcpyDeviceToHost);
+  cudaFree(d);
+  for (int i = 0; i < N; i++)
+    if (h[i] != (float)(2 * (i % 1000) + 1)) {
+      fprintf(stderr, "rank %d: element %d is %g\n", rank, i, (double)h[i]);
+      free(h);
+      return 20;
+    }
+  free(h);
+  if (comm_dev_ops(c, 1 - rank, SCHED_ROUTE_ANY) != &tp_cuda ||
+      comm_dev_ops(c, 1 - rank, SCHED_ROUTE_HOST) != &tp_staged) {
+    fprintf(stderr, "rank %d: peer's transports: any %s, host %s\n", rank,
+            comm_dev_ops(c, 1 - rank, SCHED_ROUTE_ANY)->name,
+            comm_dev_ops(c, 1 - rank, SCHED_ROUTE_HOST)->name);
+    return 30;
+  }
+  if (comm_dev_host_routed(c, 1 - rank) != want_host_routed) {
+    fprintf(stderr, "rank %d: host-routed to the peer: %d, expected %d\n", rank,
+            comm_dev_host_routed(c, 1 - rank), want_host_routed);
+    return 40;
+  }
+  (void)n;
+  return 0;
+}
+
+static void run_routed(int route1, int expect) {
+  GPU_REQUIRE();
+  gen_params gp = {.coll = SCHED_ALLREDUCE, .nranks = 2, .nchannels = 2};
+  sched *s = gen_find("ring")->fn(&gp);
+  cr_assert_not_null(s);
+  s->route[1] = (uint8_t)route1;
+  char path[] = "/tmp/braid-route-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  cr_assert_not_null(f);
+  cr_assert_eq(sched_file_write(s, f), 0);
+  fclose(f);
+  sched_free(s);
+  setenv("BRAID_SCHEDULE_FILE", path, 1);
+  setenv("CUDA_EMU_BUSID", "0000:e1:00.0,0000:e2:00.0", 1);
+  setenv("BRAID_TRANSPORT", "shm", 1);
+  want_host_routed = expect;
+  int st[2];
+  gpu_run_ranks(2, routed, 60, st);
+  unlink(path);
+  for (int r = 0; r < 2; r++)
+    cr_expect_eq(st[r], 0,
+                 "route %s: rank %d exit %d (20: wrong data, 30: transports, "
+                 "40: host path use; see stderr)",
+                 sched_route_name((sched_route)route1), r, st[r]);
+}
+
+Test(emu_place, host_routed_channel_goes_through_host_memory, .timeout = 120) {
+  run_routed(SCHED_ROUTE_HOST, 1);
+}
+
+Test(emu_place, unrouted_channels_stay_on_cuda_ipc, .timeout = 120) {
+  run_routed(SCHED_ROUTE_ANY, 0);
 }
