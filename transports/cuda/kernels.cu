@@ -133,6 +133,20 @@ unsigned blocks_for(size_t work, unsigned grid) {
   return need < grid ? (unsigned)need : (grid ? grid : 1u);
 }
 
+/* Launches kernel k with the given arguments and returns that launch's own
+ * error: cudaGetLastError after a <<<>>> launch would also report (and
+ * clear) an error left by the application's earlier calls. */
+template <typename... P, typename... A>
+cudaError_t go(void (*k)(P...), unsigned blocks, unsigned threads,
+               cudaStream_t s, A... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = s;
+  return cudaLaunchKernelEx(&cfg, k, args...);
+}
+
 template <typename F, bool UNARY>
 int launch(void *dst, void *fwd, const void *a, const void *b, size_t n,
            unsigned grid, cudaStream_t s, F f) {
@@ -146,27 +160,24 @@ int launch(void *dst, void *fwd, const void *a, const void *b, size_t n,
   unsigned char *f8 = static_cast<unsigned char *>(fwd);
   const unsigned char *a8 = static_cast<const unsigned char *>(a);
   const unsigned char *b8 = static_cast<const unsigned char *>(UNARY ? a : b);
-  if (any % sizeof(T)) {
-    k_elem<F, UNARY, true>
-        <<<blocks_for(n, grid), CUK_THREADS, 0, s>>>(d8, f8, a8, b8, n, f);
-  } else if ((ua % 16) == (ub % 16) && (ua % 16) == (ud % 16) &&
-             (ua % 16) == (uf % 16)) {
+  if (any % sizeof(T))
+    return go(k_elem<F, UNARY, true>, blocks_for(n, grid), CUK_THREADS, s, d8,
+              f8, a8, b8, n, f);
+  if ((ua % 16) == (ub % 16) && (ua % 16) == (ud % 16) &&
+      (ua % 16) == (uf % 16)) {
     size_t head = ((16 - ua % 16) % 16) / sizeof(T);
     if (head > n)
       head = n;
     const size_t V = 16 / sizeof(T);
     size_t work = (n - head) / V;
     size_t extra = n - work * V; /* head and tail */
-    k_vec<F, UNARY>
-        <<<blocks_for(work > extra ? work : extra, grid), CUK_THREADS, 0, s>>>(
-            static_cast<T *>(dst), static_cast<T *>(fwd),
-            static_cast<const T *>(a), static_cast<const T *>(UNARY ? a : b), n,
-            head, f);
-  } else {
-    k_elem<F, UNARY, false>
-        <<<blocks_for(n, grid), CUK_THREADS, 0, s>>>(d8, f8, a8, b8, n, f);
+    return go(k_vec<F, UNARY>, blocks_for(work > extra ? work : extra, grid),
+              CUK_THREADS, s, static_cast<T *>(dst), static_cast<T *>(fwd),
+              static_cast<const T *>(a), static_cast<const T *>(UNARY ? a : b),
+              n, head, f);
   }
-  return cudaGetLastError();
+  return go(k_elem<F, UNARY, false>, blocks_for(n, grid), CUK_THREADS, s, d8,
+            f8, a8, b8, n, f);
 }
 
 template <int DT>
@@ -280,7 +291,6 @@ extern "C" int cuk_div(void *buf, size_t n, int dt, int divisor, unsigned grid,
 
 extern "C" int cuk_gate(uint32_t *reached, uint32_t *released, uint32_t seq,
                         void *stream) {
-  k_gate<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(reached, released,
-                                                         seq);
-  return cudaGetLastError();
+  return go(k_gate, 1, 1, static_cast<cudaStream_t>(stream), reached, released,
+            seq);
 }
