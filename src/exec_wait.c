@@ -10,6 +10,10 @@
 #include "src/exec_int.h"
 #include "src/log.h"
 
+/* The longest nap while a channel waits on a transport that can neither
+ * be polled nor ring a doorbell. */
+#define EXEC_BLIND_NAP_US 200
+
 int64_t exec_now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -116,7 +120,7 @@ void exec_describe_wait(xop *xs, int nops, char *buf, size_t len) {
 void exec_sleep_once(braid_comm *c, xop *xs, int nops, const uint32_t *seen,
                      int timeout_us) {
   struct pollfd fds[64];
-  int nfds = 0, device = 0;
+  int nfds = 0, device = 0, blind = 0;
   for (int k = 0; k < nops; k++) {
     if (xs[k].done)
       continue;
@@ -130,8 +134,15 @@ void exec_sleep_once(braid_comm *c, xop *xs, int nops, const uint32_t *seen,
           ops != NULL && ops->pollfd != NULL ? ops->pollfd(h->wait_conn) : -1;
       if (fd >= 0)
         fds[nfds++] = (struct pollfd){fd, h->wait_events, 0};
+      else if (ops != NULL && ops->bell_wait == NULL)
+        blind = 1;
     }
   }
+  /* A channel waits on a transport that nothing can wake us for (ofi: its
+   * completion queues have no wait object, and providers with manual
+   * progress move data only while polled): naps stay short. */
+  if (blind && timeout_us > EXEC_BLIND_NAP_US)
+    timeout_us = EXEC_BLIND_NAP_US;
   if (device) {
     /* Device transports: short waits only. GPU copies finishing ring no
      * doorbell, and the executor reads only the host transports' bells
@@ -170,8 +181,9 @@ void exec_sleep_once(braid_comm *c, xop *xs, int nops, const uint32_t *seen,
     c->tp[bell]->bell_wait(c->tp_state[bell], seen[bell], 100);
     (void)poll(fds, (nfds_t)nfds, 0);
   } else {
-    (void)poll(fds, (nfds_t)nfds,
-               timeout_us / 1000 > 0 ? timeout_us / 1000 : 1);
+    struct timespec ts = {timeout_us / 1000000,
+                          (long)(timeout_us % 1000000) * 1000};
+    (void)ppoll(fds, (nfds_t)nfds, &ts, NULL);
   }
 }
 
