@@ -98,8 +98,48 @@ typedef struct gm_call {
 static gm_call gm_pending[64];
 static int gm_npending, gm_group_depth;
 
+/* Device memory is kept and reused from call to call, as coll_matrix.c
+ * keeps its host buffers: allocating and freeing megabytes per call cost
+ * more than the calls (and cudaFree waits for the whole device). */
+#define GM_BLOCKS 8
+static struct {
+  char *dev;
+  size_t cap;
+  int used;
+} gm_blocks[GM_BLOCKS];
+
+static char *gm_dev_get(size_t bytes) {
+  for (int i = 0; i < GM_BLOCKS; i++) {
+    if (gm_blocks[i].used)
+      continue;
+    if (gm_blocks[i].cap < bytes) {
+      if (gm_blocks[i].dev != NULL)
+        gm_check(cudaFree(gm_blocks[i].dev), "cudaFree");
+      gm_blocks[i].dev = NULL;
+      gm_blocks[i].cap = 0;
+      gm_check(cudaMalloc((void **)&gm_blocks[i].dev, bytes), "cudaMalloc");
+      gm_blocks[i].cap = bytes;
+    }
+    gm_blocks[i].used = 1;
+    return gm_blocks[i].dev;
+  }
+  fprintf(stderr, "gpu matrix: more than %d device buffers at once\n",
+          GM_BLOCKS);
+  exit(3);
+}
+
+static void gm_dev_put(char *p) {
+  for (int i = 0; i < GM_BLOCKS; i++)
+    if (gm_blocks[i].used && gm_blocks[i].dev == p) {
+      gm_blocks[i].used = 0;
+      return;
+    }
+  fprintf(stderr, "gpu matrix: freeing a device buffer not in use\n");
+  exit(3);
+}
+
 static void gm_region_in(gm_region *g) {
-  gm_check(cudaMalloc((void **)&g->dev, g->len + GM_GUARD), "cudaMalloc");
+  g->dev = gm_dev_get(g->len + GM_GUARD);
   gm_check(cudaMemsetAsync(g->dev + g->len, GM_GUARD_BYTE, GM_GUARD, GM_CUDA),
            "cudaMemset(guard)");
   gm_check(
@@ -171,7 +211,7 @@ static braid_result gm_unmap_all(braid_result r) {
           r = r == BRAID_SUCCESS ? BRAID_ERR_INTERNAL : r;
           break;
         }
-      gm_check(cudaFree(g->dev), "cudaFree");
+      gm_dev_put(g->dev);
     }
   }
   gm_npending = 0;
