@@ -7,22 +7,24 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 jobs=$(nproc)
 start=$(date +%s)
+at() { echo "== $* (at $(( $(date +%s) - start )) s)"; }
 
-echo "== build (RelWithDebInfo, -Werror)"
+at "build (RelWithDebInfo, -Werror)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"
 if [ "${BRAID_SKIP_LINT:-0}" != 1 ]; then
+  at lint
   scripts/lint.sh build
 fi
-echo "== tests"
+at tests
 (cd build && ctest --output-on-failure -j2 --timeout 900)
 
 if [ "${BRAID_SKIP_SANITIZE:-0}" != 1 ]; then
-  echo "== build with AddressSanitizer + UBSan"
+  at "build with AddressSanitizer + UBSan"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DBRAID_SANITIZE=ON \
     -DBRAID_MATRIX_COUNTS="0,1,7,1023,65539" >/dev/null
   cmake --build build-asan -j"$jobs"
-  echo "== tests under ASan + UBSan"
+  at "tests under ASan + UBSan"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     LSAN_OPTIONS=suppressions="$PWD/../tests/lsan.supp" \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -30,7 +32,7 @@ if [ "${BRAID_SKIP_SANITIZE:-0}" != 1 ]; then
 fi
 
 if [ "${BRAID_SKIP_FUZZ:-0}" != 1 ] && [ -x topology/fuzz/run.sh ]; then
-  echo "== fuzzing the topology parsers (${FUZZ_SECONDS:-60} s each)"
+  at "fuzzing the topology parsers (${FUZZ_SECONDS:-60} s each)"
   topology/fuzz/run.sh
 fi
 echo "== all tests passed in $(( $(date +%s) - start )) s"

@@ -304,11 +304,13 @@ static const int64_t guard_val = 77;
 #endif
 #endif
 
+#ifndef MATRIX_EXACT_ALLOC
 static struct {
   void *p;
   size_t cap;
   int used;
 } g_bufs[2];
+#endif
 
 static void *buf_get(size_t bytes) {
 #ifdef MATRIX_EXACT_ALLOC
