@@ -463,10 +463,11 @@ static int get_sched(rd *c, const sjson_val *x, const char *pre, sched **out) {
   return 0;
 }
 
-static int verify_one(rd *c, const sjson_val *x, int idx, const sched *s) {
+static int verify_one(rd *c, const sjson_val *x, int idx, const sched *s,
+                      verify_ws *ws) {
   char verr[512];
   for (int ip = 0; ip < 2; ip++)
-    if (verify_sched(s, ip, VERIFY_SLOTS, verr, sizeof(verr)))
+    if (verify_sched_ws(s, ip, VERIFY_SLOTS, ws, verr, sizeof(verr)))
       return rerr(c, x->pos, "",
                   "schedule %d (%s, algo \"%s\", %d ranks) fails the "
                   "verifier %s: %s",
@@ -514,17 +515,19 @@ int sched_file_parse(const char *buf, size_t len, const char *fname,
     return rerr(&c, 0, "", "out of memory");
   }
   int rc = 0, i = 0;
+  verify_ws *ws = verify_ws_new(); /* NULL: each check allocates its own */
   for (uint32_t e = many ? root->a : 1; e && i < cnt;
        e = many ? V(&c, e)->next : 0, i++) {
     char pre[32] = "";
     if (many)
       pfmt(pre, sizeof(pre), "[%d]", i);
     if (get_sched(&c, V(&c, e), pre, &arr[i]) ||
-        verify_one(&c, V(&c, e), i, arr[i])) {
+        verify_one(&c, V(&c, e), i, arr[i], ws)) {
       rc = -1;
       break;
     }
   }
+  verify_ws_free(ws);
   sjson_free(&d);
   if (rc) {
     for (int k = 0; k < cnt; k++)

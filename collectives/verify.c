@@ -420,8 +420,101 @@ static int run_channel(vctx *v) {
   return verify_check_final(v);
 }
 
+struct verify_ws {
+  char *arena; /* the cell, queue and rank arrays of one call */
+  size_t cap;
+  vmsg *msgs; /* the message pool, as msg_alloc grew it */
+  uint64_t *mbits;
+  int mcap;
+  size_t mbits_n; /* uint64_t words in mbits */
+};
+
+verify_ws *verify_ws_new(void) { return calloc(1, sizeof(verify_ws)); }
+
+static void ws_release(verify_ws *w) {
+  free(w->arena);
+  free(w->msgs);
+  free(w->mbits);
+}
+
+void verify_ws_free(verify_ws *w) {
+  if (w != NULL)
+    ws_release(w);
+  free(w);
+}
+
+/* Carves the call's arrays out of w's arena (run_channel initialises them
+ * for every channel) and lends it the message pool. 0, or -1 when out of
+ * memory. */
+static int ws_take(verify_ws *w, vctx *v, size_t ncell, size_t nq) {
+  const size_t sizes[] = {(ncell * (size_t)v->W + 1) *
+                              sizeof(uint64_t),           /* bits */
+                          (ncell + 1) * sizeof(uint64_t), /* hash */
+                          ncell + 1,                      /* written */
+                          (ncell + 1) * sizeof(int),      /* wstep */
+                          (nq * (size_t)v->slots + 1) * sizeof(int), /* q */
+                          (nq + 1) * sizeof(int),                    /* qhead */
+                          (nq + 1) * sizeof(int),                    /* qlen */
+                          (nq + 1) * sizeof(int),                    /* nsent */
+                          ((size_t)v->n + 1) * sizeof(vstate),       /* st */
+                          (2 * (size_t)v->W + 1) * sizeof(uint64_t)}; /* tmp */
+  enum { NARR = sizeof sizes / sizeof sizes[0] };
+  size_t off[NARR], total = 0;
+  for (int i = 0; i < NARR; i++) {
+    off[i] = total;
+    total += (sizes[i] + 63) / 64 * 64;
+  }
+  if (total > w->cap) {
+    free(w->arena);
+    w->arena = malloc(total);
+    w->cap = w->arena != NULL ? total : 0;
+    if (w->arena == NULL)
+      return -1;
+  }
+  char *a = w->arena;
+  v->bits = (uint64_t *)(void *)(a + off[0]);
+  v->hash = (uint64_t *)(void *)(a + off[1]);
+  v->written = (uint8_t *)(a + off[2]);
+  v->wstep = (int *)(void *)(a + off[3]);
+  v->q = (int *)(void *)(a + off[4]);
+  v->qhead = (int *)(void *)(a + off[5]);
+  v->qlen = (int *)(void *)(a + off[6]);
+  v->nsent = (int *)(void *)(a + off[7]);
+  v->st = (vstate *)(void *)(a + off[8]);
+  v->tmp = (uint64_t *)(void *)(a + off[9]);
+  memset(v->tmp, 0, sizes[9]);
+  /* the message pool keeps its slots; their bit sets take W words each */
+  size_t need = (size_t)w->mcap * (size_t)v->W;
+  if (need > w->mbits_n) {
+    uint64_t *b = realloc(w->mbits, need * sizeof(uint64_t));
+    if (b == NULL)
+      return -1;
+    w->mbits = b;
+    w->mbits_n = need;
+  }
+  v->msgs = w->msgs;
+  v->mbits = w->mbits;
+  v->mcap = w->mcap;
+  return 0;
+}
+
+/* Takes the message pool back (msg_alloc may have grown it to mcap slots
+ * of W words). */
+static void ws_give_back(verify_ws *w, const vctx *v) {
+  if (v->mcap != w->mcap)
+    w->mbits_n = (size_t)v->mcap * (size_t)v->W;
+  w->msgs = v->msgs;
+  w->mbits = v->mbits;
+  w->mcap = v->mcap;
+}
+
 int verify_sched(const sched *s, int inplace, int slots, char *err,
                  size_t errlen) {
+  return verify_sched_ws(s, inplace, slots, NULL, err, errlen);
+}
+
+int verify_sched_ws(const sched *s, int inplace, int slots, verify_ws *ws,
+                    char *err, size_t errlen) {
   vctx v;
   memset(&v, 0, sizeof(v));
   v.err = err;
@@ -472,36 +565,19 @@ int verify_sched(const sched *s, int inplace, int slots, char *err,
   v.W = (int)((U + 63) / 64);
   size_t ncell = (size_t)v.n * (size_t)v.ncells;
   size_t nq = (size_t)v.n * (size_t)v.n;
-  v.bits = calloc(ncell * (size_t)v.W + 1, sizeof(uint64_t));
-  v.hash = calloc(ncell + 1, sizeof(uint64_t));
-  v.written = calloc(ncell + 1, 1);
-  v.wstep = calloc(ncell + 1, sizeof(int));
-  v.q = calloc(nq * (size_t)slots, sizeof(int));
-  v.qhead = calloc(nq, sizeof(int));
-  v.qlen = calloc(nq, sizeof(int));
-  v.nsent = calloc(nq, sizeof(int));
-  v.st = calloc((size_t)v.n, sizeof(vstate));
-  v.tmp = calloc(2 * (size_t)v.W, sizeof(uint64_t));
+  verify_ws own;
+  memset(&own, 0, sizeof own);
+  verify_ws *w = ws != NULL ? ws : &own;
   v.mfree = -1;
   int rc = 0;
-  if (!v.bits || !v.hash || !v.written || !v.wstep || !v.q || !v.qhead ||
-      !v.qlen || !v.nsent || !v.st || !v.tmp)
+  if (ws_take(w, &v, ncell, nq) != 0)
     rc = verify_fail(&v, "out of memory verifying a %d-rank schedule", v.n);
   for (int c = 0; c < v.nch && rc == 0; c++) {
     v.c = c;
     rc = run_channel(&v);
   }
-  free(v.bits);
-  free(v.hash);
-  free(v.written);
-  free(v.wstep);
-  free(v.q);
-  free(v.qhead);
-  free(v.qlen);
-  free(v.nsent);
-  free(v.st);
-  free(v.tmp);
-  free(v.msgs);
-  free(v.mbits);
+  ws_give_back(w, &v);
+  if (w == &own)
+    ws_release(&own);
   return rc ? -1 : 0;
 }

@@ -18,4 +18,16 @@
 int verify_sched(const sched *s, int inplace, int slots, char *err,
                  size_t errlen);
 
+/* Working memory that verify_sched_ws keeps from call to call: a caller that
+ * verifies many schedules (a schedule file, a sweep of rank counts) saves
+ * each call's allocations and the faulting-in of their pages, which took
+ * about half of the time of checking a small schedule. NULL when out of
+ * memory; verify_ws_free(NULL) does nothing. */
+typedef struct verify_ws verify_ws;
+verify_ws *verify_ws_new(void);
+void verify_ws_free(verify_ws *w);
+/* verify_sched with working memory from w (w == NULL: its own). */
+int verify_sched_ws(const sched *s, int inplace, int slots, verify_ws *w,
+                    char *err, size_t errlen);
+
 #endif

@@ -10,6 +10,14 @@
 #include "collectives/generators.h"
 #include "collectives/verify.h"
 
+/* One verifier workspace for the whole test process (verify.h). */
+static verify_ws *test_ws(void) {
+  static verify_ws *w;
+  if (w == NULL)
+    w = verify_ws_new();
+  return w;
+}
+
 static int rooted(sched_coll c) {
   return c == SCHED_BROADCAST || c == SCHED_REDUCE || c == SCHED_GATHER ||
          c == SCHED_SCATTER || c == SCHED_SEND || c == SCHED_RECV;
@@ -43,7 +51,7 @@ static int matrix(const char *name, int maxn, int slots) {
           /* The executor runs at most the channels it asked for. */
           cr_assert_eq(s->nchannels, nch);
           for (int ip = 0; ip < 2; ip++) {
-            int rc = verify_sched(s, ip, slots, err, sizeof(err));
+            int rc = verify_sched_ws(s, ip, slots, test_ws(), err, sizeof(err));
             cr_assert_eq(
                 rc, 0, "%s %s n=%d root=%d nch=%d inplace=%d slots=%d: %s",
                 name, sched_coll_name(c), n, roots[ri], nch, ip, slots, err);

@@ -13,6 +13,14 @@
 #include "collectives/verify.h"
 #include "collectives/view.h"
 
+/* One verifier workspace for the whole test process (verify.h). */
+static verify_ws *test_ws(void) {
+  static verify_ws *w;
+  if (w == NULL)
+    w = verify_ws_new();
+  return w;
+}
+
 static void check(const char *name, sched_coll coll, int n, int root,
                   const sched_view *v) {
   const gen_desc *g = gen_find(name);
@@ -23,7 +31,7 @@ static void check(const char *name, sched_coll coll, int n, int root,
                      n);
   char err[1024];
   for (int ip = 0; ip < 2; ip++)
-    cr_assert_eq(verify_sched(s, ip, 8, err, sizeof err), 0,
+    cr_assert_eq(verify_sched_ws(s, ip, 8, test_ws(), err, sizeof err), 0,
                  "%s %s n=%d root=%d inplace=%d: %s", name,
                  sched_coll_name(coll), n, root, ip, err);
   sched_free(s);

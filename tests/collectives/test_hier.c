@@ -16,6 +16,14 @@
 #include "collectives/verify.h"
 #include "collectives/view.h"
 
+/* One verifier workspace for the whole test process (verify.h). */
+static verify_ws *test_ws(void) {
+  static verify_ws *w;
+  if (w == NULL)
+    w = verify_ws_new();
+  return w;
+}
+
 #define MAXR 64
 
 typedef struct hmap {
@@ -166,7 +174,7 @@ static int matrix(const char *name, int slots, int maxn) {
           cr_assert_eq(s->nchannels, nch);
           cr_assert_eq(s->nranks, n);
           for (int ip = 0; ip < 2; ip++) {
-            int rc = verify_sched(s, ip, slots, err, sizeof(err));
+            int rc = verify_sched_ws(s, ip, slots, test_ws(), err, sizeof(err));
             cr_assert_eq(rc, 0,
                          "%s %s [%s] root=%d nch=%d inplace=%d slots=%d: %s",
                          name, sched_coll_name(c), m->name, roots[ri], nch, ip,

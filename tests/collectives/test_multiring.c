@@ -17,6 +17,14 @@
 #include "collectives/verify.h"
 #include "collectives/view.h"
 
+/* One verifier workspace for the whole test process (verify.h). */
+static verify_ws *test_ws(void) {
+  static verify_ws *w;
+  if (w == NULL)
+    w = verify_ws_new();
+  return w;
+}
+
 /* A view built by hand: rank i on GPU gpus[i], one host. */
 typedef struct tview {
   sched_view v;
@@ -85,7 +93,7 @@ static int verify_all(const char *name, const sched_view *v, int maxch) {
       cr_assert_float_eq(sum, 1.0, 1e-9, "%s: weights sum to %g", name, sum);
       for (int ip = 0; ip < 2; ip++)
         for (int slots = 8; slots >= 2; slots -= 6) {
-          int rc = verify_sched(s, ip, slots, err, sizeof(err));
+          int rc = verify_sched_ws(s, ip, slots, test_ws(), err, sizeof(err));
           cr_assert_eq(rc, 0, "%s %s n=%d root=%d inplace=%d slots=%d: %s",
                        name, sched_coll_name((sched_coll)c), n, root, ip, slots,
                        err);

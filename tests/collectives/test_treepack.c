@@ -26,6 +26,14 @@
 #include "collectives/view.h"
 #include "topology/topo.h"
 
+/* One verifier workspace for the whole test process (verify.h). */
+static verify_ws *test_ws(void) {
+  static verify_ws *w;
+  if (w == NULL)
+    w = verify_ws_new();
+  return w;
+}
+
 typedef struct tcase {
   const char *model;
   int n; /* 0: every GPU */
@@ -215,7 +223,7 @@ static void check_sched(const sched *s, const char *what) {
   cr_assert_float_eq(sum, 1.0, 1e-9, "%s: weights sum to %g", what, sum);
   for (int ip = 0; ip < 2; ip++)
     for (int slots = 8; slots >= 2; slots -= 6) {
-      int rc = verify_sched(s, ip, slots, err, sizeof(err));
+      int rc = verify_sched_ws(s, ip, slots, test_ws(), err, sizeof(err));
       cr_assert_eq(rc, 0, "%s inplace=%d slots=%d: %s", what, ip, slots, err);
     }
 }

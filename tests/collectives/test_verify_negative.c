@@ -10,6 +10,14 @@
 #include "collectives/generators.h"
 #include "collectives/verify.h"
 
+/* One verifier workspace for the whole test process (verify.h). */
+static verify_ws *test_ws(void) {
+  static verify_ws *w;
+  if (w == NULL)
+    w = verify_ws_new();
+  return w;
+}
+
 static char err[1024];
 
 static sched *gen(const char *name, sched_coll c, int n, int root, int nch) {
@@ -414,7 +422,8 @@ Test(verify_negative, random_corruption) {
       }
       for (int ip = 0; ip < 2; ip++) {
         int slots = 1 + (int)(rnd() % 8);
-        rejected += verify_sched(s, ip, slots, err, sizeof(err)) != 0;
+        rejected +=
+            verify_sched_ws(s, ip, slots, test_ws(), err, sizeof(err)) != 0;
         total++;
       }
       sched_free(s);
@@ -424,4 +433,31 @@ Test(verify_negative, random_corruption) {
    * was); most are not. */
   cr_assert_gt(rejected, total / 2, "only %d of %d corruptions rejected",
                rejected, total);
+}
+
+/* A workspace that served larger schedules (more ranks, more words per set,
+ * more messages) gives the same verdicts and messages as a fresh check. */
+Test(verify_negative, workspace_reuse_changes_nothing) {
+  verify_ws *w = verify_ws_new();
+  cr_assert_not_null(w);
+  char err2[1024];
+  for (int round = 0; round < 2; round++) {
+    sched *big = gen("ring", SCHED_REDUCE_SCATTER, 24, 0, 2);
+    cr_assert_eq(verify_sched_ws(big, 1, 2, w, err2, sizeof err2), 0, "%s",
+                 err2);
+    sched_free(big);
+    sched *s = gen("ring", SCHED_ALLREDUCE, 5, 0, 1);
+    drop_step(s, 2, 0, 3);
+    int a = verify_sched(s, 0, 8, err, sizeof(err));
+    int b = verify_sched_ws(s, 0, 8, w, err2, sizeof err2);
+    cr_assert_eq(a, -1);
+    cr_assert_eq(b, -1);
+    cr_assert_str_eq(err2, err);
+    sched_free(s);
+    s = gen("direct", SCHED_ALLTOALL, 9, 0, 3);
+    cr_assert_eq(verify_sched_ws(s, 1, 2, w, err2, sizeof err2), 0, "%s", err2);
+    sched_free(s);
+  }
+  verify_ws_free(w);
+  verify_ws_free(NULL);
 }
