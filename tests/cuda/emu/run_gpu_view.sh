@@ -8,8 +8,11 @@
 # itself yet: docs/SCHEDULES.md §4), its host-routed channels through
 # pinned host memory over shm rather than CUDA IPC.
 # usage: run_gpu_view.sh BRAIDRUN MATRIX_BLOCKING MATRIX_STREAM MACHINES_DIR
+#            [LARGE]
+# LARGE (default 262147) is the largest element count: calls that large
+# make plans of several channels.
 set -u
-braidrun=$1 blocking=$2 stream=$3 machines=$4
+braidrun=$1 blocking=$2 stream=$3 machines=$4 large=${5:-262147}
 log=$(mktemp /tmp/braid-gpu-view.XXXXXX)
 trap 'rm -f "$log"' EXIT
 export BRAID_TOPO_FILE="$machines/dgx1-v100.topo"
@@ -17,8 +20,8 @@ export CUDA_EMU_BUSID=0000:06:00.0,0000:07:00.0,0000:0a:00.0,0000:0b:00.0
 export BRAID_DEBUG=TRACE BRAID_DEBUG_SUBSYS=SCHED,INIT BRAID_TIMEOUT=120
 fail=0
 # 8 channels leave room for the 4-ring and 6-ring plans, 2 for tree packing
-for run in "8 - $blocking 0,7,1023,262147" "2 - $stream 0,7,1023,262147" \
-  "8 hybrid $blocking 7,262147"; do
+for run in "8 - $blocking 0,7,1023,$large" "2 - $stream 0,7,1023,$large" \
+  "8 hybrid $blocking 7,$large"; do
   set -- $run
   algo=$2
   [ "$algo" = - ] && algo=
