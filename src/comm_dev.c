@@ -445,20 +445,17 @@ int comm_dev_transports(braid_comm *c, int i, const tp_ops **ops,
                         void **state) {
   if (c == NULL || c->dev == NULL)
     return 0;
-  int n = c->nranks;
-  const comm_dev *d = c->dev;
-  for (; i < 2 * n; i++) {
-    const tp_ops *o = i < n ? d->ops[i] : d->host_ops[i - n];
-    void *s = i < n ? d->state[i] : d->host_state[i - n];
-    if (o == NULL)
-      continue;
-    int seen = 0;
-    for (int k = 0; k < i && !seen; k++)
-      seen = (k < n ? d->ops[k] : d->host_ops[k - n]) == o &&
-             (k < n ? d->state[k] : d->host_state[k - n]) == s;
-    if (!seen) {
-      *ops = o;
-      *state = s;
+  const dev_priv *p = (const dev_priv *)c->dev;
+  /* position 0: tp_cuda (when a peer uses it); 1..: the staged adapters */
+  for (; i <= COMM_MAX_TRANSPORTS; i++) {
+    if (i == 0 && p->cuda_state != NULL && p->ncuda > 0) {
+      *ops = &tp_cuda;
+      *state = p->cuda_state;
+      return i + 1;
+    }
+    if (i > 0 && p->staged[i - 1] != NULL) {
+      *ops = &tp_staged;
+      *state = p->staged[i - 1];
       return i + 1;
     }
   }

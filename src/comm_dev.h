@@ -52,9 +52,10 @@ tp_conn *comm_dev_conn(braid_comm *c, int peer, int channel, int route);
 /* Whether a host-routed channel has reached `peer` through pinned host
  * memory instead of its device transport (once per communicator, logged). */
 int comm_dev_host_routed(const braid_comm *c, int peer);
-/* The distinct device transports of c->dev: sets *ops and *state to the
- * first one at or after position i not seen before it and returns the
- * position to go on from; 0 when none is left (start with i = 0). */
+/* The device transports of c->dev (tp_cuda and the staged adapters, each
+ * once): sets *ops and *state to the one at or after position i and
+ * returns the position to go on from; 0 when none is left (start with
+ * i = 0). */
 int comm_dev_transports(braid_comm *c, int i, const tp_ops **ops, void **state);
 /* Device scratch / pinned staging of at least `bytes`. */
 braid_result comm_dev_scratch(braid_comm *c, size_t bytes, void **p);
