@@ -3,6 +3,7 @@
  * launched by braidrun, torchrun-style variables (MASTER_ADDR/MASTER_PORT),
  * Slurm-style variables (rendezvous file) and Open MPI's mpirun when present.
  */
+#include "../free_port.h"
 #include "../test_fork.h"
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -79,17 +80,6 @@ Test(init_env, braidrun) {
   int code = run_capture(argv, out, sizeof out);
   cr_assert_eq(code, 0, "braidrun exited %d; stdout:\n%s", code, out);
   cr_assert_eq(count(out, "of 3 ok sum=6"), 3, "%s", out);
-}
-
-static int free_port(void) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-  socklen_t l = sizeof a;
-  getsockname(s, (struct sockaddr *)&a, &l);
-  close(s);
-  return ntohs(a.sin_port);
 }
 
 /* Forks NRANKS ranks; vars(rank, i) gives the i-th NAME=value (NULL ends). */

@@ -135,31 +135,6 @@ int run_ranks(int nranks, const braid_unique_id *id, rank_fn fn, void *arg,
   return bad;
 }
 
-int free_port(void) {
-  /* Below the usual ephemeral range (32768..60999), so that connections of
-   * tests running in parallel do not take it again right away. */
-  static unsigned seed;
-  if (seed == 0)
-    seed = (unsigned)getpid() * 2654435761u;
-  for (int tries = 0; tries < 200; tries++) {
-    seed = seed * 1103515245u + 12345u;
-    int port = 20000 + (int)((seed >> 8) % 12000);
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    if (s < 0)
-      return -1;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons((uint16_t)port);
-    int ok = bind(s, (struct sockaddr *)&a, sizeof(a)) == 0;
-    close(s);
-    if (ok)
-      return port;
-  }
-  return -1;
-}
-
 int rogue_connect(const struct sockaddr_storage *addr, uint32_t magic,
                   const char *secret) {
   int fd;

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "../free_port.h"
 #include "braid.h"
 
 #define RANK_TIMED_OUT (-1000) /* status of a rank killed at the deadline */
@@ -37,8 +38,6 @@ int wait_any(rank_proc *p, int n, int timeout_ms);
  * prints each failure. */
 int run_ranks(int nranks, const braid_unique_id *id, rank_fn fn, void *arg,
               int timeout_ms, rank_proc *out);
-/* A TCP port that was free a moment ago (outside the ephemeral range). */
-int free_port(void);
 
 /* Connects to addr and, when secret is not NULL, sends a greeting with this
  * magic and the 16 secret bytes (plus 32 zero bytes); returns the socket or
