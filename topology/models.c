@@ -82,7 +82,9 @@ braid_result topo_cluster(const topo_graph *host, int nhosts, double nic_bw,
       for (int i = 0; i < host->ntype[t]; i++) {
         int src = host->of_type[t][i];
         char vn[48];
-        snprintf(vn, sizeof(vn), "h%d.%.40s", h, host->v[src].name);
+        /* h < 4096 (checked above): at most 4 digits, 46 bytes in all */
+        snprintf(vn, sizeof(vn), "h%hu.%.40s", (unsigned short)h,
+                 host->v[src].name);
         int id = topo_add_vertex(g, (topo_vtype)t, vn);
         if (id < 0)
           goto nomem;
