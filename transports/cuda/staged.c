@@ -294,7 +294,8 @@ static int stg_send_done(tp_conn *c, uint64_t ticket) {
   int rc = progress_all(c->st);
   if (rc)
     return rc;
-  return c->copied >= ticket || c->done >= ticket ? BRAID_SUCCESS : TP_AGAIN;
+  /* a slot goes to the inner transport only once copied: copied >= done */
+  return c->copied >= ticket ? BRAID_SUCCESS : TP_AGAIN;
 }
 
 /* ---- receive side -------------------------------------------------------- */
