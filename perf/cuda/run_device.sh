@@ -35,9 +35,16 @@ JOBS=${JOBS:-$(nproc)}
 
 log() { printf '%s\n' "$*" >&2; }
 
-log "== building in $BUILD (BRAID_CUDA=ON)"
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DBRAID_CUDA=ON -DBRAID_TESTS=OFF \
-  -DCMAKE_BUILD_TYPE=Release >&2
+# A configured build directory is used as it is (perf/cuda/device_kit.sh
+# builds one with the tests); else a Release build without them.
+if [ -f "$BUILD/CMakeCache.txt" ]; then
+  log "== building in $BUILD (configured already: $(sed -n \
+    's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt"), used as it is)"
+else
+  log "== building in $BUILD (BRAID_CUDA=ON)"
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DBRAID_CUDA=ON -DBRAID_TESTS=OFF \
+    -DCMAKE_BUILD_TYPE=Release >&2
+fi
 ninja -C "$BUILD" -j"$JOBS" braid-perf braidrun reduce_bench >&2
 mkdir -p "$LOG_DIR"
 
