@@ -28,8 +28,7 @@
 # step's status (2: no CUDA device).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-DEPS=$ROOT/.deps
-DEBS=$DEPS/debs
+DEBS=$ROOT/.deps/debs
 
 # What the CUDA build and its tests need beyond a C toolchain, CMake, ninja
 # and CUDA: headers, pkg-config files and the libraries' run-time closure
@@ -108,7 +107,8 @@ run() {
     return 64
     ;;
   esac
-  BUILD=${BUILD:-$ROOT/build-device}
+  # absolute: the clean-up after the tests matches programs by this path
+  BUILD=$(realpath -m "${BUILD:-$ROOT/build-device}")
   local out=${OUT:-$BUILD/kit-out} rc=0 r
   mkdir -p "$out"
   exec > >(tee -a "$out/kit.log") 2>&1
