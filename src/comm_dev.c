@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "collectives/view.h"
+#include "src/config.h"
 #include "src/log.h"
 #include "transports/cuda/cuda_dev.h"
 #include "transports/cuda/cuda_tp.h"
@@ -72,6 +73,7 @@ typedef struct dev_rec {
   int32_t device;
   int32_t vertex;    /* the GPU's vertex in the rank's c->topo, or -1 */
   uint32_t topo_sig; /* which topology the vertex numbers (topo_sig) */
+  uint64_t host_max; /* this rank's BRAID_CUDA_HOST_MAX */
   char busid[32];
 } dev_rec;
 
@@ -318,8 +320,10 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   /* a rank that cannot serve device buffers still joins every exchange, so
    * that its peers agree on the pairs and never wait for it */
   char why[160] = "";
-  dev_rec mine = {
-      .device = device, .vertex = -1, .topo_sig = topo_sig(c->topo)};
+  dev_rec mine = {.device = device,
+                  .vertex = -1,
+                  .topo_sig = topo_sig(c->topo),
+                  .host_max = cfg_get()->cuda_host_max};
   mine.ok = local_ok(d, device, why, sizeof why);
   if (mine.ok) {
     place_gpu(c, d);
@@ -328,6 +332,13 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   braid_result r = boot_allgather(c->boot, &mine, all, sizeof mine);
   int any_cuda = 0;
   if (r == BRAID_SUCCESS) {
+    d->host_max = (size_t)all[0].host_max;
+    if (all[0].host_max != mine.host_max)
+      WARN(LOG_ENV,
+           "rank %d: BRAID_CUDA_HOST_MAX is %llu here but %llu on rank 0; "
+           "using rank 0's (every rank must take the same path)",
+           c->rank, (unsigned long long)mine.host_max,
+           (unsigned long long)all[0].host_max);
     for (int a = 0; a < n; a++)
       for (int b = a + 1; b < n; b++)
         any_cuda |= boot_same_host(c->boot, a, b) && host_ok(c, all, a);
@@ -367,10 +378,11 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   INFO(LOG_INIT,
        "rank %d: device buffers on GPU %d (topology vertex %d): %d peers over "
        "cuda IPC (staged through pinned memory on host-routed channels), %d "
-       "staged through pinned memory, %d through host memory; schedules for "
-       "%s",
+       "staged through pinned memory, %d through host memory; calls up to "
+       "%zu bytes through pinned host memory (BRAID_CUDA_HOST_MAX); "
+       "schedules for %s",
        c->rank, device, d->gpu_vertex, p->ncuda, p->nstaged,
-       n - 1 - p->ncuda - p->nstaged,
+       n - 1 - p->ncuda - p->nstaged, d->host_max,
        d->view ? "the ranks' GPUs (topology-aware generators)"
                : "the host map");
   return BRAID_SUCCESS;

@@ -38,6 +38,11 @@ typedef struct comm_dev {
   size_t scratch_bytes;
   void *stage;
   size_t stage_bytes;
+  /* BRAID_CUDA_HOST_MAX as rank 0 has it (every rank uses the same, so
+   * all take the same path for a call): device calls whose largest buffer
+   * is at most this many bytes run on the host transports through pinned
+   * host memory (src/exec_dev.c); 0: never */
+  size_t host_max;
 } comm_dev;
 
 /* Sets c->dev up for CUDA device `device`. Collective. */

@@ -92,6 +92,7 @@ static void cfg_load(void) {
   c->shm_cma = env_int("BRAID_SHM_CMA", 1, 0, 1);
   c->cma_threshold = env_size("BRAID_SHM_CMA_THRESHOLD", (size_t)64 << 10);
   c->spin_us = env_int("BRAID_SPIN_US", 50, 0, 1000000);
+  c->cuda_host_max = env_size("BRAID_CUDA_HOST_MAX", 0);
   c->topo_file = env_str("BRAID_TOPO_FILE");
   c->topo_dump_file = env_str("BRAID_TOPO_DUMP_FILE");
   c->schedule_file = env_str("BRAID_SCHEDULE_FILE");

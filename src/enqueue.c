@@ -14,6 +14,14 @@
  * run), runs the work on device buffers (synchronously on the internal
  * stream), then releases the gate, so later work on the user's stream sees
  * the result. The call itself returns once both are enqueued, as NCCL's do.
+ *
+ * A small call on a CUDA stream (BRAID_CUDA_HOST_MAX, src/exec_dev.c) puts
+ * more on the user's stream: copies of its inputs into the stream's pinned
+ * area before the gate, and of its outputs back after it. The progress
+ * thread then runs it as a host call on the pinned copies, between "gate
+ * reached" (the inputs are there) and "released" (the copies back may
+ * start): no CUDA call of its own. One pinned area per stream suffices:
+ * the stream runs one call's copies and gate after the other's.
  */
 #include <sched.h>
 #include <stdlib.h>
@@ -34,6 +42,10 @@ struct braid_stream {
   void *cuda;       /* wrapped cudaStream_t, NULL for host streams */
   cudev_gate *gate; /* on the wrapped stream */
   uint32_t gate_seq;
+  void *user; /* the wrapped cudaStream_t itself (NULL: default) */
+  char *host; /* pinned area of small calls, made on first use */
+  size_t host_bytes;
+  uint64_t host_calls; /* small calls staged on the stream (tests) */
 };
 
 /* The gate a queued unit of work waits for. A group over several
@@ -50,10 +62,20 @@ typedef struct gate_ref {
 typedef struct qwork {
   exec_work w;
   gate_ref g;
+  exec_stage *st; /* a small call staged on the stream: its layout */
+  int nst;
+  char *host;
 } qwork;
 
 void *enq_stream_cuda(const braid_stream *s) {
   return s != NULL ? s->cuda : NULL;
+}
+
+uint64_t enq_stream_host_calls(braid_stream *s) {
+  pthread_mutex_lock(&s->lock);
+  uint64_t n = s->host_calls;
+  pthread_mutex_unlock(&s->lock);
+  return n;
 }
 
 /* ---- running work ------------------------------------------------------ */
@@ -188,13 +210,18 @@ static void *progress_main(void *arg) {
     if (c->qhead == NULL && c->thread_stop)
       break;
     exec_work *w = c->qhead;
-    gate_ref g = ((qwork *)w)->g;
+    qwork *q = (qwork *)w;
+    gate_ref g = q->g;
     pthread_mutex_unlock(&c->qlock);
     braid_result r = atomic_load(&c->aborted) ? BRAID_ERR_ABORTED
                      : g.gate != NULL         ? gate_wait(c, w, &g)
                                               : BRAID_SUCCESS;
+    int reached = g.gate != NULL && r == BRAID_SUCCESS;
     if (r == BRAID_SUCCESS)
       r = run_ops(c, w->ops, w->nops);
+    /* a failed small call leaves recvbuf as it was, as the others do */
+    if (r != BRAID_SUCCESS && reached && q->nst > 0)
+      exec_dev_stream_undo(c, q->st, q->nst, q->host);
     if (g.gate != NULL)
       gate_done(&g);
     pthread_mutex_lock(&c->qlock);
@@ -206,6 +233,7 @@ static void *progress_main(void *arg) {
     braid_stream *s = w->stream;
     if (s != NULL) {
       free(w->ops);
+      free(q->st);
       free(w);
     } else {
       atomic_store(&w->done, 1); /* a blocking caller owns w */
@@ -263,6 +291,69 @@ static braid_result gate_enqueue(braid_comm *c, const exec_op *op,
   return r;
 }
 
+/* A small call on a CUDA stream (exec_dev_stream_plan): its staging in the
+ * stream's pinned area, made on first use; 0 when it goes the usual way
+ * (which stages it too, from the progress thread). *st is malloc'd. */
+static int small_plan(braid_comm *c, braid_stream *s, const exec_op *ops,
+                      int nops, exec_stage **st) {
+  *st = NULL;
+  size_t cap = s->host != NULL ? s->host_bytes : exec_dev_stream_cap(c);
+  exec_stage *p = cap > 0 ? malloc(sizeof *p * (size_t)nops) : NULL;
+  int nst = p != NULL ? exec_dev_stream_plan(c, ops, nops, cap, p) : 0;
+  if (nst > 0 && s->host == NULL) {
+    int mine = cudev_get_device();
+    void *h = NULL;
+    if (cudev_set_device(c->dev->device) != BRAID_SUCCESS ||
+        cudev_host_alloc(&h, cap) != BRAID_SUCCESS) {
+      WARN(LOG_COLL,
+           "rank %d: no pinned memory for small calls on a CUDA stream (%s);"
+           " they are staged by the progress thread",
+           c->rank, cudev_error());
+      nst = 0;
+    } else {
+      s->host = h;
+      s->host_bytes = cap;
+    }
+    if (mine >= 0 && mine != c->dev->device)
+      (void)cudev_set_device(mine);
+  }
+  if (nst == 0) {
+    free(p);
+    return 0;
+  }
+  *st = p;
+  return nst;
+}
+
+/* Enqueues a small call on the user's stream: the copies in, the gate, the
+ * copies out; makes ops host ops on the pinned copies. */
+static braid_result small_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
+                                  const qwork *q, gate_ref *g) {
+  int mine = cudev_get_device(), dev = c->dev->device;
+  braid_result r = mine == dev ? BRAID_SUCCESS : cudev_set_device(dev);
+  if (r != BRAID_SUCCESS)
+    comm_set_error(c, "%s on rank %d: selecting GPU %d: %s", ops[0].name,
+                   c->rank, dev, cudev_error());
+  if (r == BRAID_SUCCESS)
+    r = exec_dev_stream_in(c, ops, q->st, q->nst, s->host, s->user);
+  if (r == BRAID_SUCCESS)
+    r = gate_enqueue(c, ops, s, NULL, g);
+  if (r == BRAID_SUCCESS) {
+    TRACE(LOG_COLL,
+          "%s #%llu: %d operations staged on the CUDA stream through pinned "
+          "host memory",
+          ops[0].name, (unsigned long long)ops[0].seq, q->nst);
+    r = exec_dev_stream_out(c, ops, q->st, q->nst, s->host, s->user);
+    if (r != BRAID_SUCCESS) { /* the call will not run: let the stream go */
+      gate_done(g);
+      g->gate = NULL;
+    }
+  }
+  if (mine >= 0 && mine != dev)
+    (void)cudev_set_device(mine);
+  return r;
+}
+
 /* Submit ops (copied) as one unit of work, blocking or on a stream. */
 static braid_result submit(braid_comm *c, exec_op *ops, int nops,
                            braid_stream *s, const gate_ref *shared) {
@@ -271,10 +362,13 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
    * the locks. Only this thread starts the progress thread. */
   if (s == NULL && !c->thread_started)
     return run_ops_locked(c, ops, nops);
+  exec_stage *st = NULL;
+  int nst = 0;
   if (s != NULL && s->cuda != NULL && shared == NULL) {
     braid_result r = setup_before_gate(c, ops, nops);
     if (r != BRAID_SUCCESS)
       return r;
+    nst = small_plan(c, s, ops, nops, &st);
   }
   pthread_mutex_lock(&c->qlock);
   if (s == NULL && c->qlen == 0) {
@@ -287,6 +381,7 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
     pthread_mutex_unlock(&c->qlock);
     free(q);
     free(copy);
+    free(st);
     if (shared != NULL)
       gate_done(shared);
     return BRAID_ERR_NOMEM;
@@ -296,18 +391,25 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
   w->ops = copy;
   w->nops = nops;
   w->stream = s;
+  q->st = st;
+  q->nst = nst;
+  q->host = s != NULL ? s->host : NULL;
   braid_result r = BRAID_SUCCESS;
-  if (s != NULL && s->cuda != NULL)
+  if (nst > 0)
+    r = small_enqueue(c, s, copy, q, &q->g);
+  else if (s != NULL && s->cuda != NULL)
     r = gate_enqueue(c, ops, s, shared, &q->g);
   if (r != BRAID_SUCCESS) {
     pthread_mutex_unlock(&c->qlock);
     free(copy);
+    free(st);
     free(q);
     return r;
   }
   if (s != NULL) {
     pthread_mutex_lock(&s->lock);
     s->submitted++;
+    s->host_calls += nst > 0;
     pthread_mutex_unlock(&s->lock);
   }
   r = push_locked(c, w);
@@ -318,6 +420,7 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
     if (s != NULL)
       stream_complete(s, r);
     free(copy);
+    free(st);
     free(q);
     return r;
   }
@@ -533,6 +636,8 @@ braid_result braid_stream_destroy(braid_stream *s) {
   braid_result r = braid_stream_synchronize(s);
   if (s->gate != NULL) /* every gate was released: the work is done */
     cudev_gate_free(s->gate);
+  if (s->host != NULL) /* waits for the copies back still on the stream */
+    cudev_host_free(s->host);
   pthread_mutex_destroy(&s->lock);
   pthread_cond_destroy(&s->cond);
   free(s);
@@ -572,6 +677,7 @@ braid_result braid_stream_from_cuda(void *cuda_stream, braid_stream **stream) {
   }
   /* the default stream is NULL as a cudaStream_t: mark the wrapper anyway */
   s->cuda = cuda_stream != NULL ? cuda_stream : (void *)s->gate;
+  s->user = cuda_stream;
   *stream = s;
   return BRAID_SUCCESS;
 }

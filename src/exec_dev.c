@@ -10,12 +10,22 @@
  *    (comm_dev_ops): the op runs in the executor with device pointers;
  *    transports move device memory, local copies and reductions run on the
  *    communicator's internal stream;
- *  - staged: some peer has none (or a send/receive comes before any setup):
- *    the op's device inputs are copied to host memory, the ordinary host
- *    path runs on the copies, and the outputs are copied back. This is right
- *    for every transport and collective but crosses PCIe twice per call
- *    without overlap; the pipelined way across hosts is the staging device
+ *  - staged: some peer has none (or a send/receive comes before any setup),
+ *    or the call is small (BRAID_CUDA_HOST_MAX, below): the op's device
+ *    inputs are copied to host memory, the ordinary host path runs on the
+ *    copies, and the outputs are copied back. This is right for every
+ *    transport and collective but crosses PCIe twice per call without
+ *    overlap; the pipelined way across hosts is the staging device
  *    transport of src/comm_dev.c, which makes such peers direct.
+ *
+ * Small calls. A device call moves through several CUDA operations per
+ * step (a copy or kernel, an event, its completion seen by the host), each
+ * costing microseconds: for a few bytes, copying in, reducing on the CPU
+ * over the host transports and copying out costs less. Calls whose largest
+ * buffer on any rank is at most BRAID_CUDA_HOST_MAX bytes (agreed at setup:
+ * rank 0's value) are staged so on every rank. On a CUDA stream the copies
+ * go on the user's stream around the call's gate (src/enqueue.c), so the
+ * progress thread makes no CUDA call at all for them.
  *
  * A call on a CUDA stream sets the device side up in the issuing thread,
  * before its gate goes on the user's stream (src/enqueue.c): a setup that
@@ -95,22 +105,33 @@ static void op_bytes(const braid_comm *c, const exec_op *op, size_t *inlen,
   *outlen = uo ? op->count * es * (size_t)ob : 0;
 }
 
+int exec_dev_small(const braid_comm *c, const exec_op *op) {
+  if (c->dev == NULL || c->dev->host_max == 0 || op->dev < 0 ||
+      op->is_barrier || op->count > c->dev->host_max)
+    return 0;
+  /* the largest buffer of the call on any rank: the same on every rank */
+  int ib = sched_in_blocks(op->coll, c->nranks);
+  int ob = sched_out_blocks(op->coll, c->nranks);
+  size_t blocks = (size_t)(ib > ob ? ib : ob);
+  return op->count * braid_dtype_size(op->dt) * (blocks > 0 ? blocks : 1) <=
+         c->dev->host_max;
+}
+
 #define STAGE_ALIGN 256
 
 static size_t align_up(size_t n) {
   return (n + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
 }
 
-/* Where a staged op's buffers lie in the host staging area. In place, the
- * input and output overlap on the device and keep the same relative
- * position on the host. */
-typedef struct staged {
-  int k;
-  size_t inlen, outlen;
-  size_t off_in, off_out;
-} staged;
-
-static size_t stage_layout(const exec_op *op, staged *s, size_t base) {
+/* Where op k's buffers lie in the host staging area, from base; returns
+ * the end. In place, the input and output overlap on the device and keep
+ * the same relative position on the host. */
+static size_t stage_layout(const braid_comm *c, const exec_op *ops, int k,
+                           exec_stage *s, size_t base) {
+  const exec_op *op = &ops[k];
+  s->k = k;
+  s->dev_out = op->out;
+  op_bytes(c, op, &s->inlen, &s->outlen);
   const char *in = op->in, *out = op->out;
   if (s->inlen > 0 && s->outlen > 0 && in < out + s->outlen &&
       out < in + s->inlen) {
@@ -125,6 +146,34 @@ static size_t stage_layout(const exec_op *op, staged *s, size_t base) {
   base += align_up(s->inlen);
   s->off_out = base;
   return base + align_up(s->outlen);
+}
+
+/* Issues the copies of the staged inputs into host on stream and points
+ * the ops at their host copies (host ops from then on). */
+static braid_result stage_in(exec_op *ops, const exec_stage *st, int nst,
+                             char *host, void *stream) {
+  braid_result r = BRAID_SUCCESS;
+  for (int i = 0; i < nst && r == BRAID_SUCCESS; i++) {
+    const exec_stage *s = &st[i];
+    exec_op *o = &ops[s->k];
+    if (s->inlen > 0)
+      r = cudev_memcpy(host + s->off_in, o->in, s->inlen, stream);
+    o->in = s->inlen > 0 ? host + s->off_in : NULL;
+    o->out = s->outlen > 0 ? host + s->off_out : NULL;
+    o->dev = -1;
+  }
+  return r;
+}
+
+/* Issues the copies of the staged outputs back to the device on stream. */
+static braid_result stage_out(const exec_stage *st, int nst, const char *host,
+                              void *stream) {
+  braid_result r = BRAID_SUCCESS;
+  for (int i = 0; i < nst && r == BRAID_SUCCESS; i++)
+    if (st[i].outlen > 0)
+      r = cudev_memcpy(st[i].dev_out, host + st[i].off_out, st[i].outlen,
+                       stream);
+  return r;
 }
 
 static braid_result dev_error(braid_comm *c, const exec_op *op, int dev,
@@ -225,7 +274,7 @@ static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
   if (r != BRAID_SUCCESS)
     return r;
   exec_op *run = malloc(sizeof *run * (size_t)nops);
-  staged *st = malloc(sizeof *st * (size_t)nops);
+  exec_stage *st = malloc(sizeof *st * (size_t)nops);
   if (run == NULL || st == NULL) {
     free(run);
     free(st);
@@ -237,12 +286,10 @@ static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
   int nst = 0;
   size_t total = 0;
   for (int k = 0; k < nops; k++) {
-    if (ops[k].dev < 0 || ops[k].is_barrier || can_direct(c, &ops[k]))
+    if (ops[k].dev < 0 || ops[k].is_barrier ||
+        (can_direct(c, &ops[k]) && !exec_dev_small(c, &ops[k])))
       continue;
-    staged *s = &st[nst++];
-    s->k = k;
-    op_bytes(c, &ops[k], &s->inlen, &s->outlen);
-    total = stage_layout(&ops[k], s, total);
+    total = stage_layout(c, ops, k, &st[nst++], total);
   }
   if (nst == 0) {
     free(st);
@@ -272,15 +319,7 @@ static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
     r = dev_error(c, first, dev, "allocating host staging memory", r);
     goto out;
   }
-  for (int i = 0; i < nst && r == BRAID_SUCCESS; i++) {
-    staged *s = &st[i];
-    exec_op *o = &run[s->k];
-    if (s->inlen > 0)
-      r = cudev_memcpy(host + s->off_in, ops[s->k].in, s->inlen, stream);
-    o->in = s->inlen > 0 ? host + s->off_in : NULL;
-    o->out = s->outlen > 0 ? host + s->off_out : NULL;
-    o->dev = -1;
-  }
+  r = stage_in(run, st, nst, host, stream);
   if (r == BRAID_SUCCESS)
     r = cudev_stream_sync(stream);
   if (r != BRAID_SUCCESS) {
@@ -290,10 +329,7 @@ static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
   r = exec_loop(c, run, nops);
   if (r != BRAID_SUCCESS)
     goto out;
-  for (int i = 0; i < nst && r == BRAID_SUCCESS; i++)
-    if (st[i].outlen > 0)
-      r = cudev_memcpy(ops[st[i].k].out, host + st[i].off_out, st[i].outlen,
-                       stream);
+  r = stage_out(st, nst, host, stream);
   if (r == BRAID_SUCCESS)
     r = cudev_stream_sync(stream);
   if (r != BRAID_SUCCESS)
@@ -326,4 +362,70 @@ braid_result exec_dev_prepare(braid_comm *c, exec_op *ops, int nops) {
 
 braid_result exec_dev_run(braid_comm *c, exec_op *ops, int nops) {
   return on_callers_device(c, ops, nops, run_on_device);
+}
+
+/* ---- small calls on a CUDA stream (src/enqueue.c) ---------------------- */
+
+int exec_dev_stream_plan(braid_comm *c, const exec_op *ops, int nops,
+                         size_t cap, exec_stage *st) {
+  if (!atomic_load(&c->dev_up) || c->dev == NULL || c->dev->host_max == 0)
+    return 0;
+  int nst = 0;
+  size_t total = 0;
+  for (int k = 0; k < nops; k++) {
+    if (ops[k].dev < 0 || ops[k].is_barrier)
+      continue;
+    /* a call on another GPU fails when it runs, with its message */
+    if (ops[k].dev != c->dev->device || !exec_dev_small(c, &ops[k]))
+      return 0;
+    total = stage_layout(c, ops, k, &st[nst++], total);
+  }
+  return total <= cap ? nst : 0;
+}
+
+size_t exec_dev_stream_cap(const braid_comm *c) {
+  /* one call of the largest small size, in and out apart */
+  return c->dev != NULL ? 2 * align_up(c->dev->host_max) : 0;
+}
+
+braid_result exec_dev_stream_in(braid_comm *c, exec_op *ops,
+                                const exec_stage *st, int nst, char *host,
+                                void *stream) {
+  braid_result r = stage_in(ops, st, nst, host, stream);
+  if (r != BRAID_SUCCESS)
+    comm_set_error(c,
+                   "%s on rank %d: copying the inputs to pinned host memory "
+                   "on the CUDA stream (GPU %d): %s",
+                   ops[st[0].k].name, c->rank, c->dev->device, cudev_error());
+  return r;
+}
+
+braid_result exec_dev_stream_out(braid_comm *c, const exec_op *ops,
+                                 const exec_stage *st, int nst,
+                                 const char *host, void *stream) {
+  braid_result r = stage_out(st, nst, host, stream);
+  if (r != BRAID_SUCCESS)
+    comm_set_error(c,
+                   "%s on rank %d: copying the outputs back from pinned host "
+                   "memory on the CUDA stream (GPU %d): %s",
+                   ops[st[0].k].name, c->rank, c->dev->device, cudev_error());
+  return r;
+}
+
+void exec_dev_stream_undo(braid_comm *c, const exec_stage *st, int nst,
+                          char *host) {
+  if (c->dev == NULL)
+    return;
+  braid_result r = cudev_set_device(c->dev->device);
+  for (int i = 0; i < nst && r == BRAID_SUCCESS; i++)
+    if (st[i].outlen > 0)
+      r = cudev_memcpy(host + st[i].off_out, st[i].dev_out, st[i].outlen,
+                       c->dev->stream);
+  if (r == BRAID_SUCCESS)
+    r = cudev_stream_sync(c->dev->stream);
+  if (r != BRAID_SUCCESS)
+    WARN(LOG_COLL,
+         "rank %d: a failed call on a CUDA stream could not keep its "
+         "recvbuf as it was (GPU %d): %s; its contents are undefined",
+         c->rank, c->dev->device, cudev_error());
 }

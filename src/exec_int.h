@@ -103,6 +103,41 @@ braid_result exec_dev_run(braid_comm *c, exec_op *ops, int nops);
  * needs it (exec_dev_needs_setup). */
 braid_result exec_dev_prepare(braid_comm *c, exec_op *ops, int nops);
 int exec_dev_needs_setup(braid_comm *c, const exec_op *ops, int nops);
+/* Whether a device op is small (BRAID_CUDA_HOST_MAX, agreed at setup):
+ * then it runs on the host transports through pinned host memory, on every
+ * rank alike. */
+int exec_dev_small(const braid_comm *c, const exec_op *op);
+
+/* Small calls on a CUDA stream, staged with their copies on the user's
+ * stream around the call's gate (src/enqueue.c). An entry per op with
+ * device buffers: where its buffers lie in the pinned area. */
+typedef struct exec_stage {
+  int k;                  /* the op */
+  size_t inlen, outlen;   /* bytes this rank uses */
+  size_t off_in, off_out; /* in the pinned area */
+  void *dev_out;          /* the op's device output */
+} exec_stage;
+/* How many ops of the unit to stage (st: room for nops) when the device
+ * side is set up, every device op is small and on its GPU, and all fit in
+ * cap bytes; 0 when the unit must go the usual way. */
+int exec_dev_stream_plan(braid_comm *c, const exec_op *ops, int nops,
+                         size_t cap, exec_stage *st);
+/* The pinned bytes a stream needs for one small call (0: none). */
+size_t exec_dev_stream_cap(const braid_comm *c);
+/* Issues the input copies on the user's stream and makes the staged ops
+ * host ops on the pinned copies; then the output copies (after the gate). */
+braid_result exec_dev_stream_in(braid_comm *c, exec_op *ops,
+                                const exec_stage *st, int nst, char *host,
+                                void *stream);
+braid_result exec_dev_stream_out(braid_comm *c, const exec_op *ops,
+                                 const exec_stage *st, int nst,
+                                 const char *host, void *stream);
+/* After a unit failed once its stream had reached the gate: copies the
+ * device outputs as they are into the pinned area, so that the output
+ * copies leave them unchanged. */
+void exec_dev_stream_undo(braid_comm *c, const exec_stage *st, int nst,
+                          char *host);
+
 /* Local steps on the communicator's internal stream, finished on return. */
 int exec_dev_copy(braid_comm *c, const xop *x, void *dst, const void *src,
                   size_t len);
@@ -113,5 +148,7 @@ int exec_dev_div(braid_comm *c, const xop *x);
 /* src/enqueue.c: the wrapped cudaStream_t of a stream (non-NULL for every
  * CUDA stream, even the default one), NULL for host streams and NULL. */
 void *enq_stream_cuda(const braid_stream *s);
+/* How many small calls went on the stream with their copies (tests). */
+uint64_t enq_stream_host_calls(braid_stream *s);
 
 #endif

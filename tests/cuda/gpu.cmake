@@ -29,6 +29,11 @@ add_test(NAME gpu_stream COMMAND test_gpu_stream --jobs 1)
 set_tests_properties(gpu_stream PROPERTIES TIMEOUT 300 LABELS "cuda;gpu"
   ENVIRONMENT "BRAID_TIMEOUT=60"
   SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
+# the same with its calls small enough to go through pinned host memory
+add_test(NAME gpu_stream_small COMMAND test_gpu_stream --jobs 1)
+set_tests_properties(gpu_stream_small PROPERTIES TIMEOUT 300
+  LABELS "cuda;gpu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_HOST_MAX=8M"
+  SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
 
 # The correctness matrix of tests/core on device buffers: coll_matrix.c,
 # unchanged, with test_gpu_matrix.h force-included (its wrappers move every
@@ -53,13 +58,20 @@ function(gpu_matrix_tests prefix counts labels)
   if(NOT TARGET braidrun)
     return()
   endif()
+  # stream_small_3: calls up to 4 KiB go through pinned host memory
+  # (BRAID_CUDA_HOST_MAX), staged on the CUDA stream by ranks 0 and 2 and
+  # by the progress thread of rank 1, which issues blocking calls: every
+  # rank must take the same path for a call
   foreach(run blocking_1 blocking_2 blocking_4 stream_1 stream_2 stream_4
-          blocking_tcp_2)
+          blocking_tcp_2 stream_small_3)
     string(REGEX MATCH "^[a-z]+" mode ${run})
     string(REGEX MATCH "[0-9]+$" n ${run})
     set(env "BRAID_TIMEOUT=120")
     if(run MATCHES "_tcp_")
       set(env "BRAID_TRANSPORT=tcp;BRAID_TIMEOUT=120")
+    elseif(run MATCHES "_small_")
+      set(env "BRAID_CUDA_HOST_MAX=4K;GPU_MATRIX_BLOCKING_RANK=1")
+      list(APPEND env "BRAID_TIMEOUT=120")
     endif()
     add_test(NAME ${prefix}_${run}
       COMMAND $<TARGET_FILE:braidrun> -n ${n} --timeout 900
@@ -97,6 +109,9 @@ target_link_libraries(emu_gpu_stream PRIVATE braid_emu PkgConfig::CRITERION)
 add_test(NAME emu_gpu_stream COMMAND emu_gpu_stream --jobs 1)
 set_tests_properties(emu_gpu_stream PROPERTIES TIMEOUT 300 LABELS "cuda;emu"
   ENVIRONMENT "BRAID_TIMEOUT=60")
+add_test(NAME emu_gpu_stream_small COMMAND emu_gpu_stream --jobs 1)
+set_tests_properties(emu_gpu_stream_small PROPERTIES TIMEOUT 300
+  LABELS "cuda;emu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_HOST_MAX=8M")
 
 add_executable(emu_cuda_ipc ${PROJECT_SOURCE_DIR}/tests/transports/test_cuda_ipc.c
   ${PROJECT_SOURCE_DIR}/tests/transports/ranks.c)

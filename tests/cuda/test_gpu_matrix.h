@@ -13,6 +13,9 @@
  * (braid_stream_from_cuda) instead of blocking: the copies in and out are
  * issued on the same stream around the call without any host wait between
  * them, so the results are only right when the call is stream-ordered.
+ * GPU_MATRIX_BLOCKING_RANK=r (environment) makes rank r issue blocking calls
+ * meanwhile: ranks may mix the two, and every rank must still take the same
+ * path for a call (small calls through host memory, BRAID_CUDA_HOST_MAX).
  *
  * Every rank exits 77 (a skip) when no CUDA device is visible.
  */
@@ -77,8 +80,19 @@ static braid_stream *gm_stream(void) {
   return gm_bs;
 }
 #define GM_CUDA gm_cuda
+/* GPU_MATRIX_BLOCKING_RANK: this rank issues blocking calls. */
+static int gm_blocking_here(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *b = getenv("GPU_MATRIX_BLOCKING_RANK");
+    const char *me = getenv("BRAID_RANK");
+    v = b != NULL && me != NULL && atoi(b) == atoi(me);
+  }
+  return v;
+}
 #else
 #define GM_CUDA ((cudaStream_t)0)
+static int gm_blocking_here(void) { return 1; }
 #endif
 
 /* One device region standing for one host range. */
@@ -145,10 +159,9 @@ static void gm_region_in(gm_region *g) {
   gm_check(
       cudaMemcpyAsync(g->dev, g->host, g->len, cudaMemcpyHostToDevice, GM_CUDA),
       "cudaMemcpy(in)");
-#ifndef GPU_MATRIX_STREAM
   /* a blocking call does not wait for the caller's streams */
-  gm_check(cudaStreamSynchronize(GM_CUDA), "cudaStreamSynchronize(in)");
-#endif
+  if (gm_blocking_here())
+    gm_check(cudaStreamSynchronize(GM_CUDA), "cudaStreamSynchronize(in)");
 }
 
 /* Maps host [in, in+inlen) and [out, out+outlen) (either may be empty). */
@@ -233,7 +246,7 @@ static braid_result gm_done(braid_result r) {
 }
 
 #ifdef GPU_MATRIX_STREAM
-#define GM_S(s) ((void)(s), gm_stream())
+#define GM_S(s) ((void)(s), gm_blocking_here() ? NULL : gm_stream())
 #else
 #define GM_S(s) (s)
 #endif
@@ -384,7 +397,9 @@ static braid_result gm_group_end(void) {
 /* the barrier on the CUDA stream too (no buffers: ordered, nothing moved) */
 static braid_result gm_barrier(braid_comm *c, braid_stream *s) {
   braid_result r = braid_barrier(c, GM_S(s));
-  return r == BRAID_SUCCESS ? braid_stream_synchronize(gm_bs) : r;
+  return r == BRAID_SUCCESS && !gm_blocking_here()
+             ? braid_stream_synchronize(gm_bs)
+             : r;
 }
 #define braid_barrier gm_barrier
 #endif

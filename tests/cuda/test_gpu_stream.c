@@ -3,7 +3,10 @@
  * the CUDA stream before a collective is seen by it, work issued after it
  * sees its result, calls return once enqueued, an event orders two streams,
  * and a call that mixes host and device buffers is an invalid argument that
- * leaves the communicator usable. Skips without a GPU.
+ * leaves the communicator usable. Skips without a GPU. Run again with
+ * BRAID_CUDA_HOST_MAX above the calls' size (gpu.cmake), the same holds of
+ * calls staged through pinned host memory on the stream, and one_stream
+ * checks that its two calls went that way (and none without it).
  */
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
@@ -12,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "src/exec_int.h"
 #include "test_gpu_ranks.h"
 
 #define N ((size_t)1 << 20)
@@ -160,6 +164,17 @@ static int one_stream(braid_comm *c, int rank, int n) {
                        cudaMemcpyDeviceToHost, s));
     CK(cudaStreamSynchronize(s));
     rc = check(&b, rank, n, 2.0f, "in-place allreduce");
+  }
+  const char *small = getenv("BRAID_CUDA_HOST_MAX");
+  uint64_t want = small != NULL && strcmp(small, "0") != 0 ? 2 : 0;
+  uint64_t got = enq_stream_host_calls(bs);
+  if (rc == 0 && got != want) {
+    fprintf(stderr,
+            "rank %d: %llu calls staged on the stream, expected %llu "
+            "(BRAID_CUDA_HOST_MAX=%s)\n",
+            rank, (unsigned long long)got, (unsigned long long)want,
+            small ? small : "unset");
+    rc = 19;
   }
   if (braid_stream_destroy(bs) != BRAID_SUCCESS && rc == 0)
     rc = 17;

@@ -8,6 +8,8 @@
  * which sets the device side up. Over cuda IPC and staged over tcp.
  * BRAID_CHECK=1 names mismatched device calls by rank; a CUDA stream that never
  * reaches a call's gate within BRAID_TIMEOUT gives BRAID_ERR_TIMEOUT saying so.
+ * A small call staged on a CUDA stream (BRAID_CUDA_HOST_MAX) that fails
+ * leaves its recvbuf as it was.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/exec_int.h"
 #include "test_gpu_ranks.h"
 
 #define VICTIM 1
@@ -126,6 +129,69 @@ static int mismatch(braid_comm *c, int rank, int n) {
   return rc;
 }
 
+/* BRAID_CHECK=1, BRAID_CUDA_HOST_MAX set: a small allreduce on a CUDA
+ * stream runs through the stream's pinned area (its result, 3, stays
+ * there); then rank 1 broadcasts while the others allreduce, out of place,
+ * on the stream: the call fails, and recvbuf (7) must come back unchanged,
+ * not with the pinned area's stale 3. */
+static int small_mismatch(braid_comm *c, int rank, int n) {
+  enum { K = 64 };
+  float h[K], *din = NULL, *dout = NULL, *dtmp = NULL;
+  cudaStream_t s = NULL;
+  braid_stream *bs = NULL;
+  for (int i = 0; i < K; i++)
+    h[i] = 1.0f;
+  if (cudaMalloc((void **)&din, sizeof h) != cudaSuccess ||
+      cudaMalloc((void **)&dout, sizeof h) != cudaSuccess ||
+      cudaMalloc((void **)&dtmp, sizeof h) != cudaSuccess ||
+      cudaMemcpy(din, h, sizeof h, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+      braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS)
+    return 50;
+  for (int i = 0; i < K; i++)
+    h[i] = 7.0f;
+  if (cudaMemcpy(dout, h, sizeof h, cudaMemcpyHostToDevice) != cudaSuccess)
+    return 50;
+  braid_result r =
+      braid_allreduce(din, dtmp, K, BRAID_FLOAT32, BRAID_SUM, c, bs);
+  if (r == BRAID_SUCCESS)
+    r = braid_stream_synchronize(bs);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: first call: %s\n", rank, braid_result_string(r));
+    return 30;
+  }
+  if (rank == 1)
+    r = braid_broadcast(din, dout, K, BRAID_FLOAT32, 0, c, bs);
+  else
+    r = braid_allreduce(din, dout, K, BRAID_FLOAT32, BRAID_SUM, c, bs);
+  if (r == BRAID_SUCCESS)
+    r = braid_stream_synchronize(bs);
+  const char *msg = braid_comm_last_error(c);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, braid_result_string(r), msg);
+  int rc = r != BRAID_ERR_MISMATCH ? 31 : 0;
+  if (cudaStreamSynchronize(s) != cudaSuccess)
+    rc = 14; /* the stream must be let go */
+  if (rc == 0 && enq_stream_host_calls(bs) != 2)
+    rc = 32; /* both calls went through the stream's pinned area */
+  if (rc == 0 &&
+      cudaMemcpy(h, dout, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess)
+    rc = 50;
+  for (int i = 0; rc == 0 && i < K; i++)
+    if (h[i] != 7.0f) {
+      fprintf(stderr,
+              "rank %d: recvbuf[%d] = %g after the failed call, "
+              "was 7 (%d ranks)\n",
+              rank, i, (double)h[i], n);
+      rc = 33;
+    }
+  braid_stream_destroy(bs);
+  cudaStreamDestroy(s);
+  cudaFree(din);
+  cudaFree(dout);
+  cudaFree(dtmp);
+  return rc;
+}
+
 static void CUDART_CB hold_3s(void *arg) {
   (void)arg;
   sleep(3);
@@ -221,6 +287,23 @@ Test(emu_faults, check_names_mismatched_device_calls, .timeout = 120) {
     cr_expect_eq(st[r], 0,
                  "rank %d exit %d (21: not MISMATCH, 22: rank 1 or its "
                  "broadcast not named)",
+                 r, st[r]);
+}
+
+Test(emu_faults, failed_small_stream_call_keeps_recvbuf, .timeout = 120) {
+  GPU_REQUIRE();
+  unsetenv("BRAID_TRANSPORT");
+  setenv("BRAID_CHECK", "1", 1);
+  setenv("BRAID_CUDA_HOST_MAX", "64K", 1);
+  int st[3];
+  gpu_run_ranks(3, small_mismatch, 60, st);
+  unsetenv("BRAID_CHECK");
+  unsetenv("BRAID_CUDA_HOST_MAX");
+  for (int r = 0; r < 3; r++)
+    cr_expect_eq(st[r], 0,
+                 "rank %d exit %d (30: the first call failed, 31: not "
+                 "MISMATCH, 14: stream held, 32: not staged on the stream, "
+                 "33: recvbuf changed)",
                  r, st[r]);
 }
 
