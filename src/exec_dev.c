@@ -20,8 +20,10 @@
  *
  * Small calls. A device call moves through several CUDA operations per
  * step (a copy or kernel, an event, its completion seen by the host), each
- * costing microseconds: for a few bytes, copying in, reducing on the CPU
- * over the host transports and copying out costs less. Calls whose largest
+ * costing microseconds; for a few bytes, copying in, reducing on the CPU
+ * over the host transports and copying out is two copies in all (which is
+ * faster up to which size is for perf/cuda/run_device.sh to measure on a
+ * GPU; until then the threshold is 0 by default). Calls whose largest
  * buffer on any rank is at most BRAID_CUDA_HOST_MAX bytes (agreed at setup:
  * rank 0's value) are staged so on every rank. On a CUDA stream the copies
  * go on the user's stream around the call's gate (src/enqueue.c), so the

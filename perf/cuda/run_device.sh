@@ -12,7 +12,13 @@
 #   2. braid-perf all_reduce -G 1 at 256 MiB with 2 and 4 ranks on the one
 #      GPU (braidrun -n 2/4), busbw against the memory-traffic bound of the
 #      ring over CUDA IPC (target: >= 0.70 of the bound);
-#   3. 8-byte allreduce latency on device buffers, 2 ranks (target < 10 us).
+#   3. 8-byte allreduce latency on device buffers, 2 ranks (target < 10 us),
+#      on a CUDA stream and blocking, each by both paths: direct (CUDA IPC,
+#      BRAID_CUDA_HOST_MAX=0) and through pinned host memory
+#      (BRAID_CUDA_HOST_MAX=$HOST_MAX);
+#   4. where the two paths cross: allreduce time from 8 B to 4 MiB, 2 ranks
+#      on a CUDA stream, by each path (what BRAID_CUDA_HOST_MAX's default
+#      should be).
 #
 # The bound (docs/PERFORMANCE.md, "Device buffers"): the cuda transport
 # sends a chunk by copying it into a slot in the receiver's device memory
@@ -30,6 +36,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${1:-$ROOT/build-device}
 SIZE=${SIZE:-256M}
+HOST_MAX=${HOST_MAX:-4M}
 LOG_DIR=${LOG_DIR:-$BUILD/device-logs}
 JOBS=${JOBS:-$(nproc)}
 
@@ -98,13 +105,39 @@ for k in 2 4; do
   WRONG[$k]=$(awk '{ print $9 + $13 }' <<<"$row")
 done
 
-# ---- 3. latency, 8 bytes, 2 ranks (stream-ordered and blocking calls) ----
-lat=$LOG_DIR/allreduce_8B_stream.txt
-run_perf "$lat" 2 -b 8 -e 8 -n 2000 -w 200 -c 1 -d float32
-LAT_S=$(perf_row "$lat" | awk '{ print $6 }')
-latb=$LOG_DIR/allreduce_8B_blocking.txt
-run_perf "$latb" 2 -b 8 -e 8 -n 2000 -w 200 -c 1 -d float32 -y 1
-LAT_B=$(perf_row "$latb" | awk '{ print $6 }')
+# ---- 3. latency, 8 bytes, 2 ranks: stream and blocking, by both paths ----
+# A run that fails (braid-perf exits 1 on a wrong element) is reported in
+# the table, not hidden: "failed (exit N)".
+declare -A LAT
+for path in direct host; do
+  hm=0
+  [ "$path" = host ] && hm=$HOST_MAX
+  for mode in stream blocking; do
+    f=$LOG_DIR/allreduce_8B_${mode}_${path}.txt
+    y=0
+    [ "$mode" = blocking ] && y=1
+    rc=0
+    BRAID_CUDA_HOST_MAX=$hm run_perf "$f" 2 -b 8 -e 8 -n 2000 -w 200 -c 1 \
+      -d float32 -y "$y" || rc=$?
+    LAT[$mode.$path]=$(perf_row "$f" | awk '{ print $6 }')
+    [ "$rc" -eq 0 ] || LAT[$mode.$path]="failed (exit $rc)"
+  done
+done
+
+# ---- 4. the two paths from 8 B to 4 MiB (2 ranks, CUDA stream) ----
+declare -A SWEEP_RC
+for path in direct host; do
+  hm=0
+  [ "$path" = host ] && hm=$HOST_MAX
+  SWEEP_RC[$path]=0
+  BRAID_CUDA_HOST_MAX=$hm run_perf "$LOG_DIR/allreduce_sweep_$path.txt" 2 \
+    -b 8 -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 || SWEEP_RC[$path]=$?
+done
+# size, out-of-place time and wrong elements of every data row of a sweep
+sweep_rows() {
+  sed -n 's/^\[0\] *//p' "$1" |
+    awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $9 + $13 }'
+}
 
 # ---- the markdown section ----
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader \
@@ -130,9 +163,24 @@ for k in 2 4; do
              k, o, i, bound, o / bound, i / bound, w }'
 done
 echo
-echo "8-byte allreduce on device buffers, 2 ranks on one GPU (target < 10 us):"
+echo "8-byte allreduce on device buffers, 2 ranks on one GPU (target < 10 us),"
+echo "by each path: direct (CUDA IPC between the ranks, \`BRAID_CUDA_HOST_MAX=0\`)"
+echo "and through pinned host memory (\`BRAID_CUDA_HOST_MAX=$HOST_MAX\`):"
 echo
-echo "| mode | time (us) |"
-echo "|---|---:|"
-echo "| CUDA stream (braid_stream_from_cuda), synchronized after the loop | ${LAT_S:-n/a} |"
-echo "| blocking calls (\`-y 1\`) | ${LAT_B:-n/a} |"
+echo "| mode | direct (us) | through host memory (us) |"
+echo "|---|---:|---:|"
+echo "| CUDA stream (braid_stream_from_cuda), synchronized after the loop | ${LAT[stream.direct]:-n/a} | ${LAT[stream.host]:-n/a} |"
+echo "| blocking calls (\`-y 1\`) | ${LAT[blocking.direct]:-n/a} | ${LAT[blocking.host]:-n/a} |"
+echo
+echo "Allreduce time by size, 2 ranks, CUDA stream, float32 sum, out of place"
+echo "(where the paths cross is the default BRAID_CUDA_HOST_MAX should have):"
+echo
+echo "| size (B) | direct (us) | through host memory (us) | #wrong (direct + host) |"
+echo "|---:|---:|---:|---:|"
+join <(sweep_rows "$LOG_DIR/allreduce_sweep_direct.txt" | sort -k1,1) \
+  <(sweep_rows "$LOG_DIR/allreduce_sweep_host.txt" | sort -k1,1) |
+  sort -n | awk '{ printf "| %s | %s | %s | %d |\n", $1, $2, $4, $3 + $5 }'
+for path in direct host; do
+  [ "${SWEEP_RC[$path]}" -eq 0 ] ||
+    echo "(the $path sweep failed: exit ${SWEEP_RC[$path]}; see its log)"
+done
