@@ -172,7 +172,7 @@ Test(init_env, slurm_variables_rendezvous_file, .init = rdv_setup,
 Test(init_env, mpirun, .init = rdv_setup, .fini = rdv_teardown) {
   const char *mpirun = MPIRUN_PATH;
   if (mpirun[0] == '\0' || access(mpirun, X_OK) != 0) {
-    cr_log_warn("SKIPPED init_env.mpirun: Open MPI's mpirun is not installed");
+    cr_log_info("SKIPPED init_env.mpirun: Open MPI's mpirun is not installed");
     cr_skip_test("mpirun not found");
   }
   char out[8192];
@@ -248,7 +248,7 @@ static void ns_teardown(void) {
 Test(init_env, braidrun_network_namespaces, .init = ns_setup,
      .fini = ns_teardown) {
   if (ns_ready == 0) {
-    cr_log_warn("SKIPPED init_env.braidrun_network_namespaces: needs root "
+    cr_log_info("SKIPPED init_env.braidrun_network_namespaces: needs root "
                 "and iproute2 with bridge/veth/netns support");
     cr_skip_test("cannot create network namespaces here");
   }

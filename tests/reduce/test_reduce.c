@@ -320,12 +320,14 @@ static void check_one(braid_dtype dt, braid_op op, size_t n, size_t off,
   free(want);
 }
 
-/* Every code path this CPU has (0 is the portable one). */
+/* Every code path this CPU has (0 is the portable one). Said at info
+ * level: Criterion 2.4 exits 1 once anything is logged as a warning, and a
+ * CPU without a path (AVX-512 here and there) is no failure. */
 static int have_path(int path) {
   if (red_get_path(BRAID_FLOAT32, BRAID_SUM, path) != NULL)
     return 1;
-  cr_log_warn("reduction code path %d is not available on this CPU; "
-              "not tested here",
+  cr_log_info("SKIPPED: reduction code path %d is not available on this "
+              "CPU; not tested here",
               path);
   return 0;
 }
