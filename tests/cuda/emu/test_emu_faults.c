@@ -8,8 +8,9 @@
  * which sets the device side up. Over cuda IPC and staged over tcp.
  * BRAID_CHECK=1 names mismatched device calls by rank; a CUDA stream that never
  * reaches a call's gate within BRAID_TIMEOUT gives BRAID_ERR_TIMEOUT saying so.
- * A small call staged on a CUDA stream (BRAID_CUDA_HOST_MAX) that fails
- * leaves its recvbuf as it was.
+ * Small calls through pinned host memory on a CUDA stream
+ * (BRAID_CUDA_HOST_MAX): a killed rank is named as well, and a call that
+ * fails leaves its recvbuf as it was.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -86,6 +87,11 @@ static int dead_peer(braid_comm *c, int rank, int n, int on_stream,
     /* the held stream must be released: this returns */
     if (cudaStreamSynchronize(s) != cudaSuccess && rc == 0)
       rc = 14;
+    /* with BRAID_CUDA_HOST_MAX the calls went through the stream's copies */
+    if (rc == 0 && rank != VICTIM &&
+        (getenv("BRAID_CUDA_HOST_MAX") != NULL) !=
+            (enq_stream_host_calls(bs) > 0))
+      rc = 15;
     braid_stream_destroy(bs);
     cudaStreamDestroy(s);
   }
@@ -248,11 +254,12 @@ static void run(gpu_rank_fn fn, const char *transport, const char *what) {
       cr_expect_eq(st[r], 128 + SIGKILL, "%s: the victim exited %d", what,
                    st[r]);
     else
-      cr_expect_eq(st[r], 0,
-                   "%s: rank %d exit %d (10: not REMOTE, 11: the victim "
-                   "not named, 13: never noticed, 14: stream held, -1: "
-                   "hung)",
-                   what, r, st[r]);
+      cr_expect_eq(
+          st[r], 0,
+          "%s: rank %d exit %d (10: not REMOTE, 11: the victim "
+          "not named, 13: never noticed, 14: stream held, -1: "
+          "hung, 15: small calls not (or wrongly) staged on the stream)",
+          what, r, st[r]);
   }
   cr_expect_lt(dt, 30.0, "%s: survivors took %.1f s (timeout 30 s)", what, dt);
 }
@@ -270,6 +277,15 @@ Test(emu_faults, killed_rank_stream_cuda_ipc, .timeout = 120) {
  * must not run while the call's gate holds the user's stream. */
 Test(emu_faults, killed_rank_in_setup_of_first_stream_call, .timeout = 120) {
   run(dead_stream_at_setup, NULL, "CUDA stream, first call, cuda IPC");
+}
+
+/* The calls (1 MiB) small enough to go through pinned host memory, on the
+ * CUDA stream's own copies: the survivors learn it from the host transport
+ * (shm) and the stream is let go. */
+Test(emu_faults, killed_rank_stream_small_calls, .timeout = 120) {
+  setenv("BRAID_CUDA_HOST_MAX", "4M", 1);
+  run(dead_stream, NULL, "CUDA stream, small calls through host memory");
+  unsetenv("BRAID_CUDA_HOST_MAX");
 }
 
 Test(emu_faults, killed_rank_blocking_staged_tcp, .timeout = 120) {
