@@ -153,6 +153,10 @@ typedef struct shm_state {
   char err[256];
 } shm_state;
 
+/* transports/shm_setup.c: the transport's setup and teardown (tp_shm's) */
+int shm_setup(tp_setup *su, const uint8_t *peers, void **state);
+void shm_teardown(void *state);
+
 /* Overrides BRAID_SHM_CMA for setups that follow: -1 (default) follows the
  * configuration, 0 forces copies, 1 allows single-copy where the probe works.
  */

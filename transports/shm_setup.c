@@ -1,0 +1,409 @@
+/*
+ * Shared-memory transport, setup and teardown (transports/shm.c has the
+ * rest): each rank creates one segment for its incoming rings, publishes
+ * its name over the bootstrap, maps its peers' segments and unlinks its own
+ * name once all are mapped; single-copy reads (CMA) are agreed per pair.
+ */
+#include "transports/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdalign.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "src/bootstrap.h"
+#include "src/config.h"
+#include "src/log.h"
+
+#ifndef PR_SET_PTRACER
+#define PR_SET_PTRACER 0x59616d61
+#endif
+#ifndef PR_SET_PTRACER_ANY
+#define PR_SET_PTRACER_ANY ((unsigned long)-1)
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+static _Atomic int shm_cma_mode = -1;
+static _Atomic unsigned shm_counter;
+static _Atomic int shm_cma_logged;
+
+void shm_force_cma(int mode) { atomic_store(&shm_cma_mode, mode); }
+
+static uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+static shm_ring *ring_at(shm_hdr *h, int lpeer, int channel) {
+  uint64_t i = (uint64_t)lpeer * (uint64_t)h->nchannels + (uint64_t)channel;
+  return (shm_ring *)((char *)h + h->rings_off + i * h->ring_bytes);
+}
+
+static uint64_t job_token(boot *b) {
+  size_t len = 0;
+  const uint8_t *s = b ? boot_secret(b, &len) : NULL;
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; s && i < len; i++)
+    h = (h ^ s[i]) * 1099511628211ULL;
+  return h & 0xffffffffffffULL;
+}
+
+void shm_teardown(void *state) {
+  shm_state *st = state;
+  if (!st)
+    return;
+  for (int i = 0; st->peers && i < st->npeers; i++) {
+    shm_peer *p = &st->peers[i];
+    if (p->hdr)
+      munmap(p->hdr, p->size);
+    if (p->pidfd >= 0)
+      close(p->pidfd);
+  }
+  if (st->me)
+    munmap(st->me, st->me_size);
+  for (int i = 0; st->conns && i < st->npeers * st->nchannels; i++) {
+    free(st->conns[i].cmaq);
+    free(st->conns[i].bounce);
+  }
+  free(st->conns);
+  free(st->pend);
+  free(st->peers);
+  free(st->lidx);
+  free(st);
+}
+
+static void seg_unlink(shm_state *st) {
+  if (st->name[0] && !st->unlinked)
+    shm_unlink(st->name);
+  st->unlinked = 1;
+}
+
+typedef struct shm_rec {
+  char name[64];
+  int32_t pid, status;
+  uint64_t size, pidns;
+} shm_rec;
+
+static uint64_t pidns_id(void) {
+  struct stat sb;
+  if (stat("/proc/self/ns/pid", &sb) != 0)
+    return 0;
+  return (uint64_t)sb.st_ino ^ ((uint64_t)sb.st_dev << 32);
+}
+
+#define SERR(st_, code, ...)                                                   \
+  (snprintf((st_)->errbuf, sizeof((st_)->errbuf), __VA_ARGS__), (code))
+
+/* Creates, sizes and initialises this rank's segment. */
+static int seg_create(tp_setup *su, shm_state *st, boot *b) {
+  uint64_t data = round_up(st->slot_bytes, SHM_CL);
+  uint64_t slot = sizeof(shm_slot) + data;
+  uint64_t ring = sizeof(shm_ring) + (uint64_t)st->nslots * slot;
+  uint64_t nrings = (uint64_t)st->npeers * (uint64_t)st->nchannels;
+  uint64_t hdr =
+      round_up(sizeof(shm_hdr) + sizeof(int32_t) * (uint64_t)st->npeers, 4096);
+  if (ring > (UINT64_MAX / 2) / nrings)
+    return SERR(su, BRAID_ERR_INVALID_ARG,
+                "shm: segment size overflows (nslots %d, slot_bytes %zu)",
+                st->nslots, st->slot_bytes);
+  uint64_t total = hdr + nrings * ring;
+  int fd = -1;
+  for (int tries = 0; tries < 16 && fd < 0; tries++) {
+    snprintf(st->name, sizeof(st->name), "/braid-%012" PRIx64 "-%d-%d-%u",
+             job_token(b), (int)getpid(), st->rank,
+             atomic_fetch_add(&shm_counter, 1));
+    fd = shm_open(st->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EEXIST)
+      break;
+  }
+  if (fd < 0) {
+    int e = errno;
+    st->name[0] = 0;
+    return SERR(su, BRAID_ERR_SYSTEM,
+                "shm: rank %d cannot create a segment in /dev/shm: %s",
+                st->rank, strerror(e));
+  }
+  int e = ftruncate(fd, (off_t)total) != 0 ? errno : 0;
+  if (!e)
+    e = posix_fallocate(fd, 0, (off_t)total);
+  void *m = MAP_FAILED;
+  if (!e) {
+    m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+      e = errno;
+  }
+  close(fd);
+  if (e) {
+    shm_unlink(st->name);
+    st->name[0] = 0;
+    return SERR(su, e == ENOSPC ? BRAID_ERR_NOMEM : BRAID_ERR_SYSTEM,
+                "shm: rank %d cannot allocate %" PRIu64 " bytes in /dev/shm "
+                "(%d peers x %d channels x %d slots x %zu bytes): %s%s",
+                st->rank, total, st->npeers, st->nchannels, st->nslots,
+                st->slot_bytes, strerror(e),
+                e == ENOSPC ? "; /dev/shm is too small (enlarge it, e.g. "
+                              "docker --shm-size, or lower BRAID_BUFFSIZE / "
+                              "BRAID_NSLOTS)"
+                            : "");
+  }
+  shm_hdr *h = m;
+  st->me = h;
+  st->me_size = total;
+  h->pid = (int32_t)getpid();
+  h->rank = st->rank;
+  h->npeers = st->npeers;
+  h->nchannels = st->nchannels;
+  h->nslots = st->nslots;
+  h->slot_data = data;
+  h->slot_bytes = slot;
+  h->ring_bytes = ring;
+  h->rings_off = hdr;
+  h->total = total;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  atomic_store(&h->cause, -1);
+  h->cma_magic = SHM_MAGIC ^ ((uint64_t)ts.tv_nsec << 20) ^
+                 (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
+  h->cma_addr = (uint64_t)(uintptr_t)&h->cma_magic;
+  for (int i = 0; i < st->npeers; i++)
+    h->peer_rank[i] = st->peers[i].rank;
+  h->magic = SHM_MAGIC; /* peers read it after the next exchange */
+  return BRAID_SUCCESS;
+}
+
+/* Maps peer p's segment, finds our rings there, probes CMA, opens a pidfd. */
+static int peer_attach(tp_setup *su, shm_state *st, shm_peer *p,
+                       const shm_rec *rec, int use_cma) {
+  p->pid = rec->pid;
+  int fd = shm_open(rec->name, O_RDWR | O_CLOEXEC, 0);
+  struct stat sb;
+  int e = fd < 0 ? errno : 0;
+  if (!e && fstat(fd, &sb) != 0)
+    e = errno;
+  if (!e && (uint64_t)sb.st_size < rec->size)
+    e = EINVAL;
+  if (!e) {
+    void *m = mmap(NULL, rec->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+      e = errno;
+    else
+      p->hdr = m, p->size = rec->size;
+  }
+  if (fd >= 0)
+    close(fd);
+  if (e)
+    return SERR(su, BRAID_ERR_SYSTEM,
+                "shm: rank %d cannot map the segment %s of rank %d: %s "
+                "(is rank %d on this host?)",
+                st->rank, rec->name, p->rank, strerror(e), p->rank);
+  shm_hdr *h = p->hdr;
+  if (h->magic != SHM_MAGIC || h->rank != p->rank ||
+      h->nchannels != st->nchannels)
+    return SERR(su, BRAID_ERR_INTERNAL,
+                "shm: the segment of rank %d is not what rank %d expects "
+                "(channels %d vs %d)",
+                p->rank, st->rank, (int)h->nchannels, st->nchannels);
+  p->pidfd = -1;
+  p->pid_ok = rec->pidns == pidns_id();
+  if (!p->pid_ok) {
+    INFO(LOG_SHM,
+         "shm: rank %d is in another pid namespace: no single-copy, "
+         "liveness through the bootstrap only",
+         p->rank);
+  } else {
+    p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
+    if (p->pidfd < 0 && errno == ESRCH)
+      return SERR(su, BRAID_ERR_REMOTE,
+                  "shm: rank %d (pid %d) exited during setup", p->rank, p->pid);
+  }
+  p->can_read = 0;
+  if (use_cma && p->pid_ok) {
+    uint64_t v = 0;
+    struct iovec l = {&v, sizeof(v)};
+    struct iovec r = {(void *)(uintptr_t)h->cma_addr, sizeof(v)};
+    ssize_t n = process_vm_readv(p->pid, &l, 1, &r, 1, 0);
+    p->can_read = n == (ssize_t)sizeof(v) && v == h->cma_magic;
+    if (!p->can_read) {
+      const char *why = n < 0 ? strerror(errno) : "wrong bytes";
+      if (!atomic_exchange(&shm_cma_logged, 1))
+        INFO(LOG_SHM,
+             "shm: single-copy reads from rank %d (pid %d) unavailable (%s); "
+             "using copies",
+             p->rank, p->pid, why);
+      else
+        TRACE(LOG_SHM, "shm: no single-copy from rank %d: %s", p->rank, why);
+    }
+  }
+  return BRAID_SUCCESS;
+}
+
+/* Points peer i's connections at our rings in its segment and its rings in
+ * ours. */
+static int conns_init(tp_setup *su, shm_state *st, int i) {
+  shm_peer *p = &st->peers[i];
+  shm_hdr *h = p->hdr;
+  int at = -1;
+  for (int k = 0; k < h->npeers; k++)
+    if (h->peer_rank[k] == st->rank)
+      at = k;
+  if (at < 0)
+    return SERR(su, BRAID_ERR_INVALID_ARG,
+                "shm setup: rank %d lists rank %d as a shm peer but not the "
+                "other way round",
+                st->rank, p->rank);
+  for (int ch = 0; ch < st->nchannels; ch++) {
+    tp_conn *c = &st->conns[i * st->nchannels + ch];
+    *c = (tp_conn){.st = st, .peer = p->rank, .channel = ch, .lpeer = i};
+    c->tx_hdr = h;
+    c->tx = ring_at(h, at, ch);
+    c->tx_base = (char *)c->tx + sizeof(shm_ring);
+    c->tx_nslots = (uint64_t)h->nslots;
+    c->tx_stride = h->slot_bytes;
+    c->tx_cap = h->slot_data;
+    c->rx = ring_at(st->me, i, ch);
+    c->rx_base = (char *)c->rx + sizeof(shm_ring);
+    atomic_store(&c->rx->cma_ok, (uint32_t)p->can_read);
+    if (!(c->cmaq = calloc(c->tx_nslots, sizeof(shm_cmaq))))
+      return SERR(su, BRAID_ERR_NOMEM, "shm setup: no memory");
+  }
+  return BRAID_SUCCESS;
+}
+
+int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
+  if (!su || !state)
+    return BRAID_ERR_INVALID_ARG;
+  *state = NULL;
+  su->errbuf[0] = 0;
+  boot *b = su->boot;
+  if (!b || !peers || su->nranks < 1 || su->rank < 0 || su->rank >= su->nranks)
+    return SERR(su, BRAID_ERR_INVALID_ARG,
+                "shm setup: missing bootstrap/peers or bad rank %d of %d",
+                su->rank, su->nranks);
+  if (su->nchannels < 1 || su->nslots < 1 || su->slot_bytes == 0 ||
+      su->slot_bytes > (size_t)UINT32_MAX - SHM_CL)
+    return SERR(su, BRAID_ERR_INVALID_ARG,
+                "shm setup: nchannels (%d) and nslots (%d) must be >= 1 and "
+                "slot_bytes (%zu) in 1..4 GiB",
+                su->nchannels, su->nslots, su->slot_bytes);
+  /* Every failure below is shared through the two exchanges, so that all
+   * ranks fail setup together instead of waiting for each other. */
+  shm_state *st = calloc(1, sizeof(*st));
+  size_t n = (size_t)su->nranks, nconn = n * (size_t)su->nchannels;
+  shm_rec *recs = calloc(n, sizeof(shm_rec));
+  int32_t *all = calloc(n, sizeof(int32_t));
+  shm_rec mine = {.pid = (int32_t)getpid(), .pidns = pidns_id()};
+  int rc = BRAID_SUCCESS, use_cma = 0;
+  if (st) {
+    st->lidx = malloc(sizeof(int) * n);
+    st->peers = calloc(n, sizeof(shm_peer));
+    st->conns = calloc(nconn, sizeof(tp_conn));
+    st->pend = calloc(nconn, sizeof(tp_conn *));
+  }
+  if (!st || !recs || !all || !st->lidx || !st->peers || !st->conns ||
+      !st->pend) {
+    rc = SERR(su, BRAID_ERR_NOMEM, "shm setup: no memory for %d ranks",
+              su->nranks);
+  } else {
+    *st = (shm_state){.rank = su->rank,
+                      .nranks = su->nranks,
+                      .nchannels = su->nchannels,
+                      .nslots = su->nslots,
+                      .slot_bytes = su->slot_bytes,
+                      .lidx = st->lidx,
+                      .peers = st->peers,
+                      .conns = st->conns,
+                      .pend = st->pend};
+    const cfg_env *cfg = cfg_get();
+    int mode = atomic_load(&shm_cma_mode);
+    use_cma = mode >= 0 ? mode : (cfg ? cfg->shm_cma : 1);
+    st->cma_threshold = cfg && cfg->cma_threshold ? cfg->cma_threshold
+                                                  : SHM_DEFAULT_CMA_THRESHOLD;
+    for (int i = 0; i < su->nranks; i++) {
+      int on = peers[i] && i != su->rank; /* self is tp_self's job */
+      st->lidx[i] = on ? st->npeers : -1;
+      if (on)
+        st->peers[st->npeers++] = (shm_peer){.rank = i, .pidfd = -1};
+    }
+    if (use_cma)
+      prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    if (st->npeers > 0) {
+      rc = seg_create(su, st, b);
+      memcpy(mine.name, st->name, sizeof(mine.name));
+      mine.size = st->me_size;
+    }
+  }
+  /* Phase 1: segment names (or failures) go round. */
+  mine.status = rc ? 1 : 0;
+  int x = boot_allgather(b, &mine, recs, sizeof(mine));
+  for (int i = 0; !x && !rc && i < su->nranks; i++)
+    if (recs[i].status)
+      rc = SERR(su, BRAID_ERR_REMOTE,
+                "shm setup: rank %d could not create its segment (see its "
+                "log)",
+                i);
+  if (x || rc) {
+    rc = x ? x : rc;
+    goto out;
+  }
+  /* Attach to every peer; failures go round in phase 2. */
+  int32_t status = 0;
+  for (int i = 0; i < st->npeers && !status; i++) {
+    shm_peer *p = &st->peers[i];
+    if (!recs[p->rank].name[0])
+      status = SERR(su, BRAID_ERR_INVALID_ARG,
+                    "shm setup: rank %d lists rank %d as a shm peer, but "
+                    "rank %d has no shm peers",
+                    st->rank, p->rank, p->rank);
+    else if (!(status = peer_attach(su, st, p, &recs[p->rank], use_cma)))
+      status = conns_init(su, st, i);
+  }
+  /* Phase 2: everyone has mapped everything, so the names can go. */
+  x = boot_allgather(b, &status, all, sizeof(status));
+  seg_unlink(st);
+  rc = x ? x : status;
+  for (int i = 0; !rc && i < su->nranks; i++)
+    if (all[i])
+      rc = SERR(su, BRAID_ERR_REMOTE,
+                "shm setup: rank %d could not attach to its shm peers (see "
+                "its log)",
+                i);
+  if (rc)
+    goto out;
+  /* Peers wrote cma_ok into our rings before phase 2. */
+  for (size_t i = 0; i < (size_t)st->npeers * (size_t)st->nchannels; i++)
+    st->conns[i].tx_cma = use_cma && atomic_load(&st->conns[i].tx->cma_ok);
+  INFO(LOG_SHM,
+       "shm: rank %d connected to %d local peers, %d channels, %d "
+       "slots of %zu bytes, single-copy %s",
+       st->rank, st->npeers, st->nchannels, st->nslots, st->slot_bytes,
+       use_cma ? "allowed" : "off");
+out:
+  if (st)
+    seg_unlink(st);
+  if (x && !su->errbuf[0])
+    snprintf(su->errbuf, sizeof(su->errbuf),
+             "shm setup: bootstrap exchange failed: %s", boot_last_error(b));
+  free(recs);
+  free(all);
+  if (rc) {
+    shm_teardown(st);
+    return rc;
+  }
+  *state = st;
+  return BRAID_SUCCESS;
+}
