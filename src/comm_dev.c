@@ -74,6 +74,7 @@ typedef struct dev_rec {
   int32_t vertex;    /* the GPU's vertex in the rank's c->topo, or -1 */
   uint32_t topo_sig; /* which topology the vertex numbers (topo_sig) */
   uint64_t host_max; /* this rank's BRAID_CUDA_HOST_MAX */
+  uint64_t buffsize; /* this rank's BRAID_CUDA_BUFFSIZE (or BRAID_BUFFSIZE) */
   char busid[32];
 } dev_rec;
 
@@ -142,7 +143,7 @@ static braid_result cuda_setup(braid_comm *c, dev_priv *p, const uint8_t *on) {
   st.nranks = c->nranks;
   st.nchannels = c->nchannels + 1;
   st.nslots = c->nslots;
-  st.slot_bytes = c->slot_bytes;
+  st.slot_bytes = p->pub.slot_bytes;
   st.timeout_ms = c->timeout_ms;
   void *state = NULL;
   int r = tp_cuda.setup(&st, on, &state);
@@ -323,7 +324,10 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   dev_rec mine = {.device = device,
                   .vertex = -1,
                   .topo_sig = topo_sig(c->topo),
-                  .host_max = cfg_get()->cuda_host_max};
+                  .host_max = cfg_get()->cuda_host_max,
+                  .buffsize = cfg_get()->cuda_buffsize
+                                  ? cfg_get()->cuda_buffsize
+                                  : cfg_get()->buffsize};
   mine.ok = local_ok(d, device, why, sizeof why);
   if (mine.ok) {
     place_gpu(c, d);
@@ -339,6 +343,16 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
            "using rank 0's (every rank must take the same path)",
            c->rank, (unsigned long long)mine.host_max,
            (unsigned long long)all[0].host_max);
+    if (all[0].buffsize != mine.buffsize)
+      WARN(LOG_ENV,
+           "rank %d: BRAID_CUDA_BUFFSIZE is %llu here but %llu on rank 0; "
+           "using rank 0's (both ends of a connection must agree)",
+           c->rank, (unsigned long long)mine.buffsize,
+           (unsigned long long)all[0].buffsize);
+    d->slot_bytes = (size_t)all[0].buffsize / (size_t)c->nslots;
+    d->slot_bytes &= ~(size_t)63;
+    size_t slice = cfg_get()->slice_bytes;
+    d->slice_bytes = slice > 0 && slice < d->slot_bytes ? slice : d->slot_bytes;
     for (int a = 0; a < n; a++)
       for (int b = a + 1; b < n; b++)
         any_cuda |= boot_same_host(c->boot, a, b) && host_ok(c, all, a);
@@ -360,6 +374,8 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   if (r == BRAID_SUCCESS && mine.ok) {
     d->view = gpu_view(c, all);
     r = peers_setup(c, p, local, remote);
+    /* the same on every rank: all on one host, all usable, tp_cuda up */
+    d->ipc_all = p->ncuda == n - 1;
   }
   free(all);
   free(local);

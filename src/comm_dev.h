@@ -43,6 +43,13 @@ typedef struct comm_dev {
    * is at most this many bytes run on the host transports through pinned
    * host memory (src/exec_dev.c); 0: never */
   size_t host_max;
+  /* slot and pipeline slice of the cuda transport (BRAID_CUDA_BUFFSIZE /
+   * BRAID_NSLOTS, rank 0's); channels whose every peer is on it (ipc_all:
+   * all ranks on this host over CUDA IPC; not the host-routed channels)
+   * slice device buffers by slice_bytes, others by the host transports'
+   * c->slice_bytes, so both ends of a connection agree */
+  size_t slot_bytes, slice_bytes;
+  int ipc_all;
 } comm_dev;
 
 /* Sets c->dev up for CUDA device `device`. Collective. */

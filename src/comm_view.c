@@ -22,6 +22,7 @@
 #include "collectives/sim.h"
 #include "collectives/view.h"
 #include "src/comm.h"
+#include "src/comm_dev.h"
 #include "src/config.h"
 #include "src/log.h"
 
@@ -178,7 +179,9 @@ const void *comm_select(braid_comm *c, sched_coll coll, size_t bytes,
     sim_params_gpu(&p);
   else
     sim_params_cpu(&p);
-  p.slice_bytes = c->slice_bytes;
+  p.slice_bytes = gpus && c->dev != NULL && c->dev->ipc_all
+                      ? c->dev->slice_bytes
+                      : c->slice_bytes;
   p.slots = c->nslots;
   return select_algo_view(coll, gpus ? view : c->view, bytes, &p, &f,
                           c->nchannels, err, errlen);

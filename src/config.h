@@ -14,6 +14,8 @@ typedef struct cfg_env {
   const char *algo;      /* BRAID_ALGO */
   const char *socket_ifname; /* BRAID_SOCKET_IFNAME */
   size_t buffsize;           /* BRAID_BUFFSIZE: bytes of slots per connection */
+  size_t cuda_buffsize;      /* BRAID_CUDA_BUFFSIZE: the same for CUDA IPC, 0:
+                                buffsize */
   int nslots;                /* BRAID_NSLOTS, default 8 */
   size_t slice_bytes;        /* BRAID_SLICE: pipeline slice (0 = auto) */
   int shm_cma;               /* BRAID_SHM_CMA: single-copy, default 1 */

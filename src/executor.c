@@ -380,12 +380,24 @@ static braid_result scratch_reserve(braid_comm *c, size_t bytes) {
   return BRAID_SUCCESS;
 }
 
+/* The pipeline slice of a channel: the cuda transport's on device buffers
+ * when every peer is on it (except host-routed channels, carried by the
+ * host transports' slots), else the host transports'. The same on every
+ * rank, so both ends of a connection cut messages alike. */
+static size_t chan_slice(const braid_comm *c, const xop *x, int route) {
+  if (x->dev >= 0 && c->dev != NULL && c->dev->ipc_all &&
+      route != SCHED_ROUTE_HOST)
+    return c->dev->slice_bytes;
+  return c->slice_bytes;
+}
+
 static void chan_init(braid_comm *c, xop *x, xchan *h, const sched_channel *sc,
-                      int ch, int tch, double w_lo, double w_hi) {
+                      int ch, int tch, int route, double w_lo, double w_hi) {
   memset(h, 0, offsetof(xchan, pend));
   h->sc = sc;
   h->ch = ch;
   h->tch = tch;
+  h->route = route;
   h->w_lo = w_lo;
   h->w_hi = w_hi;
   h->wait_peer = -1;
@@ -397,7 +409,7 @@ static void chan_init(braid_comm *c, xop *x, xchan *h, const sched_channel *sc,
       maxpart = hi - lo;
   }
   size_t bytes = maxpart * x->esize;
-  size_t slice = c->slice_bytes;
+  size_t slice = chan_slice(c, x, route);
   h->nslices = bytes == 0 ? 1 : (int)((bytes + slice - 1) / slice);
   if (sc->nsteps == 0)
     h->nslices = 0;
@@ -513,7 +525,8 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
                                : sched_ck(SCHED_BUF_NONE, 0, 0)};
     x->p2p = (sched_channel){&x->p2p_step, 1, 1};
     x->nch = 1;
-    chan_init(c, x, &x->chans[0], &x->p2p, 0, c->nchannels, 0.0, 1.0);
+    chan_init(c, x, &x->chans[0], &x->p2p, 0, c->nchannels, SCHED_ROUTE_ANY,
+              0.0, 1.0);
     return BRAID_SUCCESS;
   }
   sched_cache_entry *e = NULL;
@@ -539,8 +552,8 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
   for (int ch = 0; ch < x->nch; ch++) {
     double wn = ch == x->nch - 1 ? 1.0 : w + s->weights[ch];
     const sched_channel *sc = sched_chan_c(s, x->me, ch);
-    chan_init(c, x, &x->chans[ch], sc, ch, ch, w, wn);
-    x->chans[ch].route = s->route != NULL ? s->route[ch] : SCHED_ROUTE_ANY;
+    chan_init(c, x, &x->chans[ch], sc, ch, ch,
+              s->route != NULL ? s->route[ch] : SCHED_ROUTE_ANY, w, wn);
     x->chans[ch].vol = vol;
     if (vol != NULL)
       vol += sc->nsteps;

@@ -11,7 +11,10 @@
 #      (target: >= 0.90 of B);
 #   2. braid-perf all_reduce -G 1 at 256 MiB with 2 and 4 ranks on the one
 #      GPU (braidrun -n 2/4), busbw against the memory-traffic bound of the
-#      ring over CUDA IPC (target: >= 0.70 of the bound);
+#      ring over CUDA IPC (target: >= 0.70 of the bound), with the cuda
+#      transport's default slots and with larger ones (BRAID_CUDA_BUFFSIZE
+#      in $CUDA_BUFFSIZES: fewer, longer copies per step, each driven by the
+#      host);
 #   3. 8-byte allreduce latency on device buffers, 2 ranks (target < 10 us),
 #      on a CUDA stream and blocking, each by both paths: direct (CUDA IPC,
 #      BRAID_CUDA_HOST_MAX=0) and through pinned host memory
@@ -37,6 +40,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${1:-$ROOT/build-device}
 SIZE=${SIZE:-256M}
 HOST_MAX=${HOST_MAX:-4M}
+CUDA_BUFFSIZES=${CUDA_BUFFSIZES:-32M 128M}
 LOG_DIR=${LOG_DIR:-$BUILD/device-logs}
 JOBS=${JOBS:-$(nproc)}
 
@@ -105,6 +109,21 @@ for k in 2 4; do
   WRONG[$k]=$(awk '{ print $9 + $13 }' <<<"$row")
 done
 
+# the same with larger slots of the cuda transport (a failed run is shown)
+declare -A BWS
+for bs in $CUDA_BUFFSIZES; do
+  for k in 2 4; do
+    f=$LOG_DIR/allreduce_${k}ranks_cuda${bs}.txt
+    rc=0
+    BRAID_CUDA_BUFFSIZE=$bs run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" -n 20 \
+      -w 5 -c 1 -d float32 || rc=$?
+    row=$(perf_row "$f")
+    BWS[$bs.$k]="failed (exit $rc)"
+    [ "$rc" -eq 0 ] && [ -n "$row" ] &&
+      BWS[$bs.$k]=$(awk '{ print $8, $12, $9 + $13 }' <<<"$row")
+  done
+done
+
 # ---- 3. latency, 8 bytes, 2 ranks: stream and blocking, by both paths ----
 # A run that fails (braid-perf exits 1 on a wrong element) is reported in
 # the table, not hidden: "failed (exit N)".
@@ -161,6 +180,24 @@ for k in 2 4; do
       bound = 2 * b / (9 * k);
       printf "| %d | %.1f | %.1f | %.1f | %.2f | %.2f | %d |\n",
              k, o, i, bound, o / bound, i / bound, w }'
+done
+echo
+echo "The same with larger slots of the cuda transport (\`BRAID_CUDA_BUFFSIZE\`;"
+echo "the default is BRAID_BUFFSIZE, 4M: slots of 512 KiB):"
+echo
+echo "| BRAID_CUDA_BUFFSIZE | ranks | busbw out-of-place (GB/s) | busbw in-place (GB/s) | out-of-place / bound | in-place / bound | #wrong |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+for bs in $CUDA_BUFFSIZES; do
+  for k in 2 4; do
+    v=${BWS[$bs.$k]}
+    case $v in
+    failed*) echo "| $bs | $k | $v | | | | |" ;;
+    *) awk -v k="$k" -v b="$B" -v bs="$bs" -v v="$v" 'BEGIN {
+         split(v, f, " "); bound = 2 * b / (9 * k);
+         printf "| %s | %d | %.1f | %.1f | %.2f | %.2f | %d |\n",
+                bs, k, f[1], f[2], f[1] / bound, f[2] / bound, f[3] }' ;;
+    esac
+  done
 done
 echo
 echo "8-byte allreduce on device buffers, 2 ranks on one GPU (target < 10 us),"

@@ -6,7 +6,10 @@
 # real: multi-ring and tree packing chosen by the selector, hybrid
 # NVLink+PCIe where BRAID_ALGO names it (the runtime does not choose it by
 # itself yet: docs/SCHEDULES.md §4), its host-routed channels through
-# pinned host memory over shm rather than CUDA IPC.
+# pinned host memory over shm rather than CUDA IPC. The last run gives CUDA
+# IPC smaller slots (BRAID_CUDA_BUFFSIZE=256K: 32 KiB slices) than the host
+# transports' (512 KiB): hybrid's NVLink channels and its host-routed ones
+# then cut one call into slices of two sizes.
 # usage: run_gpu_view.sh BRAIDRUN MATRIX_BLOCKING MATRIX_STREAM MACHINES_DIR
 #            [LARGE]
 # LARGE (default 262147) is the largest element count: calls that large
@@ -20,14 +23,18 @@ export CUDA_EMU_BUSID=0000:06:00.0,0000:07:00.0,0000:0a:00.0,0000:0b:00.0
 export BRAID_DEBUG=TRACE BRAID_DEBUG_SUBSYS=SCHED,INIT BRAID_TIMEOUT=120
 fail=0
 # 8 channels leave room for the 4-ring and 6-ring plans, 2 for tree packing
-for run in "8 - $blocking 0,7,1023,$large" "2 - $stream 0,7,1023,$large" \
-  "8 hybrid $blocking 7,$large"; do
+runs=0
+for run in "8 - $blocking 0,7,1023,$large -" "2 - $stream 0,7,1023,$large -" \
+  "8 hybrid $blocking 7,$large -" "8 hybrid $blocking 7,65539 256K"; do
   set -- $run
-  algo=$2
+  algo=$2 cbs=$5
   [ "$algo" = - ] && algo=
-  echo "== BRAID_NCHANNELS=$1 BRAID_ALGO=$algo $(basename "$3") --counts $4"
-  if ! BRAID_NCHANNELS=$1 BRAID_ALGO=$algo "$braidrun" -n 4 --timeout 600 \
-      "$3" --counts "$4" >>"$log" 2>&1; then
+  [ "$cbs" = - ] && cbs=
+  runs=$((runs + 1))
+  echo "== BRAID_NCHANNELS=$1 BRAID_ALGO=$algo BRAID_CUDA_BUFFSIZE=$cbs" \
+    "$(basename "$3") --counts $4"
+  if ! BRAID_NCHANNELS=$1 BRAID_ALGO=$algo BRAID_CUDA_BUFFSIZE=$cbs \
+      "$braidrun" -n 4 --timeout 600 "$3" --counts "$4" >>"$log" 2>&1; then
     grep -v "TRACE\|INFO" "$log" | tail -20
     echo "FAILED: the matrix on the ranks' GPUs (exit above)"
     fail=1
@@ -35,8 +42,8 @@ for run in "8 - $blocking 0,7,1023,$large" "2 - $stream 0,7,1023,$large" \
 done
 grep "passed" "$log"
 planned=$(grep -c "schedules for the ranks' GPUs" "$log")
-if [ "$planned" != 12 ]; then
-  echo "FAILED: $planned of 12 rank setups planned on the ranks' GPUs"
+if [ "$planned" != $((4 * runs)) ]; then
+  echo "FAILED: $planned of $((4 * runs)) rank setups planned on the ranks' GPUs"
   fail=1
 fi
 for algo in multiring hybrid treepack; do
@@ -52,8 +59,8 @@ done
 # communicator); the plain runs route nothing through the host
 hosted=$(grep -c "host-routed channels reach rank" "$log")
 echo "host-routed peers: $hosted"
-if [ "$hosted" -lt 8 ]; then
-  echo "FAILED: hybrid's host channels reached $hosted peers through host memory (want >= 8: two per rank)"
+if [ "$hosted" -lt 16 ]; then
+  echo "FAILED: hybrid's host channels reached $hosted peers through host memory (want >= 16: two per rank in each hybrid run)"
   fail=1
 fi
 [ $fail = 0 ] && echo "gpu view: every run exact, topology-aware plans ran"
