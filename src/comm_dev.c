@@ -369,6 +369,8 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
     comm_set_error(c, "rank %d: exchanging device capabilities: %s", c->rank,
                    boot_last_error(c->boot));
   }
+  d->slice_mixed = any_cuda && d->slot_bytes < c->slice_bytes ? d->slot_bytes
+                                                              : c->slice_bytes;
   if (r == BRAID_SUCCESS && any_cuda)
     r = cuda_setup(c, p, local);
   if (r == BRAID_SUCCESS && mine.ok) {

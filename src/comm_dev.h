@@ -46,9 +46,11 @@ typedef struct comm_dev {
   /* slot and pipeline slice of the cuda transport (BRAID_CUDA_BUFFSIZE /
    * BRAID_NSLOTS, rank 0's); channels whose every peer is on it (ipc_all:
    * all ranks on this host over CUDA IPC; not the host-routed channels)
-   * slice device buffers by slice_bytes, others by the host transports'
-   * c->slice_bytes, so both ends of a connection agree */
-  size_t slot_bytes, slice_bytes;
+   * slice device buffers by slice_bytes, the others by slice_mixed: the
+   * host transports' c->slice_bytes, at most one cuda slot when the job
+   * uses cuda anywhere. Every rank derives the same, so both ends of a
+   * connection cut messages alike. */
+  size_t slot_bytes, slice_bytes, slice_mixed;
   int ipc_all;
 } comm_dev;
 

@@ -17,6 +17,7 @@
 typedef struct pend {
   tp_conn *conn;
   const tp_ops *ops;
+  int peer;
   uint64_t ticket;
   const char *p;
   size_t len;

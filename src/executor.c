@@ -78,8 +78,11 @@ static int retire(braid_comm *c, xchan *h, int i) {
   pend *p = &h->pend[i];
   int r = p->ops->send_done(p->conn, p->ticket);
   if (r == TP_AGAIN) {
+    /* the peer too: the wait's transport is found from it (a stale peer
+     * of another transport had its pollfd read this connection) */
     h->wait_conn = p->conn;
     h->wait_events = POLLOUT;
+    h->wait_peer = p->peer;
     return TP_AGAIN;
   }
   if (r != BRAID_SUCCESS)
@@ -136,7 +139,7 @@ static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
   }
   if (r != BRAID_SUCCESS)
     return r;
-  h->pend[h->npend++] = (pend){conn, ops, t, p, len};
+  h->pend[h->npend++] = (pend){conn, ops, peer, t, p, len};
   return BRAID_SUCCESS;
 }
 
@@ -380,15 +383,15 @@ static braid_result scratch_reserve(braid_comm *c, size_t bytes) {
   return BRAID_SUCCESS;
 }
 
-/* The pipeline slice of a channel: the cuda transport's on device buffers
- * when every peer is on it (except host-routed channels, carried by the
- * host transports' slots), else the host transports'. The same on every
- * rank, so both ends of a connection cut messages alike. */
+/* The pipeline slice of a channel (src/comm_dev.h): on device buffers the
+ * cuda transport's when every peer is on it (not on host-routed channels,
+ * which the host transports' slots carry), else one that fits both. The
+ * same on every rank, so both ends of a connection cut messages alike. */
 static size_t chan_slice(const braid_comm *c, const xop *x, int route) {
-  if (x->dev >= 0 && c->dev != NULL && c->dev->ipc_all &&
-      route != SCHED_ROUTE_HOST)
-    return c->dev->slice_bytes;
-  return c->slice_bytes;
+  if (x->dev < 0 || c->dev == NULL)
+    return c->slice_bytes;
+  return c->dev->ipc_all && route != SCHED_ROUTE_HOST ? c->dev->slice_bytes
+                                                      : c->dev->slice_mixed;
 }
 
 static void chan_init(braid_comm *c, xop *x, xchan *h, const sched_channel *sc,

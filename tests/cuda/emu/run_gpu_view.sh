@@ -7,9 +7,9 @@
 # NVLink+PCIe where BRAID_ALGO names it (the runtime does not choose it by
 # itself yet: docs/SCHEDULES.md §4), its host-routed channels through
 # pinned host memory over shm rather than CUDA IPC. The last run gives CUDA
-# IPC smaller slots (BRAID_CUDA_BUFFSIZE=256K: 32 KiB slices) than the host
-# transports' (512 KiB): hybrid's NVLink channels and its host-routed ones
-# then cut one call into slices of two sizes.
+# IPC larger slots (BRAID_CUDA_BUFFSIZE=1M: 128 KiB slices) than the host
+# transports' (BRAID_BUFFSIZE=64K: 8 KiB): hybrid's NVLink channels and its
+# host-routed ones then cut one call into slices of two sizes.
 # usage: run_gpu_view.sh BRAIDRUN MATRIX_BLOCKING MATRIX_STREAM MACHINES_DIR
 #            [LARGE]
 # LARGE (default 262147) is the largest element count: calls that large
@@ -24,17 +24,20 @@ export BRAID_DEBUG=TRACE BRAID_DEBUG_SUBSYS=SCHED,INIT BRAID_TIMEOUT=120
 fail=0
 # 8 channels leave room for the 4-ring and 6-ring plans, 2 for tree packing
 runs=0
-for run in "8 - $blocking 0,7,1023,$large -" "2 - $stream 0,7,1023,$large -" \
-  "8 hybrid $blocking 7,$large -" "8 hybrid $blocking 7,65539 256K"; do
+for run in "8 - $blocking 0,7,1023,$large - -" \
+  "2 - $stream 0,7,1023,$large - -" "8 hybrid $blocking 7,$large - -" \
+  "8 hybrid $blocking 7,65539 64K 1M"; do
   set -- $run
-  algo=$2 cbs=$5
+  algo=$2 bs=$5 cbs=$6
   [ "$algo" = - ] && algo=
+  [ "$bs" = - ] && bs=
   [ "$cbs" = - ] && cbs=
   runs=$((runs + 1))
-  echo "== BRAID_NCHANNELS=$1 BRAID_ALGO=$algo BRAID_CUDA_BUFFSIZE=$cbs" \
-    "$(basename "$3") --counts $4"
-  if ! BRAID_NCHANNELS=$1 BRAID_ALGO=$algo BRAID_CUDA_BUFFSIZE=$cbs \
-      "$braidrun" -n 4 --timeout 600 "$3" --counts "$4" >>"$log" 2>&1; then
+  echo "== BRAID_NCHANNELS=$1 BRAID_ALGO=$algo BRAID_BUFFSIZE=$bs" \
+    "BRAID_CUDA_BUFFSIZE=$cbs $(basename "$3") --counts $4"
+  if ! BRAID_NCHANNELS=$1 BRAID_ALGO=$algo BRAID_BUFFSIZE=$bs \
+      BRAID_CUDA_BUFFSIZE=$cbs "$braidrun" -n 4 --timeout 600 "$3" \
+      --counts "$4" >>"$log" 2>&1; then
     grep -v "TRACE\|INFO" "$log" | tail -20
     echo "FAILED: the matrix on the ranks' GPUs (exit above)"
     fail=1
