@@ -12,8 +12,11 @@
 #                       (the GPU matrix at 1, 2 and 4 ranks, stream order,
 #                       CUDA IPC, the CUDA trainer end to end, the kernels'
 #                       element tests);
-#               perf    perf/cuda/run_device.sh (the three measurements of
-#                       docs/PERFORMANCE.md, "Device buffers");
+#               perf    perf/cuda/run_device.sh (the measurements of
+#                       docs/PERFORMANCE.md, "Device buffers": kernels,
+#                       256 MiB bandwidth with default and larger cuda
+#                       slots, 8-byte latency and the size sweep by both
+#                       paths of small calls);
 #               all     both, tests first (the default).
 #
 # Results go to $OUT when it is set, else to <build>/kit-out: kit.log
