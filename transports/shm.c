@@ -30,7 +30,6 @@
 #include "src/config.h"
 #include "src/log.h"
 
-
 /* ---- helpers ------------------------------------------------------------ */
 
 static void seterr(char *buf, size_t len, const char *fmt, ...)
