@@ -219,11 +219,7 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
   if (c->nchannels <= 0)
     c->nchannels = 2;
   c->nslots = env->nslots;
-  c->slot_bytes = env->buffsize / (size_t)env->nslots;
-  c->slot_bytes &= ~(size_t)63;
-  c->slice_bytes = env->slice_bytes > 0 && env->slice_bytes < c->slot_bytes
-                       ? env->slice_bytes
-                       : c->slot_bytes;
+  cfg_slots(env->buffsize, &c->slot_bytes, &c->slice_bytes);
   c->broken = BRAID_SUCCESS;
   if (c->algo[0]) { /* validate the filter once, with a clear error */
     char err[256] = "";

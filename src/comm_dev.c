@@ -78,6 +78,16 @@ typedef struct dev_rec {
   char busid[32];
 } dev_rec;
 
+/* A setting every rank must share: rank 0's, with a warning where this
+ * rank's differs. */
+static uint64_t rank0s(const braid_comm *c, const char *name, uint64_t mine,
+                       uint64_t rank0) {
+  if (mine != rank0)
+    WARN(LOG_ENV, "rank %d: %s is %llu here but %llu on rank 0; using rank 0's",
+         c->rank, name, (unsigned long long)mine, (unsigned long long)rank0);
+  return rank0;
+}
+
 static tp_conn *host_conn(void *arg, int peer, int channel) {
   return comm_conn((braid_comm *)arg, peer, channel);
 }
@@ -321,13 +331,13 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   /* a rank that cannot serve device buffers still joins every exchange, so
    * that its peers agree on the pairs and never wait for it */
   char why[160] = "";
+  const cfg_env *env = cfg_get();
   dev_rec mine = {.device = device,
                   .vertex = -1,
                   .topo_sig = topo_sig(c->topo),
-                  .host_max = cfg_get()->cuda_host_max,
-                  .buffsize = cfg_get()->cuda_buffsize
-                                  ? cfg_get()->cuda_buffsize
-                                  : cfg_get()->buffsize};
+                  .host_max = env->cuda_host_max,
+                  .buffsize =
+                      env->cuda_buffsize ? env->cuda_buffsize : env->buffsize};
   mine.ok = local_ok(d, device, why, sizeof why);
   if (mine.ok) {
     place_gpu(c, d);
@@ -336,23 +346,11 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   braid_result r = boot_allgather(c->boot, &mine, all, sizeof mine);
   int any_cuda = 0;
   if (r == BRAID_SUCCESS) {
-    d->host_max = (size_t)all[0].host_max;
-    if (all[0].host_max != mine.host_max)
-      WARN(LOG_ENV,
-           "rank %d: BRAID_CUDA_HOST_MAX is %llu here but %llu on rank 0; "
-           "using rank 0's (every rank must take the same path)",
-           c->rank, (unsigned long long)mine.host_max,
-           (unsigned long long)all[0].host_max);
-    if (all[0].buffsize != mine.buffsize)
-      WARN(LOG_ENV,
-           "rank %d: BRAID_CUDA_BUFFSIZE is %llu here but %llu on rank 0; "
-           "using rank 0's (both ends of a connection must agree)",
-           c->rank, (unsigned long long)mine.buffsize,
-           (unsigned long long)all[0].buffsize);
-    d->slot_bytes = (size_t)all[0].buffsize / (size_t)c->nslots;
-    d->slot_bytes &= ~(size_t)63;
-    size_t slice = cfg_get()->slice_bytes;
-    d->slice_bytes = slice > 0 && slice < d->slot_bytes ? slice : d->slot_bytes;
+    d->host_max = (size_t)rank0s(c, "BRAID_CUDA_HOST_MAX", mine.host_max,
+                                 all[0].host_max);
+    cfg_slots((size_t)rank0s(c, "BRAID_CUDA_BUFFSIZE", mine.buffsize,
+                             all[0].buffsize),
+              &d->slot_bytes, &d->slice_bytes);
     for (int a = 0; a < n; a++)
       for (int b = a + 1; b < n; b++)
         any_cuda |= boot_same_host(c->boot, a, b) && host_ok(c, all, a);
@@ -435,6 +433,13 @@ void comm_dev_teardown(braid_comm *c) {
     cudev_stream_destroy(d->stream);
   dev_free(p);
   c->dev = NULL;
+}
+
+size_t comm_dev_slice(const braid_comm *c, int route) {
+  if (c->dev == NULL)
+    return c->slice_bytes;
+  return c->dev->ipc_all && route != SCHED_ROUTE_HOST ? c->dev->slice_bytes
+                                                      : c->dev->slice_mixed;
 }
 
 const tp_ops *comm_dev_ops(braid_comm *c, int peer, int route) {

@@ -71,6 +71,9 @@ int comm_dev_host_routed(const braid_comm *c, int peer);
  * returns the position to go on from; 0 when none is left (start with
  * i = 0). */
 int comm_dev_transports(braid_comm *c, int i, const tp_ops **ops, void **state);
+/* The pipeline slice of a device call's channel routed `route` (see
+ * slice_bytes above); c->slice_bytes before the device side is set up. */
+size_t comm_dev_slice(const braid_comm *c, int route);
 /* Device scratch / pinned staging of at least `bytes`. */
 braid_result comm_dev_scratch(braid_comm *c, size_t bytes, void **p);
 braid_result comm_dev_stage(braid_comm *c, size_t bytes, void **p);

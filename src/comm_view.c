@@ -179,9 +179,7 @@ const void *comm_select(braid_comm *c, sched_coll coll, size_t bytes,
     sim_params_gpu(&p);
   else
     sim_params_cpu(&p);
-  p.slice_bytes = gpus && c->dev != NULL && c->dev->ipc_all
-                      ? c->dev->slice_bytes
-                      : c->slice_bytes;
+  p.slice_bytes = gpus ? comm_dev_slice(c, SCHED_ROUTE_ANY) : c->slice_bytes;
   p.slots = c->nslots;
   return select_algo_view(coll, gpus ? view : c->view, bytes, &p, &f,
                           c->nchannels, err, errlen);

@@ -115,6 +115,13 @@ static void cfg_load(void) {
   }
 }
 
+void cfg_slots(size_t buffsize, size_t *slot, size_t *slice) {
+  const cfg_env *env = cfg_get();
+  *slot = buffsize / (size_t)env->nslots & ~(size_t)63;
+  *slice = env->slice_bytes > 0 && env->slice_bytes < *slot ? env->slice_bytes
+                                                            : *slot;
+}
+
 const cfg_env *cfg_get(void) {
   pthread_once(&g_once, cfg_load);
   return &g_cfg;

@@ -36,6 +36,10 @@ typedef struct cfg_env {
 
 /* Reads the environment once (thread-safe); later calls return the cache. */
 const cfg_env *cfg_get(void);
+/* The slot of a connection with `buffsize` bytes of slots (BRAID_NSLOTS
+ * of them, rounded down to 64 bytes) and its pipeline slice (BRAID_SLICE
+ * when smaller than the slot, else the slot). */
+void cfg_slots(size_t buffsize, size_t *slot, size_t *slice);
 /* Integer/size parsing with K/M/G suffixes; returns -1 on a bad value. */
 int cfg_parse_size(const char *s, size_t *out);
 

@@ -383,17 +383,6 @@ static braid_result scratch_reserve(braid_comm *c, size_t bytes) {
   return BRAID_SUCCESS;
 }
 
-/* The pipeline slice of a channel (src/comm_dev.h): on device buffers the
- * cuda transport's when every peer is on it (not on host-routed channels,
- * which the host transports' slots carry), else one that fits both. The
- * same on every rank, so both ends of a connection cut messages alike. */
-static size_t chan_slice(const braid_comm *c, const xop *x, int route) {
-  if (x->dev < 0 || c->dev == NULL)
-    return c->slice_bytes;
-  return c->dev->ipc_all && route != SCHED_ROUTE_HOST ? c->dev->slice_bytes
-                                                      : c->dev->slice_mixed;
-}
-
 static void chan_init(braid_comm *c, xop *x, xchan *h, const sched_channel *sc,
                       int ch, int tch, int route, double w_lo, double w_hi) {
   memset(h, 0, offsetof(xchan, pend));
@@ -412,7 +401,7 @@ static void chan_init(braid_comm *c, xop *x, xchan *h, const sched_channel *sc,
       maxpart = hi - lo;
   }
   size_t bytes = maxpart * x->esize;
-  size_t slice = chan_slice(c, x, route);
+  size_t slice = x->dev >= 0 ? comm_dev_slice(c, route) : c->slice_bytes;
   h->nslices = bytes == 0 ? 1 : (int)((bytes + slice - 1) / slice);
   if (sc->nsteps == 0)
     h->nslices = 0;

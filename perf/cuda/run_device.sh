@@ -125,18 +125,18 @@ for bs in $CUDA_BUFFSIZES; do
 done
 
 # ---- 3. latency, 8 bytes, 2 ranks: stream and blocking, by both paths ----
+# BRAID_CUDA_HOST_MAX of a path: direct (0) or through host memory
+host_max() { if [ "$1" = host ]; then echo "$HOST_MAX"; else echo 0; fi; }
 # A run that fails (braid-perf exits 1 on a wrong element) is reported in
 # the table, not hidden: "failed (exit N)".
 declare -A LAT
 for path in direct host; do
-  hm=0
-  [ "$path" = host ] && hm=$HOST_MAX
   for mode in stream blocking; do
     f=$LOG_DIR/allreduce_8B_${mode}_${path}.txt
     y=0
     [ "$mode" = blocking ] && y=1
     rc=0
-    BRAID_CUDA_HOST_MAX=$hm run_perf "$f" 2 -b 8 -e 8 -n 2000 -w 200 -c 1 \
+    BRAID_CUDA_HOST_MAX=$(host_max "$path") run_perf "$f" 2 -b 8 -e 8 -n 2000 -w 200 -c 1 \
       -d float32 -y "$y" || rc=$?
     LAT[$mode.$path]=$(perf_row "$f" | awk '{ print $6 }')
     [ "$rc" -eq 0 ] || LAT[$mode.$path]="failed (exit $rc)"
@@ -146,10 +146,9 @@ done
 # ---- 4. the two paths from 8 B to 4 MiB (2 ranks, CUDA stream) ----
 declare -A SWEEP_RC
 for path in direct host; do
-  hm=0
-  [ "$path" = host ] && hm=$HOST_MAX
   SWEEP_RC[$path]=0
-  BRAID_CUDA_HOST_MAX=$hm run_perf "$LOG_DIR/allreduce_sweep_$path.txt" 2 \
+  BRAID_CUDA_HOST_MAX=$(host_max "$path") \
+    run_perf "$LOG_DIR/allreduce_sweep_$path.txt" 2 \
     -b 8 -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 || SWEEP_RC[$path]=$?
 done
 # size, out-of-place time and wrong elements of every data row of a sweep
