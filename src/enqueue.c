@@ -248,15 +248,22 @@ static void *progress_main(void *arg) {
   return NULL;
 }
 
-/* Queue work (qlock held). */
-static braid_result push_locked(braid_comm *c, exec_work *w) {
-  if (!c->thread_started) {
-    if (pthread_create(&c->thread, NULL, progress_main, c) != 0) {
-      comm_set_error(c, "cannot start the progress thread");
-      return BRAID_ERR_SYSTEM;
-    }
-    c->thread_started = 1;
+/* Starts the progress thread if it is not running (qlock held). Called
+ * before anything of a call goes on a CUDA stream, so that once it has,
+ * queueing the call cannot fail. */
+static braid_result start_thread_locked(braid_comm *c) {
+  if (c->thread_started)
+    return BRAID_SUCCESS;
+  if (pthread_create(&c->thread, NULL, progress_main, c) != 0) {
+    comm_set_error(c, "rank %d: cannot start the progress thread", c->rank);
+    return BRAID_ERR_SYSTEM;
   }
+  c->thread_started = 1;
+  return BRAID_SUCCESS;
+}
+
+/* Queue work (qlock held, progress thread started). */
+static void push_locked(braid_comm *c, exec_work *w) {
   w->next = NULL;
   if (c->qtail != NULL)
     c->qtail->next = w;
@@ -265,7 +272,6 @@ static braid_result push_locked(braid_comm *c, exec_work *w) {
   c->qtail = w;
   c->qlen++;
   pthread_cond_broadcast(&c->qcond);
-  return BRAID_SUCCESS;
 }
 
 /* Enqueues the gate of a call on a CUDA stream (shared: a group's gate,
@@ -375,16 +381,16 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
     pthread_mutex_unlock(&c->qlock);
     return run_ops(c, ops, nops); /* the fast path */
   }
-  qwork *q = calloc(1, sizeof *q);
-  exec_op *copy = malloc(sizeof *copy * (size_t)nops);
-  if (q == NULL || copy == NULL) {
+  braid_result r = start_thread_locked(c);
+  qwork *q = r == BRAID_SUCCESS ? calloc(1, sizeof *q) : NULL;
+  exec_op *copy = q != NULL ? malloc(sizeof *copy * (size_t)nops) : NULL;
+  if (copy == NULL) {
     pthread_mutex_unlock(&c->qlock);
     free(q);
-    free(copy);
     free(st);
     if (shared != NULL)
       gate_done(shared);
-    return BRAID_ERR_NOMEM;
+    return r != BRAID_SUCCESS ? r : BRAID_ERR_NOMEM;
   }
   exec_work *w = &q->w;
   memcpy(copy, ops, sizeof *copy * (size_t)nops);
@@ -394,7 +400,6 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
   q->st = st;
   q->nst = nst;
   q->host = s != NULL ? s->host : NULL;
-  braid_result r = BRAID_SUCCESS;
   if (nst > 0)
     r = small_enqueue(c, s, copy, q, &q->g);
   else if (s != NULL && s->cuda != NULL)
@@ -412,18 +417,7 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
     s->host_calls += nst > 0;
     pthread_mutex_unlock(&s->lock);
   }
-  r = push_locked(c, w);
-  if (r != BRAID_SUCCESS) {
-    pthread_mutex_unlock(&c->qlock);
-    if (q->g.gate != NULL)
-      gate_done(&q->g);
-    if (s != NULL)
-      stream_complete(s, r);
-    free(copy);
-    free(st);
-    free(q);
-    return r;
-  }
+  push_locked(c, w);
   if (s != NULL) {
     pthread_mutex_unlock(&c->qlock);
     return BRAID_SUCCESS;
