@@ -12,15 +12,20 @@
  * (a slot is freed when the receiver has consumed the message).
  *
  * Transfers. A message of L bytes posted at time t on a path with links
- * l_1..l_k (each direction of a link is its own resource) costs
- *   start  = max(t + alpha, free(l_1), ..., free(l_k))
- *   arrive = start + L / min_i bw(l_i) + sum_i lat(l_i)
- * and sets free(l_i) = start + L / bw(l_i): links are FIFO servers that
- * reserve capacity slice by slice in the order messages are posted (events
- * are processed in time order). Concurrent flows on one link therefore
- * interleave their slices and each gets an equal share on average, without
- * recomputing rates on every event; a message never waits on the links it
- * does not cross. After each post the sender's channel is busy for the
+ * l_1..l_k (each direction of a link is its own resource) takes each link
+ * in turn, as far as the link is free:
+ *   s_0 = t + alpha,  s_i = max(s_(i-1), free(l_i)),
+ *   free(l_i) = s_i + L / bw(l_i),
+ *   arrive = max_i free(l_i) + sum_i lat(l_i)
+ * (without contention: t + alpha + L / min_i bw(l_i) + latencies). Links
+ * are FIFO servers that reserve capacity slice by slice in the order
+ * messages are posted (events are processed in time order). Concurrent flows
+ * on one link therefore interleave their slices and each gets an equal share
+ * on average, without recomputing rates on every event; a message never
+ * waits on the links it does not cross, and a link it has reached is not
+ * left idle while a later link of its path is busy (waiting for all links to
+ * be free at once did that, and halved multi-hop all-to-all on a PCIe
+ * switch). After each post the sender's channel is busy for the
  * class's posting overhead (its next send, receive or local step waits). alpha
  * is the software latency of the pair's class (inside a host or across hosts);
  * ranks on one vertex copy through that vertex's memory at loc_bw. A reduction
@@ -465,13 +470,16 @@ static int try_send(simst *st, int ci, size_t len, int ai) {
   }
   const spath *sp = &st->path[c->path];
   const int *res = st->res + sp->off;
-  double start = st->now + c->alpha;
-  for (int i = 0; i < sp->n; i++)
-    if (st->rfree[res[i]] > start)
-      start = st->rfree[res[i]];
-  for (int i = 0; i < sp->n; i++)
-    st->rfree[res[i]] = start + (double)len / (st->rbw[res[i]] * 1e3);
-  double arr = start + (double)len / (sp->bw * 1e3) + sp->lat;
+  double head = st->now + c->alpha, arr = head;
+  for (int i = 0; i < sp->n; i++) {
+    double s = st->rfree[res[i]] > head ? st->rfree[res[i]] : head;
+    double e = s + (double)len / (st->rbw[res[i]] * 1e3);
+    st->rfree[res[i]] = e;
+    head = s;
+    if (e > arr)
+      arr = e;
+  }
+  arr += sp->lat;
   if (arr < c->last)
     arr = c->last;
   c->last = arr;

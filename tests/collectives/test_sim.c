@@ -276,6 +276,37 @@ Test(sim, routes_host_avoids_nvlink) {
   topo_graph_free(g);
 }
 
+/* Four GPUs under one PCIe switch, all-to-all on two channels: every GPU's
+ * link carries three blocks each way, on paths of two hops that share
+ * their links with different partners. A message waits for each link of its
+ * path in turn, not for all of them to be free at once, so no link idles
+ * while another holds its message up: the run takes the busiest link's load
+ * (waiting for all links at once took twice that). */
+Test(sim, multi_hop_paths_keep_links_busy) {
+  topo_graph *g = topo_graph_new("star");
+  cr_assert_not_null(g);
+  int sw = topo_add_vertex(g, TOPO_PCI, NULL);
+  for (int i = 0; i < 4; i++)
+    cr_assert_geq(topo_add_link(g, topo_add_vertex(g, TOPO_GPU, NULL), sw,
+                                TOPO_LINK_PCI, 20, 0.5, 1),
+                  0);
+  sched_view *v = view_gpus(g, NULL, 0, err, sizeof err);
+  cr_assert_not_null(v, "%s", err);
+  sim_params p;
+  sim_params_gpu(&p);
+  size_t bytes = 64u << 20; /* a block: each rank sends 3, receives 3 */
+  sched *s = gen("direct", SCHED_ALLTOALL, v, 0, 2, bytes);
+  double t = sim_time(s, v, bytes, &p);
+  double bound = 3.0 * (double)bytes / 20e3;
+  cr_log_info("all-to-all on a PCIe star: %.1f us, the busiest link %.1f us",
+              t, bound);
+  cr_assert(t >= bound && t < 1.1 * bound, "%.1f us, the busiest link %.1f us",
+            t, bound);
+  sched_free(s);
+  view_free(v);
+  topo_graph_free(g);
+}
+
 Test(sim, pipelining) {
   /* A chain broadcast of 64 MiB over 8 GPUs: cutting it into more slices
    * pays off while the pipeline's fill dominates, then flattens. */
