@@ -6,19 +6,19 @@
  *   NVLink plan  multiring's rings (multiring_plan), route SCHED_ROUTE_NVL;
  *                BW_NVLink = the sum of its channels' bottlenecks (every
  *                rank sends on every channel).
- *   PCIe plan    one directed ring over the host paths (PCIe switches and
- *                CPUs, never NVLink nor another GPU), route
- *                SCHED_ROUTE_HOST, whose order loads the busiest PCIe/CPU
- *                link least (exhaustive over orders up to HY_MAX_PERMS).
- *                BW_PCIe = that ring's rate: the GPU's own PCIe link on
- *                DGX-1, used in both directions (every rank sends to the next
- *                and receives from the previous). Running the ring backwards
- *                as well would add nothing (the same links, the same
- *                directions), but two flows on each multi-hop path would
- *                cross each other's hops; instead the ring carries two
- *                channels in the same direction, so that one channel's
- *                message fills a link while the other's waits on its
- *                previous hop (a slice is stored and forwarded).
+ *   PCIe plan    one directed ring over the host paths (route_find's
+ *                SCHED_ROUTE_HOST: staged through the GPUs' CPUs as the
+ *                runtime does, never NVLink nor another GPU), whose order
+ *                loads the busiest PCIe/CPU link least (exhaustive over
+ *                orders up to HY_MAX_PERMS). BW_PCIe = that ring's rate: on
+ *                DGX-1 half a PCIe switch's uplink, which carries its two
+ *                GPUs' sends one way and their receives the other. Running
+ *                the ring backwards as well would add nothing (the same
+ *                links, the same directions), but two flows on each
+ *                multi-hop path would cross each other's hops; instead the
+ *                ring carries two channels in the same direction, so that
+ *                one channel's message fills a link while the other's waits
+ *                on its previous hop (a slice is stored and forwarded).
  * Weights: the NVLink channels share R / (R + 1) in proportion to their
  * bottlenecks, the PCIe channels 1 / (R + 1) equally. With max_channels M,
  * the PCIe ring gets min(2, M - 1) channels and multiring the rest. Needs every
@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "gen_util.h"
+#include "route.h"
 #include "view.h"
 
 #define HY_COLLS                                                               \
@@ -37,121 +38,54 @@
 /* Ring orders the PCIe plan tries (all of them up to 9 ranks). */
 #define HY_MAX_PERMS 50000L
 
-/* Host paths between the ranks: for each ordered pair, its directed links
- * (2 * link id + 0 when crossed from links[l].a to .b, + 1 the other way). */
+/* Host paths between the ranks (route_find's SCHED_ROUTE_HOST: staged
+ * through the GPUs' CPUs, as the runtime takes them), one per ordered pair
+ * (a * n + b); nhops < 0 when there is none. */
 typedef struct host_paths {
   int n;
-  int *hops;   /* n * n: links on the path, -1 when there is none */
-  int *dlinks; /* n * n * maxh */
-  int maxh;
+  topo_path *p;
 } host_paths;
 
-static int host_vertex_ok(const topo_graph *g, int v) {
-  return g->v[v].type == TOPO_PCI || g->v[v].type == TOPO_CPU;
-}
-
-/* Widest path from s to every vertex over PCI and SYS links through PCIe
- * switches and CPUs only (fewest hops among the widest). */
-static void widest(const topo_graph *g, int s, double *bw, int *hops, int *pred,
-                   int *done) {
-  for (int v = 0; v < g->nv; v++) {
-    bw[v] = -1;
-    hops[v] = 0;
-    pred[v] = -1;
-    done[v] = 0;
-  }
-  bw[s] = 1e30;
-  for (;;) {
-    int u = -1;
-    for (int v = 0; v < g->nv; v++)
-      if (!done[v] && bw[v] >= 0 &&
-          (u < 0 || bw[v] > bw[u] || (bw[v] == bw[u] && hops[v] < hops[u])))
-        u = v;
-    if (u < 0)
-      return;
-    done[u] = 1;
-    if (u != s && !host_vertex_ok(g, u))
-      continue; /* a GPU ends a path; it does not forward */
-    for (int i = 0; i < g->v[u].nadj; i++) {
-      int l = g->v[u].adj[i];
-      const topo_link *lk = &g->links[l];
-      if (lk->type != TOPO_LINK_PCI && lk->type != TOPO_LINK_SYS)
-        continue;
-      int w = topo_other(g, l, u);
-      double b = lk->bw < bw[u] ? lk->bw : bw[u];
-      if (done[w])
-        continue;
-      if (b > bw[w] || (b == bw[w] && hops[u] + 1 < hops[w])) {
-        bw[w] = b;
-        hops[w] = hops[u] + 1;
-        pred[w] = l;
-      }
-    }
-  }
-}
-
 static void host_paths_free(host_paths *h) {
-  free(h->hops);
-  free(h->dlinks);
+  for (int i = 0; h->p && i < h->n * h->n; i++)
+    topo_path_release(&h->p[i]);
+  free(h->p);
 }
 
 static int host_paths_make(const sched_view *v, host_paths *h) {
-  const topo_graph *g = v->g;
-  int n = v->nranks, nv = g->nv;
-  memset(h, 0, sizeof(*h));
+  int n = v->nranks;
   h->n = n;
-  h->maxh = nv;
-  h->hops = calloc((size_t)n * (size_t)n, sizeof(int));
-  h->dlinks = calloc((size_t)n * (size_t)n * (size_t)nv, sizeof(int));
-  double *bw = calloc((size_t)nv, sizeof(double));
-  int *hops = calloc((size_t)nv, sizeof(int));
-  int *pred = calloc((size_t)nv, sizeof(int));
-  int *done = calloc((size_t)nv, sizeof(int));
-  int rc = -1;
-  if (h->hops && h->dlinks && bw && hops && pred && done) {
-    rc = 0;
-    for (int a = 0; a < n; a++) {
-      widest(g, v->vertex[a], bw, hops, pred, done);
-      for (int b = 0; b < n; b++) {
-        int t = v->vertex[b], k = hops[t];
-        if (a == b || bw[t] <= 0) {
-          h->hops[a * n + b] = a == b ? 0 : -1;
-          continue;
-        }
-        h->hops[a * n + b] = k;
-        int *dl = h->dlinks + ((size_t)a * (size_t)n + (size_t)b) * (size_t)nv;
-        for (int x = t; x != v->vertex[a];) {
-          int l = pred[x], from = topo_other(g, l, x);
-          dl[--k] = 2 * l + (g->links[l].a == from ? 0 : 1);
-          x = from;
-        }
-      }
+  h->p = calloc((size_t)n * (size_t)n, sizeof(topo_path));
+  route_ctx *rc = route_ctx_new(v->g);
+  int rc_ok = h->p != NULL && rc != NULL;
+  for (int a = 0; rc_ok && a < n; a++)
+    for (int b = 0; b < n; b++) {
+      topo_path *tp = &h->p[a * n + b];
+      if (a != b &&
+          route_find(rc, v->vertex[a], v->vertex[b], SCHED_ROUTE_HOST, tp) != 0)
+        tp->nhops = -1;
     }
-  }
-  free(bw);
-  free(hops);
-  free(pred);
-  free(done);
-  if (rc)
+  route_ctx_free(rc);
+  if (!rc_ok)
     host_paths_free(h);
-  return rc;
+  return rc_ok ? 0 : -1;
 }
 
 /* The rate of the directed ring `ord` over the host paths' links (the
- * widest link share along it); 0 when a hop has no host path. */
+ * widest link share along it, each link counted per direction); 0 when a
+ * hop has no host path. */
 static double ring_rate(const topo_graph *g, const host_paths *h,
                         const int *ord, int *load) {
   int n = h->n;
   memset(load, 0, sizeof(int) * 2 * (size_t)g->nl);
   for (int q = 0; q < n; q++) {
-    int a = ord[q], b = ord[(q + 1) % n];
-    int k = h->hops[a * n + b];
-    if (k < 0)
+    const topo_path *tp = &h->p[ord[q] * n + ord[(q + 1) % n]];
+    if (tp->nhops < 0)
       return 0;
-    const int *dl =
-        h->dlinks + ((size_t)a * (size_t)n + (size_t)b) * (size_t)h->maxh;
-    for (int i = 0; i < k; i++)
-      load[dl[i]]++;
+    for (int i = 0; i < tp->nhops; i++) {
+      int l = tp->links[i];
+      load[2 * l + (g->links[l].a == tp->verts[i] ? 0 : 1)]++;
+    }
   }
   double x = -1;
   for (int i = 0; i < 2 * g->nl; i++)

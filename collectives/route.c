@@ -162,9 +162,19 @@ static int link_ok(const topo_graph *g, int u, int kin, int l, int r,
   }
 }
 
+static int path_class(topo_ltype t) {
+  return t == TOPO_LINK_NVL   ? TOPO_PATH_NVL
+         : t == TOPO_LINK_NET ? TOPO_PATH_NET
+         : t == TOPO_LINK_SYS ? TOPO_PATH_SYS
+                              : TOPO_PATH_PHB;
+}
+
+/* Widest path search from a to b, or with b < 0 to the first CPU reached
+ * (the CPU nearest a over the widest path). Returns the end state, -1 when
+ * none is reached, -2 when out of memory. */
 static int search(route_ctx *rc, int a, int b, int r, int nvl_only) {
   topo_graph *g = rc->g;
-  int ha = g->v[a].host, hb = g->v[b].host;
+  int ha = g->v[a].host, hb = b >= 0 ? g->v[b].host : ha;
   reset(rc);
   int s0 = a * NK + 1; /* the start state (kind unused) */
   rc->bw[s0] = 1e300;
@@ -181,7 +191,7 @@ static int search(route_ctx *rc, int a, int b, int r, int nvl_only) {
       continue;
     rc->done[e.s] = 1;
     int u = e.s / NK;
-    if (u == b)
+    if (u == b || (b < 0 && u != a && g->v[u].type == TOPO_CPU))
       return e.s;
     int kin = e.s == s0 ? -1 : e.s % NK;
     const topo_vertex *vu = &g->v[u];
@@ -214,6 +224,74 @@ static int search(route_ctx *rc, int a, int b, int r, int nvl_only) {
   return -1;
 }
 
+/* Starts out as the empty path at vertex a; 0, or -1 when out of memory. */
+static int path_start(topo_path *out, int a) {
+  out->verts = malloc(sizeof(int));
+  if (!out->verts)
+    return -1;
+  out->verts[0] = a;
+  out->bw = 1e300;
+  out->cls = TOPO_PATH_NVL; /* raised to the worst link's class */
+  return 0;
+}
+
+/* Appends the path that search() ended at `end` to out (verts[0] set by
+ * path_start for the first piece); 0, or -1 when out of memory. */
+static int append(route_ctx *rc, int end, topo_path *out) {
+  topo_graph *g = rc->g;
+  int n = rc->hops[end], m = out->nhops + n;
+  int *verts = realloc(out->verts, (size_t)(m + 1) * sizeof(int));
+  if (verts)
+    out->verts = verts;
+  int *links = realloc(out->links, (size_t)(m ? m : 1) * sizeof(int));
+  if (links)
+    out->links = links;
+  if (!verts || !links)
+    return -1;
+  for (int s = end, i = m; i > out->nhops; i--) {
+    int l = rc->prev_l[s];
+    out->links[i - 1] = l;
+    out->verts[i] = s / NK;
+    int c = path_class(g->links[l].type);
+    if (c > (int)out->cls)
+      out->cls = (topo_pclass)c;
+    s = rc->prev_s[s];
+  }
+  out->nhops = m;
+  out->bw = rc->bw[end] < out->bw ? rc->bw[end] : out->bw;
+  out->lat_us += rc->lat[end];
+  return 0;
+}
+
+/* SCHED_ROUTE_HOST between two GPUs: the way the runtime stages it (the
+ * staging adapter of transports/cuda/staged.c), from GPU a to the memory of
+ * its CPU, from there to b's CPU (over the inter-socket link, or through
+ * the NICs and the network on another host), and on to GPU b. Each GPU's CPU
+ * is the one nearest it over the widest path. 1 when out holds that path
+ * (out empty on entry), 0 when there is none, -1 when out of memory; out is
+ * released by the caller either way. */
+static int staged(route_ctx *rc, int a, int b, topo_path *out) {
+  int stops[4] = {a, -1, -1, b};
+  for (int i = 0; i < 2; i++) {
+    int end = search(rc, i == 0 ? a : b, -1, SCHED_ROUTE_HOST, 0);
+    if (end < 0)
+      return end == -2 ? -1 : 0;
+    stops[1 + i] = end / NK;
+  }
+  if (path_start(out, a))
+    return -1;
+  for (int i = 0; i < 3; i++) {
+    if (stops[i] == stops[i + 1])
+      continue;
+    int end = search(rc, stops[i], stops[i + 1], SCHED_ROUTE_HOST, 0);
+    if (end < 0)
+      return end == -2 ? -1 : 0;
+    if (append(rc, end, out))
+      return -1;
+  }
+  return 1;
+}
+
 int route_find(route_ctx *rc, int a, int b, int r, topo_path *out) {
   topo_graph *g = rc->g;
   memset(out, 0, sizeof *out);
@@ -237,6 +315,17 @@ int route_find(route_ctx *rc, int a, int b, int r, topo_path *out) {
     out->verts[0] = a;
     return 0;
   }
+  if (r == SCHED_ROUTE_HOST && g->v[a].type == TOPO_GPU &&
+      g->v[b].type == TOPO_GPU) {
+    int k = staged(rc, a, b, out);
+    if (k == 1)
+      return 0;
+    topo_path_release(out);
+    memset(out, 0, sizeof *out);
+    out->cls = TOPO_PATH_DIS;
+    if (k < 0)
+      return -1;
+  }
   int end = -1;
   if (r == SCHED_ROUTE_ANY)
     end = search(rc, a, b, r, 1);
@@ -244,31 +333,9 @@ int route_find(route_ctx *rc, int a, int b, int r, topo_path *out) {
     end = search(rc, a, b, r, 0);
   if (end < 0)
     return -1;
-  int n = rc->hops[end];
-  out->nhops = n;
-  out->bw = rc->bw[end];
-  out->lat_us = rc->lat[end];
-  out->verts = malloc((size_t)(n + 1) * sizeof(int));
-  out->links = malloc((size_t)(n ? n : 1) * sizeof(int));
-  if (!out->verts || !out->links) {
+  if (path_start(out, a) || append(rc, end, out)) {
     topo_path_release(out);
     return -1;
   }
-  int cls = TOPO_PATH_NVL;
-  for (int s = end, i = n; i > 0; i--) {
-    int l = rc->prev_l[s];
-    out->links[i - 1] = l;
-    out->verts[i] = s / NK;
-    topo_ltype t = g->links[l].type;
-    int c = t == TOPO_LINK_NVL   ? TOPO_PATH_NVL
-            : t == TOPO_LINK_NET ? TOPO_PATH_NET
-            : t == TOPO_LINK_SYS ? TOPO_PATH_SYS
-                                 : TOPO_PATH_PHB;
-    if (c > cls)
-      cls = c;
-    s = rc->prev_s[s];
-  }
-  out->verts[0] = a;
-  out->cls = (topo_pclass)cls;
   return 0;
 }

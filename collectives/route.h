@@ -9,6 +9,10 @@
  *   cluster is built.
  * SCHED_ROUTE_NVL: NVLink links only, directly or through NVSwitches.
  * SCHED_ROUTE_HOST: no NVLink link: through PCIe switches, CPUs and NICs.
+ *   Between two GPUs it is the path the runtime stages such a channel on
+ *   (pinned host memory, transports/cuda/staged.c): up to the CPU nearest
+ *   the sender, on to the CPU nearest the receiver (the inter-socket link,
+ *   or the NICs and the network on another host), down to the receiver.
  * Transit rules follow topology/paths.c: a GPU is crossed only from NVLink
  * to NVLink, a NIC only between PCIe and the network.
  */

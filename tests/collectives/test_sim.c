@@ -12,6 +12,7 @@
 
 #include "collectives/flow.h"
 #include "collectives/generators.h"
+#include "collectives/route.h"
 #include "collectives/select.h"
 #include "collectives/sim.h"
 #include "collectives/view.h"
@@ -276,6 +277,55 @@ Test(sim, routes_host_avoids_nvlink) {
   topo_graph_free(g);
 }
 
+/* The host route between two GPUs is the runtime's staging path
+ * (transports/cuda/staged.c): up to the sender's CPU, across the
+ * inter-socket link when the receiver's CPU is another, down to the
+ * receiver; never over NVLink nor through a GPU, and no link crossed twice
+ * in one direction. */
+Test(sim, host_route_stages_through_cpus) {
+  topo_graph *g = model("dgx1-v100");
+  route_ctx *rc = route_ctx_new(g);
+  cr_assert_not_null(rc);
+  int cpu0 = topo_find(g, "CPU0"), cpu1 = topo_find(g, "CPU1");
+  cr_assert(cpu0 >= 0 && cpu1 >= 0);
+  static const struct {
+    int a, b, via0, via1;
+  } cases[] = {{0, 1, 1, 0}, {0, 4, 1, 1}, {5, 6, 0, 1}, {7, 2, 1, 1}};
+  int *used = calloc(2 * (size_t)g->nl, sizeof(int));
+  cr_assert_not_null(used);
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    int a = topo_nth(g, TOPO_GPU, cases[k].a);
+    int b = topo_nth(g, TOPO_GPU, cases[k].b);
+    topo_path tp;
+    cr_assert_eq(route_find(rc, a, b, SCHED_ROUTE_HOST, &tp), 0);
+    cr_assert_eq(tp.verts[0], a);
+    cr_assert_eq(tp.verts[tp.nhops], b);
+    memset(used, 0, 2 * (size_t)g->nl * sizeof(int));
+    int seen0 = 0, seen1 = 0;
+    for (int i = 0; i < tp.nhops; i++) {
+      const topo_link *l = &g->links[tp.links[i]];
+      cr_assert_neq(l->type, TOPO_LINK_NVL);
+      cr_assert((l->a == tp.verts[i] && l->b == tp.verts[i + 1]) ||
+                (l->b == tp.verts[i] && l->a == tp.verts[i + 1]));
+      int d = 2 * tp.links[i] + (l->a == tp.verts[i] ? 0 : 1);
+      cr_assert_eq(used[d]++, 0, "GPU%d to GPU%d crosses link %d twice",
+                   cases[k].a, cases[k].b, tp.links[i]);
+      seen0 += tp.verts[i] == cpu0;
+      seen1 += tp.verts[i] == cpu1;
+      if (i > 0)
+        cr_assert_neq(g->v[tp.verts[i]].type, TOPO_GPU);
+    }
+    cr_assert(seen0 == cases[k].via0 && seen1 == cases[k].via1,
+              "GPU%d to GPU%d: CPU0 %d times, CPU1 %d times", cases[k].a,
+              cases[k].b, seen0, seen1);
+    cr_assert_float_eq(tp.bw, topo_pcie_bw(8.0, 16), 1e-6);
+    topo_path_release(&tp);
+  }
+  free(used);
+  route_ctx_free(rc);
+  topo_graph_free(g);
+}
+
 /* Four GPUs under one PCIe switch, all-to-all on two channels: every GPU's
  * link carries three blocks each way, on paths of two hops that share
  * their links with different partners. A message waits for each link of its
@@ -298,8 +348,8 @@ Test(sim, multi_hop_paths_keep_links_busy) {
   sched *s = gen("direct", SCHED_ALLTOALL, v, 0, 2, bytes);
   double t = sim_time(s, v, bytes, &p);
   double bound = 3.0 * (double)bytes / 20e3;
-  cr_log_info("all-to-all on a PCIe star: %.1f us, the busiest link %.1f us",
-              t, bound);
+  cr_log_info("all-to-all on a PCIe star: %.1f us, the busiest link %.1f us", t,
+              bound);
   cr_assert(t >= bound && t < 1.1 * bound, "%.1f us, the busiest link %.1f us",
             t, bound);
   sched_free(s);
