@@ -108,15 +108,15 @@ static int dead_peer(braid_comm *c, int rank, int n, int on_stream, int kill_ms,
   return rc; /* the harness destroys the broken communicator */
 }
 
+/* Both set the device side up before the victim's timer starts: on a
+ * loaded machine (the ASan run) a first call's setup can outlast the timer,
+ * and a death in the setup is killed_rank_in_setup_of_first_stream_call's
+ * case, not these. */
 static int dead_blocking(braid_comm *c, int rank, int n) {
-  return dead_peer(c, rank, n, 0, 300, 0);
+  return dead_peer(c, rank, n, 0, 300, 1);
 }
 
 static int dead_stream(braid_comm *c, int rank, int n) {
-  return dead_peer(c, rank, n, 1, 300, 0);
-}
-
-static int dead_stream_warm(braid_comm *c, int rank, int n) {
   return dead_peer(c, rank, n, 1, 300, 1);
 }
 
@@ -298,7 +298,7 @@ Test(emu_faults, killed_rank_in_setup_of_first_stream_call, .timeout = 120) {
  * (shm) and the stream is let go. */
 Test(emu_faults, killed_rank_stream_small_calls, .timeout = 120) {
   setenv("BRAID_CUDA_HOST_MAX", "4M", 1);
-  run(dead_stream_warm, NULL, "CUDA stream, small calls through host memory");
+  run(dead_stream, NULL, "CUDA stream, small calls through host memory");
   unsetenv("BRAID_CUDA_HOST_MAX");
 }
 
