@@ -55,7 +55,7 @@ typedef struct tp_setup {
   int nslots;        /* messages a connection buffers */
   size_t slot_bytes; /* largest message */
   int timeout_ms;
-  char errbuf[256]; /* filled on error */
+  char errbuf[512]; /* filled on error */
 } tp_setup;
 
 typedef struct tp_ops {

@@ -542,9 +542,17 @@ static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
 out:
   if (st)
     cuf_seg_unlink(&st->me);
-  if (x && !su->errbuf[0])
+  if (x && !su->errbuf[0]) {
     seterr(su->errbuf, sizeof(su->errbuf),
            "cuda setup: bootstrap exchange failed: %s", boot_last_error(b));
+  } else if (x) {
+    /* a failure here, then the exchange that tells the others: its reason
+     * often names the rank whose death caused both (a peer that gave up
+     * and unlinked its segment before this rank mapped it) */
+    size_t n = strlen(su->errbuf);
+    seterr(su->errbuf + n, sizeof(su->errbuf) - n,
+           "; then the exchange of results failed: %s", boot_last_error(b));
+  }
   free(recs);
   free(all);
   if (rc) {
