@@ -211,15 +211,17 @@ static int small_mismatch(braid_comm *c, int rank, int n) {
   return rc;
 }
 
-static void CUDART_CB hold_3s(void *arg) {
+static void CUDART_CB hold_6s(void *arg) {
   (void)arg;
-  sleep(3);
+  sleep(6);
 }
 
-/* Every rank's stream is held 3 s by a host function before the call;
- * BRAID_TIMEOUT is 1 s. A blocking call first sets the device side up, so
+/* Every rank's stream is held 6 s by a host function before the call;
+ * BRAID_TIMEOUT is 2 s. A blocking call first sets the device side up, so
  * that the time a loaded machine takes for that setup (in the issuing
- * thread, before the gate) does not eat into the 3 s. */
+ * thread, before the gate) does not eat into the 6 s; it must itself end
+ * within the timeout (1 s was too little with three test programs on two
+ * cores). */
 static int stream_never_arrives(braid_comm *c, int rank, int n) {
   (void)n;
   float *d = NULL;
@@ -233,7 +235,7 @@ static int stream_never_arrives(braid_comm *c, int rank, int n) {
   if (braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, NULL) !=
       BRAID_SUCCESS)
     return 52;
-  if (cudaLaunchHostFunc(s, hold_3s, NULL) != cudaSuccess)
+  if (cudaLaunchHostFunc(s, hold_6s, NULL) != cudaSuccess)
     return 51;
   braid_result r = braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, bs);
   if (r == BRAID_SUCCESS)
@@ -340,7 +342,7 @@ Test(emu_faults, failed_small_stream_call_keeps_recvbuf, .timeout = 120) {
 Test(emu_faults, stream_that_never_arrives_times_out, .timeout = 120) {
   GPU_REQUIRE();
   unsetenv("BRAID_TRANSPORT");
-  setenv("BRAID_TIMEOUT", "1", 1);
+  setenv("BRAID_TIMEOUT", "2", 1);
   int st[2];
   gpu_run_ranks(2, stream_never_arrives, 60, st);
   for (int r = 0; r < 2; r++)
