@@ -271,19 +271,20 @@ static int append(route_ctx *rc, int end, topo_path *out) {
  * (out empty on entry), 0 when there is none, -1 when out of memory; out is
  * released by the caller either way. */
 static int staged(route_ctx *rc, int a, int b, topo_path *out) {
-  int stops[4] = {a, -1, -1, b};
-  for (int i = 0; i < 2; i++) {
-    int end = search(rc, i == 0 ? a : b, -1, SCHED_ROUTE_HOST, 0);
-    if (end < 0)
-      return end == -2 ? -1 : 0;
-    stops[1 + i] = end / NK;
-  }
-  if (path_start(out, a))
+  int end = search(rc, a, -1, SCHED_ROUTE_HOST, 0); /* a up to its CPU */
+  if (end < 0)
+    return end == -2 ? -1 : 0;
+  int ca = end / NK;
+  if (path_start(out, a) || append(rc, end, out))
     return -1;
-  for (int i = 0; i < 3; i++) {
+  end = search(rc, b, -1, SCHED_ROUTE_HOST, 0); /* which CPU is b's */
+  if (end < 0)
+    return end == -2 ? -1 : 0;
+  int stops[3] = {ca, end / NK, b};
+  for (int i = 0; i < 2; i++) {
     if (stops[i] == stops[i + 1])
       continue;
-    int end = search(rc, stops[i], stops[i + 1], SCHED_ROUTE_HOST, 0);
+    end = search(rc, stops[i], stops[i + 1], SCHED_ROUTE_HOST, 0);
     if (end < 0)
       return end == -2 ? -1 : 0;
     if (append(rc, end, out))
