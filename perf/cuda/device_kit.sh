@@ -17,7 +17,8 @@
 #                       256 MiB bandwidth with default and larger cuda
 #                       slots, 8-byte latency and the size sweep by both
 #                       paths of small calls);
-#               all     both, tests first (the default).
+#               all     both, the measurements first, on a quiet GPU (the
+#                       default).
 #
 # Results go to $OUT when it is set, else to <build>/kit-out: kit.log
 # (everything), build.log, ctest.log, perf.md (the section for
@@ -137,17 +138,6 @@ run() {
     echo "device_kit: the build failed (exit $r; $out/build.log)"
     return "$r"
   fi
-  if [ "$what" != perf ]; then
-    step "ctest -L 'cuda|gpu' -LE emu (up to ${KIT_TEST_SECONDS:-300} s)"
-    r=0
-    (cd "$BUILD" && timeout "${KIT_TEST_SECONDS:-300}" ctest -L 'cuda|gpu' -LE emu \
-      --output-on-failure --timeout 300) >"$out/ctest.log" 2>&1 || r=$?
-    grep -E "Test +#|tests passed|Skipped|Failed|SKIP" "$out/ctest.log" || true
-    echo "ctest exit $r"
-    # a test cut off by the time limit must not run on beside the perf step
-    pkill -KILL -f "^$BUILD/" 2>/dev/null || true
-    [ "$rc" -ne 0 ] || rc=$r
-  fi
   if [ "$what" != tests ]; then
     step "perf/cuda/run_device.sh (up to ${KIT_PERF_SECONDS:-200} s)"
     r=0
@@ -155,6 +145,19 @@ run() {
       >"$out/perf.md" || r=$?
     cat "$out/perf.md"
     echo "run_device.sh exit $r"
+    # ranks of a run cut off by the time limit must not run on beside the tests
+    pkill -KILL -f "^$BUILD/" 2>/dev/null || true
+    [ "$rc" -ne 0 ] || rc=$r
+  fi
+  if [ "$what" != perf ]; then
+    step "ctest -L 'cuda|gpu' -LE emu (up to ${KIT_TEST_SECONDS:-300} s)"
+    r=0
+    (cd "$BUILD" && timeout "${KIT_TEST_SECONDS:-300}" ctest -L 'cuda|gpu' -LE emu \
+      --output-on-failure --timeout 300) >"$out/ctest.log" 2>&1 || r=$?
+    grep -E "Test +#|tests passed|Skipped|Failed|SKIP" "$out/ctest.log" || true
+    echo "ctest exit $r"
+    # nor a test cut off by its time limit beside what comes next
+    pkill -KILL -f "^$BUILD/" 2>/dev/null || true
     [ "$rc" -ne 0 ] || rc=$r
   fi
   tar -czf "$out/logs.tgz" -C "$BUILD" --ignore-failed-read \
