@@ -544,7 +544,7 @@ static braid_result grow(braid_comm *c, void **buf, size_t *have, size_t bytes,
   if (*buf != NULL)
     p->retired[p->nretired++] = (dev_retired){*buf, host};
   *buf = n;
-  *have = want;
+  __atomic_store_n(have, want, __ATOMIC_RELEASE); /* exec_dev_reserved */
   return BRAID_SUCCESS;
 }
 

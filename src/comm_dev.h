@@ -35,9 +35,15 @@ typedef struct comm_dev {
    * buffer is freed at teardown, never during an operation: see
    * src/comm_dev.c, "Device-wide waits") */
   void *scratch;
-  size_t scratch_bytes;
+  size_t scratch_bytes; /* written under c->lock, read atomically */
   void *stage;
-  size_t stage_bytes;
+  size_t stage_bytes; /* the same */
+  /* scratch needs the issuing thread knows (src/exec_dev.c), by call */
+  struct {
+    int coll, root;
+    size_t bytes, need;
+  } known[8];
+  int nknown;
   /* BRAID_CUDA_HOST_MAX as rank 0 has it (every rank uses the same, so
    * all take the same path for a call): device calls whose largest buffer
    * is at most this many bytes run on the host transports through pinned

@@ -134,13 +134,21 @@ static braid_result run_ops_locked(braid_comm *c, exec_op *ops, int nops) {
  * meanwhile) would free what it made with cudaFree, which waits for every
  * stream, the one held at the gate too: it would never return. Queued work
  * runs first, so that every rank's bootstrap exchanges come in call order;
- * with BRAID_CHECK the call's fingerprint is compared first, as always. */
+ * with BRAID_CHECK the call's fingerprint is compared first, as always.
+ * Every call on a CUDA stream also grows here, when it must, the scratch
+ * and staging it will take (exec_dev_reserve): grown behind the gate, they
+ * could wait for a user thread that waits for the stream. */
 static braid_result setup_before_gate(braid_comm *c, exec_op *ops, int nops) {
-  if (!exec_dev_needs_setup(c, ops, nops))
+  int setup = exec_dev_needs_setup(c, ops, nops);
+  if (!setup && exec_dev_reserved(c, ops, nops))
     return BRAID_SUCCESS;
-  enq_drain(c);
+  if (setup)
+    enq_drain(c);
   pthread_mutex_lock(&c->lock);
-  braid_result r = checked_locked(c, ops, nops, exec_dev_prepare);
+  braid_result r =
+      setup ? checked_locked(c, ops, nops, exec_dev_prepare) : BRAID_SUCCESS;
+  if (r == BRAID_SUCCESS)
+    r = exec_dev_reserve(c, ops, nops);
   pthread_mutex_unlock(&c->lock);
   return r;
 }
@@ -382,10 +390,16 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
     return run_ops(c, ops, nops); /* the fast path */
   }
   braid_result r = start_thread_locked(c);
+  /* Nothing below holds qlock while it calls CUDA: a call that goes on a
+   * stream whose queue is full waits in the driver until the stream moves,
+   * and the stream moves when the progress thread, which takes qlock after
+   * each unit of work, releases its gates. The issuing thread alone pushes
+   * (calls on a comm come from one thread at a time), so the queue still
+   * gets the units in the order their gates went on the stream. */
+  pthread_mutex_unlock(&c->qlock);
   qwork *q = r == BRAID_SUCCESS ? calloc(1, sizeof *q) : NULL;
   exec_op *copy = q != NULL ? malloc(sizeof *copy * (size_t)nops) : NULL;
   if (copy == NULL) {
-    pthread_mutex_unlock(&c->qlock);
     free(q);
     free(st);
     if (shared != NULL)
@@ -405,7 +419,6 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
   else if (s != NULL && s->cuda != NULL)
     r = gate_enqueue(c, ops, s, shared, &q->g);
   if (r != BRAID_SUCCESS) {
-    pthread_mutex_unlock(&c->qlock);
     free(copy);
     free(st);
     free(q);
@@ -417,6 +430,7 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
     s->host_calls += nst > 0;
     pthread_mutex_unlock(&s->lock);
   }
+  pthread_mutex_lock(&c->qlock);
   push_locked(c, w);
   if (s != NULL) {
     pthread_mutex_unlock(&c->qlock);

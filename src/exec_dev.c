@@ -269,6 +269,104 @@ int exec_dev_needs_setup(braid_comm *c, const exec_op *ops, int nops) {
   return 0;
 }
 
+/* Whether a device op runs on host copies of its buffers (staged through
+ * pinned host memory) rather than moving between GPUs. */
+static int staged(braid_comm *c, const exec_op *op) {
+  return op->dev >= 0 && !op->is_barrier &&
+         (!can_direct(c, op) || exec_dev_small(c, op));
+}
+
+/* ---- memory a call on a CUDA stream takes, grown before its gate --------
+ * Scratch (cudaMalloc) and staging (cudaHostAlloc) grow on first need. On
+ * the progress thread, with the user's stream held at the call's gate, a
+ * growth can wait in the driver for a user thread that itself waits for
+ * that stream: a copy to pageable memory issued behind the call, for one,
+ * holds a lock of the driver that allocations take (seen on an H200 as a
+ * hang of the stream matrix test). So the issuing thread grows both before
+ * the gate goes on the stream; the progress thread then finds them large
+ * enough. So too the connections the call uses (the staged transport makes
+ * its pinned slots on first use: tp_ops.prepare). Scratch needs and
+ * connections come from the call's schedule (c->lock); calls seen are
+ * remembered, so that a repeated call checks without the lock and does not
+ * wait for the progress thread's current call. */
+
+static size_t stage_need(braid_comm *c, const exec_op *ops, int nops) {
+  exec_stage st;
+  size_t total = 0;
+  for (int k = 0; k < nops; k++)
+    if (staged(c, &ops[k]))
+      total = stage_layout(c, ops, k, &st, total);
+  return total;
+}
+
+static int known_need(const comm_dev *d, const exec_op *op, size_t *need) {
+  size_t bytes = op->count * braid_dtype_size(op->dt);
+  for (int i = 0; i < d->nknown; i++)
+    if (d->known[i].coll == (int)op->coll && d->known[i].root == op->root &&
+        d->known[i].bytes == bytes) {
+      *need = d->known[i].need;
+      return 1;
+    }
+  return 0;
+}
+
+static int moves_on_device(braid_comm *c, const exec_op *op) {
+  return op->dev >= 0 && !op->is_barrier && !staged(c, op);
+}
+
+int exec_dev_reserved(braid_comm *c, const exec_op *ops, int nops) {
+  int any = 0;
+  for (int k = 0; k < nops; k++)
+    any |= ops[k].dev >= 0 && !ops[k].is_barrier;
+  if (!any)
+    return 1;
+  if (!atomic_load(&c->dev_up) || c->dev == NULL)
+    return 0;
+  comm_dev *d = c->dev;
+  if (stage_need(c, ops, nops) >
+      __atomic_load_n(&d->stage_bytes, __ATOMIC_ACQUIRE))
+    return 0;
+  size_t have = __atomic_load_n(&d->scratch_bytes, __ATOMIC_ACQUIRE);
+  for (int k = 0; k < nops; k++) {
+    size_t need = 0;
+    if (moves_on_device(c, &ops[k]) &&
+        (!known_need(d, &ops[k], &need) || need > have))
+      return 0;
+  }
+  return 1;
+}
+
+braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops) {
+  comm_dev *d = c->dev;
+  if (d == NULL) /* no device side: such calls stage on their own */
+    return BRAID_SUCCESS;
+  void *p = NULL;
+  size_t total = stage_need(c, ops, nops), most = 0;
+  braid_result r =
+      total > d->stage_bytes ? comm_dev_stage(c, total, &p) : BRAID_SUCCESS;
+  for (int k = 0; k < nops && r == BRAID_SUCCESS; k++) {
+    size_t need = 0;
+    if (!moves_on_device(c, &ops[k]))
+      continue;
+    if (!known_need(d, &ops[k], &need)) {
+      r = exec_scratch_need(c, &ops[k], &need);
+      if (r == BRAID_SUCCESS)
+        r = exec_dev_prepare_conns(c, &ops[k]);
+      if (r != BRAID_SUCCESS)
+        break;
+      int i = d->nknown < 8 ? d->nknown++ : (int)(ops[k].seq % 8);
+      d->known[i].coll = (int)ops[k].coll;
+      d->known[i].root = ops[k].root;
+      d->known[i].bytes = ops[k].count * braid_dtype_size(ops[k].dt);
+      d->known[i].need = need;
+    }
+    most = need > most ? need : most;
+  }
+  if (r == BRAID_SUCCESS && most > d->scratch_bytes)
+    r = comm_dev_scratch(c, most, &p);
+  return r;
+}
+
 static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
   const exec_op *first = NULL;
   int dev = -1;
@@ -287,12 +385,9 @@ static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
   memcpy(run, ops, sizeof *run * (size_t)nops);
   int nst = 0;
   size_t total = 0;
-  for (int k = 0; k < nops; k++) {
-    if (ops[k].dev < 0 || ops[k].is_barrier ||
-        (can_direct(c, &ops[k]) && !exec_dev_small(c, &ops[k])))
-      continue;
-    total = stage_layout(c, ops, k, &st[nst++], total);
-  }
+  for (int k = 0; k < nops; k++)
+    if (staged(c, &ops[k]))
+      total = stage_layout(c, ops, k, &st[nst++], total);
   if (nst == 0) {
     free(st);
     r = exec_loop(c, run, nops);

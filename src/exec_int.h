@@ -104,6 +104,17 @@ braid_result exec_dev_run(braid_comm *c, exec_op *ops, int nops);
  * needs it (exec_dev_needs_setup). */
 braid_result exec_dev_prepare(braid_comm *c, exec_op *ops, int nops);
 int exec_dev_needs_setup(braid_comm *c, const exec_op *ops, int nops);
+/* Device scratch and pinned staging that the ops take when they run are
+ * grown beforehand, in the issuing thread, for calls on a CUDA stream (see
+ * src/exec_dev.c): exec_dev_reserved answers, without c->lock, whether
+ * they are already there; exec_dev_reserve grows them (c->lock held). */
+int exec_dev_reserved(braid_comm *c, const exec_op *ops, int nops);
+braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops);
+/* Bytes of scratch op takes when it runs (c->lock held). */
+braid_result exec_scratch_need(braid_comm *c, exec_op *op, size_t *bytes);
+/* Readies the device connections op will use (tp_ops.prepare; c->lock
+ * held). */
+braid_result exec_dev_prepare_conns(braid_comm *c, exec_op *op);
 /* Whether a device op is small (BRAID_CUDA_HOST_MAX, agreed at setup):
  * then it runs on the host transports through pinned host memory, on every
  * rank alike. */

@@ -486,6 +486,51 @@ static const uint8_t *volatile_map(sched_cache_entry *e, const exec_op *op,
   return m;
 }
 
+braid_result exec_scratch_need(braid_comm *c, exec_op *op, size_t *bytes) {
+  *bytes = 0;
+  if (op->coll == SCHED_SEND || op->coll == SCHED_RECV || op->is_barrier)
+    return BRAID_SUCCESS;
+  sched_cache_entry *e = NULL;
+  CHECKR(get_sched(c, op, &e));
+  *bytes = (size_t)e->s->scratch_blocks * coll_bytes(op);
+  return BRAID_SUCCESS;
+}
+
+/* Readies the device connection to peer on a channel (tp_ops.prepare). */
+static braid_result prepare_conn(braid_comm *c, const exec_op *op, int peer,
+                                 int channel, int route) {
+  const tp_ops *o = comm_dev_ops(c, peer, route);
+  if (peer < 0 || peer == c->rank || o == NULL || o->prepare == NULL)
+    return BRAID_SUCCESS;
+  tp_conn *k = comm_dev_conn(c, peer, channel, route);
+  int r = k != NULL ? o->prepare(k) : BRAID_ERR_INTERNAL;
+  if (r != BRAID_SUCCESS)
+    comm_set_error(c, "%s #%llu on rank %d: %s", op->name,
+                   (unsigned long long)op->seq, c->rank,
+                   k != NULL ? o->last_error(comm_dev_state(c, peer, route))
+                             : "no device connection");
+  return (braid_result)r;
+}
+
+braid_result exec_dev_prepare_conns(braid_comm *c, exec_op *op) {
+  if (op->dev < 0 || op->is_barrier || c->dev == NULL)
+    return BRAID_SUCCESS;
+  if (op->coll == SCHED_SEND || op->coll == SCHED_RECV) /* as xop_prepare */
+    return prepare_conn(c, op, op->root, c->nchannels, SCHED_ROUTE_ANY);
+  sched_cache_entry *e = NULL;
+  CHECKR(get_sched(c, op, &e));
+  const sched *s = e->s;
+  for (int ch = 0; ch < s->nchannels; ch++) {
+    const sched_channel *sc = sched_chan_c(s, c->rank, ch);
+    int route = s->route != NULL ? s->route[ch] : SCHED_ROUTE_ANY;
+    for (int i = 0; i < sc->nsteps; i++) {
+      CHECKR(prepare_conn(c, op, sc->steps[i].peer, ch, route));
+      CHECKR(prepare_conn(c, op, sc->steps[i].peer_out, ch, route));
+    }
+  }
+  return BRAID_SUCCESS;
+}
+
 static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
                                 xchan *chans) {
   memset(x, 0, sizeof *x);
@@ -529,7 +574,7 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
   x->K = s->chunks_per_block;
   x->me = c->rank;
   if (s->scratch_blocks > 0) {
-    size_t bytes = (size_t)s->scratch_blocks * x->E * x->esize;
+    size_t bytes = (size_t)s->scratch_blocks * coll_bytes(op);
     if (x->dev >= 0) {
       void *p = NULL;
       CHECKR(comm_dev_scratch(c, bytes, &p));

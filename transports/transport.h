@@ -106,6 +106,12 @@ typedef struct tp_ops {
    * waiting for it: a rank should not leave an operation before this says
    * BRAID_SUCCESS. NULL: the transport never holds such data. */
   int (*flush)(void *state);
+  /* Optional: makes what the connection needs (memory, events) now instead
+   * of on its first use; BRAID_SUCCESS or an error (last_error says). The
+   * executor calls it before a call on a CUDA stream goes behind its gate,
+   * where allocating could wait for the user's threads (docs/CUDA.md, §3).
+   * NULL: nothing to make ahead. */
+  int (*prepare)(tp_conn *c);
 } tp_ops;
 
 extern const tp_ops tp_self;

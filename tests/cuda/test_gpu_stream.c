@@ -224,6 +224,56 @@ static int two_streams(braid_comm *c, int rank, int n) {
   return rc;
 }
 
+/* More calls in flight than a stream's queue holds (the emulated GPU's is
+ * 1024 operations): the calls issued once it is full wait in the driver
+ * for room, which the progress thread makes by releasing gates; call i
+ * reduces element i, so every call's result is checked. */
+#define MANY 3000
+static int many_calls(braid_comm *c, int rank, int n) {
+  CK(cudaSetDevice(0));
+  float *h = malloc(MANY * sizeof(float)), *din = NULL, *dout = NULL;
+  if (h == NULL)
+    return 3;
+  for (int i = 0; i < MANY; i++)
+    h[i] = val(rank, (size_t)i);
+  CK(cudaMalloc((void **)&din, MANY * sizeof(float)));
+  CK(cudaMalloc((void **)&dout, MANY * sizeof(float)));
+  CK(cudaMemcpy(din, h, MANY * sizeof(float), cudaMemcpyHostToDevice));
+  CK(cudaDeviceSynchronize());
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  braid_stream *bs = NULL;
+  if (braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS)
+    return 10;
+  int rc = 0;
+  for (int i = 0; i < MANY && rc == 0; i++) {
+    braid_result r =
+        braid_allreduce(din + i, dout + i, 1, BRAID_FLOAT32, BRAID_SUM, c, bs);
+    if (r != BRAID_SUCCESS) {
+      fprintf(stderr, "rank %d: allreduce %d: %s (%s)\n", rank, i,
+              braid_result_string(r), braid_comm_last_error(c));
+      rc = 12;
+    }
+  }
+  if (braid_stream_synchronize(bs) != BRAID_SUCCESS && rc == 0)
+    rc = 13;
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(h, dout, MANY * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < MANY && rc == 0; i++)
+    if (h[i] != sum_over(n, (size_t)i)) {
+      fprintf(stderr, "rank %d: call %d of %d: %g, want %g\n", rank, i, MANY,
+              h[i], sum_over(n, (size_t)i));
+      rc = 14;
+    }
+  if (braid_stream_destroy(bs) != BRAID_SUCCESS && rc == 0)
+    rc = 17;
+  cudaStreamDestroy(s);
+  cudaFree(din);
+  cudaFree(dout);
+  free(h);
+  return rc;
+}
+
 /* Host and device buffers in one call; host buffers on a CUDA stream. */
 static int mixing(braid_comm *c, int rank, int n) {
   CK(cudaSetDevice(0));
@@ -265,8 +315,11 @@ static int mixing(braid_comm *c, int rank, int n) {
             braid_result_string(r), braid_comm_last_error(c));
     return 32;
   }
-  /* still usable: a blocking call on device buffers, then host buffers */
+  /* still usable: a blocking call on device buffers, then host buffers.
+   * A blocking call does not wait for CUDA streams, and cudaMemcpy from
+   * pageable memory may return before the data reached the device. */
   CK(cudaMemcpy(b.din, b.hin, N * sizeof(float), cudaMemcpyHostToDevice));
+  CK(cudaDeviceSynchronize());
   r = braid_allreduce(b.din, b.dout, N, BRAID_FLOAT32, BRAID_SUM, c, NULL);
   if (r != BRAID_SUCCESS) {
     fprintf(stderr, "rank %d: allreduce after the errors: %s (%s)\n", rank,
@@ -307,6 +360,10 @@ Test(gpu_stream, kernels_before_and_after_are_ordered, .timeout = 120) {
 
 Test(gpu_stream, two_streams_with_an_event, .timeout = 120) {
   run(two_streams, 2, "two streams");
+}
+
+Test(gpu_stream, more_calls_than_the_stream_queue_holds, .timeout = 120) {
+  run(many_calls, 2, "many calls");
 }
 
 Test(gpu_stream, mixing_host_and_device_is_invalid, .timeout = 120) {

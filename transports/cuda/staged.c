@@ -508,4 +508,5 @@ const tp_ops tp_staged = {
     .teardown = stg_teardown,
     .last_error = stg_last_error,
     .flush = stg_flush,
+    .prepare = conn_ready,
 };

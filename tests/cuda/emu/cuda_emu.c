@@ -25,11 +25,22 @@
  *    Like a GPU's, the work starts late: one operation in four waits
  *    EMU_LAG_US first, so that a caller that reads a result before its
  *    event or stream says it is done sees the old data.
+ *    A stream holds at most EMU_QUEUE_DEPTH operations not yet run, as a
+ *    GPU's queue is bounded: a call that adds one more waits for room (a
+ *    loop of 2200 calls hung so on an H200 while braid held a lock its
+ *    progress thread needed). One that waits EMU_FREE_DEADLINE_S aborts,
+ *    saying so.
  *  - events: generations, so that a query answers for the latest record.
  *  - cudaFree, cudaFreeHost and their cudev_ forms wait until every stream
  *    is idle, as CUDA's do. One that waits longer than EMU_FREE_DEADLINE_S
  *    would hang a real process (a stream held by a gate that only the
  *    caller can release): it aborts, saying so.
+ *  - a copy from the device to pageable host memory returns only once it is
+ *    done, as CUDA documents, and meanwhile holds a lock that cudaMalloc
+ *    and cudaMallocHost take: so does the driver, as seen on an H200, where
+ *    an allocation on braid's progress thread behind a gate waited for such
+ *    a copy issued behind the gate. An allocation that waits for the lock
+ *    longer than EMU_FREE_DEADLINE_S aborts, saying so.
  * CUDA_EMU_BUSID (tests only) sets the devices: a comma-separated list of
  * PCI bus ids, one device each (default: one device, EMU_BUSID). Devices
  * differ only in their bus ids and in the device their memory reports;
@@ -61,6 +72,7 @@
 #define EMU_FREE_DEADLINE_S 30.0
 #define EMU_BUSID "0000:e1:00.0"
 #define EMU_LAG_US 200
+#define EMU_QUEUE_DEPTH 1024
 
 static _Thread_local char emu_msg[256];
 static _Thread_local int emu_device;           /* cudaSetDevice's */
@@ -216,8 +228,9 @@ typedef struct emu_op {
 
 struct CUstream_st {
   pthread_mutex_t mu;
-  pthread_cond_t work, idle;
+  pthread_cond_t work, idle, room;
   emu_op *head, *tail;
+  int queued; /* operations not yet started */
   int running;
   unsigned seed; /* lags */
   struct CUstream_st *next_all, *prev_all;
@@ -298,6 +311,8 @@ static void *stream_main(void *arg) {
     s->head = o->next;
     if (s->head == NULL)
       s->tail = NULL;
+    s->queued--;
+    pthread_cond_broadcast(&s->room);
     s->running = 1;
     pthread_mutex_unlock(&s->mu);
     if (rand_r(&s->seed) % 4 == 0 && emu_lag_us() > 0) {
@@ -328,6 +343,7 @@ static void *stream_main(void *arg) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->idle);
+  pthread_cond_destroy(&s->room);
   free(s);
   return NULL;
 }
@@ -339,6 +355,7 @@ static struct CUstream_st *stream_new(void) {
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->idle, NULL);
+  pthread_cond_init(&s->room, NULL);
   s->seed = (unsigned)getpid() * 2654435761u + (unsigned)(uintptr_t)s;
   pthread_attr_t at;
   pthread_attr_init(&at);
@@ -384,6 +401,22 @@ static cudaError_t stream_push(cudaStream_t h, const emu_op *tmpl) {
   if (o->kind == OP_EVREC || o->kind == OP_EVWAIT)
     atomic_fetch_add(&o->ev->refs, 1);
   pthread_mutex_lock(&s->mu);
+  double end = emu_now() + EMU_FREE_DEADLINE_S;
+  while (s->queued >= EMU_QUEUE_DEPTH && o->kind != OP_QUIT) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1;
+    pthread_cond_timedwait(&s->room, &s->mu, &ts);
+    if (s->queued >= EMU_QUEUE_DEPTH && emu_now() > end) {
+      fprintf(stderr,
+              "cuda_emu: a call waited %.0f s for room on a full stream "
+              "(%d operations queued; held by a gate?): the real call would "
+              "hang here\n",
+              EMU_FREE_DEADLINE_S, s->queued);
+      abort();
+    }
+  }
+  s->queued++;
   if (s->tail)
     s->tail->next = o;
   else
@@ -515,7 +548,83 @@ static void emu_die_at_malloc(void) {
     kill(getpid(), SIGKILL);
 }
 
+/* ---- pageable copies and allocations ------------------------------------ */
+
+static pthread_mutex_t alloc_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void alloc_lock(const char *call) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += (time_t)EMU_FREE_DEADLINE_S;
+  if (pthread_mutex_timedlock(&alloc_mu, &ts) != 0) {
+    fprintf(stderr,
+            "cuda_emu: %s waited %.0f s for the allocation lock, held by a "
+            "copy to pageable memory that waits for its stream (held by a "
+            "gate?): the real call would hang here\n",
+            call, EMU_FREE_DEADLINE_S);
+    abort();
+  }
+}
+
+/* Pinned host memory (cudaMallocHost), to tell pageable memory apart. */
+static pthread_mutex_t pin_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  char *base;
+  size_t size;
+} * pins;
+static size_t npins, cappins;
+
+static int pin_add(void *p, size_t size) {
+  pthread_mutex_lock(&pin_mu);
+  int bad = 0;
+  if (npins == cappins) {
+    size_t cap = cappins ? cappins * 2 : 64;
+    void *n = realloc(pins, cap * sizeof *pins);
+    if (n == NULL)
+      bad = 1;
+    else {
+      pins = n;
+      cappins = cap;
+    }
+  }
+  if (!bad) {
+    pins[npins].base = p;
+    pins[npins++].size = size;
+  }
+  pthread_mutex_unlock(&pin_mu);
+  return bad ? -1 : 0;
+}
+
+static void pin_drop(void *p) {
+  pthread_mutex_lock(&pin_mu);
+  for (size_t i = 0; i < npins; i++)
+    if (pins[i].base == p) {
+      pins[i] = pins[--npins];
+      break;
+    }
+  pthread_mutex_unlock(&pin_mu);
+}
+
+static int is_pinned(const void *p) {
+  const char *c = p;
+  pthread_mutex_lock(&pin_mu);
+  int in = 0;
+  for (size_t i = 0; i < npins && !in; i++)
+    in = c >= pins[i].base && c < pins[i].base + pins[i].size;
+  pthread_mutex_unlock(&pin_mu);
+  return in;
+}
+
+static cudaError_t malloc_locked(void **p, size_t size);
+
 cudaError_t cudaMalloc(void **p, size_t size) {
+  alloc_lock("cudaMalloc");
+  cudaError_t e = malloc_locked(p, size);
+  pthread_mutex_unlock(&alloc_mu);
+  return e;
+}
+
+static cudaError_t malloc_locked(void **p, size_t size) {
   *p = NULL;
   emu_die_at_malloc();
   if (size == 0)
@@ -565,15 +674,23 @@ cudaError_t cudaFree(void *p) {
 }
 
 cudaError_t cudaMallocHost(void **p, size_t size) {
+  alloc_lock("cudaMallocHost");
   *p = malloc(size ? size : 1);
+  if (*p != NULL && pin_add(*p, size ? size : 1) != 0) {
+    free(*p);
+    *p = NULL;
+  }
+  pthread_mutex_unlock(&alloc_mu);
   return *p ? cudaSuccess
             : emu_err(cudaErrorMemoryAllocation, "%s: out of memory",
                       "cudaMallocHost");
 }
 
 cudaError_t cudaFreeHost(void *p) {
-  if (p)
+  if (p) {
     device_idle("cudaFreeHost");
+    pin_drop(p);
+  }
   free(p);
   return cudaSuccess;
 }
@@ -587,7 +704,16 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
     return emu_err(cudaErrorInvalidValue, "%s: NULL pointer",
                    "cudaMemcpyAsync");
   emu_op o = {.kind = OP_COPY, .dst = dst, .a = src, .n = count};
-  return stream_push(stream, &o);
+  if (!cudev_is_device(src, NULL) || cudev_is_device(dst, NULL) ||
+      is_pinned(dst))
+    return stream_push(stream, &o);
+  /* device to pageable memory: done on return, the lock held meanwhile */
+  pthread_mutex_lock(&alloc_mu);
+  cudaError_t e = stream_push(stream, &o);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(stream);
+  pthread_mutex_unlock(&alloc_mu);
+  return e;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
