@@ -63,9 +63,15 @@ int perf_dev_to_host(void *dst, const void *src, size_t n, char *msg) {
   return 0;
 }
 
+/* cudaMemcpy from pageable memory to the device may return once the data
+ * is in the driver's staging memory, before it reached the device (CUDA
+ * runtime API, "API synchronization behavior"), and the call measured next
+ * runs on a non-blocking stream, which does not wait for the legacy default
+ * stream: without the synchronisation it could read the old contents. */
 int perf_dev_from_host(void *dst, const void *src, size_t n, char *msg) {
   CK("cudaMemcpy(host to device)",
      cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+  CK("cudaDeviceSynchronize", cudaDeviceSynchronize());
   return 0;
 }
 
