@@ -18,7 +18,9 @@
 #                       slots, 8-byte latency and the size sweep by both
 #                       paths of small calls);
 #               all     both, the measurements first, on a quiet GPU (the
-#                       default).
+#                       default);
+#               build   the build alone (for runs of one's own after it:
+#                       `. <build>/deps-env` sets the libraries' paths).
 #
 # Results go to $OUT when it is set, else to <build>/kit-out: kit.log
 # (everything), build.log, ctest.log, perf.md (the section for
@@ -106,8 +108,8 @@ step() { echo "== $* ($(date -u +%H:%M:%S))"; }
 
 run() {
   local what=${1:-all}
-  case $what in all | tests | perf) ;; *)
-    echo "device_kit: run what? tests, perf or all, not '$what'" >&2
+  case $what in all | tests | perf | build) ;; *)
+    echo "device_kit: run what? tests, perf, all or build, not '$what'" >&2
     return 64
     ;;
   esac
@@ -137,6 +139,11 @@ run() {
   if [ "$r" -ne 0 ]; then
     echo "device_kit: the build failed (exit $r; $out/build.log)"
     return "$r"
+  fi
+  declare -p LD_LIBRARY_PATH | sed 's/^declare -x/export/' >"$BUILD/deps-env"
+  if [ "$what" = build ]; then
+    step "built: exit 0"
+    return 0
   fi
   if [ "$what" != tests ]; then
     step "perf/cuda/run_device.sh (up to ${KIT_PERF_SECONDS:-200} s)"
