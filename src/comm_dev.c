@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "collectives/view.h"
 #include "src/config.h"
@@ -267,6 +268,42 @@ static uint32_t topo_sig(const topo_graph *g) {
   return h;
 }
 
+/* Ranks of one host on one GPU are processes with contexts of their own,
+ * which the GPU runs one at a time unless an MPS server merges them: every
+ * hand-over of a slot between the ranks then waits for a switch (an H200
+ * gave about 600 us per 8-byte allreduce of 2 ranks, about 40 us under
+ * MPS; docs/PERFORMANCE.md). The lowest such rank warns when no MPS
+ * control daemon is found at its pipe (CUDA_MPS_PIPE_DIRECTORY, else
+ * /tmp/nvidia-mps, as nvidia-cuda-mps-control uses). */
+static void warn_shared_gpu(braid_comm *c, const dev_rec *all,
+                            const dev_rec *mine) {
+  int with = -1;
+  for (int q = 0; q < c->nranks && mine->busid[0]; q++) {
+    if (q == c->rank || !all[q].ok || !boot_same_host(c->boot, c->rank, q) ||
+        strncmp(all[q].busid, mine->busid, sizeof mine->busid) != 0)
+      continue;
+    if (q < c->rank)
+      return; /* a lower rank warns */
+    if (with < 0)
+      with = q;
+  }
+  if (with < 0)
+    return;
+  const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+  char pipe[512];
+  snprintf(pipe, sizeof pipe, "%s/control",
+           dir != NULL && dir[0] ? dir : "/tmp/nvidia-mps");
+  if (access(pipe, F_OK) == 0)
+    return;
+  WARN(LOG_INIT,
+       "rank %d shares GPU %s with rank %d (and maybe more) and no MPS "
+       "control daemon was found (%s): the GPU runs one process at a time, "
+       "and each hand-over between the ranks waits for a switch (hundreds "
+       "of microseconds); start one with nvidia-cuda-mps-control -d "
+       "(docs/CUDA.md)",
+       c->rank, mine->busid, with, pipe);
+}
+
 /* The ranks' GPUs as a view of c->topo, for the topology-aware generators
  * and the simulator: when every rank is on this host with the same
  * topology and each found a GPU of its own in it by bus id. NULL
@@ -342,6 +379,8 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   if (mine.ok) {
     place_gpu(c, d);
     mine.vertex = d->gpu_vertex;
+    if (cudev_busid(device, mine.busid, sizeof mine.busid) != BRAID_SUCCESS)
+      mine.busid[0] = 0;
   }
   braid_result r = boot_allgather(c->boot, &mine, all, sizeof mine);
   int any_cuda = 0;
@@ -372,6 +411,7 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   if (r == BRAID_SUCCESS && any_cuda)
     r = cuda_setup(c, p, local);
   if (r == BRAID_SUCCESS && mine.ok) {
+    warn_shared_gpu(c, all, &mine);
     d->view = gpu_view(c, all);
     r = peers_setup(c, p, local, remote);
     /* the same on every rank: all on one host, all usable, tp_cuda up */

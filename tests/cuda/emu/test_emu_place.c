@@ -5,11 +5,14 @@
  * device state names that GPU's vertex; given a bus id the machine lacks,
  * none (-1), and the calls still run. A first call on a CUDA stream leaves
  * the calling thread's current device as it was. Channels routed "host"
- * reach a same-host peer through pinned host memory, not CUDA IPC.
+ * reach a same-host peer through pinned host memory, not CUDA IPC. Ranks
+ * sharing one GPU with no MPS control daemon at CUDA_MPS_PIPE_DIRECTORY
+ * are warned once (by the lowest); with its pipe there, not.
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "collectives/generators.h"
 #include "collectives/sched_file.h"
@@ -226,4 +229,55 @@ Test(emu_place, host_routed_channel_goes_through_host_memory, .timeout = 120) {
 
 Test(emu_place, unrouted_channels_stay_on_cuda_ipc, .timeout = 120) {
   run_routed(SCHED_ROUTE_ANY, 0);
+}
+
+/* ---- several ranks on one GPU, with and without MPS ---- */
+
+static int reduced(braid_comm *c, int rank, int n) {
+  (void)n;
+  float *d = NULL, h = (float)rank;
+  if (cudaMalloc((void **)&d, sizeof h) != cudaSuccess)
+    return 50;
+  cudaMemcpy(d, &h, sizeof h, cudaMemcpyHostToDevice);
+  braid_result r = braid_allreduce(d, d, 1, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  cudaFree(d);
+  return r == BRAID_SUCCESS ? 0 : 10;
+}
+
+/* Runs 3 ranks on the one emulated GPU, logging to files in a new folder;
+ * returns how many lines of all their logs name the missing MPS daemon. */
+static int mps_warnings(int with_pipe) {
+  GPU_REQUIRE();
+  char dir[] = "/tmp/braid-mps-XXXXXX", path[96];
+  cr_assert(mkdtemp(dir) != NULL);
+  if (with_pipe) {
+    snprintf(path, sizeof path, "%s/control", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f != NULL);
+    fclose(f);
+  }
+  setenv("CUDA_MPS_PIPE_DIRECTORY", dir, 1);
+  snprintf(path, sizeof path, "%s/log-%%p", dir);
+  setenv("BRAID_DEBUG_FILE", path, 1);
+  int st[3];
+  gpu_run_ranks(3, reduced, 60, st);
+  for (int r = 0; r < 3; r++)
+    cr_expect_eq(st[r], 0, "rank %d exit %d", r, st[r]);
+  int found = 0;
+  char cmd[160], line[1024];
+  snprintf(cmd, sizeof cmd, "cat %s/log-* 2>/dev/null; rm -rf %s", dir, dir);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p != NULL);
+  while (fgets(line, sizeof line, p) != NULL)
+    found += strstr(line, "no MPS control daemon was found") != NULL;
+  pclose(p);
+  return found;
+}
+
+Test(emu_place, shared_gpu_without_mps_warns_once, .timeout = 120) {
+  cr_expect_eq(mps_warnings(0), 1, "one warning among 3 ranks on one GPU");
+}
+
+Test(emu_place, shared_gpu_under_mps_does_not_warn, .timeout = 120) {
+  cr_expect_eq(mps_warnings(1), 0, "no warning with the MPS pipe present");
 }
