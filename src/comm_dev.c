@@ -289,10 +289,10 @@ static void warn_shared_gpu(braid_comm *c, const dev_rec *all,
   }
   if (with < 0)
     return;
-  const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const char *dir = cfg_get()->mps_pipe_dir;
   char pipe[512];
   snprintf(pipe, sizeof pipe, "%s/control",
-           dir != NULL && dir[0] ? dir : "/tmp/nvidia-mps");
+           dir != NULL ? dir : "/tmp/nvidia-mps");
   if (access(pipe, F_OK) == 0)
     return;
   WARN(LOG_INIT,

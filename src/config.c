@@ -100,6 +100,7 @@ static void cfg_load(void) {
   c->ofi_provider = env_str("BRAID_OFI_PROVIDER");
   c->ofi_domain = env_str("BRAID_OFI_DOMAIN");
   c->ib_hca = env_str("BRAID_IB_HCA");
+  c->mps_pipe_dir = env_str("CUDA_MPS_PIPE_DIRECTORY");
   c->ib_gid_index = env_int("BRAID_IB_GID_INDEX", -1, -1, 65535);
   if (c->buffsize < (size_t)c->nslots * 4096) {
     WARN(LOG_ENV, "BRAID_BUFFSIZE=%zu is below %d slots of 4 KiB; using 4M",

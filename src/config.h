@@ -31,6 +31,9 @@ typedef struct cfg_env {
   const char *ofi_provider;   /* BRAID_OFI_PROVIDER, default NULL = fastest */
   const char *ofi_domain;     /* BRAID_OFI_DOMAIN, default NULL = auto */
   const char *ib_hca; /* BRAID_IB_HCA (NCCL syntax), default NULL = all */
+  /* CUDA_MPS_PIPE_DIRECTORY (NVIDIA's MPS; NULL: /tmp/nvidia-mps): where
+   * the device setup looks for an MPS control daemon (src/comm_dev.c) */
+  const char *mps_pipe_dir;
   int ib_gid_index;   /* BRAID_IB_GID_INDEX, default -1 = auto */
 } cfg_env;
 
