@@ -22,6 +22,11 @@
 #   4. where the two paths cross: allreduce time from 8 B to 4 MiB, 2 ranks
 #      on a CUDA stream, by each path (what BRAID_CUDA_HOST_MAX's default
 #      should be).
+# Items 2-4 run twice: with the ranks as they are, separate processes that
+# the GPU runs one at a time (each hand-over between them waits for a
+# switch), and under MPS when nvidia-cuda-mps-control is there (MPS=0
+# skips it): a daemon of its own, with its pipe and log folders under
+# $LOG_DIR, started before and stopped after.
 #
 # The bound (docs/PERFORMANCE.md, "Device buffers"): the cuda transport
 # sends a chunk by copying it into a slot in the receiver's device memory
@@ -40,7 +45,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${1:-$ROOT/build-device}
 SIZE=${SIZE:-256M}
 HOST_MAX=${HOST_MAX:-4M}
-CUDA_BUFFSIZES=${CUDA_BUFFSIZES:-32M 128M}
+CUDA_BUFFSIZES=${CUDA_BUFFSIZES:-16M 32M 128M}
 LOG_DIR=${LOG_DIR:-$BUILD/device-logs}
 JOBS=${JOBS:-$(nproc)}
 
@@ -97,67 +102,144 @@ run_perf() { # log-file ranks args...
   return $rc
 }
 
-# ---- 2. bandwidth, 2 and 4 ranks on GPU 0 ----
-declare -A BW_OOP BW_INP WRONG
-for k in 2 4; do
-  f=$LOG_DIR/allreduce_${k}ranks.txt
-  run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" -n 20 -w 5 -c 1 -d float32
-  row=$(perf_row "$f")
-  [ -n "$row" ] || { log "run_device.sh: no result row in $f"; exit 3; }
-  BW_OOP[$k]=$(awk '{ print $8 }' <<<"$row")
-  BW_INP[$k]=$(awk '{ print $12 }' <<<"$row")
-  WRONG[$k]=$(awk '{ print $9 + $13 }' <<<"$row")
-done
-
-# the same with larger slots of the cuda transport (a failed run is shown)
-declare -A BWS
-for bs in $CUDA_BUFFSIZES; do
+# ---- 2-4, once as the ranks are (separate processes, which the GPU runs
+# one at a time) and once under MPS when its control daemon is there ----
+# Results go to associative arrays keyed "<tag>.<...>"; logs to
+# $LOG_DIR/<tag>/.
+declare -A BW_OOP BW_INP WRONG BWS LAT SWEEP_RC
+measure() { # tag
+  local t=$1 d=$LOG_DIR/$1 k bs f rc row path mode y
+  mkdir -p "$d"
+  # 2. bandwidth, 2 and 4 ranks on GPU 0
   for k in 2 4; do
-    f=$LOG_DIR/allreduce_${k}ranks_cuda${bs}.txt
-    rc=0
-    BRAID_CUDA_BUFFSIZE=$bs run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" -n 20 \
-      -w 5 -c 1 -d float32 || rc=$?
+    f=$d/allreduce_${k}ranks.txt
+    run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" -n 20 -w 5 -c 1 -d float32 || true
     row=$(perf_row "$f")
-    BWS[$bs.$k]="failed (exit $rc)"
-    [ "$rc" -eq 0 ] && [ -n "$row" ] &&
-      BWS[$bs.$k]=$(awk '{ print $8, $12, $9 + $13 }' <<<"$row")
+    [ -n "$row" ] || { log "run_device.sh: no result row in $f"; return 3; }
+    BW_OOP[$t.$k]=$(awk '{ print $8 }' <<<"$row")
+    BW_INP[$t.$k]=$(awk '{ print $12 }' <<<"$row")
+    WRONG[$t.$k]=$(awk '{ print $9 + $13 }' <<<"$row")
   done
-done
+  # the same with larger slots of the cuda transport (a failed run is shown)
+  for bs in $CUDA_BUFFSIZES; do
+    for k in 2 4; do
+      f=$d/allreduce_${k}ranks_cuda${bs}.txt
+      rc=0
+      BRAID_CUDA_BUFFSIZE=$bs run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" -n 20 \
+        -w 5 -c 1 -d float32 || rc=$?
+      row=$(perf_row "$f")
+      BWS[$t.$bs.$k]="failed (exit $rc)"
+      [ "$rc" -eq 0 ] && [ -n "$row" ] &&
+        BWS[$t.$bs.$k]=$(awk '{ print $8, $12, $9 + $13 }' <<<"$row")
+    done
+  done
+  # 3. latency, 8 bytes, 2 ranks: stream and blocking, by both paths. A run
+  # that fails (braid-perf exits 1 on a wrong element) is reported in the
+  # table, not hidden: "failed (exit N)".
+  for path in direct host; do
+    for mode in stream blocking; do
+      f=$d/allreduce_8B_${mode}_${path}.txt
+      y=0
+      [ "$mode" = blocking ] && y=1
+      rc=0
+      BRAID_CUDA_HOST_MAX=$(host_max "$path") run_perf "$f" 2 -b 8 -e 8 \
+        -n 2000 -w 200 -c 1 -d float32 -y "$y" || rc=$?
+      LAT[$t.$mode.$path]=$(perf_row "$f" | awk '{ print $6 }')
+      [ "$rc" -eq 0 ] || LAT[$t.$mode.$path]="failed (exit $rc)"
+    done
+  done
+  # 4. the two paths from 8 B to 4 MiB (2 ranks, CUDA stream)
+  for path in direct host; do
+    SWEEP_RC[$t.$path]=0
+    BRAID_CUDA_HOST_MAX=$(host_max "$path") \
+      run_perf "$d/allreduce_sweep_$path.txt" 2 \
+      -b 8 -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 || SWEEP_RC[$t.$path]=$?
+  done
+}
 
-# ---- 3. latency, 8 bytes, 2 ranks: stream and blocking, by both paths ----
 # BRAID_CUDA_HOST_MAX of a path: direct (0) or through host memory
 host_max() { if [ "$1" = host ]; then echo "$HOST_MAX"; else echo 0; fi; }
-# A run that fails (braid-perf exits 1 on a wrong element) is reported in
-# the table, not hidden: "failed (exit N)".
-declare -A LAT
-for path in direct host; do
-  for mode in stream blocking; do
-    f=$LOG_DIR/allreduce_8B_${mode}_${path}.txt
-    y=0
-    [ "$mode" = blocking ] && y=1
-    rc=0
-    BRAID_CUDA_HOST_MAX=$(host_max "$path") run_perf "$f" 2 -b 8 -e 8 -n 2000 -w 200 -c 1 \
-      -d float32 -y "$y" || rc=$?
-    LAT[$mode.$path]=$(perf_row "$f" | awk '{ print $6 }')
-    [ "$rc" -eq 0 ] || LAT[$mode.$path]="failed (exit $rc)"
-  done
-done
 
-# ---- 4. the two paths from 8 B to 4 MiB (2 ranks, CUDA stream) ----
-declare -A SWEEP_RC
-for path in direct host; do
-  SWEEP_RC[$path]=0
-  BRAID_CUDA_HOST_MAX=$(host_max "$path") \
-    run_perf "$LOG_DIR/allreduce_sweep_$path.txt" 2 \
-    -b 8 -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 || SWEEP_RC[$path]=$?
-done
+measure plain
+MPS_CTL=$(command -v nvidia-cuda-mps-control ||
+  ls /usr/local/nvidia/bin/nvidia-cuda-mps-control 2>/dev/null || true)
+MPS_NOTE="no nvidia-cuda-mps-control on this machine: not measured"
+if [ -n "$MPS_CTL" ] && [ "${MPS:-1}" != 0 ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=$LOG_DIR/mps-pipe
+  export CUDA_MPS_LOG_DIRECTORY=$LOG_DIR/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if "$MPS_CTL" -d; then
+    log "== MPS control daemon started ($MPS_CTL)"
+    MPS_NOTE=""
+    rc=0
+    measure mps || rc=$?
+    echo quit | "$MPS_CTL" || true
+    [ "$rc" -eq 0 ] || MPS_NOTE="the runs under MPS failed (exit $rc; see $LOG_DIR/mps)"
+  else
+    MPS_NOTE="nvidia-cuda-mps-control -d failed: not measured"
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
+[ "${MPS:-1}" != 0 ] || MPS_NOTE="MPS=0: not measured"
+
+# ---- the markdown section ----
 # size, out-of-place time and wrong elements of every data row of a sweep
 sweep_rows() {
   sed -n 's/^\[0\] *//p' "$1" |
     awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $9 + $13 }'
 }
 
-# ---- the markdown section ----
+tables() { # tag
+  local t=$1 d=$LOG_DIR/$1 k bs v path
+  echo "Allreduce, float32 sum, $SIZE, k ranks on one GPU (\`braidrun -n k"
+  echo "braid-perf all_reduce -G 1\`, CUDA stream). Bound: ring over CUDA IPC,"
+  echo "busbw <= 2B / (9k) (see \"Device buffers\"); target >= 0.70."
+  echo
+  echo "| BRAID_CUDA_BUFFSIZE | ranks | busbw out-of-place (GB/s) | busbw in-place (GB/s) | bound 2B/(9k) (GB/s) | out-of-place / bound | in-place / bound | #wrong |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+  for k in 2 4; do
+    awk -v k="$k" -v b="$B" -v o="${BW_OOP[$t.$k]}" -v i="${BW_INP[$t.$k]}" \
+      -v w="${WRONG[$t.$k]}" 'BEGIN {
+        bound = 2 * b / (9 * k);
+        printf "| default (4M: slots of 512 KiB) | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %d |\n",
+               k, o, i, bound, o / bound, i / bound, w }'
+  done
+  for bs in $CUDA_BUFFSIZES; do
+    for k in 2 4; do
+      v=${BWS[$t.$bs.$k]}
+      case $v in
+      failed*) echo "| $bs | $k | $v | | | | | |" ;;
+      *) awk -v k="$k" -v b="$B" -v bs="$bs" -v v="$v" 'BEGIN {
+           split(v, f, " "); bound = 2 * b / (9 * k);
+           printf "| %s | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %d |\n",
+                  bs, k, f[1], f[2], bound, f[1] / bound, f[2] / bound, f[3] }' ;;
+      esac
+    done
+  done
+  echo
+  echo "8-byte allreduce on device buffers, 2 ranks on one GPU (target < 10 us),"
+  echo "by each path: direct (CUDA IPC between the ranks, \`BRAID_CUDA_HOST_MAX=0\`)"
+  echo "and through pinned host memory (\`BRAID_CUDA_HOST_MAX=$HOST_MAX\`):"
+  echo
+  echo "| mode | direct (us) | through host memory (us) |"
+  echo "|---|---:|---:|"
+  echo "| CUDA stream (braid_stream_from_cuda), synchronized after the loop | ${LAT[$t.stream.direct]:-n/a} | ${LAT[$t.stream.host]:-n/a} |"
+  echo "| synchronized after each call (\`-y 1\`) | ${LAT[$t.blocking.direct]:-n/a} | ${LAT[$t.blocking.host]:-n/a} |"
+  echo
+  echo "Allreduce time by size, 2 ranks, CUDA stream, float32 sum, out of place"
+  echo "(where the paths cross is the default BRAID_CUDA_HOST_MAX should have):"
+  echo
+  echo "| size (B) | direct (us) | through host memory (us) | #wrong (direct + host) |"
+  echo "|---:|---:|---:|---:|"
+  join <(sweep_rows "$d/allreduce_sweep_direct.txt" | sort -k1,1) \
+    <(sweep_rows "$d/allreduce_sweep_host.txt" | sort -k1,1) |
+    sort -n | awk '{ printf "| %s | %s | %s | %d |\n", $1, $2, $4, $3 + $5 }'
+  for path in direct host; do
+    [ "${SWEEP_RC[$t.$path]}" -eq 0 ] ||
+      echo "(the $path sweep failed: exit ${SWEEP_RC[$t.$path]}; see its log)"
+  done
+}
+
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader \
   -i 0 2>/dev/null | head -1 || true)
 echo "### Device buffers: measured $(date -u +%Y-%m-%d) on ${GPU:-GPU 0}"
@@ -167,56 +249,14 @@ echo "cudaMemcpy device to device: **$B GB/s** (B, counting read + write)."
 echo
 grep '^|' "$LOG_DIR/reduce_bench.txt"
 echo
-echo "Allreduce, float32 sum, $SIZE, k ranks on one GPU (\`braidrun -n k"
-echo "braid-perf all_reduce -G 1\`, CUDA stream). Bound: ring over CUDA IPC,"
-echo "busbw <= 2B / (9k) (see \"Device buffers\"); target >= 0.70."
+echo "#### The ranks as separate processes (no MPS: the GPU runs one at a time)"
 echo
-echo "| ranks | busbw out-of-place (GB/s) | busbw in-place (GB/s) | bound 2B/(9k) (GB/s) | out-of-place / bound | in-place / bound | #wrong |"
-echo "|---:|---:|---:|---:|---:|---:|---:|"
-for k in 2 4; do
-  awk -v k="$k" -v b="$B" -v o="${BW_OOP[$k]}" -v i="${BW_INP[$k]}" \
-    -v w="${WRONG[$k]}" 'BEGIN {
-      bound = 2 * b / (9 * k);
-      printf "| %d | %.1f | %.1f | %.1f | %.2f | %.2f | %d |\n",
-             k, o, i, bound, o / bound, i / bound, w }'
-done
+tables plain
 echo
-echo "The same with larger slots of the cuda transport (\`BRAID_CUDA_BUFFSIZE\`;"
-echo "the default is BRAID_BUFFSIZE, 4M: slots of 512 KiB):"
+echo "#### Under MPS (\`nvidia-cuda-mps-control -d\`: the ranks' work runs side by side)"
 echo
-echo "| BRAID_CUDA_BUFFSIZE | ranks | busbw out-of-place (GB/s) | busbw in-place (GB/s) | out-of-place / bound | in-place / bound | #wrong |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
-for bs in $CUDA_BUFFSIZES; do
-  for k in 2 4; do
-    v=${BWS[$bs.$k]}
-    case $v in
-    failed*) echo "| $bs | $k | $v | | | | |" ;;
-    *) awk -v k="$k" -v b="$B" -v bs="$bs" -v v="$v" 'BEGIN {
-         split(v, f, " "); bound = 2 * b / (9 * k);
-         printf "| %s | %d | %.1f | %.1f | %.2f | %.2f | %d |\n",
-                bs, k, f[1], f[2], f[1] / bound, f[2] / bound, f[3] }' ;;
-    esac
-  done
-done
-echo
-echo "8-byte allreduce on device buffers, 2 ranks on one GPU (target < 10 us),"
-echo "by each path: direct (CUDA IPC between the ranks, \`BRAID_CUDA_HOST_MAX=0\`)"
-echo "and through pinned host memory (\`BRAID_CUDA_HOST_MAX=$HOST_MAX\`):"
-echo
-echo "| mode | direct (us) | through host memory (us) |"
-echo "|---|---:|---:|"
-echo "| CUDA stream (braid_stream_from_cuda), synchronized after the loop | ${LAT[stream.direct]:-n/a} | ${LAT[stream.host]:-n/a} |"
-echo "| blocking calls (\`-y 1\`) | ${LAT[blocking.direct]:-n/a} | ${LAT[blocking.host]:-n/a} |"
-echo
-echo "Allreduce time by size, 2 ranks, CUDA stream, float32 sum, out of place"
-echo "(where the paths cross is the default BRAID_CUDA_HOST_MAX should have):"
-echo
-echo "| size (B) | direct (us) | through host memory (us) | #wrong (direct + host) |"
-echo "|---:|---:|---:|---:|"
-join <(sweep_rows "$LOG_DIR/allreduce_sweep_direct.txt" | sort -k1,1) \
-  <(sweep_rows "$LOG_DIR/allreduce_sweep_host.txt" | sort -k1,1) |
-  sort -n | awk '{ printf "| %s | %s | %s | %d |\n", $1, $2, $4, $3 + $5 }'
-for path in direct host; do
-  [ "${SWEEP_RC[$path]}" -eq 0 ] ||
-    echo "(the $path sweep failed: exit ${SWEEP_RC[$path]}; see its log)"
-done
+if [ -n "$MPS_NOTE" ]; then
+  echo "($MPS_NOTE)"
+else
+  tables mps
+fi
