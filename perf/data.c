@@ -293,7 +293,7 @@ int64_t perf_check_output(perf_coll c, braid_dtype dt, braid_op op, int rank,
   size_t es = perf_dtype_size(dt);
   size_t pcount = pc->param;
   const unsigned char *g = got;
-  unsigned char want[8];
+  unsigned char want[8] = {0}; /* perf_store writes es of them */
   int64_t wrong = 0;
   if ((c == COLL_REDUCE || c == COLL_GATHER) && rank != root)
     return 0;
