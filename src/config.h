@@ -34,7 +34,7 @@ typedef struct cfg_env {
   /* CUDA_MPS_PIPE_DIRECTORY (NVIDIA's MPS; NULL: /tmp/nvidia-mps): where
    * the device setup looks for an MPS control daemon (src/comm_dev.c) */
   const char *mps_pipe_dir;
-  int ib_gid_index;   /* BRAID_IB_GID_INDEX, default -1 = auto */
+  int ib_gid_index; /* BRAID_IB_GID_INDEX, default -1 = auto */
 } cfg_env;
 
 /* Reads the environment once (thread-safe); later calls return the cache. */
