@@ -269,6 +269,74 @@ int exec_dev_needs_setup(braid_comm *c, const exec_op *ops, int nops) {
   return 0;
 }
 
+/* ---- loose: device p2p before the device side is set up -----------------
+ * Setup is collective and a send or receive is not, so a device send or
+ * receive before the communicator's first device collective stages its
+ * buffers through pinned memory and a stream of the communicator's own,
+ * made on first need and grown, never shrunk, until the communicator ends:
+ * for a call on a CUDA stream by the issuing thread before the gate (as
+ * exec_dev_reserve does), else by the call. Outgrown buffers are kept until
+ * then too (cudaFreeHost waits for every stream, a held one included). */
+
+static braid_result loose_reserve(braid_comm *c, const exec_op *op, int dev,
+                                  size_t bytes) {
+  if (c->loose_stream != NULL && c->loose_dev != dev) {
+    comm_set_error(c,
+                   "%s #%llu on rank %d: device buffers on GPU %d after "
+                   "sends or receives on GPU %d: a rank uses one GPU",
+                   op->name, (unsigned long long)op->seq, c->rank, dev,
+                   c->loose_dev);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (c->loose_stream != NULL && bytes <= c->loose_bytes)
+    return BRAID_SUCCESS;
+  int mine = cudev_get_device();
+  braid_result r = cudev_set_device(dev);
+  const char *what = "selecting the device";
+  if (r == BRAID_SUCCESS && c->loose_stream == NULL) {
+    what = "creating a stream";
+    r = cudev_stream_create(&c->loose_stream);
+    if (r == BRAID_SUCCESS)
+      c->loose_dev = dev;
+  }
+  if (r == BRAID_SUCCESS && bytes > c->loose_bytes) {
+    what = "allocating pinned host staging";
+    size_t want = bytes > 2 * c->loose_bytes ? bytes : 2 * c->loose_bytes;
+    void **old =
+        realloc(c->loose_old, sizeof *old * (size_t)(c->nloose_old + 1));
+    void *h = NULL;
+    r = old == NULL ? BRAID_ERR_NOMEM : cudev_host_alloc(&h, want);
+    if (old != NULL)
+      c->loose_old = old;
+    if (r == BRAID_SUCCESS) {
+      if (c->loose_host != NULL)
+        c->loose_old[c->nloose_old++] = c->loose_host;
+      c->loose_host = h;
+      __atomic_store_n(&c->loose_bytes, want, __ATOMIC_RELEASE);
+    }
+  }
+  if (mine >= 0 && mine != dev)
+    (void)cudev_set_device(mine);
+  if (r != BRAID_SUCCESS)
+    dev_error(c, op, dev, what, r);
+  return r;
+}
+
+void exec_dev_loose_free(braid_comm *c) {
+  if (c->loose_stream != NULL)
+    cudev_stream_destroy(c->loose_stream);
+  for (int i = 0; i < c->nloose_old; i++)
+    cudev_host_free(c->loose_old[i]);
+  if (c->loose_host != NULL)
+    cudev_host_free(c->loose_host);
+  free(c->loose_old);
+  c->loose_stream = NULL;
+  c->loose_host = NULL;
+  c->loose_old = NULL;
+  c->nloose_old = 0;
+  c->loose_bytes = 0;
+}
+
 /* Whether a device op runs on host copies of its buffers (staged through
  * pinned host memory) rather than moving between GPUs. */
 static int staged(braid_comm *c, const exec_op *op) {
@@ -321,7 +389,9 @@ int exec_dev_reserved(braid_comm *c, const exec_op *ops, int nops) {
   if (!any)
     return 1;
   if (!atomic_load(&c->dev_up) || c->dev == NULL)
-    return 0;
+    return c->loose_stream != NULL &&
+           stage_need(c, ops, nops) <=
+               __atomic_load_n(&c->loose_bytes, __ATOMIC_ACQUIRE);
   comm_dev *d = c->dev;
   if (stage_need(c, ops, nops) >
       __atomic_load_n(&d->stage_bytes, __ATOMIC_ACQUIRE))
@@ -338,8 +408,12 @@ int exec_dev_reserved(braid_comm *c, const exec_op *ops, int nops) {
 
 braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops) {
   comm_dev *d = c->dev;
-  if (d == NULL) /* no device side: such calls stage on their own */
+  if (d == NULL) { /* sends and receives before any setup: loose */
+    for (int k = 0; k < nops; k++)
+      if (ops[k].dev >= 0 && !ops[k].is_barrier)
+        return loose_reserve(c, &ops[k], ops[k].dev, stage_need(c, ops, nops));
     return BRAID_SUCCESS;
+  }
   void *p = NULL;
   size_t total = stage_need(c, ops, nops), most = 0;
   braid_result r =
@@ -399,23 +473,23 @@ static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
         "of host memory",
         first->name, (unsigned long long)first->seq, nst, nops, total);
   /* c->dev's pinned staging when set up; a send or receive before any setup
-   * (setup is collective, they are not) uses pageable memory and a stream of
-   * its own */
-  char *host = NULL, *own_host = NULL;
-  void *stream = c->dev != NULL ? c->dev->stream : NULL, *own_stream = NULL;
+   * (setup is collective, they are not) the loose one */
+  char *host = NULL;
+  void *stream = NULL;
   if (c->dev != NULL) {
     void *p = NULL;
     r = comm_dev_stage(c, total, &p);
     host = p;
+    stream = c->dev->stream;
+    if (r != BRAID_SUCCESS)
+      r = dev_error(c, first, dev, "allocating host staging memory", r);
   } else {
-    own_host = host = malloc(total > 0 ? total : 1);
-    r = host != NULL ? cudev_stream_create(&own_stream) : BRAID_ERR_NOMEM;
-    stream = own_stream;
+    r = loose_reserve(c, first, dev, total);
+    host = c->loose_host;
+    stream = c->loose_stream;
   }
-  if (r != BRAID_SUCCESS) {
-    r = dev_error(c, first, dev, "allocating host staging memory", r);
+  if (r != BRAID_SUCCESS)
     goto out;
-  }
   r = stage_in(run, st, nst, host, stream);
   if (r == BRAID_SUCCESS)
     r = cudev_stream_sync(stream);
@@ -432,9 +506,6 @@ static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
   if (r != BRAID_SUCCESS)
     r = dev_error(c, first, dev, "copying outputs back from host staging", r);
 out:
-  if (own_stream != NULL)
-    cudev_stream_destroy(own_stream);
-  free(own_host);
   free(run);
   free(st);
   return r;

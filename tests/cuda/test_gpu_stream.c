@@ -274,6 +274,46 @@ static int many_calls(braid_comm *c, int rank, int n) {
   return rc;
 }
 
+/* A send and a receive on a CUDA stream before any device collective (the
+ * device side is not set up: they stage on their own), each followed on the
+ * stream by a copy back to pageable memory, which waits behind the call's
+ * gate inside the driver; the call's staging must not wait for it. */
+static int p2p_first(braid_comm *c, int rank, int n) {
+  (void)n;
+  CK(cudaSetDevice(0));
+  float h[64], *d = NULL;
+  for (int i = 0; i < 64; i++)
+    h[i] = rank == 0 ? (float)(i * 3) : -1.0f;
+  CK(cudaMalloc((void **)&d, sizeof h));
+  CK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+  CK(cudaDeviceSynchronize());
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  braid_stream *bs = NULL;
+  if (braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS)
+    return 10;
+  braid_result r = rank == 0 ? braid_send(d, 64, BRAID_FLOAT32, 1, c, bs)
+                             : braid_recv(d, 64, BRAID_FLOAT32, 0, c, bs);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: %s: %s (%s)\n", rank, rank == 0 ? "send" : "recv",
+            braid_result_string(r), braid_comm_last_error(c));
+    return 12;
+  }
+  CK(cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, s));
+  int rc = braid_stream_synchronize(bs) != BRAID_SUCCESS ? 13 : 0;
+  CK(cudaStreamSynchronize(s));
+  for (int i = 0; i < 64 && rc == 0; i++)
+    if (h[i] != (float)(i * 3)) {
+      fprintf(stderr, "rank %d: element %d is %g\n", rank, i, (double)h[i]);
+      rc = 14;
+    }
+  if (braid_stream_destroy(bs) != BRAID_SUCCESS && rc == 0)
+    rc = 17;
+  cudaStreamDestroy(s);
+  cudaFree(d);
+  return rc;
+}
+
 /* Host and device buffers in one call; host buffers on a CUDA stream. */
 static int mixing(braid_comm *c, int rank, int n) {
   CK(cudaSetDevice(0));
@@ -364,6 +404,10 @@ Test(gpu_stream, two_streams_with_an_event, .timeout = 120) {
 
 Test(gpu_stream, more_calls_than_the_stream_queue_holds, .timeout = 120) {
   run(many_calls, 2, "many calls");
+}
+
+Test(gpu_stream, send_and_recv_before_any_collective, .timeout = 120) {
+  run(p2p_first, 2, "send and receive first");
 }
 
 Test(gpu_stream, mixing_host_and_device_is_invalid, .timeout = 120) {

@@ -39,8 +39,9 @@
  *    done, as CUDA documents, and meanwhile holds a lock that cudaMalloc
  *    and cudaMallocHost take: so does the driver, as seen on an H200, where
  *    an allocation on braid's progress thread behind a gate waited for such
- *    a copy issued behind the gate. An allocation that waits for the lock
- *    longer than EMU_FREE_DEADLINE_S aborts, saying so.
+ *    a copy issued behind the gate. An allocation (or another such copy)
+ *    that waits for the lock longer than EMU_FREE_DEADLINE_S aborts,
+ *    saying so.
  * CUDA_EMU_BUSID (tests only) sets the devices: a comma-separated list of
  * PCI bus ids, one device each (default: one device, EMU_BUSID). Devices
  * differ only in their bus ids and in the device their memory reports;
@@ -708,7 +709,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
       is_pinned(dst))
     return stream_push(stream, &o);
   /* device to pageable memory: done on return, the lock held meanwhile */
-  pthread_mutex_lock(&alloc_mu);
+  alloc_lock("cudaMemcpyAsync to pageable memory");
   cudaError_t e = stream_push(stream, &o);
   if (e == cudaSuccess)
     e = cudaStreamSynchronize(stream);
