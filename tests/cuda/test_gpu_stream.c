@@ -224,6 +224,18 @@ static int two_streams(braid_comm *c, int rank, int n) {
   return rc;
 }
 
+/* Copies host to the device (and waits: from pageable memory cudaMemcpy
+ * may return before the data is there), then makes a non-blocking stream
+ * and wraps it. */
+static int filled_and_wrapped(int rank, void *dev, const void *host,
+                              size_t bytes, cudaStream_t *s,
+                              braid_stream **bs) {
+  CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+  CK(cudaDeviceSynchronize());
+  CK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+  return braid_stream_from_cuda((void *)*s, bs) == BRAID_SUCCESS ? 0 : 10;
+}
+
 /* More calls in flight than a stream's queue holds (the emulated GPU's is
  * 1024 operations): the calls issued once it is full wait in the driver
  * for room, which the progress thread makes by releasing gates; call i
@@ -238,14 +250,11 @@ static int many_calls(braid_comm *c, int rank, int n) {
     h[i] = val(rank, (size_t)i);
   CK(cudaMalloc((void **)&din, MANY * sizeof(float)));
   CK(cudaMalloc((void **)&dout, MANY * sizeof(float)));
-  CK(cudaMemcpy(din, h, MANY * sizeof(float), cudaMemcpyHostToDevice));
-  CK(cudaDeviceSynchronize());
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   braid_stream *bs = NULL;
-  if (braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS)
-    return 10;
-  int rc = 0;
+  int rc = filled_and_wrapped(rank, din, h, MANY * sizeof(float), &s, &bs);
+  if (rc)
+    return rc;
   for (int i = 0; i < MANY && rc == 0; i++) {
     braid_result r =
         braid_allreduce(din + i, dout + i, 1, BRAID_FLOAT32, BRAID_SUM, c, bs);
@@ -285,13 +294,11 @@ static int p2p_first(braid_comm *c, int rank, int n) {
   for (int i = 0; i < 64; i++)
     h[i] = rank == 0 ? (float)(i * 3) : -1.0f;
   CK(cudaMalloc((void **)&d, sizeof h));
-  CK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
-  CK(cudaDeviceSynchronize());
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   braid_stream *bs = NULL;
-  if (braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS)
-    return 10;
+  int rc = filled_and_wrapped(rank, d, h, sizeof h, &s, &bs);
+  if (rc)
+    return rc;
   braid_result r = rank == 0 ? braid_send(d, 64, BRAID_FLOAT32, 1, c, bs)
                              : braid_recv(d, 64, BRAID_FLOAT32, 0, c, bs);
   if (r != BRAID_SUCCESS) {
@@ -300,7 +307,7 @@ static int p2p_first(braid_comm *c, int rank, int n) {
     return 12;
   }
   CK(cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, s));
-  int rc = braid_stream_synchronize(bs) != BRAID_SUCCESS ? 13 : 0;
+  rc = braid_stream_synchronize(bs) != BRAID_SUCCESS ? 13 : 0;
   CK(cudaStreamSynchronize(s));
   for (int i = 0; i < 64 && rc == 0; i++)
     if (h[i] != (float)(i * 3)) {
