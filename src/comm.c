@@ -12,7 +12,6 @@
 #include "collectives/select.h"
 #include "src/comm_dev.h"
 #include "src/config.h"
-#include "src/exec_int.h"
 #include "src/launch_env.h"
 #include "src/log.h"
 #include "transports/ibverbs/ibverbs.h"
@@ -252,7 +251,7 @@ static void comm_free(braid_comm *c) {
     return;
   enq_shutdown(c);
   comm_dev_teardown(c); /* before the host transports: staged sends use them */
-  exec_dev_loose_free(c);
+  comm_dev_loose_free(c);
   for (int i = 0; i < c->ntp; i++)
     if (c->tp[i]->teardown != NULL)
       c->tp[i]->teardown(c->tp_state[i]);

@@ -97,14 +97,9 @@ struct braid_comm {
   void *scratch;
   size_t scratch_bytes;
 
-  /* device sends and receives before the device side is set up: pinned
-   * staging and a stream of GPU loose_dev (src/exec_dev.c, "Loose") */
-  void *loose_stream;
-  int loose_dev;
-  char *loose_host;
-  size_t loose_bytes; /* written under c->lock, read atomically */
-  void **loose_old;   /* outgrown staging, freed with the communicator */
-  int nloose_old;
+  /* device sends and receives before the device side is set up: their
+   * pinned staging and stream (src/comm_dev.c, comm_dev_loose), or NULL */
+  struct comm_loose *loose;
 
   /* sequence numbers */
   uint64_t coll_seq;

@@ -58,16 +58,32 @@ typedef struct dev_retired {
   int host; /* 1: cudev_host_alloc'd, 0: cudev_malloc'd */
 } dev_retired;
 
+typedef struct dev_list {
+  dev_retired *v;
+  int n, cap;
+} dev_list;
+
 /* c->dev with what teardown needs. */
 typedef struct dev_priv {
   comm_dev pub;
   void *cuda_state;                  /* tp_cuda, or NULL */
   void *staged[COMM_MAX_TRANSPORTS]; /* per host transport of c->tp */
   int ncuda, nstaged;                /* peers on each */
-  dev_retired *retired;              /* outgrown scratch and staging */
-  int nretired, retired_cap;
+  dev_list retired;                  /* outgrown scratch and staging */
   uint8_t *host_used; /* per peer: a host-routed channel reached it */
 } dev_priv;
+
+/* Frees the buffers of a retired list, and the list. */
+static void list_release(dev_list *l) {
+  for (int i = 0; i < l->n; i++) {
+    if (l->v[i].host)
+      cudev_host_free(l->v[i].p);
+    else
+      cudev_free(l->v[i].p);
+  }
+  free(l->v);
+  *l = (dev_list){NULL, 0, 0};
+}
 
 typedef struct dev_rec {
   int32_t ok;
@@ -245,7 +261,7 @@ static void dev_free(dev_priv *p) {
   if (p == NULL)
     return;
   view_free(p->pub.view);
-  free(p->retired);
+  free(p->retired.v);
   free(p->host_used);
   free(p->pub.ops);
   free(p->pub.state);
@@ -463,12 +479,7 @@ void comm_dev_teardown(braid_comm *c) {
     cudev_free(d->scratch);
   if (d->stage != NULL)
     cudev_host_free(d->stage);
-  for (int i = 0; i < p->nretired; i++) {
-    if (p->retired[i].host)
-      cudev_host_free(p->retired[i].p);
-    else
-      cudev_free(p->retired[i].p);
-  }
+  list_release(&p->retired);
   if (d->stream != NULL)
     cudev_stream_destroy(d->stream);
   dev_free(p);
@@ -539,26 +550,26 @@ int comm_dev_transports(braid_comm *c, int i, const tp_ops **ops,
 
 /* Room on the retired list for one more buffer, made before the new buffer
  * is allocated so that an outgrown buffer is never lost. */
-static int retire_room(dev_priv *p) {
-  if (p->nretired < p->retired_cap)
+static int retire_room(dev_list *l) {
+  if (l->n < l->cap)
     return 0;
-  int cap = p->retired_cap ? 2 * p->retired_cap : 8;
-  dev_retired *n = realloc(p->retired, sizeof *n * (size_t)cap);
+  int cap = l->cap ? 2 * l->cap : 8;
+  dev_retired *n = realloc(l->v, sizeof *n * (size_t)cap);
   if (n == NULL)
     return -1;
-  p->retired = n;
-  p->retired_cap = cap;
+  l->v = n;
+  l->cap = cap;
   return 0;
 }
 
-/* Replaces *buf (of *have bytes) with a buffer of at least `bytes`: the old
- * one is retired, not freed (see "Device-wide waits"). Work queued on the
- * internal stream may still use the old buffer; it stays valid until
- * teardown, which synchronises the stream first. */
-static braid_result grow(braid_comm *c, void **buf, size_t *have, size_t bytes,
-                         int host) {
-  dev_priv *p = (dev_priv *)c->dev;
-  if (retire_room(p) != 0) {
+/* Replaces *buf (of *have bytes) with a buffer of at least `bytes` (device
+ * memory of GPU `device`, or pinned host memory): the old one goes on l,
+ * not freed (see "Device-wide waits"). Work queued on the internal stream
+ * may still use the old buffer; it stays valid until teardown, which
+ * synchronises the stream first. */
+static braid_result grow(braid_comm *c, dev_list *l, void **buf, size_t *have,
+                         size_t bytes, int host, int device) {
+  if (retire_room(l) != 0) {
     comm_set_error(c, "rank %d: out of memory growing %s", c->rank,
                    host ? "pinned staging" : "device scratch");
     return BRAID_ERR_NOMEM;
@@ -578,11 +589,11 @@ static braid_result grow(braid_comm *c, void **buf, size_t *have, size_t bytes,
                      bytes, cudev_error());
     else
       comm_set_error(c, "rank %d: %zu bytes of device scratch on GPU %d: %s",
-                     c->rank, bytes, c->dev->device, cudev_error());
+                     c->rank, bytes, device, cudev_error());
     return r;
   }
   if (*buf != NULL)
-    p->retired[p->nretired++] = (dev_retired){*buf, host};
+    l->v[l->n++] = (dev_retired){*buf, host};
   *buf = n;
   __atomic_store_n(have, want, __ATOMIC_RELEASE); /* exec_dev_reserved */
   return BRAID_SUCCESS;
@@ -593,7 +604,8 @@ braid_result comm_dev_scratch(braid_comm *c, size_t bytes, void **out) {
     return BRAID_ERR_INVALID_ARG;
   comm_dev *d = c->dev;
   if (bytes > d->scratch_bytes) {
-    braid_result r = grow(c, &d->scratch, &d->scratch_bytes, bytes, 0);
+    braid_result r = grow(c, &((dev_priv *)d)->retired, &d->scratch,
+                          &d->scratch_bytes, bytes, 0, d->device);
     if (r != BRAID_SUCCESS)
       return r;
   }
@@ -606,10 +618,78 @@ braid_result comm_dev_stage(braid_comm *c, size_t bytes, void **out) {
     return BRAID_ERR_INVALID_ARG;
   comm_dev *d = c->dev;
   if (bytes > d->stage_bytes) {
-    braid_result r = grow(c, &d->stage, &d->stage_bytes, bytes, 1);
+    braid_result r = grow(c, &((dev_priv *)d)->retired, &d->stage,
+                          &d->stage_bytes, bytes, 1, d->device);
     if (r != BRAID_SUCCESS)
       return r;
   }
   *out = d->stage;
   return BRAID_SUCCESS;
+}
+
+/* ---- loose: device sends and receives before the device side is set up ----
+ * Pinned staging and a stream of the communicator's own, grown like c->dev's
+ * staging and kept until the communicator ends (comm_dev.h). */
+typedef struct comm_loose {
+  void *stream;
+  int dev;
+  void *host;
+  size_t bytes; /* written under c->lock, read atomically */
+  dev_list retired;
+} comm_loose;
+
+braid_result comm_dev_loose(braid_comm *c, int dev, size_t bytes, void **host,
+                            void **stream) {
+  comm_loose *l = c->loose;
+  if (l == NULL && (l = c->loose = calloc(1, sizeof *l)) == NULL) {
+    comm_set_error(c, "rank %d: out of memory", c->rank);
+    return BRAID_ERR_NOMEM;
+  }
+  if (l->stream != NULL && l->dev != dev) {
+    comm_set_error(c,
+                   "rank %d: device buffers on GPU %d after sends or receives "
+                   "on GPU %d: a rank uses one GPU",
+                   c->rank, dev, l->dev);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  braid_result r = BRAID_SUCCESS;
+  if (l->stream == NULL || bytes > l->bytes) {
+    int mine = cudev_get_device();
+    r = cudev_set_device(dev);
+    if (r == BRAID_SUCCESS && l->stream == NULL) {
+      r = cudev_stream_create(&l->stream);
+      if (r == BRAID_SUCCESS)
+        l->dev = dev;
+    }
+    if (r != BRAID_SUCCESS)
+      comm_set_error(c, "rank %d: a stream on GPU %d: %s", c->rank, dev,
+                     cudev_error());
+    else if (bytes > l->bytes)
+      r = grow(c, &l->retired, &l->host, &l->bytes, bytes, 1, dev);
+    if (mine >= 0 && mine != dev)
+      (void)cudev_set_device(mine);
+  }
+  *host = l->host;
+  *stream = l->stream;
+  return r;
+}
+
+size_t comm_dev_loose_bytes(const braid_comm *c) {
+  const comm_loose *l = c->loose;
+  return l != NULL && l->stream != NULL
+             ? __atomic_load_n(&l->bytes, __ATOMIC_ACQUIRE)
+             : 0;
+}
+
+void comm_dev_loose_free(braid_comm *c) {
+  comm_loose *l = c->loose;
+  if (l == NULL)
+    return;
+  if (l->stream != NULL)
+    cudev_stream_destroy(l->stream);
+  if (l->host != NULL)
+    cudev_host_free(l->host);
+  list_release(&l->retired);
+  free(l);
+  c->loose = NULL;
 }

@@ -83,5 +83,16 @@ size_t comm_dev_slice(const braid_comm *c, int route);
 /* Device scratch / pinned staging of at least `bytes`. */
 braid_result comm_dev_scratch(braid_comm *c, size_t bytes, void **p);
 braid_result comm_dev_stage(braid_comm *c, size_t bytes, void **p);
+/* Loose staging: device sends and receives before the device side is set
+ * up (setup is collective, they are not) stage through pinned memory and a
+ * stream of GPU `dev` that the communicator keeps until it ends (src/
+ * exec_dev.c). comm_dev_loose makes or grows them to at least `bytes`;
+ * another GPU than the first one's is BRAID_ERR_INVALID_ARG (a rank uses
+ * one GPU). comm_dev_loose_bytes: how many bytes they hold (0 before the
+ * first; no lock needed). comm_dev_loose_free: at the communicator's end. */
+braid_result comm_dev_loose(braid_comm *c, int dev, size_t bytes, void **host,
+                            void **stream);
+size_t comm_dev_loose_bytes(const braid_comm *c);
+void comm_dev_loose_free(braid_comm *c);
 
 #endif

@@ -269,72 +269,19 @@ int exec_dev_needs_setup(braid_comm *c, const exec_op *ops, int nops) {
   return 0;
 }
 
-/* ---- loose: device p2p before the device side is set up -----------------
- * Setup is collective and a send or receive is not, so a device send or
- * receive before the communicator's first device collective stages its
- * buffers through pinned memory and a stream of the communicator's own,
- * made on first need and grown, never shrunk, until the communicator ends:
- * for a call on a CUDA stream by the issuing thread before the gate (as
- * exec_dev_reserve does), else by the call. Outgrown buffers are kept until
- * then too (cudaFreeHost waits for every stream, a held one included). */
-
-static braid_result loose_reserve(braid_comm *c, const exec_op *op, int dev,
-                                  size_t bytes) {
-  if (c->loose_stream != NULL && c->loose_dev != dev) {
-    comm_set_error(c,
-                   "%s #%llu on rank %d: device buffers on GPU %d after "
-                   "sends or receives on GPU %d: a rank uses one GPU",
-                   op->name, (unsigned long long)op->seq, c->rank, dev,
-                   c->loose_dev);
-    return BRAID_ERR_INVALID_ARG;
+/* Loose staging for op (comm_dev_loose), its errors named by op. */
+static braid_result loose(braid_comm *c, const exec_op *op, int dev,
+                          size_t bytes, void **host, void **stream) {
+  braid_result r = comm_dev_loose(c, dev, bytes, host, stream);
+  if (r == BRAID_ERR_INVALID_ARG) {
+    char why[sizeof c->last_error];
+    snprintf(why, sizeof why, "%s", c->last_error);
+    comm_set_error(c, "%s #%llu: %s", op->name, (unsigned long long)op->seq,
+                   why);
+  } else if (r != BRAID_SUCCESS) {
+    dev_error(c, op, dev, "allocating host staging memory", r);
   }
-  if (c->loose_stream != NULL && bytes <= c->loose_bytes)
-    return BRAID_SUCCESS;
-  int mine = cudev_get_device();
-  braid_result r = cudev_set_device(dev);
-  const char *what = "selecting the device";
-  if (r == BRAID_SUCCESS && c->loose_stream == NULL) {
-    what = "creating a stream";
-    r = cudev_stream_create(&c->loose_stream);
-    if (r == BRAID_SUCCESS)
-      c->loose_dev = dev;
-  }
-  if (r == BRAID_SUCCESS && bytes > c->loose_bytes) {
-    what = "allocating pinned host staging";
-    size_t want = bytes > 2 * c->loose_bytes ? bytes : 2 * c->loose_bytes;
-    void **old =
-        realloc(c->loose_old, sizeof *old * (size_t)(c->nloose_old + 1));
-    void *h = NULL;
-    r = old == NULL ? BRAID_ERR_NOMEM : cudev_host_alloc(&h, want);
-    if (old != NULL)
-      c->loose_old = old;
-    if (r == BRAID_SUCCESS) {
-      if (c->loose_host != NULL)
-        c->loose_old[c->nloose_old++] = c->loose_host;
-      c->loose_host = h;
-      __atomic_store_n(&c->loose_bytes, want, __ATOMIC_RELEASE);
-    }
-  }
-  if (mine >= 0 && mine != dev)
-    (void)cudev_set_device(mine);
-  if (r != BRAID_SUCCESS)
-    dev_error(c, op, dev, what, r);
   return r;
-}
-
-void exec_dev_loose_free(braid_comm *c) {
-  if (c->loose_stream != NULL)
-    cudev_stream_destroy(c->loose_stream);
-  for (int i = 0; i < c->nloose_old; i++)
-    cudev_host_free(c->loose_old[i]);
-  if (c->loose_host != NULL)
-    cudev_host_free(c->loose_host);
-  free(c->loose_old);
-  c->loose_stream = NULL;
-  c->loose_host = NULL;
-  c->loose_old = NULL;
-  c->nloose_old = 0;
-  c->loose_bytes = 0;
 }
 
 /* Whether a device op runs on host copies of its buffers (staged through
@@ -388,36 +335,39 @@ int exec_dev_reserved(braid_comm *c, const exec_op *ops, int nops) {
     any |= ops[k].dev >= 0 && !ops[k].is_barrier;
   if (!any)
     return 1;
-  if (!atomic_load(&c->dev_up) || c->dev == NULL)
-    return c->loose_stream != NULL &&
-           stage_need(c, ops, nops) <=
-               __atomic_load_n(&c->loose_bytes, __ATOMIC_ACQUIRE);
+  if (!atomic_load(&c->dev_up) || c->dev == NULL) {
+    size_t have = comm_dev_loose_bytes(c);
+    return have > 0 && stage_need(c, ops, nops) <= have;
+  }
+  /* one pass: each op is staged (its layout counts) or moves on the device
+   * (its scratch need must be known and there) */
   comm_dev *d = c->dev;
-  if (stage_need(c, ops, nops) >
-      __atomic_load_n(&d->stage_bytes, __ATOMIC_ACQUIRE))
-    return 0;
-  size_t have = __atomic_load_n(&d->scratch_bytes, __ATOMIC_ACQUIRE);
+  size_t have = __atomic_load_n(&d->scratch_bytes, __ATOMIC_ACQUIRE), total = 0;
+  exec_stage st;
   for (int k = 0; k < nops; k++) {
     size_t need = 0;
-    if (moves_on_device(c, &ops[k]) &&
-        (!known_need(d, &ops[k], &need) || need > have))
+    if (ops[k].dev < 0 || ops[k].is_barrier)
+      continue;
+    if (staged(c, &ops[k]))
+      total = stage_layout(c, ops, k, &st, total);
+    else if (!known_need(d, &ops[k], &need) || need > have)
       return 0;
   }
-  return 1;
+  return total <= __atomic_load_n(&d->stage_bytes, __ATOMIC_ACQUIRE);
 }
 
 braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops) {
   comm_dev *d = c->dev;
   if (d == NULL) { /* sends and receives before any setup: loose */
+    void *h, *st;
     for (int k = 0; k < nops; k++)
       if (ops[k].dev >= 0 && !ops[k].is_barrier)
-        return loose_reserve(c, &ops[k], ops[k].dev, stage_need(c, ops, nops));
+        return loose(c, &ops[k], ops[k].dev, stage_need(c, ops, nops), &h, &st);
     return BRAID_SUCCESS;
   }
   void *p = NULL;
   size_t total = stage_need(c, ops, nops), most = 0;
-  braid_result r =
-      total > d->stage_bytes ? comm_dev_stage(c, total, &p) : BRAID_SUCCESS;
+  braid_result r = comm_dev_stage(c, total, &p); /* grows only when short */
   for (int k = 0; k < nops && r == BRAID_SUCCESS; k++) {
     size_t need = 0;
     if (!moves_on_device(c, &ops[k]))
@@ -436,7 +386,7 @@ braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops) {
     }
     most = need > most ? need : most;
   }
-  if (r == BRAID_SUCCESS && most > d->scratch_bytes)
+  if (r == BRAID_SUCCESS)
     r = comm_dev_scratch(c, most, &p);
   return r;
 }
@@ -474,20 +424,16 @@ static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
         first->name, (unsigned long long)first->seq, nst, nops, total);
   /* c->dev's pinned staging when set up; a send or receive before any setup
    * (setup is collective, they are not) the loose one */
-  char *host = NULL;
-  void *stream = NULL;
+  void *p = NULL, *stream = NULL;
   if (c->dev != NULL) {
-    void *p = NULL;
     r = comm_dev_stage(c, total, &p);
-    host = p;
     stream = c->dev->stream;
     if (r != BRAID_SUCCESS)
-      r = dev_error(c, first, dev, "allocating host staging memory", r);
+      dev_error(c, first, dev, "allocating host staging memory", r);
   } else {
-    r = loose_reserve(c, first, dev, total);
-    host = c->loose_host;
-    stream = c->loose_stream;
+    r = loose(c, first, dev, total, &p, &stream);
   }
+  char *host = p;
   if (r != BRAID_SUCCESS)
     goto out;
   r = stage_in(run, st, nst, host, stream);

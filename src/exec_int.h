@@ -110,9 +110,6 @@ int exec_dev_needs_setup(braid_comm *c, const exec_op *ops, int nops);
  * they are already there; exec_dev_reserve grows them (c->lock held). */
 int exec_dev_reserved(braid_comm *c, const exec_op *ops, int nops);
 braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops);
-/* Frees the staging of device sends and receives made before the device
- * side was set up (communicator destroy, nothing queued). */
-void exec_dev_loose_free(braid_comm *c);
 /* Bytes of scratch op takes when it runs (c->lock held). */
 braid_result exec_scratch_need(braid_comm *c, exec_op *op, size_t *bytes);
 /* Readies the device connections op will use (tp_ops.prepare; c->lock
