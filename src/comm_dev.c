@@ -47,6 +47,7 @@
 
 #include "collectives/view.h"
 #include "src/config.h"
+#include "src/exec_int.h"
 #include "src/log.h"
 #include "transports/cuda/cuda_dev.h"
 #include "transports/cuda/cuda_tp.h"
@@ -88,10 +89,11 @@ static void list_release(dev_list *l) {
 typedef struct dev_rec {
   int32_t ok;
   int32_t device;
-  int32_t vertex;    /* the GPU's vertex in the rank's c->topo, or -1 */
-  uint32_t topo_sig; /* which topology the vertex numbers (topo_sig) */
-  uint64_t host_max; /* this rank's BRAID_CUDA_HOST_MAX */
-  uint64_t buffsize; /* this rank's BRAID_CUDA_BUFFSIZE (or BRAID_BUFFSIZE) */
+  int32_t vertex;      /* the GPU's vertex in the rank's c->topo, or -1 */
+  uint32_t topo_sig;   /* which topology the vertex numbers (topo_sig) */
+  uint64_t host_max;   /* this rank's BRAID_CUDA_HOST_MAX */
+  uint64_t kernel_max; /* this rank's BRAID_CUDA_KERNEL_MAX */
+  uint64_t buffsize;   /* this rank's BRAID_CUDA_BUFFSIZE (or BRAID_BUFFSIZE) */
   char busid[32];
 } dev_rec;
 
@@ -128,9 +130,9 @@ static int local_ok(comm_dev *d, int device, char *why, size_t len) {
     return 0;
   }
   if (cudev_set_device(device) != BRAID_SUCCESS ||
-      cudev_stream_create(&d->stream) != BRAID_SUCCESS) {
+      cudev_stream_create(&d->stream) != BRAID_SUCCESS ||
+      cudev_event_create(&d->order_ev) != BRAID_SUCCESS) {
     snprintf(why, len, "GPU %d: %s", device, cudev_error());
-    d->stream = NULL;
     return 0;
   }
   return 1;
@@ -389,6 +391,7 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
                   .vertex = -1,
                   .topo_sig = topo_sig(c->topo),
                   .host_max = env->cuda_host_max,
+                  .kernel_max = env->cuda_kernel_max,
                   .buffsize =
                       env->cuda_buffsize ? env->cuda_buffsize : env->buffsize};
   mine.ok = local_ok(d, device, why, sizeof why);
@@ -400,9 +403,11 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   }
   braid_result r = boot_allgather(c->boot, &mine, all, sizeof mine);
   int any_cuda = 0;
+  uint64_t all0_kernel_max = 0;
   if (r == BRAID_SUCCESS) {
     d->host_max = (size_t)rank0s(c, "BRAID_CUDA_HOST_MAX", mine.host_max,
                                  all[0].host_max);
+    all0_kernel_max = all[0].kernel_max;
     cfg_slots((size_t)rank0s(c, "BRAID_CUDA_BUFFSIZE", mine.buffsize,
                              all[0].buffsize),
               &d->slot_bytes, &d->slice_bytes);
@@ -437,6 +442,9 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   free(local);
   free(remote);
   c->dev = d;
+  if (r == BRAID_SUCCESS && mine.ok) /* ipc_all: the same on every rank */
+    r = exk_setup(c, (size_t)rank0s(c, "BRAID_CUDA_KERNEL_MAX", mine.kernel_max,
+                                    all0_kernel_max));
   if (r == BRAID_SUCCESS && !mine.ok) {
     r = BRAID_ERR_UNSUPPORTED;
     comm_set_error(c, "rank %d cannot move device buffers on GPU %d: %s",
@@ -470,6 +478,7 @@ void comm_dev_teardown(braid_comm *c) {
     (void)cudev_set_device(d->device);
     (void)cudev_stream_sync(d->stream);
   }
+  exk_teardown(c);
   for (int k = 0; k < COMM_MAX_TRANSPORTS; k++)
     if (p->staged[k] != NULL)
       tp_staged.teardown(p->staged[k]);
@@ -482,6 +491,8 @@ void comm_dev_teardown(braid_comm *c) {
   list_release(&p->retired);
   if (d->stream != NULL)
     cudev_stream_destroy(d->stream);
+  if (d->order_ev != NULL)
+    cudev_event_destroy(d->order_ev);
   dev_free(p);
   c->dev = NULL;
 }
@@ -692,4 +703,34 @@ void comm_dev_loose_free(braid_comm *c) {
   list_release(&l->retired);
   free(l);
   c->loose = NULL;
+}
+
+braid_result comm_dev_order_after(braid_comm *c, const char *name,
+                                  void *stream) {
+  comm_dev *d = c->dev;
+  if (d == NULL || d->order_stream == NULL || d->order_stream == stream)
+    return BRAID_SUCCESS;
+  braid_result r = cudev_stream_wait(stream, d->order_ev);
+  if (r != BRAID_SUCCESS)
+    comm_set_error(c,
+                   "%s on rank %d: cannot order the call after the last one "
+                   "on another CUDA stream: %s",
+                   name, c->rank, cudev_error());
+  return r;
+}
+
+void comm_dev_order_mark(braid_comm *c, void *stream) {
+  comm_dev *d = c->dev;
+  if (d == NULL)
+    return;
+  if (cudev_event_record(d->order_ev, stream) == BRAID_SUCCESS) {
+    d->order_stream = stream;
+    return;
+  }
+  /* the next call on another stream may then run before this one */
+  WARN(LOG_COLL,
+       "rank %d: cannot mark the end of a call on its CUDA stream (%s); "
+       "order calls on different streams with events",
+       c->rank, cudev_error());
+  d->order_stream = NULL;
 }

@@ -58,6 +58,14 @@ typedef struct comm_dev {
    * connection cut messages alike. */
   size_t slot_bytes, slice_bytes, slice_mixed;
   int ipc_all;
+  /* the end of the last call on a CUDA stream, and that stream: a call on
+   * another stream waits for it first (src/enqueue.c, "Order") */
+  void *order_ev;
+  void *order_stream;
+  /* allreduce in one kernel (src/exec_kernel.c) when set up: its state,
+   * and BRAID_CUDA_KERNEL_MAX as rank 0 has it */
+  void *exk;
+  size_t kernel_max;
 } comm_dev;
 
 /* Sets c->dev up for CUDA device `device`. Collective. */
@@ -94,5 +102,14 @@ braid_result comm_dev_loose(braid_comm *c, int dev, size_t bytes, void **host,
                             void **stream);
 size_t comm_dev_loose_bytes(const braid_comm *c);
 void comm_dev_loose_free(braid_comm *c);
+
+/* Order across CUDA streams (src/enqueue.c, "Order"): before a call on a
+ * CUDA stream puts anything on `stream`, comm_dev_order_after makes it
+ * wait for the last call's work when that was on another stream (errors
+ * name the call by `name`); once it put everything there,
+ * comm_dev_order_mark records the end. No-ops before the device setup. */
+braid_result comm_dev_order_after(braid_comm *c, const char *name,
+                                  void *stream);
+void comm_dev_order_mark(braid_comm *c, void *stream);
 
 #endif

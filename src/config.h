@@ -22,6 +22,7 @@ typedef struct cfg_env {
   size_t cma_threshold;      /* BRAID_SHM_CMA_THRESHOLD */
   int spin_us;               /* BRAID_SPIN_US: spin before yielding */
   size_t cuda_host_max;      /* BRAID_CUDA_HOST_MAX, default 0 = off */
+  size_t cuda_kernel_max;    /* BRAID_CUDA_KERNEL_MAX, default 0 = off */
   const char *debug;         /* BRAID_DEBUG */
   const char *debug_subsys;  /* BRAID_DEBUG_SUBSYS */
   const char *debug_file;    /* BRAID_DEBUG_FILE */

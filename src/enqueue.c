@@ -15,6 +15,14 @@
  * stream), then releases the gate, so later work on the user's stream sees
  * the result. The call itself returns once both are enqueued, as NCCL's do.
  *
+ * Order. A communicator runs its calls in issue order, also across CUDA
+ * streams with nothing ordering them: the progress thread runs gated calls
+ * one after the other, but a small call's copies and an allreduce kernel
+ * (src/exec_kernel.c) run on the user's stream, not behind a gate. So each
+ * call on a CUDA stream records the communicator's order event on its
+ * stream after all it put there, and a call on another stream than the
+ * last one's first makes its stream wait for that event.
+ *
  * A small call on a CUDA stream (BRAID_CUDA_HOST_MAX, src/exec_dev.c) puts
  * more on the user's stream: copies of its inputs into the stream's pinned
  * area before the gate, and of its outputs back after it. The progress
@@ -45,7 +53,8 @@ struct braid_stream {
   void *user; /* the wrapped cudaStream_t itself (NULL: default) */
   char *host; /* pinned area of small calls, made on first use */
   size_t host_bytes;
-  uint64_t host_calls; /* small calls staged on the stream (tests) */
+  uint64_t host_calls;   /* small calls staged on the stream (tests) */
+  uint64_t kernel_calls; /* calls launched on it as kernels (tests) */
 };
 
 /* The gate a queued unit of work waits for. A group over several
@@ -65,6 +74,9 @@ typedef struct qwork {
   exec_stage *st; /* a small call staged on the stream: its layout */
   int nst;
   char *host;
+  void *ev;      /* launched as kernels (src/exec_kernel.c): completion */
+  uint64_t kseq; /* and the number of its last kernel */
+  int deferred;  /* counted in c->kernel_deferred */
 } qwork;
 
 void *enq_stream_cuda(const braid_stream *s) {
@@ -74,6 +86,13 @@ void *enq_stream_cuda(const braid_stream *s) {
 uint64_t enq_stream_host_calls(braid_stream *s) {
   pthread_mutex_lock(&s->lock);
   uint64_t n = s->host_calls;
+  pthread_mutex_unlock(&s->lock);
+  return n;
+}
+
+uint64_t enq_stream_kernel_calls(braid_stream *s) {
+  pthread_mutex_lock(&s->lock);
+  uint64_t n = s->kernel_calls;
   pthread_mutex_unlock(&s->lock);
   return n;
 }
@@ -102,15 +121,20 @@ static braid_result run_ops(braid_comm *c, exec_op *ops, int nops) {
   return r;
 }
 
-static braid_result checked_locked(braid_comm *c, exec_op *ops, int nops,
-                                   ops_fn run) {
-  braid_result r = c->broken;
-  if (r != BRAID_SUCCESS) {
+/* c->broken, with the message when set. */
+static braid_result broken(braid_comm *c) {
+  braid_result r = __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE);
+  if (r != BRAID_SUCCESS)
     comm_set_error(c,
                    "the communicator is broken since an earlier error (%s);"
                    " destroy it",
                    comm_broken_why(c));
-  }
+  return r;
+}
+
+static braid_result checked_locked(braid_comm *c, exec_op *ops, int nops,
+                                   ops_fn run) {
+  braid_result r = broken(c);
   for (int i = 0; r == BRAID_SUCCESS && c->check && i < nops; i++)
     if (ops[i].coll != SCHED_SEND && ops[i].coll != SCHED_RECV &&
         !ops[i].checked) {
@@ -209,6 +233,28 @@ static void gate_done(const gate_ref *g) {
   free(g->left);
 }
 
+/* ---- calls launched as kernels (src/exec_kernel.c) ---------------------- */
+
+/* Whether a queued call may launch kernels when it runs: a superset of
+ * exk_takes that needs no device side yet (a call that sets it up). */
+static int may_launch(const exec_op *ops, int nops) {
+  for (int k = 0; k < nops; k++)
+    if (ops[k].dev < 0 || ops[k].is_barrier || ops[k].coll != SCHED_ALLREDUCE)
+      return 0;
+  return nops > 0;
+}
+
+/* The progress thread: a call launched on a CUDA stream is done. */
+static braid_result kernel_done(braid_comm *c, qwork *q) {
+  braid_result r = exk_finish(c, q->w.ops, q->ev, q->kseq, 0);
+  if (is_fatal(r)) {
+    pthread_mutex_lock(&c->lock);
+    comm_break(c, r);
+    pthread_mutex_unlock(&c->lock);
+  }
+  return r;
+}
+
 static void *progress_main(void *arg) {
   braid_comm *c = arg;
   pthread_mutex_lock(&c->qlock);
@@ -225,8 +271,12 @@ static void *progress_main(void *arg) {
                      : g.gate != NULL         ? gate_wait(c, w, &g)
                                               : BRAID_SUCCESS;
     int reached = g.gate != NULL && r == BRAID_SUCCESS;
-    if (r == BRAID_SUCCESS)
+    if (q->ev != NULL) /* launched already: it stops on an abort itself */
+      r = kernel_done(c, q);
+    else if (r == BRAID_SUCCESS)
       r = run_ops(c, w->ops, w->nops);
+    if (q->deferred)
+      atomic_fetch_sub(&c->kernel_deferred, 1);
     /* a failed small call leaves recvbuf as it was, as the others do */
     if (r != BRAID_SUCCESS && reached && q->nst > 0)
       exec_dev_stream_undo(c, q->st, q->nst, q->host);
@@ -368,6 +418,54 @@ static braid_result small_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
   return r;
 }
 
+/* A call on a CUDA stream that goes as kernels, launched here on the user's
+ * stream (no gate: the kernels are stream-ordered); the progress thread
+ * waits for their end and reports errors. */
+static braid_result kernel_submit(braid_comm *c, exec_op *ops, int nops,
+                                  braid_stream *s) {
+  braid_result r = broken(c);
+  if (r != BRAID_SUCCESS)
+    return r;
+  pthread_mutex_lock(&c->qlock);
+  r = start_thread_locked(c);
+  pthread_mutex_unlock(&c->qlock);
+  qwork *q = r == BRAID_SUCCESS ? calloc(1, sizeof *q) : NULL;
+  exec_op *copy = q != NULL ? malloc(sizeof *copy * (size_t)nops) : NULL;
+  if (copy == NULL) {
+    free(q);
+    return r != BRAID_SUCCESS ? r : BRAID_ERR_NOMEM;
+  }
+  memcpy(copy, ops, sizeof *copy * (size_t)nops);
+  int mine = cudev_get_device(), dev = c->dev->device;
+  r = mine == dev ? BRAID_SUCCESS : cudev_set_device(dev);
+  if (r != BRAID_SUCCESS)
+    comm_set_error(c, "%s on rank %d: selecting GPU %d: %s", ops[0].name,
+                   c->rank, dev, cudev_error());
+  else if ((r = comm_dev_order_after(c, ops[0].name, s->user)) ==
+               BRAID_SUCCESS &&
+           (r = exk_launch(c, copy, nops, s->user, &q->ev, &q->kseq)) ==
+               BRAID_SUCCESS)
+    comm_dev_order_mark(c, s->user);
+  if (mine >= 0 && mine != dev)
+    (void)cudev_set_device(mine);
+  if (r != BRAID_SUCCESS) {
+    free(copy);
+    free(q);
+    return r;
+  }
+  q->w.ops = copy;
+  q->w.nops = nops;
+  q->w.stream = s;
+  pthread_mutex_lock(&s->lock);
+  s->submitted++;
+  s->kernel_calls++;
+  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_lock(&c->qlock);
+  push_locked(c, &q->w);
+  pthread_mutex_unlock(&c->qlock);
+  return BRAID_SUCCESS;
+}
+
 /* Submit ops (copied) as one unit of work, blocking or on a stream. */
 static braid_result submit(braid_comm *c, exec_op *ops, int nops,
                            braid_stream *s, const gate_ref *shared) {
@@ -382,6 +480,8 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
     braid_result r = setup_before_gate(c, ops, nops);
     if (r != BRAID_SUCCESS)
       return r;
+    if (exk_takes(c, ops, nops) && atomic_load(&c->kernel_deferred) == 0)
+      return kernel_submit(c, ops, nops, s);
     nst = small_plan(c, s, ops, nops, &st);
   }
   pthread_mutex_lock(&c->qlock);
@@ -414,10 +514,16 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
   q->st = st;
   q->nst = nst;
   q->host = s != NULL ? s->host : NULL;
-  if (nst > 0)
+  q->deferred = may_launch(ops, nops);
+  int ordered = s != NULL && s->cuda != NULL && shared == NULL;
+  if (ordered)
+    r = comm_dev_order_after(c, ops[0].name, s->user);
+  if (r == BRAID_SUCCESS && nst > 0)
     r = small_enqueue(c, s, copy, q, &q->g);
-  else if (s != NULL && s->cuda != NULL)
+  else if (r == BRAID_SUCCESS && s != NULL && s->cuda != NULL)
     r = gate_enqueue(c, ops, s, shared, &q->g);
+  if (r == BRAID_SUCCESS && ordered)
+    comm_dev_order_mark(c, s->user);
   if (r != BRAID_SUCCESS) {
     free(copy);
     free(st);
@@ -430,6 +536,8 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
     s->host_calls += nst > 0;
     pthread_mutex_unlock(&s->lock);
   }
+  if (q->deferred)
+    atomic_fetch_add(&c->kernel_deferred, 1);
   pthread_mutex_lock(&c->qlock);
   push_locked(c, w);
   if (s != NULL) {

@@ -109,7 +109,7 @@ static void op_bytes(const braid_comm *c, const exec_op *op, size_t *inlen,
 
 int exec_dev_small(const braid_comm *c, const exec_op *op) {
   if (c->dev == NULL || c->dev->host_max == 0 || op->dev < 0 ||
-      op->is_barrier || op->count > c->dev->host_max)
+      op->is_barrier || op->count > c->dev->host_max || exk_op(c, op))
     return 0;
   /* the largest buffer of the call on any rank: the same on every rank */
   int ib = sched_in_blocks(op->coll, c->nranks);
@@ -326,7 +326,7 @@ static int known_need(const comm_dev *d, const exec_op *op, size_t *need) {
 }
 
 static int moves_on_device(braid_comm *c, const exec_op *op) {
-  return op->dev >= 0 && !op->is_barrier && !staged(c, op);
+  return op->dev >= 0 && !op->is_barrier && !staged(c, op) && !exk_op(c, op);
 }
 
 int exec_dev_reserved(braid_comm *c, const exec_op *ops, int nops) {
@@ -346,7 +346,7 @@ int exec_dev_reserved(braid_comm *c, const exec_op *ops, int nops) {
   exec_stage st;
   for (int k = 0; k < nops; k++) {
     size_t need = 0;
-    if (ops[k].dev < 0 || ops[k].is_barrier)
+    if (ops[k].dev < 0 || ops[k].is_barrier || exk_op(c, &ops[k]))
       continue;
     if (staged(c, &ops[k]))
       total = stage_layout(c, ops, k, &st, total);
@@ -397,6 +397,12 @@ static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
   braid_result r = prepare(c, ops, nops, &first, &dev);
   if (r != BRAID_SUCCESS)
     return r;
+  if (exk_takes(c, ops, nops)) { /* src/exec_kernel.c */
+    void *ev = NULL;
+    uint64_t seq = 0;
+    r = exk_launch(c, ops, nops, c->dev->stream, &ev, &seq);
+    return r == BRAID_SUCCESS ? exk_finish(c, first, ev, seq, 1) : r;
+  }
   exec_op *run = malloc(sizeof *run * (size_t)nops);
   exec_stage *st = malloc(sizeof *st * (size_t)nops);
   if (run == NULL || st == NULL) {

@@ -120,6 +120,24 @@ braid_result exec_dev_prepare_conns(braid_comm *c, exec_op *op);
  * rank alike. */
 int exec_dev_small(const braid_comm *c, const exec_op *op);
 
+/* src/exec_kernel.c: allreduce in one kernel (BRAID_CUDA_KERNEL_MAX).
+ * exk_setup: collective, at the end of comm_dev_setup; exk_teardown before
+ * the device side goes. exk_op: whether op goes that way; exk_takes:
+ * whether a call does (all its ops). exk_launch puts the call's kernels on
+ * stream and returns its completion (*ev) and the number of its last
+ * kernel (*seq); exk_finish waits for them and reports the call's error
+ * (locked: the caller holds c->lock).
+ * exk_calls: kernels launched so far (tests). */
+braid_result exk_setup(braid_comm *c, size_t max);
+void exk_teardown(braid_comm *c);
+int exk_op(const braid_comm *c, const exec_op *op);
+int exk_takes(const braid_comm *c, const exec_op *ops, int nops);
+braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,
+                        void *stream, void **ev, uint64_t *seq);
+braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
+                        uint64_t seq, int locked);
+uint64_t exk_calls(const braid_comm *c);
+
 /* Small calls on a CUDA stream, staged with their copies on the user's
  * stream around the call's gate (src/enqueue.c). An entry per op with
  * device buffers: where its buffers lie in the pinned area. */
@@ -162,5 +180,6 @@ int exec_dev_div(braid_comm *c, const xop *x);
 void *enq_stream_cuda(const braid_stream *s);
 /* How many small calls went on the stream with their copies (tests). */
 uint64_t enq_stream_host_calls(braid_stream *s);
+uint64_t enq_stream_kernel_calls(braid_stream *s);
 
 #endif

@@ -34,6 +34,11 @@ add_test(NAME gpu_stream_small COMMAND test_gpu_stream --jobs 1)
 set_tests_properties(gpu_stream_small PROPERTIES TIMEOUT 300
   LABELS "cuda;gpu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_HOST_MAX=8M"
   SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
+# and with calls up to 64 KiB as allreduce kernels (src/exec_kernel.c)
+add_test(NAME gpu_stream_kernel COMMAND test_gpu_stream --jobs 1)
+set_tests_properties(gpu_stream_kernel PROPERTIES TIMEOUT 300
+  LABELS "cuda;gpu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_KERNEL_MAX=64K"
+  SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
 
 # The correctness matrix of tests/core on device buffers: coll_matrix.c,
 # unchanged, with test_gpu_matrix.h force-included (its wrappers move every
@@ -61,9 +66,11 @@ function(gpu_matrix_tests prefix counts labels)
   # stream_small_3: calls up to 4 KiB go through pinned host memory
   # (BRAID_CUDA_HOST_MAX), staged on the CUDA stream by ranks 0 and 2 and
   # by the progress thread of rank 1, which issues blocking calls: every
-  # rank must take the same path for a call
+  # rank must take the same path for a call. stream_kernel_3: allreduce
+  # calls up to 4 KiB run as kernels (BRAID_CUDA_KERNEL_MAX), launched on
+  # the CUDA stream by ranks 0 and 2 and on the internal stream by rank 1.
   foreach(run blocking_1 blocking_2 blocking_4 stream_1 stream_2 stream_4
-          blocking_tcp_2 stream_small_3)
+          blocking_tcp_2 stream_small_3 stream_kernel_3)
     string(REGEX MATCH "^[a-z]+" mode ${run})
     string(REGEX MATCH "[0-9]+$" n ${run})
     set(env "BRAID_TIMEOUT=120")
@@ -71,6 +78,9 @@ function(gpu_matrix_tests prefix counts labels)
       set(env "BRAID_TRANSPORT=tcp;BRAID_TIMEOUT=120")
     elseif(run MATCHES "_small_")
       set(env "BRAID_CUDA_HOST_MAX=4K;GPU_MATRIX_BLOCKING_RANK=1")
+      list(APPEND env "BRAID_TIMEOUT=120")
+    elseif(run MATCHES "_kernel_")
+      set(env "BRAID_CUDA_KERNEL_MAX=4K;GPU_MATRIX_BLOCKING_RANK=1")
       list(APPEND env "BRAID_TIMEOUT=120")
     endif()
     add_test(NAME ${prefix}_${run}
@@ -91,7 +101,7 @@ gpu_matrix_tests(gpu_matrix "${BRAID_GPU_MATRIX_COUNTS}" "cuda;gpu;matrix"
 # own device-side code (classification, the executor's device path, stream
 # gates, the cuda IPC transport, staging over tcp), not CUDA or the kernels.
 add_library(braid_emu STATIC $<TARGET_OBJECTS:braid_obj>
-  ${gpu_dir}/emu/cuda_emu.c)
+  ${gpu_dir}/emu/cuda_emu.c ${gpu_dir}/emu/emu_kernel.c)
 target_include_directories(braid_emu PUBLIC ${PROJECT_SOURCE_DIR}
   ${PROJECT_SOURCE_DIR}/include ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_definitions(braid_emu PRIVATE _GNU_SOURCE BRAID_BUILD)
@@ -112,6 +122,9 @@ set_tests_properties(emu_gpu_stream PROPERTIES TIMEOUT 300 LABELS "cuda;emu"
 add_test(NAME emu_gpu_stream_small COMMAND emu_gpu_stream --jobs 1)
 set_tests_properties(emu_gpu_stream_small PROPERTIES TIMEOUT 300
   LABELS "cuda;emu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_HOST_MAX=8M")
+add_test(NAME emu_gpu_stream_kernel COMMAND emu_gpu_stream --jobs 1)
+set_tests_properties(emu_gpu_stream_kernel PROPERTIES TIMEOUT 300
+  LABELS "cuda;emu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_KERNEL_MAX=64K")
 
 add_executable(emu_cuda_ipc ${PROJECT_SOURCE_DIR}/tests/transports/test_cuda_ipc.c
   ${PROJECT_SOURCE_DIR}/tests/transports/ranks.c)

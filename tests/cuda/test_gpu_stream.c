@@ -6,7 +6,10 @@
  * leaves the communicator usable. Skips without a GPU. Run again with
  * BRAID_CUDA_HOST_MAX above the calls' size (gpu.cmake), the same holds of
  * calls staged through pinned host memory on the stream, and one_stream
- * checks that its two calls went that way (and none without it).
+ * checks that its two calls went that way (and none without it). Run
+ * with BRAID_CUDA_KERNEL_MAX (gpu.cmake), the small calls run as allreduce
+ * kernels (src/exec_kernel.c): many_calls and alternating check that they
+ * did, and one_stream that its calls, larger, did not.
  */
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
@@ -168,6 +171,11 @@ static int one_stream(braid_comm *c, int rank, int n) {
   const char *small = getenv("BRAID_CUDA_HOST_MAX");
   uint64_t want = small != NULL && strcmp(small, "0") != 0 ? 2 : 0;
   uint64_t got = enq_stream_host_calls(bs);
+  if (rc == 0 && enq_stream_kernel_calls(bs) != 0) {
+    fprintf(stderr, "rank %d: calls of %zu bytes ran as kernels\n", rank,
+            N * sizeof(float));
+    rc = 20;
+  }
   if (rc == 0 && got != want) {
     fprintf(stderr,
             "rank %d: %llu calls staged on the stream, expected %llu "
@@ -236,6 +244,23 @@ static int filled_and_wrapped(int rank, void *dev, const void *host,
   return braid_stream_from_cuda((void *)*s, bs) == BRAID_SUCCESS ? 0 : 10;
 }
 
+/* With BRAID_CUDA_KERNEL_MAX set (and above the calls' size), whether
+ * `calls` calls on the streams ran as allreduce kernels, and none without. */
+static int kernel_calls(int rank, braid_stream **bs, int nbs, uint64_t calls) {
+  const char *k = getenv("BRAID_CUDA_KERNEL_MAX");
+  uint64_t want = k != NULL && strcmp(k, "0") != 0 ? calls : 0, got = 0;
+  for (int i = 0; i < nbs; i++)
+    got += enq_stream_kernel_calls(bs[i]);
+  if (got == want)
+    return 0;
+  fprintf(stderr,
+          "rank %d: %llu calls ran as allreduce kernels, expected %llu "
+          "(BRAID_CUDA_KERNEL_MAX=%s)\n",
+          rank, (unsigned long long)got, (unsigned long long)want,
+          k ? k : "unset");
+  return 19;
+}
+
 /* More calls in flight than a stream's queue holds (the emulated GPU's is
  * 1024 operations): the calls issued once it is full wait in the driver
  * for room, which the progress thread makes by releasing gates; call i
@@ -274,12 +299,61 @@ static int many_calls(braid_comm *c, int rank, int n) {
               h[i], sum_over(n, (size_t)i));
       rc = 14;
     }
+  if (rc == 0)
+    rc = kernel_calls(rank, &bs, 1, MANY);
   if (braid_stream_destroy(bs) != BRAID_SUCCESS && rc == 0)
     rc = 17;
   cudaStreamDestroy(s);
   cudaFree(din);
   cudaFree(dout);
   free(h);
+  return rc;
+}
+
+/* In-place allreduces of one buffer alternate between two CUDA streams
+ * with nothing ordering the streams: a communicator runs its calls in
+ * issue order, so each call sees the one before (n^calls at the end). */
+static int alternating(braid_comm *c, int rank, int n) {
+  enum { K = 64, CALLS = 12 };
+  CK(cudaSetDevice(0));
+  float h[K], *d = NULL;
+  for (int i = 0; i < K; i++)
+    h[i] = 1.0f;
+  CK(cudaMalloc((void **)&d, sizeof h));
+  cudaStream_t s[2];
+  braid_stream *bs[2] = {NULL, NULL};
+  int rc = filled_and_wrapped(rank, d, h, sizeof h, &s[0], &bs[0]);
+  if (rc)
+    return rc;
+  CK(cudaStreamCreateWithFlags(&s[1], cudaStreamNonBlocking));
+  if (braid_stream_from_cuda((void *)s[1], &bs[1]) != BRAID_SUCCESS)
+    return 10;
+  for (int k = 0; k < CALLS && rc == 0; k++)
+    if (braid_allreduce(d, d, K, BRAID_FLOAT32, BRAID_SUM, c, bs[k % 2]) !=
+        BRAID_SUCCESS)
+      rc = 12;
+  for (int j = 0; j < 2; j++) {
+    if (braid_stream_synchronize(bs[j]) != BRAID_SUCCESS && rc == 0)
+      rc = 13;
+    CK(cudaStreamSynchronize(s[j]));
+  }
+  CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+  float want = 1.0f;
+  for (int k = 0; k < CALLS; k++)
+    want *= (float)n;
+  for (int i = 0; i < K && rc == 0; i++)
+    if (h[i] != want) {
+      fprintf(stderr, "rank %d: element %d is %g after %d calls, want %g\n",
+              rank, i, (double)h[i], CALLS, (double)want);
+      rc = 14;
+    }
+  if (rc == 0)
+    rc = kernel_calls(rank, bs, 2, CALLS);
+  for (int j = 0; j < 2; j++) {
+    braid_stream_destroy(bs[j]);
+    cudaStreamDestroy(s[j]);
+  }
+  cudaFree(d);
   return rc;
 }
 
@@ -411,6 +485,12 @@ Test(gpu_stream, two_streams_with_an_event, .timeout = 120) {
 
 Test(gpu_stream, more_calls_than_the_stream_queue_holds, .timeout = 120) {
   run(many_calls, 2, "many calls");
+}
+
+Test(gpu_stream, calls_alternating_between_streams_keep_issue_order,
+     .timeout = 120) {
+  run(alternating, 2, "alternating streams");
+  run(alternating, 3, "alternating streams");
 }
 
 Test(gpu_stream, send_and_recv_before_any_collective, .timeout = 120) {

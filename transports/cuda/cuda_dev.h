@@ -65,6 +65,49 @@ braid_result cudev_reduce_fwd(void *dst, void *fwd, const void *a,
 braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
                        void *stream);
 
+/* Allreduce in one kernel (src/exec_kernel.c): the direct schedule's
+ * allreduce of up to CUDEV_KA_RANKS ranks of one host, whose areas (made
+ * with cudev_malloc, CUDEV_KA_AREA(slot) bytes, zeroed, mapped into every
+ * rank through CUDA IPC) hold each rank's flags and two input slots. Call
+ * `seq` (increasing from 1, the same on every rank) of rank r copies its
+ * input into its slot seq % 2, raises its flag in every peer's area to seq,
+ * waits until every peer's flag in its own area is at least seq, folds the
+ * ranks' slots in rank order (the same order on every rank, so the results
+ * are bitwise identical; BRAID_AVG divides once at the end) into out.
+ * A rank reuses a slot two calls later, after every peer raised its flag
+ * for the call between, which it does only when done with the slot. Done
+ * with the peers' slots, a rank raises a second flag in each peer's area
+ * (CUDEV_KA_DONE): an area's owner frees it once they all show its last
+ * call. Flags are uint64_t, 16 bytes apart: "ready" from rank q at byte
+ * 16 q, "done" at CUDEV_KA_FLAGS / 2 + 16 q.
+ * A wait that sees *abort nonzero, or lasts timeout_ns, ends the call
+ * without writing out and stores in *status (if it is 0) which call, why and
+ * for which peer (CUDEV_KA_STATUS); every later call then ends at once. */
+#define CUDEV_KA_RANKS 8
+#define CUDEV_KA_FLAGS 256 /* bytes of flags at the start of an area */
+#define CUDEV_KA_READY(q) (16 * (size_t)(q))
+#define CUDEV_KA_DONE(q) (CUDEV_KA_FLAGS / 2 + 16 * (size_t)(q))
+#define CUDEV_KA_AREA(slot) (CUDEV_KA_FLAGS + 2 * (size_t)(slot))
+#define CUDEV_KA_TIMEOUT 1 /* a peer did not raise its flag in time */
+#define CUDEV_KA_ABORTED 2 /* *abort was set */
+/* status = why << 56 | peer << 48 | low 48 bits of seq */
+#define CUDEV_KA_STATUS(why, peer, seq)                                        \
+  ((uint64_t)(why) << 56 | (uint64_t)(peer) << 48 |                            \
+   ((uint64_t)(seq)&0xffffffffffffull))
+typedef struct cudev_ka {
+  int rank, nranks;
+  void *area[CUDEV_KA_RANKS]; /* every rank's area as mapped here */
+  size_t slot;                /* bytes of a slot (the largest call) */
+  uint64_t *status;           /* mapped pinned host memory */
+  uint32_t *abort;            /* mapped pinned host memory */
+  uint64_t timeout_ns;
+} cudev_ka;
+braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
+                                    const void *in, size_t n, braid_dtype dt,
+                                    braid_op op, void *stream);
+/* Makes `stream` wait for `event` (recorded on another stream). */
+braid_result cudev_stream_wait(void *stream, void *event);
+
 /* CUDA IPC: a handle (64 bytes) for a cudaMalloc'd base pointer, and its
  * mapping in another process (same or other GPU of the host). */
 #define CUDEV_IPC_BYTES 64

@@ -296,6 +296,32 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
   return BRAID_SUCCESS;
 }
 
+braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
+                                    const void *in, size_t n, braid_dtype dt,
+                                    braid_op op, void *stream) {
+  braid_result r = dev_check("cudev_kernel_allreduce", dt, op);
+  if (r != BRAID_SUCCESS)
+    return r;
+  if (k->nranks < 1 || k->nranks > CUDEV_KA_RANKS || k->rank < 0 ||
+      k->rank >= k->nranks || n * braid_dtype_size(dt) > k->slot) {
+    snprintf(dev_msg, sizeof dev_msg,
+             "cudev_kernel_allreduce: rank %d of %d, %zu bytes for slots of "
+             "%zu",
+             k->rank, k->nranks, n * braid_dtype_size(dt), k->slot);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  DEV_CALL(
+      "allreduce kernel launch",
+      (cudaError_t)cuk_allreduce(k, seq, out, in, n, (int)dt, (int)op, stream));
+  return BRAID_SUCCESS;
+}
+
+braid_result cudev_stream_wait(void *stream, void *event) {
+  DEV_CALL("cudaStreamWaitEvent",
+           cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
+  return BRAID_SUCCESS;
+}
+
 /* ---- IPC --------------------------------------------------------------- */
 
 braid_result cudev_ipc_get(void *base, void *handle) {

@@ -26,6 +26,10 @@ int cuk_div(void *buf, size_t n, int dt, int divisor, unsigned grid,
  * *reached and waits until (int32_t)(*released - seq) >= 0 (device pointers
  * of mapped pinned host memory). */
 int cuk_gate(uint32_t *reached, uint32_t *released, uint32_t seq, void *stream);
+/* The allreduce kernel of cudev_kernel_allreduce (cuda_dev.h): one block. */
+struct cudev_ka;
+int cuk_allreduce(const struct cudev_ka *k, uint64_t seq, void *out,
+                  const void *in, size_t n, int dt, int op, void *stream);
 /* Loads every kernel above on the current device (cudaFuncGetAttributes).
  * Lazy loading would otherwise load one at its first launch, which may wait
  * for a stream that a gate holds. */

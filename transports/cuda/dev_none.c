@@ -112,6 +112,25 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
   return none("cudev_div");
 }
 
+braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
+                                    const void *in, size_t n, braid_dtype dt,
+                                    braid_op op, void *stream) {
+  (void)k;
+  (void)seq;
+  (void)out;
+  (void)in;
+  (void)n;
+  (void)dt;
+  (void)op;
+  (void)stream;
+  return none("cudev_kernel_allreduce");
+}
+braid_result cudev_stream_wait(void *stream, void *event) {
+  (void)stream;
+  (void)event;
+  return none("cudaStreamWaitEvent");
+}
+
 braid_result cudev_ipc_get(void *base, void *handle) {
   (void)base;
   (void)handle;

@@ -1,6 +1,7 @@
 /*
  * CUDA kernels of the device layer: reduction (and reduce-and-forward) for
- * every dtype x op, the division of BRAID_AVG, and the fallback stream gate.
+ * every dtype x op, the division of BRAID_AVG, the fallback stream gate, and
+ * allreduce in one kernel for small calls of one host's ranks.
  *
  * Element semantics come from reduce_ops.cuh (the CPU kernels' results, bit
  * for bit). Three shapes of the same loop:
@@ -21,6 +22,7 @@
  */
 #include <cuda_runtime.h>
 
+#include "cuda_dev.h"
 #include "dev_int.h"
 #include "reduce_ops.cuh"
 
@@ -223,6 +225,116 @@ __global__ void k_gate(volatile uint32_t *reached, volatile uint32_t *released,
   __threadfence_system();
 }
 
+/* ---- allreduce in one kernel (cudev_kernel_allreduce, cuda_dev.h) ------- */
+
+#define KA_THREADS 512
+
+__device__ __forceinline__ uint64_t ka_now() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* which 0: "from's slot holds call seq", 1: "from is done with owner's
+ * slot of call seq" */
+__device__ __forceinline__ volatile uint64_t *ka_flag(const cudev_ka &k,
+                                                      int owner, int from,
+                                                      int which = 0) {
+  return reinterpret_cast<volatile uint64_t *>(
+      static_cast<char *>(k.area[owner]) +
+      (which ? CUDEV_KA_DONE(from) : CUDEV_KA_READY(from)));
+}
+
+/* One block: the copy in, the flags and the fold are ordered by
+ * __syncthreads. Peers' slots and flags are read with volatile loads (L2,
+ * never a stale L1 line of the call two before); flags are raised after a
+ * system-wide fence, so a peer that sees one sees the slot. */
+template <int DT, int OP>
+__global__ void __launch_bounds__(KA_THREADS)
+    k_allreduce(cudev_ka k, uint64_t seq, typename rop_type<DT>::T *out,
+                const typename rop_type<DT>::T *in, size_t n, int avg) {
+  typedef typename rop_type<DT>::T T;
+  __shared__ volatile int stop;
+  volatile uint64_t *status = k.status;
+  const int t = threadIdx.x, me = k.rank, nr = k.nranks;
+  const size_t off = CUDEV_KA_FLAGS + (size_t)(seq % 2) * k.slot;
+  T *mine = reinterpret_cast<T *>(static_cast<char *>(k.area[me]) + off);
+  if (t == 0)
+    stop = *status != 0;
+  __syncthreads();
+  if (stop)
+    return;
+  for (size_t i = t; i < n; i += blockDim.x)
+    mine[i] = in[i];
+  __syncthreads();
+  if (t < nr && t != me) {
+    __threadfence_system();
+    *ka_flag(k, t, me) = seq;
+    volatile uint64_t *f = ka_flag(k, me, t);
+    uint64_t t0 = ka_now();
+    for (unsigned polls = 1; *f < seq; polls++) {
+      if (polls % 256 || stop)
+        continue;
+      int why = *reinterpret_cast<volatile uint32_t *>(k.abort)
+                    ? CUDEV_KA_ABORTED
+                    : ka_now() - t0 > k.timeout_ns ? CUDEV_KA_TIMEOUT
+                                                   : 0;
+      if (why) {
+        if (*status == 0)
+          *status = CUDEV_KA_STATUS(why, t, seq);
+        __threadfence_system();
+        stop = 1;
+      }
+    }
+    __threadfence_system();
+  }
+  __syncthreads();
+  if (stop)
+    return;
+  for (size_t i = t; i < n; i += blockDim.x) {
+    T acc = me == 0 ? mine[i]
+                    : reinterpret_cast<const volatile T *>(
+                          static_cast<char *>(k.area[0]) + off)[i];
+    for (int q = 1; q < nr; q++) {
+      T v = q == me ? mine[i]
+                    : reinterpret_cast<const volatile T *>(
+                          static_cast<char *>(k.area[q]) + off)[i];
+      acc = rop_type<DT>::template op<OP>(acc, v);
+    }
+    if (avg)
+      acc = rop_type<DT>::div(acc, nr);
+    out[i] = acc;
+  }
+  __syncthreads();
+  if (t < nr && t != me) {
+    __threadfence_system();
+    *ka_flag(k, t, me, 1) = seq;
+  }
+}
+
+template <int DT>
+int allreduce_dt(const cudev_ka *k, uint64_t seq, void *out, const void *in,
+                 size_t n, int op, cudaStream_t s) {
+  typedef typename rop_type<DT>::T T;
+  T *o = static_cast<T *>(out);
+  const T *i = static_cast<const T *>(in);
+  switch (op) {
+  case BRAID_SUM:
+  case BRAID_AVG:
+    return go(k_allreduce<DT, ROP_SUM>, 1, KA_THREADS, s, *k, seq, o, i, n,
+              (int)(op == BRAID_AVG));
+  case BRAID_PROD:
+    return go(k_allreduce<DT, ROP_PROD>, 1, KA_THREADS, s, *k, seq, o, i, n,
+              0);
+  case BRAID_MIN:
+    return go(k_allreduce<DT, ROP_MIN>, 1, KA_THREADS, s, *k, seq, o, i, n, 0);
+  case BRAID_MAX:
+    return go(k_allreduce<DT, ROP_MAX>, 1, KA_THREADS, s, *k, seq, o, i, n, 0);
+  default:
+    return cudaErrorInvalidValue;
+  }
+}
+
 /* Lazy loading (the default since CUDA 12.2) loads a kernel at its first
  * launch, and a load may need the context to synchronise: a launch made while
  * a gate holds a stream (memory operation or k_gate) would then wait for that
@@ -240,6 +352,7 @@ template <typename F, bool UNARY> cudaError_t preload_f() {
 }
 
 template <int DT> cudaError_t preload_dt() {
+  cudaFuncAttributes at;
   cudaError_t e = preload_f<red_f<DT, ROP_SUM>, false>();
   if (e == cudaSuccess)
     e = preload_f<red_f<DT, ROP_PROD>, false>();
@@ -249,6 +362,14 @@ template <int DT> cudaError_t preload_dt() {
     e = preload_f<red_f<DT, ROP_MAX>, false>();
   if (e == cudaSuccess)
     e = preload_f<div_f<DT>, true>();
+  if (e == cudaSuccess)
+    e = cudaFuncGetAttributes(&at, k_allreduce<DT, ROP_SUM>);
+  if (e == cudaSuccess)
+    e = cudaFuncGetAttributes(&at, k_allreduce<DT, ROP_PROD>);
+  if (e == cudaSuccess)
+    e = cudaFuncGetAttributes(&at, k_allreduce<DT, ROP_MIN>);
+  if (e == cudaSuccess)
+    e = cudaFuncGetAttributes(&at, k_allreduce<DT, ROP_MAX>);
   return e;
 }
 
@@ -293,4 +414,14 @@ extern "C" int cuk_gate(uint32_t *reached, uint32_t *released, uint32_t seq,
                         void *stream) {
   return go(k_gate, 1, 1, static_cast<cudaStream_t>(stream), reached, released,
             seq);
+}
+
+extern "C" int cuk_allreduce(const cudev_ka *k, uint64_t seq, void *out,
+                             const void *in, size_t n, int dt, int op,
+                             void *stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+#define CUK_CALL_ALLREDUCE(D) return allreduce_dt<D>(k, seq, out, in, n, op, s)
+  ROP_DISPATCH(dt, CUK_CALL_ALLREDUCE)
+#undef CUK_CALL_ALLREDUCE
+  return cudaErrorInvalidValue;
 }

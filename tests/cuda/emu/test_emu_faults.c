@@ -10,7 +10,9 @@
  * reaches a call's gate within BRAID_TIMEOUT gives BRAID_ERR_TIMEOUT saying so.
  * Small calls through pinned host memory on a CUDA stream
  * (BRAID_CUDA_HOST_MAX): a killed rank is named as well, and a call that
- * fails leaves its recvbuf as it was.
+ * fails leaves its recvbuf as it was. Allreduce kernels
+ * (BRAID_CUDA_KERNEL_MAX): a killed rank is named, and a stream that never
+ * reaches the kernel times out; the user's stream is let go.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -101,6 +103,10 @@ static int dead_peer(braid_comm *c, int rank, int n, int on_stream, int kill_ms,
         (getenv("BRAID_CUDA_HOST_MAX") != NULL && issued > 0) !=
             (enq_stream_host_calls(bs) > 0))
       rc = 15;
+    if (rc == 0 && rank != VICTIM &&
+        (getenv("BRAID_CUDA_KERNEL_MAX") != NULL && issued > 0) !=
+            (enq_stream_kernel_calls(bs) > 0))
+      rc = 16;
     braid_stream_destroy(bs);
     cudaStreamDestroy(s);
   }
@@ -245,8 +251,49 @@ static int stream_never_arrives(braid_comm *c, int rank, int n) {
   int rc = r != BRAID_ERR_TIMEOUT                          ? 40
            : strstr(msg, "did not reach the call") == NULL ? 41
                                                            : 0;
+  if (rc == 0 && getenv("BRAID_CUDA_KERNEL_MAX") != NULL &&
+      enq_stream_kernel_calls(bs) != 1)
+    rc = 42;
   if (cudaStreamSynchronize(s) != cudaSuccess && rc == 0)
     rc = 14; /* the stream must be let go */
+  braid_stream_destroy(bs);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+  return rc;
+}
+
+/* Rank 1 skips an allreduce that runs as a kernel (BRAID_TIMEOUT 2 s):
+ * rank 0's kernel waits for it BRAID_TIMEOUT, then ends the call, which
+ * fails saying whom it waited for; the stream is let go. */
+static int peer_skips(braid_comm *c, int rank, int n) {
+  (void)n;
+  float *d = NULL;
+  cudaStream_t s = NULL;
+  braid_stream *bs = NULL;
+  if (cudaMalloc((void **)&d, 64 * sizeof(float)) != cudaSuccess ||
+      cudaMemset(d, 0, 64 * sizeof(float)) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+      braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS)
+    return 50;
+  int rc = 0;
+  if (braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, NULL) !=
+      BRAID_SUCCESS)
+    rc = 52;
+  if (rc == 0 && rank == 1) {
+    sleep(4);
+  } else if (rc == 0) {
+    braid_result r = braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, bs);
+    if (r == BRAID_SUCCESS)
+      r = braid_stream_synchronize(bs);
+    const char *msg = braid_comm_last_error(c);
+    fprintf(stderr, "rank %d: %s: %s\n", rank, braid_result_string(r), msg);
+    rc = r != BRAID_ERR_TIMEOUT                                  ? 40
+         : strstr(msg, "rank 1 did not reach allreduce") == NULL ? 41
+         : enq_stream_kernel_calls(bs) != 1                      ? 42
+                                                                 : 0;
+    if (cudaStreamSynchronize(s) != cudaSuccess && rc == 0)
+      rc = 14;
+  }
   braid_stream_destroy(bs);
   cudaStreamDestroy(s);
   cudaFree(d);
@@ -273,8 +320,8 @@ static void run(gpu_rank_fn fn, const char *transport, const char *what) {
           st[r], 0,
           "%s: rank %d exit %d (10: not REMOTE, 11: the victim "
           "not named, 13: never noticed, 14: stream held, -1: "
-          "hung, 15: small calls not (or wrongly) staged on the stream, 52: "
-          "the warm-up call failed)",
+          "hung, 15: small calls not (or wrongly) staged on the stream, 16: "
+          "not (or wrongly) run as kernels, 52: the warm-up call failed)",
           what, r, st[r]);
   }
   cr_expect_lt(dt, 30.0, "%s: survivors took %.1f s (timeout 30 s)", what, dt);
@@ -302,6 +349,15 @@ Test(emu_faults, killed_rank_stream_small_calls, .timeout = 120) {
   setenv("BRAID_CUDA_HOST_MAX", "4M", 1);
   run(dead_stream, NULL, "CUDA stream, small calls through host memory");
   unsetenv("BRAID_CUDA_HOST_MAX");
+}
+
+/* The calls (1 MiB) run as allreduce kernels: the survivors' kernels wait
+ * for the victim until the progress thread sees it gone and stops them. */
+Test(emu_faults, killed_rank_stream_kernel_calls, .timeout = 120) {
+  setenv("BRAID_CUDA_KERNEL_MAX", "1M", 1);
+  run(dead_stream, NULL, "CUDA stream, allreduce kernels");
+  run(dead_blocking, NULL, "blocking, allreduce kernels");
+  unsetenv("BRAID_CUDA_KERNEL_MAX");
 }
 
 Test(emu_faults, killed_rank_blocking_staged_tcp, .timeout = 120) {
@@ -349,5 +405,40 @@ Test(emu_faults, stream_that_never_arrives_times_out, .timeout = 120) {
     cr_expect_eq(st[r], 0,
                  "rank %d exit %d (40: not TIMEOUT, 41: not said why, 14: "
                  "stream held)",
+                 r, st[r]);
+}
+
+/* The same for a call that runs as an allreduce kernel: no gate, the
+ * progress thread's own limit (twice BRAID_TIMEOUT) ends it, and the
+ * kernel, once the stream reaches it, stops at once. */
+Test(emu_faults, stream_that_never_reaches_a_kernel_times_out, .timeout = 120) {
+  GPU_REQUIRE();
+  unsetenv("BRAID_TRANSPORT");
+  setenv("BRAID_TIMEOUT", "2", 1);
+  setenv("BRAID_CUDA_KERNEL_MAX", "4K", 1);
+  int st[2];
+  gpu_run_ranks(2, stream_never_arrives, 60, st);
+  unsetenv("BRAID_CUDA_KERNEL_MAX");
+  for (int r = 0; r < 2; r++)
+    cr_expect_eq(st[r], 0,
+                 "rank %d exit %d (40: not TIMEOUT, 41: not said why, 42: "
+                 "not run as a kernel, 14: stream held)",
+                 r, st[r]);
+}
+
+Test(emu_faults, kernel_waits_for_a_skipping_peer_until_the_timeout,
+     .timeout = 120) {
+  GPU_REQUIRE();
+  unsetenv("BRAID_TRANSPORT");
+  setenv("BRAID_TIMEOUT", "2", 1);
+  setenv("BRAID_CUDA_KERNEL_MAX", "4K", 1);
+  int st[2];
+  gpu_run_ranks(2, peer_skips, 60, st);
+  unsetenv("BRAID_CUDA_KERNEL_MAX");
+  for (int r = 0; r < 2; r++)
+    cr_expect_eq(st[r], 0,
+                 "rank %d exit %d (40: not TIMEOUT, 41: the peer not named, "
+                 "42: not run as a kernel, 14: stream held, 52: the warm-up "
+                 "call failed)",
                  r, st[r]);
 }

@@ -1,0 +1,410 @@
+/*
+ * Allreduce in one kernel: small device calls of one host's ranks without
+ * a host thread on the way (BRAID_CUDA_KERNEL_MAX).
+ *
+ * The device path of src/exec_dev.c moves each slot with a copy or a
+ * reduction that a host thread issues and whose event it polls: about 14 us
+ * per hand-over under MPS on an H200 (docs/PERFORMANCE.md), so an 8-byte
+ * allreduce of 2 ranks takes tens of microseconds. Here the direct
+ * schedule's allreduce (collectives/direct.c: every rank folds every input
+ * in rank order) runs as one kernel per rank (cudev_kernel_allreduce,
+ * transports/cuda/cuda_dev.h): each rank copies its input into an area of
+ * its device memory that every rank maps through CUDA IPC, raises a flag in
+ * every peer's area, waits for the peers' flags in its own, and folds the
+ * ranks' inputs into its output. On a CUDA stream the kernel goes straight
+ * on the user's stream, with no gate: the call is stream-ordered because
+ * the kernel is.
+ *
+ * Which calls. A call (a single op or a group) goes this way when every op
+ * is an allreduce on device buffers of the communicator's GPU of at most
+ * BRAID_CUDA_KERNEL_MAX bytes (rank 0's value), every rank is on this host
+ * over the cuda transport (comm_dev.ipc_all), there are at most
+ * CUDEV_KA_RANKS of them, and BRAID_CHECK is off: the same answer on every
+ * rank, as every rank must take the same path.
+ *
+ * Order. The kernels of one rank run one after the other in issue order (an
+ * event of the previous call is waited for when a call goes on another
+ * stream), and their calls are numbered in that order, the same on every
+ * rank: call seq uses slot seq % 2. A call on a CUDA stream launches in the
+ * issuing thread; a blocking call, or one on a host stream, launches when
+ * it runs, on the internal stream. So that launches keep issue order, a call
+ * on a CUDA stream issued while such calls wait in the queue
+ * (braid_comm.kernel_deferred) goes behind a gate and launches from the
+ * progress thread too (src/enqueue.c).
+ *
+ * Errors. A kernel cannot return one: a wait for a peer that sees the abort
+ * word set, or lasts BRAID_TIMEOUT, stores what happened in a status word
+ * of pinned host memory and ends the call without writing its output; later
+ * calls end at once. Each call's completion is an event that the progress
+ * thread (or the blocking call) polls; meanwhile it checks the peers'
+ * health as the executor does (exec_check_health) and sets the abort word
+ * when the communicator is aborted or broken or a peer is gone, then reads
+ * the status and reports the call's error, as the other paths do.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "src/comm_dev.h"
+#include "src/config.h"
+#include "src/exec_int.h"
+#include "src/log.h"
+#include "transports/cuda/cuda_dev.h"
+
+typedef struct exk {
+  cudev_ka k;    /* area[rank]: this rank's (cudev_malloc) */
+  void *host;    /* pinned: status (uint64_t), then abort (uint32_t) */
+  uint64_t seq;  /* calls launched */
+  void *last_ev; /* the previous call's completion, and its stream */
+  void *last_stream;
+  pthread_mutex_t lock; /* events */
+  void **free_ev, **all_ev;
+  int nfree, nall;
+} exk;
+
+#define EXK_EVENTS_MAX 4096
+
+static exk *of(const braid_comm *c) {
+  return c->dev != NULL ? (exk *)c->dev->exk : NULL;
+}
+
+/* ---- setup ------------------------------------------------------------- */
+
+typedef struct exk_rec {
+  int32_t ok;
+  char handle[CUDEV_IPC_BYTES];
+} exk_rec;
+
+static void exk_free(exk *x) {
+  if (x == NULL)
+    return;
+  for (int q = 0; q < x->k.nranks; q++)
+    if (q != x->k.rank && x->k.area[q] != NULL)
+      cudev_ipc_close(x->k.area[q]);
+  if (x->k.area[x->k.rank] != NULL)
+    cudev_free(x->k.area[x->k.rank]);
+  if (x->host != NULL)
+    cudev_host_free(x->host);
+  for (int i = 0; i < x->nall; i++)
+    cudev_event_destroy(x->all_ev[i]);
+  free(x->all_ev);
+  free(x->free_ev);
+  pthread_mutex_destroy(&x->lock);
+  free(x);
+}
+
+/* This rank's area, zeroed, and its pinned words; 0 on failure (why). */
+static int make_area(braid_comm *c, exk *x, char *why, size_t len) {
+  size_t bytes = CUDEV_KA_AREA(x->k.slot);
+  void *zero = calloc(1, CUDEV_KA_FLAGS);
+  void *area = NULL;
+  int ok = zero != NULL && cudev_malloc(&area, bytes) == BRAID_SUCCESS;
+  x->k.area[x->k.rank] = area;
+  ok = ok &&
+       cudev_memcpy(area, zero, CUDEV_KA_FLAGS, c->dev->stream) ==
+           BRAID_SUCCESS &&
+       cudev_stream_sync(c->dev->stream) == BRAID_SUCCESS &&
+       cudev_host_alloc(&x->host, 16) == BRAID_SUCCESS;
+  free(zero);
+  if (!ok) {
+    snprintf(why, len, "%zu bytes of device memory and its flags: %s", bytes,
+             cudev_error());
+    return 0;
+  }
+  memset(x->host, 0, 16);
+  x->k.status = (uint64_t *)x->host;
+  x->k.abort = (uint32_t *)((char *)x->host + 8);
+  return 1;
+}
+
+/* Collective when the communicator qualifies (the same on every rank). */
+braid_result exk_setup(braid_comm *c, size_t max) {
+  comm_dev *d = c->dev;
+  int n = c->nranks;
+  if (max == 0 || !d->ipc_all || n > CUDEV_KA_RANKS)
+    return BRAID_SUCCESS;
+  exk *x = calloc(1, sizeof *x);
+  exk_rec *all = calloc((size_t)n, sizeof *all);
+  exk_rec mine = {0};
+  char why[256] = "out of memory";
+  if (x != NULL) {
+    pthread_mutex_init(&x->lock, NULL);
+    x->k.rank = c->rank;
+    x->k.nranks = n;
+    x->k.slot = (max + 255) / 256 * 256;
+    x->k.timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
+    mine.ok = all != NULL && make_area(c, x, why, sizeof why) &&
+              cudev_ipc_get(x->k.area[c->rank], mine.handle) == BRAID_SUCCESS;
+    if (!mine.ok && strcmp(why, "out of memory") == 0)
+      snprintf(why, sizeof why, "%s", cudev_error());
+  }
+  braid_result r = all != NULL
+                       ? boot_allgather(c->boot, &mine, all, sizeof mine)
+                       : BRAID_ERR_NOMEM;
+  int ok = r == BRAID_SUCCESS;
+  for (int q = 0; q < n && ok; q++)
+    ok = all[q].ok;
+  for (int q = 0; q < n && ok; q++) {
+    if (q != c->rank &&
+        cudev_ipc_open(all[q].handle, &x->k.area[q]) != BRAID_SUCCESS) {
+      snprintf(why, sizeof why, "mapping rank %d's area: %s", q, cudev_error());
+      ok = 0;
+    }
+  }
+  /* every rank must know whether every rank mapped every area */
+  int32_t okw = ok, *oks = r == BRAID_SUCCESS ? calloc((size_t)n, 4) : NULL;
+  if (r == BRAID_SUCCESS)
+    r = oks != NULL ? boot_allgather(c->boot, &okw, oks, sizeof okw)
+                    : BRAID_ERR_NOMEM;
+  for (int q = 0; q < n && r == BRAID_SUCCESS && ok; q++)
+    ok = oks[q];
+  free(oks);
+  free(all);
+  if (r != BRAID_SUCCESS) {
+    comm_set_error(c, "rank %d: setting up allreduce in one kernel: %s",
+                   c->rank, boot_last_error(c->boot));
+    exk_free(x);
+    return r;
+  }
+  if (!ok) {
+    WARN(LOG_COLL,
+         "rank %d: no allreduce in one kernel (BRAID_CUDA_KERNEL_MAX): %s; "
+         "small calls take the usual device path",
+         c->rank, mine.ok ? "a peer could not set it up" : why);
+    exk_free(x);
+    return BRAID_SUCCESS;
+  }
+  d->exk = x;
+  d->kernel_max = max;
+  INFO(LOG_COLL,
+       "rank %d: allreduce calls up to %zu bytes run in one kernel over "
+       "CUDA IPC (BRAID_CUDA_KERNEL_MAX)",
+       c->rank, max);
+  return BRAID_SUCCESS;
+}
+
+/* Frees the area once every peer is done with this rank's last call (its
+ * kernels may still read the slot), waiting at most a few seconds. */
+void exk_teardown(braid_comm *c) {
+  exk *x = of(c);
+  if (x == NULL)
+    return;
+  uint64_t flags[CUDEV_KA_FLAGS / 8];
+  int quit = atomic_load(&c->aborted) || c->broken != BRAID_SUCCESS ||
+             *(volatile uint64_t *)x->k.status != 0;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (!quit && x->seq > 0) {
+    if (cudev_memcpy(flags, x->k.area[c->rank], sizeof flags, c->dev->stream) !=
+            BRAID_SUCCESS ||
+        cudev_stream_sync(c->dev->stream) != BRAID_SUCCESS)
+      break;
+    int left = 0;
+    for (int q = 0; q < x->k.nranks; q++)
+      left += q != c->rank && flags[CUDEV_KA_DONE(q) / 8] < x->seq;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (left == 0 || t.tv_sec - t0.tv_sec > 5)
+      break;
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+  }
+  c->dev->exk = NULL;
+  exk_free(x);
+}
+
+/* ---- which calls ------------------------------------------------------- */
+
+int exk_op(const braid_comm *c, const exec_op *op) {
+  const comm_dev *d = c->dev;
+  return d != NULL && d->exk != NULL && op->coll == SCHED_ALLREDUCE &&
+         !op->is_barrier && op->dev == d->device && op->count > 0 &&
+         op->count * braid_dtype_size(op->dt) <= d->kernel_max && !c->check;
+}
+
+int exk_takes(const braid_comm *c, const exec_op *ops, int nops) {
+  if (!atomic_load(&c->dev_up) || nops < 1)
+    return 0;
+  for (int k = 0; k < nops; k++)
+    if (!exk_op(c, &ops[k]))
+      return 0;
+  return 1;
+}
+
+/* ---- launching and finishing ------------------------------------------- */
+
+static braid_result get_event(braid_comm *c, exk *x, void **ev) {
+  pthread_mutex_lock(&x->lock);
+  braid_result r = BRAID_SUCCESS;
+  if (x->nfree > 0) {
+    *ev = x->free_ev[--x->nfree];
+  } else if (x->nall >= EXK_EVENTS_MAX) {
+    r = BRAID_ERR_NOMEM;
+    comm_set_error(c, "rank %d: %d allreduce kernels in flight at once",
+                   c->rank, x->nall);
+  } else {
+    void **a = realloc(x->all_ev, sizeof *a * (size_t)(x->nall + 1));
+    void **f = a != NULL
+                   ? realloc(x->free_ev, sizeof *f * (size_t)(x->nall + 1))
+                   : NULL;
+    if (a != NULL)
+      x->all_ev = a;
+    if (f != NULL)
+      x->free_ev = f;
+    r = f == NULL ? BRAID_ERR_NOMEM : cudev_event_create(ev);
+    if (r == BRAID_SUCCESS)
+      x->all_ev[x->nall++] = *ev;
+    else
+      comm_set_error(c, "rank %d: an event for an allreduce kernel: %s",
+                     c->rank, f == NULL ? "out of memory" : cudev_error());
+  }
+  pthread_mutex_unlock(&x->lock);
+  return r;
+}
+
+static void put_event(exk *x, void *ev) {
+  pthread_mutex_lock(&x->lock);
+  x->free_ev[x->nfree++] = ev;
+  pthread_mutex_unlock(&x->lock);
+}
+
+braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,
+                        void *stream, void **ev, uint64_t *seq) {
+  exk *x = of(c);
+  void *e = NULL;
+  braid_result r = get_event(c, x, &e);
+  if (r != BRAID_SUCCESS)
+    return r;
+  const char *what = "waiting for the previous call";
+  if (x->last_ev != NULL && x->last_stream != stream)
+    r = cudev_stream_wait(stream, x->last_ev);
+  for (int k = 0; k < nops && r == BRAID_SUCCESS; k++) {
+    const exec_op *op = &ops[k];
+    what = "launching the kernel";
+    r = cudev_kernel_allreduce(&x->k, x->seq + 1, op->out, op->in, op->count,
+                               op->dt, op->op, stream);
+    x->seq += r == BRAID_SUCCESS;
+  }
+  if (r == BRAID_SUCCESS) {
+    what = "recording its completion";
+    r = cudev_event_record(e, stream);
+  }
+  if (r != BRAID_SUCCESS) {
+    /* the launched ones run; the rest is missing on this rank: the peers'
+     * kernels time out, and so does this communicator */
+    comm_set_error(c, "%s #%llu on rank %d (allreduce in one kernel): %s: %s",
+                   ops[0].name, (unsigned long long)ops[0].seq, c->rank, what,
+                   cudev_error());
+    put_event(x, e);
+    return r;
+  }
+  x->last_ev = e;
+  x->last_stream = stream;
+  *ev = e;
+  *seq = x->seq;
+  TRACE(LOG_COLL, "%s #%llu: %d allreduce kernels up to call %llu", ops[0].name,
+        (unsigned long long)ops[0].seq, nops, (unsigned long long)x->seq);
+  return BRAID_SUCCESS;
+}
+
+uint64_t exk_calls(const braid_comm *c) {
+  const exk *x = of(c);
+  return x != NULL ? x->seq : 0;
+}
+
+static long ms_since(const struct timespec *t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long)(t.tv_sec - t0->tv_sec) * 1000 +
+         (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+static braid_result report(braid_comm *c, const exec_op *op, uint64_t st) {
+  int why = (int)(st >> 56), peer = (int)((st >> 48) & 0xff);
+  unsigned long long call = st & 0xffffffffffffull;
+  if (why == CUDEV_KA_TIMEOUT) {
+    comm_set_error(c,
+                   "%s #%llu on rank %d: rank %d did not reach allreduce "
+                   "kernel %llu within %d ms (BRAID_TIMEOUT)",
+                   op->name, (unsigned long long)op->seq, c->rank, peer, call,
+                   c->timeout_ms);
+    return BRAID_ERR_TIMEOUT;
+  }
+  braid_result r = __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE);
+  if (r == BRAID_SUCCESS)
+    r = BRAID_ERR_ABORTED;
+  comm_set_error(c,
+                 "%s #%llu on rank %d: allreduce kernel %llu stopped: the "
+                 "communicator was aborted or broken (%s)",
+                 op->name, (unsigned long long)op->seq, c->rank, call,
+                 atomic_load(&c->aborted) ? "aborted" : comm_broken_why(c));
+  return r;
+}
+
+/* The peers' health as the executor checks it (c->lock held, or taken
+ * when free: a check is skipped, not waited for). */
+static braid_result health(braid_comm *c, const exec_op *op, int locked) {
+  if (!locked && pthread_mutex_trylock(&c->lock) != 0)
+    return BRAID_SUCCESS;
+  exec_op o = *op;
+  xop x;
+  memset(&x, 0, sizeof x);
+  x.op = &o;
+  braid_result r = exec_check_health(c, &x, 1);
+  if (!locked)
+    pthread_mutex_unlock(&c->lock);
+  return r;
+}
+
+braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
+                        uint64_t seq, int locked) {
+  exk *x = of(c);
+  volatile uint32_t *abort_word = x->k.abort;
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int q;
+  braid_result r = BRAID_SUCCESS;
+  for (long polls = 0; (q = cudev_event_query(ev)) == TP_AGAIN; polls++) {
+    if (polls < 2000)
+      continue;
+    if (polls < 4000) {
+      sched_yield();
+      continue;
+    }
+    /* a dead peer or an abort stops the kernels (about every 10 ms) */
+    if (polls % 500 == 0 && r == BRAID_SUCCESS &&
+        (r = health(c, op, locked)) != BRAID_SUCCESS)
+      *abort_word = 1;
+    if (c->broken != BRAID_SUCCESS)
+      *abort_word = 1;
+    /* the kernel has its own limit; this one counts while the stream
+     * has not reached it yet */
+    if (r == BRAID_SUCCESS && ms_since(&t0) > 2L * c->timeout_ms + 1000) {
+      *abort_word = 1;
+      comm_set_error(c,
+                     "%s #%llu on rank %d: the CUDA stream did not reach the "
+                     "call (allreduce in one kernel) within %d ms (twice "
+                     "BRAID_TIMEOUT): work issued on the stream before it is "
+                     "still running or waits for something that never comes",
+                     op->name, (unsigned long long)op->seq, c->rank,
+                     2 * c->timeout_ms + 1000);
+      r = BRAID_ERR_TIMEOUT;
+    }
+    struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+  }
+  if (q != BRAID_SUCCESS && r == BRAID_SUCCESS) {
+    comm_set_error(c, "%s #%llu on rank %d: the allreduce kernel failed: %s",
+                   op->name, (unsigned long long)op->seq, c->rank,
+                   cudev_error());
+    r = (braid_result)q;
+  }
+  put_event(x, ev);
+  /* a failed kernel ends every later one at once */
+  uint64_t st = __atomic_load_n(x->k.status, __ATOMIC_ACQUIRE);
+  if (r == BRAID_SUCCESS && st != 0 && (st & 0xffffffffffffull) <= seq)
+    r = report(c, op, st);
+  return r;
+}

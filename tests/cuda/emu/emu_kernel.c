@@ -1,0 +1,125 @@
+/*
+ * The emulated GPU's allreduce kernel (cudev_kernel_allreduce, cuda_dev.h):
+ * the protocol of kernels.cu's k_allreduce run by the stream's worker
+ * thread, as a host function on the stream, over the areas' host memory
+ * (memfd mappings shared between the ranks' processes, see cuda_emu.c).
+ * Flags are C11 atomics with release / acquire order where the kernel has
+ * its system-wide fences; the fold uses the CPU kernels (src/reduce.h),
+ * whose results the GPU kernels match bit for bit. It checks braid's side
+ * of the kernel path (setup, call numbers, slots, ordering, errors), not
+ * the kernel's memory ordering on a GPU.
+ */
+#include <cuda_runtime_api.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "src/reduce.h"
+#include "transports/cuda/cuda_dev.h"
+
+typedef struct ka_call {
+  cudev_ka k;
+  uint64_t seq;
+  void *out;
+  const void *in;
+  size_t n;
+  braid_dtype dt;
+  braid_op op;
+} ka_call;
+
+static _Atomic uint64_t *flag(const cudev_ka *k, int owner, size_t off) {
+  return (_Atomic uint64_t *)((char *)k->area[owner] + off);
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* 0, or the status the kernel stores */
+static uint64_t wait_peer(const ka_call *a, int q) {
+  const cudev_ka *k = &a->k;
+  _Atomic uint64_t *f = flag(k, k->rank, CUDEV_KA_READY(q));
+  uint64_t t0 = now_ns();
+  for (unsigned polls = 0;
+       atomic_load_explicit(f, memory_order_acquire) < a->seq; polls++) {
+    int why = atomic_load((_Atomic uint32_t *)k->abort) ? CUDEV_KA_ABORTED
+              : now_ns() - t0 > k->timeout_ns           ? CUDEV_KA_TIMEOUT
+                                                        : 0;
+    if (why)
+      return CUDEV_KA_STATUS(why, q, a->seq);
+    struct timespec nap = {0, polls < 100 ? 1000 : 50000};
+    nanosleep(&nap, NULL);
+  }
+  return 0;
+}
+
+static void run(void *arg) {
+  ka_call *a = arg;
+  const cudev_ka *k = &a->k;
+  _Atomic uint64_t *status = (_Atomic uint64_t *)k->status;
+  size_t es = braid_dtype_size(a->dt), len = a->n * es;
+  size_t off = CUDEV_KA_FLAGS + (size_t)(a->seq % 2) * k->slot;
+  if (atomic_load(status) != 0) {
+    free(a);
+    return;
+  }
+  memcpy((char *)k->area[k->rank] + off, a->in, len);
+  for (int q = 0; q < k->nranks; q++)
+    if (q != k->rank)
+      atomic_store_explicit(flag(k, q, CUDEV_KA_READY(k->rank)), a->seq,
+                            memory_order_release);
+  for (int q = 0; q < k->nranks; q++) {
+    uint64_t st = q != k->rank ? wait_peer(a, q) : 0;
+    if (st != 0) {
+      uint64_t zero = 0;
+      atomic_compare_exchange_strong(status, &zero, st);
+      free(a);
+      return;
+    }
+  }
+  /* fold in rank order into a temporary: out may be in */
+  char *acc = malloc(len > 0 ? len : 1);
+  if (acc == NULL)
+    abort();
+  memcpy(acc, (char *)k->area[0] + off, len);
+  red_fn f = red_get(a->dt, a->op);
+  for (int q = 1; q < k->nranks; q++)
+    f(acc, acc, (char *)k->area[q] + off, a->n);
+  if (a->op == BRAID_AVG)
+    red_div(acc, a->n, a->dt, k->nranks);
+  memcpy(a->out, acc, len);
+  free(acc);
+  for (int q = 0; q < k->nranks; q++)
+    if (q != k->rank)
+      atomic_store_explicit(flag(k, q, CUDEV_KA_DONE(k->rank)), a->seq,
+                            memory_order_release);
+  free(a);
+}
+
+braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
+                                    const void *in, size_t n, braid_dtype dt,
+                                    braid_op op, void *stream) {
+  if ((unsigned)dt >= BRAID_NUM_DTYPES || (unsigned)op >= BRAID_NUM_OPS ||
+      k->nranks < 1 || k->nranks > CUDEV_KA_RANKS ||
+      n * braid_dtype_size(dt) > k->slot)
+    return BRAID_ERR_INVALID_ARG;
+  ka_call *a = malloc(sizeof *a);
+  if (a == NULL)
+    return BRAID_ERR_NOMEM;
+  *a = (ka_call){*k, seq, out, in, n, dt, op};
+  if (cudaLaunchHostFunc(stream, run, a) != cudaSuccess) {
+    free(a);
+    return BRAID_ERR_INTERNAL;
+  }
+  return BRAID_SUCCESS;
+}
+
+braid_result cudev_stream_wait(void *stream, void *event) {
+  return cudaStreamWaitEvent(stream, event, 0) == cudaSuccess
+             ? BRAID_SUCCESS
+             : BRAID_ERR_INTERNAL;
+}
