@@ -16,12 +16,14 @@
 #      in $CUDA_BUFFSIZES: fewer, longer copies per step, each driven by the
 #      host);
 #   3. 8-byte allreduce latency on device buffers, 2 ranks (target < 10 us),
-#      on a CUDA stream and blocking, each by both paths: direct (CUDA IPC,
-#      BRAID_CUDA_HOST_MAX=0) and through pinned host memory
-#      (BRAID_CUDA_HOST_MAX=$HOST_MAX);
-#   4. where the two paths cross: allreduce time from 8 B to 4 MiB, 2 ranks
-#      on a CUDA stream, by each path (what BRAID_CUDA_HOST_MAX's default
-#      should be).
+#      on a CUDA stream and blocking, each by three paths: direct (CUDA IPC,
+#      BRAID_CUDA_HOST_MAX=0), through pinned host memory
+#      (BRAID_CUDA_HOST_MAX=$HOST_MAX) and as one allreduce kernel per rank
+#      (BRAID_CUDA_KERNEL_MAX=$KERNEL_MAX, src/exec_kernel.c);
+#   4. where the paths cross: allreduce time from 8 B to 4 MiB, 2 ranks on
+#      a CUDA stream, by each path (what the defaults of BRAID_CUDA_HOST_MAX
+#      and BRAID_CUDA_KERNEL_MAX should be; above KERNEL_MAX the kernel
+#      path's calls go direct).
 # Items 2-4 run twice: with the ranks as they are, separate processes that
 # the GPU runs one at a time (each hand-over between them waits for a
 # switch), and under MPS when nvidia-cuda-mps-control is there (MPS=0
@@ -45,6 +47,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${1:-$ROOT/build-device}
 SIZE=${SIZE:-256M}
 HOST_MAX=${HOST_MAX:-4M}
+KERNEL_MAX=${KERNEL_MAX:-1M}
 CUDA_BUFFSIZES=${CUDA_BUFFSIZES:-16M 32M 128M}
 LOG_DIR=${LOG_DIR:-$BUILD/device-logs}
 JOBS=${JOBS:-$(nproc)}
@@ -136,29 +139,32 @@ measure() { # tag
   # 3. latency, 8 bytes, 2 ranks: stream and blocking, by both paths. A run
   # that fails (braid-perf exits 1 on a wrong element) is reported in the
   # table, not hidden: "failed (exit N)".
-  for path in direct host; do
+  for path in direct host kernel; do
     for mode in stream blocking; do
       f=$d/allreduce_8B_${mode}_${path}.txt
       y=0
       [ "$mode" = blocking ] && y=1
       rc=0
-      BRAID_CUDA_HOST_MAX=$(host_max "$path") run_perf "$f" 2 -b 8 -e 8 \
+      BRAID_CUDA_HOST_MAX=$(host_max "$path") \
+        BRAID_CUDA_KERNEL_MAX=$(kernel_max "$path") run_perf "$f" 2 -b 8 -e 8 \
         -n 2000 -w 200 -c 1 -d float32 -y "$y" || rc=$?
       LAT[$t.$mode.$path]=$(perf_row "$f" | awk '{ print $6 }')
       [ "$rc" -eq 0 ] || LAT[$t.$mode.$path]="failed (exit $rc)"
     done
   done
   # 4. the two paths from 8 B to 4 MiB (2 ranks, CUDA stream)
-  for path in direct host; do
+  for path in direct host kernel; do
     SWEEP_RC[$t.$path]=0
     BRAID_CUDA_HOST_MAX=$(host_max "$path") \
-      run_perf "$d/allreduce_sweep_$path.txt" 2 \
+      BRAID_CUDA_KERNEL_MAX=$(kernel_max "$path") run_perf "$d/allreduce_sweep_$path.txt" 2 \
       -b 8 -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 || SWEEP_RC[$t.$path]=$?
   done
 }
 
 # BRAID_CUDA_HOST_MAX of a path: direct (0) or through host memory
 host_max() { if [ "$1" = host ]; then echo "$HOST_MAX"; else echo 0; fi; }
+# BRAID_CUDA_KERNEL_MAX of a path: allreduce kernels ($KERNEL_MAX) or none
+kernel_max() { if [ "$1" = kernel ]; then echo "$KERNEL_MAX"; else echo 0; fi; }
 
 measure plain
 MPS_CTL=$(command -v nvidia-cuda-mps-control ||
@@ -218,23 +224,25 @@ tables() { # tag
   done
   echo
   echo "8-byte allreduce on device buffers, 2 ranks on one GPU (target < 10 us),"
-  echo "by each path: direct (CUDA IPC between the ranks, \`BRAID_CUDA_HOST_MAX=0\`)"
-  echo "and through pinned host memory (\`BRAID_CUDA_HOST_MAX=$HOST_MAX\`):"
+  echo "by each path: direct (CUDA IPC between the ranks, \`BRAID_CUDA_HOST_MAX=0\`),"
+  echo "through pinned host memory (\`BRAID_CUDA_HOST_MAX=$HOST_MAX\`) and as one"
+  echo "allreduce kernel per rank (\`BRAID_CUDA_KERNEL_MAX=$KERNEL_MAX\`):"
   echo
-  echo "| mode | direct (us) | through host memory (us) |"
-  echo "|---|---:|---:|"
-  echo "| CUDA stream (braid_stream_from_cuda), synchronized after the loop | ${LAT[$t.stream.direct]:-n/a} | ${LAT[$t.stream.host]:-n/a} |"
-  echo "| synchronized after each call (\`-y 1\`) | ${LAT[$t.blocking.direct]:-n/a} | ${LAT[$t.blocking.host]:-n/a} |"
+  echo "| mode | direct (us) | through host memory (us) | allreduce kernel (us) |"
+  echo "|---|---:|---:|---:|"
+  echo "| CUDA stream (braid_stream_from_cuda), synchronized after the loop | ${LAT[$t.stream.direct]:-n/a} | ${LAT[$t.stream.host]:-n/a} | ${LAT[$t.stream.kernel]:-n/a} |"
+  echo "| synchronized after each call (\`-y 1\`) | ${LAT[$t.blocking.direct]:-n/a} | ${LAT[$t.blocking.host]:-n/a} | ${LAT[$t.blocking.kernel]:-n/a} |"
   echo
   echo "Allreduce time by size, 2 ranks, CUDA stream, float32 sum, out of place"
   echo "(where the paths cross is the default BRAID_CUDA_HOST_MAX should have):"
   echo
-  echo "| size (B) | direct (us) | through host memory (us) | #wrong (direct + host) |"
-  echo "|---:|---:|---:|---:|"
-  join <(sweep_rows "$d/allreduce_sweep_direct.txt" | sort -k1,1) \
-    <(sweep_rows "$d/allreduce_sweep_host.txt" | sort -k1,1) |
-    sort -n | awk '{ printf "| %s | %s | %s | %d |\n", $1, $2, $4, $3 + $5 }'
-  for path in direct host; do
+  echo "| size (B) | direct (us) | through host memory (us) | allreduce kernel (us) | #wrong (all three) |"
+  echo "|---:|---:|---:|---:|---:|"
+  join <(join <(sweep_rows "$d/allreduce_sweep_direct.txt" | sort -k1,1) \
+    <(sweep_rows "$d/allreduce_sweep_host.txt" | sort -k1,1)) \
+    <(sweep_rows "$d/allreduce_sweep_kernel.txt" | sort -k1,1) |
+    sort -n | awk '{ printf "| %s | %s | %s | %s | %d |\n", $1, $2, $4, $6, $3 + $5 + $7 }'
+  for path in direct host kernel; do
     [ "${SWEEP_RC[$t.$path]}" -eq 0 ] ||
       echo "(the $path sweep failed: exit ${SWEEP_RC[$t.$path]}; see its log)"
   done
