@@ -67,6 +67,11 @@ typedef struct exk {
 
 #define EXK_EVENTS_MAX 4096
 
+/* The status word as this thread reads it (the kernels' is x->k.status). */
+static volatile uint64_t *status_of(const exk *x) {
+  return (volatile uint64_t *)x->host;
+}
+
 static exk *of(const braid_comm *c) {
   return c->dev != NULL ? (exk *)c->dev->exk : NULL;
 }
@@ -109,14 +114,18 @@ static int make_area(braid_comm *c, exk *x, char *why, size_t len) {
        cudev_stream_sync(c->dev->stream) == BRAID_SUCCESS &&
        cudev_host_alloc(&x->host, 16) == BRAID_SUCCESS;
   free(zero);
+  void *dptr = NULL;
+  if (ok) {
+    memset(x->host, 0, 16);
+    ok = cudev_host_dptr(x->host, &dptr) == BRAID_SUCCESS;
+  }
   if (!ok) {
     snprintf(why, len, "%zu bytes of device memory and its flags: %s", bytes,
              cudev_error());
     return 0;
   }
-  memset(x->host, 0, 16);
-  x->k.status = (uint64_t *)x->host;
-  x->k.abort = (uint32_t *)((char *)x->host + 8);
+  x->k.status = (uint64_t *)dptr;
+  x->k.abort = (uint32_t *)((char *)dptr + 8);
   return 1;
 }
 
@@ -194,7 +203,7 @@ void exk_teardown(braid_comm *c) {
     return;
   uint64_t flags[CUDEV_KA_FLAGS / 8];
   int quit = atomic_load(&c->aborted) || c->broken != BRAID_SUCCESS ||
-             *(volatile uint64_t *)x->k.status != 0;
+             *status_of(x) != 0;
   struct timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   while (!quit && x->seq > 0) {
@@ -361,7 +370,7 @@ static braid_result health(braid_comm *c, const exec_op *op, int locked) {
 braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
                         uint64_t seq, int locked) {
   exk *x = of(c);
-  volatile uint32_t *abort_word = x->k.abort;
+  volatile uint32_t *abort_word = (uint32_t *)((char *)x->host + 8);
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   int q;
@@ -403,7 +412,7 @@ braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
   }
   put_event(x, ev);
   /* a failed kernel ends every later one at once */
-  uint64_t st = __atomic_load_n(x->k.status, __ATOMIC_ACQUIRE);
+  uint64_t st = *status_of(x);
   if (r == BRAID_SUCCESS && st != 0 && (st & 0xffffffffffffull) <= seq)
     r = report(c, op, st);
   return r;

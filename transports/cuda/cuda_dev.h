@@ -48,6 +48,8 @@ void cudev_event_destroy(void *event);
 braid_result cudev_malloc(void **p, size_t n);
 void cudev_free(void *p);
 braid_result cudev_host_alloc(void **p, size_t n); /* pinned, mapped */
+/* The device's address of cudev_host_alloc'd memory. */
+braid_result cudev_host_dptr(void *host, void **dev);
 void cudev_host_free(void *p);
 /* Asynchronous copy in any direction (cudaMemcpyDefault) on `stream`. */
 braid_result cudev_memcpy(void *dst, const void *src, size_t n, void *stream);
@@ -98,8 +100,8 @@ typedef struct cudev_ka {
   int rank, nranks;
   void *area[CUDEV_KA_RANKS]; /* every rank's area as mapped here */
   size_t slot;                /* bytes of a slot (the largest call) */
-  uint64_t *status;           /* mapped pinned host memory */
-  uint32_t *abort;            /* mapped pinned host memory */
+  uint64_t *status;           /* mapped pinned host memory (cudev_host_dptr) */
+  uint32_t *abort;            /* the same */
   uint64_t timeout_ns;
 } cudev_ka;
 braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,

@@ -296,10 +296,14 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
   return BRAID_SUCCESS;
 }
 
+static braid_result dev_preload(void);
+
 braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
                                     const void *in, size_t n, braid_dtype dt,
                                     braid_op op, void *stream) {
   braid_result r = dev_check("cudev_kernel_allreduce", dt, op);
+  if (r == BRAID_SUCCESS)
+    r = dev_preload(); /* loads kernels before any gate can hold a stream */
   if (r != BRAID_SUCCESS)
     return r;
   if (k->nranks < 1 || k->nranks > CUDEV_KA_RANKS || k->rank < 0 ||
@@ -313,6 +317,11 @@ braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
   DEV_CALL(
       "allreduce kernel launch",
       (cudaError_t)cuk_allreduce(k, seq, out, in, n, (int)dt, (int)op, stream));
+  return BRAID_SUCCESS;
+}
+
+braid_result cudev_host_dptr(void *host, void **dev) {
+  DEV_CALL("cudaHostGetDevicePointer", cudaHostGetDevicePointer(dev, host, 0));
   return BRAID_SUCCESS;
 }
 

@@ -125,6 +125,11 @@ braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
   (void)stream;
   return none("cudev_kernel_allreduce");
 }
+braid_result cudev_host_dptr(void *host, void **dev) {
+  (void)host;
+  (void)dev;
+  return none("cudaHostGetDevicePointer");
+}
 braid_result cudev_stream_wait(void *stream, void *event) {
   (void)stream;
   (void)event;

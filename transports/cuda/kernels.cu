@@ -264,8 +264,15 @@ __global__ void __launch_bounds__(KA_THREADS)
   __syncthreads();
   if (stop)
     return;
-  for (size_t i = t; i < n; i += blockDim.x)
-    mine[i] = in[i];
+  /* the user's buffers may be at any byte offset (the slots are aligned) */
+  const bool in_al = (uintptr_t)in % sizeof(T) == 0;
+  const bool out_al = (uintptr_t)out % sizeof(T) == 0;
+  if (in_al)
+    for (size_t i = t; i < n; i += blockDim.x)
+      mine[i] = in[i];
+  else
+    for (size_t i = t; i < n; i += blockDim.x)
+      mine[i] = ld<T, true>(reinterpret_cast<const unsigned char *>(in), i);
   __syncthreads();
   if (t < nr && t != me) {
     __threadfence_system();
@@ -273,7 +280,9 @@ __global__ void __launch_bounds__(KA_THREADS)
     volatile uint64_t *f = ka_flag(k, me, t);
     uint64_t t0 = ka_now();
     for (unsigned polls = 1; *f < seq; polls++) {
-      if (polls % 256 || stop)
+      if (stop)
+        break;
+      if (polls % 256)
         continue;
       int why = *reinterpret_cast<volatile uint32_t *>(k.abort)
                     ? CUDEV_KA_ABORTED
@@ -303,7 +312,10 @@ __global__ void __launch_bounds__(KA_THREADS)
     }
     if (avg)
       acc = rop_type<DT>::div(acc, nr);
-    out[i] = acc;
+    if (out_al)
+      out[i] = acc;
+    else
+      st<T, true>(reinterpret_cast<unsigned char *>(out), i, acc);
   }
   __syncthreads();
   if (t < nr && t != me) {

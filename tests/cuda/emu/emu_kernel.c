@@ -118,6 +118,11 @@ braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
   return BRAID_SUCCESS;
 }
 
+braid_result cudev_host_dptr(void *host, void **dev) {
+  *dev = host; /* one address space */
+  return BRAID_SUCCESS;
+}
+
 braid_result cudev_stream_wait(void *stream, void *event) {
   return cudaStreamWaitEvent(stream, event, 0) == cudaSuccess
              ? BRAID_SUCCESS

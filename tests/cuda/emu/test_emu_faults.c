@@ -395,50 +395,38 @@ Test(emu_faults, failed_small_stream_call_keeps_recvbuf, .timeout = 120) {
                  r, st[r]);
 }
 
-Test(emu_faults, stream_that_never_arrives_times_out, .timeout = 120) {
+/* Two ranks run fn with BRAID_TIMEOUT=2 (and BRAID_CUDA_KERNEL_MAX=kmax
+ * unless NULL); legend: what fn's exit codes mean. */
+static void run_two(gpu_rank_fn fn, const char *kmax, const char *legend) {
   GPU_REQUIRE();
   unsetenv("BRAID_TRANSPORT");
   setenv("BRAID_TIMEOUT", "2", 1);
+  if (kmax != NULL)
+    setenv("BRAID_CUDA_KERNEL_MAX", kmax, 1);
   int st[2];
-  gpu_run_ranks(2, stream_never_arrives, 60, st);
+  gpu_run_ranks(2, fn, 60, st);
+  unsetenv("BRAID_CUDA_KERNEL_MAX");
   for (int r = 0; r < 2; r++)
-    cr_expect_eq(st[r], 0,
-                 "rank %d exit %d (40: not TIMEOUT, 41: not said why, 14: "
-                 "stream held)",
-                 r, st[r]);
+    cr_expect_eq(st[r], 0, "rank %d exit %d (%s)", r, st[r], legend);
+}
+
+Test(emu_faults, stream_that_never_arrives_times_out, .timeout = 120) {
+  run_two(stream_never_arrives, NULL,
+          "40: not TIMEOUT, 41: not said why, 14: stream held");
 }
 
 /* The same for a call that runs as an allreduce kernel: no gate, the
  * progress thread's own limit (twice BRAID_TIMEOUT) ends it, and the
  * kernel, once the stream reaches it, stops at once. */
 Test(emu_faults, stream_that_never_reaches_a_kernel_times_out, .timeout = 120) {
-  GPU_REQUIRE();
-  unsetenv("BRAID_TRANSPORT");
-  setenv("BRAID_TIMEOUT", "2", 1);
-  setenv("BRAID_CUDA_KERNEL_MAX", "4K", 1);
-  int st[2];
-  gpu_run_ranks(2, stream_never_arrives, 60, st);
-  unsetenv("BRAID_CUDA_KERNEL_MAX");
-  for (int r = 0; r < 2; r++)
-    cr_expect_eq(st[r], 0,
-                 "rank %d exit %d (40: not TIMEOUT, 41: not said why, 42: "
-                 "not run as a kernel, 14: stream held)",
-                 r, st[r]);
+  run_two(stream_never_arrives, "4K",
+          "40: not TIMEOUT, 41: not said why, 42: not run as a kernel, 14: "
+          "stream held");
 }
 
 Test(emu_faults, kernel_waits_for_a_skipping_peer_until_the_timeout,
      .timeout = 120) {
-  GPU_REQUIRE();
-  unsetenv("BRAID_TRANSPORT");
-  setenv("BRAID_TIMEOUT", "2", 1);
-  setenv("BRAID_CUDA_KERNEL_MAX", "4K", 1);
-  int st[2];
-  gpu_run_ranks(2, peer_skips, 60, st);
-  unsetenv("BRAID_CUDA_KERNEL_MAX");
-  for (int r = 0; r < 2; r++)
-    cr_expect_eq(st[r], 0,
-                 "rank %d exit %d (40: not TIMEOUT, 41: the peer not named, "
-                 "42: not run as a kernel, 14: stream held, 52: the warm-up "
-                 "call failed)",
-                 r, st[r]);
+  run_two(peer_skips, "4K",
+          "40: not TIMEOUT, 41: the peer not named, 42: not run as a kernel, "
+          "14: stream held, 52: the warm-up call failed");
 }
