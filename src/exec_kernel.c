@@ -145,11 +145,15 @@ braid_result exk_setup(braid_comm *c, size_t max) {
     x->k.nranks = n;
     x->k.slot = (max + 255) / 256 * 256;
     x->k.timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
-    mine.ok = all != NULL && make_area(c, x, why, sizeof why) &&
-              cudev_ipc_get(x->k.area[c->rank], mine.handle) == BRAID_SUCCESS;
-    if (!mine.ok && strcmp(why, "out of memory") == 0)
-      snprintf(why, sizeof why, "%s", cudev_error());
   }
+  if (x != NULL && all != NULL && make_area(c, x, why, sizeof why)) {
+    if (cudev_ipc_get(x->k.area[c->rank], mine.handle) == BRAID_SUCCESS)
+      mine.ok = 1;
+    else
+      snprintf(why, sizeof why, "an IPC handle for its area: %s",
+               cudev_error());
+  }
+  int here = !mine.ok; /* the failure, if any, is this rank's */
   braid_result r = all != NULL
                        ? boot_allgather(c->boot, &mine, all, sizeof mine)
                        : BRAID_ERR_NOMEM;
@@ -161,6 +165,7 @@ braid_result exk_setup(braid_comm *c, size_t max) {
         cudev_ipc_open(all[q].handle, &x->k.area[q]) != BRAID_SUCCESS) {
       snprintf(why, sizeof why, "mapping rank %d's area: %s", q, cudev_error());
       ok = 0;
+      here = 1;
     }
   }
   /* every rank must know whether every rank mapped every area */
@@ -182,7 +187,7 @@ braid_result exk_setup(braid_comm *c, size_t max) {
     WARN(LOG_COLL,
          "rank %d: no allreduce in one kernel (BRAID_CUDA_KERNEL_MAX): %s; "
          "small calls take the usual device path",
-         c->rank, mine.ok ? "a peer could not set it up" : why);
+         c->rank, here ? why : "a peer could not set it up");
     exk_free(x);
     return BRAID_SUCCESS;
   }
