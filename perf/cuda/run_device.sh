@@ -39,8 +39,9 @@
 # share one GPU, so 9(k-1)S bytes cross its memory and t >= 9(k-1)S / B,
 # algbw = S/t <= B / (9(k-1)), busbw = algbw * 2(k-1)/k <= 2B / (9k).
 #
-# Exit status: 0, 2 no CUDA device (nothing measured), else the failing
-# step's status.
+# Exit status: 0, 2 no CUDA device (nothing measured), 124 stopped by
+# SIGTERM (a time limit: the section is printed with what was measured and
+# says so), else the failing step's status.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -74,8 +75,11 @@ RB=$BUILD/perf/cuda/reduce_bench
 # ---- 1. reduction kernels against memcpy ----
 log "== reduce_bench -b $SIZE"
 set +e
-"$RB" -b "$SIZE" >"$LOG_DIR/reduce_bench.txt" 2>&1
+"$RB" -b "$SIZE" >"$LOG_DIR/reduce_bench.txt" 2>&1 &
+JOB=$!
+wait "$JOB"
 rc=$?
+JOB=
 set -e
 cat "$LOG_DIR/reduce_bench.txt" >&2
 if [ "$rc" -eq 2 ]; then
@@ -98,8 +102,11 @@ run_perf() { # log-file ranks args...
   shift 2
   log "== braidrun -n $n braid-perf all_reduce -G 1 $*"
   set +e
-  "$RUN" -n "$n" --timeout 600 "$PERF" all_reduce -G 1 "$@" >"$out" 2>&1
+  "$RUN" -n "$n" --timeout 600 "$PERF" all_reduce -G 1 "$@" >"$out" 2>&1 &
+  JOB=$!
+  wait "$JOB"
   local rc=$?
+  JOB=
   set -e
   cat "$out" >&2
   return $rc
@@ -166,29 +173,7 @@ host_max() { if [ "$1" = host ]; then echo "$HOST_MAX"; else echo 0; fi; }
 # BRAID_CUDA_KERNEL_MAX of a path: allreduce kernels ($KERNEL_MAX) or none
 kernel_max() { if [ "$1" = kernel ]; then echo "$KERNEL_MAX"; else echo 0; fi; }
 
-measure plain
-MPS_CTL=$(command -v nvidia-cuda-mps-control ||
-  ls /usr/local/nvidia/bin/nvidia-cuda-mps-control 2>/dev/null || true)
-MPS_NOTE="no nvidia-cuda-mps-control on this machine: not measured"
-if [ -n "$MPS_CTL" ] && [ "${MPS:-1}" != 0 ]; then
-  export CUDA_MPS_PIPE_DIRECTORY=$LOG_DIR/mps-pipe
-  export CUDA_MPS_LOG_DIRECTORY=$LOG_DIR/mps-log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if "$MPS_CTL" -d; then
-    log "== MPS control daemon started ($MPS_CTL)"
-    MPS_NOTE=""
-    rc=0
-    measure mps || rc=$?
-    echo quit | "$MPS_CTL" || true
-    [ "$rc" -eq 0 ] || MPS_NOTE="the runs under MPS failed (exit $rc; see $LOG_DIR/mps)"
-  else
-    MPS_NOTE="nvidia-cuda-mps-control -d failed: not measured"
-  fi
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-fi
-[ "${MPS:-1}" != 0 ] || MPS_NOTE="MPS=0: not measured"
-
-# ---- the markdown section ----
+# ---- the markdown section (report) ----
 # size, out-of-place time and wrong elements of every data row of a sweep
 sweep_rows() {
   sed -n 's/^\[0\] *//p' "$1" |
@@ -204,6 +189,10 @@ tables() { # tag
   echo "| BRAID_CUDA_BUFFSIZE | ranks | busbw out-of-place (GB/s) | busbw in-place (GB/s) | bound 2B/(9k) (GB/s) | out-of-place / bound | in-place / bound | #wrong |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|"
   for k in 2 4; do
+    if [ -z "${BW_OOP[$t.$k]:-}" ]; then
+      echo "| default (4M: slots of 512 KiB) | $k | not measured | | | | | |"
+      continue
+    fi
     awk -v k="$k" -v b="$B" -v o="${BW_OOP[$t.$k]}" -v i="${BW_INP[$t.$k]}" \
       -v w="${WRONG[$t.$k]}" 'BEGIN {
         bound = 2 * b / (9 * k);
@@ -212,8 +201,9 @@ tables() { # tag
   done
   for bs in $CUDA_BUFFSIZES; do
     for k in 2 4; do
-      v=${BWS[$t.$bs.$k]}
+      v=${BWS[$t.$bs.$k]:-not measured}
       case $v in
+      not*) echo "| $bs | $k | $v | | | | | |" ;;
       failed*) echo "| $bs | $k | $v | | | | | |" ;;
       *) awk -v k="$k" -v b="$B" -v bs="$bs" -v v="$v" 'BEGIN {
            split(v, f, " "); bound = 2 * b / (9 * k);
@@ -234,20 +224,28 @@ tables() { # tag
   echo "| synchronized after each call (\`-y 1\`) | ${LAT[$t.blocking.direct]:-n/a} | ${LAT[$t.blocking.host]:-n/a} | ${LAT[$t.blocking.kernel]:-n/a} |"
   echo
   echo "Allreduce time by size, 2 ranks, CUDA stream, float32 sum, out of place"
-  echo "(where the paths cross is the default BRAID_CUDA_HOST_MAX should have):"
+  echo "(where the paths cross: what the defaults of BRAID_CUDA_HOST_MAX and"
+  echo "BRAID_CUDA_KERNEL_MAX should be; above KERNEL_MAX the kernel column is direct):"
   echo
   echo "| size (B) | direct (us) | through host memory (us) | allreduce kernel (us) | #wrong (all three) |"
   echo "|---:|---:|---:|---:|---:|"
+  for path in direct host kernel; do
+    [ -f "$d/allreduce_sweep_$path.txt" ] || : >"$d/allreduce_sweep_$path.txt"
+  done
   join <(join <(sweep_rows "$d/allreduce_sweep_direct.txt" | sort -k1,1) \
     <(sweep_rows "$d/allreduce_sweep_host.txt" | sort -k1,1)) \
     <(sweep_rows "$d/allreduce_sweep_kernel.txt" | sort -k1,1) |
     sort -n | awk '{ printf "| %s | %s | %s | %s | %d |\n", $1, $2, $4, $6, $3 + $5 + $7 }'
   for path in direct host kernel; do
-    [ "${SWEEP_RC[$t.$path]}" -eq 0 ] ||
-      echo "(the $path sweep failed: exit ${SWEEP_RC[$t.$path]}; see its log)"
+    case ${SWEEP_RC[$t.$path]:-none} in
+    0) ;;
+    none) echo "(the $path sweep did not run)" ;;
+    *) echo "(the $path sweep failed: exit ${SWEEP_RC[$t.$path]}; see its log)" ;;
+    esac
   done
 }
 
+report() { # the whole section; STOPPED: why it is incomplete
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader \
   -i 0 2>/dev/null | head -1 || true)
 echo "### Device buffers: measured $(date -u +%Y-%m-%d) on ${GPU:-GPU 0}"
@@ -257,6 +255,7 @@ echo "cudaMemcpy device to device: **$B GB/s** (B, counting read + write)."
 echo
 grep '^|' "$LOG_DIR/reduce_bench.txt"
 echo
+[ -z "${STOPPED:-}" ] || { echo "**Incomplete: $STOPPED.**"; echo; }
 echo "#### The ranks as separate processes (no MPS: the GPU runs one at a time)"
 echo
 tables plain
@@ -268,3 +267,44 @@ if [ -n "$MPS_NOTE" ]; then
 else
   tables mps
 fi
+}
+
+# A time limit (perf/cuda/device_kit.sh runs this under timeout) stops the
+# run with SIGTERM: the section then says so and holds what was measured.
+on_term() {
+  [ -z "${JOB:-}" ] || kill -KILL "$JOB" 2>/dev/null || true
+  [ -z "${MPS_UP:-}" ] || echo quit | "$MPS_CTL" >/dev/null 2>&1 || true
+  STOPPED="stopped by SIGTERM (a time limit) during the $PHASE runs"
+  log "run_device.sh: $STOPPED"
+  report
+  exit 124
+}
+PHASE=plain
+MPS_NOTE="not reached: stopped before"
+trap on_term TERM
+
+measure plain
+MPS_CTL=$(command -v nvidia-cuda-mps-control ||
+  ls /usr/local/nvidia/bin/nvidia-cuda-mps-control 2>/dev/null || true)
+MPS_NOTE="no nvidia-cuda-mps-control on this machine: not measured"
+if [ -n "$MPS_CTL" ] && [ "${MPS:-1}" != 0 ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=$LOG_DIR/mps-pipe
+  export CUDA_MPS_LOG_DIRECTORY=$LOG_DIR/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if "$MPS_CTL" -d; then
+    MPS_UP=1
+    PHASE=MPS
+    log "== MPS control daemon started ($MPS_CTL)"
+    MPS_NOTE=""
+    rc=0
+    measure mps || rc=$?
+    echo quit | "$MPS_CTL" || true
+    MPS_UP=
+    [ "$rc" -eq 0 ] || MPS_NOTE="the runs under MPS failed (exit $rc; see $LOG_DIR/mps)"
+  else
+    MPS_NOTE="nvidia-cuda-mps-control -d failed: not measured"
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
+[ "${MPS:-1}" != 0 ] || MPS_NOTE="MPS=0: not measured"
+report
