@@ -89,11 +89,12 @@ static void list_release(dev_list *l) {
 typedef struct dev_rec {
   int32_t ok;
   int32_t device;
-  int32_t vertex;      /* the GPU's vertex in the rank's c->topo, or -1 */
-  uint32_t topo_sig;   /* which topology the vertex numbers (topo_sig) */
-  uint64_t host_max;   /* this rank's BRAID_CUDA_HOST_MAX */
-  uint64_t kernel_max; /* this rank's BRAID_CUDA_KERNEL_MAX */
-  uint64_t buffsize;   /* this rank's BRAID_CUDA_BUFFSIZE (or BRAID_BUFFSIZE) */
+  int32_t vertex;       /* the GPU's vertex in the rank's c->topo, or -1 */
+  uint32_t topo_sig;    /* which topology the vertex numbers (topo_sig) */
+  uint64_t host_max;    /* this rank's BRAID_CUDA_HOST_MAX */
+  uint64_t kernel_max;  /* this rank's BRAID_CUDA_KERNEL_MAX */
+  uint64_t kernel_slot; /* and BRAID_CUDA_KERNEL_SLOT */
+  uint64_t buffsize; /* this rank's BRAID_CUDA_BUFFSIZE (or BRAID_BUFFSIZE) */
   char busid[32];
 } dev_rec;
 
@@ -392,6 +393,7 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
                   .topo_sig = topo_sig(c->topo),
                   .host_max = env->cuda_host_max,
                   .kernel_max = env->cuda_kernel_max,
+                  .kernel_slot = env->cuda_kernel_slot,
                   .buffsize =
                       env->cuda_buffsize ? env->cuda_buffsize : env->buffsize};
   mine.ok = local_ok(d, device, why, sizeof why);
@@ -403,11 +405,12 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   }
   braid_result r = boot_allgather(c->boot, &mine, all, sizeof mine);
   int any_cuda = 0;
-  uint64_t all0_kernel_max = 0;
+  uint64_t all0_kernel_max = 0, all0_kernel_slot = 0;
   if (r == BRAID_SUCCESS) {
     d->host_max = (size_t)rank0s(c, "BRAID_CUDA_HOST_MAX", mine.host_max,
                                  all[0].host_max);
     all0_kernel_max = all[0].kernel_max;
+    all0_kernel_slot = all[0].kernel_slot;
     cfg_slots((size_t)rank0s(c, "BRAID_CUDA_BUFFSIZE", mine.buffsize,
                              all[0].buffsize),
               &d->slot_bytes, &d->slice_bytes);
@@ -443,8 +446,11 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   free(remote);
   c->dev = d;
   if (r == BRAID_SUCCESS && mine.ok) /* ipc_all: the same on every rank */
-    r = exk_setup(c, (size_t)rank0s(c, "BRAID_CUDA_KERNEL_MAX", mine.kernel_max,
-                                    all0_kernel_max));
+    r = exk_setup(c,
+                  (size_t)rank0s(c, "BRAID_CUDA_KERNEL_MAX", mine.kernel_max,
+                                 all0_kernel_max),
+                  (size_t)rank0s(c, "BRAID_CUDA_KERNEL_SLOT", mine.kernel_slot,
+                                 all0_kernel_slot));
   if (r == BRAID_SUCCESS && !mine.ok) {
     r = BRAID_ERR_UNSUPPORTED;
     comm_set_error(c, "rank %d cannot move device buffers on GPU %d: %s",

@@ -94,6 +94,12 @@ static void cfg_load(void) {
   c->spin_us = env_int("BRAID_SPIN_US", 50, 0, 1000000);
   c->cuda_host_max = env_size("BRAID_CUDA_HOST_MAX", 0);
   c->cuda_kernel_max = env_size("BRAID_CUDA_KERNEL_MAX", 0);
+  c->cuda_kernel_slot = env_size("BRAID_CUDA_KERNEL_SLOT", (size_t)4 << 20);
+  if (c->cuda_kernel_slot < 256) {
+    WARN(LOG_ENV, "BRAID_CUDA_KERNEL_SLOT=%zu is below 256 bytes; using 4M",
+         c->cuda_kernel_slot);
+    c->cuda_kernel_slot = (size_t)4 << 20;
+  }
   c->cuda_buffsize = env_size("BRAID_CUDA_BUFFSIZE", 0);
   c->topo_file = env_str("BRAID_TOPO_FILE");
   c->topo_dump_file = env_str("BRAID_TOPO_DUMP_FILE");
@@ -107,13 +113,6 @@ static void cfg_load(void) {
     WARN(LOG_ENV, "BRAID_BUFFSIZE=%zu is below %d slots of 4 KiB; using 4M",
          c->buffsize, c->nslots);
     c->buffsize = (size_t)4 << 20;
-  }
-  if (c->cuda_kernel_max > ((size_t)1 << 20)) {
-    WARN(LOG_ENV,
-         "BRAID_CUDA_KERNEL_MAX=%zu is above 1M (one block of one SM folds "
-         "the call); using 1M",
-         c->cuda_kernel_max);
-    c->cuda_kernel_max = (size_t)1 << 20;
   }
   if (c->cuda_buffsize != 0 && c->cuda_buffsize < (size_t)c->nslots * 4096) {
     WARN(LOG_ENV,

@@ -23,6 +23,7 @@ typedef struct cfg_env {
   int spin_us;               /* BRAID_SPIN_US: spin before yielding */
   size_t cuda_host_max;      /* BRAID_CUDA_HOST_MAX, default 0 = off */
   size_t cuda_kernel_max;    /* BRAID_CUDA_KERNEL_MAX, default 0 = off */
+  size_t cuda_kernel_slot;   /* BRAID_CUDA_KERNEL_SLOT, default 4M */
   const char *debug;         /* BRAID_DEBUG */
   const char *debug_subsys;  /* BRAID_DEBUG_SUBSYS */
   const char *debug_file;    /* BRAID_DEBUG_FILE */

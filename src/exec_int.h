@@ -128,7 +128,7 @@ int exec_dev_small(const braid_comm *c, const exec_op *op);
  * kernel (*seq); exk_finish waits for them and reports the call's error
  * (locked: the caller holds c->lock).
  * exk_calls: kernels launched so far (tests). */
-braid_result exk_setup(braid_comm *c, size_t max);
+braid_result exk_setup(braid_comm *c, size_t max, size_t slot);
 void exk_teardown(braid_comm *c);
 int exk_op(const braid_comm *c, const exec_op *op);
 int exk_takes(const braid_comm *c, const exec_op *ops, int nops);

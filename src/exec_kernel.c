@@ -11,9 +11,11 @@
  * transports/cuda/cuda_dev.h): each rank copies its input into an area of
  * its device memory that every rank maps through CUDA IPC, raises a flag in
  * every peer's area, waits for the peers' flags in its own, and folds the
- * ranks' inputs into its output. On a CUDA stream the kernel goes straight
- * on the user's stream, with no gate: the call is stream-ordered because
- * the kernel is.
+ * ranks' inputs into its output; a call larger than a slot
+ * (BRAID_CUDA_KERNEL_SLOT) goes through the area in chunks, and each block of
+ * the kernel does its part of each chunk on flags of its own. On a CUDA stream
+ * the kernel goes straight on the user's stream, with no gate: the call is
+ * stream-ordered because the kernel is.
  *
  * Which calls. A call (a single op or a group) goes this way when every op
  * is an allreduce on device buffers of the communicator's GPU of at most
@@ -25,7 +27,7 @@
  * Order. The kernels of one rank run one after the other in issue order (an
  * event of the previous call is waited for when a call goes on another
  * stream), and their calls are numbered in that order, the same on every
- * rank: call seq uses slot seq % 2. A call on a CUDA stream launches in the
+ * rank: chunk s uses slot s % 2. A call on a CUDA stream launches in the
  * issuing thread; a blocking call, or one on a host stream, launches when
  * it runs, on the internal stream. So that launches keep issue order, a call
  * on a CUDA stream issued while such calls wait in the queue
@@ -34,12 +36,13 @@
  *
  * Errors. A kernel cannot return one: a wait for a peer that sees the abort
  * word set, or lasts BRAID_TIMEOUT, stores what happened in a status word
- * of pinned host memory and ends the call without writing its output; later
- * calls end at once. Each call's completion is an event that the progress
- * thread (or the blocking call) polls; meanwhile it checks the peers'
- * health as the executor does (exec_check_health) and sets the abort word
- * when the communicator is aborted or broken or a peer is gone, then reads
- * the status and reports the call's error, as the other paths do.
+ * of pinned host memory and ends the call (chunks before the failed one
+ * have written their part of the output); later calls end at once. Each call's
+ * completion is an event that the progress thread (or the blocking call) polls;
+ * meanwhile it checks the peers' health as the executor does
+ * (exec_check_health) and sets the abort word when the communicator is aborted
+ * or broken or a peer is gone, then reads the status and reports the call's
+ * error, as the other paths do.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -55,9 +58,10 @@
 #include "transports/cuda/cuda_dev.h"
 
 typedef struct exk {
-  cudev_ka k;    /* area[rank]: this rank's (cudev_malloc) */
-  void *host;    /* pinned: status (uint64_t), then abort (uint32_t) */
-  uint64_t seq;  /* calls launched */
+  cudev_ka k;   /* area[rank]: this rank's (cudev_malloc) */
+  void *host;   /* pinned: status (uint64_t), then abort (uint32_t) */
+  uint64_t seq; /* chunks launched (cuda_dev.h: numbered from 1) */
+  uint64_t block_seq[CUDEV_KA_BLOCKS]; /* the last chunk of each block */
   void *last_ev; /* the previous call's completion, and its stream */
   void *last_stream;
   pthread_mutex_t lock; /* events */
@@ -130,7 +134,7 @@ static int make_area(braid_comm *c, exk *x, char *why, size_t len) {
 }
 
 /* Collective when the communicator qualifies (the same on every rank). */
-braid_result exk_setup(braid_comm *c, size_t max) {
+braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
   comm_dev *d = c->dev;
   int n = c->nranks;
   if (max == 0 || !d->ipc_all || n > CUDEV_KA_RANKS)
@@ -143,7 +147,7 @@ braid_result exk_setup(braid_comm *c, size_t max) {
     pthread_mutex_init(&x->lock, NULL);
     x->k.rank = c->rank;
     x->k.nranks = n;
-    x->k.slot = (max + 255) / 256 * 256;
+    x->k.slot = ((max < slot ? max : slot) + 255) / 256 * 256;
     x->k.timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
   }
   if (x != NULL && all != NULL && make_area(c, x, why, sizeof why)) {
@@ -206,25 +210,28 @@ void exk_teardown(braid_comm *c) {
   exk *x = of(c);
   if (x == NULL)
     return;
-  uint64_t flags[CUDEV_KA_FLAGS / 8];
+  uint64_t *flags = malloc(CUDEV_KA_FLAGS);
   int quit = atomic_load(&c->aborted) || c->broken != BRAID_SUCCESS ||
              *status_of(x) != 0;
   struct timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  while (!quit && x->seq > 0) {
+  while (!quit && flags != NULL && x->seq > 0) {
     if (cudev_memcpy(flags, x->k.area[c->rank], sizeof flags, c->dev->stream) !=
             BRAID_SUCCESS ||
         cudev_stream_sync(c->dev->stream) != BRAID_SUCCESS)
       break;
     int left = 0;
-    for (int q = 0; q < x->k.nranks; q++)
-      left += q != c->rank && flags[CUDEV_KA_DONE(q) / 8] < x->seq;
+    for (int b = 0; b < CUDEV_KA_BLOCKS; b++)
+      for (int q = 0; q < x->k.nranks; q++)
+        left +=
+            q != c->rank && flags[CUDEV_KA_DONE(b, q) / 8] < x->block_seq[b];
     clock_gettime(CLOCK_MONOTONIC, &t);
     if (left == 0 || t.tv_sec - t0.tv_sec > 5)
       break;
     struct timespec nap = {0, 1000000};
     nanosleep(&nap, NULL);
   }
+  free(flags);
   c->dev->exk = NULL;
   exk_free(x);
 }
@@ -297,9 +304,14 @@ braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,
   for (int k = 0; k < nops && r == BRAID_SUCCESS; k++) {
     const exec_op *op = &ops[k];
     what = "launching the kernel";
+    size_t bytes = op->count * braid_dtype_size(op->dt);
     r = cudev_kernel_allreduce(&x->k, x->seq + 1, op->out, op->in, op->count,
                                op->dt, op->op, stream);
-    x->seq += r == BRAID_SUCCESS;
+    if (r != BRAID_SUCCESS)
+      break;
+    x->seq += CUDEV_KA_CHUNKS(bytes, x->k.slot);
+    for (int b = 0; b < cudev_ka_grid(bytes, x->k.slot); b++)
+      x->block_seq[b] = x->seq;
   }
   if (r == BRAID_SUCCESS) {
     what = "recording its completion";
@@ -318,8 +330,9 @@ braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,
   x->last_stream = stream;
   *ev = e;
   *seq = x->seq;
-  TRACE(LOG_COLL, "%s #%llu: %d allreduce kernels up to call %llu", ops[0].name,
-        (unsigned long long)ops[0].seq, nops, (unsigned long long)x->seq);
+  TRACE(LOG_COLL, "%s #%llu: %d allreduce kernels up to chunk %llu",
+        ops[0].name, (unsigned long long)ops[0].seq, nops,
+        (unsigned long long)x->seq);
   return BRAID_SUCCESS;
 }
 

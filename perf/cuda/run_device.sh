@@ -14,7 +14,8 @@
 #      ring over CUDA IPC (target: >= 0.70 of the bound), with the cuda
 #      transport's default slots and with larger ones (BRAID_CUDA_BUFFSIZE
 #      in $CUDA_BUFFSIZES: fewer, longer copies per step, each driven by the
-#      host);
+#      host) and as allreduce kernels (BRAID_CUDA_KERNEL_MAX=$SIZE: every
+#      step on the GPU, src/exec_kernel.c);
 #   3. 8-byte allreduce latency on device buffers, 2 ranks (target < 10 us),
 #      on a CUDA stream and blocking, each by three paths: direct (CUDA IPC,
 #      BRAID_CUDA_HOST_MAX=0), through pinned host memory
@@ -130,13 +131,20 @@ measure() { # tag
     BW_INP[$t.$k]=$(awk '{ print $12 }' <<<"$row")
     WRONG[$t.$k]=$(awk '{ print $9 + $13 }' <<<"$row")
   done
-  # the same with larger slots of the cuda transport (a failed run is shown)
-  for bs in $CUDA_BUFFSIZES; do
+  # the same with larger slots of the cuda transport, and as allreduce
+  # kernels ("kernel": BRAID_CUDA_KERNEL_MAX=$SIZE, default kernel slots);
+  # a failed run is shown
+  for bs in $CUDA_BUFFSIZES kernel; do
     for k in 2 4; do
       f=$d/allreduce_${k}ranks_cuda${bs}.txt
       rc=0
-      BRAID_CUDA_BUFFSIZE=$bs run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" -n 20 \
-        -w 5 -c 1 -d float32 || rc=$?
+      if [ "$bs" = kernel ]; then
+        BRAID_CUDA_KERNEL_MAX=$SIZE run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" \
+          -n 20 -w 5 -c 1 -d float32 || rc=$?
+      else
+        BRAID_CUDA_BUFFSIZE=$bs run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" \
+          -n 20 -w 5 -c 1 -d float32 || rc=$?
+      fi
       row=$(perf_row "$f")
       BWS[$t.$bs.$k]="failed (exit $rc)"
       [ "$rc" -eq 0 ] && [ -n "$row" ] &&
@@ -181,7 +189,7 @@ sweep_rows() {
 }
 
 tables() { # tag
-  local t=$1 d=$LOG_DIR/$1 k bs v path
+  local t=$1 d=$LOG_DIR/$1 k bs v path label
   echo "Allreduce, float32 sum, $SIZE, k ranks on one GPU (\`braidrun -n k"
   echo "braid-perf all_reduce -G 1\`, CUDA stream). Bound: ring over CUDA IPC,"
   echo "busbw <= 2B / (9k) (see \"Device buffers\"); target >= 0.70."
@@ -199,13 +207,14 @@ tables() { # tag
         printf "| default (4M: slots of 512 KiB) | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %d |\n",
                k, o, i, bound, o / bound, i / bound, w }'
   done
-  for bs in $CUDA_BUFFSIZES; do
+  for bs in $CUDA_BUFFSIZES kernel; do
     for k in 2 4; do
       v=${BWS[$t.$bs.$k]:-not measured}
+      label=$bs
+      [ "$bs" != kernel ] || label="allreduce kernels (BRAID_CUDA_KERNEL_MAX=$SIZE)"
       case $v in
-      not*) echo "| $bs | $k | $v | | | | | |" ;;
-      failed*) echo "| $bs | $k | $v | | | | | |" ;;
-      *) awk -v k="$k" -v b="$B" -v bs="$bs" -v v="$v" 'BEGIN {
+      not* | failed*) echo "| $label | $k | $v | | | | | |" ;;
+      *) awk -v k="$k" -v b="$B" -v bs="$label" -v v="$v" 'BEGIN {
            split(v, f, " "); bound = 2 * b / (9 * k);
            printf "| %s | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %d |\n",
                   bs, k, f[1], f[2], bound, f[1] / bound, f[2] / bound, f[3] }' ;;

@@ -67,8 +67,9 @@ function(gpu_matrix_tests prefix counts labels)
   # (BRAID_CUDA_HOST_MAX), staged on the CUDA stream by ranks 0 and 2 and
   # by the progress thread of rank 1, which issues blocking calls: every
   # rank must take the same path for a call. stream_kernel_3: allreduce
-  # calls up to 4 KiB run as kernels (BRAID_CUDA_KERNEL_MAX), launched on
-  # the CUDA stream by ranks 0 and 2 and on the internal stream by rank 1.
+  # calls up to 1 MiB run as kernels (BRAID_CUDA_KERNEL_MAX), launched on
+  # the CUDA stream by ranks 0 and 2 and on the internal stream by rank 1;
+  # slots of 256 KiB: the largest calls take several chunks and 4 blocks.
   foreach(run blocking_1 blocking_2 blocking_4 stream_1 stream_2 stream_4
           blocking_tcp_2 stream_small_3 stream_kernel_3)
     string(REGEX MATCH "^[a-z]+" mode ${run})
@@ -80,7 +81,8 @@ function(gpu_matrix_tests prefix counts labels)
       set(env "BRAID_CUDA_HOST_MAX=4K;GPU_MATRIX_BLOCKING_RANK=1")
       list(APPEND env "BRAID_TIMEOUT=120")
     elseif(run MATCHES "_kernel_")
-      set(env "BRAID_CUDA_KERNEL_MAX=4K;GPU_MATRIX_BLOCKING_RANK=1")
+      set(env "BRAID_CUDA_KERNEL_MAX=1M;BRAID_CUDA_KERNEL_SLOT=256K")
+      list(APPEND env "GPU_MATRIX_BLOCKING_RANK=1")
       list(APPEND env "BRAID_TIMEOUT=120")
     endif()
     add_test(NAME ${prefix}_${run}

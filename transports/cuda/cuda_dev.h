@@ -70,40 +70,61 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
 /* Allreduce in one kernel (src/exec_kernel.c): the direct schedule's
  * allreduce of up to CUDEV_KA_RANKS ranks of one host, whose areas (made
  * with cudev_malloc, CUDEV_KA_AREA(slot) bytes, zeroed, mapped into every
- * rank through CUDA IPC) hold each rank's flags and two input slots. Call
- * `seq` (increasing from 1, the same on every rank) of rank r copies its
- * input into its slot seq % 2, raises its flag in every peer's area to seq,
- * waits until every peer's flag in its own area is at least seq, folds the
- * ranks' slots in rank order (the same order on every rank, so the results
- * are bitwise identical; BRAID_AVG divides once at the end) into out.
- * A rank reuses a slot two calls later, after every peer raised its flag
- * for the call between, which it does only when done with the slot. Done
- * with the peers' slots, a rank raises a second flag in each peer's area
- * (CUDEV_KA_DONE): an area's owner frees it once they all show its last
- * call. Flags are uint64_t, 16 bytes apart: "ready" from rank q at byte
- * 16 q, "done" at CUDEV_KA_FLAGS / 2 + 16 q.
- * A wait that sees *abort nonzero, or lasts timeout_ns, ends the call
- * without writing out and stores in *status (if it is 0) which call, why and
- * for which peer (CUDEV_KA_STATUS); every later call then ends at once. */
+ * rank through CUDA IPC) hold each rank's flags and two input slots.
+ *
+ * A call goes through the slots in chunks of `slot` bytes
+ * (CUDEV_KA_CHUNKS), chunk j numbered seq + j (numbers increase from 1 in
+ * issue order, the same on every rank). Each chunk is cut into one part
+ * per block (CUDEV_KA_PART; cudev_ka_grid blocks, the same on every rank),
+ * and block b of rank r, for each chunk s in turn: copies its part of the
+ * input into slot s % 2 of r's area, raises its "ready" flag (b, r) in
+ * every peer's area to s, waits until every peer's ready flag (b, q) in
+ * r's area is at least s, folds the ranks' parts in rank order (the same
+ * order on every rank, so the results are bitwise identical; BRAID_AVG
+ * divides once at the end) into out, and raises its "done" flag (b, r) in
+ * every peer's area to s. A block rewrites its part of a slot two chunks
+ * later, after every peer's block b raised its ready flag for the chunk
+ * between, which it does only once done with the part; an area's owner
+ * frees it once the done flags show its last chunk.
+ *
+ * A wait that sees *abort nonzero, or *status set by another block, or
+ * lasts timeout_ns, ends the call and stores in *status (if it is 0) which
+ * chunk, why and for which peer (CUDEV_KA_STATUS); every later call then
+ * ends at once. Chunks before the failed one have written their part of
+ * out. */
 #define CUDEV_KA_RANKS 8
-#define CUDEV_KA_FLAGS 256 /* bytes of flags at the start of an area */
-#define CUDEV_KA_READY(q) (16 * (size_t)(q))
-#define CUDEV_KA_DONE(q) (CUDEV_KA_FLAGS / 2 + 16 * (size_t)(q))
+#define CUDEV_KA_BLOCKS 32
+#define CUDEV_KA_THREADS 512
+/* flags: uint64_t, 16 bytes apart, ready then done */
+#define CUDEV_KA_FLAGS (2 * 16 * CUDEV_KA_BLOCKS * CUDEV_KA_RANKS)
+#define CUDEV_KA_READY(b, q) (16 * ((size_t)(b)*CUDEV_KA_RANKS + (size_t)(q)))
+#define CUDEV_KA_DONE(b, q) (CUDEV_KA_FLAGS / 2 + CUDEV_KA_READY(b, q))
 #define CUDEV_KA_AREA(slot) (CUDEV_KA_FLAGS + 2 * (size_t)(slot))
+/* chunks of a call of `bytes`; elements of each block's part of a chunk
+ * of cn elements, a multiple of v (the elements in 16 bytes) so that parts
+ * start 16-byte aligned */
+#define CUDEV_KA_CHUNKS(bytes, slot) (((bytes) + (slot)-1) / (slot))
+#define CUDEV_KA_PART(cn, nb, v) (((cn) + (nb)-1) / (nb) + (v)-1) / (v) * (v)
 #define CUDEV_KA_TIMEOUT 1 /* a peer did not raise its flag in time */
-#define CUDEV_KA_ABORTED 2 /* *abort was set */
-/* status = why << 56 | peer << 48 | low 48 bits of seq */
+#define CUDEV_KA_ABORTED 2 /* *abort was set, or another block failed */
+/* status = why << 56 | peer << 48 | low 48 bits of the chunk's number */
 #define CUDEV_KA_STATUS(why, peer, seq)                                        \
   ((uint64_t)(why) << 56 | (uint64_t)(peer) << 48 |                            \
    ((uint64_t)(seq)&0xffffffffffffull))
+/* blocks of a call of `bytes`: one per 64 KiB of its first chunk */
+static inline int cudev_ka_grid(size_t bytes, size_t slot) {
+  size_t first = bytes < slot ? bytes : slot, nb = (first + 65535) / 65536;
+  return nb < 1 ? 1 : nb > CUDEV_KA_BLOCKS ? CUDEV_KA_BLOCKS : (int)nb;
+}
 typedef struct cudev_ka {
   int rank, nranks;
   void *area[CUDEV_KA_RANKS]; /* every rank's area as mapped here */
-  size_t slot;                /* bytes of a slot (the largest call) */
+  size_t slot;                /* bytes of a slot, a multiple of 256 */
   uint64_t *status;           /* mapped pinned host memory (cudev_host_dptr) */
   uint32_t *abort;            /* the same */
   uint64_t timeout_ns;
 } cudev_ka;
+/* The call's first chunk is number seq. */
 braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
                                     const void *in, size_t n, braid_dtype dt,
                                     braid_op op, void *stream);

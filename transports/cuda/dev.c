@@ -307,11 +307,10 @@ braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
   if (r != BRAID_SUCCESS)
     return r;
   if (k->nranks < 1 || k->nranks > CUDEV_KA_RANKS || k->rank < 0 ||
-      k->rank >= k->nranks || n * braid_dtype_size(dt) > k->slot) {
+      k->rank >= k->nranks || k->slot == 0 || k->slot % 256 != 0) {
     snprintf(dev_msg, sizeof dev_msg,
-             "cudev_kernel_allreduce: rank %d of %d, %zu bytes for slots of "
-             "%zu",
-             k->rank, k->nranks, n * braid_dtype_size(dt), k->slot);
+             "cudev_kernel_allreduce: rank %d of %d, slots of %zu bytes",
+             k->rank, k->nranks, k->slot);
     return BRAID_ERR_INVALID_ARG;
   }
   DEV_CALL(

@@ -227,100 +227,163 @@ __global__ void k_gate(volatile uint32_t *reached, volatile uint32_t *released,
 
 /* ---- allreduce in one kernel (cudev_kernel_allreduce, cuda_dev.h) ------- */
 
-#define KA_THREADS 512
-
 __device__ __forceinline__ uint64_t ka_now() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
 
-/* which 0: "from's slot holds call seq", 1: "from is done with owner's
- * slot of call seq" */
-__device__ __forceinline__ volatile uint64_t *ka_flag(const cudev_ka &k,
-                                                      int owner, int from,
-                                                      int which = 0) {
-  return reinterpret_cast<volatile uint64_t *>(
-      static_cast<char *>(k.area[owner]) +
-      (which ? CUDEV_KA_DONE(from) : CUDEV_KA_READY(from)));
+/* The areas' addresses are copied to shared memory first: indexed by a
+ * variable, the kernel parameter would be copied to local memory. */
+__device__ __forceinline__ volatile uint64_t *ka_word(char *const *area,
+                                                      int owner, size_t off) {
+  return reinterpret_cast<volatile uint64_t *>(area[owner] + off);
 }
 
-/* One block: the copy in, the flags and the fold are ordered by
- * __syncthreads. Peers' slots and flags are read with volatile loads (L2,
- * never a stale L1 line of the call two before); flags are raised after a
- * system-wide fence, so a peer that sees one sees the slot. */
-template <int DT, int OP>
-__global__ void __launch_bounds__(KA_THREADS)
-    k_allreduce(cudev_ka k, uint64_t seq, typename rop_type<DT>::T *out,
-                const typename rop_type<DT>::T *in, size_t n, int avg) {
-  typedef typename rop_type<DT>::T T;
-  __shared__ volatile int stop;
-  volatile uint64_t *status = k.status;
-  const int t = threadIdx.x, me = k.rank, nr = k.nranks;
-  const size_t off = CUDEV_KA_FLAGS + (size_t)(seq % 2) * k.slot;
-  T *mine = reinterpret_cast<T *>(static_cast<char *>(k.area[me]) + off);
-  if (t == 0)
-    stop = *status != 0;
-  __syncthreads();
-  if (stop)
-    return;
-  /* the user's buffers may be at any byte offset (the slots are aligned) */
-  const bool in_al = (uintptr_t)in % sizeof(T) == 0;
-  const bool out_al = (uintptr_t)out % sizeof(T) == 0;
-  if (in_al)
-    for (size_t i = t; i < n; i += blockDim.x)
-      mine[i] = in[i];
-  else
-    for (size_t i = t; i < n; i += blockDim.x)
-      mine[i] = ld<T, true>(reinterpret_cast<const unsigned char *>(in), i);
-  __syncthreads();
-  if (t < nr && t != me) {
+/* Raises flag `off(q)` = s in every peer q's area: thread q does q's, after
+ * a system-wide fence (everything the block wrote before the last
+ * __syncthreads is then seen before the flag). */
+__device__ __forceinline__ void ka_raise(const cudev_ka &k, char *const *area,
+                                         size_t off, uint64_t s) {
+  int t = threadIdx.x;
+  if (t < k.nranks && t != k.rank) {
     __threadfence_system();
-    *ka_flag(k, t, me) = seq;
-    volatile uint64_t *f = ka_flag(k, me, t);
+    *ka_word(area, t, off) = s;
+  }
+}
+
+/* Thread q waits until peer q's ready flag (b, q) here is at least s; 0, or
+ * stop set (and *status) when it cannot. */
+__device__ __forceinline__ void ka_wait(const cudev_ka &k, char *const *area,
+                                        int b, uint64_t s, volatile int *stop) {
+  int t = threadIdx.x;
+  if (t < k.nranks && t != k.rank) {
+    volatile uint64_t *f = ka_word(area, k.rank, CUDEV_KA_READY(b, t));
+    volatile uint64_t *status = k.status;
     uint64_t t0 = ka_now();
-    for (unsigned polls = 1; *f < seq; polls++) {
-      if (stop)
+    for (unsigned polls = 1; *f < s; polls++) {
+      if (*stop)
         break;
       if (polls % 256)
         continue;
-      int why = *reinterpret_cast<volatile uint32_t *>(k.abort)
+      int why = *reinterpret_cast<volatile uint32_t *>(k.abort) || *status
                     ? CUDEV_KA_ABORTED
-                    : ka_now() - t0 > k.timeout_ns ? CUDEV_KA_TIMEOUT
-                                                   : 0;
+                : ka_now() - t0 > k.timeout_ns ? CUDEV_KA_TIMEOUT
+                                               : 0;
       if (why) {
         if (*status == 0)
-          *status = CUDEV_KA_STATUS(why, t, seq);
+          *status = CUDEV_KA_STATUS(why, t, s);
         __threadfence_system();
-        stop = 1;
+        *stop = 1;
       }
     }
     __threadfence_system();
   }
   __syncthreads();
-  if (stop)
-    return;
-  for (size_t i = t; i < n; i += blockDim.x) {
-    T acc = me == 0 ? mine[i]
-                    : reinterpret_cast<const volatile T *>(
-                          static_cast<char *>(k.area[0]) + off)[i];
-    for (int q = 1; q < nr; q++) {
-      T v = q == me ? mine[i]
-                    : reinterpret_cast<const volatile T *>(
-                          static_cast<char *>(k.area[q]) + off)[i];
-      acc = rop_type<DT>::template op<OP>(acc, v);
-    }
-    if (avg)
-      acc = rop_type<DT>::div(acc, nr);
-    if (out_al)
-      out[i] = acc;
-    else
-      st<T, true>(reinterpret_cast<unsigned char *>(out), i, acc);
-  }
+}
+
+/* Block b's part of each chunk (see cuda_dev.h). Peers' slots are read
+ * through L2 (ld.global.cg, volatile for single elements): never a stale
+ * L1 line of the chunk two before. The user's buffers may be at any byte
+ * offset: 16-byte loads and stores where they are 16-byte aligned, else
+ * element by element (bytes where not even element-aligned). */
+template <int DT, int OP>
+__global__ void __launch_bounds__(CUDEV_KA_THREADS)
+    k_allreduce(cudev_ka k, uint64_t seq, typename rop_type<DT>::T *out,
+                const typename rop_type<DT>::T *in, size_t n, int avg) {
+  typedef typename rop_type<DT>::T T;
+  const int V = 16 / sizeof(T);
+  __shared__ volatile int stop;
+  __shared__ char *area[CUDEV_KA_RANKS];
+  const int t = threadIdx.x, me = k.rank, nr = k.nranks, b = blockIdx.x;
+  const size_t ce = k.slot / sizeof(T); /* elements of a chunk */
+  const bool in16 = (uintptr_t)in % 16 == 0, out16 = (uintptr_t)out % 16 == 0;
+  const bool in_el = (uintptr_t)in % sizeof(T) == 0;
+  const bool out_el = (uintptr_t)out % sizeof(T) == 0;
+  if (t == 0)
+    stop = *reinterpret_cast<volatile uint64_t *>(k.status) != 0;
+#pragma unroll
+  for (int q = 0; q < CUDEV_KA_RANKS; q++)
+    if (t == q)
+      area[q] = static_cast<char *>(k.area[q]);
   __syncthreads();
-  if (t < nr && t != me) {
-    __threadfence_system();
-    *ka_flag(k, t, me, 1) = seq;
+  for (size_t j = 0; !stop && j * ce < n; j++) {
+    const uint64_t s = seq + j;
+    const size_t c0 = j * ce, cn = n - c0 < ce ? n - c0 : ce;
+    const size_t pe = CUDEV_KA_PART(cn, (size_t)gridDim.x, (size_t)V);
+    const size_t lo = (size_t)b * pe < cn ? (size_t)b * pe : cn;
+    const size_t hi = lo + pe < cn ? lo + pe : cn;
+    const size_t off = CUDEV_KA_FLAGS + (size_t)(s % 2) * k.slot;
+    T *mine = reinterpret_cast<T *>(area[me] + off);
+    const T *src = in + c0;
+    T *dst = out + c0;
+    /* 16-byte vectors [vlo, vhi), then elements [tail, hi); lo is a
+     * multiple of V unless the part is empty (lo == hi == cn) */
+    const size_t vlo = lo / V, vhi = hi / V;
+    const size_t tail = vhi * V > lo ? vhi * V : lo;
+    /* copy in */
+    if (in16) {
+      for (size_t v = vlo + t; v < vhi; v += blockDim.x)
+        reinterpret_cast<uint4 *>(mine)[v] =
+            reinterpret_cast<const uint4 *>(src)[v];
+      for (size_t i = tail + t; i < hi; i += blockDim.x)
+        mine[i] = src[i];
+    } else {
+      for (size_t i = lo + t; i < hi; i += blockDim.x)
+        mine[i] =
+            in_el
+                ? src[i]
+                : ld<T, true>(reinterpret_cast<const unsigned char *>(src), i);
+    }
+    __syncthreads();
+    ka_raise(k, area, CUDEV_KA_READY(b, me), s);
+    ka_wait(k, area, b, s, &stop);
+    if (stop)
+      break;
+    /* fold the ranks' parts in rank order */
+    for (size_t v = vlo + t; v < vhi; v += blockDim.x) {
+      vec16<T> acc, x;
+      for (int q = 0; q < nr; q++) {
+        const uint4 *p = reinterpret_cast<const uint4 *>(area[q] + off);
+        x.v = q == me ? p[v] : __ldcg(p + v);
+        if (q == 0) {
+          acc = x;
+          continue;
+        }
+#pragma unroll
+        for (int e = 0; e < V; e++)
+          acc.e[e] = rop_type<DT>::template op<OP>(acc.e[e], x.e[e]);
+      }
+      if (avg) {
+#pragma unroll
+        for (int e = 0; e < V; e++)
+          acc.e[e] = rop_type<DT>::div(acc.e[e], nr);
+      }
+      if (out16) {
+        reinterpret_cast<uint4 *>(dst)[v] = acc.v;
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; e++)
+          st<T, true>(reinterpret_cast<unsigned char *>(dst), v * V + e,
+                      acc.e[e]);
+      }
+    }
+    for (size_t i = tail + t; i < hi; i += blockDim.x) {
+      T acc = mine[i];
+      for (int q = 0; q < nr; q++) {
+        T x = q == me ? mine[i]
+                      : reinterpret_cast<const volatile T *>(area[q] + off)[i];
+        acc = q == 0 ? x : rop_type<DT>::template op<OP>(acc, x);
+      }
+      if (avg)
+        acc = rop_type<DT>::div(acc, nr);
+      if (out_el)
+        dst[i] = acc;
+      else
+        st<T, true>(reinterpret_cast<unsigned char *>(dst), i, acc);
+    }
+    __syncthreads();
+    ka_raise(k, area, CUDEV_KA_DONE(b, me), s);
   }
 }
 
@@ -330,18 +393,21 @@ int allreduce_dt(const cudev_ka *k, uint64_t seq, void *out, const void *in,
   typedef typename rop_type<DT>::T T;
   T *o = static_cast<T *>(out);
   const T *i = static_cast<const T *>(in);
+  unsigned nb = (unsigned)cudev_ka_grid(n * sizeof(T), k->slot);
   switch (op) {
   case BRAID_SUM:
   case BRAID_AVG:
-    return go(k_allreduce<DT, ROP_SUM>, 1, KA_THREADS, s, *k, seq, o, i, n,
-              (int)(op == BRAID_AVG));
+    return go(k_allreduce<DT, ROP_SUM>, nb, CUDEV_KA_THREADS, s, *k, seq, o, i,
+              n, (int)(op == BRAID_AVG));
   case BRAID_PROD:
-    return go(k_allreduce<DT, ROP_PROD>, 1, KA_THREADS, s, *k, seq, o, i, n,
-              0);
+    return go(k_allreduce<DT, ROP_PROD>, nb, CUDEV_KA_THREADS, s, *k, seq, o, i,
+              n, 0);
   case BRAID_MIN:
-    return go(k_allreduce<DT, ROP_MIN>, 1, KA_THREADS, s, *k, seq, o, i, n, 0);
+    return go(k_allreduce<DT, ROP_MIN>, nb, CUDEV_KA_THREADS, s, *k, seq, o, i,
+              n, 0);
   case BRAID_MAX:
-    return go(k_allreduce<DT, ROP_MAX>, 1, KA_THREADS, s, *k, seq, o, i, n, 0);
+    return go(k_allreduce<DT, ROP_MAX>, nb, CUDEV_KA_THREADS, s, *k, seq, o, i,
+              n, 0);
   default:
     return cudaErrorInvalidValue;
   }
