@@ -357,6 +357,76 @@ static int alternating(braid_comm *c, int rank, int n) {
   return rc;
 }
 
+/* Calls on a host stream and on a CUDA stream interleaved, on device
+ * buffers of their own: the host stream's run on the progress thread, and
+ * a call on the CUDA stream issued while one of them waits in the queue
+ * (on ranks other than 0) must still take its turn after it, as on rank 0 (with
+ * BRAID_CUDA_KERNEL_MAX such a call goes behind a gate instead of
+ * launching at once: src/exec_kernel.c, "Order"); a call paired with
+ * another's data would show in the sums. With allreduce kernels every
+ * call must have run as one. */
+static int host_and_cuda_streams(braid_comm *c, int rank, int n) {
+  enum { K = 256, ROUNDS = 8 };
+  CK(cudaSetDevice(0));
+  float ha[K], hb[K], *da = NULL, *db = NULL;
+  for (int i = 0; i < K; i++) {
+    ha[i] = val(rank, (size_t)i);
+    hb[i] = ha[i] + 100.0f;
+  }
+  CK(cudaMalloc((void **)&da, sizeof ha));
+  CK(cudaMalloc((void **)&db, sizeof hb));
+  CK(cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice));
+  cudaStream_t s;
+  braid_stream *bs = NULL, *hs = NULL;
+  int rc = filled_and_wrapped(rank, da, ha, sizeof ha, &s, &bs);
+  if (rc)
+    return rc;
+  if (braid_stream_create(&hs) != BRAID_SUCCESS)
+    return 10;
+  uint64_t before = exk_calls(c);
+  /* rank 0 lets each host-stream call finish before its CUDA-stream one;
+   * the others issue theirs while the host-stream call is still queued */
+  for (int r = 0; r < ROUNDS && rc == 0; r++)
+    if (braid_allreduce(da, da, K, BRAID_FLOAT32, BRAID_SUM, c, hs) !=
+            BRAID_SUCCESS ||
+        (rank == 0 && braid_stream_synchronize(hs) != BRAID_SUCCESS) ||
+        braid_allreduce(db, db, K, BRAID_FLOAT32, BRAID_SUM, c, bs) !=
+            BRAID_SUCCESS)
+      rc = 12;
+  if (braid_stream_synchronize(hs) != BRAID_SUCCESS ||
+      braid_stream_synchronize(bs) != BRAID_SUCCESS)
+    rc = rc ? rc : 13;
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(ha, da, sizeof ha, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hb, db, sizeof hb, cudaMemcpyDeviceToHost));
+  float scale = 1.0f;
+  for (int r = 1; r < ROUNDS; r++)
+    scale *= (float)n;
+  for (int i = 0; i < K && rc == 0; i++) {
+    float wa = scale * sum_over(n, (size_t)i);
+    float wb = scale * (sum_over(n, (size_t)i) + 100.0f * (float)n);
+    if (ha[i] != wa || hb[i] != wb) {
+      fprintf(stderr, "rank %d: element %d: %g and %g, want %g and %g\n", rank,
+              i, (double)ha[i], (double)hb[i], (double)wa, (double)wb);
+      rc = 14;
+    }
+  }
+  const char *k = getenv("BRAID_CUDA_KERNEL_MAX");
+  uint64_t want = k != NULL && strcmp(k, "0") != 0 ? 2 * ROUNDS : 0;
+  if (rc == 0 && exk_calls(c) - before != want) {
+    fprintf(stderr, "rank %d: %llu allreduce kernels, expected %llu\n", rank,
+            (unsigned long long)(exk_calls(c) - before),
+            (unsigned long long)want);
+    rc = 19;
+  }
+  braid_stream_destroy(hs);
+  braid_stream_destroy(bs);
+  cudaStreamDestroy(s);
+  cudaFree(da);
+  cudaFree(db);
+  return rc;
+}
+
 /* A send and a receive on a CUDA stream before any device collective (the
  * device side is not set up: they stage on their own), each followed on the
  * stream by a copy back to pageable memory, which waits behind the call's
@@ -491,6 +561,11 @@ Test(gpu_stream, calls_alternating_between_streams_keep_issue_order,
      .timeout = 120) {
   run(alternating, 2, "alternating streams");
   run(alternating, 3, "alternating streams");
+}
+
+Test(gpu_stream, host_and_cuda_streams_interleaved, .timeout = 120) {
+  run(host_and_cuda_streams, 2, "host and CUDA streams");
+  run(host_and_cuda_streams, 3, "host and CUDA streams");
 }
 
 Test(gpu_stream, send_and_recv_before_any_collective, .timeout = 120) {
