@@ -247,7 +247,7 @@ static int may_launch(const exec_op *ops, int nops) {
 /* The progress thread: a call launched on a CUDA stream is done. */
 static braid_result kernel_done(braid_comm *c, qwork *q) {
   braid_result r = exk_finish(c, q->w.ops, q->ev, q->kseq, 0);
-  if (is_fatal(r)) {
+  if (is_fatal(r) || r == BRAID_ERR_MISMATCH) {
     pthread_mutex_lock(&c->lock);
     comm_break(c, r);
     pthread_mutex_unlock(&c->lock);

@@ -351,6 +351,14 @@ static long ms_since(const struct timespec *t0) {
 static braid_result report(braid_comm *c, const exec_op *op, uint64_t st) {
   int why = (int)(st >> 56), peer = (int)((st >> 48) & 0xff);
   unsigned long long call = st & 0xffffffffffffull;
+  if (why == CUDEV_KA_MISMATCH) {
+    comm_set_error(c,
+                   "%s #%llu on rank %d: rank %d ran an allreduce of another "
+                   "count, dtype or op as allreduce kernel %llu: every rank "
+                   "must make the same calls in the same order",
+                   op->name, (unsigned long long)op->seq, c->rank, peer, call);
+    return BRAID_ERR_MISMATCH;
+  }
   if (why == CUDEV_KA_TIMEOUT) {
     comm_set_error(c,
                    "%s #%llu on rank %d: rank %d did not reach allreduce "

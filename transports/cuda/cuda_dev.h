@@ -78,14 +78,14 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
  * per block (CUDEV_KA_PART; cudev_ka_grid blocks, the same on every rank),
  * and block b of rank r, for each chunk s in turn: copies its part of the
  * input into slot s % 2 of r's area, raises its "ready" flag (b, r) in
- * every peer's area to s, waits until every peer's ready flag (b, q) in
- * r's area is at least s, folds the ranks' parts in rank order (the same
- * order on every rank, so the results are bitwise identical; BRAID_AVG
- * divides once at the end) into out, and raises its "done" flag (b, r) in
- * every peer's area to s. A block rewrites its part of a slot two chunks
- * later, after every peer's block b raised its ready flag for the chunk
- * between, which it does only once done with the part; an area's owner
- * frees it once the done flags show its last chunk.
+ * every peer's area to s (CUDEV_KA_FLAG), waits until every peer's ready
+ * flag (b, q) in r's area is at least s (and, at s, of the same call), folds
+ * the ranks' parts in rank order (the same order on every rank, so the results
+ * are bitwise identical; BRAID_AVG divides once at the end) into out, and
+ * raises its "done" flag (b, r) in every peer's area to s. A block rewrites its
+ * part of a slot two chunks later, after every peer's block b raised its ready
+ * flag for the chunk between, which it does only once done with the part; an
+ * area's owner frees it once the done flags show its last chunk.
  *
  * A wait that sees *abort nonzero, or *status set by another block, or
  * lasts timeout_ns, ends the call and stores in *status (if it is 0) which
@@ -105,8 +105,19 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
  * start 16-byte aligned */
 #define CUDEV_KA_CHUNKS(bytes, slot) (((bytes) + (slot)-1) / (slot))
 #define CUDEV_KA_PART(cn, nb, v) (((cn) + (nb)-1) / (nb) + (v)-1) / (v) * (v)
-#define CUDEV_KA_TIMEOUT 1 /* a peer did not raise its flag in time */
-#define CUDEV_KA_ABORTED 2 /* *abort was set, or another block failed */
+#define CUDEV_KA_TIMEOUT 1  /* a peer did not raise its flag in time */
+#define CUDEV_KA_ABORTED 2  /* *abort was set, or another block failed */
+#define CUDEV_KA_MISMATCH 3 /* a peer's call has another count, dtype or op */
+/* A ready flag: the chunk's number and a fingerprint of the call (its
+ * count, dtype and op), so that a rank whose peer runs another call (a
+ * user's mismatch, or calls taken in another order) stops instead of
+ * folding the wrong data. Done flags hold the chunk's number alone. */
+#define CUDEV_KA_FP(n, dt, op)                                                 \
+  ((((uint64_t)(n) ^ ((uint64_t)(n) >> 16) ^ ((uint64_t)(n) >> 32)) *          \
+        0x9e37u +                                                              \
+    (uint64_t)(dt)*0x3bu + (uint64_t)(op)) &                                   \
+   0xffffu)
+#define CUDEV_KA_FLAG(seq, fp) ((uint64_t)(seq) << 16 | (uint64_t)(fp))
 /* status = why << 56 | peer << 48 | low 48 bits of the chunk's number */
 #define CUDEV_KA_STATUS(why, peer, seq)                                        \
   ((uint64_t)(why) << 56 | (uint64_t)(peer) << 48 |                            \

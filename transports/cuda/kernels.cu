@@ -252,16 +252,18 @@ __device__ __forceinline__ void ka_raise(const cudev_ka &k, char *const *area,
   }
 }
 
-/* Thread q waits until peer q's ready flag (b, q) here is at least s; 0, or
- * stop set (and *status) when it cannot. */
+/* Thread q waits until peer q's ready flag (b, q) here is at least chunk
+ * s, and at s of the call with fingerprint fp; stop set (and *status) when
+ * it cannot. */
 __device__ __forceinline__ void ka_wait(const cudev_ka &k, char *const *area,
-                                        int b, uint64_t s, volatile int *stop) {
+                                        int b, uint64_t s, uint64_t fp,
+                                        volatile int *stop) {
   int t = threadIdx.x;
   if (t < k.nranks && t != k.rank) {
     volatile uint64_t *f = ka_word(area, k.rank, CUDEV_KA_READY(b, t));
     volatile uint64_t *status = k.status;
-    uint64_t t0 = ka_now();
-    for (unsigned polls = 1; *f < s; polls++) {
+    uint64_t t0 = ka_now(), w;
+    for (unsigned polls = 1; (w = *f) >> 16 < s; polls++) {
       if (*stop)
         break;
       if (polls % 256)
@@ -277,6 +279,12 @@ __device__ __forceinline__ void ka_wait(const cudev_ka &k, char *const *area,
         *stop = 1;
       }
     }
+    if (!*stop && w >> 16 == s && (w & 0xffff) != fp) {
+      if (*status == 0)
+        *status = CUDEV_KA_STATUS(CUDEV_KA_MISMATCH, t, s);
+      __threadfence_system();
+      *stop = 1;
+    }
     __threadfence_system();
   }
   __syncthreads();
@@ -289,7 +297,8 @@ __device__ __forceinline__ void ka_wait(const cudev_ka &k, char *const *area,
  * element by element (bytes where not even element-aligned). */
 template <int DT, int OP>
 __global__ void __launch_bounds__(CUDEV_KA_THREADS)
-    k_allreduce(cudev_ka k, uint64_t seq, typename rop_type<DT>::T *out,
+    k_allreduce(cudev_ka k, uint64_t seq, uint64_t fp,
+                typename rop_type<DT>::T *out,
                 const typename rop_type<DT>::T *in, size_t n, int avg) {
   typedef typename rop_type<DT>::T T;
   const int V = 16 / sizeof(T);
@@ -336,8 +345,8 @@ __global__ void __launch_bounds__(CUDEV_KA_THREADS)
                 : ld<T, true>(reinterpret_cast<const unsigned char *>(src), i);
     }
     __syncthreads();
-    ka_raise(k, area, CUDEV_KA_READY(b, me), s);
-    ka_wait(k, area, b, s, &stop);
+    ka_raise(k, area, CUDEV_KA_READY(b, me), CUDEV_KA_FLAG(s, fp));
+    ka_wait(k, area, b, s, fp, &stop);
     if (stop)
       break;
     /* fold the ranks' parts in rank order */
@@ -394,20 +403,21 @@ int allreduce_dt(const cudev_ka *k, uint64_t seq, void *out, const void *in,
   T *o = static_cast<T *>(out);
   const T *i = static_cast<const T *>(in);
   unsigned nb = (unsigned)cudev_ka_grid(n * sizeof(T), k->slot);
+  uint64_t fp = CUDEV_KA_FP(n, DT, op);
   switch (op) {
   case BRAID_SUM:
   case BRAID_AVG:
-    return go(k_allreduce<DT, ROP_SUM>, nb, CUDEV_KA_THREADS, s, *k, seq, o, i,
-              n, (int)(op == BRAID_AVG));
+    return go(k_allreduce<DT, ROP_SUM>, nb, CUDEV_KA_THREADS, s, *k, seq, fp, o,
+              i, n, (int)(op == BRAID_AVG));
   case BRAID_PROD:
-    return go(k_allreduce<DT, ROP_PROD>, nb, CUDEV_KA_THREADS, s, *k, seq, o, i,
-              n, 0);
+    return go(k_allreduce<DT, ROP_PROD>, nb, CUDEV_KA_THREADS, s, *k, seq, fp,
+              o, i, n, 0);
   case BRAID_MIN:
-    return go(k_allreduce<DT, ROP_MIN>, nb, CUDEV_KA_THREADS, s, *k, seq, o, i,
-              n, 0);
+    return go(k_allreduce<DT, ROP_MIN>, nb, CUDEV_KA_THREADS, s, *k, seq, fp, o,
+              i, n, 0);
   case BRAID_MAX:
-    return go(k_allreduce<DT, ROP_MAX>, nb, CUDEV_KA_THREADS, s, *k, seq, o, i,
-              n, 0);
+    return go(k_allreduce<DT, ROP_MAX>, nb, CUDEV_KA_THREADS, s, *k, seq, fp, o,
+              i, n, 0);
   default:
     return cudaErrorInvalidValue;
   }

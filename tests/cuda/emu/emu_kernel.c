@@ -42,12 +42,13 @@ static uint64_t now_ns(void) {
 }
 
 /* 0, or the status the kernel stores */
-static uint64_t wait_peer(const cudev_ka *k, int b, int q, uint64_t s) {
+static uint64_t wait_peer(const cudev_ka *k, int b, int q, uint64_t s,
+                          uint64_t fp) {
   _Atomic uint64_t *f = flag(k, k->rank, CUDEV_KA_READY(b, q));
   _Atomic uint64_t *status = (_Atomic uint64_t *)k->status;
-  uint64_t t0 = now_ns();
-  for (unsigned polls = 0; atomic_load_explicit(f, memory_order_acquire) < s;
-       polls++) {
+  uint64_t t0 = now_ns(), w;
+  for (unsigned polls = 0;
+       (w = atomic_load_explicit(f, memory_order_acquire)) >> 16 < s; polls++) {
     int why = atomic_load((_Atomic uint32_t *)k->abort) || atomic_load(status)
                   ? CUDEV_KA_ABORTED
               : now_ns() - t0 > k->timeout_ns ? CUDEV_KA_TIMEOUT
@@ -57,7 +58,9 @@ static uint64_t wait_peer(const cudev_ka *k, int b, int q, uint64_t s) {
     struct timespec nap = {0, polls < 100 ? 1000 : 50000};
     nanosleep(&nap, NULL);
   }
-  return 0;
+  return w >> 16 == s && (w & 0xffff) != fp
+             ? CUDEV_KA_STATUS(CUDEV_KA_MISMATCH, q, s)
+             : 0;
 }
 
 static void raise_all(const cudev_ka *k, size_t off, uint64_t s) {
@@ -74,9 +77,10 @@ static uint64_t part(const ka_call *a, int b, uint64_t s, size_t c0, size_t lo,
   size_t off = CUDEV_KA_FLAGS + (size_t)(s % 2) * k->slot + lo * es;
   memcpy((char *)k->area[k->rank] + off, (const char *)a->in + (c0 + lo) * es,
          len);
-  raise_all(k, CUDEV_KA_READY(b, k->rank), s);
+  uint64_t fp = CUDEV_KA_FP(a->n, a->dt, a->op);
+  raise_all(k, CUDEV_KA_READY(b, k->rank), CUDEV_KA_FLAG(s, fp));
   for (int q = 0; q < k->nranks; q++) {
-    uint64_t st = q != k->rank ? wait_peer(k, b, q, s) : 0;
+    uint64_t st = q != k->rank ? wait_peer(k, b, q, s, fp) : 0;
     if (st != 0)
       return st;
   }

@@ -11,8 +11,10 @@
  * Small calls through pinned host memory on a CUDA stream
  * (BRAID_CUDA_HOST_MAX): a killed rank is named as well, and a call that
  * fails leaves its recvbuf as it was. Allreduce kernels
- * (BRAID_CUDA_KERNEL_MAX): a killed rank is named, and a stream that never
- * reaches the kernel times out; the user's stream is let go.
+ * (BRAID_CUDA_KERNEL_MAX): a killed rank is named, a peer that skips a call
+ * is named after BRAID_TIMEOUT, calls of different counts fail with
+ * MISMATCH on both ranks, and a stream that never reaches the kernel times
+ * out; the user's stream is let go.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -395,6 +397,40 @@ Test(emu_faults, failed_small_stream_call_keeps_recvbuf, .timeout = 120) {
                  r, st[r]);
 }
 
+/* Rank 1 allreduces 64 elements where rank 0 allreduces 32, as allreduce
+ * kernels (BRAID_CHECK off): both calls fail with MISMATCH naming the
+ * other rank, instead of folding data of another call; the stream is let
+ * go. */
+static int kernel_mismatch(braid_comm *c, int rank, int n) {
+  (void)n;
+  float *d = NULL;
+  cudaStream_t s = NULL;
+  braid_stream *bs = NULL;
+  if (cudaMalloc((void **)&d, 64 * sizeof(float)) != cudaSuccess ||
+      cudaMemset(d, 0, 64 * sizeof(float)) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+      braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS)
+    return 50;
+  braid_result r = braid_allreduce(d, d, rank == 1 ? 64 : 32, BRAID_FLOAT32,
+                                   BRAID_SUM, c, bs);
+  if (r == BRAID_SUCCESS)
+    r = braid_stream_synchronize(bs);
+  const char *msg = braid_comm_last_error(c);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, braid_result_string(r), msg);
+  char want[32];
+  snprintf(want, sizeof want, "rank %d ran", 1 - rank);
+  int rc = r != BRAID_ERR_MISMATCH            ? 40
+           : strstr(msg, want) == NULL        ? 41
+           : enq_stream_kernel_calls(bs) != 1 ? 42
+                                              : 0;
+  if (cudaStreamSynchronize(s) != cudaSuccess && rc == 0)
+    rc = 14;
+  braid_stream_destroy(bs);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+  return rc;
+}
+
 /* Two ranks run fn with BRAID_TIMEOUT=2 (and BRAID_CUDA_KERNEL_MAX=kmax
  * unless NULL); legend: what fn's exit codes mean. */
 static void run_two(gpu_rank_fn fn, const char *kmax, const char *legend) {
@@ -429,4 +465,10 @@ Test(emu_faults, kernel_waits_for_a_skipping_peer_until_the_timeout,
   run_two(peer_skips, "4K",
           "40: not TIMEOUT, 41: the peer not named, 42: not run as a kernel, "
           "14: stream held, 52: the warm-up call failed");
+}
+
+Test(emu_faults, kernel_calls_that_differ_between_ranks_fail, .timeout = 120) {
+  run_two(kernel_mismatch, "4K",
+          "40: not MISMATCH, 41: the other rank not named, 42: not run as a "
+          "kernel, 14: stream held");
 }
