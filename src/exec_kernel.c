@@ -216,8 +216,8 @@ void exk_teardown(braid_comm *c) {
   struct timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   while (!quit && flags != NULL && x->seq > 0) {
-    if (cudev_memcpy(flags, x->k.area[c->rank], sizeof flags, c->dev->stream) !=
-            BRAID_SUCCESS ||
+    if (cudev_memcpy(flags, x->k.area[c->rank], CUDEV_KA_FLAGS,
+                     c->dev->stream) != BRAID_SUCCESS ||
         cudev_stream_sync(c->dev->stream) != BRAID_SUCCESS)
       break;
     int left = 0;
@@ -226,8 +226,15 @@ void exk_teardown(braid_comm *c) {
         left +=
             q != c->rank && flags[CUDEV_KA_DONE(b, q) / 8] < x->block_seq[b];
     clock_gettime(CLOCK_MONOTONIC, &t);
-    if (left == 0 || t.tv_sec - t0.tv_sec > 5)
+    if (left == 0)
       break;
+    if (t.tv_sec - t0.tv_sec > 5) {
+      WARN(LOG_COLL,
+           "rank %d: %d blocks of peers have not shown they are done with "
+           "this rank's allreduce kernel area after 5 s; freeing it",
+           c->rank, left);
+      break;
+    }
     struct timespec nap = {0, 1000000};
     nanosleep(&nap, NULL);
   }
@@ -400,6 +407,7 @@ braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   int q;
+  long dead_ms = -1;
   braid_result r = BRAID_SUCCESS;
   for (long polls = 0; (q = cudev_event_query(ev)) == TP_AGAIN; polls++) {
     if (polls < 2000)
@@ -408,10 +416,19 @@ braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
       sched_yield();
       continue;
     }
-    /* a dead peer or an abort stops the kernels (about every 10 ms) */
-    if (polls % 500 == 0 && r == BRAID_SUCCESS &&
-        (r = health(c, op, locked)) != BRAID_SUCCESS)
+    /* a dead peer or an abort stops the kernels (checked about every
+     * 10 ms); a peer seen gone gets 50 ms first, as in the executor: it may
+     * have left right after raising the flags this call waits for */
+    braid_result h = polls % 500 == 0 && r == BRAID_SUCCESS
+                         ? health(c, op, locked)
+                         : BRAID_SUCCESS;
+    if (h == BRAID_ERR_REMOTE && dead_ms < 0)
+      dead_ms = ms_since(&t0);
+    else if (h != BRAID_SUCCESS &&
+             (h != BRAID_ERR_REMOTE || ms_since(&t0) - dead_ms > 50)) {
+      r = h;
       *abort_word = 1;
+    }
     if (c->broken != BRAID_SUCCESS)
       *abort_word = 1;
     /* the kernel has its own limit; this one counts while the stream

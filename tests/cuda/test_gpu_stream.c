@@ -333,8 +333,12 @@ static int alternating(braid_comm *c, int rank, int n) {
         BRAID_SUCCESS)
       rc = 12;
   for (int j = 0; j < 2; j++) {
-    if (braid_stream_synchronize(bs[j]) != BRAID_SUCCESS && rc == 0)
+    braid_result r = braid_stream_synchronize(bs[j]);
+    if (r != BRAID_SUCCESS && rc == 0) {
+      fprintf(stderr, "rank %d: stream %d: %s (%s)\n", rank, j,
+              braid_result_string(r), braid_comm_last_error(c));
       rc = 13;
+    }
     CK(cudaStreamSynchronize(s[j]));
   }
   CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
