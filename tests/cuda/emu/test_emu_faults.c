@@ -264,6 +264,34 @@ static int stream_never_arrives(braid_comm *c, int rank, int n) {
   return rc;
 }
 
+/* 64 zeroed floats on the device and a wrapped CUDA stream; 0 or -1. */
+static int zeros_on_a_stream(float **d, cudaStream_t *s, braid_stream **bs) {
+  return cudaMalloc((void **)d, 64 * sizeof(float)) == cudaSuccess &&
+                 cudaMemset(*d, 0, 64 * sizeof(float)) == cudaSuccess &&
+                 cudaStreamCreateWithFlags(s, cudaStreamNonBlocking) ==
+                     cudaSuccess &&
+                 braid_stream_from_cuda((void *)*s, bs) == BRAID_SUCCESS
+             ? 0
+             : -1;
+}
+
+/* A failed call that ran as a kernel on the CUDA stream s: 0 when it
+ * failed with want saying text and the stream is let go; 40: another
+ * result, 41: not said, 42: not run as a kernel, 14: the stream held. */
+static int judge_kernel_call(braid_comm *c, int rank, braid_result r,
+                             braid_result want, const char *text,
+                             braid_stream *bs, cudaStream_t s) {
+  const char *msg = braid_comm_last_error(c);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, braid_result_string(r), msg);
+  int rc = r != want                          ? 40
+           : strstr(msg, text) == NULL        ? 41
+           : enq_stream_kernel_calls(bs) != 1 ? 42
+                                              : 0;
+  if (cudaStreamSynchronize(s) != cudaSuccess && rc == 0)
+    rc = 14;
+  return rc;
+}
+
 /* Rank 1 skips an allreduce that runs as a kernel (BRAID_TIMEOUT 2 s):
  * rank 0's kernel waits for it BRAID_TIMEOUT, then ends the call, which
  * fails saying whom it waited for; the stream is let go. */
@@ -272,10 +300,7 @@ static int peer_skips(braid_comm *c, int rank, int n) {
   float *d = NULL;
   cudaStream_t s = NULL;
   braid_stream *bs = NULL;
-  if (cudaMalloc((void **)&d, 64 * sizeof(float)) != cudaSuccess ||
-      cudaMemset(d, 0, 64 * sizeof(float)) != cudaSuccess ||
-      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
-      braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS)
+  if (zeros_on_a_stream(&d, &s, &bs) != 0)
     return 50;
   int rc = 0;
   if (braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, NULL) !=
@@ -287,14 +312,8 @@ static int peer_skips(braid_comm *c, int rank, int n) {
     braid_result r = braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, bs);
     if (r == BRAID_SUCCESS)
       r = braid_stream_synchronize(bs);
-    const char *msg = braid_comm_last_error(c);
-    fprintf(stderr, "rank %d: %s: %s\n", rank, braid_result_string(r), msg);
-    rc = r != BRAID_ERR_TIMEOUT                                  ? 40
-         : strstr(msg, "rank 1 did not reach allreduce") == NULL ? 41
-         : enq_stream_kernel_calls(bs) != 1                      ? 42
-                                                                 : 0;
-    if (cudaStreamSynchronize(s) != cudaSuccess && rc == 0)
-      rc = 14;
+    rc = judge_kernel_call(c, rank, r, BRAID_ERR_TIMEOUT,
+                           "rank 1 did not reach allreduce", bs, s);
   }
   braid_stream_destroy(bs);
   cudaStreamDestroy(s);
@@ -406,25 +425,15 @@ static int kernel_mismatch(braid_comm *c, int rank, int n) {
   float *d = NULL;
   cudaStream_t s = NULL;
   braid_stream *bs = NULL;
-  if (cudaMalloc((void **)&d, 64 * sizeof(float)) != cudaSuccess ||
-      cudaMemset(d, 0, 64 * sizeof(float)) != cudaSuccess ||
-      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
-      braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS)
+  if (zeros_on_a_stream(&d, &s, &bs) != 0)
     return 50;
   braid_result r = braid_allreduce(d, d, rank == 1 ? 64 : 32, BRAID_FLOAT32,
                                    BRAID_SUM, c, bs);
   if (r == BRAID_SUCCESS)
     r = braid_stream_synchronize(bs);
-  const char *msg = braid_comm_last_error(c);
-  fprintf(stderr, "rank %d: %s: %s\n", rank, braid_result_string(r), msg);
   char want[32];
   snprintf(want, sizeof want, "rank %d ran", 1 - rank);
-  int rc = r != BRAID_ERR_MISMATCH            ? 40
-           : strstr(msg, want) == NULL        ? 41
-           : enq_stream_kernel_calls(bs) != 1 ? 42
-                                              : 0;
-  if (cudaStreamSynchronize(s) != cudaSuccess && rc == 0)
-    rc = 14;
+  int rc = judge_kernel_call(c, rank, r, BRAID_ERR_MISMATCH, want, bs, s);
   braid_stream_destroy(bs);
   cudaStreamDestroy(s);
   cudaFree(d);
