@@ -405,12 +405,14 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   }
   braid_result r = boot_allgather(c->boot, &mine, all, sizeof mine);
   int any_cuda = 0;
-  uint64_t all0_kernel_max = 0, all0_kernel_slot = 0;
+  size_t kernel_max = 0, kernel_slot = 0; /* rank 0's */
   if (r == BRAID_SUCCESS) {
     d->host_max = (size_t)rank0s(c, "BRAID_CUDA_HOST_MAX", mine.host_max,
                                  all[0].host_max);
-    all0_kernel_max = all[0].kernel_max;
-    all0_kernel_slot = all[0].kernel_slot;
+    kernel_max = (size_t)rank0s(c, "BRAID_CUDA_KERNEL_MAX", mine.kernel_max,
+                                all[0].kernel_max);
+    kernel_slot = (size_t)rank0s(c, "BRAID_CUDA_KERNEL_SLOT", mine.kernel_slot,
+                                 all[0].kernel_slot);
     cfg_slots((size_t)rank0s(c, "BRAID_CUDA_BUFFSIZE", mine.buffsize,
                              all[0].buffsize),
               &d->slot_bytes, &d->slice_bytes);
@@ -446,11 +448,7 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   free(remote);
   c->dev = d;
   if (r == BRAID_SUCCESS && mine.ok) /* ipc_all: the same on every rank */
-    r = exk_setup(c,
-                  (size_t)rank0s(c, "BRAID_CUDA_KERNEL_MAX", mine.kernel_max,
-                                 all0_kernel_max),
-                  (size_t)rank0s(c, "BRAID_CUDA_KERNEL_SLOT", mine.kernel_slot,
-                                 all0_kernel_slot));
+    r = exk_setup(c, kernel_max, kernel_slot);
   if (r == BRAID_SUCCESS && !mine.ok) {
     r = BRAID_ERR_UNSUPPORTED;
     comm_set_error(c, "rank %d cannot move device buffers on GPU %d: %s",

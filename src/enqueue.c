@@ -389,15 +389,29 @@ static int small_plan(braid_comm *c, braid_stream *s, const exec_op *ops,
   return nst;
 }
 
+/* Makes the communicator's GPU current while a call puts work on a user's
+ * stream; *mine: the caller's, which dev_restore gives back. */
+static braid_result dev_select(braid_comm *c, const char *name, int *mine) {
+  int dev = c->dev->device;
+  *mine = cudev_get_device();
+  braid_result r = *mine == dev ? BRAID_SUCCESS : cudev_set_device(dev);
+  if (r != BRAID_SUCCESS)
+    comm_set_error(c, "%s on rank %d: selecting GPU %d: %s", name, c->rank, dev,
+                   cudev_error());
+  return r;
+}
+
+static void dev_restore(const braid_comm *c, int mine) {
+  if (mine >= 0 && mine != c->dev->device)
+    (void)cudev_set_device(mine);
+}
+
 /* Enqueues a small call on the user's stream: the copies in, the gate, the
  * copies out; makes ops host ops on the pinned copies. */
 static braid_result small_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
                                   const qwork *q, gate_ref *g) {
-  int mine = cudev_get_device(), dev = c->dev->device;
-  braid_result r = mine == dev ? BRAID_SUCCESS : cudev_set_device(dev);
-  if (r != BRAID_SUCCESS)
-    comm_set_error(c, "%s on rank %d: selecting GPU %d: %s", ops[0].name,
-                   c->rank, dev, cudev_error());
+  int mine = -1;
+  braid_result r = dev_select(c, ops[0].name, &mine);
   if (r == BRAID_SUCCESS)
     r = exec_dev_stream_in(c, ops, q->st, q->nst, s->host, s->user);
   if (r == BRAID_SUCCESS)
@@ -413,57 +427,24 @@ static braid_result small_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
       g->gate = NULL;
     }
   }
-  if (mine >= 0 && mine != dev)
-    (void)cudev_set_device(mine);
+  dev_restore(c, mine);
   return r;
 }
 
-/* A call on a CUDA stream that goes as kernels, launched here on the user's
- * stream (no gate: the kernels are stream-ordered); the progress thread
- * waits for their end and reports errors. */
-static braid_result kernel_submit(braid_comm *c, exec_op *ops, int nops,
-                                  braid_stream *s) {
+/* Puts a call that goes as allreduce kernels (src/exec_kernel.c) on the
+ * user's stream: no gate, the kernels are stream-ordered; the progress
+ * thread waits for their end (q->ev) and reports errors. */
+static braid_result kernel_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
+                                   int nops, qwork *q) {
+  int mine = -1;
   braid_result r = broken(c);
+  if (r == BRAID_SUCCESS)
+    r = dev_select(c, ops[0].name, &mine);
   if (r != BRAID_SUCCESS)
     return r;
-  pthread_mutex_lock(&c->qlock);
-  r = start_thread_locked(c);
-  pthread_mutex_unlock(&c->qlock);
-  qwork *q = r == BRAID_SUCCESS ? calloc(1, sizeof *q) : NULL;
-  exec_op *copy = q != NULL ? malloc(sizeof *copy * (size_t)nops) : NULL;
-  if (copy == NULL) {
-    free(q);
-    return r != BRAID_SUCCESS ? r : BRAID_ERR_NOMEM;
-  }
-  memcpy(copy, ops, sizeof *copy * (size_t)nops);
-  int mine = cudev_get_device(), dev = c->dev->device;
-  r = mine == dev ? BRAID_SUCCESS : cudev_set_device(dev);
-  if (r != BRAID_SUCCESS)
-    comm_set_error(c, "%s on rank %d: selecting GPU %d: %s", ops[0].name,
-                   c->rank, dev, cudev_error());
-  else if ((r = comm_dev_order_after(c, ops[0].name, s->user)) ==
-               BRAID_SUCCESS &&
-           (r = exk_launch(c, copy, nops, s->user, &q->ev, &q->kseq)) ==
-               BRAID_SUCCESS)
-    comm_dev_order_mark(c, s->user);
-  if (mine >= 0 && mine != dev)
-    (void)cudev_set_device(mine);
-  if (r != BRAID_SUCCESS) {
-    free(copy);
-    free(q);
-    return r;
-  }
-  q->w.ops = copy;
-  q->w.nops = nops;
-  q->w.stream = s;
-  pthread_mutex_lock(&s->lock);
-  s->submitted++;
-  s->kernel_calls++;
-  pthread_mutex_unlock(&s->lock);
-  pthread_mutex_lock(&c->qlock);
-  push_locked(c, &q->w);
-  pthread_mutex_unlock(&c->qlock);
-  return BRAID_SUCCESS;
+  r = exk_launch(c, ops, nops, s->user, &q->ev, &q->kseq);
+  dev_restore(c, mine);
+  return r;
 }
 
 /* Submit ops (copied) as one unit of work, blocking or on a stream. */
@@ -475,14 +456,15 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
   if (s == NULL && !c->thread_started)
     return run_ops_locked(c, ops, nops);
   exec_stage *st = NULL;
-  int nst = 0;
+  int nst = 0, kernel = 0;
   if (s != NULL && s->cuda != NULL && shared == NULL) {
     braid_result r = setup_before_gate(c, ops, nops);
     if (r != BRAID_SUCCESS)
       return r;
-    if (exk_takes(c, ops, nops) && atomic_load(&c->kernel_deferred) == 0)
-      return kernel_submit(c, ops, nops, s);
-    nst = small_plan(c, s, ops, nops, &st);
+    /* as kernels, launched now, unless queued calls launch theirs later */
+    kernel = exk_takes(c, ops, nops) && atomic_load(&c->kernel_deferred) == 0;
+    if (!kernel)
+      nst = small_plan(c, s, ops, nops, &st);
   }
   pthread_mutex_lock(&c->qlock);
   if (s == NULL && c->qlen == 0) {
@@ -514,11 +496,13 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
   q->st = st;
   q->nst = nst;
   q->host = s != NULL ? s->host : NULL;
-  q->deferred = may_launch(ops, nops);
+  q->deferred = !kernel && may_launch(ops, nops);
   int ordered = s != NULL && s->cuda != NULL && shared == NULL;
   if (ordered)
     r = comm_dev_order_after(c, ops[0].name, s->user);
-  if (r == BRAID_SUCCESS && nst > 0)
+  if (r == BRAID_SUCCESS && kernel)
+    r = kernel_enqueue(c, s, copy, nops, q);
+  else if (r == BRAID_SUCCESS && nst > 0)
     r = small_enqueue(c, s, copy, q, &q->g);
   else if (r == BRAID_SUCCESS && s != NULL && s->cuda != NULL)
     r = gate_enqueue(c, ops, s, shared, &q->g);
@@ -534,6 +518,7 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
     pthread_mutex_lock(&s->lock);
     s->submitted++;
     s->host_calls += nst > 0;
+    s->kernel_calls += kernel;
     pthread_mutex_unlock(&s->lock);
   }
   if (q->deferred)

@@ -57,6 +57,8 @@
 #include "src/log.h"
 #include "transports/cuda/cuda_dev.h"
 
+#define EXK_EVENTS_MAX 4096
+
 typedef struct exk {
   cudev_ka k;   /* area[rank]: this rank's (cudev_malloc) */
   void *host;   /* pinned: status (uint64_t), then abort (uint32_t) */
@@ -65,11 +67,9 @@ typedef struct exk {
   void *last_ev; /* the previous call's completion, and its stream */
   void *last_stream;
   pthread_mutex_t lock; /* events */
-  void **free_ev, **all_ev;
+  void *free_ev[EXK_EVENTS_MAX], *all_ev[EXK_EVENTS_MAX];
   int nfree, nall;
 } exk;
-
-#define EXK_EVENTS_MAX 4096
 
 /* The status word as this thread reads it (the kernels' is x->k.status). */
 static volatile uint64_t *status_of(const exk *x) {
@@ -99,8 +99,6 @@ static void exk_free(exk *x) {
     cudev_host_free(x->host);
   for (int i = 0; i < x->nall; i++)
     cudev_event_destroy(x->all_ev[i]);
-  free(x->all_ev);
-  free(x->free_ev);
   pthread_mutex_destroy(&x->lock);
   free(x);
 }
@@ -263,6 +261,8 @@ int exk_takes(const braid_comm *c, const exec_op *ops, int nops) {
 
 /* ---- launching and finishing ------------------------------------------- */
 
+/* An event of the pool, made on first need (at most EXK_EVENTS_MAX: calls
+ * in flight at once). */
 static braid_result get_event(braid_comm *c, exk *x, void **ev) {
   pthread_mutex_lock(&x->lock);
   braid_result r = BRAID_SUCCESS;
@@ -272,21 +272,11 @@ static braid_result get_event(braid_comm *c, exk *x, void **ev) {
     r = BRAID_ERR_NOMEM;
     comm_set_error(c, "rank %d: %d allreduce kernels in flight at once",
                    c->rank, x->nall);
+  } else if ((r = cudev_event_create(ev)) == BRAID_SUCCESS) {
+    x->all_ev[x->nall++] = *ev;
   } else {
-    void **a = realloc(x->all_ev, sizeof *a * (size_t)(x->nall + 1));
-    void **f = a != NULL
-                   ? realloc(x->free_ev, sizeof *f * (size_t)(x->nall + 1))
-                   : NULL;
-    if (a != NULL)
-      x->all_ev = a;
-    if (f != NULL)
-      x->free_ev = f;
-    r = f == NULL ? BRAID_ERR_NOMEM : cudev_event_create(ev);
-    if (r == BRAID_SUCCESS)
-      x->all_ev[x->nall++] = *ev;
-    else
-      comm_set_error(c, "rank %d: an event for an allreduce kernel: %s",
-                     c->rank, f == NULL ? "out of memory" : cudev_error());
+    comm_set_error(c, "rank %d: an event for an allreduce kernel: %s", c->rank,
+                   cudev_error());
   }
   pthread_mutex_unlock(&x->lock);
   return r;
