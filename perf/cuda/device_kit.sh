@@ -22,13 +22,21 @@
 #               build   the build alone (for runs of one's own after it:
 #                       `. <build>/deps-env` sets the libraries' paths).
 #
+# The tests run one at a time, each under a time limit of its own, the
+# ones that have not yet passed on a GPU first (KIT_TEST_FIRST), under an
+# MPS daemon of the kit's own when nvidia-cuda-mps-control is there
+# (KIT_MPS=0: as separate processes), as several ranks should share a
+# GPU; a test that fails or is cut off gets the daemon restarted, so that
+# a GPU fault in one does not fail the rest.
+#
 # Results go to $OUT when it is set, else to <build>/kit-out: kit.log
-# (everything), build.log, ctest.log, perf.md (the section for
-# docs/PERFORMANCE.md) and logs.tgz (the raw logs). Environment: BUILD
-# (default build-device); KIT_TEST_SECONDS (default 300) and
-# KIT_PERF_SECONDS (default 240) bound the two steps, so that with the
-# build the whole stays under 10 minutes; CUDA_ARCHS (default 90: H100 and
-# H200), the device code built.
+# (everything), build.log, ctest.log, tests.txt (one line per test: result,
+# seconds), perf.md (the section for docs/PERFORMANCE.md) and logs.tgz (the
+# raw logs). Environment: BUILD (default build-device); KIT_SECONDS
+# (default 560) bounds the whole run, so that it fits a 10-minute command;
+# KIT_PERF_SECONDS (default 220) bounds the measurements, the tests get
+# what is left (with 'all'), each at most KIT_TEST_EACH (default 150)
+# seconds; CUDA_ARCHS (default 90: H100 and H200), the device code built.
 #
 # Exit status: 0 when every step ran and passed, else the first failing
 # step's status (2: no CUDA device).
@@ -106,6 +114,71 @@ use_root() {
 
 step() { echo "== $* ($(date -u +%H:%M:%S))"; }
 
+# Seconds left of the run's KIT_SECONDS.
+left() { echo $((KIT_END - SECONDS)); }
+
+# The tests of ctest -L 'cuda|gpu' -LE emu, those matching KIT_TEST_FIRST
+# (in its order) first, one name per line.
+test_order() {
+  local all first p n
+  all=$(cd "$BUILD" && ctest -N -L 'cuda|gpu' -LE emu | sed -n 's/^ *Test *#[0-9]*: //p')
+  first=""
+  for p in ${KIT_TEST_FIRST:-cuda_test_ gpu_nodev gpu_stream gpu_matrix_stream_kernel \
+    gpu_matrix_stream_small gpu_matrix_stream_2 transports_cuda_ipc trainer_cuda}; do
+    for n in $all; do
+      case " $first " in *" $n "*) continue ;; esac
+      case $n in "$p"*) first="$first $n" ;; esac
+    done
+  done
+  for n in $first $all; do echo "$n"; done | awk '!seen[$0]++'
+}
+
+# Runs the GPU tests one by one (see the top); appends to ctest.log and
+# tests.txt in $1; status 0 when every test passed or skipped.
+run_tests() {
+  local out=$1 n t0 r lim res rc=0 mps=0 restarts=0
+  # shellcheck source=perf/cuda/mps.sh
+  . "$ROOT/perf/cuda/mps.sh"
+  if [ "${KIT_MPS:-1}" != 0 ]; then
+    if mps_start "$BUILD/kit-mps/0"; then mps=1; else echo "device_kit: $MPS_WHY: tests without MPS"; fi
+  fi
+  : >"$out/tests.txt"
+  for n in $(test_order); do
+    lim=$(($(left) - 15))
+    [ "$lim" -le "${KIT_TEST_EACH:-150}" ] || lim=${KIT_TEST_EACH:-150}
+    if [ "$lim" -lt 10 ]; then
+      echo "NOT RUN  $n (the kit's time was spent)" | tee -a "$out/tests.txt"
+      [ "$rc" -ne 0 ] || rc=124
+      continue
+    fi
+    t0=$SECONDS
+    r=0
+    (cd "$BUILD" && timeout -k 5 "$lim" ctest -R "^$n\$" --output-on-failure) \
+      >"$out/ctest.one" 2>&1 || r=$?
+    pkill -KILL -f "^$BUILD/" 2>/dev/null || true
+    cat "$out/ctest.one" >>"$out/ctest.log"
+    case $r in
+    0) res=PASS
+       ! grep -q '\*\*\*Skipped' "$out/ctest.one" || res=SKIP ;;
+    124 | 137) res="TIMEOUT (the kit's limit, $lim s)" ;;
+    *) res="FAIL (ctest exit $r)" ;;
+    esac
+    printf '%-8s %-34s %4d s%s\n' "${res%% *}" "$n" $((SECONDS - t0)) \
+      "$([ "$res" = "${res%% *}" ] || echo " ${res#* }")" | tee -a "$out/tests.txt"
+    case $res in PASS | SKIP) ;; *)
+      [ "$rc" -ne 0 ] || rc=1
+      if [ "$mps" = 1 ]; then # a GPU fault may have left the server unusable
+        mps_stop
+        restarts=$((restarts + 1))
+        mps_start "$BUILD/kit-mps/$restarts" || { mps=0; echo "device_kit: $MPS_WHY: the rest without MPS"; }
+      fi ;;
+    esac
+  done
+  mps_stop
+  rm -f "$out/ctest.one"
+  return "$rc"
+}
+
 run() {
   local what=${1:-all}
   case $what in all | tests | perf | build) ;; *)
@@ -113,6 +186,7 @@ run() {
     return 64
     ;;
   esac
+  KIT_END=$((SECONDS + ${KIT_SECONDS:-560}))
   # absolute: the clean-up after the tests matches programs by this path
   BUILD=$(realpath -m "${BUILD:-$ROOT/build-device}")
   local out=${OUT:-$BUILD/kit-out} rc=0 r
@@ -146,9 +220,11 @@ run() {
     return 0
   fi
   if [ "$what" != tests ]; then
-    step "perf/cuda/run_device.sh (up to ${KIT_PERF_SECONDS:-240} s)"
+    local lim=${KIT_PERF_SECONDS:-220}
+    [ "$lim" -le $(($(left) - 20)) ] || lim=$(($(left) - 20))
+    step "perf/cuda/run_device.sh (up to $lim s)"
     r=0
-    timeout "${KIT_PERF_SECONDS:-240}" "$ROOT/perf/cuda/run_device.sh" "$BUILD" \
+    timeout "$lim" "$ROOT/perf/cuda/run_device.sh" "$BUILD" \
       >"$out/perf.md" || r=$?
     cat "$out/perf.md"
     echo "run_device.sh exit $r"
@@ -157,14 +233,12 @@ run() {
     [ "$rc" -ne 0 ] || rc=$r
   fi
   if [ "$what" != perf ]; then
-    step "ctest -L 'cuda|gpu' -LE emu (up to ${KIT_TEST_SECONDS:-300} s)"
+    step "ctest -L 'cuda|gpu' -LE emu, one test at a time (up to $(($(left) - 15)) s)"
     r=0
-    (cd "$BUILD" && timeout "${KIT_TEST_SECONDS:-300}" ctest -L 'cuda|gpu' -LE emu \
-      --output-on-failure --timeout 300) >"$out/ctest.log" 2>&1 || r=$?
-    grep -E "Test +#|tests passed|Skipped|Failed|SKIP" "$out/ctest.log" || true
-    echo "ctest exit $r"
-    # nor a test cut off by its time limit beside what comes next
-    pkill -KILL -f "^$BUILD/" 2>/dev/null || true
+    : >"$out/ctest.log"
+    run_tests "$out" || r=$?
+    echo "tests: exit $r ($(grep -c '^PASS' "$out/tests.txt") passed," \
+      "$(grep -c '^SKIP' "$out/tests.txt") skipped, $(grep -vc '^PASS\|^SKIP' "$out/tests.txt") not)"
     [ "$rc" -ne 0 ] || rc=$r
   fi
   tar -czf "$out/logs.tgz" -C "$BUILD" --ignore-failed-read \

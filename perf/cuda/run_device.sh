@@ -25,11 +25,14 @@
 #      a CUDA stream, by each path (what the defaults of BRAID_CUDA_HOST_MAX
 #      and BRAID_CUDA_KERNEL_MAX should be; above KERNEL_MAX the kernel
 #      path's calls go direct).
-# Items 2-4 run twice: with the ranks as they are, separate processes that
-# the GPU runs one at a time (each hand-over between them waits for a
-# switch), and under MPS when nvidia-cuda-mps-control is there (MPS=0
-# skips it): a daemon of its own, with its pipe and log folders under
-# $LOG_DIR, started before and stopped after.
+# Items 2-4 run twice: first under MPS when nvidia-cuda-mps-control is
+# there (MPS=0 skips it; perf/cuda/mps.sh: a daemon of its own, with its
+# pipe and log folders under $LOG_DIR, started before and stopped after),
+# the way several ranks should share a GPU, then with the ranks as they
+# are, separate processes that the GPU runs one at a time (each hand-over
+# between them waits for a switch). After an MPS pass the second is short
+# (a tenth of the iterations or less): its figures show how much slower
+# that is, and a time limit cuts it rather than the MPS pass.
 #
 # The bound (docs/PERFORMANCE.md, "Device buffers"): the cuda transport
 # sends a chunk by copying it into a slot in the receiver's device memory
@@ -117,14 +120,19 @@ run_perf() { # log-file ranks args...
 # one at a time) and once under MPS when its control daemon is there ----
 # Results go to associative arrays keyed "<tag>.<...>"; logs to
 # $LOG_DIR/<tag>/.
-declare -A BW_OOP BW_INP WRONG BWS LAT SWEEP_RC
-measure() { # tag
+declare -A BW_OOP BW_INP WRONG BWS LAT SWEEP_RC ITERS
+measure() { # tag quick: quick=1 runs fewer iterations
   local t=$1 d=$LOG_DIR/$1 k bs f rc row path mode y
+  # iterations (-n) and warm-up (-w) of the bandwidth, latency and sweep runs
+  local bw="-n 20 -w 5" lat="-n 2000 -w 200" sw="-n 200 -w 20"
+  [ "$2" = 0 ] || { bw="-n 3 -w 1"; lat="-n 200 -w 20"; sw="-n 20 -w 2"; }
+  ITERS[$t]="$bw (bandwidth), $lat (latency), $sw (by size)"
   mkdir -p "$d"
   # 2. bandwidth, 2 and 4 ranks on GPU 0
   for k in 2 4; do
     f=$d/allreduce_${k}ranks.txt
-    run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" -n 20 -w 5 -c 1 -d float32 || true
+    # shellcheck disable=SC2086 # $bw: two options
+    run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" $bw -c 1 -d float32 || true
     row=$(perf_row "$f")
     [ -n "$row" ] || { log "run_device.sh: no result row in $f"; return 3; }
     BW_OOP[$t.$k]=$(awk '{ print $8 }' <<<"$row")
@@ -139,11 +147,13 @@ measure() { # tag
       f=$d/allreduce_${k}ranks_cuda${bs}.txt
       rc=0
       if [ "$bs" = kernel ]; then
+        # shellcheck disable=SC2086
         BRAID_CUDA_KERNEL_MAX=$SIZE run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" \
-          -n 20 -w 5 -c 1 -d float32 || rc=$?
+          $bw -c 1 -d float32 || rc=$?
       else
+        # shellcheck disable=SC2086
         BRAID_CUDA_BUFFSIZE=$bs run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" \
-          -n 20 -w 5 -c 1 -d float32 || rc=$?
+          $bw -c 1 -d float32 || rc=$?
       fi
       row=$(perf_row "$f")
       BWS[$t.$bs.$k]="failed (exit $rc)"
@@ -160,9 +170,10 @@ measure() { # tag
       y=0
       [ "$mode" = blocking ] && y=1
       rc=0
+      # shellcheck disable=SC2086
       BRAID_CUDA_HOST_MAX=$(host_max "$path") \
         BRAID_CUDA_KERNEL_MAX=$(kernel_max "$path") run_perf "$f" 2 -b 8 -e 8 \
-        -n 2000 -w 200 -c 1 -d float32 -y "$y" || rc=$?
+        $lat -c 1 -d float32 -y "$y" || rc=$?
       LAT[$t.$mode.$path]=$(perf_row "$f" | awk '{ print $6 }')
       [ "$rc" -eq 0 ] || LAT[$t.$mode.$path]="failed (exit $rc)"
     done
@@ -170,9 +181,10 @@ measure() { # tag
   # 4. the two paths from 8 B to 4 MiB (2 ranks, CUDA stream)
   for path in direct host kernel; do
     SWEEP_RC[$t.$path]=0
+    # shellcheck disable=SC2086
     BRAID_CUDA_HOST_MAX=$(host_max "$path") \
       BRAID_CUDA_KERNEL_MAX=$(kernel_max "$path") run_perf "$d/allreduce_sweep_$path.txt" 2 \
-      -b 8 -e 4M -f 4 -n 200 -w 20 -c 1 -d float32 || SWEEP_RC[$t.$path]=$?
+      -b 8 -e 4M -f 4 $sw -c 1 -d float32 || SWEEP_RC[$t.$path]=$?
   done
 }
 
@@ -193,6 +205,7 @@ tables() { # tag
   echo "Allreduce, float32 sum, $SIZE, k ranks on one GPU (\`braidrun -n k"
   echo "braid-perf all_reduce -G 1\`, CUDA stream). Bound: ring over CUDA IPC,"
   echo "busbw <= 2B / (9k) (see \"Device buffers\"); target >= 0.70."
+  echo "Iterations: ${ITERS[$t]:-none ran}."
   echo
   echo "| BRAID_CUDA_BUFFSIZE | ranks | busbw out-of-place (GB/s) | busbw in-place (GB/s) | bound 2B/(9k) (GB/s) | out-of-place / bound | in-place / bound | #wrong |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|"
@@ -265,10 +278,6 @@ echo
 grep '^|' "$LOG_DIR/reduce_bench.txt"
 echo
 [ -z "${STOPPED:-}" ] || { echo "**Incomplete: $STOPPED.**"; echo; }
-echo "#### The ranks as separate processes (no MPS: the GPU runs one at a time)"
-echo
-tables plain
-echo
 echo "#### Under MPS (\`nvidia-cuda-mps-control -d\`: the ranks' work runs side by side)"
 echo
 if [ -n "$MPS_NOTE" ]; then
@@ -276,44 +285,49 @@ if [ -n "$MPS_NOTE" ]; then
 else
   tables mps
 fi
+echo
+echo "#### The ranks as separate processes (no MPS: the GPU runs one at a time)"
+echo
+if [ -n "$PLAIN_NOTE" ]; then
+  echo "($PLAIN_NOTE)"
+else
+  tables plain
+fi
 }
 
 # A time limit (perf/cuda/device_kit.sh runs this under timeout) stops the
 # run with SIGTERM: the section then says so and holds what was measured.
 on_term() {
   [ -z "${JOB:-}" ] || kill -KILL "$JOB" 2>/dev/null || true
-  [ -z "${MPS_UP:-}" ] || echo quit | "$MPS_CTL" >/dev/null 2>&1 || true
+  mps_stop
   STOPPED="stopped by SIGTERM (a time limit) during the $PHASE runs"
   log "run_device.sh: $STOPPED"
   report
   exit 124
 }
-PHASE=plain
+# shellcheck source=perf/cuda/mps.sh
+. "$ROOT/perf/cuda/mps.sh"
+PHASE=MPS
 MPS_NOTE="not reached: stopped before"
+PLAIN_NOTE="not reached: stopped before"
 trap on_term TERM
 
-measure plain
-MPS_CTL=$(command -v nvidia-cuda-mps-control ||
-  ls /usr/local/nvidia/bin/nvidia-cuda-mps-control 2>/dev/null || true)
-MPS_NOTE="no nvidia-cuda-mps-control on this machine: not measured"
-if [ -n "$MPS_CTL" ] && [ "${MPS:-1}" != 0 ]; then
-  export CUDA_MPS_PIPE_DIRECTORY=$LOG_DIR/mps-pipe
-  export CUDA_MPS_LOG_DIRECTORY=$LOG_DIR/mps-log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if "$MPS_CTL" -d; then
-    MPS_UP=1
-    PHASE=MPS
-    log "== MPS control daemon started ($MPS_CTL)"
-    MPS_NOTE=""
-    rc=0
-    measure mps || rc=$?
-    echo quit | "$MPS_CTL" || true
-    MPS_UP=
-    [ "$rc" -eq 0 ] || MPS_NOTE="the runs under MPS failed (exit $rc; see $LOG_DIR/mps)"
-  else
-    MPS_NOTE="nvidia-cuda-mps-control -d failed: not measured"
-  fi
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+QUICK=0
+if [ "${MPS:-1}" = 0 ]; then
+  MPS_NOTE="MPS=0: not measured"
+elif mps_start "$LOG_DIR"; then
+  MPS_NOTE=""
+  rc=0
+  measure mps 0 || rc=$?
+  mps_stop
+  [ "$rc" -eq 0 ] || MPS_NOTE="the runs under MPS failed (exit $rc; see $LOG_DIR/mps)"
+  QUICK=1
+else
+  MPS_NOTE="$MPS_WHY: not measured"
 fi
-[ "${MPS:-1}" != 0 ] || MPS_NOTE="MPS=0: not measured"
+PHASE=plain
+PLAIN_NOTE=""
+rc=0
+measure plain "$QUICK" || rc=$?
+[ "$rc" -eq 0 ] || PLAIN_NOTE="the runs failed (exit $rc; see $LOG_DIR/plain)"
 report
