@@ -241,6 +241,63 @@ Test(cudev, gpu_reduce_every_dtype_op_against_cpu, .timeout = 300) {
   free(got2);
 }
 
+/* Buffers of 32 MiB: more 16-byte vectors than the grid has threads, four
+ * times over on an H200 (132 SMs x 2048 threads), so every thread of the
+ * kernels' loop loads, reduces and stores several vectors per pass and
+ * several passes (the sizes above take one vector per thread at most).
+ * Aligned buffers; out of place, in place and with fwd. */
+Test(cudev, gpu_reduce_large_buffers_every_dtype_op, .timeout = 300) {
+  NO_GPU_SKIP();
+  const size_t bytes = (32u << 20) + 24; /* a tail after the vectors */
+  unsigned char *a = malloc(bytes), *b = malloc(bytes), *want = malloc(bytes);
+  unsigned char *got = malloc(bytes), *got2 = malloc(bytes);
+  unsigned char *da = dmalloc(bytes), *db = dmalloc(bytes);
+  unsigned char *dd = dmalloc(bytes), *df = dmalloc(bytes);
+  cr_assert(a && b && want && got && got2);
+  void *s = NULL;
+  cr_assert_eq(cudev_stream_create(&s), BRAID_SUCCESS, "%s", cudev_error());
+  for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
+    size_t n = bytes / esz[dt];
+    fill((braid_dtype)dt, a, n);
+    fill((braid_dtype)dt, b, n);
+    for (int op = 0; op < BRAID_NUM_OPS; op++) {
+      red_get_scalar((braid_dtype)dt, (braid_op)op)(want, a, b, n);
+      for (int mode = MODE_OUT; mode <= MODE_FWD; mode++) {
+        unsigned char *pd = mode == MODE_INPLACE ? da : dd;
+        h2d(da, a, n * esz[dt], s);
+        h2d(db, b, n * esz[dt], s);
+        braid_result r =
+            mode == MODE_FWD
+                ? cudev_reduce_fwd(pd, df, da, db, n, (braid_dtype)dt,
+                                   (braid_op)op, s)
+                : cudev_reduce(pd, da, db, n, (braid_dtype)dt, (braid_op)op, s);
+        cr_assert_eq(r, BRAID_SUCCESS, "%s", cudev_error());
+        h2d(got, pd, n * esz[dt], s);
+        if (mode == MODE_FWD)
+          h2d(got2, df, n * esz[dt], s);
+        sync_s(s);
+        /* element by element only where the bits differ (NaN cases) */
+        if (memcmp(got, want, n * esz[dt]) != 0)
+          check_result((braid_dtype)dt, (braid_op)op, n, a, b, got, want, "dst",
+                       "aligned, 32 MiB", mode_name[mode]);
+        if (mode == MODE_FWD && memcmp(got2, want, n * esz[dt]) != 0)
+          check_result((braid_dtype)dt, (braid_op)op, n, a, b, got2, want,
+                       "fwd", "aligned, 32 MiB", mode_name[mode]);
+      }
+    }
+  }
+  cudev_stream_destroy(s);
+  cudev_free(da);
+  cudev_free(db);
+  cudev_free(dd);
+  cudev_free(df);
+  free(a);
+  free(b);
+  free(want);
+  free(got);
+  free(got2);
+}
+
 Test(cudev, gpu_reduce_fwd_to_pinned_host) {
   NO_GPU_SKIP();
   const size_t n = 100003;

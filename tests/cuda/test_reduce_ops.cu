@@ -139,6 +139,28 @@ static int is_nan(braid_dtype dt, const void *p) {
   }
 }
 
+static int is_inf(braid_dtype dt, const void *p) {
+  uint16_t h;
+  uint32_t u;
+  uint64_t d;
+  switch (dt) {
+  case BRAID_FLOAT16:
+    memcpy(&h, p, 2);
+    return (h & 0x7fff) == 0x7c00;
+  case BRAID_BFLOAT16:
+    memcpy(&h, p, 2);
+    return (h & 0x7fff) == 0x7f80;
+  case BRAID_FLOAT32:
+    memcpy(&u, p, 4);
+    return (u & 0x7fffffffu) == 0x7f800000u;
+  case BRAID_FLOAT64:
+    memcpy(&d, p, 8);
+    return (d & 0x7fffffffffffffffull) == 0x7ff0000000000000ull;
+  default:
+    return 0;
+  }
+}
+
 /* Bit for bit, except that when both operands of a sum or product are NaN
  * either NaN may come out (the CPU kernels' compiler may commute the
  * operation), quieted. */
@@ -210,6 +232,56 @@ Test(reduce_ops, every_dtype_op_against_cpu_fastest) {
       cr_assert_not_null(cpu);
       check_op((braid_dtype)dt, (braid_op)op, cpu, red_isa());
     }
+}
+
+/* 16-byte vectors (rop_vec, what the kernels apply to each uint4) against
+ * rop_apply on each of their elements, bit for bit: vectors of operands as
+ * gen makes them (the narrow floats' vectors then mostly hold a NaN or an
+ * infinity and go element by element) and vectors of finite numbers only
+ * (their fast path), every dtype x op. The device's SIMD byte instructions
+ * are not what runs here: the kernels' tests on a GPU check those. */
+Test(reduce_ops, sixteen_byte_vectors_against_elements) {
+  for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
+    for (int op = 0; op < BRAID_NUM_OPS; op++) {
+      size_t es = esz[dt], v = 16 / es;
+      int fast = 0;
+      for (int k = 0; k < 4096; k++) {
+        unsigned char a[16] = {0}, b[16] = {0}, got[16], want[16];
+        int finite = k % 2;
+        for (size_t j = 0; j < v; j++) {
+          do
+            gen((braid_dtype)dt, a + j * es);
+          while (finite && (is_nan((braid_dtype)dt, a + j * es) ||
+                            is_inf((braid_dtype)dt, a + j * es)));
+          do
+            gen((braid_dtype)dt, b + j * es);
+          while (finite && (is_nan((braid_dtype)dt, b + j * es) ||
+                            is_inf((braid_dtype)dt, b + j * es)));
+          if (rnd() % 8 == 0)
+            memcpy(b + j * es, a + j * es, es);
+        }
+        fast += finite;
+        cr_assert_eq(rop_vec_apply(dt, op, got, a, b), 0);
+        for (size_t j = 0; j < v; j++) {
+          cr_assert_eq(rop_apply(dt, op, want + j * es, a + j * es, b + j * es),
+                       0);
+          if (memcmp(got + j * es, want + j * es, es) != 0) {
+            char sx[20], sy[20], sg[20], sw[20];
+            hex(sx, sizeof sx, a + j * es, es);
+            hex(sy, sizeof sy, b + j * es, es);
+            hex(sg, sizeof sg, got + j * es, es);
+            hex(sw, sizeof sw, want + j * es, es);
+            cr_assert_fail("%s %s vector %d lane %zu: %s op %s gave %s, "
+                           "element by element %s",
+                           dname[dt], oname[op], k, j, sx, sy, sg, sw);
+          }
+        }
+      }
+      cr_assert_eq(fast, 2048);
+    }
+  unsigned char x[16] = {0}, r[16];
+  cr_assert_eq(rop_vec_apply(BRAID_NUM_DTYPES, BRAID_SUM, r, x, x), -1);
+  cr_assert_eq(rop_vec_apply(BRAID_INT8, BRAID_NUM_OPS, r, x, x), -1);
 }
 
 Test(reduce_ops, bad_dtype_or_op) {

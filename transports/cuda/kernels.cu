@@ -28,10 +28,22 @@
 
 namespace {
 
+template <typename T> union vec16 {
+  uint4 v;
+  T e[16 / sizeof(T)];
+};
+
+/* An operation on elements (operator()) and on the 16 bytes of a uint4
+ * (vec: the same results, SIMD where reduce_ops.cuh's rop_vec has it). */
 template <int DT, int OP> struct red_f {
   typedef typename rop_type<DT>::T T;
   __device__ __forceinline__ T operator()(T u, T v) const {
     return rop_type<DT>::template op<OP>(u, v);
+  }
+  __device__ __forceinline__ uint4 vec(uint4 u, uint4 v) const {
+    rop_v16 x = {{u.x, u.y, u.z, u.w}}, y = {{v.x, v.y, v.z, v.w}};
+    x = rop_vec<DT, OP>(x, y);
+    return make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]);
   }
 };
 
@@ -41,12 +53,20 @@ template <int DT> struct div_f {
   __device__ __forceinline__ T operator()(T u, T) const {
     return rop_type<DT>::div(u, d);
   }
+  __device__ __forceinline__ uint4 vec(uint4 u, uint4) const {
+    vec16<T> x;
+    x.v = u;
+#pragma unroll
+    for (int j = 0; j < (int)(16 / sizeof(T)); j++)
+      x.e[j] = rop_type<DT>::div(x.e[j], d);
+    return x.v;
+  }
 };
 
-template <typename T> union vec16 {
-  uint4 v;
-  T e[16 / sizeof(T)];
-};
+/* 16-byte vectors each thread of k_vec loads before it reduces and stores
+ * them: more loads in flight per thread, so that the element work of one
+ * vector does not leave memory idle. */
+#define CUK_UNROLL 4
 
 /* UNARY: b is not read (division: dst = f(a)). */
 template <typename F, bool UNARY>
@@ -64,17 +84,24 @@ __global__ void __launch_bounds__(CUK_THREADS)
   const uint4 *bv = reinterpret_cast<const uint4 *>(b + head);
   uint4 *dv = reinterpret_cast<uint4 *>(dst + head);
   uint4 *fv = fwd ? reinterpret_cast<uint4 *>(fwd + head) : nullptr;
-  for (size_t i = gid; i < nv; i += stride) {
-    vec16<T> x, y, r;
-    x.v = av[i];
-    if (!UNARY)
-      y.v = bv[i];
+  for (size_t i = gid; i < nv; i += CUK_UNROLL * stride) {
+    uint4 x[CUK_UNROLL], y[CUK_UNROLL];
 #pragma unroll
-    for (int j = 0; j < V; j++)
-      r.e[j] = f(x.e[j], UNARY ? x.e[j] : y.e[j]);
-    dv[i] = r.v;
-    if (fwd)
-      fv[i] = r.v;
+    for (int u = 0; u < CUK_UNROLL; u++) {
+      size_t k = i + u * stride;
+      x[u] = k < nv ? av[k] : make_uint4(0, 0, 0, 0);
+      y[u] = !UNARY && k < nv ? bv[k] : x[u];
+    }
+#pragma unroll
+    for (int u = 0; u < CUK_UNROLL; u++) {
+      size_t k = i + u * stride;
+      if (k < nv) {
+        uint4 r = f.vec(x[u], y[u]);
+        dv[k] = r;
+        if (fv)
+          fv[k] = r;
+      }
+    }
   }
   if (gid < extra) {
     size_t k = gid < head ? gid : tail0 + (gid - head);
@@ -355,19 +382,10 @@ __global__ void __launch_bounds__(CUDEV_KA_THREADS)
       for (int q = 0; q < nr; q++) {
         const uint4 *p = reinterpret_cast<const uint4 *>(area[q] + off);
         x.v = q == me ? p[v] : __ldcg(p + v);
-        if (q == 0) {
-          acc = x;
-          continue;
-        }
-#pragma unroll
-        for (int e = 0; e < V; e++)
-          acc.e[e] = rop_type<DT>::template op<OP>(acc.e[e], x.e[e]);
+        acc.v = q == 0 ? x.v : red_f<DT, OP>().vec(acc.v, x.v);
       }
-      if (avg) {
-#pragma unroll
-        for (int e = 0; e < V; e++)
-          acc.e[e] = rop_type<DT>::div(acc.e[e], nr);
-      }
+      if (avg)
+        acc.v = div_f<DT>{nr}.vec(acc.v, acc.v);
       if (out16) {
         reinterpret_cast<uint4 *>(dst)[v] = acc.v;
       } else {

@@ -29,8 +29,11 @@
 
 #ifdef __CUDACC__
 #define ROP_HD __host__ __device__ __forceinline__
+/* out of line: a rare path kept out of the kernels' loops */
+#define ROP_COLD __host__ __device__ __noinline__
 #else
 #define ROP_HD inline
+#define ROP_COLD inline
 #endif
 
 /* ---- bits -------------------------------------------------------------- */
@@ -239,6 +242,137 @@ ROP_NARROW(BRAID_FLOAT16, rop_half_to_float, rop_float_to_half)
 ROP_NARROW(BRAID_BFLOAT16, rop_bf16_to_float, rop_float_to_bf16)
 #undef ROP_NARROW
 
+/* ---- sixteen bytes at a time ------------------------------------------ */
+
+/* Sixteen bytes of elements as four 32-bit words: a uint4's layout, what the
+ * kernels load and store at once. */
+struct rop_v16 {
+  uint32_t w[4];
+};
+
+/* Element by element: the general case. */
+template <int DT, int OP>
+ROP_HD rop_v16 rop_vec_elems(const rop_v16 &a, const rop_v16 &b) {
+  typedef typename rop_type<DT>::T T;
+  union {
+    rop_v16 v;
+    T e[16 / sizeof(T)];
+  } x, y;
+  x.v = a;
+  y.v = b;
+  for (int j = 0; j < (int)(16 / sizeof(T)); j++)
+    x.e[j] = rop_type<DT>::template op<OP>(x.e[j], y.e[j]);
+  return x.v;
+}
+
+/* Four int8 or uint8 lanes of a word: sum (wrapping), min or max, as one
+ * SIMD instruction on the device. */
+template <int OP, bool SIGNED>
+ROP_HD uint32_t rop_bytes4(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+  if (OP == ROP_SUM)
+    return __vadd4(a, b);
+  if (OP == ROP_MIN)
+    return SIGNED ? __vmins4(a, b) : __vminu4(a, b);
+  if (OP == ROP_MAX)
+    return SIGNED ? __vmaxs4(a, b) : __vmaxu4(a, b);
+#endif
+  typedef rop_type<SIGNED ? BRAID_INT8 : BRAID_UINT8> R;
+  uint32_t r = 0;
+  for (int i = 0; i < 32; i += 8) {
+    typename R::T x = (typename R::T)(uint8_t)(a >> i);
+    typename R::T y = (typename R::T)(uint8_t)(b >> i);
+    r |= (uint32_t)(uint8_t)R::template op<OP>(x, y) << i;
+  }
+  return r;
+}
+
+/* float16 <-> float for numbers (not NaN): the hardware conversions on the
+ * device, which are exact and round to nearest even. */
+ROP_HD float rop_half_to_float_num(uint16_t h) {
+#ifdef __CUDA_ARCH__
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+#else
+  return rop_half_to_float_sw(h);
+#endif
+}
+
+ROP_HD uint16_t rop_float_to_half_num(float f) {
+#ifdef __CUDA_ARCH__
+  uint16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+#else
+  return rop_float_to_half_sw(f);
+#endif
+}
+
+/* One float16/bfloat16 lane (in the low 16 bits of u and v), neither NaN
+ * nor infinite: rop_type<DT>::op<OP> without its NaN cases. A sum of such
+ * numbers is never NaN; min and max return one of the operands' bits. */
+template <int DT, int OP>
+ROP_HD uint32_t rop_narrow_num(uint32_t u, uint32_t v) {
+  const bool h = DT == BRAID_FLOAT16;
+  float x = h ? rop_half_to_float_num((uint16_t)u) : rop_u2f(u << 16);
+  float y = h ? rop_half_to_float_num((uint16_t)v) : rop_u2f(v << 16);
+  if (OP == ROP_MAX)
+    return x > y ? u : v;
+  if (OP == ROP_MIN)
+    return x < y ? u : v;
+  float r = OP == ROP_PROD ? x * y : x + y;
+  if (h)
+    return rop_float_to_half_num(r);
+  uint32_t b = rop_f2u(r); /* round to nearest even (never NaN here) */
+  return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+}
+
+/* float16/bfloat16 vectors that hold a NaN or an infinity: element by
+ * element, out of line (the element functions' NaN cases are long). */
+template <int DT, int OP>
+ROP_COLD rop_v16 rop_vec_narrow_special(const rop_v16 &a, const rop_v16 &b) {
+  return rop_vec_elems<DT, OP>(a, b);
+}
+
+/* float16/bfloat16: when no lane of a or b is NaN or infinite (checked on
+ * whole words: a lane's exponent bits are all set exactly when adding the
+ * lowest exponent bit to them carries into the sign bit), lane by lane
+ * without the NaN cases; else element by element. */
+template <int DT, int OP>
+ROP_HD rop_v16 rop_vec_narrow(const rop_v16 &a, const rop_v16 &b) {
+  const bool h = DT == BRAID_FLOAT16;
+  const uint32_t e = h ? 0x7c007c00u : 0x7f807f80u;
+  const uint32_t one = h ? 0x04000400u : 0x00800080u;
+  uint32_t special = 0;
+  for (int i = 0; i < 4; i++)
+    special |= ((a.w[i] & e) + one) | ((b.w[i] & e) + one);
+  if (special & 0x80008000u)
+    return rop_vec_narrow_special<DT, OP>(a, b);
+  rop_v16 r;
+  for (int i = 0; i < 4; i++)
+    r.w[i] = rop_narrow_num<DT, OP>(a.w[i] & 0xffffu, b.w[i] & 0xffffu) |
+             rop_narrow_num<DT, OP>(a.w[i] >> 16, b.w[i] >> 16) << 16;
+  return r;
+}
+
+/* a op b on sixteen bytes of dtype DT, with rop_type<DT>::op<OP>'s results
+ * bit for bit: 8-bit integers four lanes per instruction (but products),
+ * float16/bfloat16 without the per-element NaN tests when there is no NaN
+ * or infinity, the other types element by element. */
+template <int DT, int OP>
+ROP_HD rop_v16 rop_vec(const rop_v16 &a, const rop_v16 &b) {
+  if ((DT == BRAID_INT8 || DT == BRAID_UINT8) && OP != ROP_PROD) {
+    rop_v16 r;
+    for (int i = 0; i < 4; i++)
+      r.w[i] = rop_bytes4<OP, DT == BRAID_INT8>(a.w[i], b.w[i]);
+    return r;
+  }
+  if (DT == BRAID_FLOAT16 || DT == BRAID_BFLOAT16)
+    return rop_vec_narrow<DT, OP>(a, b);
+  return rop_vec_elems<DT, OP>(a, b);
+}
+
 /* Applies op to elements in memory (any alignment): for host tests and for
  * code that dispatches on (dtype, op) at run time. 0 on success, -1 for an
  * unknown dtype or op. BRAID_AVG reduces as a sum. */
@@ -308,6 +442,42 @@ ROP_HD int rop_apply(int dt, int op, void *dst, const void *a, const void *b) {
 #define ROP_CALL_APPLY(D) return rop_apply_dt<D>(op, dst, a, b)
   ROP_DISPATCH(dt, ROP_CALL_APPLY)
 #undef ROP_CALL_APPLY
+  return -1;
+}
+
+/* rop_vec on sixteen bytes in memory: for host tests. 0, or -1 for a bad
+ * dtype/op (BRAID_AVG reduces as a sum). */
+template <int DT>
+ROP_HD int rop_vec_apply_dt(int op, void *dst, const void *a, const void *b) {
+  rop_v16 x, y;
+  memcpy(&x, a, sizeof x);
+  memcpy(&y, b, sizeof y);
+  switch (op) {
+  case BRAID_SUM:
+  case BRAID_AVG:
+    x = rop_vec<DT, ROP_SUM>(x, y);
+    break;
+  case BRAID_PROD:
+    x = rop_vec<DT, ROP_PROD>(x, y);
+    break;
+  case BRAID_MIN:
+    x = rop_vec<DT, ROP_MIN>(x, y);
+    break;
+  case BRAID_MAX:
+    x = rop_vec<DT, ROP_MAX>(x, y);
+    break;
+  default:
+    return -1;
+  }
+  memcpy(dst, &x, sizeof x);
+  return 0;
+}
+
+ROP_HD int rop_vec_apply(int dt, int op, void *dst, const void *a,
+                         const void *b) {
+#define ROP_CALL_VEC(D) return rop_vec_apply_dt<D>(op, dst, a, b)
+  ROP_DISPATCH(dt, ROP_CALL_VEC)
+#undef ROP_CALL_VEC
   return -1;
 }
 
