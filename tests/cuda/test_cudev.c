@@ -241,11 +241,11 @@ Test(cudev, gpu_reduce_every_dtype_op_against_cpu, .timeout = 300) {
   free(got2);
 }
 
-/* Buffers of 32 MiB: more 16-byte vectors than the grid has threads, four
- * times over on an H200 (132 SMs x 2048 threads), so every thread of the
- * kernels' loop loads, reduces and stores several vectors per pass and
- * several passes (the sizes above take one vector per thread at most).
- * Aligned buffers; out of place, in place and with fwd. */
+/* Buffers of 32 MiB: about eight 16-byte vectors per thread of the grid on
+ * an H200 (132 SMs x 2048 threads), so every thread of the kernels' loop
+ * loads, reduces and stores CUK_UNROLL vectors per pass, over several
+ * passes (the sizes above take one vector per thread at most). Aligned
+ * buffers; out of place, in place and with fwd. */
 Test(cudev, gpu_reduce_large_buffers_every_dtype_op, .timeout = 300) {
   NO_GPU_SKIP();
   const size_t bytes = (32u << 20) + 24; /* a tail after the vectors */

@@ -65,8 +65,11 @@ template <int DT> struct div_f {
 
 /* 16-byte vectors each thread of k_vec loads before it reduces and stores
  * them: more loads in flight per thread, so that the element work of one
- * vector does not leave memory idle. */
-#define CUK_UNROLL 4
+ * vector does not leave memory idle. 2 takes about 40 registers (sm_90,
+ * 48 for float16), so five or six 256-thread blocks stay resident per SM:
+ * 80-96 KiB of loads in flight per SM against 64 KiB with one vector per
+ * thread at full occupancy; 4 takes 56-70 and leaves four. */
+#define CUK_UNROLL 2
 
 /* UNARY: b is not read (division: dst = f(a)). */
 template <typename F, bool UNARY>
