@@ -182,17 +182,52 @@ static void check_result(braid_dtype dt, braid_op op, size_t n,
     }
 }
 
+/* The reduction tests' buffers: inputs, expected and actual results on the
+ * host; inputs, destination and fwd on the device (pad bytes more, for
+ * offsets); a stream. */
+struct rbufs {
+  unsigned char *a, *b, *want, *got, *got2, *da, *db, *dd, *df;
+  void *s;
+};
+
+static struct rbufs rbufs_make(size_t bytes, size_t pad) {
+  struct rbufs r;
+  r.a = malloc(bytes);
+  r.b = malloc(bytes);
+  r.want = malloc(bytes);
+  r.got = malloc(bytes);
+  r.got2 = malloc(bytes);
+  cr_assert(r.a && r.b && r.want && r.got && r.got2);
+  r.da = dmalloc(bytes + pad);
+  r.db = dmalloc(bytes + pad);
+  r.dd = dmalloc(bytes + pad);
+  r.df = dmalloc(bytes + pad);
+  r.s = NULL;
+  cr_assert_eq(cudev_stream_create(&r.s), BRAID_SUCCESS, "%s", cudev_error());
+  return r;
+}
+
+static void rbufs_free(struct rbufs *r) {
+  cudev_stream_destroy(r->s);
+  cudev_free(r->da);
+  cudev_free(r->db);
+  cudev_free(r->dd);
+  cudev_free(r->df);
+  free(r->a);
+  free(r->b);
+  free(r->want);
+  free(r->got);
+  free(r->got2);
+}
+
 Test(cudev, gpu_reduce_every_dtype_op_against_cpu, .timeout = 300) {
   NO_GPU_SKIP();
   static const size_t counts[] = {1, 7, 1023, 1048579};
-  const size_t maxn = 1048579, pad = 64;
-  unsigned char *a = malloc(maxn * 8), *b = malloc(maxn * 8);
-  unsigned char *want = malloc(maxn * 8), *got = malloc(maxn * 8);
-  unsigned char *got2 = malloc(maxn * 8);
-  unsigned char *da = dmalloc(maxn * 8 + pad), *db = dmalloc(maxn * 8 + pad);
-  unsigned char *dd = dmalloc(maxn * 8 + pad), *df = dmalloc(maxn * 8 + pad);
-  void *s = NULL;
-  cr_assert_eq(cudev_stream_create(&s), BRAID_SUCCESS, "%s", cudev_error());
+  const size_t maxn = 1048579;
+  struct rbufs R = rbufs_make(maxn * 8, 64);
+  unsigned char *a = R.a, *b = R.b, *want = R.want, *got = R.got;
+  unsigned char *got2 = R.got2, *da = R.da, *db = R.db, *dd = R.dd, *df = R.df;
+  void *s = R.s;
   for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
     size_t es = esz[dt];
     for (int op = 0; op < BRAID_NUM_OPS; op++)
@@ -229,16 +264,7 @@ Test(cudev, gpu_reduce_every_dtype_op_against_cpu, .timeout = 300) {
           }
       }
   }
-  cudev_stream_destroy(s);
-  cudev_free(da);
-  cudev_free(db);
-  cudev_free(dd);
-  cudev_free(df);
-  free(a);
-  free(b);
-  free(want);
-  free(got);
-  free(got2);
+  rbufs_free(&R);
 }
 
 /* Buffers of 32 MiB: about eight 16-byte vectors per thread of the grid on
@@ -249,13 +275,10 @@ Test(cudev, gpu_reduce_every_dtype_op_against_cpu, .timeout = 300) {
 Test(cudev, gpu_reduce_large_buffers_every_dtype_op, .timeout = 300) {
   NO_GPU_SKIP();
   const size_t bytes = (32u << 20) + 24; /* a tail after the vectors */
-  unsigned char *a = malloc(bytes), *b = malloc(bytes), *want = malloc(bytes);
-  unsigned char *got = malloc(bytes), *got2 = malloc(bytes);
-  unsigned char *da = dmalloc(bytes), *db = dmalloc(bytes);
-  unsigned char *dd = dmalloc(bytes), *df = dmalloc(bytes);
-  cr_assert(a && b && want && got && got2);
-  void *s = NULL;
-  cr_assert_eq(cudev_stream_create(&s), BRAID_SUCCESS, "%s", cudev_error());
+  struct rbufs R = rbufs_make(bytes, 0);
+  unsigned char *a = R.a, *b = R.b, *want = R.want, *got = R.got;
+  unsigned char *got2 = R.got2, *da = R.da, *db = R.db, *dd = R.dd, *df = R.df;
+  void *s = R.s;
   for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
     size_t n = bytes / esz[dt];
     fill((braid_dtype)dt, a, n);
@@ -286,16 +309,7 @@ Test(cudev, gpu_reduce_large_buffers_every_dtype_op, .timeout = 300) {
       }
     }
   }
-  cudev_stream_destroy(s);
-  cudev_free(da);
-  cudev_free(db);
-  cudev_free(dd);
-  cudev_free(df);
-  free(a);
-  free(b);
-  free(want);
-  free(got);
-  free(got2);
+  rbufs_free(&R);
 }
 
 Test(cudev, gpu_reduce_fwd_to_pinned_host) {

@@ -132,24 +132,40 @@ ROP_HD uint16_t rop_float_to_half_sw(float f) {
   return (uint16_t)(sign | hb);
 }
 
+/* float16 <-> float for numbers (not NaN): the hardware conversions on the
+ * device, which are exact and round to nearest even. */
+ROP_HD float rop_half_to_float_num(uint16_t h) {
+#ifdef __CUDA_ARCH__
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+#else
+  return rop_half_to_float_sw(h);
+#endif
+}
+
+ROP_HD uint16_t rop_float_to_half_num(float f) {
+#ifdef __CUDA_ARCH__
+  uint16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+#else
+  return rop_float_to_half_sw(f);
+#endif
+}
+
 ROP_HD float rop_half_to_float(uint16_t h) {
 #ifdef __CUDA_ARCH__
-  if ((h & 0x7c00u) != 0x7c00u || !(h & 0x3ffu)) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-  }
+  if ((h & 0x7c00u) != 0x7c00u || !(h & 0x3ffu))
+    return rop_half_to_float_num(h);
 #endif
   return rop_half_to_float_sw(h);
 }
 
 ROP_HD uint16_t rop_float_to_half(float f) {
 #ifdef __CUDA_ARCH__
-  if (f == f) {
-    uint16_t h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-  }
+  if (f == f)
+    return rop_float_to_half_num(f);
 #endif
   return rop_float_to_half_sw(f);
 }
@@ -285,28 +301,6 @@ ROP_HD uint32_t rop_bytes4(uint32_t a, uint32_t b) {
     r |= (uint32_t)(uint8_t)R::template op<OP>(x, y) << i;
   }
   return r;
-}
-
-/* float16 <-> float for numbers (not NaN): the hardware conversions on the
- * device, which are exact and round to nearest even. */
-ROP_HD float rop_half_to_float_num(uint16_t h) {
-#ifdef __CUDA_ARCH__
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-#else
-  return rop_half_to_float_sw(h);
-#endif
-}
-
-ROP_HD uint16_t rop_float_to_half_num(float f) {
-#ifdef __CUDA_ARCH__
-  uint16_t h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
-#else
-  return rop_float_to_half_sw(f);
-#endif
 }
 
 /* One float16/bfloat16 lane (in the low 16 bits of u and v), neither NaN
