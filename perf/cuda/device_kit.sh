@@ -31,8 +31,9 @@
 #
 # Results go to $OUT when it is set, else to <build>/kit-out: kit.log
 # (everything), build.log, ctest.log, tests.txt (one line per test: result,
-# seconds), perf.md (the section for docs/PERFORMANCE.md) and logs.tgz (the
-# raw logs). Environment: BUILD (default build-device); KIT_SECONDS
+# seconds), memcheck.log (when time was left for it: see memcheck below),
+# perf.md (the section for docs/PERFORMANCE.md) and logs.tgz (the raw
+# logs). Environment: BUILD (default build-device); KIT_SECONDS
 # (default 560) bounds the whole run, so that it fits a 10-minute command;
 # KIT_PERF_SECONDS (default 220) bounds the measurements, the tests get
 # what is left (with 'all'), each at most KIT_TEST_EACH (default 150)
@@ -113,6 +114,38 @@ use_root() {
 }
 
 step() { echo "== $* ($(date -u +%H:%M:%S))"; }
+
+# With the time the tests left (at least KIT_MEMCHECK_MIN, default 90 s):
+# the reduction kernels' test under compute-sanitizer's memcheck, which
+# finds accesses out of bounds that a right result does not rule out.
+# Writes memcheck.log in $1; status 1 when memcheck reported errors, 0 when
+# it found none, did not finish in time or could not run.
+memcheck() {
+  local out=$1 cs lim r=0
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+  lim=$(($(left) - 15))
+  if [ -z "$cs" ]; then
+    echo "memcheck: not run (no compute-sanitizer)"
+    return 0
+  fi
+  if [ "$lim" -lt "${KIT_MEMCHECK_MIN:-90}" ]; then
+    echo "memcheck: not run (only $lim s left)"
+    return 0
+  fi
+  step "compute-sanitizer memcheck on test_cudev's kernels (up to $lim s)"
+  timeout -k 5 "$lim" "$cs" --tool memcheck --target-processes all --error-exitcode 9 \
+    "$BUILD/tests/cuda/test_cudev" --jobs 1 --filter 'cudev/gpu_reduce_*' \
+    >"$out/memcheck.log" 2>&1 || r=$?
+  pkill -KILL -f "^$BUILD/" 2>/dev/null || true
+  tail -n 3 "$out/memcheck.log"
+  case $r in
+  0) echo "memcheck: no errors" ;;
+  124 | 137) echo "memcheck: did not finish in $lim s (not a failure)"; r=0 ;;
+  9) echo "memcheck: ERRORS (memcheck.log)"; r=1 ;;
+  *) echo "memcheck: exit $r (memcheck.log)" ;;
+  esac
+  return "$r"
+}
 
 # Seconds left of the run's KIT_SECONDS.
 left() { echo $((KIT_END - SECONDS)); }
@@ -240,6 +273,7 @@ run() {
     echo "tests: exit $r ($(grep -c '^PASS' "$out/tests.txt") passed," \
       "$(grep -c '^SKIP' "$out/tests.txt") skipped, $(grep -vc '^PASS\|^SKIP' "$out/tests.txt") not)"
     [ "$rc" -ne 0 ] || rc=$r
+    memcheck "$out" || { r=$?; [ "$rc" -ne 0 ] || rc=$r; }
   fi
   tar -czf "$out/logs.tgz" -C "$BUILD" --ignore-failed-read \
     Testing/Temporary device-logs 2>/dev/null || true
