@@ -231,26 +231,22 @@ braid_result cudev_memcpy(void *dst, const void *src, size_t n, void *stream) {
 /* ---- kernels ----------------------------------------------------------- */
 
 #define DEV_MAX 64
-static unsigned dev_grid_cached[DEV_MAX];
+static unsigned dev_sms_cached[DEV_MAX];
 
-/* Blocks that fill the current device: SMs x resident blocks per SM. */
-static braid_result dev_grid(unsigned *grid) {
-  int dev, sms = 0, threads = 0;
+/* The current device's multiprocessor count. */
+static braid_result dev_sms(unsigned *sms) {
+  int dev, n = 0;
   DEV_CALL("cudaGetDevice", cudaGetDevice(&dev));
   if (dev >= 0 && dev < DEV_MAX) {
-    *grid = __atomic_load_n(&dev_grid_cached[dev], __ATOMIC_RELAXED);
-    if (*grid)
+    *sms = __atomic_load_n(&dev_sms_cached[dev], __ATOMIC_RELAXED);
+    if (*sms)
       return BRAID_SUCCESS;
   }
   DEV_CALL("cudaDeviceGetAttribute",
-           cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  DEV_CALL("cudaDeviceGetAttribute",
-           cudaDeviceGetAttribute(&threads,
-                                  cudaDevAttrMaxThreadsPerMultiProcessor, dev));
-  int per = threads / CUK_THREADS;
-  *grid = (unsigned)(sms > 0 ? sms : 1) * (unsigned)(per > 0 ? per : 1);
+           cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  *sms = n > 0 ? (unsigned)n : 1u;
   if (dev >= 0 && dev < DEV_MAX)
-    __atomic_store_n(&dev_grid_cached[dev], *grid, __ATOMIC_RELAXED);
+    __atomic_store_n(&dev_sms_cached[dev], *sms, __ATOMIC_RELAXED);
   return BRAID_SUCCESS;
 }
 
@@ -271,28 +267,28 @@ braid_result cudev_reduce(void *dst, const void *a, const void *b, size_t n,
 braid_result cudev_reduce_fwd(void *dst, void *fwd, const void *a,
                               const void *b, size_t n, braid_dtype dt,
                               braid_op op, void *stream) {
-  unsigned grid;
+  unsigned sms;
   braid_result r = dev_check("cudev_reduce", dt, op);
   if (r != BRAID_SUCCESS || n == 0)
     return r;
-  if ((r = dev_grid(&grid)) != BRAID_SUCCESS)
+  if ((r = dev_sms(&sms)) != BRAID_SUCCESS)
     return r;
   DEV_CALL("reduction kernel launch",
-           (cudaError_t)cuk_reduce(dst, fwd, a, b, n, (int)dt, (int)op, grid,
+           (cudaError_t)cuk_reduce(dst, fwd, a, b, n, (int)dt, (int)op, sms,
                                    stream));
   return BRAID_SUCCESS;
 }
 
 braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
                        void *stream) {
-  unsigned grid;
+  unsigned sms;
   braid_result r = dev_check("cudev_div", dt, BRAID_SUM);
   if (r != BRAID_SUCCESS || n == 0 || divisor <= 1)
     return r;
-  if ((r = dev_grid(&grid)) != BRAID_SUCCESS)
+  if ((r = dev_sms(&sms)) != BRAID_SUCCESS)
     return r;
   DEV_CALL("division kernel launch",
-           (cudaError_t)cuk_div(buf, n, (int)dt, divisor, grid, stream));
+           (cudaError_t)cuk_div(buf, n, (int)dt, divisor, sms, stream));
   return BRAID_SUCCESS;
 }
 

@@ -14,13 +14,14 @@ extern "C" {
 #endif
 
 /* dst[i] = a[i] op b[i] (and fwd[i], when fwd is not NULL) for n elements of
- * dtype dt (braid_dtype); op is braid_op (BRAID_AVG sums). `grid` is the
- * most blocks to launch (the device's SM count times resident blocks per
- * SM); 256 threads per block. */
+ * dtype dt (braid_dtype); op is braid_op (BRAID_AVG sums). `sms` is the
+ * current device's multiprocessor count: a launch has at most sms times the
+ * blocks of its kernel that stay resident on one (its registers decide), so
+ * that they all run at once; 256 threads per block. */
 int cuk_reduce(void *dst, void *fwd, const void *a, const void *b, size_t n,
-               int dt, int op, unsigned grid, void *stream);
+               int dt, int op, unsigned sms, void *stream);
 /* buf[i] /= divisor. */
-int cuk_div(void *buf, size_t n, int dt, int divisor, unsigned grid,
+int cuk_div(void *buf, size_t n, int dt, int divisor, unsigned sms,
             void *stream);
 /* The gate without stream memory operations: one thread that stores seq to
  * *reached and waits until (int32_t)(*released - seq) >= 0 (device pointers
@@ -30,9 +31,10 @@ int cuk_gate(uint32_t *reached, uint32_t *released, uint32_t seq, void *stream);
 struct cudev_ka;
 int cuk_allreduce(const struct cudev_ka *k, uint64_t seq, void *out,
                   const void *in, size_t n, int dt, int op, void *stream);
-/* Loads every kernel above on the current device (cudaFuncGetAttributes).
- * Lazy loading would otherwise load one at its first launch, which may wait
- * for a stream that a gate holds. */
+/* Loads every kernel above on the current device (cudaFuncGetAttributes)
+ * and computes the reduction kernels' resident blocks per SM. Lazy loading
+ * would otherwise load one at its first launch, which may wait for a stream
+ * that a gate holds. */
 int cuk_preload(void);
 /* Threads per block of the reduction kernels. */
 #define CUK_THREADS 256

@@ -14,9 +14,10 @@
  *  - bytes: a pointer is not aligned to the element size (a byte offset into
  *    a buffer): elements are assembled from bytes, so no access is
  *    misaligned.
- * Each is a grid-stride loop over a grid the caller sizes to the device (SM
- * count x resident blocks per SM), so large buffers take one launch that
- * fills the GPU and small ones take few blocks. When fwd is given, each
+ * Each is a grid-stride loop over a grid sized to the device: SM count x
+ * the blocks of that kernel that stay resident on an SM (blocks_for), so
+ * large buffers take one launch that fills the GPU in one wave and small
+ * ones take few blocks. When fwd is given, each
  * result is stored to dst and fwd from the same registers: the data is read
  * once and written twice (recv-reduce-send in one pass).
  */
@@ -158,11 +159,36 @@ __global__ void __launch_bounds__(CUK_THREADS)
   }
 }
 
-unsigned blocks_for(size_t work, unsigned grid) {
+/* Blocks of kernel K that stay resident on one SM (its registers and the
+ * SM's limits decide), per device, computed once: cuk_preload does it for
+ * every reduction kernel before any launch. 1 if the runtime cannot say. */
+#define CUK_DEVICES 64
+template <auto K> unsigned resident() {
+  static unsigned cache[CUK_DEVICES];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= CUK_DEVICES)
+    dev = 0;
+  unsigned r = __atomic_load_n(&cache[dev], __ATOMIC_RELAXED);
+  if (r)
+    return r;
+  int nb = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, K, CUK_THREADS, 0) !=
+          cudaSuccess ||
+      nb < 1)
+    nb = 1;
+  __atomic_store_n(&cache[dev], (unsigned)nb, __ATOMIC_RELAXED);
+  return (unsigned)nb;
+}
+
+/* Blocks for `work` items of one thread each, at most as many as kernel K
+ * has resident on the device's sms SMs at once: one wave, each block's
+ * grid-stride share the same. */
+template <auto K> unsigned blocks_for(size_t work, unsigned sms) {
   size_t need = (work + CUK_THREADS - 1) / CUK_THREADS;
+  size_t most = (size_t)(sms ? sms : 1u) * resident<K>();
   if (need == 0)
     need = 1;
-  return need < grid ? (unsigned)need : (grid ? grid : 1u);
+  return need < most ? (unsigned)need : (unsigned)most;
 }
 
 /* Launches kernel k with the given arguments and returns that launch's own
@@ -181,7 +207,7 @@ cudaError_t go(void (*k)(P...), unsigned blocks, unsigned threads,
 
 template <typename F, bool UNARY>
 int launch(void *dst, void *fwd, const void *a, const void *b, size_t n,
-           unsigned grid, cudaStream_t s, F f) {
+           unsigned sms, cudaStream_t s, F f) {
   typedef typename F::T T;
   if (n == 0)
     return cudaSuccess;
@@ -193,7 +219,8 @@ int launch(void *dst, void *fwd, const void *a, const void *b, size_t n,
   const unsigned char *a8 = static_cast<const unsigned char *>(a);
   const unsigned char *b8 = static_cast<const unsigned char *>(UNARY ? a : b);
   if (any % sizeof(T))
-    return go(k_elem<F, UNARY, true>, blocks_for(n, grid), CUK_THREADS, s, d8,
+    return go(k_elem<F, UNARY, true>,
+              blocks_for<k_elem<F, UNARY, true>>(n, sms), CUK_THREADS, s, d8,
               f8, a8, b8, n, f);
   if ((ua % 16) == (ub % 16) && (ua % 16) == (ud % 16) &&
       (ua % 16) == (uf % 16)) {
@@ -203,31 +230,33 @@ int launch(void *dst, void *fwd, const void *a, const void *b, size_t n,
     const size_t V = 16 / sizeof(T);
     size_t work = (n - head) / V;
     size_t extra = n - work * V; /* head and tail */
-    return go(k_vec<F, UNARY>, blocks_for(work > extra ? work : extra, grid),
+    return go(k_vec<F, UNARY>,
+              blocks_for<k_vec<F, UNARY>>(work > extra ? work : extra, sms),
               CUK_THREADS, s, static_cast<T *>(dst), static_cast<T *>(fwd),
               static_cast<const T *>(a), static_cast<const T *>(UNARY ? a : b),
               n, head, f);
   }
-  return go(k_elem<F, UNARY, false>, blocks_for(n, grid), CUK_THREADS, s, d8,
-            f8, a8, b8, n, f);
+  return go(k_elem<F, UNARY, false>,
+            blocks_for<k_elem<F, UNARY, false>>(n, sms), CUK_THREADS, s, d8, f8,
+            a8, b8, n, f);
 }
 
 template <int DT>
 int reduce_dt(void *dst, void *fwd, const void *a, const void *b, size_t n,
-              int op, unsigned grid, cudaStream_t s) {
+              int op, unsigned sms, cudaStream_t s) {
   switch (op) {
   case BRAID_SUM:
   case BRAID_AVG:
-    return launch<red_f<DT, ROP_SUM>, false>(dst, fwd, a, b, n, grid, s,
+    return launch<red_f<DT, ROP_SUM>, false>(dst, fwd, a, b, n, sms, s,
                                              red_f<DT, ROP_SUM>());
   case BRAID_PROD:
-    return launch<red_f<DT, ROP_PROD>, false>(dst, fwd, a, b, n, grid, s,
+    return launch<red_f<DT, ROP_PROD>, false>(dst, fwd, a, b, n, sms, s,
                                               red_f<DT, ROP_PROD>());
   case BRAID_MIN:
-    return launch<red_f<DT, ROP_MIN>, false>(dst, fwd, a, b, n, grid, s,
+    return launch<red_f<DT, ROP_MIN>, false>(dst, fwd, a, b, n, sms, s,
                                              red_f<DT, ROP_MIN>());
   case BRAID_MAX:
-    return launch<red_f<DT, ROP_MAX>, false>(dst, fwd, a, b, n, grid, s,
+    return launch<red_f<DT, ROP_MAX>, false>(dst, fwd, a, b, n, sms, s,
                                              red_f<DT, ROP_MAX>());
   default:
     return cudaErrorInvalidValue;
@@ -235,10 +264,10 @@ int reduce_dt(void *dst, void *fwd, const void *a, const void *b, size_t n,
 }
 
 template <int DT>
-int div_dt(void *buf, size_t n, int divisor, unsigned grid, cudaStream_t s) {
+int div_dt(void *buf, size_t n, int divisor, unsigned sms, cudaStream_t s) {
   div_f<DT> f;
   f.d = divisor;
-  return launch<div_f<DT>, true>(buf, NULL, buf, buf, n, grid, s, f);
+  return launch<div_f<DT>, true>(buf, NULL, buf, buf, n, sms, s, f);
 }
 
 __global__ void k_gate(volatile uint32_t *reached, volatile uint32_t *released,
@@ -457,6 +486,11 @@ template <typename F, bool UNARY> cudaError_t preload_f() {
     e = cudaFuncGetAttributes(&at, k_elem<F, UNARY, true>);
   if (e == cudaSuccess)
     e = cudaFuncGetAttributes(&at, k_elem<F, UNARY, false>);
+  if (e == cudaSuccess) {
+    resident<k_vec<F, UNARY>>();
+    resident<k_elem<F, UNARY, true>>();
+    resident<k_elem<F, UNARY, false>>();
+  }
   return e;
 }
 
@@ -499,21 +533,21 @@ extern "C" int cuk_preload(void) {
 }
 
 extern "C" int cuk_reduce(void *dst, void *fwd, const void *a, const void *b,
-                          size_t n, int dt, int op, unsigned grid,
+                          size_t n, int dt, int op, unsigned sms,
                           void *stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-#define CUK_CALL_REDUCE(D) return reduce_dt<D>(dst, fwd, a, b, n, op, grid, s)
+#define CUK_CALL_REDUCE(D) return reduce_dt<D>(dst, fwd, a, b, n, op, sms, s)
   ROP_DISPATCH(dt, CUK_CALL_REDUCE)
 #undef CUK_CALL_REDUCE
   return cudaErrorInvalidValue;
 }
 
-extern "C" int cuk_div(void *buf, size_t n, int dt, int divisor, unsigned grid,
+extern "C" int cuk_div(void *buf, size_t n, int dt, int divisor, unsigned sms,
                        void *stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (divisor <= 1 || n == 0)
     return cudaSuccess; /* as red_div: dividing by 1 changes nothing */
-#define CUK_CALL_DIV(D) return div_dt<D>(buf, n, divisor, grid, s)
+#define CUK_CALL_DIV(D) return div_dt<D>(buf, n, divisor, sms, s)
   ROP_DISPATCH(dt, CUK_CALL_DIV)
 #undef CUK_CALL_DIV
   return cudaErrorInvalidValue;
