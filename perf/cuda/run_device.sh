@@ -23,8 +23,8 @@
 #      (BRAID_CUDA_KERNEL_MAX=$KERNEL_MAX, src/exec_kernel.c);
 #   4. where the paths cross: allreduce time from 8 B to 4 MiB, 2 ranks on
 #      a CUDA stream, by each path (what the defaults of BRAID_CUDA_HOST_MAX
-#      and BRAID_CUDA_KERNEL_MAX should be; above KERNEL_MAX the kernel
-#      path's calls go direct).
+#      and BRAID_CUDA_KERNEL_MAX should be; KERNEL_MAX, default 4M, keeps
+#      every size of the sweep on the kernel path).
 # Items 2-4 run twice: first under MPS when nvidia-cuda-mps-control is
 # there (MPS=0 skips it; perf/cuda/mps.sh: a daemon of its own, with its
 # pipe and log folders under $LOG_DIR, started before and stopped after),
@@ -52,7 +52,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${1:-$ROOT/build-device}
 SIZE=${SIZE:-256M}
 HOST_MAX=${HOST_MAX:-4M}
-KERNEL_MAX=${KERNEL_MAX:-1M}
+KERNEL_MAX=${KERNEL_MAX:-4M}
 CUDA_BUFFSIZES=${CUDA_BUFFSIZES:-16M 32M 128M}
 LOG_DIR=${LOG_DIR:-$BUILD/device-logs}
 JOBS=${JOBS:-$(nproc)}

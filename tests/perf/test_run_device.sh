@@ -71,8 +71,8 @@ check "MPS pass: 10 bandwidth runs, 6 latency, 3 sweeps" \
   [ "$(grep -c '^mps.*-b 256M -e 256M -n 20 -w 5' "$T/full.calls")/$(grep -c '^mps.*-b 8 -e 8 -n 2000 -w 200' "$T/full.calls")/$(grep -c '^mps.*-e 4M -f 4 -n 200 -w 20' "$T/full.calls")" = 10/6/3 ]
 check "pass without MPS: the same runs, fewer iterations" \
   [ "$(grep -c '^plain.*-b 256M -e 256M -n 3 -w 1' "$T/full.calls")/$(grep -c '^plain.*-b 8 -e 8 -n 200 -w 20' "$T/full.calls")/$(grep -c '^plain.*-e 4M -f 4 -n 20 -w 2' "$T/full.calls")" = 10/6/3 ]
-check "kernel runs set BRAID_CUDA_KERNEL_MAX (256M bandwidth, 1M latency)" \
-  [ "$(grep -c 'kernel=256M .*-b 256M' "$T/full.calls")/$(grep -c 'kernel=1M .*-b 8 -e 8' "$T/full.calls")" = 4/4 ]
+check "kernel runs set BRAID_CUDA_KERNEL_MAX (256M bandwidth, 4M latency and sweep)" \
+  [ "$(grep -c 'kernel=256M .*-b 256M' "$T/full.calls")/$(grep -c 'kernel=4M .*-b 8 -e 8' "$T/full.calls")/$(grep -c 'kernel=4M .*-e 4M' "$T/full.calls")" = 4/4/2 ]
 m=$(line_of "$T/full.md" '^#### Under MPS')
 p=$(line_of "$T/full.md" '^#### The ranks as separate processes')
 check "report: the MPS section first" [ -n "$m" ] && [ -n "$p" ] && [ "$m" -lt "$p" ]
