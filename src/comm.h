@@ -111,7 +111,7 @@ struct braid_comm {
   pthread_cond_t qcond;
   exec_work *qhead, *qtail;
   int qlen;
-  /* queued calls that may launch allreduce kernels when they run: a call
+  /* queued calls that may launch collective kernels when they run: a call
    * on a CUDA stream launches its own only when there is none (src/
    * exec_kernel.c, "Order") */
   atomic_int kernel_deferred;

@@ -17,7 +17,7 @@
  *
  * Order. A communicator runs its calls in issue order, also across CUDA
  * streams with nothing ordering them: the progress thread runs gated calls
- * one after the other, but a small call's copies and an allreduce kernel
+ * one after the other, but a small call's copies and a collective kernel
  * (src/exec_kernel.c) run on the user's stream, not behind a gate. So each
  * call on a CUDA stream records the communicator's order event on its
  * stream after all it put there, and a call on another stream than the
@@ -239,7 +239,7 @@ static void gate_done(const gate_ref *g) {
  * exk_takes that needs no device side yet (a call that sets it up). */
 static int may_launch(const exec_op *ops, int nops) {
   for (int k = 0; k < nops; k++)
-    if (ops[k].dev < 0 || ops[k].is_barrier || ops[k].coll != SCHED_ALLREDUCE)
+    if (ops[k].dev < 0 || ops[k].is_barrier || !exk_coll(ops[k].coll))
       return 0;
   return nops > 0;
 }
@@ -431,7 +431,7 @@ static braid_result small_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
   return r;
 }
 
-/* Puts a call that goes as allreduce kernels (src/exec_kernel.c) on the
+/* Puts a call that goes as collective kernels (src/exec_kernel.c) on the
  * user's stream: no gate, the kernels are stream-ordered; the progress
  * thread waits for their end (q->ev) and reports errors. */
 static braid_result kernel_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,

@@ -122,7 +122,8 @@ int exec_dev_small(const braid_comm *c, const exec_op *op);
 
 /* src/exec_kernel.c: allreduce in one kernel (BRAID_CUDA_KERNEL_MAX).
  * exk_setup: collective, at the end of comm_dev_setup; exk_teardown before
- * the device side goes. exk_op: whether op goes that way; exk_takes:
+ * the device side goes. exk_coll: whether a collective can go that way;
+ * exk_op: whether op does; exk_takes:
  * whether a call does (all its ops). exk_launch puts the call's kernels on
  * stream and returns its completion (*ev) and the number of its last
  * kernel (*seq); exk_finish waits for them and reports the call's error
@@ -130,6 +131,7 @@ int exec_dev_small(const braid_comm *c, const exec_op *op);
  * exk_calls: kernels launched so far (tests). */
 braid_result exk_setup(braid_comm *c, size_t max, size_t slot);
 void exk_teardown(braid_comm *c);
+int exk_coll(sched_coll coll);
 int exk_op(const braid_comm *c, const exec_op *op);
 int exk_takes(const braid_comm *c, const exec_op *ops, int nops);
 braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,

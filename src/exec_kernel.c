@@ -1,32 +1,34 @@
 /*
- * Allreduce in one kernel: small device calls of one host's ranks without
- * a host thread on the way (BRAID_CUDA_KERNEL_MAX).
+ * Collectives in one kernel: device calls of one host's ranks without a
+ * host thread on the way (BRAID_CUDA_KERNEL_MAX): allreduce, reduce,
+ * broadcast, allgather and reduce_scatter.
  *
  * The device path of src/exec_dev.c moves each slot with a copy or a
  * reduction that a host thread issues and whose event it polls: about 14 us
  * per hand-over under MPS on an H200 (docs/PERFORMANCE.md), so an 8-byte
- * allreduce of 2 ranks takes tens of microseconds. Here the direct
- * schedule's allreduce (collectives/direct.c: every rank folds every input
- * in rank order) runs as one kernel per rank (cudev_kernel_allreduce,
- * transports/cuda/cuda_dev.h): each rank copies its input into an area of
- * its device memory that every rank maps through CUDA IPC, raises a flag in
- * every peer's area, waits for the peers' flags in its own, and folds the
- * ranks' inputs into its output; a call larger than a slot
- * (BRAID_CUDA_KERNEL_SLOT) goes through the area in chunks, and each block of
- * the kernel does its part of each chunk on flags of its own. On a CUDA stream
- * the kernel goes straight on the user's stream, with no gate: the call is
- * stream-ordered because the kernel is.
+ * allreduce of 2 ranks takes tens of microseconds. Here a call runs as one
+ * kernel per rank (cudev_kernel_coll, transports/cuda/cuda_dev.h): each
+ * rank copies its input into an area of its device memory that every rank
+ * maps through CUDA IPC, raises a flag in every peer's area, waits for the
+ * peers' flags in its own, and makes its output from the ranks' inputs (the
+ * direct schedules of collectives/direct.c: reductions fold every input in
+ * rank order, so every rank gets the same bits); a call larger than a slot
+ * (BRAID_CUDA_KERNEL_SLOT) goes through the area in chunks, and each block
+ * of the kernel does its part of each chunk on flags of its own. On a CUDA
+ * stream the kernel goes straight on the user's stream, with no gate: the
+ * call is stream-ordered because the kernel is.
  *
  * Which calls. A call (a single op or a group) goes this way when every op
- * is an allreduce on device buffers of the communicator's GPU of at most
- * BRAID_CUDA_KERNEL_MAX bytes (rank 0's value), every rank is on this host
- * over the cuda transport (comm_dev.ipc_all), there are at most
- * CUDEV_KA_RANKS of them, and BRAID_CHECK is off: the same answer on every
- * rank, as every rank must take the same path.
+ * is one of those collectives on device buffers of the communicator's GPU
+ * whose largest buffer (allgather's output, reduce_scatter's input, else
+ * count elements) is at most BRAID_CUDA_KERNEL_MAX bytes (rank 0's value),
+ * every rank is on this host over the cuda transport (comm_dev.ipc_all),
+ * there are at most CUDEV_KA_RANKS of them, and BRAID_CHECK is off: the
+ * same answer on every rank, as every rank must take the same path.
  *
  * Order. The kernels of one rank run one after the other in issue order (an
  * event of the previous call is waited for when a call goes on another
- * stream), and their calls are numbered in that order, the same on every
+ * stream), and their chunks are numbered in that order, the same on every
  * rank: chunk s uses slot s % 2. A call on a CUDA stream launches in the
  * issuing thread; a blocking call, or one on a host stream, launches when
  * it runs, on the internal stream. So that launches keep issue order, a call
@@ -84,8 +86,26 @@ static exk *of(const braid_comm *c) {
 
 typedef struct exk_rec {
   int32_t ok;
+  int32_t room; /* cudev_kernel_coll_room of this rank's GPU */
+  char busid[32];
   char handle[CUDEV_IPC_BYTES];
 } exk_rec;
+
+/* The most blocks of a call (cudev_ka.blocks), the same on every rank: all
+ * ranks' blocks must be resident at once on the GPUs they share, so the
+ * ranks on one GPU together take at most half of what it holds, and that on
+ * the fullest GPU. */
+static int blocks_for(const exk_rec *all, int n) {
+  int most = CUDEV_KA_BLOCKS;
+  for (int q = 0; q < n; q++) {
+    int sharing = 0;
+    for (int p = 0; p < n; p++)
+      sharing += strncmp(all[p].busid, all[q].busid, sizeof all[q].busid) == 0;
+    int b = all[q].room / 2 / (sharing > 0 ? sharing : 1);
+    most = b < most ? b : most;
+  }
+  return most < 1 ? 1 : most;
+}
 
 static void exk_free(exk *x) {
   if (x == NULL)
@@ -149,11 +169,17 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
     x->k.timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
   }
   if (x != NULL && all != NULL && make_area(c, x, why, sizeof why)) {
-    if (cudev_ipc_get(x->k.area[c->rank], mine.handle) == BRAID_SUCCESS)
-      mine.ok = 1;
-    else
+    if (cudev_ipc_get(x->k.area[c->rank], mine.handle) != BRAID_SUCCESS)
       snprintf(why, sizeof why, "an IPC handle for its area: %s",
                cudev_error());
+    else if (cudev_kernel_coll_room(&mine.room) != BRAID_SUCCESS ||
+             mine.room < 1 ||
+             cudev_busid(d->device, mine.busid, sizeof mine.busid) !=
+                 BRAID_SUCCESS)
+      snprintf(why, sizeof why, "the kernel's room on GPU %d: %s", d->device,
+               cudev_error());
+    else
+      mine.ok = 1;
   }
   int here = !mine.ok; /* the failure, if any, is this rank's */
   braid_result r = all != NULL
@@ -178,16 +204,18 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
   for (int q = 0; q < n && r == BRAID_SUCCESS && ok; q++)
     ok = oks[q];
   free(oks);
+  if (r == BRAID_SUCCESS && ok)
+    x->k.blocks = blocks_for(all, n);
   free(all);
   if (r != BRAID_SUCCESS) {
-    comm_set_error(c, "rank %d: setting up allreduce in one kernel: %s",
+    comm_set_error(c, "rank %d: setting up collectives in one kernel: %s",
                    c->rank, boot_last_error(c->boot));
     exk_free(x);
     return r;
   }
   if (!ok) {
     WARN(LOG_COLL,
-         "rank %d: no allreduce in one kernel (BRAID_CUDA_KERNEL_MAX): %s; "
+         "rank %d: no collectives in one kernel (BRAID_CUDA_KERNEL_MAX): %s; "
          "small calls take the usual device path",
          c->rank, here ? why : "a peer could not set it up");
     exk_free(x);
@@ -196,9 +224,10 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
   d->exk = x;
   d->kernel_max = max;
   INFO(LOG_COLL,
-       "rank %d: allreduce calls up to %zu bytes run in one kernel over "
-       "CUDA IPC (BRAID_CUDA_KERNEL_MAX)",
-       c->rank, max);
+       "rank %d: allreduce, reduce, broadcast, allgather and reduce_scatter "
+       "calls up to %zu bytes run in one kernel over CUDA IPC "
+       "(BRAID_CUDA_KERNEL_MAX), with up to %d blocks",
+       c->rank, max, x->k.blocks);
   return BRAID_SUCCESS;
 }
 
@@ -229,7 +258,7 @@ void exk_teardown(braid_comm *c) {
     if (t.tv_sec - t0.tv_sec > 5) {
       WARN(LOG_COLL,
            "rank %d: %d blocks of peers have not shown they are done with "
-           "this rank's allreduce kernel area after 5 s; freeing it",
+           "this rank's kernel area after 5 s; freeing it",
            c->rank, left);
       break;
     }
@@ -243,11 +272,44 @@ void exk_teardown(braid_comm *c) {
 
 /* ---- which calls ------------------------------------------------------- */
 
+/* The kernel's collective of an op, or -1. */
+static int kc_coll(sched_coll coll) {
+  switch (coll) {
+  case SCHED_ALLREDUCE:
+    return CUDEV_KC_ALLREDUCE;
+  case SCHED_REDUCE:
+    return CUDEV_KC_REDUCE;
+  case SCHED_BROADCAST:
+    return CUDEV_KC_BROADCAST;
+  case SCHED_ALLGATHER:
+    return CUDEV_KC_ALLGATHER;
+  case SCHED_REDUCE_SCATTER:
+    return CUDEV_KC_REDUCE_SCATTER;
+  default:
+    return -1;
+  }
+}
+
+/* The op as the kernel's call. */
+static cudev_kcall kc_call(const exec_op *op) {
+  cudev_kcall k = {kc_coll(op->coll), op->root, op->out, op->in,
+                   op->count,         op->dt,   op->op};
+  return k;
+}
+
+int exk_coll(sched_coll coll) { return kc_coll(coll) >= 0; }
+
 int exk_op(const braid_comm *c, const exec_op *op) {
   const comm_dev *d = c->dev;
-  return d != NULL && d->exk != NULL && op->coll == SCHED_ALLREDUCE &&
-         !op->is_barrier && op->dev == d->device && op->count > 0 &&
-         op->count * braid_dtype_size(op->dt) <= d->kernel_max && !c->check;
+  if (d == NULL || d->exk == NULL || kc_coll(op->coll) < 0 || op->is_barrier ||
+      op->dev != d->device || op->count == 0 || c->check)
+    return 0;
+  /* the call's largest buffer on any rank (as braid-perf reports sizes,
+   * and as exec_dev_small measures) */
+  int ib = sched_in_blocks(op->coll, c->nranks);
+  int ob = sched_out_blocks(op->coll, c->nranks);
+  size_t blocks = (size_t)(ib > ob ? ib : ob);
+  return op->count * braid_dtype_size(op->dt) * blocks <= d->kernel_max;
 }
 
 int exk_takes(const braid_comm *c, const exec_op *ops, int nops) {
@@ -270,12 +332,12 @@ static braid_result get_event(braid_comm *c, exk *x, void **ev) {
     *ev = x->free_ev[--x->nfree];
   } else if (x->nall >= EXK_EVENTS_MAX) {
     r = BRAID_ERR_NOMEM;
-    comm_set_error(c, "rank %d: %d allreduce kernels in flight at once",
+    comm_set_error(c, "rank %d: %d collective kernels in flight at once",
                    c->rank, x->nall);
   } else if ((r = cudev_event_create(ev)) == BRAID_SUCCESS) {
     x->all_ev[x->nall++] = *ev;
   } else {
-    comm_set_error(c, "rank %d: an event for an allreduce kernel: %s", c->rank,
+    comm_set_error(c, "rank %d: an event for a collective kernel: %s", c->rank,
                    cudev_error());
   }
   pthread_mutex_unlock(&x->lock);
@@ -301,13 +363,13 @@ braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,
   for (int k = 0; k < nops && r == BRAID_SUCCESS; k++) {
     const exec_op *op = &ops[k];
     what = "launching the kernel";
-    size_t bytes = op->count * braid_dtype_size(op->dt);
-    r = cudev_kernel_allreduce(&x->k, x->seq + 1, op->out, op->in, op->count,
-                               op->dt, op->op, stream);
+    cudev_kcall call = kc_call(op);
+    size_t bytes = cudev_kc_elems(&call, c->nranks) * braid_dtype_size(op->dt);
+    r = cudev_kernel_coll(&x->k, x->seq + 1, &call, stream);
     if (r != BRAID_SUCCESS)
       break;
     x->seq += CUDEV_KA_CHUNKS(bytes, x->k.slot);
-    for (int b = 0; b < cudev_ka_grid(bytes, x->k.slot); b++)
+    for (int b = 0; b < cudev_ka_grid(bytes, x->k.slot, x->k.blocks); b++)
       x->block_seq[b] = x->seq;
   }
   if (r == BRAID_SUCCESS) {
@@ -317,7 +379,7 @@ braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,
   if (r != BRAID_SUCCESS) {
     /* the launched ones run; the rest is missing on this rank: the peers'
      * kernels time out, and so does this communicator */
-    comm_set_error(c, "%s #%llu on rank %d (allreduce in one kernel): %s: %s",
+    comm_set_error(c, "%s #%llu on rank %d (in one kernel): %s: %s",
                    ops[0].name, (unsigned long long)ops[0].seq, c->rank, what,
                    cudev_error());
     put_event(x, e);
@@ -327,7 +389,7 @@ braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,
   x->last_stream = stream;
   *ev = e;
   *seq = x->seq;
-  TRACE(LOG_COLL, "%s #%llu: %d allreduce kernels up to chunk %llu",
+  TRACE(LOG_COLL, "%s #%llu: %d collective kernels up to chunk %llu",
         ops[0].name, (unsigned long long)ops[0].seq, nops,
         (unsigned long long)x->seq);
   return BRAID_SUCCESS;
@@ -350,16 +412,16 @@ static braid_result report(braid_comm *c, const exec_op *op, uint64_t st) {
   unsigned long long call = st & 0xffffffffffffull;
   if (why == CUDEV_KA_MISMATCH) {
     comm_set_error(c,
-                   "%s #%llu on rank %d: rank %d ran an allreduce of another "
-                   "count, dtype or op as allreduce kernel %llu: every rank "
+                   "%s #%llu on rank %d: rank %d ran another call (collective, "
+                   "root, count, dtype or op) as kernel chunk %llu: every rank "
                    "must make the same calls in the same order",
                    op->name, (unsigned long long)op->seq, c->rank, peer, call);
     return BRAID_ERR_MISMATCH;
   }
   if (why == CUDEV_KA_TIMEOUT) {
     comm_set_error(c,
-                   "%s #%llu on rank %d: rank %d did not reach allreduce "
-                   "kernel %llu within %d ms (BRAID_TIMEOUT)",
+                   "%s #%llu on rank %d: rank %d did not reach kernel chunk "
+                   "%llu within %d ms (BRAID_TIMEOUT)",
                    op->name, (unsigned long long)op->seq, c->rank, peer, call,
                    c->timeout_ms);
     return BRAID_ERR_TIMEOUT;
@@ -368,7 +430,7 @@ static braid_result report(braid_comm *c, const exec_op *op, uint64_t st) {
   if (r == BRAID_SUCCESS)
     r = BRAID_ERR_ABORTED;
   comm_set_error(c,
-                 "%s #%llu on rank %d: allreduce kernel %llu stopped: the "
+                 "%s #%llu on rank %d: kernel chunk %llu stopped: the "
                  "communicator was aborted or broken (%s)",
                  op->name, (unsigned long long)op->seq, c->rank, call,
                  atomic_load(&c->aborted) ? "aborted" : comm_broken_why(c));
@@ -427,7 +489,7 @@ braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
       *abort_word = 1;
       comm_set_error(c,
                      "%s #%llu on rank %d: the CUDA stream did not reach the "
-                     "call (allreduce in one kernel) within %d ms (twice "
+                     "call (in one kernel) within %d ms (twice "
                      "BRAID_TIMEOUT): work issued on the stream before it is "
                      "still running or waits for something that never comes",
                      op->name, (unsigned long long)op->seq, c->rank,
@@ -438,7 +500,7 @@ braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
     nanosleep(&nap, NULL);
   }
   if (q != BRAID_SUCCESS && r == BRAID_SUCCESS) {
-    comm_set_error(c, "%s #%llu on rank %d: the allreduce kernel failed: %s",
+    comm_set_error(c, "%s #%llu on rank %d: the collective kernel failed: %s",
                    op->name, (unsigned long long)op->seq, c->rank,
                    cudev_error());
     r = (braid_result)q;

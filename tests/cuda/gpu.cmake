@@ -34,7 +34,7 @@ add_test(NAME gpu_stream_small COMMAND test_gpu_stream --jobs 1)
 set_tests_properties(gpu_stream_small PROPERTIES TIMEOUT 300
   LABELS "cuda;gpu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_HOST_MAX=8M"
   SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
-# and with calls up to 64 KiB as allreduce kernels (src/exec_kernel.c)
+# and with calls up to 64 KiB as collective kernels (src/exec_kernel.c)
 add_test(NAME gpu_stream_kernel COMMAND test_gpu_stream --jobs 1)
 set_tests_properties(gpu_stream_kernel PROPERTIES TIMEOUT 300
   LABELS "cuda;gpu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_KERNEL_MAX=64K"
@@ -66,10 +66,12 @@ function(gpu_matrix_tests prefix counts labels)
   # stream_small_3: calls up to 4 KiB go through pinned host memory
   # (BRAID_CUDA_HOST_MAX), staged on the CUDA stream by ranks 0 and 2 and
   # by the progress thread of rank 1, which issues blocking calls: every
-  # rank must take the same path for a call. stream_kernel_3: allreduce
-  # calls up to 1 MiB run as kernels (BRAID_CUDA_KERNEL_MAX), launched on
+  # rank must take the same path for a call. stream_kernel_3: allreduce,
+  # reduce, broadcast, allgather and reduce_scatter calls up to 1 MiB run
+  # as kernels (BRAID_CUDA_KERNEL_MAX), launched on
   # the CUDA stream by ranks 0 and 2 and on the internal stream by rank 1;
-  # slots of 256 KiB: the largest calls take several chunks and 4 blocks.
+  # slots of 256 KiB: the largest calls take several chunks and 4 blocks
+  # (2 on the emulated GPU, which says it holds only 12 of them).
   foreach(run blocking_1 blocking_2 blocking_4 stream_1 stream_2 stream_4
           blocking_tcp_2 stream_small_3 stream_kernel_3)
     string(REGEX MATCH "^[a-z]+" mode ${run})
@@ -81,7 +83,9 @@ function(gpu_matrix_tests prefix counts labels)
       set(env "BRAID_CUDA_HOST_MAX=4K;GPU_MATRIX_BLOCKING_RANK=1")
       list(APPEND env "BRAID_TIMEOUT=120")
     elseif(run MATCHES "_kernel_")
+      # the emulated GPU holds 12 kernel blocks: 2 per call for 3 ranks
       set(env "BRAID_CUDA_KERNEL_MAX=1M;BRAID_CUDA_KERNEL_SLOT=256K")
+      list(APPEND env "CUDA_EMU_KERNEL_ROOM=12")
       list(APPEND env "GPU_MATRIX_BLOCKING_RANK=1")
       list(APPEND env "BRAID_TIMEOUT=120")
     endif()

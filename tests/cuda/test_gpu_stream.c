@@ -245,7 +245,7 @@ static int filled_and_wrapped(int rank, void *dev, const void *host,
 }
 
 /* With BRAID_CUDA_KERNEL_MAX set (and above the calls' size), whether
- * `calls` calls on the streams ran as allreduce kernels, and none without. */
+ * `calls` calls on the streams ran as collective kernels, and none without. */
 static int kernel_calls(int rank, braid_stream **bs, int nbs, uint64_t calls) {
   const char *k = getenv("BRAID_CUDA_KERNEL_MAX");
   uint64_t want = k != NULL && strcmp(k, "0") != 0 ? calls : 0, got = 0;
@@ -254,7 +254,7 @@ static int kernel_calls(int rank, braid_stream **bs, int nbs, uint64_t calls) {
   if (got == want)
     return 0;
   fprintf(stderr,
-          "rank %d: %llu calls ran as allreduce kernels, expected %llu "
+          "rank %d: %llu calls ran as collective kernels, expected %llu "
           "(BRAID_CUDA_KERNEL_MAX=%s)\n",
           rank, (unsigned long long)got, (unsigned long long)want,
           k ? k : "unset");
@@ -389,9 +389,13 @@ static int host_and_cuda_streams(braid_comm *c, int rank, int n) {
     return 10;
   uint64_t before = exk_calls(c);
   /* rank 0 lets each host-stream call finish before its CUDA-stream one;
-   * the others issue theirs while the host-stream call is still queued */
+   * the others issue theirs while the host-stream call is still queued.
+   * The host-stream calls are allreduces and broadcasts (of the allreduced
+   * da, which they leave as it is) in turn: both may launch kernels. */
   for (int r = 0; r < ROUNDS && rc == 0; r++)
-    if (braid_allreduce(da, da, K, BRAID_FLOAT32, BRAID_SUM, c, hs) !=
+    if ((r % 2 == 0
+             ? braid_allreduce(da, da, K, BRAID_FLOAT32, BRAID_SUM, c, hs)
+             : braid_broadcast(da, da, K, BRAID_FLOAT32, 0, c, hs)) !=
             BRAID_SUCCESS ||
         (rank == 0 && braid_stream_synchronize(hs) != BRAID_SUCCESS) ||
         braid_allreduce(db, db, K, BRAID_FLOAT32, BRAID_SUM, c, bs) !=
@@ -403,11 +407,13 @@ static int host_and_cuda_streams(braid_comm *c, int rank, int n) {
   CK(cudaStreamSynchronize(s));
   CK(cudaMemcpy(ha, da, sizeof ha, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(hb, db, sizeof hb, cudaMemcpyDeviceToHost));
-  float scale = 1.0f;
-  for (int r = 1; r < ROUNDS; r++)
+  float scale = 1.0f, scale_a = 1.0f;
+  for (int r = 1; r < ROUNDS; r++) {
     scale *= (float)n;
+    scale_a *= r % 2 == 0 ? (float)n : 1.0f;
+  }
   for (int i = 0; i < K && rc == 0; i++) {
-    float wa = scale * sum_over(n, (size_t)i);
+    float wa = scale_a * sum_over(n, (size_t)i);
     float wb = scale * (sum_over(n, (size_t)i) + 100.0f * (float)n);
     if (ha[i] != wa || hb[i] != wb) {
       fprintf(stderr, "rank %d: element %d: %g and %g, want %g and %g\n", rank,
@@ -418,7 +424,7 @@ static int host_and_cuda_streams(braid_comm *c, int rank, int n) {
   const char *k = getenv("BRAID_CUDA_KERNEL_MAX");
   uint64_t want = k != NULL && strcmp(k, "0") != 0 ? 2 * ROUNDS : 0;
   if (rc == 0 && exk_calls(c) - before != want) {
-    fprintf(stderr, "rank %d: %llu allreduce kernels, expected %llu\n", rank,
+    fprintf(stderr, "rank %d: %llu collective kernels, expected %llu\n", rank,
             (unsigned long long)(exk_calls(c) - before),
             (unsigned long long)want);
     rc = 19;
@@ -428,6 +434,93 @@ static int host_and_cuda_streams(braid_comm *c, int rank, int n) {
   cudaStreamDestroy(s);
   cudaFree(da);
   cudaFree(db);
+  return rc;
+}
+
+/* Every collective that can run as a kernel, on one CUDA stream: allreduce,
+ * reduce (recvbuf NULL off the root), broadcast (sendbuf NULL off the
+ * root), allgather and reduce_scatter out of place and in place. K is odd,
+ * so rank q's block of an allgather's output and a rank's range of a
+ * reduce_scatter's input start off 16-byte boundaries. With
+ * BRAID_CUDA_KERNEL_MAX every call must have run as a kernel. */
+static int every_collective(braid_comm *c, int rank, int n) {
+  enum { K = 1001, CALLS = 7 };
+  const size_t nk = (size_t)n * K;
+  const int root = n - 1, broot = 1 % n;
+  CK(cudaSetDevice(0));
+  float *h = malloc(nk * sizeof(float)), *got = malloc(nk * sizeof(float));
+  float *d[CALLS + 1];
+  if (h == NULL || got == NULL)
+    return 3;
+  for (int k = 0; k <= CALLS; k++)
+    CK(cudaMalloc((void **)&d[k], nk * sizeof(float)));
+  for (size_t i = 0; i < nk; i++)
+    h[i] = val(rank, i);
+  /* d[0]: the input (nk elements: reduce_scatter's); d[5], d[6]: the
+   * in-place allgather (own block) and reduce_scatter (all) */
+  CK(cudaMemcpy(d[5] + (size_t)rank * K, h, K * sizeof(float),
+                cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d[6], h, nk * sizeof(float), cudaMemcpyHostToDevice));
+  cudaStream_t s;
+  braid_stream *bs = NULL;
+  int rc = filled_and_wrapped(rank, d[0], h, nk * sizeof(float), &s, &bs);
+  if (rc)
+    return rc;
+  braid_result r[CALLS] = {
+      braid_allreduce(d[0], d[1], K, BRAID_FLOAT32, BRAID_SUM, c, bs),
+      braid_reduce(d[0], rank == root ? d[2] : NULL, K, BRAID_FLOAT32,
+                   BRAID_SUM, root, c, bs),
+      braid_broadcast(rank == broot ? d[0] : NULL, d[3], K, BRAID_FLOAT32,
+                      broot, c, bs),
+      braid_allgather(d[0], d[4], K, BRAID_FLOAT32, c, bs),
+      braid_allgather(d[5] + (size_t)rank * K, d[5], K, BRAID_FLOAT32, c, bs),
+      braid_reduce_scatter(d[0], d[7], K, BRAID_FLOAT32, BRAID_SUM, c, bs),
+      braid_reduce_scatter(d[6], d[6] + (size_t)rank * K, K, BRAID_FLOAT32,
+                           BRAID_SUM, c, bs)};
+  for (int k = 0; k < CALLS && rc == 0; k++)
+    if (r[k] != BRAID_SUCCESS) {
+      fprintf(stderr, "rank %d: call %d: %s (%s)\n", rank, k,
+              braid_result_string(r[k]), braid_comm_last_error(c));
+      rc = 12;
+    }
+  if (braid_stream_synchronize(bs) != BRAID_SUCCESS && rc == 0)
+    rc = 13;
+  CK(cudaStreamSynchronize(s));
+  /* what each output buffer must hold, element i */
+  static const char *what[] = {"",
+                               "allreduce",
+                               "reduce",
+                               "broadcast",
+                               "allgather",
+                               "allgather in place",
+                               "reduce_scatter in place",
+                               "reduce_scatter"};
+  for (int k = 1; k <= CALLS && rc == 0; k++) {
+    size_t len = k == 4 || k == 5 ? nk : K;
+    float *src = k == 6 ? d[6] + (size_t)rank * K : d[k];
+    if (k == 2 && rank != root)
+      continue;
+    CK(cudaMemcpy(got, src, len * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < len && rc == 0; i++) {
+      float want = k == 3             ? val(broot, i)
+                   : k == 4 || k == 5 ? val((int)(i / K), i % K)
+                   : k == 6 || k == 7 ? sum_over(n, (size_t)rank * K + i)
+                                      : sum_over(n, i);
+      if (got[i] != want) {
+        fprintf(stderr, "rank %d: %s: element %zu is %g, want %g\n", rank,
+                what[k], i, (double)got[i], (double)want);
+        rc = 14;
+      }
+    }
+  }
+  if (rc == 0)
+    rc = kernel_calls(rank, &bs, 1, CALLS);
+  braid_stream_destroy(bs);
+  cudaStreamDestroy(s);
+  for (int k = 0; k <= CALLS; k++)
+    cudaFree(d[k]);
+  free(h);
+  free(got);
   return rc;
 }
 
@@ -570,6 +663,11 @@ Test(gpu_stream, calls_alternating_between_streams_keep_issue_order,
 Test(gpu_stream, host_and_cuda_streams_interleaved, .timeout = 120) {
   run(host_and_cuda_streams, 2, "host and CUDA streams");
   run(host_and_cuda_streams, 3, "host and CUDA streams");
+}
+
+Test(gpu_stream, every_collective_that_runs_as_a_kernel, .timeout = 120) {
+  run(every_collective, 2, "every collective");
+  run(every_collective, 3, "every collective");
 }
 
 Test(gpu_stream, send_and_recv_before_any_collective, .timeout = 120) {

@@ -67,25 +67,34 @@ braid_result cudev_reduce_fwd(void *dst, void *fwd, const void *a,
 braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
                        void *stream);
 
-/* Allreduce in one kernel (src/exec_kernel.c): the direct schedule's
- * allreduce of up to CUDEV_KA_RANKS ranks of one host, whose areas (made
- * with cudev_malloc, CUDEV_KA_AREA(slot) bytes, zeroed, mapped into every
- * rank through CUDA IPC) hold each rank's flags and two input slots.
+/* Collectives in one kernel (src/exec_kernel.c): allreduce, reduce,
+ * broadcast, allgather and reduce_scatter of up to CUDEV_KA_RANKS ranks of
+ * one host, whose areas (made with cudev_malloc, CUDEV_KA_AREA(slot) bytes,
+ * zeroed, mapped into every rank through CUDA IPC) hold each rank's flags
+ * and two input slots.
  *
- * A call goes through the slots in chunks of `slot` bytes
- * (CUDEV_KA_CHUNKS), chunk j numbered seq + j (numbers increase from 1 in
- * issue order, the same on every rank). Each chunk is cut into one part
+ * Every rank's input is `cudev_kc_elems` elements (reduce_scatter: nranks x
+ * count; the others: count) and goes through the slots in chunks of `slot`
+ * bytes (CUDEV_KA_CHUNKS), chunk j numbered seq + j (numbers increase from 1
+ * in issue order, the same on every rank). Each chunk is cut into one part
  * per block (CUDEV_KA_PART; cudev_ka_grid blocks, the same on every rank),
  * and block b of rank r, for each chunk s in turn: copies its part of the
- * input into slot s % 2 of r's area, raises its "ready" flag (b, r) in
- * every peer's area to s (CUDEV_KA_FLAG), waits until every peer's ready
- * flag (b, q) in r's area is at least s (and, at s, of the same call), folds
- * the ranks' parts in rank order (the same order on every rank, so the results
- * are bitwise identical; BRAID_AVG divides once at the end) into out, and
- * raises its "done" flag (b, r) in every peer's area to s. A block rewrites its
- * part of a slot two chunks later, after every peer's block b raised its ready
- * flag for the chunk between, which it does only once done with the part; an
- * area's owner frees it once the done flags show its last chunk.
+ * input into slot s % 2 of r's area (broadcast: the root only), raises its
+ * "ready" flag (b, r) in every peer's area to s (CUDEV_KA_FLAG), waits until
+ * every peer's ready flag (b, q) in r's area is at least s (and, at s, of
+ * the same call), makes its part of the output from the ranks' parts, and
+ * raises its "done" flag (b, r) in every peer's area to s. The output:
+ *  - allreduce: the ranks' parts folded in rank order (the same order on
+ *    every rank, so the results are bitwise identical; BRAID_AVG divides
+ *    once at the end); reduce: the same, at the root only;
+ *  - reduce_scatter: the same for the elements of r's range of the input,
+ *    [r x count, (r + 1) x count), into out from its start;
+ *  - broadcast: the root's part; allgather: every rank q's part, at
+ *    q x count in out.
+ * A block rewrites its part of a slot two chunks later, after every peer's
+ * block b raised its ready flag for the chunk between, which it does only
+ * once done with the part; an area's owner frees it once the done flags show
+ * its last chunk.
  *
  * A wait that sees *abort nonzero, or *status set by another block, or
  * lasts timeout_ns, ends the call and stores in *status (if it is 0) which
@@ -107,38 +116,95 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
 #define CUDEV_KA_PART(cn, nb, v) (((cn) + (nb)-1) / (nb) + (v)-1) / (v) * (v)
 #define CUDEV_KA_TIMEOUT 1  /* a peer did not raise its flag in time */
 #define CUDEV_KA_ABORTED 2  /* *abort was set, or another block failed */
-#define CUDEV_KA_MISMATCH 3 /* a peer's call has another count, dtype or op */
+#define CUDEV_KA_MISMATCH 3 /* a peer's call differs (collective, count...) */
 /* A ready flag: the chunk's number and a fingerprint of the call (its
- * count, dtype and op), so that a rank whose peer runs another call (a
- * user's mismatch, or calls taken in another order) stops instead of
- * folding the wrong data. Done flags hold the chunk's number alone. */
-#define CUDEV_KA_FP(n, dt, op)                                                 \
+ * collective, root, count, dtype and op), so that a rank whose peer runs
+ * another call (a user's mismatch, or calls taken in another order) stops
+ * instead of using the wrong data. Done flags hold the chunk's number
+ * alone. */
+#define CUDEV_KA_FP(n, dt, op, coll, root)                                     \
   ((((uint64_t)(n) ^ ((uint64_t)(n) >> 16) ^ ((uint64_t)(n) >> 32)) *          \
         0x9e37u +                                                              \
-    (uint64_t)(dt)*0x3bu + (uint64_t)(op)) &                                   \
+    (uint64_t)(dt)*0x3bu + (uint64_t)(op) + (uint64_t)(coll)*0x1f1u +          \
+    (uint64_t)(root)*0x2c9u) &                                                 \
    0xffffu)
 #define CUDEV_KA_FLAG(seq, fp) ((uint64_t)(seq) << 16 | (uint64_t)(fp))
 /* status = why << 56 | peer << 48 | low 48 bits of the chunk's number */
 #define CUDEV_KA_STATUS(why, peer, seq)                                        \
   ((uint64_t)(why) << 56 | (uint64_t)(peer) << 48 |                            \
    ((uint64_t)(seq)&0xffffffffffffull))
-/* blocks of a call of `bytes`: one per 64 KiB of its first chunk */
-static inline int cudev_ka_grid(size_t bytes, size_t slot) {
+/* blocks of a call of `bytes`: one per 64 KiB of its first chunk, at most
+ * `most` (cudev_ka.blocks) */
+static inline int cudev_ka_grid(size_t bytes, size_t slot, int most) {
   size_t first = bytes < slot ? bytes : slot, nb = (first + 65535) / 65536;
-  return nb < 1 ? 1 : nb > CUDEV_KA_BLOCKS ? CUDEV_KA_BLOCKS : (int)nb;
+  if (most < 1 || most > CUDEV_KA_BLOCKS)
+    most = CUDEV_KA_BLOCKS;
+  return nb < 1 ? 1 : nb > (size_t)most ? most : (int)nb;
 }
 typedef struct cudev_ka {
   int rank, nranks;
   void *area[CUDEV_KA_RANKS]; /* every rank's area as mapped here */
   size_t slot;                /* bytes of a slot, a multiple of 256 */
-  uint64_t *status;           /* mapped pinned host memory (cudev_host_dptr) */
-  uint32_t *abort;            /* the same */
+  /* the most blocks of a call, the same on every rank: every rank's blocks
+   * must be resident at once on the GPUs they share (block b of one rank
+   * waits for block b of the others), so exk_setup keeps them together to
+   * at most half of what a GPU holds (cudev_kernel_coll_room) */
+  int blocks;
+  uint64_t *status; /* mapped pinned host memory (cudev_host_dptr) */
+  uint32_t *abort;  /* the same */
   uint64_t timeout_ns;
 } cudev_ka;
+/* The collectives (CUDEV_KC_*) and one call of one of them. */
+enum {
+  CUDEV_KC_ALLREDUCE,
+  CUDEV_KC_REDUCE,
+  CUDEV_KC_BROADCAST,
+  CUDEV_KC_ALLGATHER,
+  CUDEV_KC_REDUCE_SCATTER,
+  CUDEV_KC_NUM
+};
+typedef struct cudev_kcall {
+  int coll, root; /* root: reduce and broadcast */
+  void *out;      /* unused: reduce off the root */
+  const void *in; /* unused: broadcast off the root */
+  size_t count;   /* the collective's count (allgather: a rank's input;
+                     reduce_scatter: a rank's output) */
+  braid_dtype dt;
+  braid_op op; /* reductions */
+} cudev_kcall;
+/* Elements of a rank's input: what goes through the slots. */
+static inline size_t cudev_kc_elems(const cudev_kcall *c, int nranks) {
+  return c->coll == CUDEV_KC_REDUCE_SCATTER ? c->count * (size_t)nranks
+                                            : c->count;
+}
+/* 1 when k and c make a call the kernel can run (a known collective,
+ * dtype, op where it reduces, root, and ranks and slots in range). */
+static inline int cudev_kc_valid(const cudev_ka *k, const cudev_kcall *c) {
+  int reduces = c->coll == CUDEV_KC_ALLREDUCE || c->coll == CUDEV_KC_REDUCE ||
+                c->coll == CUDEV_KC_REDUCE_SCATTER;
+  int rooted = c->coll == CUDEV_KC_REDUCE || c->coll == CUDEV_KC_BROADCAST;
+  return k->nranks >= 1 && k->nranks <= CUDEV_KA_RANKS && k->rank >= 0 &&
+         k->rank < k->nranks && k->slot > 0 && k->slot % 256 == 0 &&
+         c->coll >= 0 && c->coll < CUDEV_KC_NUM &&
+         (unsigned)c->dt < BRAID_NUM_DTYPES &&
+         (!reduces || (unsigned)c->op < BRAID_NUM_OPS) &&
+         (!rooted || (c->root >= 0 && c->root < k->nranks));
+}
+/* The fingerprint of a call's ready flags: its op only where it reduces,
+ * its root only where it has one. */
+static inline uint64_t cudev_kc_fp(const cudev_kcall *c) {
+  int reduces = c->coll == CUDEV_KC_ALLREDUCE || c->coll == CUDEV_KC_REDUCE ||
+                c->coll == CUDEV_KC_REDUCE_SCATTER;
+  int rooted = c->coll == CUDEV_KC_REDUCE || c->coll == CUDEV_KC_BROADCAST;
+  return CUDEV_KA_FP(c->count, c->dt, reduces ? (int)c->op : 0, c->coll,
+                     rooted ? c->root : 0);
+}
+/* How many blocks of the collective kernel the current device holds at
+ * once (SMs x the fewest resident per SM of any of its dtypes and ops). */
+braid_result cudev_kernel_coll_room(int *blocks);
 /* The call's first chunk is number seq. */
-braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
-                                    const void *in, size_t n, braid_dtype dt,
-                                    braid_op op, void *stream);
+braid_result cudev_kernel_coll(const cudev_ka *k, uint64_t seq,
+                               const cudev_kcall *call, void *stream);
 /* Makes `stream` wait for `event` (recorded on another stream). */
 braid_result cudev_stream_wait(void *stream, void *event);
 

@@ -294,24 +294,35 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
 
 static braid_result dev_preload(void);
 
-braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
-                                    const void *in, size_t n, braid_dtype dt,
-                                    braid_op op, void *stream) {
-  braid_result r = dev_check("cudev_kernel_allreduce", dt, op);
+braid_result cudev_kernel_coll_room(int *blocks) {
+  unsigned sms;
+  int per = 0;
+  braid_result r = dev_preload();
   if (r == BRAID_SUCCESS)
-    r = dev_preload(); /* loads kernels before any gate can hold a stream */
+    r = dev_sms(&sms);
   if (r != BRAID_SUCCESS)
     return r;
-  if (k->nranks < 1 || k->nranks > CUDEV_KA_RANKS || k->rank < 0 ||
-      k->rank >= k->nranks || k->slot == 0 || k->slot % 256 != 0) {
+  DEV_CALL("cudaOccupancyMaxActiveBlocksPerMultiprocessor (collective kernel)",
+           (cudaError_t)cuk_coll_resident(&per));
+  *blocks = (int)sms * per;
+  return BRAID_SUCCESS;
+}
+
+braid_result cudev_kernel_coll(const cudev_ka *k, uint64_t seq,
+                               const cudev_kcall *call, void *stream) {
+  if (!cudev_kc_valid(k, call)) {
     snprintf(dev_msg, sizeof dev_msg,
-             "cudev_kernel_allreduce: rank %d of %d, slots of %zu bytes",
-             k->rank, k->nranks, k->slot);
+             "cudev_kernel_coll: collective %d, root %d, dtype %d, op %d, "
+             "rank %d of %d, slots of %zu bytes",
+             call->coll, call->root, (int)call->dt, (int)call->op, k->rank,
+             k->nranks, k->slot);
     return BRAID_ERR_INVALID_ARG;
   }
-  DEV_CALL(
-      "allreduce kernel launch",
-      (cudaError_t)cuk_allreduce(k, seq, out, in, n, (int)dt, (int)op, stream));
+  braid_result r = dev_preload(); /* loads kernels before a gate holds one */
+  if (r != BRAID_SUCCESS)
+    return r;
+  DEV_CALL("collective kernel launch",
+           (cudaError_t)cuk_coll(k, seq, call, stream));
   return BRAID_SUCCESS;
 }
 

@@ -27,10 +27,14 @@ int cuk_div(void *buf, size_t n, int dt, int divisor, unsigned sms,
  * *reached and waits until (int32_t)(*released - seq) >= 0 (device pointers
  * of mapped pinned host memory). */
 int cuk_gate(uint32_t *reached, uint32_t *released, uint32_t seq, void *stream);
-/* The allreduce kernel of cudev_kernel_allreduce (cuda_dev.h): one block. */
+/* The kernel of cudev_kernel_coll (cuda_dev.h); the call is valid. */
 struct cudev_ka;
-int cuk_allreduce(const struct cudev_ka *k, uint64_t seq, void *out,
-                  const void *in, size_t n, int dt, int op, void *stream);
+struct cudev_kcall;
+int cuk_coll(const struct cudev_ka *k, uint64_t seq,
+             const struct cudev_kcall *call, void *stream);
+/* The fewest blocks of that kernel (any dtype and op) resident on one SM of
+ * the current device. */
+int cuk_coll_resident(int *per_sm);
 /* Loads every kernel above on the current device (cudaFuncGetAttributes)
  * and computes the reduction kernels' resident blocks per SM. Lazy loading
  * would otherwise load one at its first launch, which may wait for a stream

@@ -112,18 +112,18 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
   return none("cudev_div");
 }
 
-braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
-                                    const void *in, size_t n, braid_dtype dt,
-                                    braid_op op, void *stream) {
+braid_result cudev_kernel_coll_room(int *blocks) {
+  *blocks = 0;
+  return none("cudev_kernel_coll_room");
+}
+
+braid_result cudev_kernel_coll(const cudev_ka *k, uint64_t seq,
+                               const cudev_kcall *call, void *stream) {
   (void)k;
   (void)seq;
-  (void)out;
-  (void)in;
-  (void)n;
-  (void)dt;
-  (void)op;
+  (void)call;
   (void)stream;
-  return none("cudev_kernel_allreduce");
+  return none("cudev_kernel_coll");
 }
 braid_result cudev_host_dptr(void *host, void **dev) {
   (void)host;

@@ -1,7 +1,7 @@
 /*
  * CUDA kernels of the device layer: reduction (and reduce-and-forward) for
  * every dtype x op, the division of BRAID_AVG, the fallback stream gate, and
- * allreduce in one kernel for small calls of one host's ranks.
+ * collectives in one kernel for the calls of one host's ranks.
  *
  * Element semantics come from reduce_ops.cuh (the CPU kernels' results, bit
  * for bit). Three shapes of the same loop:
@@ -284,7 +284,7 @@ __global__ void k_gate(volatile uint32_t *reached, volatile uint32_t *released,
   __threadfence_system();
 }
 
-/* ---- allreduce in one kernel (cudev_kernel_allreduce, cuda_dev.h) ------- */
+/* ---- collectives in one kernel (cudev_kernel_coll, cuda_dev.h) --------- */
 
 __device__ __forceinline__ uint64_t ka_now() {
   uint64_t t;
@@ -349,25 +349,90 @@ __device__ __forceinline__ void ka_wait(const cudev_ka &k, char *const *area,
   __syncthreads();
 }
 
-/* Block b's part of each chunk (see cuda_dev.h). Peers' slots are read
- * through L2 (ld.global.cg, volatile for single elements): never a stale
- * L1 line of the chunk two before. The user's buffers may be at any byte
- * offset: 16-byte loads and stores where they are 16-byte aligned, else
- * element by element (bytes where not even element-aligned). */
+/* Writes out[i + d0] for the elements i in [a, b) of the chunk in slot
+ * offset `off`: the ranks' elements folded in rank order (src < 0; avg:
+ * then divided by their number), or rank src's element. Peers' slots are
+ * read through L2 (ld.global.cg, volatile for single elements): never a
+ * stale L1 line of the chunk two before. 16-byte loads (the slots are
+ * 256-byte aligned); 16-byte stores where out + d0 is 16-byte aligned,
+ * else element by element (bytes where not even element-aligned). d0 may be
+ * negative (reduce_scatter): only out[i + d0] for i in [a, b) is touched. */
+template <int DT, int OP>
+__device__ __forceinline__ void ka_emit(char *const *area, size_t off, int nr,
+                                        int me, int src, int avg, void *out,
+                                        ptrdiff_t d0, size_t a, size_t b) {
+  typedef typename rop_type<DT>::T T;
+  const int V = 16 / sizeof(T);
+  if (a >= b)
+    return;
+  const uintptr_t ob = (uintptr_t)out + (uintptr_t)(d0 * (ptrdiff_t)sizeof(T));
+  unsigned char *o8 = reinterpret_cast<unsigned char *>(ob);
+  const bool o16 = ob % 16 == 0, oel = ob % sizeof(T) == 0;
+  const int q0 = src < 0 ? 0 : src, q1 = src < 0 ? nr : src + 1;
+  const size_t va = (a + V - 1) / V, vb = b / V;
+  /* elements one by one: [a, h1) and [t0, b), vectors between */
+  const size_t h1 = va < vb ? va * V : b, t0 = va < vb ? vb * V : b;
+  for (size_t v = va + threadIdx.x; v < vb; v += blockDim.x) {
+    vec16<T> acc;
+    for (int q = q0; q < q1; q++) {
+      const uint4 *p = reinterpret_cast<const uint4 *>(area[q] + off);
+      uint4 x = q == me ? p[v] : __ldcg(p + v);
+      acc.v = q == q0 ? x : red_f<DT, OP>().vec(acc.v, x);
+    }
+    if (avg)
+      acc.v = div_f<DT>{nr}.vec(acc.v, acc.v);
+    if (o16) {
+      reinterpret_cast<uint4 *>(ob)[v] = acc.v;
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; e++)
+        st<T, true>(o8, v * V + e, acc.e[e]);
+    }
+  }
+  for (int part = 0; part < 2; part++) {
+    const size_t e0 = part ? t0 : a, e1 = part ? b : h1;
+    for (size_t i = e0 + threadIdx.x; i < e1; i += blockDim.x) {
+      T acc = T();
+      for (int q = q0; q < q1; q++) {
+        T x = reinterpret_cast<const volatile T *>(area[q] + off)[i];
+        acc = q == q0 ? x : rop_type<DT>::template op<OP>(acc, x);
+      }
+      if (avg)
+        acc = rop_type<DT>::div(acc, nr);
+      if (oel)
+        reinterpret_cast<T *>(ob)[i] = acc;
+      else
+        st<T, true>(o8, i, acc);
+    }
+  }
+}
+
+/* Block b's part of each chunk (see cuda_dev.h): copies its part of the
+ * input into this rank's slot (16-byte loads and stores where the input is
+ * 16-byte aligned, else element by element), raises and waits for the
+ * ready flags, then makes its part of the output with ka_emit. nin: the
+ * elements of a rank's input (cudev_kc_elems). */
 template <int DT, int OP>
 __global__ void __launch_bounds__(CUDEV_KA_THREADS)
-    k_allreduce(cudev_ka k, uint64_t seq, uint64_t fp,
-                typename rop_type<DT>::T *out,
-                const typename rop_type<DT>::T *in, size_t n, int avg) {
+    k_coll(cudev_ka k, uint64_t seq, uint64_t fp, cudev_kcall c, size_t nin) {
   typedef typename rop_type<DT>::T T;
   const int V = 16 / sizeof(T);
   __shared__ volatile int stop;
   __shared__ char *area[CUDEV_KA_RANKS];
   const int t = threadIdx.x, me = k.rank, nr = k.nranks, b = blockIdx.x;
   const size_t ce = k.slot / sizeof(T); /* elements of a chunk */
-  const bool in16 = (uintptr_t)in % 16 == 0, out16 = (uintptr_t)out % 16 == 0;
+  const T *in = static_cast<const T *>(c.in);
+  const bool copies = c.coll != CUDEV_KC_BROADCAST || me == c.root;
+  const bool in16 = (uintptr_t)in % 16 == 0;
   const bool in_el = (uintptr_t)in % sizeof(T) == 0;
-  const bool out_el = (uintptr_t)out % sizeof(T) == 0;
+  const int avg = c.op == BRAID_AVG &&
+                  (c.coll == CUDEV_KC_ALLREDUCE || c.coll == CUDEV_KC_REDUCE ||
+                   c.coll == CUDEV_KC_REDUCE_SCATTER);
+  /* reduce_scatter: this rank's range of the input */
+  const size_t r0 = (size_t)me * c.count, r1 = r0 + c.count;
+  /* allgather in place: this rank's input is its block of out */
+  const bool ag_inplace =
+      c.coll == CUDEV_KC_ALLGATHER && in == static_cast<T *>(c.out) + r0;
   if (t == 0)
     stop = *reinterpret_cast<volatile uint64_t *>(k.status) != 0;
 #pragma unroll
@@ -375,28 +440,26 @@ __global__ void __launch_bounds__(CUDEV_KA_THREADS)
     if (t == q)
       area[q] = static_cast<char *>(k.area[q]);
   __syncthreads();
-  for (size_t j = 0; !stop && j * ce < n; j++) {
+  for (size_t j = 0; !stop && j * ce < nin; j++) {
     const uint64_t s = seq + j;
-    const size_t c0 = j * ce, cn = n - c0 < ce ? n - c0 : ce;
+    const size_t c0 = j * ce, cn = nin - c0 < ce ? nin - c0 : ce;
     const size_t pe = CUDEV_KA_PART(cn, (size_t)gridDim.x, (size_t)V);
     const size_t lo = (size_t)b * pe < cn ? (size_t)b * pe : cn;
     const size_t hi = lo + pe < cn ? lo + pe : cn;
     const size_t off = CUDEV_KA_FLAGS + (size_t)(s % 2) * k.slot;
     T *mine = reinterpret_cast<T *>(area[me] + off);
     const T *src = in + c0;
-    T *dst = out + c0;
-    /* 16-byte vectors [vlo, vhi), then elements [tail, hi); lo is a
-     * multiple of V unless the part is empty (lo == hi == cn) */
+    /* copy in: 16-byte vectors [vlo, vhi), then elements [tail, hi); lo
+     * is a multiple of V unless the part is empty (lo == hi == cn) */
     const size_t vlo = lo / V, vhi = hi / V;
     const size_t tail = vhi * V > lo ? vhi * V : lo;
-    /* copy in */
-    if (in16) {
+    if (copies && in16) {
       for (size_t v = vlo + t; v < vhi; v += blockDim.x)
         reinterpret_cast<uint4 *>(mine)[v] =
             reinterpret_cast<const uint4 *>(src)[v];
       for (size_t i = tail + t; i < hi; i += blockDim.x)
         mine[i] = src[i];
-    } else {
+    } else if (copies) {
       for (size_t i = lo + t; i < hi; i += blockDim.x)
         mine[i] =
             in_el
@@ -408,38 +471,32 @@ __global__ void __launch_bounds__(CUDEV_KA_THREADS)
     ka_wait(k, area, b, s, fp, &stop);
     if (stop)
       break;
-    /* fold the ranks' parts in rank order */
-    for (size_t v = vlo + t; v < vhi; v += blockDim.x) {
-      vec16<T> acc, x;
-      for (int q = 0; q < nr; q++) {
-        const uint4 *p = reinterpret_cast<const uint4 *>(area[q] + off);
-        x.v = q == me ? p[v] : __ldcg(p + v);
-        acc.v = q == 0 ? x.v : red_f<DT, OP>().vec(acc.v, x.v);
-      }
-      if (avg)
-        acc.v = div_f<DT>{nr}.vec(acc.v, acc.v);
-      if (out16) {
-        reinterpret_cast<uint4 *>(dst)[v] = acc.v;
-      } else {
-#pragma unroll
-        for (int e = 0; e < V; e++)
-          st<T, true>(reinterpret_cast<unsigned char *>(dst), v * V + e,
-                      acc.e[e]);
-      }
+    const ptrdiff_t pc0 = (ptrdiff_t)c0;
+    switch (c.coll) {
+    case CUDEV_KC_ALLREDUCE:
+      ka_emit<DT, OP>(area, off, nr, me, -1, avg, c.out, pc0, lo, hi);
+      break;
+    case CUDEV_KC_REDUCE:
+      if (me == c.root)
+        ka_emit<DT, OP>(area, off, nr, me, -1, avg, c.out, pc0, lo, hi);
+      break;
+    case CUDEV_KC_REDUCE_SCATTER: {
+      /* [r0, r1) of the input, as indices of this chunk, within the part */
+      const size_t a = r0 > c0 + lo ? r0 - c0 : lo;
+      const size_t e = r1 < c0 + hi ? (r1 > c0 ? r1 - c0 : 0) : hi;
+      ka_emit<DT, OP>(area, off, nr, me, -1, avg, c.out, pc0 - (ptrdiff_t)r0, a,
+                      e);
+      break;
     }
-    for (size_t i = tail + t; i < hi; i += blockDim.x) {
-      T acc = mine[i];
-      for (int q = 0; q < nr; q++) {
-        T x = q == me ? mine[i]
-                      : reinterpret_cast<const volatile T *>(area[q] + off)[i];
-        acc = q == 0 ? x : rop_type<DT>::template op<OP>(acc, x);
-      }
-      if (avg)
-        acc = rop_type<DT>::div(acc, nr);
-      if (out_el)
-        dst[i] = acc;
-      else
-        st<T, true>(reinterpret_cast<unsigned char *>(dst), i, acc);
+    case CUDEV_KC_BROADCAST:
+      ka_emit<DT, OP>(area, off, nr, me, c.root, 0, c.out, pc0, lo, hi);
+      break;
+    default: /* CUDEV_KC_ALLGATHER */
+      for (int q = 0; q < nr; q++)
+        if (q != me || !ag_inplace)
+          ka_emit<DT, OP>(area, off, nr, me, q, 0, c.out,
+                          (ptrdiff_t)((size_t)q * c.count) + pc0, lo, hi);
+      break;
     }
     __syncthreads();
     ka_raise(k, area, CUDEV_KA_DONE(b, me), s);
@@ -447,27 +504,28 @@ __global__ void __launch_bounds__(CUDEV_KA_THREADS)
 }
 
 template <int DT>
-int allreduce_dt(const cudev_ka *k, uint64_t seq, void *out, const void *in,
-                 size_t n, int op, cudaStream_t s) {
+int coll_dt(const cudev_ka *k, uint64_t seq, const cudev_kcall *c,
+            cudaStream_t s) {
   typedef typename rop_type<DT>::T T;
-  T *o = static_cast<T *>(out);
-  const T *i = static_cast<const T *>(in);
-  unsigned nb = (unsigned)cudev_ka_grid(n * sizeof(T), k->slot);
-  uint64_t fp = CUDEV_KA_FP(n, DT, op);
-  switch (op) {
+  size_t nin = cudev_kc_elems(c, k->nranks);
+  unsigned nb = (unsigned)cudev_ka_grid(nin * sizeof(T), k->slot, k->blocks);
+  uint64_t fp = cudev_kc_fp(c);
+  int reduces = c->coll == CUDEV_KC_ALLREDUCE || c->coll == CUDEV_KC_REDUCE ||
+                c->coll == CUDEV_KC_REDUCE_SCATTER;
+  switch (reduces ? (int)c->op : (int)BRAID_SUM) {
   case BRAID_SUM:
   case BRAID_AVG:
-    return go(k_allreduce<DT, ROP_SUM>, nb, CUDEV_KA_THREADS, s, *k, seq, fp, o,
-              i, n, (int)(op == BRAID_AVG));
+    return go(k_coll<DT, ROP_SUM>, nb, CUDEV_KA_THREADS, s, *k, seq, fp, *c,
+              nin);
   case BRAID_PROD:
-    return go(k_allreduce<DT, ROP_PROD>, nb, CUDEV_KA_THREADS, s, *k, seq, fp,
-              o, i, n, 0);
+    return go(k_coll<DT, ROP_PROD>, nb, CUDEV_KA_THREADS, s, *k, seq, fp, *c,
+              nin);
   case BRAID_MIN:
-    return go(k_allreduce<DT, ROP_MIN>, nb, CUDEV_KA_THREADS, s, *k, seq, fp, o,
-              i, n, 0);
+    return go(k_coll<DT, ROP_MIN>, nb, CUDEV_KA_THREADS, s, *k, seq, fp, *c,
+              nin);
   case BRAID_MAX:
-    return go(k_allreduce<DT, ROP_MAX>, nb, CUDEV_KA_THREADS, s, *k, seq, fp, o,
-              i, n, 0);
+    return go(k_coll<DT, ROP_MAX>, nb, CUDEV_KA_THREADS, s, *k, seq, fp, *c,
+              nin);
   default:
     return cudaErrorInvalidValue;
   }
@@ -506,13 +564,13 @@ template <int DT> cudaError_t preload_dt() {
   if (e == cudaSuccess)
     e = preload_f<div_f<DT>, true>();
   if (e == cudaSuccess)
-    e = cudaFuncGetAttributes(&at, k_allreduce<DT, ROP_SUM>);
+    e = cudaFuncGetAttributes(&at, k_coll<DT, ROP_SUM>);
   if (e == cudaSuccess)
-    e = cudaFuncGetAttributes(&at, k_allreduce<DT, ROP_PROD>);
+    e = cudaFuncGetAttributes(&at, k_coll<DT, ROP_PROD>);
   if (e == cudaSuccess)
-    e = cudaFuncGetAttributes(&at, k_allreduce<DT, ROP_MIN>);
+    e = cudaFuncGetAttributes(&at, k_coll<DT, ROP_MIN>);
   if (e == cudaSuccess)
-    e = cudaFuncGetAttributes(&at, k_allreduce<DT, ROP_MAX>);
+    e = cudaFuncGetAttributes(&at, k_coll<DT, ROP_MAX>);
   return e;
 }
 
@@ -559,12 +617,43 @@ extern "C" int cuk_gate(uint32_t *reached, uint32_t *released, uint32_t seq,
             seq);
 }
 
-extern "C" int cuk_allreduce(const cudev_ka *k, uint64_t seq, void *out,
-                             const void *in, size_t n, int dt, int op,
-                             void *stream) {
+template <int DT> int coll_resident_dt() {
+  int most = 1 << 30, nb;
+#define CUK_RESIDENT(K)                                                        \
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, K, CUDEV_KA_THREADS,  \
+                                                    0) != cudaSuccess)         \
+    return 0;                                                                  \
+  most = nb < most ? nb : most
+  CUK_RESIDENT((k_coll<DT, ROP_SUM>));
+  CUK_RESIDENT((k_coll<DT, ROP_PROD>));
+  CUK_RESIDENT((k_coll<DT, ROP_MIN>));
+  CUK_RESIDENT((k_coll<DT, ROP_MAX>));
+#undef CUK_RESIDENT
+  return most;
+}
+
+extern "C" int cuk_coll_resident(int *per_sm) {
+  int most = 1 << 30;
+  for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
+    int r = 0;
+#define CUK_CALL_RESIDENT(D)                                                   \
+  r = coll_resident_dt<D>();                                                   \
+  break
+    ROP_DISPATCH(dt, CUK_CALL_RESIDENT)
+#undef CUK_CALL_RESIDENT
+    if (r < 1)
+      return cudaErrorInvalidValue;
+    most = r < most ? r : most;
+  }
+  *per_sm = most;
+  return cudaSuccess;
+}
+
+extern "C" int cuk_coll(const cudev_ka *k, uint64_t seq, const cudev_kcall *c,
+                        void *stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-#define CUK_CALL_ALLREDUCE(D) return allreduce_dt<D>(k, seq, out, in, n, op, s)
-  ROP_DISPATCH(dt, CUK_CALL_ALLREDUCE)
-#undef CUK_CALL_ALLREDUCE
+#define CUK_CALL_COLL(D) return coll_dt<D>(k, seq, c, s)
+  ROP_DISPATCH(c->dt, CUK_CALL_COLL)
+#undef CUK_CALL_COLL
   return cudaErrorInvalidValue;
 }

@@ -1,6 +1,6 @@
 /*
- * The emulated GPU's allreduce kernel (cudev_kernel_allreduce, cuda_dev.h):
- * the protocol of kernels.cu's k_allreduce run by the stream's worker
+ * The emulated GPU's collective kernel (cudev_kernel_coll, cuda_dev.h):
+ * the protocol of kernels.cu's k_coll run by the stream's worker
  * thread, as a host function on the stream, over the areas' host memory
  * (memfd mappings shared between the ranks' processes, see cuda_emu.c):
  * the same chunks, the same parts per block and the same flags, the blocks
@@ -24,11 +24,7 @@
 typedef struct ka_call {
   cudev_ka k;
   uint64_t seq;
-  void *out;
-  const void *in;
-  size_t n;
-  braid_dtype dt;
-  braid_op op;
+  cudev_kcall c;
 } ka_call;
 
 static _Atomic uint64_t *flag(const cudev_ka *k, int owner, size_t off) {
@@ -69,30 +65,67 @@ static void raise_all(const cudev_ka *k, size_t off, uint64_t s) {
       atomic_store_explicit(flag(k, q, off), s, memory_order_release);
 }
 
+/* out[i + d0] for the elements i in [lo, hi) of the chunk at slot offset
+ * off: the ranks' elements folded in rank order (src < 0) or rank src's. */
+static void emit(const ka_call *a, size_t off, int src, char *acc, ptrdiff_t d0,
+                 size_t lo, size_t hi) {
+  const cudev_ka *k = &a->k;
+  if (lo >= hi)
+    return;
+  size_t es = braid_dtype_size(a->c.dt), len = (hi - lo) * es;
+  const char *first = (char *)k->area[src < 0 ? 0 : src] + off + lo * es;
+  memcpy(acc, first, len); /* out may be in */
+  if (src < 0) {
+    red_fn f = red_get(a->c.dt, a->c.op);
+    for (int q = 1; q < k->nranks; q++)
+      f(acc, acc, (char *)k->area[q] + off + lo * es, hi - lo);
+    if (a->c.op == BRAID_AVG)
+      red_div(acc, hi - lo, a->c.dt, k->nranks);
+  }
+  memcpy((char *)a->c.out + ((ptrdiff_t)lo + d0) * (ptrdiff_t)es, acc, len);
+}
+
 /* Block b's part [lo, hi) of chunk s (elements from c0); 0 or a status. */
 static uint64_t part(const ka_call *a, int b, uint64_t s, size_t c0, size_t lo,
                      size_t hi, char *acc) {
   const cudev_ka *k = &a->k;
-  size_t es = braid_dtype_size(a->dt), len = (hi - lo) * es;
-  size_t off = CUDEV_KA_FLAGS + (size_t)(s % 2) * k->slot + lo * es;
-  memcpy((char *)k->area[k->rank] + off, (const char *)a->in + (c0 + lo) * es,
-         len);
-  uint64_t fp = CUDEV_KA_FP(a->n, a->dt, a->op);
-  raise_all(k, CUDEV_KA_READY(b, k->rank), CUDEV_KA_FLAG(s, fp));
+  const cudev_kcall *c = &a->c;
+  int me = k->rank;
+  size_t es = braid_dtype_size(c->dt), len = (hi - lo) * es;
+  size_t off = CUDEV_KA_FLAGS + (size_t)(s % 2) * k->slot;
+  if (c->coll != CUDEV_KC_BROADCAST || me == c->root)
+    memcpy((char *)k->area[me] + off + lo * es,
+           (const char *)c->in + (c0 + lo) * es, len);
+  uint64_t fp = cudev_kc_fp(c);
+  raise_all(k, CUDEV_KA_READY(b, me), CUDEV_KA_FLAG(s, fp));
   for (int q = 0; q < k->nranks; q++) {
-    uint64_t st = q != k->rank ? wait_peer(k, b, q, s, fp) : 0;
+    uint64_t st = q != me ? wait_peer(k, b, q, s, fp) : 0;
     if (st != 0)
       return st;
   }
-  /* fold in rank order into acc: out may be in */
-  memcpy(acc, (char *)k->area[0] + off, len);
-  red_fn f = red_get(a->dt, a->op);
-  for (int q = 1; q < k->nranks; q++)
-    f(acc, acc, (char *)k->area[q] + off, hi - lo);
-  if (a->op == BRAID_AVG)
-    red_div(acc, hi - lo, a->dt, k->nranks);
-  memcpy((char *)a->out + (c0 + lo) * es, acc, len);
-  raise_all(k, CUDEV_KA_DONE(b, k->rank), s);
+  ptrdiff_t pc0 = (ptrdiff_t)c0;
+  size_t r0 = (size_t)me * c->count, r1 = r0 + c->count;
+  switch (c->coll) {
+  case CUDEV_KC_ALLREDUCE:
+    emit(a, off, -1, acc, pc0, lo, hi);
+    break;
+  case CUDEV_KC_REDUCE:
+    if (me == c->root)
+      emit(a, off, -1, acc, pc0, lo, hi);
+    break;
+  case CUDEV_KC_REDUCE_SCATTER:
+    emit(a, off, -1, acc, pc0 - (ptrdiff_t)r0, r0 > c0 + lo ? r0 - c0 : lo,
+         r1 < c0 + hi ? (r1 > c0 ? r1 - c0 : 0) : hi);
+    break;
+  case CUDEV_KC_BROADCAST:
+    emit(a, off, c->root, acc, pc0, lo, hi);
+    break;
+  default: /* allgather */
+    for (int q = 0; q < k->nranks; q++)
+      emit(a, off, q, acc, (ptrdiff_t)((size_t)q * c->count) + pc0, lo, hi);
+    break;
+  }
+  raise_all(k, CUDEV_KA_DONE(b, me), s);
   return 0;
 }
 
@@ -100,14 +133,15 @@ static void run(void *arg) {
   ka_call *a = arg;
   const cudev_ka *k = &a->k;
   _Atomic uint64_t *status = (_Atomic uint64_t *)k->status;
-  size_t es = braid_dtype_size(a->dt), ce = k->slot / es;
-  int nb = cudev_ka_grid(a->n * es, k->slot);
+  size_t es = braid_dtype_size(a->c.dt), ce = k->slot / es;
+  size_t nin = cudev_kc_elems(&a->c, k->nranks);
+  int nb = cudev_ka_grid(nin * es, k->slot, k->blocks);
   char *acc = malloc(k->slot);
   if (acc == NULL)
     abort();
   uint64_t st = atomic_load(status);
-  for (size_t j = 0; st == 0 && j * ce < a->n; j++) {
-    size_t c0 = j * ce, cn = a->n - c0 < ce ? a->n - c0 : ce;
+  for (size_t j = 0; st == 0 && j * ce < nin; j++) {
+    size_t c0 = j * ce, cn = nin - c0 < ce ? nin - c0 : ce;
     size_t pe = CUDEV_KA_PART(cn, (size_t)nb, 16 / es);
     for (int b = 0; st == 0 && b < nb; b++) {
       size_t lo = (size_t)b * pe < cn ? (size_t)b * pe : cn;
@@ -123,17 +157,22 @@ static void run(void *arg) {
   free(a);
 }
 
-braid_result cudev_kernel_allreduce(const cudev_ka *k, uint64_t seq, void *out,
-                                    const void *in, size_t n, braid_dtype dt,
-                                    braid_op op, void *stream) {
-  if ((unsigned)dt >= BRAID_NUM_DTYPES || (unsigned)op >= BRAID_NUM_OPS ||
-      k->nranks < 1 || k->nranks > CUDEV_KA_RANKS || k->slot == 0 ||
-      k->slot % 256 != 0)
+/* The emulated GPU holds the blocks of an H100 running the kernel at 64
+ * registers a thread: 132 SMs x 2 (CUDA_EMU_KERNEL_ROOM overrides). */
+braid_result cudev_kernel_coll_room(int *blocks) {
+  const char *e = getenv("CUDA_EMU_KERNEL_ROOM");
+  *blocks = e != NULL ? atoi(e) : 264;
+  return BRAID_SUCCESS;
+}
+
+braid_result cudev_kernel_coll(const cudev_ka *k, uint64_t seq,
+                               const cudev_kcall *call, void *stream) {
+  if (!cudev_kc_valid(k, call))
     return BRAID_ERR_INVALID_ARG;
   ka_call *a = malloc(sizeof *a);
   if (a == NULL)
     return BRAID_ERR_NOMEM;
-  *a = (ka_call){*k, seq, out, in, n, dt, op};
+  *a = (ka_call){*k, seq, *call};
   if (cudaLaunchHostFunc(stream, run, a) != cudaSuccess) {
     free(a);
     return BRAID_ERR_INTERNAL;

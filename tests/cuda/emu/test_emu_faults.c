@@ -313,7 +313,7 @@ static int peer_skips(braid_comm *c, int rank, int n) {
     if (r == BRAID_SUCCESS)
       r = braid_stream_synchronize(bs);
     rc = judge_kernel_call(c, rank, r, BRAID_ERR_TIMEOUT,
-                           "rank 1 did not reach allreduce", bs, s);
+                           "rank 1 did not reach kernel chunk", bs, s);
   }
   braid_stream_destroy(bs);
   cudaStreamDestroy(s);
@@ -416,19 +416,23 @@ Test(emu_faults, failed_small_stream_call_keeps_recvbuf, .timeout = 120) {
                  r, st[r]);
 }
 
-/* Rank 1 allreduces 64 elements where rank 0 allreduces 32, as allreduce
- * kernels (BRAID_CHECK off): both calls fail with MISMATCH naming the
- * other rank, instead of folding data of another call; the stream is let
- * go. */
-static int kernel_mismatch(braid_comm *c, int rank, int n) {
-  (void)n;
+/* Calls that differ between the two ranks, as kernels (BRAID_CHECK off):
+ * rank 1 allreduces 64 elements where rank 0 allreduces 32, or (by_coll)
+ * rank 0 broadcasts the 32 that rank 1 allreduces. Both calls fail with
+ * MISMATCH naming the other rank (the flags' fingerprint holds the count
+ * and the collective), instead of using data of another call; the stream
+ * is let go. */
+static int kernel_calls_differ(braid_comm *c, int rank, int by_coll) {
   float *d = NULL;
   cudaStream_t s = NULL;
   braid_stream *bs = NULL;
   if (zeros_on_a_stream(&d, &s, &bs) != 0)
     return 50;
-  braid_result r = braid_allreduce(d, d, rank == 1 ? 64 : 32, BRAID_FLOAT32,
-                                   BRAID_SUM, c, bs);
+  size_t count = rank == 1 && !by_coll ? 64 : 32;
+  braid_result r =
+      rank == 0 && by_coll
+          ? braid_broadcast(d, d, count, BRAID_FLOAT32, 0, c, bs)
+          : braid_allreduce(d, d, count, BRAID_FLOAT32, BRAID_SUM, c, bs);
   if (r == BRAID_SUCCESS)
     r = braid_stream_synchronize(bs);
   char want[32];
@@ -438,6 +442,16 @@ static int kernel_mismatch(braid_comm *c, int rank, int n) {
   cudaStreamDestroy(s);
   cudaFree(d);
   return rc;
+}
+
+static int kernel_mismatch(braid_comm *c, int rank, int n) {
+  (void)n;
+  return kernel_calls_differ(c, rank, 0);
+}
+
+static int kernel_coll_mismatch(braid_comm *c, int rank, int n) {
+  (void)n;
+  return kernel_calls_differ(c, rank, 1);
 }
 
 /* Two ranks run fn with BRAID_TIMEOUT=2 (and BRAID_CUDA_KERNEL_MAX=kmax
@@ -478,6 +492,12 @@ Test(emu_faults, kernel_waits_for_a_skipping_peer_until_the_timeout,
 
 Test(emu_faults, kernel_calls_that_differ_between_ranks_fail, .timeout = 120) {
   run_two(kernel_mismatch, "4K",
+          "40: not MISMATCH, 41: the other rank not named, 42: not run as a "
+          "kernel, 14: stream held");
+}
+
+Test(emu_faults, kernel_calls_of_different_collectives_fail, .timeout = 120) {
+  run_two(kernel_coll_mismatch, "4K",
           "40: not MISMATCH, 41: the other rank not named, 42: not run as a "
           "kernel, 14: stream held");
 }
