@@ -204,7 +204,7 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
   for (int q = 0; q < n && r == BRAID_SUCCESS && ok; q++)
     ok = oks[q];
   free(oks);
-  if (r == BRAID_SUCCESS && ok)
+  if (r == BRAID_SUCCESS && ok && x != NULL)
     x->k.blocks = blocks_for(all, n);
   free(all);
   if (r != BRAID_SUCCESS) {
@@ -213,7 +213,7 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
     exk_free(x);
     return r;
   }
-  if (!ok) {
+  if (!ok || x == NULL) {
     WARN(LOG_COLL,
          "rank %d: no collectives in one kernel (BRAID_CUDA_KERNEL_MAX): %s; "
          "small calls take the usual device path",
