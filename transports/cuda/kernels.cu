@@ -430,9 +430,10 @@ __global__ void __launch_bounds__(CUDEV_KA_THREADS)
                    c.coll == CUDEV_KC_REDUCE_SCATTER);
   /* reduce_scatter: this rank's range of the input */
   const size_t r0 = (size_t)me * c.count, r1 = r0 + c.count;
+  const bool ag = c.coll == CUDEV_KC_ALLGATHER;
+  const bool rs = c.coll == CUDEV_KC_REDUCE_SCATTER;
   /* allgather in place: this rank's input is its block of out */
-  const bool ag_inplace =
-      c.coll == CUDEV_KC_ALLGATHER && in == static_cast<T *>(c.out) + r0;
+  const bool ag_inplace = ag && in == static_cast<T *>(c.out) + r0;
   if (t == 0)
     stop = *reinterpret_cast<volatile uint64_t *>(k.status) != 0;
 #pragma unroll
@@ -471,32 +472,25 @@ __global__ void __launch_bounds__(CUDEV_KA_THREADS)
     ka_wait(k, area, b, s, fp, &stop);
     if (stop)
       break;
-    const ptrdiff_t pc0 = (ptrdiff_t)c0;
-    switch (c.coll) {
-    case CUDEV_KC_ALLREDUCE:
-      ka_emit<DT, OP>(area, off, nr, me, -1, avg, c.out, pc0, lo, hi);
-      break;
-    case CUDEV_KC_REDUCE:
-      if (me == c.root)
-        ka_emit<DT, OP>(area, off, nr, me, -1, avg, c.out, pc0, lo, hi);
-      break;
-    case CUDEV_KC_REDUCE_SCATTER: {
-      /* [r0, r1) of the input, as indices of this chunk, within the part */
-      const size_t a = r0 > c0 + lo ? r0 - c0 : lo;
-      const size_t e = r1 < c0 + hi ? (r1 > c0 ? r1 - c0 : 0) : hi;
-      ka_emit<DT, OP>(area, off, nr, me, -1, avg, c.out, pc0 - (ptrdiff_t)r0, a,
+    /* what this rank makes of the chunk (one ka_emit call site: each is
+     * a large inlined loop): job q takes rank src's elements (src < 0: all
+     * ranks' folded) [a, e) of the chunk into out[i + d0]; an allgather has
+     * a job per rank, a reduce off the root none */
+    const int nj = ag ? nr : c.coll == CUDEV_KC_REDUCE && me != c.root ? 0 : 1;
+    for (int q = 0; q < nj; q++) {
+      if (ag && q == me && ag_inplace)
+        continue;
+      const int src = ag ? q : c.coll == CUDEV_KC_BROADCAST ? c.root : -1;
+      /* reduce_scatter: [r0, r1) of the input, as indices of this chunk,
+       * within the part */
+      const size_t a = rs && r0 > c0 + lo ? r0 - c0 : lo;
+      const size_t e = !rs || r1 >= c0 + hi ? hi : r1 > c0 ? r1 - c0 : 0;
+      const ptrdiff_t d0 =
+          (ptrdiff_t)c0 + (ag   ? (ptrdiff_t)((size_t)q * c.count)
+                           : rs ? -(ptrdiff_t)r0
+                                : 0);
+      ka_emit<DT, OP>(area, off, nr, me, src, src < 0 ? avg : 0, c.out, d0, a,
                       e);
-      break;
-    }
-    case CUDEV_KC_BROADCAST:
-      ka_emit<DT, OP>(area, off, nr, me, c.root, 0, c.out, pc0, lo, hi);
-      break;
-    default: /* CUDEV_KC_ALLGATHER */
-      for (int q = 0; q < nr; q++)
-        if (q != me || !ag_inplace)
-          ka_emit<DT, OP>(area, off, nr, me, q, 0, c.out,
-                          (ptrdiff_t)((size_t)q * c.count) + pc0, lo, hi);
-      break;
     }
     __syncthreads();
     ka_raise(k, area, CUDEV_KA_DONE(b, me), s);
