@@ -62,7 +62,7 @@ typedef struct comm_dev {
    * another stream waits for it first (src/enqueue.c, "Order") */
   void *order_ev;
   void *order_stream;
-  /* allreduce in one kernel (src/exec_kernel.c) when set up: its state,
+  /* collectives in one kernel (src/exec_kernel.c) when set up: its state,
    * and BRAID_CUDA_KERNEL_MAX as rank 0 has it */
   void *exk;
   size_t kernel_max;

@@ -120,7 +120,7 @@ braid_result exec_dev_prepare_conns(braid_comm *c, exec_op *op);
  * rank alike. */
 int exec_dev_small(const braid_comm *c, const exec_op *op);
 
-/* src/exec_kernel.c: allreduce in one kernel (BRAID_CUDA_KERNEL_MAX).
+/* src/exec_kernel.c: collectives in one kernel (BRAID_CUDA_KERNEL_MAX).
  * exk_setup: collective, at the end of comm_dev_setup; exk_teardown before
  * the device side goes. exk_coll: whether a collective can go that way;
  * exk_op: whether op does; exk_takes:

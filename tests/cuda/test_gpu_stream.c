@@ -7,9 +7,9 @@
  * BRAID_CUDA_HOST_MAX above the calls' size (gpu.cmake), the same holds of
  * calls staged through pinned host memory on the stream, and one_stream
  * checks that its two calls went that way (and none without it). Run
- * with BRAID_CUDA_KERNEL_MAX (gpu.cmake), the small calls run as allreduce
- * kernels (src/exec_kernel.c): many_calls and alternating check that they
- * did, and one_stream that its calls, larger, did not.
+ * with BRAID_CUDA_KERNEL_MAX (gpu.cmake), the small calls run as collective
+ * kernels (src/exec_kernel.c): many_calls, alternating and every_collective
+ * check that they did, and one_stream that its calls, larger, did not.
  */
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
@@ -367,7 +367,7 @@ static int alternating(braid_comm *c, int rank, int n) {
  * (on ranks other than 0) must still take its turn after it, as on rank 0 (with
  * BRAID_CUDA_KERNEL_MAX such a call goes behind a gate instead of
  * launching at once: src/exec_kernel.c, "Order"); a call paired with
- * another's data would show in the sums. With allreduce kernels every
+ * another's data would show in the sums. With collective kernels every
  * call must have run as one. */
 static int host_and_cuda_streams(braid_comm *c, int rank, int n) {
   enum { K = 256, ROUNDS = 8 };

@@ -172,6 +172,15 @@ typedef struct cudev_kcall {
   braid_dtype dt;
   braid_op op; /* reductions */
 } cudev_kcall;
+/* Whether a collective folds the ranks' inputs with its op; whether it has
+ * a root. */
+static inline int cudev_kc_reduces(int coll) {
+  return coll == CUDEV_KC_ALLREDUCE || coll == CUDEV_KC_REDUCE ||
+         coll == CUDEV_KC_REDUCE_SCATTER;
+}
+static inline int cudev_kc_rooted(int coll) {
+  return coll == CUDEV_KC_REDUCE || coll == CUDEV_KC_BROADCAST;
+}
 /* Elements of a rank's input: what goes through the slots. */
 static inline size_t cudev_kc_elems(const cudev_kcall *c, int nranks) {
   return c->coll == CUDEV_KC_REDUCE_SCATTER ? c->count * (size_t)nranks
@@ -180,24 +189,18 @@ static inline size_t cudev_kc_elems(const cudev_kcall *c, int nranks) {
 /* 1 when k and c make a call the kernel can run (a known collective,
  * dtype, op where it reduces, root, and ranks and slots in range). */
 static inline int cudev_kc_valid(const cudev_ka *k, const cudev_kcall *c) {
-  int reduces = c->coll == CUDEV_KC_ALLREDUCE || c->coll == CUDEV_KC_REDUCE ||
-                c->coll == CUDEV_KC_REDUCE_SCATTER;
-  int rooted = c->coll == CUDEV_KC_REDUCE || c->coll == CUDEV_KC_BROADCAST;
   return k->nranks >= 1 && k->nranks <= CUDEV_KA_RANKS && k->rank >= 0 &&
          k->rank < k->nranks && k->slot > 0 && k->slot % 256 == 0 &&
          c->coll >= 0 && c->coll < CUDEV_KC_NUM &&
          (unsigned)c->dt < BRAID_NUM_DTYPES &&
-         (!reduces || (unsigned)c->op < BRAID_NUM_OPS) &&
-         (!rooted || (c->root >= 0 && c->root < k->nranks));
+         (!cudev_kc_reduces(c->coll) || (unsigned)c->op < BRAID_NUM_OPS) &&
+         (!cudev_kc_rooted(c->coll) || (c->root >= 0 && c->root < k->nranks));
 }
 /* The fingerprint of a call's ready flags: its op only where it reduces,
  * its root only where it has one. */
 static inline uint64_t cudev_kc_fp(const cudev_kcall *c) {
-  int reduces = c->coll == CUDEV_KC_ALLREDUCE || c->coll == CUDEV_KC_REDUCE ||
-                c->coll == CUDEV_KC_REDUCE_SCATTER;
-  int rooted = c->coll == CUDEV_KC_REDUCE || c->coll == CUDEV_KC_BROADCAST;
-  return CUDEV_KA_FP(c->count, c->dt, reduces ? (int)c->op : 0, c->coll,
-                     rooted ? c->root : 0);
+  return CUDEV_KA_FP(c->count, c->dt, cudev_kc_reduces(c->coll) ? c->op : 0,
+                     c->coll, cudev_kc_rooted(c->coll) ? c->root : 0);
 }
 /* How many blocks of the collective kernel the current device holds at
  * once (SMs x the fewest resident per SM of any of its dtypes and ops). */

@@ -33,7 +33,7 @@ struct cudev_kcall;
 int cuk_coll(const struct cudev_ka *k, uint64_t seq,
              const struct cudev_kcall *call, void *stream);
 /* The fewest blocks of that kernel (any dtype and op) resident on one SM of
- * the current device. */
+ * the current device (1 for one the runtime cannot say of). */
 int cuk_coll_resident(int *per_sm);
 /* Loads every kernel above on the current device (cudaFuncGetAttributes)
  * and computes the reduction kernels' resident blocks per SM. Lazy loading

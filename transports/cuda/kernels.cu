@@ -159,11 +159,12 @@ __global__ void __launch_bounds__(CUK_THREADS)
   }
 }
 
-/* Blocks of kernel K that stay resident on one SM (its registers and the
- * SM's limits decide), per device, computed once: cuk_preload does it for
- * every reduction kernel before any launch. 1 if the runtime cannot say. */
+/* Blocks of kernel K, of THREADS threads, that stay resident on one SM (its
+ * registers and the SM's limits decide), per device, computed once:
+ * cuk_preload does it for every reduction kernel before any launch. 1 if
+ * the runtime cannot say. */
 #define CUK_DEVICES 64
-template <auto K> unsigned resident() {
+template <auto K, int THREADS = CUK_THREADS> unsigned resident() {
   static unsigned cache[CUK_DEVICES];
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= CUK_DEVICES)
@@ -172,7 +173,7 @@ template <auto K> unsigned resident() {
   if (r)
     return r;
   int nb = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, K, CUK_THREADS, 0) !=
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, K, THREADS, 0) !=
           cudaSuccess ||
       nb < 1)
     nb = 1;
@@ -425,9 +426,8 @@ __global__ void __launch_bounds__(CUDEV_KA_THREADS)
   const bool copies = c.coll != CUDEV_KC_BROADCAST || me == c.root;
   const bool in16 = (uintptr_t)in % 16 == 0;
   const bool in_el = (uintptr_t)in % sizeof(T) == 0;
-  const int avg = c.op == BRAID_AVG &&
-                  (c.coll == CUDEV_KC_ALLREDUCE || c.coll == CUDEV_KC_REDUCE ||
-                   c.coll == CUDEV_KC_REDUCE_SCATTER);
+  /* divides only where it folds (src < 0 below): in a reduction */
+  const int avg = c.op == BRAID_AVG;
   /* reduce_scatter: this rank's range of the input */
   const size_t r0 = (size_t)me * c.count, r1 = r0 + c.count;
   const bool ag = c.coll == CUDEV_KC_ALLGATHER;
@@ -504,9 +504,7 @@ int coll_dt(const cudev_ka *k, uint64_t seq, const cudev_kcall *c,
   size_t nin = cudev_kc_elems(c, k->nranks);
   unsigned nb = (unsigned)cudev_ka_grid(nin * sizeof(T), k->slot, k->blocks);
   uint64_t fp = cudev_kc_fp(c);
-  int reduces = c->coll == CUDEV_KC_ALLREDUCE || c->coll == CUDEV_KC_REDUCE ||
-                c->coll == CUDEV_KC_REDUCE_SCATTER;
-  switch (reduces ? (int)c->op : (int)BRAID_SUM) {
+  switch (cudev_kc_reduces(c->coll) ? (int)c->op : (int)BRAID_SUM) {
   case BRAID_SUM:
   case BRAID_AVG:
     return go(k_coll<DT, ROP_SUM>, nb, CUDEV_KA_THREADS, s, *k, seq, fp, *c,
@@ -611,35 +609,27 @@ extern "C" int cuk_gate(uint32_t *reached, uint32_t *released, uint32_t seq,
             seq);
 }
 
-template <int DT> int coll_resident_dt() {
-  int most = 1 << 30, nb;
-#define CUK_RESIDENT(K)                                                        \
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, K, CUDEV_KA_THREADS,  \
-                                                    0) != cudaSuccess)         \
-    return 0;                                                                  \
-  most = nb < most ? nb : most
-  CUK_RESIDENT((k_coll<DT, ROP_SUM>));
-  CUK_RESIDENT((k_coll<DT, ROP_PROD>));
-  CUK_RESIDENT((k_coll<DT, ROP_MIN>));
-  CUK_RESIDENT((k_coll<DT, ROP_MAX>));
-#undef CUK_RESIDENT
-  return most;
+template <int DT> unsigned coll_resident_dt() {
+  unsigned a = resident<k_coll<DT, ROP_SUM>, CUDEV_KA_THREADS>();
+  unsigned b = resident<k_coll<DT, ROP_PROD>, CUDEV_KA_THREADS>();
+  unsigned c = resident<k_coll<DT, ROP_MIN>, CUDEV_KA_THREADS>();
+  unsigned d = resident<k_coll<DT, ROP_MAX>, CUDEV_KA_THREADS>();
+  a = b < a ? b : a;
+  c = d < c ? d : c;
+  return c < a ? c : a;
 }
 
 extern "C" int cuk_coll_resident(int *per_sm) {
-  int most = 1 << 30;
+  unsigned most = ~0u, r = 0;
   for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
-    int r = 0;
 #define CUK_CALL_RESIDENT(D)                                                   \
   r = coll_resident_dt<D>();                                                   \
   break
     ROP_DISPATCH(dt, CUK_CALL_RESIDENT)
 #undef CUK_CALL_RESIDENT
-    if (r < 1)
-      return cudaErrorInvalidValue;
     most = r < most ? r : most;
   }
-  *per_sm = most;
+  *per_sm = (int)most;
   return cudaSuccess;
 }
 
