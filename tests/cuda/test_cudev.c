@@ -69,6 +69,58 @@ Test(cudev, bad_dtype_or_op_is_invalid_arg) {
   cr_assert_eq(cudev_busid(0, small, sizeof small), BRAID_ERR_INVALID_ARG);
 }
 
+/* The collective kernel's parts (cudev_ka_part, used by kernels.cu and the
+ * emulated kernel): every chunk's parts tile it, start 16-byte aligned, and
+ * what block b writes into a slot was read two chunks before by block b
+ * alone (a block rewrites a slot after the same block of every rank, not
+ * the others, is done with it). Calls of one chunk, of whole chunks, and of
+ * a last chunk shorter than the rest by one vector or by nearly all. */
+Test(cudev, kernel_parts_of_a_reused_slot_stay_with_their_block) {
+  const size_t ces[] = {256, 4096, 1 << 20}, blocks[] = {1, 3, 7, 32},
+               vs[] = {1, 2, 4, 8, 16};
+  int calls = 0;
+  for (size_t ci = 0; ci < sizeof ces / sizeof ces[0]; ci++)
+    for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; vi++) {
+      size_t ce = ces[ci], v = vs[vi];
+      const size_t nins[] = {1,          v + 1,          ce - 1,
+                             ce,         2 * ce + v,     3 * ce - v,
+                             4 * ce + 1, 5 * ce - ce / 2};
+      for (size_t ni = 0; ni < sizeof nins / sizeof nins[0]; ni++)
+        for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+          size_t nin = nins[ni], nb = blocks[bi], nch = (nin + ce - 1) / ce;
+          size_t lo[8][32], hi[8][32];
+          calls++;
+          for (size_t j = 0; j < nch; j++) {
+            size_t cn = nin - j * ce < ce ? nin - j * ce : ce, covered = 0;
+            for (size_t b = 0; b < nb; b++) {
+              cudev_ka_part(nin, ce, nb, v, j, b, &lo[j][b], &hi[j][b]);
+              cr_assert(lo[j][b] <= hi[j][b] && hi[j][b] <= cn);
+              cr_assert(lo[j][b] == hi[j][b] || lo[j][b] % v == 0);
+              cr_assert_eq(lo[j][b], covered,
+                           "nin %zu ce %zu nb %zu v %zu: chunk %zu block %zu "
+                           "starts at %zu, not where the last part ended",
+                           nin, ce, nb, v, j, b, lo[j][b]);
+              covered = hi[j][b];
+            }
+            cr_assert_eq(covered, cn, "chunk %zu of %zu elements: %zu covered",
+                         j, cn, covered);
+            for (size_t b = 0; j >= 2 && b < nb; b++)
+              for (size_t o = 0; o < nb; o++)
+                cr_assert(o == b || lo[j][b] >= hi[j][b] ||
+                              lo[j - 2][o] >= hi[j - 2][o] ||
+                              hi[j][b] <= lo[j - 2][o] ||
+                              lo[j][b] >= hi[j - 2][o],
+                          "nin %zu ce %zu nb %zu v %zu: block %zu writes "
+                          "[%zu, %zu) of the slot in chunk %zu, where block "
+                          "%zu read [%zu, %zu) in chunk %zu",
+                          nin, ce, nb, v, b, lo[j][b], hi[j][b], j, o,
+                          lo[j - 2][o], hi[j - 2][o], j - 2);
+          }
+        }
+    }
+  cr_assert_gt(calls, 100);
+}
+
 /* ---- GPU tests --------------------------------------------------------- */
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

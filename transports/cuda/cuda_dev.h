@@ -77,7 +77,7 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
  * count; the others: count) and goes through the slots in chunks of `slot`
  * bytes (CUDEV_KA_CHUNKS), chunk j numbered seq + j (numbers increase from 1
  * in issue order, the same on every rank). Each chunk is cut into one part
- * per block (CUDEV_KA_PART; cudev_ka_grid blocks, the same on every rank),
+ * per block (cudev_ka_part; cudev_ka_grid blocks, the same on every rank),
  * and block b of rank r, for each chunk s in turn: copies its part of the
  * input into slot s % 2 of r's area (broadcast: the root only), raises its
  * "ready" flag (b, r) in every peer's area to s (CUDEV_KA_FLAG), waits until
@@ -93,8 +93,10 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
  *    q x count in out.
  * A block rewrites its part of a slot two chunks later, after every peer's
  * block b raised its ready flag for the chunk between, which it does only
- * once done with the part; an area's owner frees it once the done flags show
- * its last chunk.
+ * once done with the part; so block b's part must be where it was two chunks
+ * before, and every chunk of a call is cut at the same points
+ * (cudev_ka_part). An area's owner frees it once the done flags show its
+ * last chunk.
  *
  * A wait that sees *abort nonzero, or *status set by another block, or
  * lasts timeout_ns, ends the call and stores in *status (if it is 0) which
@@ -114,6 +116,24 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
  * start 16-byte aligned */
 #define CUDEV_KA_CHUNKS(bytes, slot) (((bytes) + (slot)-1) / (slot))
 #define CUDEV_KA_PART(cn, nb, v) (((cn) + (nb)-1) / (nb) + (v)-1) / (v) * (v)
+#ifdef __CUDACC__
+#define CUDEV_HD __host__ __device__
+#else
+#define CUDEV_HD
+#endif
+/* Block b's part [*lo, *hi) (elements) of chunk j of a call whose input is
+ * nin elements, in chunks of ce, over nb blocks, parts a multiple of v: the
+ * first chunk's cuts, clipped to the chunk. Not each chunk's own cuts: a
+ * last, shorter chunk would then give block b elements that another block
+ * of a slower rank may still be reading two chunks before. */
+static inline CUDEV_HD void cudev_ka_part(size_t nin, size_t ce, size_t nb,
+                                          size_t v, size_t j, size_t b,
+                                          size_t *lo, size_t *hi) {
+  size_t c0 = j * ce, cn = nin - c0 < ce ? nin - c0 : ce;
+  size_t pe = CUDEV_KA_PART(nin < ce ? nin : ce, nb, v);
+  *lo = b * pe < cn ? b * pe : cn;
+  *hi = *lo + pe < cn ? *lo + pe : cn;
+}
 #define CUDEV_KA_TIMEOUT 1  /* a peer did not raise its flag in time */
 #define CUDEV_KA_ABORTED 2  /* *abort was set, or another block failed */
 #define CUDEV_KA_MISMATCH 3 /* a peer's call differs (collective, count...) */

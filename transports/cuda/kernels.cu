@@ -443,15 +443,15 @@ __global__ void __launch_bounds__(CUDEV_KA_THREADS)
   __syncthreads();
   for (size_t j = 0; !stop && j * ce < nin; j++) {
     const uint64_t s = seq + j;
-    const size_t c0 = j * ce, cn = nin - c0 < ce ? nin - c0 : ce;
-    const size_t pe = CUDEV_KA_PART(cn, (size_t)gridDim.x, (size_t)V);
-    const size_t lo = (size_t)b * pe < cn ? (size_t)b * pe : cn;
-    const size_t hi = lo + pe < cn ? lo + pe : cn;
+    const size_t c0 = j * ce;
+    size_t lo, hi;
+    cudev_ka_part(nin, ce, gridDim.x, V, j, (size_t)b, &lo, &hi);
     const size_t off = CUDEV_KA_FLAGS + (size_t)(s % 2) * k.slot;
     T *mine = reinterpret_cast<T *>(area[me] + off);
     const T *src = in + c0;
     /* copy in: 16-byte vectors [vlo, vhi), then elements [tail, hi); lo
-     * is a multiple of V unless the part is empty (lo == hi == cn) */
+     * is a multiple of V unless the part is empty (lo == hi: the chunk's
+     * end) */
     const size_t vlo = lo / V, vhi = hi / V;
     const size_t tail = vhi * V > lo ? vhi * V : lo;
     if (copies && in16) {

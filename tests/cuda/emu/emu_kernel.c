@@ -141,12 +141,10 @@ static void run(void *arg) {
     abort();
   uint64_t st = atomic_load(status);
   for (size_t j = 0; st == 0 && j * ce < nin; j++) {
-    size_t c0 = j * ce, cn = nin - c0 < ce ? nin - c0 : ce;
-    size_t pe = CUDEV_KA_PART(cn, (size_t)nb, 16 / es);
     for (int b = 0; st == 0 && b < nb; b++) {
-      size_t lo = (size_t)b * pe < cn ? (size_t)b * pe : cn;
-      size_t hi = lo + pe < cn ? lo + pe : cn;
-      st = part(a, b, a->seq + j, c0, lo, hi, acc);
+      size_t lo, hi;
+      cudev_ka_part(nin, ce, (size_t)nb, 16 / es, j, (size_t)b, &lo, &hi);
+      st = part(a, b, a->seq + j, j * ce, lo, hi, acc);
     }
   }
   if (st != 0) {
