@@ -4,12 +4,13 @@
  * thread, as a host function on the stream, over the areas' host memory
  * (memfd mappings shared between the ranks' processes, see cuda_emu.c):
  * the same chunks, the same parts per block and the same flags, the blocks
- * one after the other (every rank goes through them in the same order, so
- * their waits pair up). Flags are C11 atomics with release / acquire order
- * where the kernel has its system-wide fences; the fold uses the CPU
- * kernels (src/reduce.h), whose results the GPU kernels match bit for bit.
- * It checks braid's side of the kernel path (setup, chunk numbers, slots,
- * ordering, errors, teardown), not the kernel's memory ordering on a GPU.
+ * one after the other, each trailing the one before by two chunks (every
+ * rank goes through them in the same order, so their waits pair up). Flags are
+ * C11 atomics with release / acquire order where the kernel has its system-wide
+ * fences; the fold uses the CPU kernels (src/reduce.h), whose results the GPU
+ * kernels match bit for bit. It checks braid's side of the kernel path (setup,
+ * chunk numbers, slots, ordering, errors, teardown), not the kernel's memory
+ * ordering on a GPU.
  */
 #include <cuda_runtime_api.h>
 #include <stdatomic.h>
@@ -140,13 +141,21 @@ static void run(void *arg) {
   if (acc == NULL)
     abort();
   uint64_t st = atomic_load(status);
-  for (size_t j = 0; st == 0 && j * ce < nin; j++) {
+  /* Block b does chunk j in step j + 2b (odd first chunk numbers: j + 2(nb
+   * - 1 - b)): each block trails its neighbour by two chunks, as blocks of
+   * a GPU may (a block waits only for the same block of the peers), so a
+   * block that rewrote a slot where another block still reads would show
+   * here as wrong results. The same order on every rank. */
+  size_t nch = CUDEV_KA_CHUNKS(nin, ce), lag = 2;
+  for (size_t t = 0; st == 0 && t < nch + lag * (size_t)(nb - 1); t++)
     for (int b = 0; st == 0 && b < nb; b++) {
-      size_t lo, hi;
+      size_t behind = lag * (size_t)(a->seq % 2 ? nb - 1 - b : b);
+      size_t j = t - behind, lo, hi;
+      if (t < behind || j >= nch)
+        continue;
       cudev_ka_part(nin, ce, (size_t)nb, 16 / es, j, (size_t)b, &lo, &hi);
       st = part(a, b, a->seq + j, j * ce, lo, hi, acc);
     }
-  }
   if (st != 0) {
     uint64_t zero = 0;
     atomic_compare_exchange_strong(status, &zero, st);
