@@ -712,7 +712,7 @@ void comm_dev_loose_free(braid_comm *c) {
 braid_result comm_dev_order_after(braid_comm *c, const char *name,
                                   void *stream) {
   comm_dev *d = c->dev;
-  if (d == NULL || d->order_stream == NULL || d->order_stream == stream)
+  if (d == NULL || !d->order_set || d->order_stream == stream)
     return BRAID_SUCCESS;
   braid_result r = cudev_stream_wait(stream, d->order_ev);
   if (r != BRAID_SUCCESS)
@@ -729,6 +729,7 @@ void comm_dev_order_mark(braid_comm *c, void *stream) {
     return;
   if (cudev_event_record(d->order_ev, stream) == BRAID_SUCCESS) {
     d->order_stream = stream;
+    d->order_set = 1;
     return;
   }
   /* the next call on another stream may then run before this one */
@@ -736,5 +737,5 @@ void comm_dev_order_mark(braid_comm *c, void *stream) {
        "rank %d: cannot mark the end of a call on its CUDA stream (%s); "
        "order calls on different streams with events",
        c->rank, cudev_error());
-  d->order_stream = NULL;
+  d->order_set = 0;
 }

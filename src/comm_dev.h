@@ -58,10 +58,12 @@ typedef struct comm_dev {
    * connection cut messages alike. */
   size_t slot_bytes, slice_bytes, slice_mixed;
   int ipc_all;
-  /* the end of the last call on a CUDA stream, and that stream: a call on
-   * another stream waits for it first (src/enqueue.c, "Order") */
+  /* the end of the last call on a CUDA stream, and that stream (NULL: the
+   * legacy default stream): a call on another stream waits for it first
+   * (src/enqueue.c, "Order"); order_set: there is such a call */
   void *order_ev;
   void *order_stream;
+  int order_set;
   /* collectives in one kernel (src/exec_kernel.c) when set up: its state,
    * and BRAID_CUDA_KERNEL_MAX as rank 0 has it */
   void *exk;

@@ -45,6 +45,13 @@ static void CUDART_CB hold_stream(void *arg) {
   usleep(SLEEP_MS * 1000);
 }
 
+/* Holds the stream up for 50 ms: long enough for calls issued meanwhile
+ * on other streams to run first, were they not ordered after it. */
+static void CUDART_CB hold_briefly(void *arg) {
+  (void)arg;
+  usleep(50 * 1000);
+}
+
 /* Rank r's input element i (small integers, exact in float). */
 static float val(int r, size_t i) { return (float)((r + (int)(i % 7)) % 5); }
 
@@ -312,22 +319,34 @@ static int many_calls(braid_comm *c, int rank, int n) {
 
 /* In-place allreduces of one buffer alternate between two CUDA streams
  * with nothing ordering the streams: a communicator runs its calls in
- * issue order, so each call sees the one before (n^calls at the end). */
-static int alternating(braid_comm *c, int rank, int n) {
+ * issue order, so each call sees the one before (n^calls at the end). The
+ * first stream is held up before the first call, so a call on the second
+ * that did not wait for it would read the old buffer. dflt: the first
+ * stream is the legacy default stream (NULL), which nothing orders with the
+ * second (non-blocking) either. */
+static int alternate(braid_comm *c, int rank, int n, int dflt) {
   enum { K = 64, CALLS = 12 };
   CK(cudaSetDevice(0));
   float h[K], *d = NULL;
   for (int i = 0; i < K; i++)
     h[i] = 1.0f;
   CK(cudaMalloc((void **)&d, sizeof h));
-  cudaStream_t s[2];
+  cudaStream_t s[2] = {NULL, NULL};
   braid_stream *bs[2] = {NULL, NULL};
-  int rc = filled_and_wrapped(rank, d, h, sizeof h, &s[0], &bs[0]);
+  int rc = 0;
+  if (dflt) {
+    CK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+    rc = braid_stream_from_cuda(NULL, &bs[0]) == BRAID_SUCCESS ? 0 : 10;
+  } else {
+    rc = filled_and_wrapped(rank, d, h, sizeof h, &s[0], &bs[0]);
+  }
   if (rc)
     return rc;
   CK(cudaStreamCreateWithFlags(&s[1], cudaStreamNonBlocking));
   if (braid_stream_from_cuda((void *)s[1], &bs[1]) != BRAID_SUCCESS)
     return 10;
+  CK(cudaLaunchHostFunc(s[0], hold_briefly, NULL));
   for (int k = 0; k < CALLS && rc == 0; k++)
     if (braid_allreduce(d, d, K, BRAID_FLOAT32, BRAID_SUM, c, bs[k % 2]) !=
         BRAID_SUCCESS)
@@ -355,10 +374,19 @@ static int alternating(braid_comm *c, int rank, int n) {
     rc = kernel_calls(rank, bs, 2, CALLS);
   for (int j = 0; j < 2; j++) {
     braid_stream_destroy(bs[j]);
-    cudaStreamDestroy(s[j]);
+    if (s[j] != NULL)
+      cudaStreamDestroy(s[j]);
   }
   cudaFree(d);
   return rc;
+}
+
+static int alternating(braid_comm *c, int rank, int n) {
+  return alternate(c, rank, n, 0);
+}
+
+static int alternating_default(braid_comm *c, int rank, int n) {
+  return alternate(c, rank, n, 1);
 }
 
 /* Calls on a host stream and on a CUDA stream interleaved, on device
@@ -658,6 +686,7 @@ Test(gpu_stream, calls_alternating_between_streams_keep_issue_order,
      .timeout = 120) {
   run(alternating, 2, "alternating streams");
   run(alternating, 3, "alternating streams");
+  run(alternating_default, 2, "the default stream and another alternating");
 }
 
 Test(gpu_stream, host_and_cuda_streams_interleaved, .timeout = 120) {
