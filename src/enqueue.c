@@ -40,28 +40,14 @@
 #include "src/config.h"
 #include "src/exec_int.h"
 #include "src/log.h"
+#include "src/stream.h"
 #include "transports/cuda/cuda_dev.h"
-
-struct braid_stream {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  uint64_t submitted, completed;
-  braid_result first_error;
-  void *cuda;       /* wrapped cudaStream_t, NULL for host streams */
-  cudev_gate *gate; /* on the wrapped stream */
-  uint32_t gate_seq;
-  void *user; /* the wrapped cudaStream_t itself (NULL: default) */
-  char *host; /* pinned area of small calls, made on first use */
-  size_t host_bytes;
-  uint64_t host_calls;   /* small calls staged on the stream (tests) */
-  uint64_t kernel_calls; /* calls launched on it as kernels (tests) */
-};
 
 /* The gate a queued unit of work waits for. A group over several
  * communicators on one CUDA stream shares one gate: the last of its units to
  * finish releases it (left counts them). */
 typedef struct gate_ref {
-  cudev_gate *gate; /* NULL: no gate */
+  braid_stream *s; /* NULL: no gate */
   uint32_t seq;
   atomic_int *left;
 } gate_ref;
@@ -78,24 +64,6 @@ typedef struct qwork {
   uint64_t kseq; /* and the number of its last kernel */
   int deferred;  /* counted in c->kernel_deferred */
 } qwork;
-
-void *enq_stream_cuda(const braid_stream *s) {
-  return s != NULL ? s->cuda : NULL;
-}
-
-uint64_t enq_stream_host_calls(braid_stream *s) {
-  pthread_mutex_lock(&s->lock);
-  uint64_t n = s->host_calls;
-  pthread_mutex_unlock(&s->lock);
-  return n;
-}
-
-uint64_t enq_stream_kernel_calls(braid_stream *s) {
-  pthread_mutex_lock(&s->lock);
-  uint64_t n = s->kernel_calls;
-  pthread_mutex_unlock(&s->lock);
-  return n;
-}
 
 /* ---- running work ------------------------------------------------------ */
 
@@ -177,22 +145,13 @@ static braid_result setup_before_gate(braid_comm *c, exec_op *ops, int nops) {
   return r;
 }
 
-static void stream_complete(braid_stream *s, braid_result r) {
-  pthread_mutex_lock(&s->lock);
-  s->completed++;
-  if (r != BRAID_SUCCESS && s->first_error == BRAID_SUCCESS)
-    s->first_error = r;
-  pthread_cond_broadcast(&s->cond);
-  pthread_mutex_unlock(&s->lock);
-}
-
 /* Waits until the user's stream reached the work's gate: spin, yield, then
  * short sleeps, bounded by the communicator's timeout. */
 static braid_result gate_wait(braid_comm *c, const exec_work *w,
                               const gate_ref *g) {
   struct timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (long polls = 0; !cudev_gate_reached(g->gate, g->seq); polls++) {
+  for (long polls = 0; !cudev_gate_reached(g->s->gate, g->seq); polls++) {
     if (atomic_load(&c->aborted))
       return BRAID_ERR_ABORTED;
     if (polls < 2000)
@@ -229,7 +188,7 @@ static braid_result gate_wait(braid_comm *c, const exec_work *w,
 static void gate_done(const gate_ref *g) {
   if (g->left != NULL && atomic_fetch_sub(g->left, 1) != 1)
     return;
-  cudev_gate_release(g->gate, g->seq);
+  stream_gate_end(g->s, g->seq);
   free(g->left);
 }
 
@@ -268,9 +227,9 @@ static void *progress_main(void *arg) {
     gate_ref g = q->g;
     pthread_mutex_unlock(&c->qlock);
     braid_result r = atomic_load(&c->aborted) ? BRAID_ERR_ABORTED
-                     : g.gate != NULL         ? gate_wait(c, w, &g)
+                     : g.s != NULL            ? gate_wait(c, w, &g)
                                               : BRAID_SUCCESS;
-    int reached = g.gate != NULL && r == BRAID_SUCCESS;
+    int reached = g.s != NULL && r == BRAID_SUCCESS;
     if (q->ev != NULL) /* launched already: it stops on an abort itself */
       r = kernel_done(c, q);
     else if (r == BRAID_SUCCESS)
@@ -280,7 +239,7 @@ static void *progress_main(void *arg) {
     /* a failed small call leaves recvbuf as it was, as the others do */
     if (r != BRAID_SUCCESS && reached && q->nst > 0)
       exec_dev_stream_undo(c, q->st, q->nst, q->host);
-    if (g.gate != NULL)
+    if (g.s != NULL)
       gate_done(&g);
     pthread_mutex_lock(&c->qlock);
     c->qhead = w->next;
@@ -341,12 +300,14 @@ static braid_result gate_enqueue(braid_comm *c, const exec_op *op,
     *g = *shared;
     return BRAID_SUCCESS;
   }
-  g->gate = s->gate;
+  g->s = s;
   g->left = NULL;
   g->seq = ++s->gate_seq;
   braid_result r = cudev_gate_enqueue(s->gate, g->seq);
   if (r != BRAID_SUCCESS) {
-    s->gate_seq--;
+    /* Its number stays used (part of the gate may be on the stream: a
+     * later "reached" must not be this one's) and ends here. */
+    stream_gate_end(s, g->seq);
     comm_set_error(c,
                    "%s on rank %d: cannot order the call on the CUDA "
                    "stream: %s",
@@ -424,7 +385,7 @@ static braid_result small_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
     r = exec_dev_stream_out(c, ops, q->st, q->nst, s->host, s->user);
     if (r != BRAID_SUCCESS) { /* the call will not run: let the stream go */
       gate_done(g);
-      g->gate = NULL;
+      g->s = NULL;
     }
   }
   dev_restore(c, mine);
@@ -693,92 +654,4 @@ braid_result enq_submit(braid_comm *c, exec_op *op) {
     return BRAID_SUCCESS;
   }
   return submit(c, op, 1, op->stream, NULL);
-}
-
-/* ---- streams ----------------------------------------------------------- */
-
-braid_result braid_stream_create(braid_stream **stream) {
-  if (stream == NULL)
-    return BRAID_ERR_INVALID_ARG;
-  braid_stream *s = calloc(1, sizeof *s);
-  if (s == NULL)
-    return BRAID_ERR_NOMEM;
-  pthread_mutex_init(&s->lock, NULL);
-  pthread_cond_init(&s->cond, NULL);
-  *stream = s;
-  return BRAID_SUCCESS;
-}
-
-braid_result braid_stream_synchronize(braid_stream *s) {
-  if (s == NULL)
-    return BRAID_ERR_INVALID_ARG;
-  pthread_mutex_lock(&s->lock);
-  while (s->completed < s->submitted)
-    pthread_cond_wait(&s->cond, &s->lock);
-  braid_result r = s->first_error;
-  s->first_error = BRAID_SUCCESS;
-  pthread_mutex_unlock(&s->lock);
-  return r;
-}
-
-braid_result braid_stream_query(braid_stream *s) {
-  if (s == NULL)
-    return BRAID_ERR_INVALID_ARG;
-  pthread_mutex_lock(&s->lock);
-  braid_result r =
-      s->completed < s->submitted ? BRAID_IN_PROGRESS : s->first_error;
-  pthread_mutex_unlock(&s->lock);
-  return r;
-}
-
-braid_result braid_stream_destroy(braid_stream *s) {
-  if (s == NULL)
-    return BRAID_ERR_INVALID_ARG;
-  braid_result r = braid_stream_synchronize(s);
-  if (s->gate != NULL) /* every gate was released: the work is done */
-    cudev_gate_free(s->gate);
-  if (s->host != NULL) /* waits for the copies back still on the stream */
-    cudev_host_free(s->host);
-  pthread_mutex_destroy(&s->lock);
-  pthread_cond_destroy(&s->cond);
-  free(s);
-  return r;
-}
-
-braid_result braid_stream_from_cuda(void *cuda_stream, braid_stream **stream) {
-  (void)cfg_get(); /* logging configured for the messages below */
-  if (stream == NULL) {
-    WARN(LOG_COLL, "braid_stream_from_cuda: stream is NULL");
-    return BRAID_ERR_INVALID_ARG;
-  }
-  *stream = NULL;
-  if (!cudev_built()) {
-    WARN(LOG_COLL, "braid_stream_from_cuda: unsupported: this braid was built "
-                   "without CUDA (BRAID_CUDA=OFF or no CUDA toolkit found)");
-    return BRAID_ERR_UNSUPPORTED;
-  }
-  if (cudev_count() <= 0) {
-    const char *why = cudev_error();
-    if (why == NULL || why[0] == '\0' || strcmp(why, "no error") == 0)
-      why = "the CUDA runtime sees none (no GPU, or no driver)";
-    WARN(LOG_COLL, "braid_stream_from_cuda: unsupported: no CUDA device: %s",
-         why);
-    return BRAID_ERR_UNSUPPORTED;
-  }
-  braid_stream *s = NULL;
-  braid_result r = braid_stream_create(&s);
-  if (r != BRAID_SUCCESS)
-    return r;
-  r = cudev_gate_new(cuda_stream, &s->gate);
-  if (r != BRAID_SUCCESS) {
-    WARN(LOG_COLL, "braid_stream_from_cuda: cannot attach to the stream: %s",
-         cudev_error());
-    braid_stream_destroy(s);
-    return r;
-  }
-  /* the default stream is NULL as a cudaStream_t: mark the wrapper anyway */
-  s->cuda = cuda_stream != NULL ? cuda_stream : (void *)s->gate;
-  s->user = cuda_stream;
-  *stream = s;
-  return BRAID_SUCCESS;
 }

@@ -138,6 +138,12 @@ target_link_libraries(emu_cuda_ipc PRIVATE braid_emu PkgConfig::CRITERION)
 add_test(NAME emu_cuda_ipc COMMAND emu_cuda_ipc --jobs=1)
 set_tests_properties(emu_cuda_ipc PROPERTIES TIMEOUT 120 LABELS "cuda;emu")
 
+# Gates of a wrapped stream open in order, whichever order their work ends.
+add_executable(emu_gates ${gpu_dir}/emu/test_emu_gates.c)
+target_link_libraries(emu_gates PRIVATE braid_emu PkgConfig::CRITERION)
+add_test(NAME emu_gates COMMAND emu_gates --jobs 1)
+set_tests_properties(emu_gates PROPERTIES TIMEOUT 120 LABELS "cuda;emu")
+
 add_executable(emu_place ${gpu_dir}/emu/test_emu_place.c)
 target_include_directories(emu_place PRIVATE ${gpu_dir})
 target_compile_definitions(emu_place PRIVATE

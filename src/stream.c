@@ -1,0 +1,164 @@
+/*
+ * Streams: a host stream counts the calls queued on it and keeps the first
+ * error; a wrapped CUDA stream adds a gate (cudev_gate) whose numbers the
+ * user's stream passes in order (src/enqueue.c says how calls use them).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/config.h"
+#include "src/exec_int.h"
+#include "src/log.h"
+#include "src/stream.h"
+
+void *enq_stream_cuda(const braid_stream *s) {
+  return s != NULL ? s->cuda : NULL;
+}
+
+uint64_t enq_stream_host_calls(braid_stream *s) {
+  pthread_mutex_lock(&s->lock);
+  uint64_t n = s->host_calls;
+  pthread_mutex_unlock(&s->lock);
+  return n;
+}
+
+uint64_t enq_stream_kernel_calls(braid_stream *s) {
+  pthread_mutex_lock(&s->lock);
+  uint64_t n = s->kernel_calls;
+  pthread_mutex_unlock(&s->lock);
+  return n;
+}
+
+void stream_complete(braid_stream *s, braid_result r) {
+  pthread_mutex_lock(&s->lock);
+  s->completed++;
+  if (r != BRAID_SUCCESS && s->first_error == BRAID_SUCCESS)
+    s->first_error = r;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* Gate seq's work ended: the stream may pass it once every gate before it
+ * ended too. */
+void stream_gate_end(braid_stream *s, uint32_t seq) {
+  pthread_mutex_lock(&s->lock);
+  uint32_t open = s->gate_open;
+  if (seq == open + 1) {
+    open = seq;
+    for (int i = 0; i < s->nended;) /* the ones that waited for it */
+      if (s->ended[i] == open + 1) {
+        open++;
+        s->ended[i] = s->ended[--s->nended];
+        i = 0;
+      } else {
+        i++;
+      }
+  } else if ((int32_t)(seq - open) > 1) {
+    if (s->nended == s->capended) {
+      int cap = s->capended ? 2 * s->capended : 16;
+      uint32_t *e = realloc(s->ended, sizeof *e * (size_t)cap);
+      if (e != NULL) {
+        s->ended = e;
+        s->capended = cap;
+      }
+    }
+    if (s->nended < s->capended)
+      s->ended[s->nended++] = seq;
+    else /* no memory: never hang the stream */
+      open = seq;
+  }
+  if (open != s->gate_open) {
+    s->gate_open = open;
+    cudev_gate_release(s->gate, open);
+  }
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- streams ----------------------------------------------------------- */
+
+braid_result braid_stream_create(braid_stream **stream) {
+  if (stream == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  braid_stream *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return BRAID_ERR_NOMEM;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->cond, NULL);
+  *stream = s;
+  return BRAID_SUCCESS;
+}
+
+braid_result braid_stream_synchronize(braid_stream *s) {
+  if (s == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  pthread_mutex_lock(&s->lock);
+  while (s->completed < s->submitted)
+    pthread_cond_wait(&s->cond, &s->lock);
+  braid_result r = s->first_error;
+  s->first_error = BRAID_SUCCESS;
+  pthread_mutex_unlock(&s->lock);
+  return r;
+}
+
+braid_result braid_stream_query(braid_stream *s) {
+  if (s == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  pthread_mutex_lock(&s->lock);
+  braid_result r =
+      s->completed < s->submitted ? BRAID_IN_PROGRESS : s->first_error;
+  pthread_mutex_unlock(&s->lock);
+  return r;
+}
+
+braid_result braid_stream_destroy(braid_stream *s) {
+  if (s == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  braid_result r = braid_stream_synchronize(s);
+  if (s->gate != NULL) /* every gate was released: the work is done */
+    cudev_gate_free(s->gate);
+  if (s->host != NULL) /* waits for the copies back still on the stream */
+    cudev_host_free(s->host);
+  free(s->ended);
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->cond);
+  free(s);
+  return r;
+}
+
+braid_result braid_stream_from_cuda(void *cuda_stream, braid_stream **stream) {
+  (void)cfg_get(); /* logging configured for the messages below */
+  if (stream == NULL) {
+    WARN(LOG_COLL, "braid_stream_from_cuda: stream is NULL");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  *stream = NULL;
+  if (!cudev_built()) {
+    WARN(LOG_COLL, "braid_stream_from_cuda: unsupported: this braid was built "
+                   "without CUDA (BRAID_CUDA=OFF or no CUDA toolkit found)");
+    return BRAID_ERR_UNSUPPORTED;
+  }
+  if (cudev_count() <= 0) {
+    const char *why = cudev_error();
+    if (why == NULL || why[0] == '\0' || strcmp(why, "no error") == 0)
+      why = "the CUDA runtime sees none (no GPU, or no driver)";
+    WARN(LOG_COLL, "braid_stream_from_cuda: unsupported: no CUDA device: %s",
+         why);
+    return BRAID_ERR_UNSUPPORTED;
+  }
+  braid_stream *s = NULL;
+  braid_result r = braid_stream_create(&s);
+  if (r != BRAID_SUCCESS)
+    return r;
+  r = cudev_gate_new(cuda_stream, &s->gate);
+  if (r != BRAID_SUCCESS) {
+    WARN(LOG_COLL, "braid_stream_from_cuda: cannot attach to the stream: %s",
+         cudev_error());
+    braid_stream_destroy(s);
+    return r;
+  }
+  /* the default stream is NULL as a cudaStream_t: mark the wrapper anyway */
+  s->cuda = cuda_stream != NULL ? cuda_stream : (void *)s->gate;
+  s->user = cuda_stream;
+  *stream = s;
+  return BRAID_SUCCESS;
+}
