@@ -101,6 +101,8 @@ static void cfg_load(void) {
     c->cuda_kernel_slot = (size_t)4 << 20;
   }
   c->cuda_buffsize = env_size("BRAID_CUDA_BUFFSIZE", 0);
+  c->cuda_one_queue = env_int("CUDA_DEVICE_MAX_CONNECTIONS", 8, 1, 32) == 1;
+  c->cuda_gate = env_int("BRAID_CUDA_GATE", !c->cuda_one_queue, 0, 1);
   c->topo_file = env_str("BRAID_TOPO_FILE");
   c->topo_dump_file = env_str("BRAID_TOPO_DUMP_FILE");
   c->schedule_file = env_str("BRAID_SCHEDULE_FILE");

@@ -24,10 +24,17 @@ typedef struct cfg_env {
   size_t cuda_host_max;      /* BRAID_CUDA_HOST_MAX, default 0 = off */
   size_t cuda_kernel_max;    /* BRAID_CUDA_KERNEL_MAX, default 0 = off */
   size_t cuda_kernel_slot;   /* BRAID_CUDA_KERNEL_SLOT, default 4M */
-  const char *debug;         /* BRAID_DEBUG */
-  const char *debug_subsys;  /* BRAID_DEBUG_SUBSYS */
-  const char *debug_file;    /* BRAID_DEBUG_FILE */
-  const char *topo_file;     /* BRAID_TOPO_FILE */
+  /* BRAID_CUDA_GATE: 1 hold a CUDA stream at a gate while braid runs a
+   * call on its own stream (the call returns once enqueued); 0 the calling
+   * thread waits for the stream to reach the call and runs it. Default 1,
+   * 0 when CUDA_DEVICE_MAX_CONNECTIONS is 1 (cuda_one_queue: every stream
+   * on one hardware queue, where a held stream holds braid's own work) */
+  int cuda_gate;
+  int cuda_one_queue;
+  const char *debug;          /* BRAID_DEBUG */
+  const char *debug_subsys;   /* BRAID_DEBUG_SUBSYS */
+  const char *debug_file;     /* BRAID_DEBUG_FILE */
+  const char *topo_file;      /* BRAID_TOPO_FILE */
   const char *topo_dump_file; /* BRAID_TOPO_DUMP_FILE */
   const char *schedule_file;  /* BRAID_SCHEDULE_FILE */
   const char *ofi_provider;   /* BRAID_OFI_PROVIDER, default NULL = fastest */

@@ -145,13 +145,27 @@ static braid_result setup_before_gate(braid_comm *c, exec_op *ops, int nops) {
   return r;
 }
 
-/* Waits until the user's stream reached the work's gate: spin, yield, then
- * short sleeps, bounded by the communicator's timeout. */
-static braid_result gate_wait(braid_comm *c, const exec_work *w,
-                              const gate_ref *g) {
+/* Waits until the user's stream reached a call: its gate g, or (g NULL) the
+ * event ev recorded on it; spin, yield, then short sleeps, bounded by the
+ * communicator's timeout. */
+static braid_result reach_wait(braid_comm *c, const exec_op *op,
+                               const gate_ref *g, void *ev) {
   struct timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (long polls = 0; !cudev_gate_reached(g->s->gate, g->seq); polls++) {
+  for (long polls = 0;; polls++) {
+    int q = g != NULL ? (cudev_gate_reached(g->s->gate, g->seq) ? BRAID_SUCCESS
+                                                                : TP_AGAIN)
+                      : cudev_event_query(ev);
+    if (q == BRAID_SUCCESS)
+      return BRAID_SUCCESS;
+    if (q != TP_AGAIN) {
+      comm_set_error(c,
+                     "%s #%llu on rank %d: waiting for the CUDA stream to "
+                     "reach the call: %s; the call did not run",
+                     op->name, (unsigned long long)op->seq, c->rank,
+                     cudev_error());
+      return (braid_result)q;
+    }
     if (atomic_load(&c->aborted))
       return BRAID_ERR_ABORTED;
     if (polls < 2000)
@@ -169,7 +183,7 @@ static braid_result gate_wait(braid_comm *c, const exec_work *w,
                      "call within %d ms (BRAID_TIMEOUT): work issued on the "
                      "stream before it is still running or waits for "
                      "something that never comes; the call did not run",
-                     w->ops[0].name, (unsigned long long)w->ops[0].seq, c->rank,
+                     op->name, (unsigned long long)op->seq, c->rank,
                      c->timeout_ms);
       /* the other ranks ran (or wait in) this call: it cannot be skipped */
       pthread_mutex_lock(&c->lock);
@@ -180,7 +194,6 @@ static braid_result gate_wait(braid_comm *c, const exec_work *w,
     struct timespec nap = {0, 20000};
     nanosleep(&nap, NULL);
   }
-  return BRAID_SUCCESS;
 }
 
 /* The work behind a gate finished (or failed): let the user's stream go on.
@@ -227,7 +240,7 @@ static void *progress_main(void *arg) {
     gate_ref g = q->g;
     pthread_mutex_unlock(&c->qlock);
     braid_result r = atomic_load(&c->aborted) ? BRAID_ERR_ABORTED
-                     : g.s != NULL            ? gate_wait(c, w, &g)
+                     : g.s != NULL            ? reach_wait(c, w->ops, &g, NULL)
                                               : BRAID_SUCCESS;
     int reached = g.s != NULL && r == BRAID_SUCCESS;
     if (q->ev != NULL) /* launched already: it stops on an abort itself */
@@ -352,8 +365,11 @@ static int small_plan(braid_comm *c, braid_stream *s, const exec_op *ops,
 
 /* Makes the communicator's GPU current while a call puts work on a user's
  * stream; *mine: the caller's, which dev_restore gives back. */
-static braid_result dev_select(braid_comm *c, const char *name, int *mine) {
-  int dev = c->dev->device;
+static braid_result dev_select_of(braid_comm *c, const char *name, int dev,
+                                  int *mine) {
+  *mine = -1;
+  if (dev < 0) /* no buffers (a barrier) before the device side is set up */
+    return BRAID_SUCCESS;
   *mine = cudev_get_device();
   braid_result r = *mine == dev ? BRAID_SUCCESS : cudev_set_device(dev);
   if (r != BRAID_SUCCESS)
@@ -362,9 +378,17 @@ static braid_result dev_select(braid_comm *c, const char *name, int *mine) {
   return r;
 }
 
-static void dev_restore(const braid_comm *c, int mine) {
-  if (mine >= 0 && mine != c->dev->device)
+static braid_result dev_select(braid_comm *c, const char *name, int *mine) {
+  return dev_select_of(c, name, c->dev->device, mine);
+}
+
+static void dev_restore_of(int dev, int mine) {
+  if (mine >= 0 && mine != dev)
     (void)cudev_set_device(mine);
+}
+
+static void dev_restore(const braid_comm *c, int mine) {
+  dev_restore_of(c->dev->device, mine);
 }
 
 /* Enqueues a small call on the user's stream: the copies in, the gate, the
@@ -408,6 +432,40 @@ static braid_result kernel_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
   return r;
 }
 
+/* BRAID_CUDA_GATE=0: instead of a gate, the calling thread waits until
+ * the user's stream has run what was issued on it before the call (an event
+ * recorded there, after the last call on another stream); the call then runs
+ * as a blocking one, so work issued on the stream after it sees its result.
+ * No braid work waits behind a held stream (src/config.h, cuda_gate). */
+static braid_result stream_reached(braid_comm *c, const exec_op *op,
+                                   braid_stream *s) {
+  /* the communicator's GPU, or before its device side is set up (a send
+   * or receive first) the call's */
+  int mine = -1, dev = c->dev != NULL ? c->dev->device : op->dev;
+  braid_result r = dev_select_of(c, op->name, dev, &mine);
+  if (r != BRAID_SUCCESS)
+    return r;
+  r = comm_dev_order_after(c, op->name, s->user);
+  if (r == BRAID_SUCCESS && s->reach_ev == NULL &&
+      cudev_event_create(&s->reach_ev) != BRAID_SUCCESS)
+    r = BRAID_ERR_SYSTEM;
+  if (r == BRAID_SUCCESS &&
+      (r = cudev_event_record(s->reach_ev, s->user)) != BRAID_SUCCESS)
+    comm_set_error(c,
+                   "%s on rank %d: cannot mark the call on its CUDA "
+                   "stream: %s",
+                   op->name, c->rank, cudev_error());
+  dev_restore_of(dev, mine);
+  if (r == BRAID_SUCCESS) {
+    TRACE(LOG_COLL,
+          "%s #%llu: waiting for the CUDA stream to reach it "
+          "(BRAID_CUDA_GATE=0)",
+          op->name, (unsigned long long)op->seq);
+    r = reach_wait(c, op, NULL, s->reach_ev);
+  }
+  return r;
+}
+
 /* Submit ops (copied) as one unit of work, blocking or on a stream. */
 static braid_result submit(braid_comm *c, exec_op *ops, int nops,
                            braid_stream *s, const gate_ref *shared) {
@@ -426,6 +484,16 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
     kernel = exk_takes(c, ops, nops) && atomic_load(&c->kernel_deferred) == 0;
     if (!kernel)
       nst = small_plan(c, s, ops, nops, &st);
+    if (!kernel && nst == 0 && !cfg_get()->cuda_gate) {
+      braid_result r = stream_reached(c, ops, s);
+      if (r == BRAID_SUCCESS)
+        r = submit(c, ops, nops, NULL, NULL);
+      pthread_mutex_lock(&s->lock);
+      s->submitted++;
+      pthread_mutex_unlock(&s->lock);
+      stream_complete(s, r);
+      return r;
+    }
   }
   pthread_mutex_lock(&c->qlock);
   if (s == NULL && c->qlen == 0) {
@@ -568,7 +636,15 @@ braid_result braid_group_end(void) {
     goto out;
   }
   /* several communicators: queue all (they may depend on each other across
-   * ranks), then wait for all when blocking */
+   * ranks), then wait for all when blocking; on a CUDA stream without gates
+   * (BRAID_CUDA_GATE=0), blocking once the stream has reached the group */
+  braid_stream *s0 = g.n > 0 ? g.ops[0].stream : NULL;
+  if (!blocking && s0 != NULL && s0->cuda != NULL && !cfg_get()->cuda_gate) {
+    res = stream_reached(done[0], &g.ops[0], s0);
+    if (res != BRAID_SUCCESS)
+      goto out;
+    blocking = 1;
+  }
   braid_stream *s = NULL;
   if (blocking && braid_stream_create(&s) != BRAID_SUCCESS) {
     res = BRAID_ERR_NOMEM;

@@ -3,6 +3,7 @@
  * error; a wrapped CUDA stream adds a gate (cudev_gate) whose numbers the
  * user's stream passes in order (src/enqueue.c says how calls use them).
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,6 +120,8 @@ braid_result braid_stream_destroy(braid_stream *s) {
   if (s->host != NULL) /* waits for the copies back still on the stream */
     cudev_host_free(s->host);
   free(s->ended);
+  if (s->reach_ev != NULL)
+    cudev_event_destroy(s->reach_ev);
   pthread_mutex_destroy(&s->lock);
   pthread_cond_destroy(&s->cond);
   free(s);
@@ -156,6 +159,15 @@ braid_result braid_stream_from_cuda(void *cuda_stream, braid_stream **stream) {
     braid_stream_destroy(s);
     return r;
   }
+  static atomic_int told;
+  const cfg_env *cfg = cfg_get();
+  if (cfg->cuda_one_queue && !cfg->cuda_gate && atomic_exchange(&told, 1) == 0)
+    INFO(LOG_COLL,
+         "CUDA_DEVICE_MAX_CONNECTIONS=1: every CUDA stream shares one "
+         "hardware queue, where a stream held at braid's gate would hold "
+         "braid's own work too; calls on CUDA streams that braid runs on its "
+         "stream wait in the calling thread for their stream to reach them "
+         "(BRAID_CUDA_GATE=0)");
   /* the default stream is NULL as a cudaStream_t: mark the wrapper anyway */
   s->cuda = cuda_stream != NULL ? cuda_stream : (void *)s->gate;
   s->user = cuda_stream;

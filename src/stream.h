@@ -32,6 +32,7 @@ struct braid_stream {
   size_t host_bytes;
   uint64_t host_calls;   /* small calls staged on the stream (tests) */
   uint64_t kernel_calls; /* calls launched on it as kernels (tests) */
+  void *reach_ev;        /* BRAID_CUDA_GATE=0: where a call waits (enqueue.c) */
 };
 
 /* One more call on s ended with r (the first error is kept). */

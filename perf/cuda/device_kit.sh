@@ -31,7 +31,8 @@
 #
 # Results go to $OUT when it is set, else to <build>/kit-out: kit.log
 # (everything), build.log, ctest.log, tests.txt (one line per test: result,
-# seconds), memcheck.log (when time was left for it: see memcheck below),
+# seconds; a PROBE line: see probe_one_queue below), memcheck.log (when
+# time was left for it: see memcheck below), probe.log,
 # perf.md (the section for docs/PERFORMANCE.md) and logs.tgz (the raw
 # logs). Environment: BUILD (default build-device); KIT_SECONDS
 # (default 560) bounds the whole run, so that it fits a 10-minute command;
@@ -145,6 +146,30 @@ memcheck() {
   *) echo "memcheck: exit $r (memcheck.log)" ;;
   esac
   return "$r"
+}
+
+# Whether a GPU holds braid's own work behind a stream held at a gate when
+# every stream shares one hardware queue (docs/CUDA.md, "Stream gates and
+# hardware queues"): the alternating-streams test with
+# CUDA_DEVICE_MAX_CONNECTIONS=1 and gates forced on (BRAID_CUDA_GATE=1), 30
+# s at most, when 60 s are left. An observation, not a test: a line in
+# tests.txt, "PROBE held" (it timed out or failed) or "PROBE not held".
+probe_one_queue() {
+  local out=$1 r=0
+  if [ "$(left)" -lt 60 ]; then
+    echo "NOT RUN  probe: gates on one hardware queue (the kit's time was spent)" >>"$out/tests.txt"
+    return 0
+  fi
+  step "probe: gates forced on with CUDA_DEVICE_MAX_CONNECTIONS=1 (30 s at most)"
+  CUDA_DEVICE_MAX_CONNECTIONS=1 BRAID_CUDA_GATE=1 BRAID_TIMEOUT=10 \
+    timeout -k 5 30 "$BUILD/tests/cuda/test_gpu_stream" --jobs 1 \
+    --filter 'gpu_stream/calls_alternating*' >"$out/probe.log" 2>&1 || r=$?
+  pkill -KILL -f "^$BUILD/" 2>/dev/null || true
+  if [ "$r" = 0 ]; then
+    echo "PROBE    gates on one hardware queue: not held (the test passed)" | tee -a "$out/tests.txt"
+  else
+    echo "PROBE    gates on one hardware queue: held (exit $r; probe.log)" | tee -a "$out/tests.txt"
+  fi
 }
 
 # Seconds left of the run's KIT_SECONDS.
@@ -274,6 +299,7 @@ run() {
       "$(grep -c '^SKIP' "$out/tests.txt") skipped, $(grep -vc '^PASS\|^SKIP' "$out/tests.txt") not)"
     [ "$rc" -ne 0 ] || rc=$r
     memcheck "$out" || { r=$?; [ "$rc" -ne 0 ] || rc=$r; }
+    probe_one_queue "$out"
   fi
   tar -czf "$out/logs.tgz" -C "$BUILD" --ignore-failed-read \
     Testing/Temporary device-logs 2>/dev/null || true

@@ -35,6 +35,13 @@ set_tests_properties(gpu_stream_small PROPERTIES TIMEOUT 300
   LABELS "cuda;gpu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_HOST_MAX=8M"
   SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
 # and with calls up to 64 KiB as collective kernels (src/exec_kernel.c)
+# every stream on one hardware queue: gated calls wait in the calling
+# thread instead (BRAID_CUDA_GATE's default there; docs/CUDA.md)
+add_test(NAME gpu_stream_one_queue COMMAND test_gpu_stream --jobs 1)
+set_tests_properties(gpu_stream_one_queue PROPERTIES TIMEOUT 300
+  LABELS "cuda;gpu" ENVIRONMENT "BRAID_TIMEOUT=60;CUDA_DEVICE_MAX_CONNECTIONS=1"
+  SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
+
 add_test(NAME gpu_stream_kernel COMMAND test_gpu_stream --jobs 1)
 set_tests_properties(gpu_stream_kernel PROPERTIES TIMEOUT 300
   LABELS "cuda;gpu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_KERNEL_MAX=64K"
@@ -131,6 +138,14 @@ set_tests_properties(emu_gpu_stream_small PROPERTIES TIMEOUT 300
 add_test(NAME emu_gpu_stream_kernel COMMAND emu_gpu_stream --jobs 1)
 set_tests_properties(emu_gpu_stream_kernel PROPERTIES TIMEOUT 300
   LABELS "cuda;emu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_KERNEL_MAX=64K")
+# Every stream on one hardware queue (the emulated GPU runs their work in
+# issue order, an operation that waits holding the rest): calls that braid
+# runs on its own stream then wait for the user's stream in the calling
+# thread instead of holding it at a gate (BRAID_CUDA_GATE's default there).
+# With gates forced on (BRAID_CUDA_GATE=1) the same tests time out.
+add_test(NAME emu_gpu_stream_one_queue COMMAND emu_gpu_stream --jobs 1)
+set_tests_properties(emu_gpu_stream_one_queue PROPERTIES TIMEOUT 300
+  LABELS "cuda;emu" ENVIRONMENT "BRAID_TIMEOUT=60;CUDA_DEVICE_MAX_CONNECTIONS=1")
 
 add_executable(emu_cuda_ipc ${PROJECT_SOURCE_DIR}/tests/transports/test_cuda_ipc.c
   ${PROJECT_SOURCE_DIR}/tests/transports/ranks.c)

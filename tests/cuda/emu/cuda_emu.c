@@ -29,7 +29,9 @@
  *    GPU's queue is bounded: a call that adds one more waits for room (a
  *    loop of 2200 calls hung so on an H200 while braid held a lock its
  *    progress thread needed). One that waits EMU_FREE_DEADLINE_S aborts,
- *    saying so.
+ *    saying so. With CUDA_DEVICE_MAX_CONNECTIONS=1 the streams share one
+ *    hardware queue (one_queue below): operations run in issue order across
+ *    streams, and one that waits holds the rest.
  *  - events: generations, so that a query answers for the latest record.
  *  - cudaFree, cudaFreeHost and their cudev_ forms wait until every stream
  *    is idle, as CUDA's do. One that waits longer than EMU_FREE_DEADLINE_S
@@ -224,8 +226,27 @@ typedef struct emu_op {
   uint64_t gen;
   struct cudev_gate *gate;
   uint32_t seq;
+  uint64_t ticket; /* CUDA_DEVICE_MAX_CONNECTIONS=1: its place in the queue */
   struct emu_op *next;
 } emu_op;
+
+/* CUDA_DEVICE_MAX_CONNECTIONS=1: the streams share one hardware queue,
+ * which runs their operations in issue order, so an operation that waits
+ * (a gate, an event wait, a host function) holds every stream's work
+ * issued after it, as on a GPU. Each operation takes a ticket when issued
+ * and runs once every earlier ticket has run. */
+static pthread_mutex_t q1_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q1_turn = PTHREAD_COND_INITIALIZER;
+static uint64_t q1_issued, q1_ran;
+
+static int one_queue(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    v = e != NULL && atoi(e) == 1;
+  }
+  return v;
+}
 
 struct CUstream_st {
   pthread_mutex_t mu;
@@ -320,7 +341,19 @@ static void *stream_main(void *arg) {
       struct timespec lag = {0, emu_lag_us() * 1000L};
       nanosleep(&lag, NULL);
     }
+    if (one_queue()) {
+      pthread_mutex_lock(&q1_mu);
+      while (q1_ran != o->ticket)
+        pthread_cond_wait(&q1_turn, &q1_mu);
+      pthread_mutex_unlock(&q1_mu);
+    }
     op_run(o);
+    if (one_queue()) {
+      pthread_mutex_lock(&q1_mu);
+      q1_ran++;
+      pthread_cond_broadcast(&q1_turn);
+      pthread_mutex_unlock(&q1_mu);
+    }
     enum emu_kind kind = o->kind;
     if (kind == OP_EVREC || kind == OP_EVWAIT)
       event_put(o->ev);
@@ -418,6 +451,11 @@ static cudaError_t stream_push(cudaStream_t h, const emu_op *tmpl) {
     }
   }
   s->queued++;
+  if (one_queue()) {
+    pthread_mutex_lock(&q1_mu);
+    o->ticket = q1_issued++;
+    pthread_mutex_unlock(&q1_mu);
+  }
   if (s->tail)
     s->tail->next = o;
   else
