@@ -198,7 +198,9 @@ BRAID_API braid_result braid_recv(void *recvbuf, size_t count, braid_dtype dt,
 BRAID_API braid_result braid_barrier(braid_comm *comm, braid_stream *stream);
 
 /* Calls between start and end are issued together at end (send/recv run
- * concurrently, so exchanges cannot deadlock). Groups nest. */
+ * concurrently, so exchanges cannot deadlock). Groups nest. A group's calls
+ * are all on one stream, or blocking (any stream NULL makes the whole group
+ * blocking); calls on two streams: BRAID_ERR_INVALID_ARG at end. */
 BRAID_API braid_result braid_group_start(void);
 BRAID_API braid_result braid_group_end(void);
 
@@ -221,7 +223,11 @@ BRAID_API braid_result braid_stream_query(braid_stream *stream);
  * stream does not reach within BRAID_TIMEOUT fails with BRAID_ERR_TIMEOUT.
  * braid_stream_synchronize waits for the calls (and returns their first
  * error), braid_stream_destroy frees the wrapper, not the CUDA stream.
- * BRAID_ERR_UNSUPPORTED (the log says why) in a build without CUDA or
+ * Calls on CUDA streams see each other's results in issue order; a call
+ * on a host stream and one on a CUDA stream run in issue order too, but
+ * one that reads device memory the other writes must wait for it
+ * (braid_stream_synchronize, cudaStreamSynchronize), as a blocking call
+ * must. BRAID_ERR_UNSUPPORTED (the log says why) in a build without CUDA or
  * without a visible device. */
 BRAID_API braid_result braid_stream_from_cuda(void *cuda_stream,
                                               braid_stream **stream);

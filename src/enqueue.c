@@ -620,6 +620,18 @@ braid_result braid_group_end(void) {
     res = BRAID_ERR_NOMEM;
     goto out;
   }
+  /* A group is one unit of work on one stream: calls on another stream
+   * would be neither counted nor ordered on theirs. */
+  for (int i = 1; i < g.n && !blocking; i++)
+    if (g.ops[i].stream != g.ops[0].stream) {
+      comm_set_error(g.comms[i],
+                     "group: %s (call %d of the group) is on another stream "
+                     "than its first call: a group's calls must all be on one "
+                     "stream, or be blocking (stream NULL)",
+                     g.ops[i].name, i + 1);
+      res = BRAID_ERR_INVALID_ARG;
+      goto out;
+    }
   int ncomm = 0;
   for (int i = 0; i < g.n; i++) {
     braid_comm *c = g.comms[i];

@@ -139,6 +139,19 @@ static int bad_args(braid_comm *c, int rank, int n) {
       c,
       braid_allreduce((char *)a + 1, b, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL),
       "aligned");
+  /* a group's calls on two streams */
+  braid_stream *s1 = NULL, *s2 = NULL;
+  if (braid_stream_create(&s1) != BRAID_SUCCESS ||
+      braid_stream_create(&s2) != BRAID_SUCCESS)
+    return 1;
+  braid_group_start();
+  braid_allreduce(a, b, 4, BRAID_FLOAT32, BRAID_SUM, c, s1);
+  braid_allreduce(a, b, 4, BRAID_FLOAT32, BRAID_SUM, c, s2);
+  e |= expect_invalid(c, braid_group_end(), "another stream");
+  if (braid_stream_synchronize(s1) != BRAID_SUCCESS ||
+      braid_stream_destroy(s1) != BRAID_SUCCESS ||
+      braid_stream_destroy(s2) != BRAID_SUCCESS)
+    e = 1;
   /* the communicator is still usable */
   for (int i = 0; i < 4; i++)
     a[i] = (float)(rank + 1);
