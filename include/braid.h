@@ -227,8 +227,9 @@ BRAID_API braid_result braid_stream_query(braid_stream *stream);
  * on a host stream and one on a CUDA stream run in issue order too, but
  * one that reads device memory the other writes must wait for it
  * (braid_stream_synchronize, cudaStreamSynchronize), as a blocking call
- * must. BRAID_ERR_UNSUPPORTED (the log says why) in a build without CUDA or
- * without a visible device. */
+ * must. A call on a stream being captured into a CUDA graph is
+ * BRAID_ERR_UNSUPPORTED. BRAID_ERR_UNSUPPORTED (the log says why) in a
+ * build without CUDA or without a visible device. */
 BRAID_API braid_result braid_stream_from_cuda(void *cuda_stream,
                                               braid_stream **stream);
 

@@ -263,6 +263,22 @@ static braid_result classify(braid_comm *c, exec_op *op) {
                "on a CUDA stream take device buffers (use a host stream or "
                "NULL for host buffers)",
                names[kind[0] == 0 ? 0 : 1]);
+  /* A call is not a node that a CUDA graph can hold: captured, its gate
+   * would wait for a "reached" that comes only when the graph is launched,
+   * and the collective would never run in the graph's launches. */
+  int cap = enq_stream_capturing(op->stream);
+  if (cap < 0)
+    return bad(c, fn,
+               "cannot tell whether the CUDA stream is being captured into a "
+               "CUDA graph: %s",
+               cudev_error());
+  if (cap > 0) {
+    bad(c, fn,
+        "the CUDA stream is being captured into a CUDA graph: calls on a "
+        "capturing stream are not supported (issue them outside the "
+        "capture)");
+    return BRAID_ERR_UNSUPPORTED;
+  }
   return BRAID_SUCCESS;
 }
 

@@ -16,6 +16,10 @@ void *enq_stream_cuda(const braid_stream *s) {
   return s != NULL ? s->cuda : NULL;
 }
 
+int enq_stream_capturing(const braid_stream *s) {
+  return s != NULL && s->cuda != NULL ? cudev_stream_capturing(s->user) : 0;
+}
+
 uint64_t enq_stream_host_calls(braid_stream *s) {
   pthread_mutex_lock(&s->lock);
   uint64_t n = s->host_calls;

@@ -662,6 +662,51 @@ static int mixing(braid_comm *c, int rank, int n) {
   return rc;
 }
 
+/* A call on a stream being captured into a CUDA graph is refused with
+ * BRAID_ERR_UNSUPPORTED and a message naming the capture; the stream and
+ * the communicator stay usable once the capture ends. */
+static int captured(braid_comm *c, int rank, int n) {
+  enum { K = 64 };
+  CK(cudaSetDevice(0));
+  float h[K], *d = NULL;
+  for (int i = 0; i < K; i++)
+    h[i] = 1.0f;
+  CK(cudaMalloc((void **)&d, sizeof h));
+  cudaStream_t s;
+  braid_stream *bs = NULL;
+  int rc = filled_and_wrapped(rank, d, h, sizeof h, &s, &bs);
+  if (rc)
+    return rc;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  braid_result r = braid_allreduce(d, d, K, BRAID_FLOAT32, BRAID_SUM, c, bs);
+  cudaGraph_t graph = NULL;
+  CK(cudaStreamEndCapture(s, &graph));
+  if (graph != NULL)
+    cudaGraphDestroy(graph);
+  if (r != BRAID_ERR_UNSUPPORTED ||
+      strstr(braid_comm_last_error(c), "captured") == NULL) {
+    fprintf(stderr, "rank %d: allreduce while capturing: %s (%s)\n", rank,
+            braid_result_string(r), braid_comm_last_error(c));
+    rc = 12;
+  }
+  if (rc == 0 && (braid_allreduce(d, d, K, BRAID_FLOAT32, BRAID_SUM, c, bs) !=
+                      BRAID_SUCCESS ||
+                  braid_stream_synchronize(bs) != BRAID_SUCCESS))
+    rc = 13;
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < K && rc == 0; i++)
+    if (h[i] != (float)n) {
+      fprintf(stderr, "rank %d: element %d is %g after the capture, want %d\n",
+              rank, i, (double)h[i], n);
+      rc = 14;
+    }
+  braid_stream_destroy(bs);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+  return rc;
+}
+
 static void run(gpu_rank_fn fn, int n, const char *name) {
   GPU_REQUIRE();
   int st[4];
@@ -708,4 +753,8 @@ Test(gpu_stream, send_and_recv_before_any_collective, .timeout = 120) {
 
 Test(gpu_stream, mixing_host_and_device_is_invalid, .timeout = 120) {
   run(mixing, 2, "mixing");
+}
+
+Test(gpu_stream, calls_on_a_capturing_stream_are_unsupported, .timeout = 120) {
+  run(captured, 2, "capture");
 }

@@ -38,6 +38,9 @@ braid_result cudev_busid(int device, char *busid, size_t len);
 braid_result cudev_stream_create(void **stream); /* non-blocking */
 void cudev_stream_destroy(void *stream);
 braid_result cudev_stream_sync(void *stream);
+/* 1 while `stream` (a user's, NULL: the default stream) is being captured
+ * into a CUDA graph, 0 when not, -1 on error. */
+int cudev_stream_capturing(void *stream);
 braid_result cudev_event_create(void **event);
 braid_result cudev_event_record(void *event, void *stream);
 /* BRAID_SUCCESS when done, TP_AGAIN (-1) while pending, else an error. */

@@ -161,6 +161,16 @@ braid_result cudev_stream_sync(void *stream) {
   return BRAID_SUCCESS;
 }
 
+int cudev_stream_capturing(void *stream) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing((cudaStream_t)stream, &st);
+  if (e != cudaSuccess) {
+    dev_fail("cudaStreamIsCapturing", e);
+    return -1;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
 braid_result cudev_event_create(void **event) {
   cudaEvent_t ev;
   DEV_CALL("cudaEventCreateWithFlags",

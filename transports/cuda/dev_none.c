@@ -50,6 +50,10 @@ braid_result cudev_stream_sync(void *stream) {
   (void)stream;
   return none("cudaStreamSynchronize");
 }
+int cudev_stream_capturing(void *stream) {
+  (void)stream;
+  return 0;
+}
 braid_result cudev_event_create(void **event) {
   (void)event;
   return none("cudaEventCreateWithFlags");

@@ -255,6 +255,7 @@ struct CUstream_st {
   int queued; /* operations not yet started */
   int running;
   unsigned seed; /* lags */
+  int capturing; /* between cudaStreamBeginCapture and EndCapture */
   struct CUstream_st *next_all, *prev_all;
 };
 
@@ -792,6 +793,46 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
 
 cudaError_t cudaStreamCreate(cudaStream_t *stream) {
   return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
+}
+
+/* Stream capture: only whether a stream is capturing (no graph is made;
+ * the tests check that braid refuses calls on such a stream). */
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream,
+                                   enum cudaStreamCaptureMode mode) {
+  (void)mode;
+  if ((uintptr_t)stream <= 2)
+    return emu_err(cudaErrorStreamCaptureUnsupported,
+                   "%s: the legacy default stream", "cudaStreamBeginCapture");
+  stream->capturing = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
+  if ((uintptr_t)stream <= 2 || !stream->capturing)
+    return emu_err(cudaErrorIllegalState, "%s: the stream is not capturing",
+                   "cudaStreamEndCapture");
+  stream->capturing = 0;
+  *graph = NULL;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  (void)graph;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
+                                  enum cudaStreamCaptureStatus *status) {
+  *status = (uintptr_t)stream > 2 && stream->capturing
+                ? cudaStreamCaptureStatusActive
+                : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+int cudev_stream_capturing(void *stream) {
+  enum cudaStreamCaptureStatus st;
+  cudaStreamIsCapturing(stream, &st);
+  return st != cudaStreamCaptureStatusNone;
 }
 
 /* As CUDA's: returns at once; the stream goes once its work has run. */
