@@ -130,7 +130,10 @@ static int local_ok(comm_dev *d, int device, char *why, size_t len) {
     snprintf(why, len, "GPU %d does not exist (%d visible)", device, n);
     return 0;
   }
+  /* the kernels loaded now, before any gate holds a stream: loaded lazily
+   * at their first launch, behind a gate, they could wait for it */
   if (cudev_set_device(device) != BRAID_SUCCESS ||
+      cudev_preload() != BRAID_SUCCESS ||
       cudev_stream_create(&d->stream) != BRAID_SUCCESS ||
       cudev_event_create(&d->order_ev) != BRAID_SUCCESS) {
     snprintf(why, len, "GPU %d: %s", device, cudev_error());

@@ -304,6 +304,34 @@ static void push_locked(braid_comm *c, exec_work *w) {
   pthread_cond_broadcast(&c->qcond);
 }
 
+/* Makes the communicator's GPU current while a call puts work on a user's
+ * stream; *mine: the caller's, which dev_restore gives back. */
+static braid_result dev_select_of(braid_comm *c, const char *name, int dev,
+                                  int *mine) {
+  *mine = -1;
+  if (dev < 0) /* no buffers (a barrier) before the device side is set up */
+    return BRAID_SUCCESS;
+  *mine = cudev_get_device();
+  braid_result r = *mine == dev ? BRAID_SUCCESS : cudev_set_device(dev);
+  if (r != BRAID_SUCCESS)
+    comm_set_error(c, "%s on rank %d: selecting GPU %d: %s", name, c->rank, dev,
+                   cudev_error());
+  return r;
+}
+
+static braid_result dev_select(braid_comm *c, const char *name, int *mine) {
+  return dev_select_of(c, name, c->dev->device, mine);
+}
+
+static void dev_restore_of(int dev, int mine) {
+  if (mine >= 0 && mine != dev)
+    (void)cudev_set_device(mine);
+}
+
+static void dev_restore(const braid_comm *c, int mine) {
+  dev_restore_of(c->dev->device, mine);
+}
+
 /* Enqueues the gate of a call on a CUDA stream (shared: a group's gate,
  * already enqueued). */
 static braid_result gate_enqueue(braid_comm *c, const exec_op *op,
@@ -315,8 +343,15 @@ static braid_result gate_enqueue(braid_comm *c, const exec_op *op,
   }
   g->s = s;
   g->left = NULL;
+  /* the stream's GPU current (the kernel that stands in for the stream
+   * memory operations launches on the current device) */
+  int mine = -1, dev = c->dev != NULL ? c->dev->device : op->dev;
+  braid_result r = dev_select_of(c, op->name, dev, &mine);
+  if (r != BRAID_SUCCESS)
+    return r;
   g->seq = ++s->gate_seq;
-  braid_result r = cudev_gate_enqueue(s->gate, g->seq);
+  r = cudev_gate_enqueue(s->gate, g->seq);
+  dev_restore_of(dev, mine);
   if (r != BRAID_SUCCESS) {
     /* Its number stays used (part of the gate may be on the stream: a
      * later "reached" must not be this one's) and ends here. */
@@ -361,34 +396,6 @@ static int small_plan(braid_comm *c, braid_stream *s, const exec_op *ops,
   }
   *st = p;
   return nst;
-}
-
-/* Makes the communicator's GPU current while a call puts work on a user's
- * stream; *mine: the caller's, which dev_restore gives back. */
-static braid_result dev_select_of(braid_comm *c, const char *name, int dev,
-                                  int *mine) {
-  *mine = -1;
-  if (dev < 0) /* no buffers (a barrier) before the device side is set up */
-    return BRAID_SUCCESS;
-  *mine = cudev_get_device();
-  braid_result r = *mine == dev ? BRAID_SUCCESS : cudev_set_device(dev);
-  if (r != BRAID_SUCCESS)
-    comm_set_error(c, "%s on rank %d: selecting GPU %d: %s", name, c->rank, dev,
-                   cudev_error());
-  return r;
-}
-
-static braid_result dev_select(braid_comm *c, const char *name, int *mine) {
-  return dev_select_of(c, name, c->dev->device, mine);
-}
-
-static void dev_restore_of(int dev, int mine) {
-  if (mine >= 0 && mine != dev)
-    (void)cudev_set_device(mine);
-}
-
-static void dev_restore(const braid_comm *c, int mine) {
-  dev_restore_of(c->dev->device, mine);
 }
 
 /* Enqueues a small call on the user's stream: the copies in, the gate, the

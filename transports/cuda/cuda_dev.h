@@ -34,6 +34,11 @@ int cudev_get_device(void);
 /* PCI bus id "0000:07:00.0" of a device. */
 braid_result cudev_busid(int device, char *busid, size_t len);
 
+/* Loads braid's kernels on the current device (once per device): a kernel
+ * loaded lazily at its first launch may wait for every stream of the
+ * device, a stream held at a gate too. */
+braid_result cudev_preload(void);
+
 /* Internal streams and events. */
 braid_result cudev_stream_create(void **stream); /* non-blocking */
 void cudev_stream_destroy(void *stream);

@@ -302,12 +302,10 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
   return BRAID_SUCCESS;
 }
 
-static braid_result dev_preload(void);
-
 braid_result cudev_kernel_coll_room(int *blocks) {
   unsigned sms;
   int per = 0;
-  braid_result r = dev_preload();
+  braid_result r = cudev_preload();
   if (r == BRAID_SUCCESS)
     r = dev_sms(&sms);
   if (r != BRAID_SUCCESS)
@@ -328,7 +326,7 @@ braid_result cudev_kernel_coll(const cudev_ka *k, uint64_t seq,
              k->nranks, k->slot);
     return BRAID_ERR_INVALID_ARG;
   }
-  braid_result r = dev_preload(); /* loads kernels before a gate holds one */
+  braid_result r = cudev_preload(); /* loads kernels before a gate holds one */
   if (r != BRAID_SUCCESS)
     return r;
   DEV_CALL("collective kernel launch",
@@ -420,7 +418,7 @@ int cudev_gate_uses_memops(const struct cudev_gate *g) {
 
 static int dev_preloaded[DEV_MAX];
 
-static braid_result dev_preload(void) {
+braid_result cudev_preload(void) {
   int dev;
   DEV_CALL("cudaGetDevice", cudaGetDevice(&dev));
   if (dev >= 0 && dev < DEV_MAX &&
@@ -434,7 +432,7 @@ static braid_result dev_preload(void) {
 }
 
 braid_result cudev_gate_new(void *user_stream, cudev_gate **out) {
-  braid_result pr = dev_preload();
+  braid_result pr = cudev_preload();
   if (pr != BRAID_SUCCESS)
     return pr;
   cudev_gate *g = calloc(1, sizeof *g);

@@ -50,6 +50,7 @@ braid_result cudev_stream_sync(void *stream) {
   (void)stream;
   return none("cudaStreamSynchronize");
 }
+braid_result cudev_preload(void) { return none("loading the kernels"); }
 int cudev_stream_capturing(void *stream) {
   (void)stream;
   return 0;

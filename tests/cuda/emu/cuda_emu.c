@@ -829,6 +829,8 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
   return cudaSuccess;
 }
 
+braid_result cudev_preload(void) { return BRAID_SUCCESS; } /* no modules */
+
 int cudev_stream_capturing(void *stream) {
   enum cudaStreamCaptureStatus st;
   cudaStreamIsCapturing(stream, &st);
