@@ -115,14 +115,54 @@ braid_result braid_stream_query(braid_stream *s) {
   return r;
 }
 
+/* A destroyed stream's gate and small-call area (whose freeing waits for
+ * the copies back): freed once the user's stream has reached the last gate,
+ * else kept on this list, as the stream still reads them, and freed by a
+ * later braid_stream_destroy that finds the stream past it. */
+typedef struct retired {
+  cudev_gate *gate;
+  char *host;
+  struct retired *next;
+} retired;
+static pthread_mutex_t retired_mu = PTHREAD_MUTEX_INITIALIZER;
+static retired *retired_list;
+
+static void retire(cudev_gate *gate, char *host) {
+  pthread_mutex_lock(&retired_mu);
+  for (retired **p = &retired_list; *p != NULL;) {
+    retired *r = *p;
+    if (cudev_gate_free(r->gate)) {
+      if (r->host != NULL)
+        cudev_host_free(r->host);
+      *p = r->next;
+      free(r);
+    } else {
+      p = &r->next;
+    }
+  }
+  if (cudev_gate_free(gate)) {
+    if (host != NULL)
+      cudev_host_free(host);
+  } else {
+    WARN(LOG_COLL,
+         "braid_stream_destroy: the CUDA stream has not reached braid's last "
+         "call on it (work issued before it still runs, or never ends): the "
+         "gate's words%s stay allocated until it has, as it will read them",
+         host != NULL ? " and the small calls' pinned area" : "");
+    retired *r = malloc(sizeof *r);
+    if (r != NULL) { /* else they stay for good */
+      *r = (retired){gate, host, retired_list};
+      retired_list = r;
+    }
+  }
+  pthread_mutex_unlock(&retired_mu);
+}
+
 braid_result braid_stream_destroy(braid_stream *s) {
   if (s == NULL)
     return BRAID_ERR_INVALID_ARG;
   braid_result r = braid_stream_synchronize(s);
-  if (s->gate != NULL) /* every gate was released: the work is done */
-    cudev_gate_free(s->gate);
-  if (s->host != NULL) /* waits for the copies back still on the stream */
-    cudev_host_free(s->host);
+  retire(s->gate, s->host);
   free(s->ended);
   if (s->reach_ev != NULL)
     cudev_event_destroy(s->reach_ev);

@@ -252,7 +252,11 @@ void cudev_ipc_close(void *base);
  * CPU thread. */
 typedef struct cudev_gate cudev_gate;
 braid_result cudev_gate_new(void *user_stream, cudev_gate **g);
-void cudev_gate_free(cudev_gate *g);
+/* Releases the last gate and frees g: 1; or 0 when the stream has not
+ * reached its last gate yet (work issued before it still runs, or never
+ * ends): the stream will still read the gate's words, so they are left
+ * allocated rather than waited for. */
+int cudev_gate_free(cudev_gate *g);
 /* Enqueues gate number `seq` (increasing) on the user stream. */
 braid_result cudev_gate_enqueue(cudev_gate *g, uint32_t seq);
 /* 1 when the user stream reached gate seq, 0 not yet. */

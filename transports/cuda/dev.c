@@ -464,14 +464,20 @@ braid_result cudev_gate_new(void *user_stream, cudev_gate **out) {
   return BRAID_SUCCESS;
 }
 
-void cudev_gate_free(cudev_gate *g) {
+int cudev_gate_free(cudev_gate *g) {
   if (g == NULL)
-    return;
+    return 1;
   /* Never leave the stream waiting on memory that is about to go. */
   cudev_gate_release(g, g->last);
+  /* A stream that has not reached the last gate would make cudaFreeHost
+   * (which waits for the device) wait as long, maybe forever. Once it has,
+   * cudaFreeHost waits only for the wait that reads "released". */
+  if (!cudev_gate_reached(g, g->last))
+    return 0;
   if (cudaFreeHost(g->host) != cudaSuccess)
     (void)cudaGetLastError();
   free(g);
+  return 1;
 }
 
 static braid_result drv_fail(const char *call, CUresult r) {

@@ -158,7 +158,10 @@ braid_result cudev_gate_new(void *user_stream, cudev_gate **g) {
   (void)g;
   return none("cudev_gate_new");
 }
-void cudev_gate_free(cudev_gate *g) { (void)g; }
+int cudev_gate_free(cudev_gate *g) {
+  (void)g;
+  return 1;
+}
 braid_result cudev_gate_enqueue(cudev_gate *g, uint32_t seq) {
   (void)g;
   (void)seq;

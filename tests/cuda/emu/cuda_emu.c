@@ -1167,15 +1167,18 @@ braid_result cudev_gate_new(void *user_stream, cudev_gate **out) {
   return BRAID_SUCCESS;
 }
 
-void cudev_gate_free(cudev_gate *g) {
+int cudev_gate_free(cudev_gate *g) {
   if (g == NULL)
-    return;
+    return 1;
   cudev_gate_release(g, g->last);
+  if (!cudev_gate_reached(g, g->last)) /* as dev.c: left allocated */
+    return 0;
   /* the stream may still be about to pass the gate: wait for it before the
    * words go (dev.c's pinned words are freed by cudaFreeHost, which waits
    * for the device in the same way) */
   device_idle("cudaFreeHost (gate)");
   free(g);
+  return 1;
 }
 
 braid_result cudev_gate_enqueue(cudev_gate *g, uint32_t seq) {
