@@ -206,7 +206,8 @@ BRAID_API braid_result braid_group_end(void);
 
 /* ---- streams ---------------------------------------------------------- */
 
-/* A host stream: calls on it return once queued and run in order. */
+/* A host stream: calls on it return once queued and run in order. A stream,
+ * like a communicator, takes calls from one thread at a time. */
 BRAID_API braid_result braid_stream_create(braid_stream **stream);
 /* Waits for everything queued, then frees. */
 BRAID_API braid_result braid_stream_destroy(braid_stream *stream);
