@@ -254,6 +254,13 @@ static int filled_and_wrapped(int rank, void *dev, const void *host,
   return braid_stream_from_cuda((void *)*s, bs) == BRAID_SUCCESS ? 0 : 10;
 }
 
+/* The same with the device buffer made first (*d: cudaMalloc'd). */
+static int made_and_wrapped(int rank, float **d, const float *h, size_t bytes,
+                            cudaStream_t *s, braid_stream **bs) {
+  CK(cudaMalloc((void **)d, bytes));
+  return filled_and_wrapped(rank, *d, h, bytes, s, bs);
+}
+
 /* With BRAID_CUDA_KERNEL_MAX set (and above the calls' size), whether
  * `calls` calls on the streams ran as collective kernels, and none without. */
 static int kernel_calls(int rank, braid_stream **bs, int nbs, uint64_t calls) {
@@ -565,10 +572,9 @@ static int p2p_first(braid_comm *c, int rank, int n) {
   float h[64], *d = NULL;
   for (int i = 0; i < 64; i++)
     h[i] = rank == 0 ? (float)(i * 3) : -1.0f;
-  CK(cudaMalloc((void **)&d, sizeof h));
   cudaStream_t s;
   braid_stream *bs = NULL;
-  int rc = filled_and_wrapped(rank, d, h, sizeof h, &s, &bs);
+  int rc = made_and_wrapped(rank, &d, h, sizeof h, &s, &bs);
   if (rc)
     return rc;
   braid_result r = rank == 0 ? braid_send(d, 64, BRAID_FLOAT32, 1, c, bs)
@@ -671,10 +677,9 @@ static int captured(braid_comm *c, int rank, int n) {
   float h[K], *d = NULL;
   for (int i = 0; i < K; i++)
     h[i] = 1.0f;
-  CK(cudaMalloc((void **)&d, sizeof h));
   cudaStream_t s;
   braid_stream *bs = NULL;
-  int rc = filled_and_wrapped(rank, d, h, sizeof h, &s, &bs);
+  int rc = made_and_wrapped(rank, &d, h, sizeof h, &s, &bs);
   if (rc)
     return rc;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
