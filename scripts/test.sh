@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the whole test suite: a normal build, then an ASan+UBSan
 # build (the size-heavy tests smaller there: BRAID_TEST_SMALL), then the
-# parsers' fuzz targets for a bounded time (FUZZ_SECONDS per target, 15 by
+# parsers' fuzz targets for a bounded time (FUZZ_SECONDS per target, 10 by
 # default here; longer explorations: topology/fuzz/run.sh). Exits non-zero
 # on any failure.
 set -euo pipefail
@@ -39,7 +39,7 @@ if [ "${BRAID_SKIP_SANITIZE:-0}" != 1 ]; then
 fi
 
 if [ "${BRAID_SKIP_FUZZ:-0}" != 1 ] && [ -x topology/fuzz/run.sh ]; then
-  export FUZZ_SECONDS=${FUZZ_SECONDS:-15}
+  export FUZZ_SECONDS=${FUZZ_SECONDS:-10}
   at "fuzzing the topology parsers ($FUZZ_SECONDS s each)"
   topology/fuzz/run.sh
 fi
