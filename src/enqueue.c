@@ -304,8 +304,14 @@ static void push_locked(braid_comm *c, exec_work *w) {
   pthread_cond_broadcast(&c->qcond);
 }
 
-/* Makes the communicator's GPU current while a call puts work on a user's
- * stream; *mine: the caller's, which dev_restore gives back. */
+/* The GPU of a call's work on a user's stream: the communicator's, or before
+ * its device side is set up (a send or receive first) the call's buffers'. */
+static int dev_of(const braid_comm *c, const exec_op *op) {
+  return c->dev != NULL ? c->dev->device : op->dev;
+}
+
+/* Makes GPU dev current while a call puts work on a user's stream; *mine:
+ * the caller's, which dev_restore(_of) gives back. */
 static braid_result dev_select_of(braid_comm *c, const char *name, int dev,
                                   int *mine) {
   *mine = -1;
@@ -345,7 +351,7 @@ static braid_result gate_enqueue(braid_comm *c, const exec_op *op,
   g->left = NULL;
   /* the stream's GPU current (the kernel that stands in for the stream
    * memory operations launches on the current device) */
-  int mine = -1, dev = c->dev != NULL ? c->dev->device : op->dev;
+  int mine = -1, dev = dev_of(c, op);
   braid_result r = dev_select_of(c, op->name, dev, &mine);
   if (r != BRAID_SUCCESS)
     return r;
@@ -446,9 +452,7 @@ static braid_result kernel_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
  * No braid work waits behind a held stream (src/config.h, cuda_gate). */
 static braid_result stream_reached(braid_comm *c, const exec_op *op,
                                    braid_stream *s) {
-  /* the communicator's GPU, or before its device side is set up (a send
-   * or receive first) the call's */
-  int mine = -1, dev = c->dev != NULL ? c->dev->device : op->dev;
+  int mine = -1, dev = dev_of(c, op);
   braid_result r = dev_select_of(c, op->name, dev, &mine);
   if (r != BRAID_SUCCESS)
     return r;

@@ -177,7 +177,7 @@ int exec_dev_reduce(braid_comm *c, const xop *x, void *dst, const void *src,
                     size_t len);
 int exec_dev_div(braid_comm *c, const xop *x);
 
-/* src/enqueue.c: the wrapped cudaStream_t of a stream (non-NULL for every
+/* src/stream.c: the wrapped cudaStream_t of a stream (non-NULL for every
  * CUDA stream, even the default one), NULL for host streams and NULL. */
 void *enq_stream_cuda(const braid_stream *s);
 /* 1 while a wrapped CUDA stream is being captured into a CUDA graph, 0 not
