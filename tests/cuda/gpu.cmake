@@ -114,7 +114,8 @@ gpu_matrix_tests(gpu_matrix "${BRAID_GPU_MATRIX_COUNTS}" "cuda;gpu;matrix"
 # own device-side code (classification, the executor's device path, stream
 # gates, the cuda IPC transport, staging over tcp), not CUDA or the kernels.
 add_library(braid_emu STATIC $<TARGET_OBJECTS:braid_obj>
-  ${gpu_dir}/emu/cuda_emu.c ${gpu_dir}/emu/emu_kernel.c)
+  ${gpu_dir}/emu/cuda_emu.c ${gpu_dir}/emu/cuda_emu_mem.c
+  ${gpu_dir}/emu/cuda_emu_dev.c ${gpu_dir}/emu/emu_kernel.c)
 target_include_directories(braid_emu PUBLIC ${PROJECT_SOURCE_DIR}
   ${PROJECT_SOURCE_DIR}/include ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_definitions(braid_emu PRIVATE _GNU_SOURCE BRAID_BUILD)

@@ -51,39 +51,32 @@
  * process at its N-th cudaMalloc.
  * What it does not model: kernels (reductions run src/reduce.c's CPU
  * kernels), several devices, peer access, timing.
+ *
+ * This file models devices, streams and events; cuda_emu_mem.c memory,
+ * copies and IPC handles; cuda_emu_dev.c braid's device layer on top;
+ * emu_kernel.c the collective kernel. cuda_emu.h is what they share.
  */
-#include <cuda_runtime_api.h>
-#include <errno.h>
-#include <fcntl.h>
+#include "tests/cuda/emu/cuda_emu.h"
+
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
-#include <stdatomic.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "src/reduce.h"
-#include "transports/cuda/cuda_dev.h"
-#include "transports/cuda/dev_int.h"
-#include "transports/transport.h"
 
-#define EMU_FREE_DEADLINE_S 30.0
 #define EMU_BUSID "0000:e1:00.0"
 #define EMU_LAG_US 200
 #define EMU_QUEUE_DEPTH 1024
 
-static _Thread_local char emu_msg[256];
-static _Thread_local int emu_device;           /* cudaSetDevice's */
+_Thread_local char emu_msg[256];
+_Thread_local int emu_device;
 static _Thread_local cudaError_t emu_last_err; /* cudaGetLastError's */
 
-/* Bus id of device d into out, or -1 when there is no such device; the
- * number of devices for d < 0. */
-static int emu_busid(int d, char *out, size_t len) {
+int emu_busid(int d, char *out, size_t len) {
   const char *ids = getenv("CUDA_EMU_BUSID");
   if (ids == NULL || ids[0] == 0)
     ids = EMU_BUSID;
@@ -105,9 +98,9 @@ static int emu_busid(int d, char *out, size_t len) {
   return d < 0 ? i + 1 : -1;
 }
 
-static int emu_count(void) { return emu_busid(-1, NULL, 0); }
+int emu_count(void) { return emu_busid(-1, NULL, 0); }
 
-static cudaError_t emu_err(cudaError_t e, const char *fmt, const char *what) {
+cudaError_t emu_err(cudaError_t e, const char *fmt, const char *what) {
   snprintf(emu_msg, sizeof emu_msg, fmt, what);
   emu_last_err = e;
   return e;
@@ -131,73 +124,7 @@ static void emu_backoff(unsigned *round) {
   nanosleep(&ts, NULL);
 }
 
-/* ---- device memory ------------------------------------------------------- */
-
-typedef struct emu_region {
-  char *base;
-  int device; /* the current device of the allocating thread */
-  size_t size;
-  int fd;
-  int owner;     /* 1: allocated here; 0: an opened IPC handle */
-  pid_t src_pid; /* opened handles: the owner's pid and fd */
-  int src_fd;
-  int refs;
-} emu_region;
-
-static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static emu_region *regs;
-static size_t nregs, capregs;
-
-static emu_region *reg_find(const void *p) { /* reg_mu held */
-  const char *c = p;
-  for (size_t i = 0; i < nregs; i++)
-    if (c >= regs[i].base && c < regs[i].base + regs[i].size)
-      return &regs[i];
-  return NULL;
-}
-
-static int reg_add(emu_region r) { /* reg_mu held */
-  if (nregs == capregs) {
-    size_t cap = capregs ? capregs * 2 : 64;
-    emu_region *n = realloc(regs, cap * sizeof *n);
-    if (n == NULL)
-      return -1;
-    regs = n;
-    capregs = cap;
-  }
-  regs[nregs++] = r;
-  return 0;
-}
-
-static void reg_drop(emu_region *r) { /* reg_mu held */
-  munmap(r->base, r->size);
-  close(r->fd);
-  *r = regs[--nregs];
-}
-
-typedef struct emu_ipc {
-  uint32_t magic;
-  int32_t pid, fd;
-  uint64_t size;
-} emu_ipc;
-#define EMU_IPC_MAGIC 0x62656d75u
-
-_Static_assert(sizeof(emu_ipc) <= sizeof(cudaIpcMemHandle_t), "IPC handle");
-_Static_assert(sizeof(cudaIpcMemHandle_t) == CUDEV_IPC_BYTES, "IPC size");
-
 /* ---- streams ------------------------------------------------------------- */
-
-enum emu_kind {
-  OP_COPY,
-  OP_SET,
-  OP_REDUCE,
-  OP_DIV,
-  OP_HOSTFN,
-  OP_EVREC,
-  OP_EVWAIT,
-  OP_GATE,
-  OP_QUIT
-};
 
 /* An event: its last record's generation and the last one that ran; the
  * operations that name it hold references, so it may be destroyed while
@@ -211,24 +138,6 @@ static void event_put(struct CUevent_st *ev) {
   if (atomic_fetch_sub(&ev->refs, 1) == 1)
     free(ev);
 }
-
-typedef struct emu_op {
-  enum emu_kind kind;
-  void *dst, *fwd;
-  const void *a, *b;
-  size_t n;
-  int value;
-  braid_dtype dt;
-  braid_op op;
-  cudaHostFn_t fn;
-  void *arg;
-  struct CUevent_st *ev;
-  uint64_t gen;
-  struct cudev_gate *gate;
-  uint32_t seq;
-  uint64_t ticket; /* CUDA_DEVICE_MAX_CONNECTIONS=1: its place in the queue */
-  struct emu_op *next;
-} emu_op;
 
 /* CUDA_DEVICE_MAX_CONNECTIONS=1: the streams share one hardware queue,
  * which runs their operations in issue order, so an operation that waits
@@ -263,12 +172,6 @@ static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct CUstream_st *all_streams;
 static pthread_once_t default_once = PTHREAD_ONCE_INIT;
 static struct CUstream_st *default_stream;
-
-struct cudev_gate {
-  struct CUstream_st *stream;
-  atomic_uint reached, released;
-  uint32_t last;
-};
 
 static void op_run(emu_op *o) {
   unsigned round = 0;
@@ -423,7 +326,7 @@ static struct CUstream_st *stream_of(cudaStream_t s) {
   return default_stream;
 }
 
-static cudaError_t stream_push(cudaStream_t h, const emu_op *tmpl) {
+cudaError_t emu_stream_push(cudaStream_t h, const emu_op *tmpl) {
   struct CUstream_st *s = stream_of(h);
   emu_op *o = malloc(sizeof *o);
   if (s == NULL || o == NULL) {
@@ -494,10 +397,9 @@ static int stream_wait(struct CUstream_st *s, double deadline_s) {
   return 0;
 }
 
-/* What cudaFree does first: waits for the work issued so far on every
- * stream. all_mu is held throughout, so no stream frees itself meanwhile (a
+/* all_mu is held throughout, so no stream frees itself meanwhile (a
  * finishing worker waits for it before unlinking). */
-static void device_idle(const char *call) {
+void emu_device_idle(const char *call) {
   pthread_mutex_lock(&all_mu);
   for (struct CUstream_st *s = all_streams; s; s = s->next_all)
     if (stream_wait(s, EMU_FREE_DEADLINE_S) != 0) {
@@ -577,210 +479,12 @@ cudaError_t cudaGetDevice(int *device) {
   return cudaSuccess;
 }
 
-/* CUDA_EMU_DIE_AT_MALLOC=N: the process kills itself at its N-th
- * cudaMalloc, so that a test can lose a rank at a chosen point of a
- * collective setup. */
-static void emu_die_at_malloc(void) {
-  static atomic_int calls;
-  int k = atomic_fetch_add(&calls, 1) + 1;
-  const char *e = getenv("CUDA_EMU_DIE_AT_MALLOC");
-  if (e != NULL && atoi(e) == k)
-    kill(getpid(), SIGKILL);
-}
-
-/* ---- pageable copies and allocations ------------------------------------ */
-
-static pthread_mutex_t alloc_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void alloc_lock(const char *call) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += (time_t)EMU_FREE_DEADLINE_S;
-  if (pthread_mutex_timedlock(&alloc_mu, &ts) != 0) {
-    fprintf(stderr,
-            "cuda_emu: %s waited %.0f s for the allocation lock, held by a "
-            "copy to pageable memory that waits for its stream (held by a "
-            "gate?): the real call would hang here\n",
-            call, EMU_FREE_DEADLINE_S);
-    abort();
-  }
-}
-
-/* Pinned host memory (cudaMallocHost), to tell pageable memory apart. */
-static pthread_mutex_t pin_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-  char *base;
-  size_t size;
-} * pins;
-static size_t npins, cappins;
-
-static int pin_add(void *p, size_t size) {
-  pthread_mutex_lock(&pin_mu);
-  int bad = 0;
-  if (npins == cappins) {
-    size_t cap = cappins ? cappins * 2 : 64;
-    void *n = realloc(pins, cap * sizeof *pins);
-    if (n == NULL)
-      bad = 1;
-    else {
-      pins = n;
-      cappins = cap;
-    }
-  }
-  if (!bad) {
-    pins[npins].base = p;
-    pins[npins++].size = size;
-  }
-  pthread_mutex_unlock(&pin_mu);
-  return bad ? -1 : 0;
-}
-
-static void pin_drop(void *p) {
-  pthread_mutex_lock(&pin_mu);
-  for (size_t i = 0; i < npins; i++)
-    if (pins[i].base == p) {
-      pins[i] = pins[--npins];
-      break;
-    }
-  pthread_mutex_unlock(&pin_mu);
-}
-
-static int is_pinned(const void *p) {
-  const char *c = p;
-  pthread_mutex_lock(&pin_mu);
-  int in = 0;
-  for (size_t i = 0; i < npins && !in; i++)
-    in = c >= pins[i].base && c < pins[i].base + pins[i].size;
-  pthread_mutex_unlock(&pin_mu);
-  return in;
-}
-
-static cudaError_t malloc_locked(void **p, size_t size);
-
-cudaError_t cudaMalloc(void **p, size_t size) {
-  alloc_lock("cudaMalloc");
-  cudaError_t e = malloc_locked(p, size);
-  pthread_mutex_unlock(&alloc_mu);
-  return e;
-}
-
-static cudaError_t malloc_locked(void **p, size_t size) {
-  *p = NULL;
-  emu_die_at_malloc();
-  if (size == 0)
-    return cudaSuccess;
-  int fd = memfd_create("braid-cuda-emu", MFD_CLOEXEC);
-  if (fd < 0)
-    return emu_err(cudaErrorMemoryAllocation, "%s: memfd_create failed",
-                   "cudaMalloc");
-  if (ftruncate(fd, (off_t)size) != 0) {
-    close(fd);
-    return emu_err(cudaErrorMemoryAllocation, "%s: ftruncate failed",
-                   "cudaMalloc");
-  }
-  void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (m == MAP_FAILED) {
-    close(fd);
-    return emu_err(cudaErrorMemoryAllocation, "%s: mmap failed", "cudaMalloc");
-  }
-  memset(m, 0xcd, size); /* cudaMalloc's memory is not zeroed */
-  pthread_mutex_lock(&reg_mu);
-  int bad = reg_add((emu_region){m, emu_device, size, fd, 1, 0, -1, 1});
-  pthread_mutex_unlock(&reg_mu);
-  if (bad) {
-    munmap(m, size);
-    close(fd);
-    return emu_err(cudaErrorMemoryAllocation, "%s: out of memory",
-                   "cudaMalloc");
-  }
-  *p = m;
-  return cudaSuccess;
-}
-
-cudaError_t cudaFree(void *p) {
-  if (p == NULL)
-    return cudaSuccess;
-  device_idle("cudaFree");
-  pthread_mutex_lock(&reg_mu);
-  emu_region *r = reg_find(p);
-  cudaError_t e = cudaSuccess;
-  if (r == NULL || r->base != p || !r->owner)
-    e = emu_err(cudaErrorInvalidValue, "%s: not the base of a cudaMalloc",
-                "cudaFree");
-  else
-    reg_drop(r);
-  pthread_mutex_unlock(&reg_mu);
-  return e;
-}
-
-cudaError_t cudaMallocHost(void **p, size_t size) {
-  alloc_lock("cudaMallocHost");
-  *p = malloc(size ? size : 1);
-  if (*p != NULL && pin_add(*p, size ? size : 1) != 0) {
-    free(*p);
-    *p = NULL;
-  }
-  pthread_mutex_unlock(&alloc_mu);
-  return *p ? cudaSuccess
-            : emu_err(cudaErrorMemoryAllocation, "%s: out of memory",
-                      "cudaMallocHost");
-}
-
-cudaError_t cudaFreeHost(void *p) {
-  if (p) {
-    device_idle("cudaFreeHost");
-    pin_drop(p);
-  }
-  free(p);
-  return cudaSuccess;
-}
-
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
-                            enum cudaMemcpyKind kind, cudaStream_t stream) {
-  (void)kind;
-  if (count == 0)
-    return cudaSuccess;
-  if (dst == NULL || src == NULL)
-    return emu_err(cudaErrorInvalidValue, "%s: NULL pointer",
-                   "cudaMemcpyAsync");
-  emu_op o = {.kind = OP_COPY, .dst = dst, .a = src, .n = count};
-  if (!cudev_is_device(src, NULL) || cudev_is_device(dst, NULL) ||
-      is_pinned(dst))
-    return stream_push(stream, &o);
-  /* device to pageable memory: done on return, the lock held meanwhile */
-  alloc_lock("cudaMemcpyAsync to pageable memory");
-  cudaError_t e = stream_push(stream, &o);
-  if (e == cudaSuccess)
-    e = cudaStreamSynchronize(stream);
-  pthread_mutex_unlock(&alloc_mu);
-  return e;
-}
-
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   struct CUstream_st *s = stream_of(stream);
   if (s == NULL)
     return cudaErrorMemoryAllocation;
   stream_wait(s, -1);
   return cudaSuccess;
-}
-
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
-                       enum cudaMemcpyKind kind) {
-  cudaError_t e = cudaMemcpyAsync(dst, src, count, kind, NULL);
-  return e != cudaSuccess ? e : cudaStreamSynchronize(NULL);
-}
-
-cudaError_t cudaMemsetAsync(void *dst, int value, size_t count,
-                            cudaStream_t stream) {
-  if (count == 0)
-    return cudaSuccess;
-  emu_op o = {.kind = OP_SET, .dst = dst, .value = value, .n = count};
-  return stream_push(stream, &o);
-}
-
-cudaError_t cudaMemset(void *dst, int value, size_t count) {
-  cudaError_t e = cudaMemsetAsync(dst, value, count, NULL);
-  return e != cudaSuccess ? e : cudaStreamSynchronize(NULL);
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
@@ -829,21 +533,13 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
   return cudaSuccess;
 }
 
-braid_result cudev_preload(void) { return BRAID_SUCCESS; } /* no modules */
-
-int cudev_stream_capturing(void *stream) {
-  enum cudaStreamCaptureStatus st;
-  cudaStreamIsCapturing(stream, &st);
-  return st != cudaStreamCaptureStatusNone;
-}
-
 /* As CUDA's: returns at once; the stream goes once its work has run. */
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if ((uintptr_t)stream <= 2)
     return emu_err(cudaErrorInvalidValue, "%s: the default stream",
                    "cudaStreamDestroy");
   emu_op o = {.kind = OP_QUIT};
-  return stream_push(stream, &o);
+  return emu_stream_push(stream, &o);
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags) {
@@ -863,7 +559,7 @@ cudaError_t cudaEventCreate(cudaEvent_t *event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   emu_op o = {.kind = OP_EVREC, .ev = event};
   o.gen = atomic_fetch_add(&event->recorded, 1) + 1;
-  return stream_push(stream, &o);
+  return emu_stream_push(stream, &o);
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
@@ -890,313 +586,16 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
   (void)flags;
   emu_op o = {.kind = OP_EVWAIT, .ev = event};
   o.gen = atomic_load(&event->recorded);
-  return stream_push(stream, &o);
+  return emu_stream_push(stream, &o);
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn,
                                void *userData) {
   emu_op o = {.kind = OP_HOSTFN, .fn = fn, .arg = userData};
-  return stream_push(stream, &o);
+  return emu_stream_push(stream, &o);
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
-  device_idle("cudaDeviceSynchronize");
+  emu_device_idle("cudaDeviceSynchronize");
   return cudaSuccess;
 }
-
-cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr) {
-  pthread_mutex_lock(&reg_mu);
-  emu_region *r = reg_find(devPtr);
-  emu_ipc h = {0};
-  if (r && r->owner && r->base == devPtr)
-    h = (emu_ipc){EMU_IPC_MAGIC, (int32_t)getpid(), r->fd, r->size};
-  pthread_mutex_unlock(&reg_mu);
-  if (h.magic == 0)
-    return emu_err(cudaErrorInvalidValue,
-                   "%s: not the base of a cudaMalloc of this process",
-                   "cudaIpcGetMemHandle");
-  memset(handle, 0, sizeof *handle);
-  memcpy(handle, &h, sizeof h);
-  return cudaSuccess;
-}
-
-cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle,
-                                 unsigned int flags) {
-  (void)flags;
-  emu_ipc h;
-  memcpy(&h, &handle, sizeof h);
-  *devPtr = NULL;
-  if (h.magic != EMU_IPC_MAGIC)
-    return emu_err(cudaErrorInvalidValue, "%s: not an IPC handle",
-                   "cudaIpcOpenMemHandle");
-  if (h.pid == (int32_t)getpid())
-    return emu_err(cudaErrorInvalidValue,
-                   "%s: a handle of this very process (CUDA refuses it)",
-                   "cudaIpcOpenMemHandle");
-  pthread_mutex_lock(&reg_mu);
-  for (size_t i = 0; i < nregs; i++)
-    if (!regs[i].owner && regs[i].src_pid == h.pid && regs[i].src_fd == h.fd) {
-      regs[i].refs++;
-      *devPtr = regs[i].base;
-      pthread_mutex_unlock(&reg_mu);
-      return cudaSuccess;
-    }
-  pthread_mutex_unlock(&reg_mu);
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h.pid, (int)h.fd);
-  int fd = open(path, O_RDWR | O_CLOEXEC);
-  if (fd < 0)
-    return emu_err(cudaErrorMapBufferObjectFailed, "%s: the owner is gone",
-                   "cudaIpcOpenMemHandle");
-  void *m =
-      mmap(NULL, (size_t)h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (m == MAP_FAILED) {
-    close(fd);
-    return emu_err(cudaErrorMapBufferObjectFailed, "%s: mmap failed",
-                   "cudaIpcOpenMemHandle");
-  }
-  pthread_mutex_lock(&reg_mu);
-  int bad = reg_add(
-      (emu_region){m, emu_device, (size_t)h.size, fd, 0, h.pid, h.fd, 1});
-  pthread_mutex_unlock(&reg_mu);
-  if (bad) {
-    munmap(m, (size_t)h.size);
-    close(fd);
-    return cudaErrorMemoryAllocation;
-  }
-  *devPtr = m;
-  return cudaSuccess;
-}
-
-cudaError_t cudaIpcCloseMemHandle(void *devPtr) {
-  pthread_mutex_lock(&reg_mu);
-  emu_region *r = reg_find(devPtr);
-  cudaError_t e = cudaSuccess;
-  if (r == NULL || r->owner || r->base != devPtr)
-    e = emu_err(cudaErrorInvalidValue, "%s: not an opened handle",
-                "cudaIpcCloseMemHandle");
-  else if (--r->refs == 0)
-    reg_drop(r);
-  pthread_mutex_unlock(&reg_mu);
-  return e;
-}
-
-/* ---- the device layer (cuda_dev.h) --------------------------------------- */
-
-static braid_result dev_result(cudaError_t e, const char *call) {
-  if (e == cudaSuccess)
-    return BRAID_SUCCESS;
-  if (emu_msg[0] == 0)
-    snprintf(emu_msg, sizeof emu_msg, "%s: %s", call, cudaGetErrorString(e));
-  return e == cudaErrorMemoryAllocation ? BRAID_ERR_NOMEM : BRAID_ERR_SYSTEM;
-}
-
-#define DEV(call, expr)                                                        \
-  do {                                                                         \
-    emu_msg[0] = 0;                                                            \
-    braid_result r_ = dev_result((expr), call);                                \
-    if (r_ != BRAID_SUCCESS)                                                   \
-      return r_;                                                               \
-  } while (0)
-
-int cudev_built(void) { return 1; }
-int cudev_count(void) { return emu_count(); }
-const char *cudev_error(void) { return emu_msg[0] ? emu_msg : "no error"; }
-
-int cudev_is_device(const void *p, int *device) {
-  if (p == NULL)
-    return 0;
-  pthread_mutex_lock(&reg_mu);
-  const emu_region *r = reg_find(p);
-  int dev = r ? r->device : -1;
-  pthread_mutex_unlock(&reg_mu);
-  if (dev >= 0 && device)
-    *device = dev;
-  return dev >= 0;
-}
-
-braid_result cudev_set_device(int device) {
-  DEV("cudaSetDevice", cudaSetDevice(device));
-  return BRAID_SUCCESS;
-}
-
-int cudev_get_device(void) { return emu_device; }
-
-/* Bus ids come from CUDA_EMU_BUSID (tests place the emulated GPUs in a
- * machine's topology). */
-braid_result cudev_busid(int device, char *busid, size_t len) {
-  if (busid == NULL || emu_busid(device, busid, len) != 0) {
-    snprintf(emu_msg, sizeof emu_msg,
-             "cudev_busid: no device %d or a buffer too short", device);
-    return BRAID_ERR_INVALID_ARG;
-  }
-  return BRAID_SUCCESS;
-}
-
-braid_result cudev_stream_create(void **stream) {
-  cudaStream_t s;
-  DEV("cudaStreamCreateWithFlags",
-      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  *stream = s;
-  return BRAID_SUCCESS;
-}
-
-void cudev_stream_destroy(void *stream) {
-  if (stream)
-    cudaStreamDestroy(stream);
-}
-
-braid_result cudev_stream_sync(void *stream) {
-  DEV("cudaStreamSynchronize", cudaStreamSynchronize(stream));
-  return BRAID_SUCCESS;
-}
-
-braid_result cudev_event_create(void **event) {
-  cudaEvent_t e;
-  DEV("cudaEventCreateWithFlags",
-      cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  *event = e;
-  return BRAID_SUCCESS;
-}
-
-braid_result cudev_event_record(void *event, void *stream) {
-  DEV("cudaEventRecord", cudaEventRecord(event, stream));
-  return BRAID_SUCCESS;
-}
-
-int cudev_event_query(void *event) {
-  return cudaEventQuery(event) == cudaSuccess ? BRAID_SUCCESS : TP_AGAIN;
-}
-
-void cudev_event_destroy(void *event) {
-  if (event)
-    cudaEventDestroy(event);
-}
-
-braid_result cudev_malloc(void **p, size_t n) {
-  DEV("cudaMalloc", cudaMalloc(p, n));
-  return BRAID_SUCCESS;
-}
-
-void cudev_free(void *p) { cudaFree(p); }
-
-braid_result cudev_host_alloc(void **p, size_t n) {
-  DEV("cudaHostAlloc", cudaMallocHost(p, n));
-  return BRAID_SUCCESS;
-}
-
-void cudev_host_free(void *p) { cudaFreeHost(p); }
-
-braid_result cudev_memcpy(void *dst, const void *src, size_t n, void *stream) {
-  DEV("cudaMemcpyAsync",
-      cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream));
-  return BRAID_SUCCESS;
-}
-
-static braid_result dev_check(const char *fn, braid_dtype dt, braid_op op) {
-  if ((unsigned)dt < BRAID_NUM_DTYPES && (unsigned)op < BRAID_NUM_OPS)
-    return BRAID_SUCCESS;
-  snprintf(emu_msg, sizeof emu_msg, "%s: bad dtype %d or op %d", fn, (int)dt,
-           (int)op);
-  return BRAID_ERR_INVALID_ARG;
-}
-
-braid_result cudev_reduce_fwd(void *dst, void *fwd, const void *a,
-                              const void *b, size_t n, braid_dtype dt,
-                              braid_op op, void *stream) {
-  braid_result r = dev_check("cudev_reduce", dt, op);
-  if (r != BRAID_SUCCESS || n == 0)
-    return r;
-  emu_op o = {.kind = OP_REDUCE,
-              .dst = dst,
-              .fwd = fwd,
-              .a = a,
-              .b = b,
-              .n = n,
-              .dt = dt,
-              .op = op};
-  DEV("reduction kernel launch", stream_push(stream, &o));
-  return BRAID_SUCCESS;
-}
-
-braid_result cudev_reduce(void *dst, const void *a, const void *b, size_t n,
-                          braid_dtype dt, braid_op op, void *stream) {
-  return cudev_reduce_fwd(dst, NULL, a, b, n, dt, op, stream);
-}
-
-braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
-                       void *stream) {
-  braid_result r = dev_check("cudev_div", dt, BRAID_SUM);
-  if (r != BRAID_SUCCESS || n == 0 || divisor <= 1)
-    return r;
-  emu_op o = {.kind = OP_DIV, .dst = buf, .n = n, .dt = dt, .value = divisor};
-  DEV("division kernel launch", stream_push(stream, &o));
-  return BRAID_SUCCESS;
-}
-
-braid_result cudev_ipc_get(void *base, void *handle) {
-  cudaIpcMemHandle_t h;
-  DEV("cudaIpcGetMemHandle", cudaIpcGetMemHandle(&h, base));
-  memcpy(handle, &h, sizeof h);
-  return BRAID_SUCCESS;
-}
-
-braid_result cudev_ipc_open(const void *handle, void **base) {
-  cudaIpcMemHandle_t h;
-  memcpy(&h, handle, sizeof h);
-  DEV("cudaIpcOpenMemHandle",
-      cudaIpcOpenMemHandle(base, h, cudaIpcMemLazyEnablePeerAccess));
-  return BRAID_SUCCESS;
-}
-
-void cudev_ipc_close(void *base) {
-  if (base)
-    cudaIpcCloseMemHandle(base);
-}
-
-/* Gates: the operation stores seq to "reached", then holds its stream until
- * "released" reaches seq (the stream memory operations' behaviour). */
-braid_result cudev_gate_new(void *user_stream, cudev_gate **out) {
-  cudev_gate *g = calloc(1, sizeof *g);
-  if (g == NULL) {
-    snprintf(emu_msg, sizeof emu_msg, "cudev_gate_new: out of memory");
-    return BRAID_ERR_NOMEM;
-  }
-  g->stream = user_stream;
-  *out = g;
-  return BRAID_SUCCESS;
-}
-
-int cudev_gate_free(cudev_gate *g) {
-  if (g == NULL)
-    return 1;
-  cudev_gate_release(g, g->last);
-  if (!cudev_gate_reached(g, g->last)) /* as dev.c: left allocated */
-    return 0;
-  /* the stream may still be about to pass the gate: wait for it before the
-   * words go (dev.c's pinned words are freed by cudaFreeHost, which waits
-   * for the device in the same way) */
-  device_idle("cudaFreeHost (gate)");
-  free(g);
-  return 1;
-}
-
-braid_result cudev_gate_enqueue(cudev_gate *g, uint32_t seq) {
-  emu_op o = {.kind = OP_GATE, .gate = g, .seq = seq};
-  DEV("gate", stream_push(g->stream, &o));
-  g->last = seq;
-  return BRAID_SUCCESS;
-}
-
-int cudev_gate_reached(cudev_gate *g, uint32_t seq) {
-  return (int32_t)(atomic_load(&g->reached) - seq) >= 0;
-}
-
-void cudev_gate_release(cudev_gate *g, uint32_t seq) {
-  uint32_t cur = atomic_load(&g->released);
-  if ((int32_t)(seq - cur) > 0)
-    atomic_store(&g->released, seq);
-}
-
-void cudev_gate_force_kernel(int on) { (void)on; }
-int cudev_gate_uses_memops(const struct cudev_gate *g) { return g != NULL; }
