@@ -204,5 +204,6 @@ endif()
 add_executable(emu_faults ${gpu_dir}/emu/test_emu_faults.c)
 target_include_directories(emu_faults PRIVATE ${gpu_dir})
 target_link_libraries(emu_faults PRIVATE braid_emu PkgConfig::CRITERION)
-add_test(NAME emu_faults COMMAND emu_faults --jobs 1)
+# two at a time: most of its time is timeouts being waited out
+add_test(NAME emu_faults COMMAND emu_faults --jobs 2)
 set_tests_properties(emu_faults PROPERTIES TIMEOUT 400 LABELS "cuda;emu")
