@@ -1,6 +1,6 @@
 /*
- * Simulator helpers shared inside collectives/ (sim.c, sim_bound.c,
- * select.c).
+ * Simulator helpers shared inside collectives/ (sim.c, sim_params.c,
+ * sim_bound.c, select.c).
  */
 #ifndef BRAID_COLLECTIVES_SIM_INT_H
 #define BRAID_COLLECTIVES_SIM_INT_H
