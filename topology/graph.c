@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,13 +128,50 @@ void topo_graph_free(topo_graph *g) {
   free(g->links);
   for (int t = 0; t < TOPO_NVTYPES; t++)
     free(g->of_type[t]);
+  free(g->names);
   free(g);
 }
 
-int topo_find(const topo_graph *g, const char *name) {
+/* The name index (topo_graph.names): a cluster of 1024 hosts has 50000
+ * vertices, and a scan per added vertex took most of topo_cluster's time. */
+static uint32_t name_hash(const char *s) { /* FNV-1a */
+  uint32_t h = 2166136261u;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+static void names_put(int *tab, int cap, const topo_graph *g, int id) {
+  uint32_t m = (uint32_t)cap - 1;
+  uint32_t h = name_hash(g->v[id].name) & m;
+  while (tab[h] != 0)
+    h = (h + 1) & m;
+  tab[h] = id + 1;
+}
+
+/* Room in the index for one more vertex; -1 when out of memory. */
+static int names_reserve(topo_graph *g) {
+  if (2 * (g->nv + 1) <= g->capnames)
+    return 0;
+  int cap = g->capnames ? g->capnames * 2 : 64;
+  int *tab = calloc((size_t)cap, sizeof *tab);
+  if (!tab)
+    return -1;
   for (int i = 0; i < g->nv; i++)
-    if (!strcmp(g->v[i].name, name))
-      return i;
+    names_put(tab, cap, g, i);
+  free(g->names);
+  g->names = tab;
+  g->capnames = cap;
+  return 0;
+}
+
+int topo_find(const topo_graph *g, const char *name) {
+  if (g->capnames == 0)
+    return -1;
+  uint32_t m = (uint32_t)g->capnames - 1;
+  for (uint32_t h = name_hash(name) & m; g->names[h] != 0; h = (h + 1) & m)
+    if (!strcmp(g->v[g->names[h] - 1].name, name))
+      return g->names[h] - 1;
   return -1;
 }
 
@@ -175,6 +213,8 @@ int topo_add_vertex(topo_graph *g, topo_vtype type, const char *name) {
   if (!ot)
     return -1;
   g->of_type[type] = ot;
+  if (names_reserve(g) != 0)
+    return -1;
   topo_paths_reset(g);
   int id = g->nv++;
   topo_vertex *v = &g->v[id];
@@ -183,6 +223,7 @@ int topo_add_vertex(topo_graph *g, topo_vtype type, const char *name) {
   v->index = g->ntype[type];
   ot[g->ntype[type]++] = id;
   snprintf(v->name, sizeof(v->name), "%s", name);
+  names_put(g->names, g->capnames, g, id);
   v->numa = -1;
   v->dev = -1;
   v->rank = -1;

@@ -110,6 +110,11 @@ typedef struct topo_graph {
   int *of_type[TOPO_NVTYPES]; /* vertex ids of each type, in index order */
   int ntype[TOPO_NVTYPES];
   topo_path_row **rows; /* path cache, one row per source (lazy) */
+  /* names to ids for topo_find: open addressing, id + 1 per entry (0:
+   * empty), capnames a power of two at least twice nv. A vertex keeps the
+   * name topo_add_vertex gave it. */
+  int *names;
+  int capnames;
 } topo_graph;
 
 typedef struct topo_path {

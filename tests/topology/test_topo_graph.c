@@ -6,6 +6,7 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 
 static int add(topo_graph *g, topo_vtype t, const char *name) {
   int id = topo_add_vertex(g, t, name);
@@ -45,6 +46,37 @@ Test(topo_graph, build_and_lookup) {
   cr_assert(strstr(why, "GPU0-GPU1") != NULL, "why names the link: %s", why);
   topo_graph_free(cp);
   topo_graph_free(g);
+}
+
+/* Lookups by name stay exact as the name index grows and is rebuilt, in
+ * copies too (a cluster of 1024 hosts has 50000 vertices). */
+Test(topo_graph, names_index_finds_every_vertex) {
+  topo_graph *g = topo_graph_new("many");
+  cr_assert_not_null(g);
+  enum { N = 20000 };
+  char name[48];
+  for (int i = 0; i < N; i++) {
+    /* every third one named automatically ("GPU<k>", "CPU<k>", ...) */
+    topo_vtype t = (topo_vtype)(i % 3);
+    snprintf(name, sizeof name, "h%d.v%d", i / 7, i % 7);
+    cr_assert_eq(add(g, t, i % 3 == 2 ? NULL : name), i);
+  }
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(topo_find(g, g->v[i].name), i, "%s", g->v[i].name);
+    cr_assert_eq(topo_add_vertex(g, TOPO_GPU, g->v[i].name), -1, "duplicate %s",
+                 g->v[i].name);
+  }
+  cr_assert_eq(topo_find(g, "h0.v7"), -1);
+  cr_assert_eq(topo_find(g, ""), -1);
+  topo_graph *cp = topo_graph_copy(g);
+  cr_assert_not_null(cp);
+  for (int i = 0; i < N; i += 97)
+    cr_assert_eq(topo_find(cp, g->v[i].name), i);
+  topo_graph_free(cp);
+  topo_graph_free(g);
+  topo_graph *e = topo_graph_new("empty");
+  cr_assert_eq(topo_find(e, "GPU0"), -1, "an empty graph finds nothing");
+  topo_graph_free(e);
 }
 
 Test(topo_graph, bandwidth_facts) {
