@@ -399,6 +399,84 @@ static int alternating_default(braid_comm *c, int rank, int n) {
   return alternate(c, rank, n, 1);
 }
 
+/* Calls on more CUDA streams than a GPU has hardware queues
+ * (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default), made after the
+ * communicator's first call so that braid's own streams exist already:
+ * some of the user's streams then share a hardware queue with braid's,
+ * and a call's work must not wait there behind a user's stream held for
+ * that very call (docs/CUDA.md, "Stream gates and hardware queues").
+ * Stream k: a copy in, the allreduce, a copy of the result out that must
+ * see it. BRAID_TIMEOUT is 20 s, so that work held so fails in time. */
+#define NSTREAMS 20
+static int many_streams(braid_comm *c, int rank, int n) {
+  enum { K = 256 };
+  const size_t bytes = (size_t)NSTREAMS * K * sizeof(float);
+  CK(cudaSetDevice(0));
+  float *h = malloc(bytes), *d = NULL, *o = NULL;
+  if (h == NULL)
+    return 3;
+  for (int k = 0; k < NSTREAMS; k++)
+    for (int i = 0; i < K; i++)
+      h[k * K + i] = (float)(rank + k);
+  CK(cudaMalloc((void **)&d, bytes));
+  CK(cudaMalloc((void **)&o, bytes));
+  CK(cudaMemset(d, 0, bytes));
+  int rc = 0;
+  if (braid_allreduce(d, d, K, BRAID_FLOAT32, BRAID_SUM, c, NULL) !=
+      BRAID_SUCCESS)
+    rc = 12;
+  cudaStream_t s[NSTREAMS];
+  braid_stream *bs[NSTREAMS];
+  for (int k = 0; k < NSTREAMS; k++) {
+    CK(cudaStreamCreateWithFlags(&s[k], cudaStreamNonBlocking));
+    if (braid_stream_from_cuda((void *)s[k], &bs[k]) != BRAID_SUCCESS)
+      return 10;
+  }
+  for (int k = 0; k < NSTREAMS && rc == 0; k++) {
+    float *dk = d + (size_t)k * K, *ok = o + (size_t)k * K;
+    CK(cudaMemcpyAsync(dk, h + (size_t)k * K, K * sizeof(float),
+                       cudaMemcpyHostToDevice, s[k]));
+    braid_result r =
+        braid_allreduce(dk, dk, K, BRAID_FLOAT32, BRAID_SUM, c, bs[k]);
+    if (r != BRAID_SUCCESS) {
+      fprintf(stderr, "rank %d: allreduce on stream %d: %s (%s)\n", rank, k,
+              braid_result_string(r), braid_comm_last_error(c));
+      rc = 12;
+    }
+    CK(cudaMemcpyAsync(ok, dk, K * sizeof(float), cudaMemcpyDeviceToDevice,
+                       s[k]));
+  }
+  for (int k = 0; k < NSTREAMS; k++) {
+    braid_result r = braid_stream_synchronize(bs[k]);
+    if (r != BRAID_SUCCESS && rc == 0) {
+      fprintf(stderr, "rank %d: stream %d: %s (%s)\n", rank, k,
+              braid_result_string(r), braid_comm_last_error(c));
+      rc = 13;
+    }
+    CK(cudaStreamSynchronize(s[k]));
+  }
+  CK(cudaMemcpy(h, o, bytes, cudaMemcpyDeviceToHost));
+  for (int k = 0; k < NSTREAMS && rc == 0; k++) {
+    float want = (float)(n * k + n * (n - 1) / 2);
+    for (int i = 0; i < K && rc == 0; i++)
+      if (h[k * K + i] != want) {
+        fprintf(stderr, "rank %d: stream %d, element %d: %g, want %g\n", rank,
+                k, i, (double)h[k * K + i], (double)want);
+        rc = 14;
+      }
+  }
+  if (rc == 0)
+    rc = kernel_calls(rank, bs, NSTREAMS, NSTREAMS);
+  for (int k = 0; k < NSTREAMS; k++) {
+    braid_stream_destroy(bs[k]);
+    cudaStreamDestroy(s[k]);
+  }
+  cudaFree(d);
+  cudaFree(o);
+  free(h);
+  return rc;
+}
+
 /* Calls on a host stream and on a CUDA stream interleaved, on device
  * buffers of their own: the host stream's run on the progress thread, and
  * a call on the CUDA stream issued while one of them waits in the queue
@@ -740,6 +818,11 @@ Test(gpu_stream, calls_alternating_between_streams_keep_issue_order,
   run(alternating, 2, "alternating streams");
   run(alternating, 3, "alternating streams");
   run(alternating_default, 2, "the default stream and another alternating");
+}
+
+Test(gpu_stream, calls_on_more_streams_than_hardware_queues, .timeout = 120) {
+  setenv("BRAID_TIMEOUT", "20", 1);
+  run(many_streams, 2, "many streams");
 }
 
 Test(gpu_stream, host_and_cuda_streams_interleaved, .timeout = 120) {
