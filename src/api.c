@@ -166,8 +166,6 @@ static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
   int blocks = ib > ob ? ib : ob;
   if (op->count > SIZE_MAX / es / (size_t)blocks / 2)
     return bad(c, fn, "count %zu overflows the buffer size", op->count);
-  size_t inlen = op->count * es * (size_t)ib;
-  size_t outlen = op->count * es * (size_t)ob;
   int use_in = sched_uses_in(op->coll, op->root, me) && ib > 0;
   int use_out = sched_uses_out(op->coll, op->root, me) && ob > 0;
   if (op->count == 0)
@@ -182,9 +180,22 @@ static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
   if (use_out && ((uintptr_t)op->out % es) != 0)
     return bad(c, fn, "recvbuf %p is not aligned to %zu bytes (%s)", op->out,
                es, braid_dtype_name(op->dt));
-  if (!use_in || !use_out)
+  return BRAID_SUCCESS;
+}
+
+/* In place per NCCL's conventions (sets op->inplace), or no overlap at
+ * all. After classify, so that a device buffer too short for the call is
+ * named as such rather than as overlapping the memory after it. */
+static braid_result check_overlap(braid_comm *c, exec_op *op) {
+  const char *fn = op->name;
+  int n = c->nranks, me = c->rank;
+  size_t es = braid_dtype_size(op->dt);
+  int ib = sched_in_blocks(op->coll, n), ob = sched_out_blocks(op->coll, n);
+  size_t inlen = op->count * es * (size_t)ib;
+  size_t outlen = op->count * es * (size_t)ob;
+  if (!sched_uses_in(op->coll, op->root, me) || ib == 0 ||
+      !sched_uses_out(op->coll, op->root, me) || ob == 0)
     return BRAID_SUCCESS;
-  /* In place per NCCL's conventions, or no overlap at all. */
   const char *in = op->in;
   const char *out = op->out;
   const char *want = NULL;
@@ -256,6 +267,22 @@ static braid_result classify(braid_comm *c, exec_op *op) {
   for (int i = 0; i < 2; i++)
     if (kind[i] == 1)
       op->dev = gpu[i];
+  /* A device buffer that runs into memory no allocation maps would fault
+   * on the GPU, and a fault there ends the process's CUDA context: refuse
+   * the call instead (host buffers cannot be measured). */
+  size_t es = braid_dtype_size(op->dt);
+  size_t len[2] = {op->count * es * (size_t)sched_in_blocks(op->coll, n),
+                   op->count * es * (size_t)sched_out_blocks(op->coll, n)};
+  for (int i = 0; i < 2; i++) {
+    size_t room = kind[i] == 1 ? cudev_room(ptr[i], len[i]) : SIZE_MAX;
+    if (room < len[i])
+      return bad(c, fn,
+                 "%s %p runs past the device memory mapped there (GPU %d): "
+                 "the call needs %zu bytes from it (count %zu of %s), only "
+                 "%zu are allocated",
+                 names[i], ptr[i], gpu[i], len[i], op->count,
+                 braid_dtype_name(op->dt), room);
+  }
   if (enq_stream_cuda(op->stream) != NULL && op->dev < 0 &&
       (kind[0] == 0 || kind[1] == 0))
     return bad(c, fn,
@@ -290,6 +317,8 @@ static braid_result issue(braid_comm *c, exec_op *op, int reduces) {
   braid_result r = check_op(c, op, reduces);
   if (r == BRAID_SUCCESS && op->count > 0)
     r = classify(c, op);
+  if (r == BRAID_SUCCESS && op->count > 0)
+    r = check_overlap(c, op);
   if (r != BRAID_SUCCESS || op->count == 0)
     return r;
   if (op->coll != SCHED_SEND && op->coll != SCHED_RECV)

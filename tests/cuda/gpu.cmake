@@ -29,6 +29,15 @@ add_test(NAME gpu_stream COMMAND test_gpu_stream --jobs 1)
 set_tests_properties(gpu_stream PROPERTIES TIMEOUT 300 LABELS "cuda;gpu"
   ENVIRONMENT "BRAID_TIMEOUT=60"
   SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
+# calls refused on device buffers (past their allocation, captured)
+add_executable(test_gpu_args ${gpu_dir}/test_gpu_args.c)
+target_include_directories(test_gpu_args PRIVATE ${gpu_dir})
+target_link_libraries(test_gpu_args PRIVATE braid_internal ${gpu_cudart}
+  PkgConfig::CRITERION)
+add_test(NAME gpu_args COMMAND test_gpu_args --jobs 1)
+set_tests_properties(gpu_args PROPERTIES TIMEOUT 300 LABELS "cuda;gpu"
+  ENVIRONMENT "BRAID_TIMEOUT=60"
+  SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
 # the same with its calls small enough to go through pinned host memory
 add_test(NAME gpu_stream_small COMMAND test_gpu_stream --jobs 1)
 set_tests_properties(gpu_stream_small PROPERTIES TIMEOUT 300
@@ -147,6 +156,13 @@ set_tests_properties(emu_gpu_stream_kernel PROPERTIES TIMEOUT 300
 add_test(NAME emu_gpu_stream_one_queue COMMAND emu_gpu_stream --jobs 1)
 set_tests_properties(emu_gpu_stream_one_queue PROPERTIES TIMEOUT 300
   LABELS "cuda;emu" ENVIRONMENT "BRAID_TIMEOUT=60;CUDA_DEVICE_MAX_CONNECTIONS=1")
+
+add_executable(emu_gpu_args ${gpu_dir}/test_gpu_args.c)
+target_include_directories(emu_gpu_args PRIVATE ${gpu_dir})
+target_link_libraries(emu_gpu_args PRIVATE braid_emu PkgConfig::CRITERION)
+add_test(NAME emu_gpu_args COMMAND emu_gpu_args --jobs 1)
+set_tests_properties(emu_gpu_args PROPERTIES TIMEOUT 300 LABELS "cuda;emu"
+  ENVIRONMENT "BRAID_TIMEOUT=60")
 
 add_executable(emu_cuda_ipc ${PROJECT_SOURCE_DIR}/tests/transports/test_cuda_ipc.c
   ${PROJECT_SOURCE_DIR}/tests/transports/ranks.c)

@@ -446,6 +446,14 @@ Test(cudev, gpu_pointer_classification) {
   cr_assert_eq(cudev_busid(0, id, sizeof id), BRAID_SUCCESS, "%s",
                cudev_error());
   cr_assert(strlen(id) >= 12 && id[4] == ':', "bus id %s", id);
+  /* how much device memory lies from a pointer on: all of a buffer that
+   * fits; not a gibibyte more; the driver knows nothing of host memory */
+  cr_assert_eq(cudev_room(d, 256), 256);
+  cr_assert_eq(cudev_room((char *)d + 100, 156), 156);
+  size_t room = cudev_room(d, (size_t)1 << 30);
+  cr_assert(room >= 256 && room < ((size_t)1 << 30),
+            "cudev_room of a 256-byte buffer for 1 GiB: %zu", room);
+  cr_assert_eq(cudev_room(&x, sizeof x), SIZE_MAX);
   cudev_host_free(pinned);
   cudev_free(d);
 }

@@ -134,4 +134,47 @@ static void gpu_run_ranks(int n, gpu_rank_fn fn, double timeout_s,
   }
 }
 
+/* n ranks run fn; each must exit 0 (the test skips without a GPU). */
+static inline void gpu_run(gpu_rank_fn fn, int n, const char *name) {
+  GPU_REQUIRE();
+  int st[8];
+  gpu_run_ranks(n, fn, 100, st);
+  for (int r = 0; r < n; r++)
+    cr_expect_eq(st[r], 0,
+                 "%s, %d ranks: rank %d exit %d (see stderr; -1: hung)", name,
+                 n, r, st[r]);
+}
+
+/* In a rank function (int rank in scope): a CUDA call that fails says
+ * which and makes the rank exit 50. */
+#define CK(call)                                                               \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      fprintf(stderr, "rank %d: %s: %s\n", rank, #call,                        \
+              cudaGetErrorString(e_));                                         \
+      return 50;                                                               \
+    }                                                                          \
+  } while (0)
+
+/* Copies host to the device (and waits: from pageable memory cudaMemcpy
+ * may return before the data is there), then makes a non-blocking stream
+ * and wraps it. */
+static inline int gpu_filled_and_wrapped(int rank, void *dev, const void *host,
+                                         size_t bytes, cudaStream_t *s,
+                                         braid_stream **bs) {
+  CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+  CK(cudaDeviceSynchronize());
+  CK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+  return braid_stream_from_cuda((void *)*s, bs) == BRAID_SUCCESS ? 0 : 10;
+}
+
+/* The same with the device buffer made first (*d: cudaMalloc'd). */
+static inline int gpu_made_and_wrapped(int rank, float **d, const float *h,
+                                       size_t bytes, cudaStream_t *s,
+                                       braid_stream **bs) {
+  CK(cudaMalloc((void **)d, bytes));
+  return gpu_filled_and_wrapped(rank, *d, h, bytes, s, bs);
+}
+
 #endif

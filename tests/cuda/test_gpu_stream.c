@@ -30,16 +30,6 @@
 #define SLEEP_MS 300
 #endif
 
-#define CK(call)                                                               \
-  do {                                                                         \
-    cudaError_t e_ = (call);                                                   \
-    if (e_ != cudaSuccess) {                                                   \
-      fprintf(stderr, "rank %d: %s: %s\n", rank, #call,                        \
-              cudaGetErrorString(e_));                                         \
-      return 50;                                                               \
-    }                                                                          \
-  } while (0)
-
 /* Holds the stream up: anything after it on the stream runs late. */
 static void CUDART_CB hold_stream(void *arg) {
   (void)arg;
@@ -242,25 +232,6 @@ static int two_streams(braid_comm *c, int rank, int n) {
   return rc;
 }
 
-/* Copies host to the device (and waits: from pageable memory cudaMemcpy
- * may return before the data is there), then makes a non-blocking stream
- * and wraps it. */
-static int filled_and_wrapped(int rank, void *dev, const void *host,
-                              size_t bytes, cudaStream_t *s,
-                              braid_stream **bs) {
-  CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
-  CK(cudaDeviceSynchronize());
-  CK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
-  return braid_stream_from_cuda((void *)*s, bs) == BRAID_SUCCESS ? 0 : 10;
-}
-
-/* The same with the device buffer made first (*d: cudaMalloc'd). */
-static int made_and_wrapped(int rank, float **d, const float *h, size_t bytes,
-                            cudaStream_t *s, braid_stream **bs) {
-  CK(cudaMalloc((void **)d, bytes));
-  return filled_and_wrapped(rank, *d, h, bytes, s, bs);
-}
-
 /* With BRAID_CUDA_KERNEL_MAX set (and above the calls' size), whether
  * `calls` calls on the streams ran as collective kernels, and none without. */
 static int kernel_calls(int rank, braid_stream **bs, int nbs, uint64_t calls) {
@@ -294,7 +265,7 @@ static int many_calls(braid_comm *c, int rank, int n) {
   CK(cudaMalloc((void **)&dout, MANY * sizeof(float)));
   cudaStream_t s;
   braid_stream *bs = NULL;
-  int rc = filled_and_wrapped(rank, din, h, MANY * sizeof(float), &s, &bs);
+  int rc = gpu_filled_and_wrapped(rank, din, h, MANY * sizeof(float), &s, &bs);
   if (rc)
     return rc;
   for (int i = 0; i < MANY && rc == 0; i++) {
@@ -349,7 +320,7 @@ static int alternate(braid_comm *c, int rank, int n, int dflt) {
     CK(cudaDeviceSynchronize());
     rc = braid_stream_from_cuda(NULL, &bs[0]) == BRAID_SUCCESS ? 0 : 10;
   } else {
-    rc = filled_and_wrapped(rank, d, h, sizeof h, &s[0], &bs[0]);
+    rc = gpu_filled_and_wrapped(rank, d, h, sizeof h, &s[0], &bs[0]);
   }
   if (rc)
     return rc;
@@ -498,7 +469,7 @@ static int host_and_cuda_streams(braid_comm *c, int rank, int n) {
   CK(cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice));
   cudaStream_t s;
   braid_stream *bs = NULL, *hs = NULL;
-  int rc = filled_and_wrapped(rank, da, ha, sizeof ha, &s, &bs);
+  int rc = gpu_filled_and_wrapped(rank, da, ha, sizeof ha, &s, &bs);
   if (rc)
     return rc;
   if (braid_stream_create(&hs) != BRAID_SUCCESS)
@@ -579,7 +550,7 @@ static int every_collective(braid_comm *c, int rank, int n) {
   CK(cudaMemcpy(d[6], h, nk * sizeof(float), cudaMemcpyHostToDevice));
   cudaStream_t s;
   braid_stream *bs = NULL;
-  int rc = filled_and_wrapped(rank, d[0], h, nk * sizeof(float), &s, &bs);
+  int rc = gpu_filled_and_wrapped(rank, d[0], h, nk * sizeof(float), &s, &bs);
   if (rc)
     return rc;
   braid_result r[CALLS] = {
@@ -652,7 +623,7 @@ static int p2p_first(braid_comm *c, int rank, int n) {
     h[i] = rank == 0 ? (float)(i * 3) : -1.0f;
   cudaStream_t s;
   braid_stream *bs = NULL;
-  int rc = made_and_wrapped(rank, &d, h, sizeof h, &s, &bs);
+  int rc = gpu_made_and_wrapped(rank, &d, h, sizeof h, &s, &bs);
   if (rc)
     return rc;
   braid_result r = rank == 0 ? braid_send(d, 64, BRAID_FLOAT32, 1, c, bs)
@@ -746,103 +717,45 @@ static int mixing(braid_comm *c, int rank, int n) {
   return rc;
 }
 
-/* A call on a stream being captured into a CUDA graph is refused with
- * BRAID_ERR_UNSUPPORTED and a message naming the capture; the stream and
- * the communicator stay usable once the capture ends. */
-static int captured(braid_comm *c, int rank, int n) {
-  enum { K = 64 };
-  CK(cudaSetDevice(0));
-  float h[K], *d = NULL;
-  for (int i = 0; i < K; i++)
-    h[i] = 1.0f;
-  cudaStream_t s;
-  braid_stream *bs = NULL;
-  int rc = made_and_wrapped(rank, &d, h, sizeof h, &s, &bs);
-  if (rc)
-    return rc;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-  braid_result r = braid_allreduce(d, d, K, BRAID_FLOAT32, BRAID_SUM, c, bs);
-  cudaGraph_t graph = NULL;
-  CK(cudaStreamEndCapture(s, &graph));
-  if (graph != NULL)
-    cudaGraphDestroy(graph);
-  if (r != BRAID_ERR_UNSUPPORTED ||
-      strstr(braid_comm_last_error(c), "captured") == NULL) {
-    fprintf(stderr, "rank %d: allreduce while capturing: %s (%s)\n", rank,
-            braid_result_string(r), braid_comm_last_error(c));
-    rc = 12;
-  }
-  if (rc == 0 && (braid_allreduce(d, d, K, BRAID_FLOAT32, BRAID_SUM, c, bs) !=
-                      BRAID_SUCCESS ||
-                  braid_stream_synchronize(bs) != BRAID_SUCCESS))
-    rc = 13;
-  CK(cudaStreamSynchronize(s));
-  CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
-  for (int i = 0; i < K && rc == 0; i++)
-    if (h[i] != (float)n) {
-      fprintf(stderr, "rank %d: element %d is %g after the capture, want %d\n",
-              rank, i, (double)h[i], n);
-      rc = 14;
-    }
-  braid_stream_destroy(bs);
-  cudaStreamDestroy(s);
-  cudaFree(d);
-  return rc;
-}
-
-static void run(gpu_rank_fn fn, int n, const char *name) {
-  GPU_REQUIRE();
-  int st[4];
-  gpu_run_ranks(n, fn, 100, st);
-  for (int r = 0; r < n; r++)
-    cr_expect_eq(st[r], 0,
-                 "%s, %d ranks: rank %d exit %d (see stderr; -1: hung)", name,
-                 n, r, st[r]);
-}
-
 Test(gpu_stream, kernels_before_and_after_are_ordered, .timeout = 120) {
-  run(one_stream, 1, "one stream");
-  run(one_stream, 2, "one stream");
+  gpu_run(one_stream, 1, "one stream");
+  gpu_run(one_stream, 2, "one stream");
 }
 
 Test(gpu_stream, two_streams_with_an_event, .timeout = 120) {
-  run(two_streams, 2, "two streams");
+  gpu_run(two_streams, 2, "two streams");
 }
 
 Test(gpu_stream, more_calls_than_the_stream_queue_holds, .timeout = 120) {
-  run(many_calls, 2, "many calls");
+  gpu_run(many_calls, 2, "many calls");
 }
 
 Test(gpu_stream, calls_alternating_between_streams_keep_issue_order,
      .timeout = 120) {
-  run(alternating, 2, "alternating streams");
-  run(alternating, 3, "alternating streams");
-  run(alternating_default, 2, "the default stream and another alternating");
+  gpu_run(alternating, 2, "alternating streams");
+  gpu_run(alternating, 3, "alternating streams");
+  gpu_run(alternating_default, 2, "the default stream and another alternating");
 }
 
 Test(gpu_stream, calls_on_more_streams_than_hardware_queues, .timeout = 120) {
   setenv("BRAID_TIMEOUT", "20", 1);
-  run(many_streams, 2, "many streams");
+  gpu_run(many_streams, 2, "many streams");
 }
 
 Test(gpu_stream, host_and_cuda_streams_interleaved, .timeout = 120) {
-  run(host_and_cuda_streams, 2, "host and CUDA streams");
-  run(host_and_cuda_streams, 3, "host and CUDA streams");
+  gpu_run(host_and_cuda_streams, 2, "host and CUDA streams");
+  gpu_run(host_and_cuda_streams, 3, "host and CUDA streams");
 }
 
 Test(gpu_stream, every_collective_that_runs_as_a_kernel, .timeout = 120) {
-  run(every_collective, 2, "every collective");
-  run(every_collective, 3, "every collective");
+  gpu_run(every_collective, 2, "every collective");
+  gpu_run(every_collective, 3, "every collective");
 }
 
 Test(gpu_stream, send_and_recv_before_any_collective, .timeout = 120) {
-  run(p2p_first, 2, "send and receive first");
+  gpu_run(p2p_first, 2, "send and receive first");
 }
 
 Test(gpu_stream, mixing_host_and_device_is_invalid, .timeout = 120) {
-  run(mixing, 2, "mixing");
-}
-
-Test(gpu_stream, calls_on_a_capturing_stream_are_unsupported, .timeout = 120) {
-  run(captured, 2, "capture");
+  gpu_run(mixing, 2, "mixing");
 }

@@ -28,6 +28,13 @@ const char *cudev_error(void);
  * or pinned); -1: error. Never fails for host pointers in a build without
  * CUDA or without a driver (it answers 0). */
 int cudev_is_device(const void *p, int *device);
+/* How many of the want bytes from device pointer p on are device memory,
+ * following allocations that lie end to end (a VMM range mapped in pieces
+ * is one buffer): want when all are, fewer when [p, p + want) runs into
+ * memory that no allocation maps (where the GPU would fault), SIZE_MAX
+ * when the driver cannot tell. Overruns into a neighbouring allocation are
+ * not seen. */
+size_t cudev_room(const void *p, size_t want);
 braid_result cudev_set_device(int device);
 /* This thread's current device; -1 when there is none (or no CUDA). */
 int cudev_get_device(void);

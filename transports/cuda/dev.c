@@ -35,6 +35,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,6 +393,42 @@ static void *dev_entry(const char *sym) {
     return NULL;
   }
   return fn;
+}
+
+/* ---- buffer bounds ----------------------------------------------------- */
+
+typedef CUresult (*pfn_range)(CUdeviceptr *, size_t *, CUdeviceptr);
+static pthread_once_t range_once = PTHREAD_ONCE_INIT;
+static pfn_range mem_range; /* cuMemGetAddressRange */
+
+static void range_init(void) {
+  mem_range = (pfn_range)dev_entry("cuMemGetAddressRange");
+}
+
+/* Walks the allocations from p on, at most DEV_RANGE_WALK of them (a VMM
+ * range mapped in 2 MiB pieces: 2 GiB), beyond which it cannot tell. */
+#define DEV_RANGE_WALK 1024
+size_t cudev_room(const void *p, size_t want) {
+  pthread_once(&range_once, range_init);
+  if (mem_range == NULL || p == NULL)
+    return SIZE_MAX;
+  uintptr_t at = (uintptr_t)p, end = at + want;
+  if (end < at)
+    return SIZE_MAX;
+  for (int i = 0; at < end; i++) {
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (i == DEV_RANGE_WALK)
+      return SIZE_MAX;
+    if (mem_range(&base, &size, (CUdeviceptr)at) != CUDA_SUCCESS ||
+        (uintptr_t)base > at || at - (uintptr_t)base >= size) {
+      if (i == 0) /* p itself: not an allocation the driver knows */
+        return SIZE_MAX;
+      break; /* nothing mapped at `at` */
+    }
+    at = (uintptr_t)base + size;
+  }
+  return at >= end ? want : (size_t)(at - (uintptr_t)p);
 }
 
 static void memops_init(void) {

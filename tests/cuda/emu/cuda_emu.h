@@ -31,6 +31,8 @@ cudaError_t emu_err(cudaError_t e, const char *fmt, const char *what);
 /* The device a pointer into device memory belongs to, -1 for other memory
  * (cuda_emu_mem.c). */
 int emu_region_device(const void *p);
+/* cudev_room on the emulated GPU's regions (cuda_emu_mem.c). */
+size_t emu_region_room(const void *p, size_t want);
 
 /* A stream's operations. */
 enum emu_kind {

@@ -46,6 +46,10 @@ int cudev_is_device(const void *p, int *device) {
   return dev >= 0;
 }
 
+size_t cudev_room(const void *p, size_t want) {
+  return emu_region_room(p, want);
+}
+
 braid_result cudev_set_device(int device) {
   DEV("cudaSetDevice", cudaSetDevice(device));
   return BRAID_SUCCESS;

@@ -76,6 +76,27 @@ int emu_region_device(const void *p) {
   return dev;
 }
 
+/* As dev.c's cudev_room: regions that lie end to end count as one. */
+size_t emu_region_room(const void *p, size_t want) {
+  uintptr_t at = (uintptr_t)p, end = at + want;
+  if (end < at)
+    return SIZE_MAX;
+  pthread_mutex_lock(&reg_mu);
+  for (int first = 1; at < end; first = 0) {
+    const emu_region *r = reg_find((const void *)at);
+    if (r == NULL) {
+      if (first) {
+        pthread_mutex_unlock(&reg_mu);
+        return SIZE_MAX;
+      }
+      break;
+    }
+    at = (uintptr_t)r->base + r->size;
+  }
+  pthread_mutex_unlock(&reg_mu);
+  return at >= end ? want : (size_t)(at - (uintptr_t)p);
+}
+
 /* CUDA_EMU_DIE_AT_MALLOC=N: the process kills itself at its N-th
  * cudaMalloc, so that a test can lose a rank at a chosen point of a
  * collective setup. */
