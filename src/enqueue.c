@@ -477,6 +477,41 @@ static braid_result stream_reached(braid_comm *c, const exec_op *op,
   return r;
 }
 
+/* A call on a CUDA stream that can go as collective kernels, issued while
+ * queued calls may still launch theirs (kernel_deferred), must not launch
+ * before them. Queued behind them it would wait at a gate while the
+ * progress thread launched its kernels on braid's stream, and where that
+ * stream shares a hardware queue with the user's, held at the gate, they
+ * would never start. So the issuing thread waits (up to BRAID_TIMEOUT) for
+ * those calls to end and then launches on the user's stream, as usual: 1.
+ * 0 when they did not end in time (the call then queues behind them). */
+static int deferred_ended(braid_comm *c) {
+  if (atomic_load(&c->kernel_deferred) == 0)
+    return 1;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  pthread_mutex_lock(&c->qlock);
+  while (atomic_load(&c->kernel_deferred) > 0 && !atomic_load(&c->aborted)) {
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    long ms = (long)(t.tv_sec - t0.tv_sec) * 1000 +
+              (t.tv_nsec - t0.tv_nsec) / 1000000;
+    if (ms > c->timeout_ms)
+      break;
+    /* the progress thread broadcasts qcond after each unit of work; the
+     * short wait covers a decrement that came just before this one */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 10 * 1000 * 1000;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&c->qcond, &c->qlock, &until);
+  }
+  pthread_mutex_unlock(&c->qlock);
+  return atomic_load(&c->kernel_deferred) == 0;
+}
+
 /* Submit ops (copied) as one unit of work, blocking or on a stream. */
 static braid_result submit(braid_comm *c, exec_op *ops, int nops,
                            braid_stream *s, const gate_ref *shared) {
@@ -491,8 +526,9 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
     braid_result r = setup_before_gate(c, ops, nops);
     if (r != BRAID_SUCCESS)
       return r;
-    /* as kernels, launched now, unless queued calls launch theirs later */
-    kernel = exk_takes(c, ops, nops) && atomic_load(&c->kernel_deferred) == 0;
+    /* as kernels, launched now, once queued calls that may launch theirs
+     * have ended */
+    kernel = exk_takes(c, ops, nops) && deferred_ended(c);
     if (!kernel)
       nst = small_plan(c, s, ops, nops, &st);
     if (!kernel && nst == 0 && !cfg_get()->cuda_gate) {

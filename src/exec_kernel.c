@@ -33,8 +33,11 @@
  * issuing thread; a blocking call, or one on a host stream, launches when
  * it runs, on the internal stream. So that launches keep issue order, a call
  * on a CUDA stream issued while such calls wait in the queue
- * (braid_comm.kernel_deferred) goes behind a gate and launches from the
- * progress thread too (src/enqueue.c).
+ * (braid_comm.kernel_deferred) first waits in the issuing thread for them
+ * to end (src/enqueue.c, deferred_ended): launched from the progress thread
+ * behind a gate instead, its kernel would be on braid's stream while the
+ * gate holds the user's, and on a hardware queue the two streams share it
+ * would never start.
  *
  * Errors. A kernel cannot return one: a wait for a peer that sees the abort
  * word set, or lasts BRAID_TIMEOUT, stores what happened in a status word

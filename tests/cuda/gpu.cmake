@@ -157,6 +157,17 @@ add_test(NAME emu_gpu_stream_one_queue COMMAND emu_gpu_stream --jobs 1)
 set_tests_properties(emu_gpu_stream_one_queue PROPERTIES TIMEOUT 300
   LABELS "cuda;emu" ENVIRONMENT "BRAID_TIMEOUT=60;CUDA_DEVICE_MAX_CONNECTIONS=1")
 
+# A call on a CUDA stream that goes as collective kernels while host-stream
+# calls that may launch theirs are queued, with every stream on one
+# hardware queue and gates forced on: it must wait for them and launch on
+# the user's stream, not go behind a gate and launch on braid's (which the
+# held queue would never run: BRAID_TIMEOUT).
+add_test(NAME emu_gpu_stream_deferred_kernel COMMAND emu_gpu_stream --jobs 1
+  --filter "gpu_stream/host_and_cuda_streams_interleaved")
+set_tests_properties(emu_gpu_stream_deferred_kernel PROPERTIES TIMEOUT 120
+  LABELS "cuda;emu" ENVIRONMENT
+  "BRAID_TIMEOUT=20;BRAID_CUDA_KERNEL_MAX=64K;CUDA_DEVICE_MAX_CONNECTIONS=1;BRAID_CUDA_GATE=1")
+
 add_executable(emu_gpu_args ${gpu_dir}/test_gpu_args.c)
 target_include_directories(emu_gpu_args PRIVATE ${gpu_dir})
 target_link_libraries(emu_gpu_args PRIVATE braid_emu PkgConfig::CRITERION)

@@ -452,8 +452,8 @@ static int many_streams(braid_comm *c, int rank, int n) {
  * buffers of their own: the host stream's run on the progress thread, and
  * a call on the CUDA stream issued while one of them waits in the queue
  * (on ranks other than 0) must still take its turn after it, as on rank 0 (with
- * BRAID_CUDA_KERNEL_MAX such a call goes behind a gate instead of
- * launching at once: src/exec_kernel.c, "Order"); a call paired with
+ * BRAID_CUDA_KERNEL_MAX such a call waits for it before launching:
+ * src/exec_kernel.c, "Order"); a call paired with
  * another's data would show in the sums. With collective kernels every
  * call must have run as one. */
 static int host_and_cuda_streams(braid_comm *c, int rank, int n) {
