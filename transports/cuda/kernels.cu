@@ -312,6 +312,15 @@ __device__ __forceinline__ void ka_raise(const cudev_ka &k, char *const *area,
   }
 }
 
+/* Stores why the call ends in *status unless another block of this kernel
+ * did first (two may fail at once: the first failure is the one told).
+ * Only this GPU writes the word and the host only reads it, so a device
+ * atomic suffices on the mapped pinned memory. */
+__device__ __forceinline__ void ka_fail(const cudev_ka &k, uint64_t st) {
+  atomicCAS(reinterpret_cast<unsigned long long *>(k.status), 0ull,
+            static_cast<unsigned long long>(st));
+}
+
 /* Thread q waits until peer q's ready flag (b, q) here is at least chunk
  * s, and at s of the call with fingerprint fp; stop set (and *status) when
  * it cannot. */
@@ -326,6 +335,12 @@ __device__ __forceinline__ void ka_wait(const cudev_ka &k, char *const *area,
     for (unsigned polls = 1; (w = *f) >> 16 < s; polls++) {
       if (*stop)
         break;
+#if __CUDA_ARCH__ >= 700
+      /* a peer that is late: poll less, leaving the SMs' issue slots and
+       * L2 to the blocks that work (ranks sharing the GPU under MPS) */
+      if (polls > 4096)
+        __nanosleep(128);
+#endif
       if (polls % 256)
         continue;
       int why = *reinterpret_cast<volatile uint32_t *>(k.abort) || *status
@@ -333,15 +348,13 @@ __device__ __forceinline__ void ka_wait(const cudev_ka &k, char *const *area,
                 : ka_now() - t0 > k.timeout_ns ? CUDEV_KA_TIMEOUT
                                                : 0;
       if (why) {
-        if (*status == 0)
-          *status = CUDEV_KA_STATUS(why, t, s);
+        ka_fail(k, CUDEV_KA_STATUS(why, t, s));
         __threadfence_system();
         *stop = 1;
       }
     }
     if (!*stop && w >> 16 == s && (w & 0xffff) != fp) {
-      if (*status == 0)
-        *status = CUDEV_KA_STATUS(CUDEV_KA_MISMATCH, t, s);
+      ka_fail(k, CUDEV_KA_STATUS(CUDEV_KA_MISMATCH, t, s));
       __threadfence_system();
       *stop = 1;
     }
