@@ -235,7 +235,15 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
 }
 
 /* Frees the area once every peer is done with this rank's last call (its
- * kernels may still read the slot), waiting at most a few seconds. */
+ * kernels may still read the slot and raise flags in it), waiting at most a
+ * few seconds. After a failure (the communicator aborted or broken, a call
+ * that failed), or when the peers do not show they are done, a peer's
+ * kernel may still be about to write to the area: freed, that write would
+ * be to memory nothing maps (CUDA leaves freeing exported memory that
+ * another process has open undefined), a fault that ends the peer's CUDA
+ * context, and every context on the GPU under MPS. The area then stays
+ * allocated until the process exits (CUDEV_KA_AREA bytes: 8 MiB at the
+ * default slot), and this rank's own kernels are told to stop. */
 void exk_teardown(braid_comm *c) {
   exk *x = of(c);
   if (x == NULL)
@@ -243,6 +251,7 @@ void exk_teardown(braid_comm *c) {
   uint64_t *flags = malloc(CUDEV_KA_FLAGS);
   int quit = atomic_load(&c->aborted) || c->broken != BRAID_SUCCESS ||
              *status_of(x) != 0;
+  int keep = quit && x->seq > 0;
   struct timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   while (!quit && flags != NULL && x->seq > 0) {
@@ -261,14 +270,45 @@ void exk_teardown(braid_comm *c) {
     if (t.tv_sec - t0.tv_sec > 5) {
       WARN(LOG_COLL,
            "rank %d: %d blocks of peers have not shown they are done with "
-           "this rank's kernel area after 5 s; freeing it",
+           "this rank's kernel area after 5 s",
            c->rank, left);
+      keep = 1;
       break;
     }
     struct timespec nap = {0, 1000000};
     nanosleep(&nap, NULL);
   }
   free(flags);
+  if (keep) {
+    *(volatile uint32_t *)((char *)x->host + 8) = 1; /* the abort word */
+    WARN(LOG_COLL,
+         "rank %d: leaves its collective-kernel area (%zu bytes of GPU "
+         "memory) allocated until the process exits: a peer's kernel may "
+         "still write to it%s",
+         c->rank, (size_t)CUDEV_KA_AREA(x->k.slot),
+         quit ? " after the failure" : "");
+    x->k.area[x->k.rank] = NULL;
+    /* this rank's last kernel, told to stop, must end before the peers'
+     * areas are unmapped and the words it reads freed; one that has not
+     * started (its stream held by other work) keeps them all */
+    int ended = x->last_ev == NULL;
+    for (int i = 0; !ended && i < 2000; i++) {
+      ended = cudev_event_query(x->last_ev) != TP_AGAIN;
+      struct timespec nap = {0, 1000000};
+      if (!ended)
+        nanosleep(&nap, NULL);
+    }
+    if (!ended) {
+      WARN(LOG_COLL,
+           "rank %d: its last collective kernel has not ended 2 s after "
+           "being told to stop (not started yet?): the peers' areas stay "
+           "mapped and its status words allocated",
+           c->rank);
+      for (int q = 0; q < x->k.nranks; q++)
+        x->k.area[q] = NULL;
+      x->host = NULL;
+    }
+  }
   c->dev->exk = NULL;
   exk_free(x);
 }
