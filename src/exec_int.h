@@ -128,7 +128,8 @@ int exec_dev_small(const braid_comm *c, const exec_op *op);
  * stream and returns its completion (*ev) and the number of its last
  * kernel (*seq); exk_finish waits for them and reports the call's error
  * (locked: the caller holds c->lock).
- * exk_calls: kernels launched so far (tests). */
+ * exk_calls: kernels launched so far; exk_blocks: the most blocks of a
+ * call, 0 without kernels (tests). */
 braid_result exk_setup(braid_comm *c, size_t max, size_t slot);
 void exk_teardown(braid_comm *c);
 int exk_coll(sched_coll coll);
@@ -139,6 +140,7 @@ braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,
 braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
                         uint64_t seq, int locked);
 uint64_t exk_calls(const braid_comm *c);
+int exk_blocks(const braid_comm *c);
 
 /* Small calls on a CUDA stream, staged with their copies on the user's
  * stream around the call's gate (src/enqueue.c). An entry per op with

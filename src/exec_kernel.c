@@ -51,6 +51,7 @@
  */
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,10 +95,28 @@ typedef struct exk_rec {
   char handle[CUDEV_IPC_BYTES];
 } exk_rec;
 
+/* Communicators of this process set up for collective kernels so far, by
+ * GPU: each later one gets half the room of the one before (room_share),
+ * so that the kernels of all of them, in flight at once on unordered
+ * streams (a data-parallel and a tensor-parallel group), never ask for more
+ * blocks than the GPU holds: a resident block whose peer block cannot get
+ * an SM would wait until BRAID_TIMEOUT. */
+#define EXK_GPUS 64
+static atomic_int exk_comms_on[EXK_GPUS];
+
+/* This communicator's share of the room on its GPU: room / 2^k for the
+ * k-th (from 0) set up on it in this process; halved again below. */
+static int room_share(int device, int room) {
+  int k = device >= 0 && device < EXK_GPUS
+              ? atomic_fetch_add(&exk_comms_on[device], 1)
+              : 0;
+  return k >= 30 ? 0 : room >> k;
+}
+
 /* The most blocks of a call (cudev_ka.blocks), the same on every rank: all
  * ranks' blocks must be resident at once on the GPUs they share, so the
- * ranks on one GPU together take at most half of what it holds, and that on
- * the fullest GPU. */
+ * ranks on one GPU together take at most half of what their share of it
+ * holds (room_share), and that on the fullest GPU. */
 static int blocks_for(const exk_rec *all, int n) {
   int most = CUDEV_KA_BLOCKS;
   for (int q = 0; q < n; q++) {
@@ -183,6 +202,7 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
                cudev_error());
     else
       mine.ok = 1;
+    mine.room = mine.ok ? room_share(d->device, mine.room) : mine.room;
   }
   int here = !mine.ok; /* the failure, if any, is this rank's */
   braid_result r = all != NULL
@@ -441,6 +461,11 @@ braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,
 uint64_t exk_calls(const braid_comm *c) {
   const exk *x = of(c);
   return x != NULL ? x->seq : 0;
+}
+
+int exk_blocks(const braid_comm *c) {
+  const exk *x = of(c);
+  return x != NULL ? x->k.blocks : 0;
 }
 
 static long ms_since(const struct timespec *t0) {

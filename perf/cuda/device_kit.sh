@@ -184,7 +184,7 @@ test_order() {
   local all first p n
   all=$(cd "$BUILD" && ctest -N -L 'cuda|gpu' -LE emu | sed -n 's/^ *Test *#[0-9]*: //p')
   first=""
-  for p in ${KIT_TEST_FIRST:-cuda_test_ gpu_nodev gpu_stream gpu_matrix_stream_kernel \
+  for p in ${KIT_TEST_FIRST:-cuda_test_ gpu_nodev gpu_stream gpu_share gpu_matrix_stream_kernel \
     gpu_matrix_stream_small gpu_matrix_stream_2 transports_cuda_ipc trainer_cuda}; do
     for n in $all; do
       case " $first " in *" $n "*) continue ;; esac

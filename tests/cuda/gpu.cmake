@@ -29,6 +29,20 @@ add_test(NAME gpu_stream COMMAND test_gpu_stream --jobs 1)
 set_tests_properties(gpu_stream PROPERTIES TIMEOUT 300 LABELS "cuda;gpu"
   ENVIRONMENT "BRAID_TIMEOUT=60"
   SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
+# sharing a GPU: more streams than hardware queues, two communicators with
+# collective kernels at once; plainly and as collective kernels
+add_executable(test_gpu_share ${gpu_dir}/test_gpu_share.c)
+target_include_directories(test_gpu_share PRIVATE ${gpu_dir})
+target_link_libraries(test_gpu_share PRIVATE braid_internal ${gpu_cudart}
+  PkgConfig::CRITERION)
+add_test(NAME gpu_share COMMAND test_gpu_share --jobs 1)
+set_tests_properties(gpu_share PROPERTIES TIMEOUT 300 LABELS "cuda;gpu"
+  ENVIRONMENT "BRAID_TIMEOUT=60"
+  SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
+add_test(NAME gpu_share_kernel COMMAND test_gpu_share --jobs 1)
+set_tests_properties(gpu_share_kernel PROPERTIES TIMEOUT 300
+  LABELS "cuda;gpu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_KERNEL_MAX=64K"
+  SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
 # calls refused on device buffers (past their allocation, captured)
 add_executable(test_gpu_args ${gpu_dir}/test_gpu_args.c)
 target_include_directories(test_gpu_args PRIVATE ${gpu_dir})
@@ -167,6 +181,16 @@ add_test(NAME emu_gpu_stream_deferred_kernel COMMAND emu_gpu_stream --jobs 1
 set_tests_properties(emu_gpu_stream_deferred_kernel PROPERTIES TIMEOUT 120
   LABELS "cuda;emu" ENVIRONMENT
   "BRAID_TIMEOUT=20;BRAID_CUDA_KERNEL_MAX=64K;CUDA_DEVICE_MAX_CONNECTIONS=1;BRAID_CUDA_GATE=1")
+
+add_executable(emu_gpu_share ${gpu_dir}/test_gpu_share.c)
+target_include_directories(emu_gpu_share PRIVATE ${gpu_dir})
+target_link_libraries(emu_gpu_share PRIVATE braid_emu PkgConfig::CRITERION)
+add_test(NAME emu_gpu_share COMMAND emu_gpu_share --jobs 1)
+set_tests_properties(emu_gpu_share PROPERTIES TIMEOUT 300 LABELS "cuda;emu"
+  ENVIRONMENT "BRAID_TIMEOUT=60")
+add_test(NAME emu_gpu_share_kernel COMMAND emu_gpu_share --jobs 1)
+set_tests_properties(emu_gpu_share_kernel PROPERTIES TIMEOUT 300
+  LABELS "cuda;emu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_KERNEL_MAX=64K")
 
 add_executable(emu_gpu_args ${gpu_dir}/test_gpu_args.c)
 target_include_directories(emu_gpu_args PRIVATE ${gpu_dir})

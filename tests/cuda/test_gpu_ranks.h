@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -17,6 +18,7 @@
 
 #include "../test_fork.h"
 #include "braid.h"
+#include "src/exec_int.h"
 #include "transports/cuda/cuda_dev.h"
 
 typedef int (*gpu_rank_fn)(braid_comm *c, int rank, int n);
@@ -175,6 +177,24 @@ static inline int gpu_made_and_wrapped(int rank, float **d, const float *h,
                                        braid_stream **bs) {
   CK(cudaMalloc((void **)d, bytes));
   return gpu_filled_and_wrapped(rank, *d, h, bytes, s, bs);
+}
+
+/* With BRAID_CUDA_KERNEL_MAX set (and above the calls' size), whether
+ * `calls` calls on the streams ran as collective kernels, and none without. */
+static inline int gpu_kernel_calls(int rank, braid_stream **bs, int nbs,
+                                   uint64_t calls) {
+  const char *k = getenv("BRAID_CUDA_KERNEL_MAX");
+  uint64_t want = k != NULL && strcmp(k, "0") != 0 ? calls : 0, got = 0;
+  for (int i = 0; i < nbs; i++)
+    got += enq_stream_kernel_calls(bs[i]);
+  if (got == want)
+    return 0;
+  fprintf(stderr,
+          "rank %d: %llu calls ran as collective kernels, expected %llu "
+          "(BRAID_CUDA_KERNEL_MAX=%s)\n",
+          rank, (unsigned long long)got, (unsigned long long)want,
+          k ? k : "unset");
+  return 19;
 }
 
 #endif

@@ -232,23 +232,6 @@ static int two_streams(braid_comm *c, int rank, int n) {
   return rc;
 }
 
-/* With BRAID_CUDA_KERNEL_MAX set (and above the calls' size), whether
- * `calls` calls on the streams ran as collective kernels, and none without. */
-static int kernel_calls(int rank, braid_stream **bs, int nbs, uint64_t calls) {
-  const char *k = getenv("BRAID_CUDA_KERNEL_MAX");
-  uint64_t want = k != NULL && strcmp(k, "0") != 0 ? calls : 0, got = 0;
-  for (int i = 0; i < nbs; i++)
-    got += enq_stream_kernel_calls(bs[i]);
-  if (got == want)
-    return 0;
-  fprintf(stderr,
-          "rank %d: %llu calls ran as collective kernels, expected %llu "
-          "(BRAID_CUDA_KERNEL_MAX=%s)\n",
-          rank, (unsigned long long)got, (unsigned long long)want,
-          k ? k : "unset");
-  return 19;
-}
-
 /* More calls in flight than a stream's queue holds (the emulated GPU's is
  * 1024 operations): the calls issued once it is full wait in the driver
  * for room, which the progress thread makes by releasing gates; call i
@@ -288,7 +271,7 @@ static int many_calls(braid_comm *c, int rank, int n) {
       rc = 14;
     }
   if (rc == 0)
-    rc = kernel_calls(rank, &bs, 1, MANY);
+    rc = gpu_kernel_calls(rank, &bs, 1, MANY);
   if (braid_stream_destroy(bs) != BRAID_SUCCESS && rc == 0)
     rc = 17;
   cudaStreamDestroy(s);
@@ -352,7 +335,7 @@ static int alternate(braid_comm *c, int rank, int n, int dflt) {
       rc = 14;
     }
   if (rc == 0)
-    rc = kernel_calls(rank, bs, 2, CALLS);
+    rc = gpu_kernel_calls(rank, bs, 2, CALLS);
   for (int j = 0; j < 2; j++) {
     braid_stream_destroy(bs[j]);
     if (s[j] != NULL)
@@ -368,84 +351,6 @@ static int alternating(braid_comm *c, int rank, int n) {
 
 static int alternating_default(braid_comm *c, int rank, int n) {
   return alternate(c, rank, n, 1);
-}
-
-/* Calls on more CUDA streams than a GPU has hardware queues
- * (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default), made after the
- * communicator's first call so that braid's own streams exist already:
- * some of the user's streams then share a hardware queue with braid's,
- * and a call's work must not wait there behind a user's stream held for
- * that very call (docs/CUDA.md, "Stream gates and hardware queues").
- * Stream k: a copy in, the allreduce, a copy of the result out that must
- * see it. BRAID_TIMEOUT is 20 s, so that work held so fails in time. */
-#define NSTREAMS 20
-static int many_streams(braid_comm *c, int rank, int n) {
-  enum { K = 256 };
-  const size_t bytes = (size_t)NSTREAMS * K * sizeof(float);
-  CK(cudaSetDevice(0));
-  float *h = malloc(bytes), *d = NULL, *o = NULL;
-  if (h == NULL)
-    return 3;
-  for (int k = 0; k < NSTREAMS; k++)
-    for (int i = 0; i < K; i++)
-      h[k * K + i] = (float)(rank + k);
-  CK(cudaMalloc((void **)&d, bytes));
-  CK(cudaMalloc((void **)&o, bytes));
-  CK(cudaMemset(d, 0, bytes));
-  int rc = 0;
-  if (braid_allreduce(d, d, K, BRAID_FLOAT32, BRAID_SUM, c, NULL) !=
-      BRAID_SUCCESS)
-    rc = 12;
-  cudaStream_t s[NSTREAMS];
-  braid_stream *bs[NSTREAMS];
-  for (int k = 0; k < NSTREAMS; k++) {
-    CK(cudaStreamCreateWithFlags(&s[k], cudaStreamNonBlocking));
-    if (braid_stream_from_cuda((void *)s[k], &bs[k]) != BRAID_SUCCESS)
-      return 10;
-  }
-  for (int k = 0; k < NSTREAMS && rc == 0; k++) {
-    float *dk = d + (size_t)k * K, *ok = o + (size_t)k * K;
-    CK(cudaMemcpyAsync(dk, h + (size_t)k * K, K * sizeof(float),
-                       cudaMemcpyHostToDevice, s[k]));
-    braid_result r =
-        braid_allreduce(dk, dk, K, BRAID_FLOAT32, BRAID_SUM, c, bs[k]);
-    if (r != BRAID_SUCCESS) {
-      fprintf(stderr, "rank %d: allreduce on stream %d: %s (%s)\n", rank, k,
-              braid_result_string(r), braid_comm_last_error(c));
-      rc = 12;
-    }
-    CK(cudaMemcpyAsync(ok, dk, K * sizeof(float), cudaMemcpyDeviceToDevice,
-                       s[k]));
-  }
-  for (int k = 0; k < NSTREAMS; k++) {
-    braid_result r = braid_stream_synchronize(bs[k]);
-    if (r != BRAID_SUCCESS && rc == 0) {
-      fprintf(stderr, "rank %d: stream %d: %s (%s)\n", rank, k,
-              braid_result_string(r), braid_comm_last_error(c));
-      rc = 13;
-    }
-    CK(cudaStreamSynchronize(s[k]));
-  }
-  CK(cudaMemcpy(h, o, bytes, cudaMemcpyDeviceToHost));
-  for (int k = 0; k < NSTREAMS && rc == 0; k++) {
-    float want = (float)(n * k + n * (n - 1) / 2);
-    for (int i = 0; i < K && rc == 0; i++)
-      if (h[k * K + i] != want) {
-        fprintf(stderr, "rank %d: stream %d, element %d: %g, want %g\n", rank,
-                k, i, (double)h[k * K + i], (double)want);
-        rc = 14;
-      }
-  }
-  if (rc == 0)
-    rc = kernel_calls(rank, bs, NSTREAMS, NSTREAMS);
-  for (int k = 0; k < NSTREAMS; k++) {
-    braid_stream_destroy(bs[k]);
-    cudaStreamDestroy(s[k]);
-  }
-  cudaFree(d);
-  cudaFree(o);
-  free(h);
-  return rc;
 }
 
 /* Calls on a host stream and on a CUDA stream interleaved, on device
@@ -601,7 +506,7 @@ static int every_collective(braid_comm *c, int rank, int n) {
     }
   }
   if (rc == 0)
-    rc = kernel_calls(rank, &bs, 1, CALLS);
+    rc = gpu_kernel_calls(rank, &bs, 1, CALLS);
   braid_stream_destroy(bs);
   cudaStreamDestroy(s);
   for (int k = 0; k <= CALLS; k++)
@@ -735,11 +640,6 @@ Test(gpu_stream, calls_alternating_between_streams_keep_issue_order,
   gpu_run(alternating, 2, "alternating streams");
   gpu_run(alternating, 3, "alternating streams");
   gpu_run(alternating_default, 2, "the default stream and another alternating");
-}
-
-Test(gpu_stream, calls_on_more_streams_than_hardware_queues, .timeout = 120) {
-  setenv("BRAID_TIMEOUT", "20", 1);
-  gpu_run(many_streams, 2, "many streams");
 }
 
 Test(gpu_stream, host_and_cuda_streams_interleaved, .timeout = 120) {

@@ -1,0 +1,172 @@
+/*
+ * Sharing a GPU: calls on more CUDA streams than the GPU has hardware
+ * queues (some of them then share one with braid's own streams), and two
+ * communicators of the same ranks with collective kernels in flight at once
+ * (their blocks must fit on the GPU together). Forked ranks on one GPU;
+ * skips without one. Run plainly, with collective kernels
+ * (BRAID_CUDA_KERNEL_MAX) and through pinned host memory
+ * (BRAID_CUDA_HOST_MAX): gpu.cmake.
+ */
+#include <criterion/criterion.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_gpu_ranks.h"
+
+/* Calls on more CUDA streams than a GPU has hardware queues
+ * (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default), made after the
+ * communicator's first call so that braid's own streams exist already:
+ * some of the user's streams then share a hardware queue with braid's,
+ * and a call's work must not wait there behind a user's stream held for
+ * that very call (docs/CUDA.md, "Stream gates and hardware queues").
+ * Stream k: a copy in, the allreduce, a copy of the result out that must
+ * see it. BRAID_TIMEOUT is 20 s, so that work held so fails in time. */
+#define NSTREAMS 20
+static int many_streams(braid_comm *c, int rank, int n) {
+  enum { K = 256 };
+  const size_t bytes = (size_t)NSTREAMS * K * sizeof(float);
+  CK(cudaSetDevice(0));
+  float *h = malloc(bytes), *d = NULL, *o = NULL;
+  if (h == NULL)
+    return 3;
+  for (int k = 0; k < NSTREAMS; k++)
+    for (int i = 0; i < K; i++)
+      h[k * K + i] = (float)(rank + k);
+  CK(cudaMalloc((void **)&d, bytes));
+  CK(cudaMalloc((void **)&o, bytes));
+  CK(cudaMemset(d, 0, bytes));
+  int rc = 0;
+  if (braid_allreduce(d, d, K, BRAID_FLOAT32, BRAID_SUM, c, NULL) !=
+      BRAID_SUCCESS)
+    rc = 12;
+  cudaStream_t s[NSTREAMS];
+  braid_stream *bs[NSTREAMS];
+  for (int k = 0; k < NSTREAMS; k++) {
+    CK(cudaStreamCreateWithFlags(&s[k], cudaStreamNonBlocking));
+    if (braid_stream_from_cuda((void *)s[k], &bs[k]) != BRAID_SUCCESS)
+      return 10;
+  }
+  for (int k = 0; k < NSTREAMS && rc == 0; k++) {
+    float *dk = d + (size_t)k * K, *ok = o + (size_t)k * K;
+    CK(cudaMemcpyAsync(dk, h + (size_t)k * K, K * sizeof(float),
+                       cudaMemcpyHostToDevice, s[k]));
+    braid_result r =
+        braid_allreduce(dk, dk, K, BRAID_FLOAT32, BRAID_SUM, c, bs[k]);
+    if (r != BRAID_SUCCESS) {
+      fprintf(stderr, "rank %d: allreduce on stream %d: %s (%s)\n", rank, k,
+              braid_result_string(r), braid_comm_last_error(c));
+      rc = 12;
+    }
+    CK(cudaMemcpyAsync(ok, dk, K * sizeof(float), cudaMemcpyDeviceToDevice,
+                       s[k]));
+  }
+  for (int k = 0; k < NSTREAMS; k++) {
+    braid_result r = braid_stream_synchronize(bs[k]);
+    if (r != BRAID_SUCCESS && rc == 0) {
+      fprintf(stderr, "rank %d: stream %d: %s (%s)\n", rank, k,
+              braid_result_string(r), braid_comm_last_error(c));
+      rc = 13;
+    }
+    CK(cudaStreamSynchronize(s[k]));
+  }
+  CK(cudaMemcpy(h, o, bytes, cudaMemcpyDeviceToHost));
+  for (int k = 0; k < NSTREAMS && rc == 0; k++) {
+    float want = (float)(n * k + n * (n - 1) / 2);
+    for (int i = 0; i < K && rc == 0; i++)
+      if (h[k * K + i] != want) {
+        fprintf(stderr, "rank %d: stream %d, element %d: %g, want %g\n", rank,
+                k, i, (double)h[k * K + i], (double)want);
+        rc = 14;
+      }
+  }
+  if (rc == 0)
+    rc = gpu_kernel_calls(rank, bs, NSTREAMS, NSTREAMS);
+  for (int k = 0; k < NSTREAMS; k++) {
+    braid_stream_destroy(bs[k]);
+    cudaStreamDestroy(s[k]);
+  }
+  cudaFree(d);
+  cudaFree(o);
+  free(h);
+  return rc;
+}
+
+/* Two communicators of the same ranks (the second split from the first)
+ * with collective kernels on one GPU: the second gets half the room of the
+ * first (src/exec_kernel.c, room_share), so that both calls' kernels, in
+ * flight at once on two streams, fit on the GPU together. Each makes one
+ * call on a stream of its own, neither synchronised before the other's is
+ * issued. Without BRAID_CUDA_KERNEL_MAX only the results are checked. */
+static int two_comms(braid_comm *c, int rank, int n) {
+  enum { K = 64 };
+  CK(cudaSetDevice(0));
+  float h[K], *d[2] = {NULL, NULL};
+  for (int i = 0; i < K; i++)
+    h[i] = 1.0f;
+  cudaStream_t s[2];
+  braid_stream *bs[2];
+  braid_comm *cs[2] = {c, NULL};
+  int rc = 0;
+  for (int j = 0; j < 2 && rc == 0; j++)
+    rc = gpu_made_and_wrapped(rank, &d[j], h, sizeof h, &s[j], &bs[j]);
+  if (rc)
+    return rc;
+  /* the first one's device side first, then the second communicator's */
+  if (braid_allreduce(d[0], d[0], K, BRAID_FLOAT32, BRAID_SUM, c, NULL) !=
+          BRAID_SUCCESS ||
+      braid_comm_split(c, 0, rank, &cs[1]) != BRAID_SUCCESS)
+    return 12;
+  for (int j = 0; j < 2 && rc == 0; j++)
+    if (braid_allreduce(d[j], d[j], K, BRAID_FLOAT32, BRAID_SUM, cs[j],
+                        bs[j]) != BRAID_SUCCESS)
+      rc = 12;
+  for (int j = 0; j < 2; j++) {
+    if (braid_stream_synchronize(bs[j]) != BRAID_SUCCESS && rc == 0)
+      rc = 13;
+    CK(cudaStreamSynchronize(s[j]));
+    CK(cudaMemcpy(h, d[j], sizeof h, cudaMemcpyDeviceToHost));
+    float want = j == 0 ? (float)(n * n) : (float)n;
+    for (int i = 0; i < K && rc == 0; i++)
+      if (h[i] != want) {
+        fprintf(stderr, "rank %d: communicator %d, element %d: %g, want %g\n",
+                rank, j, i, (double)h[i], (double)want);
+        rc = 14;
+      }
+  }
+  int room = 0;
+  if (rc == 0 && exk_blocks(c) > 0 &&
+      cudev_kernel_coll_room(&room) == BRAID_SUCCESS) {
+    for (int j = 0; j < 2 && rc == 0; j++) {
+      int want = (room >> j) / 2 / n;
+      want = want > CUDEV_KA_BLOCKS ? CUDEV_KA_BLOCKS : want < 1 ? 1 : want;
+      if (exk_blocks(cs[j]) != want) {
+        fprintf(stderr,
+                "rank %d: communicator %d has %d blocks, want %d (room %d, "
+                "%d ranks on the GPU)\n",
+                rank, j, exk_blocks(cs[j]), want, room, n);
+        rc = 15;
+      }
+    }
+  }
+  braid_comm_destroy(cs[1]);
+  for (int j = 0; j < 2; j++) {
+    braid_stream_destroy(bs[j]);
+    cudaStreamDestroy(s[j]);
+    cudaFree(d[j]);
+  }
+  return rc;
+}
+
+Test(gpu_share, calls_on_more_streams_than_hardware_queues, .timeout = 120) {
+  setenv("BRAID_TIMEOUT", "20", 1);
+  gpu_run(many_streams, 2, "many streams");
+}
+
+Test(gpu_share, two_communicators_share_the_gpu, .timeout = 120) {
+  /* the emulated GPU's room, small enough that halving it shows (a GPU's
+   * own room is what the test expects there) */
+  setenv("CUDA_EMU_KERNEL_ROOM", "64", 1);
+  gpu_run(two_comms, 2, "two communicators");
+}
