@@ -21,54 +21,47 @@ if(NOT TARGET CUDA::cudart_static)
   set(gpu_cudart CUDA::cudart)
 endif()
 
-add_executable(test_gpu_stream ${gpu_dir}/test_gpu_stream.c)
-target_include_directories(test_gpu_stream PRIVATE ${gpu_dir})
-target_link_libraries(test_gpu_stream PRIVATE braid_internal ${gpu_cudart}
-  PkgConfig::CRITERION)
-add_test(NAME gpu_stream COMMAND test_gpu_stream --jobs 1)
-set_tests_properties(gpu_stream PROPERTIES TIMEOUT 300 LABELS "cuda;gpu"
-  ENVIRONMENT "BRAID_TIMEOUT=60"
-  SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
-# sharing a GPU: more streams than hardware queues, two communicators with
-# collective kernels at once; plainly and as collective kernels
-add_executable(test_gpu_share ${gpu_dir}/test_gpu_share.c)
-target_include_directories(test_gpu_share PRIVATE ${gpu_dir})
-target_link_libraries(test_gpu_share PRIVATE braid_internal ${gpu_cudart}
-  PkgConfig::CRITERION)
-add_test(NAME gpu_share COMMAND test_gpu_share --jobs 1)
-set_tests_properties(gpu_share PROPERTIES TIMEOUT 300 LABELS "cuda;gpu"
-  ENVIRONMENT "BRAID_TIMEOUT=60"
-  SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
-add_test(NAME gpu_share_kernel COMMAND test_gpu_share --jobs 1)
-set_tests_properties(gpu_share_kernel PROPERTIES TIMEOUT 300
-  LABELS "cuda;gpu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_KERNEL_MAX=64K"
-  SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
-# calls refused on device buffers (past their allocation, captured)
-add_executable(test_gpu_args ${gpu_dir}/test_gpu_args.c)
-target_include_directories(test_gpu_args PRIVATE ${gpu_dir})
-target_link_libraries(test_gpu_args PRIVATE braid_internal ${gpu_cudart}
-  PkgConfig::CRITERION)
-add_test(NAME gpu_args COMMAND test_gpu_args --jobs 1)
-set_tests_properties(gpu_args PROPERTIES TIMEOUT 300 LABELS "cuda;gpu"
-  ENVIRONMENT "BRAID_TIMEOUT=60"
-  SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
-# the same with its calls small enough to go through pinned host memory
-add_test(NAME gpu_stream_small COMMAND test_gpu_stream --jobs 1)
-set_tests_properties(gpu_stream_small PROPERTIES TIMEOUT 300
-  LABELS "cuda;gpu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_HOST_MAX=8M"
-  SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
-# and with calls up to 64 KiB as collective kernels (src/exec_kernel.c)
-# every stream on one hardware queue: gated calls wait in the calling
-# thread instead (BRAID_CUDA_GATE's default there; docs/CUDA.md)
-add_test(NAME gpu_stream_one_queue COMMAND test_gpu_stream --jobs 1)
-set_tests_properties(gpu_stream_one_queue PROPERTIES TIMEOUT 300
-  LABELS "cuda;gpu" ENVIRONMENT "BRAID_TIMEOUT=60;CUDA_DEVICE_MAX_CONNECTIONS=1"
-  SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
+# gpu_program(<program> <source> <libraries...>): a Criterion program of
+# tests/cuda, linked with libbraid's objects and libcudart (test_*) or the
+# emulated GPU (emu_*).
+function(gpu_program program source)
+  add_executable(${program} ${gpu_dir}/${source})
+  target_include_directories(${program} PRIVATE ${gpu_dir})
+  target_link_libraries(${program} PRIVATE ${ARGN} PkgConfig::CRITERION)
+endfunction()
+# gpu_test(<test> <program> [VAR=value...]): the ctest that runs <program>
+# one test at a time with BRAID_TIMEOUT=60 and the variables given; on the
+# emulated GPU for emu_* programs, else on a GPU (skipped without one).
+function(gpu_test test program)
+  set(env BRAID_TIMEOUT=60 ${ARGN})
+  add_test(NAME ${test} COMMAND ${program} --jobs 1)
+  set_tests_properties(${test} PROPERTIES TIMEOUT 300 ENVIRONMENT "${env}")
+  if(program MATCHES "^emu_")
+    set_tests_properties(${test} PROPERTIES LABELS "cuda;emu")
+  else()
+    set_tests_properties(${test} PROPERTIES LABELS "cuda;gpu"
+      SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
+  endif()
+endfunction()
 
-add_test(NAME gpu_stream_kernel COMMAND test_gpu_stream --jobs 1)
-set_tests_properties(gpu_stream_kernel PROPERTIES TIMEOUT 300
-  LABELS "cuda;gpu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_KERNEL_MAX=64K"
-  SKIP_REGULAR_EXPRESSION "SKIP: no CUDA device")
+# Stream order (test_gpu_stream.c): plainly; with its calls small enough to
+# go through pinned host memory; with every stream on one hardware queue
+# (gated calls then wait in the calling thread: BRAID_CUDA_GATE's default
+# there, docs/CUDA.md); with calls up to 64 KiB as collective kernels
+# (src/exec_kernel.c). Sharing a GPU (test_gpu_share.c: more streams than
+# hardware queues, two communicators with kernels at once), plainly and as
+# collective kernels. Calls refused on device buffers (test_gpu_args.c:
+# past their allocation, on a capturing stream).
+gpu_program(test_gpu_stream test_gpu_stream.c braid_internal ${gpu_cudart})
+gpu_program(test_gpu_share test_gpu_share.c braid_internal ${gpu_cudart})
+gpu_program(test_gpu_args test_gpu_args.c braid_internal ${gpu_cudart})
+gpu_test(gpu_stream test_gpu_stream)
+gpu_test(gpu_stream_small test_gpu_stream BRAID_CUDA_HOST_MAX=8M)
+gpu_test(gpu_stream_one_queue test_gpu_stream CUDA_DEVICE_MAX_CONNECTIONS=1)
+gpu_test(gpu_stream_kernel test_gpu_stream BRAID_CUDA_KERNEL_MAX=64K)
+gpu_test(gpu_share test_gpu_share)
+gpu_test(gpu_share_kernel test_gpu_share BRAID_CUDA_KERNEL_MAX=64K)
+gpu_test(gpu_args test_gpu_args)
 
 # The correctness matrix of tests/core on device buffers: coll_matrix.c,
 # unchanged, with test_gpu_matrix.h force-included (its wrappers move every
@@ -149,28 +142,21 @@ set(BRAID_EMU_MATRIX_COUNTS "0,1,7,1023,65539" CACHE STRING
 gpu_matrix_tests(emu_matrix "${BRAID_EMU_MATRIX_COUNTS}" "cuda;emu;matrix"
   braid_emu)
 
-add_executable(emu_gpu_stream ${gpu_dir}/test_gpu_stream.c)
-target_include_directories(emu_gpu_stream PRIVATE ${gpu_dir})
+# The same programs on the emulated GPU (the stream tests' hold is longer
+# there: on a loaded 2-core machine a call's return can take tens of ms).
+gpu_program(emu_gpu_stream test_gpu_stream.c braid_emu)
 target_compile_definitions(emu_gpu_stream PRIVATE SLEEP_MS=1000)
-target_link_libraries(emu_gpu_stream PRIVATE braid_emu PkgConfig::CRITERION)
-add_test(NAME emu_gpu_stream COMMAND emu_gpu_stream --jobs 1)
-set_tests_properties(emu_gpu_stream PROPERTIES TIMEOUT 300 LABELS "cuda;emu"
-  ENVIRONMENT "BRAID_TIMEOUT=60")
-add_test(NAME emu_gpu_stream_small COMMAND emu_gpu_stream --jobs 1)
-set_tests_properties(emu_gpu_stream_small PROPERTIES TIMEOUT 300
-  LABELS "cuda;emu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_HOST_MAX=8M")
-add_test(NAME emu_gpu_stream_kernel COMMAND emu_gpu_stream --jobs 1)
-set_tests_properties(emu_gpu_stream_kernel PROPERTIES TIMEOUT 300
-  LABELS "cuda;emu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_KERNEL_MAX=64K")
+gpu_program(emu_gpu_share test_gpu_share.c braid_emu)
+gpu_program(emu_gpu_args test_gpu_args.c braid_emu)
+gpu_test(emu_gpu_stream emu_gpu_stream)
+gpu_test(emu_gpu_stream_small emu_gpu_stream BRAID_CUDA_HOST_MAX=8M)
+gpu_test(emu_gpu_stream_kernel emu_gpu_stream BRAID_CUDA_KERNEL_MAX=64K)
 # Every stream on one hardware queue (the emulated GPU runs their work in
 # issue order, an operation that waits holding the rest): calls that braid
 # runs on its own stream then wait for the user's stream in the calling
 # thread instead of holding it at a gate (BRAID_CUDA_GATE's default there).
 # With gates forced on (BRAID_CUDA_GATE=1) the same tests time out.
-add_test(NAME emu_gpu_stream_one_queue COMMAND emu_gpu_stream --jobs 1)
-set_tests_properties(emu_gpu_stream_one_queue PROPERTIES TIMEOUT 300
-  LABELS "cuda;emu" ENVIRONMENT "BRAID_TIMEOUT=60;CUDA_DEVICE_MAX_CONNECTIONS=1")
-
+gpu_test(emu_gpu_stream_one_queue emu_gpu_stream CUDA_DEVICE_MAX_CONNECTIONS=1)
 # A call on a CUDA stream that goes as collective kernels while host-stream
 # calls that may launch theirs are queued, with every stream on one
 # hardware queue and gates forced on: it must wait for them and launch on
@@ -181,23 +167,9 @@ add_test(NAME emu_gpu_stream_deferred_kernel COMMAND emu_gpu_stream --jobs 1
 set_tests_properties(emu_gpu_stream_deferred_kernel PROPERTIES TIMEOUT 120
   LABELS "cuda;emu" ENVIRONMENT
   "BRAID_TIMEOUT=20;BRAID_CUDA_KERNEL_MAX=64K;CUDA_DEVICE_MAX_CONNECTIONS=1;BRAID_CUDA_GATE=1")
-
-add_executable(emu_gpu_share ${gpu_dir}/test_gpu_share.c)
-target_include_directories(emu_gpu_share PRIVATE ${gpu_dir})
-target_link_libraries(emu_gpu_share PRIVATE braid_emu PkgConfig::CRITERION)
-add_test(NAME emu_gpu_share COMMAND emu_gpu_share --jobs 1)
-set_tests_properties(emu_gpu_share PROPERTIES TIMEOUT 300 LABELS "cuda;emu"
-  ENVIRONMENT "BRAID_TIMEOUT=60")
-add_test(NAME emu_gpu_share_kernel COMMAND emu_gpu_share --jobs 1)
-set_tests_properties(emu_gpu_share_kernel PROPERTIES TIMEOUT 300
-  LABELS "cuda;emu" ENVIRONMENT "BRAID_TIMEOUT=60;BRAID_CUDA_KERNEL_MAX=64K")
-
-add_executable(emu_gpu_args ${gpu_dir}/test_gpu_args.c)
-target_include_directories(emu_gpu_args PRIVATE ${gpu_dir})
-target_link_libraries(emu_gpu_args PRIVATE braid_emu PkgConfig::CRITERION)
-add_test(NAME emu_gpu_args COMMAND emu_gpu_args --jobs 1)
-set_tests_properties(emu_gpu_args PROPERTIES TIMEOUT 300 LABELS "cuda;emu"
-  ENVIRONMENT "BRAID_TIMEOUT=60")
+gpu_test(emu_gpu_share emu_gpu_share)
+gpu_test(emu_gpu_share_kernel emu_gpu_share BRAID_CUDA_KERNEL_MAX=64K)
+gpu_test(emu_gpu_args emu_gpu_args)
 
 add_executable(emu_cuda_ipc ${PROJECT_SOURCE_DIR}/tests/transports/test_cuda_ipc.c
   ${PROJECT_SOURCE_DIR}/tests/transports/ranks.c)
