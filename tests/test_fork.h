@@ -10,15 +10,19 @@
  * hangs at its first allocation of that size class (seen as a rank stuck in
  * a new thread's start, in ASan's allocator). test_fork waits until every
  * other thread of the process sleeps (twice in a row, 1 ms apart; at most
- * two seconds), then forks. Use it for every fork in tests.
+ * two seconds), then forks. Use it for every fork in tests. The child gets
+ * SIGKILL when the forking thread ends (PR_SET_PDEATHSIG): fork from the
+ * test's own thread.
  */
 #ifndef BRAID_TEST_FORK_H
 #define BRAID_TEST_FORK_H
 
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <time.h>
@@ -58,8 +62,17 @@ static inline pid_t test_fork(void) {
     if (calm < 2)
       nanosleep(&ms, NULL);
   }
+  pid_t parent = getpid();
   fflush(NULL);
-  return fork();
+  pid_t p = fork();
+  if (p == 0) {
+    /* a rank dies with the test that forked it: a test killed at its time
+     * limit left ranks spinning, which slowed a whole suite by half */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(1);
+  }
+  return p;
 }
 
 #endif
