@@ -429,6 +429,66 @@ static int host_and_cuda_streams(braid_comm *c, int rank, int n) {
   return rc;
 }
 
+/* Destroying a stream waits for no other: rank 0 destroys stream B (its
+ * call long done) while its stream A waits for a call that rank 1 issues
+ * 2 s later. Freeing B's gate words with cudaFreeHost waited for the whole
+ * device, A's held gate (or kernel) included, and for ever where what A
+ * waited for came only after the destroy. Streams whose calls went through
+ * pinned host memory (BRAID_CUDA_HOST_MAX) still free that area so, and
+ * wait: not asserted there. */
+static int destroy_while_held(braid_comm *c, int rank, int n) {
+  enum { K = 64 };
+  CK(cudaSetDevice(0));
+  float h[K], *d[2] = {NULL, NULL};
+  for (int i = 0; i < K; i++)
+    h[i] = 1.0f;
+  cudaStream_t s[2];
+  braid_stream *bs[2];
+  int rc = 0;
+  for (int j = 0; j < 2 && rc == 0; j++)
+    rc = gpu_made_and_wrapped(rank, &d[j], h, sizeof h, &s[j], &bs[j]);
+  if (rc)
+    return rc;
+  if (braid_allreduce(d[1], d[1], K, BRAID_FLOAT32, BRAID_SUM, c, bs[1]) !=
+          BRAID_SUCCESS ||
+      braid_stream_synchronize(bs[1]) != BRAID_SUCCESS)
+    return 12;
+  CK(cudaStreamSynchronize(s[1]));
+  int staged = enq_stream_host_calls(bs[1]) > 0;
+  if (rank == 1)
+    usleep(2000 * 1000);
+  if (braid_allreduce(d[0], d[0], K, BRAID_FLOAT32, BRAID_SUM, c, bs[0]) !=
+      BRAID_SUCCESS)
+    return 12;
+  double t0 = gpu_now_s();
+  if (braid_stream_destroy(bs[1]) != BRAID_SUCCESS)
+    rc = 17;
+  double dt = gpu_now_s() - t0;
+  if (rank == 0 && !staged && dt > 1.0) {
+    fprintf(stderr,
+            "rank %d: braid_stream_destroy took %.2f s while another stream "
+            "waited for a call\n",
+            rank, dt);
+    rc = 18;
+  }
+  if (braid_stream_synchronize(bs[0]) != BRAID_SUCCESS && rc == 0)
+    rc = 13;
+  CK(cudaStreamSynchronize(s[0]));
+  CK(cudaMemcpy(h, d[0], sizeof h, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < K && rc == 0; i++)
+    if (h[i] != (float)n) {
+      fprintf(stderr, "rank %d: element %d is %g, want %d\n", rank, i,
+              (double)h[i], n);
+      rc = 14;
+    }
+  braid_stream_destroy(bs[0]);
+  for (int j = 0; j < 2; j++) {
+    cudaStreamDestroy(s[j]);
+    cudaFree(d[j]);
+  }
+  return rc;
+}
+
 /* Every collective that can run as a kernel, on one CUDA stream: allreduce,
  * reduce (recvbuf NULL off the root), broadcast (sendbuf NULL off the
  * root), allgather and reduce_scatter out of place and in place. K is odd,
@@ -645,6 +705,10 @@ Test(gpu_stream, calls_alternating_between_streams_keep_issue_order,
 Test(gpu_stream, host_and_cuda_streams_interleaved, .timeout = 120) {
   gpu_run(host_and_cuda_streams, 2, "host and CUDA streams");
   gpu_run(host_and_cuda_streams, 3, "host and CUDA streams");
+}
+
+Test(gpu_stream, destroying_a_stream_waits_for_no_other, .timeout = 120) {
+  gpu_run(destroy_while_held, 2, "destroy while another stream is held");
 }
 
 Test(gpu_stream, every_collective_that_runs_as_a_kernel, .timeout = 120) {

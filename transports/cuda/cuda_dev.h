@@ -259,10 +259,11 @@ void cudev_ipc_close(void *base);
  * CPU thread. */
 typedef struct cudev_gate cudev_gate;
 braid_result cudev_gate_new(void *user_stream, cudev_gate **g);
-/* Releases the last gate and frees g: 1; or 0 when the stream has not
- * reached its last gate yet (work issued before it still runs, or never
- * ends): the stream will still read the gate's words, so they are left
- * allocated rather than waited for. */
+/* Releases the last gate and frees g, its words going back to a pool
+ * (never to cudaFreeHost, which would wait for the whole device): 1; or 0
+ * when the stream has not reached its last gate yet (work issued before it
+ * still runs, or never ends): the stream will still write the gate's words,
+ * so g stays as it is, to be freed again later. Waits for nothing. */
 int cudev_gate_free(cudev_gate *g);
 /* Enqueues gate number `seq` (increasing) on the user stream. */
 braid_result cudev_gate_enqueue(cudev_gate *g, uint32_t seq);

@@ -441,9 +441,54 @@ struct cudev_gate {
   void *stream;
   uint32_t *host; /* [0] reached, [1] released: pinned, mapped */
   uint32_t *dev;  /* the same words as the device sees them */
+  uint32_t base;  /* gate seq is the words' value base + seq */
   uint32_t last;  /* last seq enqueued */
   int memops;
 };
+
+/* Gate words are never freed: cudaFreeHost waits for the whole device, so
+ * destroying a stream would wait for every other stream, those held at
+ * other gates and long kernels included (and for ever where one of them
+ * waits for something only the destroying thread would do). A freed
+ * gate's words go back to this pool with the value they reached; a gate
+ * made from them numbers on from there, so the words only grow and a wait
+ * of the old stream that has not yet seen its release stays satisfied.
+ * Only words whose stream reached its last gate come back (cudev_gate_free):
+ * a stream that had not would still write "reached", behind the new one. */
+typedef struct gate_words {
+  uint32_t *host, *dev;
+  uint32_t base;
+} gate_words;
+static pthread_mutex_t words_mu = PTHREAD_MUTEX_INITIALIZER;
+static gate_words *words_pool;
+static int nwords, capwords;
+
+static int words_take(gate_words *w) {
+  pthread_mutex_lock(&words_mu);
+  int got = nwords > 0;
+  if (got)
+    *w = words_pool[--nwords];
+  pthread_mutex_unlock(&words_mu);
+  return got;
+}
+
+/* 0, or -1 when the pool cannot grow (the words then stay unused). */
+static int words_give(gate_words w) {
+  pthread_mutex_lock(&words_mu);
+  if (nwords == capwords) {
+    int cap = capwords ? 2 * capwords : 16;
+    gate_words *p = realloc(words_pool, (size_t)cap * sizeof *p);
+    if (p == NULL) {
+      pthread_mutex_unlock(&words_mu);
+      return -1;
+    }
+    words_pool = p;
+    capwords = cap;
+  }
+  words_pool[nwords++] = w;
+  pthread_mutex_unlock(&words_mu);
+  return 0;
+}
 
 void cudev_gate_force_kernel(int on) {
   __atomic_store_n(&gate_kernel_forced, on, __ATOMIC_RELAXED);
@@ -477,24 +522,29 @@ braid_result cudev_gate_new(void *user_stream, cudev_gate **out) {
     snprintf(dev_msg, sizeof dev_msg, "cudev_gate_new: out of memory");
     return BRAID_ERR_NOMEM;
   }
-  void *host = NULL, *dev = NULL;
-  cudaError_t e =
-      cudaHostAlloc(&host, 64, cudaHostAllocMapped | cudaHostAllocPortable);
-  if (e != cudaSuccess) {
-    free(g);
-    return dev_fail("cudaHostAlloc", e);
-  }
-  memset(host, 0, 64);
-  e = cudaHostGetDevicePointer(&dev, host, 0);
-  if (e != cudaSuccess) {
-    cudaFreeHost(host);
-    free(g);
-    return dev_fail("cudaHostGetDevicePointer", e);
+  gate_words w = {NULL, NULL, 0};
+  if (!words_take(&w)) {
+    void *host = NULL, *dev = NULL;
+    cudaError_t e =
+        cudaHostAlloc(&host, 64, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+      free(g);
+      return dev_fail("cudaHostAlloc", e);
+    }
+    memset(host, 0, 64);
+    e = cudaHostGetDevicePointer(&dev, host, 0);
+    if (e != cudaSuccess) {
+      cudaFreeHost(host);
+      free(g);
+      return dev_fail("cudaHostGetDevicePointer", e);
+    }
+    w = (gate_words){host, dev, 0};
   }
   pthread_once(&memops_once, memops_init);
   g->stream = user_stream;
-  g->host = host;
-  g->dev = dev;
+  g->host = w.host;
+  g->dev = w.dev;
+  g->base = w.base;
   g->memops = memops_write && memops_wait &&
               !__atomic_load_n(&gate_kernel_forced, __ATOMIC_RELAXED);
   *out = g;
@@ -506,13 +556,11 @@ int cudev_gate_free(cudev_gate *g) {
     return 1;
   /* Never leave the stream waiting on memory that is about to go. */
   cudev_gate_release(g, g->last);
-  /* A stream that has not reached the last gate would make cudaFreeHost
-   * (which waits for the device) wait as long, maybe forever. Once it has,
-   * cudaFreeHost waits only for the wait that reads "released". */
+  /* A stream that has not reached the last gate will still write
+   * "reached": its words cannot serve another gate yet. */
   if (!cudev_gate_reached(g, g->last))
     return 0;
-  if (cudaFreeHost(g->host) != cudaSuccess)
-    (void)cudaGetLastError();
+  (void)words_give((gate_words){g->host, g->dev, g->base + g->last});
   free(g);
   return 1;
 }
@@ -527,10 +575,11 @@ static braid_result drv_fail(const char *call, CUresult r) {
 
 braid_result cudev_gate_enqueue(cudev_gate *g, uint32_t seq) {
   CUstream s = (CUstream)g->stream;
+  uint32_t v = g->base + seq;
   if (g->memops) {
-    CUresult r = memops_write(s, (CUdeviceptr)(uintptr_t)&g->dev[0], seq, 0);
+    CUresult r = memops_write(s, (CUdeviceptr)(uintptr_t)&g->dev[0], v, 0);
     if (r == CUDA_SUCCESS)
-      r = memops_wait(s, (CUdeviceptr)(uintptr_t)&g->dev[1], seq,
+      r = memops_wait(s, (CUdeviceptr)(uintptr_t)&g->dev[1], v,
                       CU_STREAM_WAIT_VALUE_GEQ);
     if (r == CUDA_SUCCESS) {
       g->last = seq;
@@ -541,18 +590,19 @@ braid_result cudev_gate_enqueue(cudev_gate *g, uint32_t seq) {
     g->memops = 0; /* this device or platform lacks them: the kernel */
   }
   DEV_CALL("gate kernel launch",
-           (cudaError_t)cuk_gate(&g->dev[0], &g->dev[1], seq, g->stream));
+           (cudaError_t)cuk_gate(&g->dev[0], &g->dev[1], v, g->stream));
   g->last = seq;
   return BRAID_SUCCESS;
 }
 
 int cudev_gate_reached(cudev_gate *g, uint32_t seq) {
   uint32_t v = __atomic_load_n(&g->host[0], __ATOMIC_ACQUIRE);
-  return (int32_t)(v - seq) >= 0;
+  return (int32_t)(v - (g->base + seq)) >= 0;
 }
 
 void cudev_gate_release(cudev_gate *g, uint32_t seq) {
+  uint32_t v = g->base + seq;
   uint32_t cur = __atomic_load_n(&g->host[1], __ATOMIC_RELAXED);
-  if ((int32_t)(seq - cur) > 0)
-    __atomic_store_n(&g->host[1], seq, __ATOMIC_RELEASE);
+  if ((int32_t)(v - cur) > 0)
+    __atomic_store_n(&g->host[1], v, __ATOMIC_RELEASE);
 }

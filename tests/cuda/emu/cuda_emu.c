@@ -205,8 +205,8 @@ static void op_run(emu_op *o) {
       emu_backoff(&round);
     break;
   case OP_GATE:
-    atomic_store(&o->gate->reached, o->seq);
-    while ((int32_t)(atomic_load(&o->gate->released) - o->seq) < 0)
+    atomic_store(&o->words->reached, o->seq);
+    while ((int32_t)(atomic_load(&o->words->released) - o->seq) < 0)
       emu_backoff(&round);
     break;
   case OP_QUIT:

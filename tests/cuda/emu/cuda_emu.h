@@ -61,18 +61,22 @@ typedef struct emu_op {
   void *arg;
   struct CUevent_st *ev;
   uint64_t gen;
-  struct cudev_gate *gate;
+  struct emu_gate_words *words; /* a gate's: the words, not the gate */
   uint32_t seq;
   uint64_t ticket; /* CUDA_DEVICE_MAX_CONNECTIONS=1: its place in the queue */
   struct emu_op *next;
 } emu_op;
 
 /* A gate (cuda_emu_dev.c): the operation stores seq to "reached", then
- * holds its stream until "released" reaches seq. */
+ * holds its stream until "released" reaches seq. Words outlive their gate,
+ * as dev.c's do (a pool). */
+typedef struct emu_gate_words {
+  atomic_uint reached, released;
+} emu_gate_words;
 struct cudev_gate {
   struct CUstream_st *stream;
-  atomic_uint reached, released;
-  uint32_t last;
+  emu_gate_words *w;
+  uint32_t base, last; /* gate seq is the words' value base + seq */
 };
 
 /* Queues a copy of *tmpl on stream h (waits for room in a full queue). */

@@ -5,6 +5,7 @@
  */
 #include "tests/cuda/emu/cuda_emu.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,10 +191,31 @@ void cudev_ipc_close(void *base) {
 }
 
 /* Gates: the operation stores seq to "reached", then holds its stream until
- * "released" reaches seq (the stream memory operations' behaviour). */
+ * "released" reaches seq (the stream memory operations' behaviour). Their
+ * words come from a pool and go back to it as dev.c's do: never freed, so
+ * that destroying a stream waits for no other. */
+static pthread_mutex_t words_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  emu_gate_words *w;
+  uint32_t base;
+} words_pool[256];
+static int nwords;
+
 braid_result cudev_gate_new(void *user_stream, cudev_gate **out) {
   cudev_gate *g = calloc(1, sizeof *g);
-  if (g == NULL) {
+  if (g != NULL) {
+    pthread_mutex_lock(&words_mu);
+    if (nwords > 0) {
+      nwords--;
+      g->w = words_pool[nwords].w;
+      g->base = words_pool[nwords].base;
+    }
+    pthread_mutex_unlock(&words_mu);
+    if (g->w == NULL)
+      g->w = calloc(1, sizeof *g->w);
+  }
+  if (g == NULL || g->w == NULL) {
+    free(g);
     snprintf(emu_msg, sizeof emu_msg, "cudev_gate_new: out of memory");
     return BRAID_ERR_NOMEM;
   }
@@ -208,29 +230,32 @@ int cudev_gate_free(cudev_gate *g) {
   cudev_gate_release(g, g->last);
   if (!cudev_gate_reached(g, g->last)) /* as dev.c: left allocated */
     return 0;
-  /* the stream may still be about to pass the gate: wait for it before the
-   * words go (dev.c's pinned words are freed by cudaFreeHost, which waits
-   * for the device in the same way) */
-  emu_device_idle("cudaFreeHost (gate)");
+  pthread_mutex_lock(&words_mu);
+  if (nwords < (int)(sizeof words_pool / sizeof words_pool[0])) {
+    words_pool[nwords].w = g->w;
+    words_pool[nwords++].base = g->base + g->last;
+  } /* else the words stay unused, as dev.c's when its pool cannot grow */
+  pthread_mutex_unlock(&words_mu);
   free(g);
   return 1;
 }
 
 braid_result cudev_gate_enqueue(cudev_gate *g, uint32_t seq) {
-  emu_op o = {.kind = OP_GATE, .gate = g, .seq = seq};
+  emu_op o = {.kind = OP_GATE, .words = g->w, .seq = g->base + seq};
   DEV("gate", emu_stream_push(g->stream, &o));
   g->last = seq;
   return BRAID_SUCCESS;
 }
 
 int cudev_gate_reached(cudev_gate *g, uint32_t seq) {
-  return (int32_t)(atomic_load(&g->reached) - seq) >= 0;
+  return (int32_t)(atomic_load(&g->w->reached) - (g->base + seq)) >= 0;
 }
 
 void cudev_gate_release(cudev_gate *g, uint32_t seq) {
-  uint32_t cur = atomic_load(&g->released);
-  if ((int32_t)(seq - cur) > 0)
-    atomic_store(&g->released, seq);
+  uint32_t v = g->base + seq;
+  uint32_t cur = atomic_load(&g->w->released);
+  if ((int32_t)(v - cur) > 0)
+    atomic_store(&g->w->released, v);
 }
 
 void cudev_gate_force_kernel(int on) { (void)on; }
