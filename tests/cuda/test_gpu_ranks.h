@@ -179,6 +179,22 @@ static inline int gpu_made_and_wrapped(int rank, float **d, const float *h,
   return gpu_filled_and_wrapped(rank, *d, h, bytes, s, bs);
 }
 
+/* Two device buffers of k ones, each with a wrapped stream of its own. */
+static inline int gpu_ones_on_two_streams(int rank, size_t k, float *d[2],
+                                          cudaStream_t s[2],
+                                          braid_stream *bs[2]) {
+  float *h = malloc(k * sizeof *h);
+  if (h == NULL)
+    return 3;
+  for (size_t i = 0; i < k; i++)
+    h[i] = 1.0f;
+  int rc = 0;
+  for (int j = 0; j < 2 && rc == 0; j++)
+    rc = gpu_made_and_wrapped(rank, &d[j], h, k * sizeof *h, &s[j], &bs[j]);
+  free(h);
+  return rc;
+}
+
 /* With BRAID_CUDA_KERNEL_MAX set (and above the calls' size), whether
  * `calls` calls on the streams ran as collective kernels, and none without. */
 static inline int gpu_kernel_calls(int rank, braid_stream **bs, int nbs,

@@ -103,14 +103,10 @@ static int two_comms(braid_comm *c, int rank, int n) {
   enum { K = 64 };
   CK(cudaSetDevice(0));
   float h[K], *d[2] = {NULL, NULL};
-  for (int i = 0; i < K; i++)
-    h[i] = 1.0f;
   cudaStream_t s[2];
   braid_stream *bs[2];
   braid_comm *cs[2] = {c, NULL};
-  int rc = 0;
-  for (int j = 0; j < 2 && rc == 0; j++)
-    rc = gpu_made_and_wrapped(rank, &d[j], h, sizeof h, &s[j], &bs[j]);
+  int rc = gpu_ones_on_two_streams(rank, K, d, s, bs);
   if (rc)
     return rc;
   /* the first one's device side first, then the second communicator's */
