@@ -183,18 +183,27 @@ static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
   return BRAID_SUCCESS;
 }
 
+/* The bytes a call reads from sendbuf and writes to recvbuf, on any rank
+ * that uses them. */
+static void op_lens(const braid_comm *c, const exec_op *op, size_t len[2]) {
+  size_t bytes = op->count * braid_dtype_size(op->dt);
+  len[0] = bytes * (size_t)sched_in_blocks(op->coll, c->nranks);
+  len[1] = bytes * (size_t)sched_out_blocks(op->coll, c->nranks);
+}
+
 /* In place per NCCL's conventions (sets op->inplace), or no overlap at
  * all. After classify, so that a device buffer too short for the call is
  * named as such rather than as overlapping the memory after it. */
 static braid_result check_overlap(braid_comm *c, exec_op *op) {
   const char *fn = op->name;
   int n = c->nranks, me = c->rank;
-  size_t es = braid_dtype_size(op->dt);
-  int ib = sched_in_blocks(op->coll, n), ob = sched_out_blocks(op->coll, n);
-  size_t inlen = op->count * es * (size_t)ib;
-  size_t outlen = op->count * es * (size_t)ob;
-  if (!sched_uses_in(op->coll, op->root, me) || ib == 0 ||
-      !sched_uses_out(op->coll, op->root, me) || ob == 0)
+  size_t es = braid_dtype_size(op->dt), len[2];
+  op_lens(c, op, len);
+  size_t inlen = len[0], outlen = len[1];
+  if (!sched_uses_in(op->coll, op->root, me) ||
+      sched_in_blocks(op->coll, n) == 0 ||
+      !sched_uses_out(op->coll, op->root, me) ||
+      sched_out_blocks(op->coll, n) == 0)
     return BRAID_SUCCESS;
   const char *in = op->in;
   const char *out = op->out;
@@ -270,9 +279,8 @@ static braid_result classify(braid_comm *c, exec_op *op) {
   /* A device buffer that runs into memory no allocation maps would fault
    * on the GPU, and a fault there ends the process's CUDA context: refuse
    * the call instead (host buffers cannot be measured). */
-  size_t es = braid_dtype_size(op->dt);
-  size_t len[2] = {op->count * es * (size_t)sched_in_blocks(op->coll, n),
-                   op->count * es * (size_t)sched_out_blocks(op->coll, n)};
+  size_t len[2];
+  op_lens(c, op, len);
   for (int i = 0; i < 2; i++) {
     size_t room = kind[i] == 1 ? cudev_room(ptr[i], len[i]) : SIZE_MAX;
     if (room < len[i])

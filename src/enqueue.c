@@ -150,7 +150,7 @@ static braid_result setup_before_gate(braid_comm *c, exec_op *ops, int nops) {
  * communicator's timeout. */
 static braid_result reach_wait(braid_comm *c, const exec_op *op,
                                const gate_ref *g, void *ev) {
-  struct timespec t0, t;
+  struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (long polls = 0;; polls++) {
     int q = g != NULL ? (cudev_gate_reached(g->s->gate, g->seq) ? BRAID_SUCCESS
@@ -174,10 +174,7 @@ static braid_result reach_wait(braid_comm *c, const exec_op *op,
       sched_yield();
       continue;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    long ms = (long)(t.tv_sec - t0.tv_sec) * 1000 +
-              (t.tv_nsec - t0.tv_nsec) / 1000000;
-    if (ms > c->timeout_ms) {
+    if (exec_ms_since(&t0) > c->timeout_ms) {
       comm_set_error(c,
                      "%s #%llu on rank %d: the CUDA stream did not reach the "
                      "call within %d ms (BRAID_TIMEOUT): work issued on the "
@@ -486,29 +483,13 @@ static braid_result stream_reached(braid_comm *c, const exec_op *op,
  * those calls to end and then launches on the user's stream, as usual: 1.
  * 0 when they did not end in time (the call then queues behind them). */
 static int deferred_ended(braid_comm *c) {
-  if (atomic_load(&c->kernel_deferred) == 0)
-    return 1;
-  struct timespec t0, t;
+  struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  pthread_mutex_lock(&c->qlock);
-  while (atomic_load(&c->kernel_deferred) > 0 && !atomic_load(&c->aborted)) {
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    long ms = (long)(t.tv_sec - t0.tv_sec) * 1000 +
-              (t.tv_nsec - t0.tv_nsec) / 1000000;
-    if (ms > c->timeout_ms)
-      break;
-    /* the progress thread broadcasts qcond after each unit of work; the
-     * short wait covers a decrement that came just before this one */
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 10 * 1000 * 1000;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&c->qcond, &c->qlock, &until);
+  while (atomic_load(&c->kernel_deferred) > 0 && !atomic_load(&c->aborted) &&
+         exec_ms_since(&t0) <= c->timeout_ms) {
+    struct timespec nap = {0, 50000};
+    nanosleep(&nap, NULL);
   }
-  pthread_mutex_unlock(&c->qlock);
   return atomic_load(&c->kernel_deferred) == 0;
 }
 

@@ -8,11 +8,20 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "src/comm.h"
 #include "src/comm_dev.h"
 
 #define XPEND 64
+
+/* Milliseconds since *t0 (CLOCK_MONOTONIC). */
+static inline long exec_ms_since(const struct timespec *t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long)(t.tv_sec - t0->tv_sec) * 1000 +
+         (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
 
 typedef struct pend {
   tp_conn *conn;

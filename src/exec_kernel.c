@@ -82,6 +82,11 @@ static volatile uint64_t *status_of(const exk *x) {
   return (volatile uint64_t *)x->host;
 }
 
+/* The abort word as this thread writes it (the kernels' is x->k.abort). */
+static volatile uint32_t *abort_of(const exk *x) {
+  return (volatile uint32_t *)((char *)x->host + 8);
+}
+
 static exk *of(const braid_comm *c) {
   return c->dev != NULL ? (exk *)c->dev->exk : NULL;
 }
@@ -300,7 +305,7 @@ void exk_teardown(braid_comm *c) {
   }
   free(flags);
   if (keep) {
-    *(volatile uint32_t *)((char *)x->host + 8) = 1; /* the abort word */
+    *abort_of(x) = 1;
     WARN(LOG_COLL,
          "rank %d: leaves its collective-kernel area (%zu bytes of GPU "
          "memory) allocated until the process exits: a peer's kernel may "
@@ -468,13 +473,6 @@ int exk_blocks(const braid_comm *c) {
   return x != NULL ? x->k.blocks : 0;
 }
 
-static long ms_since(const struct timespec *t0) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (long)(t.tv_sec - t0->tv_sec) * 1000 +
-         (t.tv_nsec - t0->tv_nsec) / 1000000;
-}
-
 static braid_result report(braid_comm *c, const exec_op *op, uint64_t st) {
   int why = (int)(st >> 56), peer = (int)((st >> 48) & 0xff);
   unsigned long long call = st & 0xffffffffffffull;
@@ -523,7 +521,7 @@ static braid_result health(braid_comm *c, const exec_op *op, int locked) {
 braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
                         uint64_t seq, int locked) {
   exk *x = of(c);
-  volatile uint32_t *abort_word = (uint32_t *)((char *)x->host + 8);
+  volatile uint32_t *abort_word = abort_of(x);
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   int q;
@@ -543,9 +541,9 @@ braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
                          ? health(c, op, locked)
                          : BRAID_SUCCESS;
     if (h == BRAID_ERR_REMOTE && dead_ms < 0)
-      dead_ms = ms_since(&t0);
+      dead_ms = exec_ms_since(&t0);
     else if (h != BRAID_SUCCESS &&
-             (h != BRAID_ERR_REMOTE || ms_since(&t0) - dead_ms > 50)) {
+             (h != BRAID_ERR_REMOTE || exec_ms_since(&t0) - dead_ms > 50)) {
       r = h;
       *abort_word = 1;
     }
@@ -553,7 +551,7 @@ braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
       *abort_word = 1;
     /* the kernel has its own limit; this one counts while the stream
      * has not reached it yet */
-    if (r == BRAID_SUCCESS && ms_since(&t0) > 2L * c->timeout_ms + 1000) {
+    if (r == BRAID_SUCCESS && exec_ms_since(&t0) > 2L * c->timeout_ms + 1000) {
       *abort_word = 1;
       comm_set_error(c,
                      "%s #%llu on rank %d: the CUDA stream did not reach the "
