@@ -18,10 +18,11 @@
  *    queues calls in order and completes them asynchronously;
  *  - buffers may be host memory or CUDA device memory (cudaMalloc), told
  *    apart per call; all buffers of one call must be on the same side (and
- *    GPU), else BRAID_ERR_INVALID_ARG; every rank passes device buffers in a
- *    call where one does. A blocking call on device buffers runs on the
- *    device and returns when the result is there; it does not wait for the
- *    caller's CUDA streams (synchronise them first).
+ *    GPU), else BRAID_ERR_INVALID_ARG, as is a device buffer shorter than
+ *    the call needs (where the driver can tell); every rank passes device
+ *    buffers in a call where one does. A blocking call on device buffers
+ *    runs on the device and returns when the result is there; it does not
+ *    wait for the caller's CUDA streams (synchronise them first).
  */
 #ifndef BRAID_H
 #define BRAID_H
