@@ -62,15 +62,17 @@
 #include "src/exec_int.h"
 #include "src/log.h"
 #include "transports/cuda/cuda_dev.h"
+#include "transports/cuda/cuda_tp.h"
 
 #define EXK_EVENTS_MAX 4096
 
 typedef struct exk {
-  cudev_ka k;   /* area[rank]: this rank's (cudev_malloc) */
-  void *host;   /* pinned: status (uint64_t), then abort (uint32_t) */
-  uint64_t seq; /* chunks launched (cuda_dev.h: numbered from 1) */
-  uint64_t block_seq[CUDEV_KA_BLOCKS]; /* the last chunk of each block */
-  void *last_ev; /* the previous call's completion, and its stream */
+  cudev_ka k;        /* area[rank]: this rank's (cudev_malloc) */
+  void *host;        /* pinned: status (uint64_t), then abort (uint32_t) */
+  uint64_t seq;      /* chunks launched (cuda_dev.h: numbered from 1) */
+  void *tp;          /* the tp_cuda state: counts the peers' mappings */
+  int device, share; /* room_share's */
+  void *last_ev;     /* the previous call's completion, and its stream */
   void *last_stream;
   pthread_mutex_t lock; /* events */
   void *free_ev[EXK_EVENTS_MAX], *all_ev[EXK_EVENTS_MAX];
@@ -100,22 +102,31 @@ typedef struct exk_rec {
   char handle[CUDEV_IPC_BYTES];
 } exk_rec;
 
-/* Communicators of this process set up for collective kernels so far, by
- * GPU: each later one gets half the room of the one before (room_share),
- * so that the kernels of all of them, in flight at once on unordered
- * streams (a data-parallel and a tensor-parallel group), never ask for more
- * blocks than the GPU holds: a resident block whose peer block cannot get
- * an SM would wait until BRAID_TIMEOUT. */
+/* Shares of the room on each GPU held by this process's communicators with
+ * collective kernels (bit k: share k): each takes the lowest free share k
+ * and gets room / 2^k (room_share), so that the kernels of all of them, in
+ * flight at once on unordered streams (a data-parallel and a
+ * tensor-parallel group), never ask for more blocks than the GPU holds (the
+ * shares add up to less than twice the room, and each takes half of its
+ * own): a resident block whose peer block cannot get an SM would wait until
+ * BRAID_TIMEOUT. A destroyed communicator's share is free again. */
 #define EXK_GPUS 64
-static atomic_int exk_comms_on[EXK_GPUS];
+static _Atomic uint64_t exk_shares[EXK_GPUS];
 
-/* This communicator's share of the room on its GPU: room / 2^k for the
- * k-th (from 0) set up on it in this process; halved again below. */
-static int room_share(int device, int room) {
-  int k = device >= 0 && device < EXK_GPUS
-              ? atomic_fetch_add(&exk_comms_on[device], 1)
-              : 0;
-  return k >= 30 ? 0 : room >> k;
+/* x's share of the room on its GPU: room / 2^k for the share k it takes
+ * (x->share; 64: none left, and no room); halved again below. */
+static int room_share(exk *x, int room) {
+  x->share = 64;
+  if (x->device < 0 || x->device >= EXK_GPUS)
+    return room;
+  _Atomic uint64_t *w = &exk_shares[x->device];
+  uint64_t old = atomic_load(w);
+  while (old != UINT64_MAX && !atomic_compare_exchange_weak(
+                                  w, &old, old | 1ull << __builtin_ctzll(~old)))
+    ;
+  if (old != UINT64_MAX)
+    x->share = __builtin_ctzll(~old);
+  return x->share >= 30 ? 0 : room >> x->share;
 }
 
 /* The most blocks of a call (cudev_ka.blocks), the same on every rank: all
@@ -134,14 +145,27 @@ static int blocks_for(const exk_rec *all, int n) {
   return most < 1 ? 1 : most;
 }
 
+/* Unmaps the peers' areas (no kernel of this rank may touch them any more)
+ * and hands this rank's to the tp_cuda state, which frees it once no peer
+ * maps it (transports/cuda/cuda_release.c). */
 static void exk_free(exk *x) {
   if (x == NULL)
     return;
   for (int q = 0; q < x->k.nranks; q++)
-    if (q != x->k.rank && x->k.area[q] != NULL)
+    if (q != x->k.rank && x->k.area[q] != NULL) {
       cudev_ipc_close(x->k.area[q]);
-  if (x->k.area[x->k.rank] != NULL)
-    cudev_free(x->k.area[x->k.rank]);
+      (void)cuda_tp_hold(x->tp, q, -1);
+    }
+  void *mine = x->k.area[x->k.rank];
+  if (mine != NULL && x->tp == NULL) /* no peers */
+    cudev_free(mine);
+  else if (mine != NULL && cuda_tp_adopt(x->tp, mine) != BRAID_SUCCESS)
+    WARN(LOG_COLL,
+         "rank %d: leaves its collective-kernel area (%zu bytes of GPU "
+         "memory) allocated until the process exits (too many to track)",
+         x->k.rank, (size_t)CUDEV_KA_AREA(x->k.slot));
+  if (x->share < 64)
+    atomic_fetch_and(&exk_shares[x->device], ~(1ull << x->share));
   if (x->host != NULL)
     cudev_host_free(x->host);
   for (int i = 0; i < x->nall; i++)
@@ -194,6 +218,10 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
     x->k.nranks = n;
     x->k.slot = ((max < slot ? max : slot) + 255) / 256 * 256;
     x->k.timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
+    x->device = d->device;
+    x->share = 64;
+    for (int q = 0; q < n && x->tp == NULL; q++)
+      x->tp = q != c->rank ? d->state[q] : NULL;
   }
   if (x != NULL && all != NULL && make_area(c, x, why, sizeof why)) {
     if (cudev_ipc_get(x->k.area[c->rank], mine.handle) != BRAID_SUCCESS)
@@ -207,22 +235,29 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
                cudev_error());
     else
       mine.ok = 1;
-    mine.room = mine.ok ? room_share(d->device, mine.room) : mine.room;
+    mine.room = mine.ok ? room_share(x, mine.room) : mine.room;
   }
   int here = !mine.ok; /* the failure, if any, is this rank's */
   braid_result r = all != NULL
                        ? boot_allgather(c->boot, &mine, all, sizeof mine)
                        : BRAID_ERR_NOMEM;
-  int ok = r == BRAID_SUCCESS;
+  int ok = r == BRAID_SUCCESS && x != NULL; /* x: else mine.ok is 0 */
   for (int q = 0; q < n && ok; q++)
     ok = all[q].ok;
   for (int q = 0; q < n && ok; q++) {
-    if (q != c->rank &&
-        cudev_ipc_open(all[q].handle, &x->k.area[q]) != BRAID_SUCCESS) {
+    /* counted before it is mapped, so that q never frees it mapped */
+    if (q == c->rank)
+      continue;
+    if (cuda_tp_hold(x->tp, q, 1) != BRAID_SUCCESS) {
+      snprintf(why, sizeof why, "rank %d is not a cuda peer", q);
+    } else if (cudev_ipc_open(all[q].handle, &x->k.area[q]) != BRAID_SUCCESS) {
       snprintf(why, sizeof why, "mapping rank %d's area: %s", q, cudev_error());
-      ok = 0;
-      here = 1;
+      (void)cuda_tp_hold(x->tp, q, -1);
+    } else {
+      continue;
     }
+    ok = 0;
+    here = 1;
   }
   /* every rank must know whether every rank mapped every area */
   int32_t okw = ok, *oks = r == BRAID_SUCCESS ? calloc((size_t)n, 4) : NULL;
@@ -259,76 +294,41 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
   return BRAID_SUCCESS;
 }
 
-/* Frees the area once every peer is done with this rank's last call (its
- * kernels may still read the slot and raise flags in it), waiting at most a
- * few seconds. After a failure (the communicator aborted or broken, a call
- * that failed), or when the peers do not show they are done, a peer's
- * kernel may still be about to write to the area: freed, that write would
- * be to memory nothing maps (CUDA leaves freeing exported memory that
- * another process has open undefined), a fault that ends the peer's CUDA
- * context, and every context on the GPU under MPS. The area then stays
- * allocated until the process exits (CUDEV_KA_AREA bytes: 8 MiB at the
- * default slot), and this rank's own kernels are told to stop. */
+/* Waits up to ms for this rank's last kernel to end; 1 once it has. */
+static int last_ended(const exk *x, int ms) {
+  int ended = x->last_ev == NULL;
+  for (int i = 0; !ended && i <= ms; i++) {
+    ended = cudev_event_query(x->last_ev) != TP_AGAIN;
+    struct timespec nap = {0, 1000000};
+    if (!ended && i < ms)
+      nanosleep(&nap, NULL);
+  }
+  return ended;
+}
+
+/* This rank's last kernel reads the peers' areas and its own: it must end
+ * before they are unmapped and handed over (exk_free), and its status words
+ * freed. It ends by itself once its peers have run theirs (or it has waited
+ * BRAID_TIMEOUT for them); after a failure, or after 5 s, it is told to
+ * stop. One that has not ended 2 s later has not started (its stream is
+ * held by other work): it keeps the areas mapped, and the words allocated,
+ * until the process exits. The peers' kernels may still use this rank's
+ * area: the tp_cuda state frees it once no peer maps it any more. */
 void exk_teardown(braid_comm *c) {
   exk *x = of(c);
   if (x == NULL)
     return;
-  uint64_t *flags = malloc(CUDEV_KA_FLAGS);
   int quit = atomic_load(&c->aborted) || c->broken != BRAID_SUCCESS ||
              *status_of(x) != 0;
-  int keep = quit && x->seq > 0;
-  struct timespec t0, t;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  while (!quit && flags != NULL && x->seq > 0) {
-    if (cudev_memcpy(flags, x->k.area[c->rank], CUDEV_KA_FLAGS,
-                     c->dev->stream) != BRAID_SUCCESS ||
-        cudev_stream_sync(c->dev->stream) != BRAID_SUCCESS)
-      break;
-    int left = 0;
-    for (int b = 0; b < CUDEV_KA_BLOCKS; b++)
-      for (int q = 0; q < x->k.nranks; q++)
-        left +=
-            q != c->rank && flags[CUDEV_KA_DONE(b, q) / 8] < x->block_seq[b];
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    if (left == 0)
-      break;
-    if (t.tv_sec - t0.tv_sec > 5) {
-      WARN(LOG_COLL,
-           "rank %d: %d blocks of peers have not shown they are done with "
-           "this rank's kernel area after 5 s",
-           c->rank, left);
-      keep = 1;
-      break;
-    }
-    struct timespec nap = {0, 1000000};
-    nanosleep(&nap, NULL);
-  }
-  free(flags);
-  if (keep) {
+  if (quit || !last_ended(x, 5000)) {
     *abort_of(x) = 1;
-    WARN(LOG_COLL,
-         "rank %d: leaves its collective-kernel area (%zu bytes of GPU "
-         "memory) allocated until the process exits: a peer's kernel may "
-         "still write to it%s",
-         c->rank, (size_t)CUDEV_KA_AREA(x->k.slot),
-         quit ? " after the failure" : "");
-    x->k.area[x->k.rank] = NULL;
-    /* this rank's last kernel, told to stop, must end before the peers'
-     * areas are unmapped and the words it reads freed; one that has not
-     * started (its stream held by other work) keeps them all */
-    int ended = x->last_ev == NULL;
-    for (int i = 0; !ended && i < 2000; i++) {
-      ended = cudev_event_query(x->last_ev) != TP_AGAIN;
-      struct timespec nap = {0, 1000000};
-      if (!ended)
-        nanosleep(&nap, NULL);
-    }
-    if (!ended) {
+    if (!last_ended(x, 2000)) {
       WARN(LOG_COLL,
            "rank %d: its last collective kernel has not ended 2 s after "
-           "being told to stop (not started yet?): the peers' areas stay "
-           "mapped and its status words allocated",
-           c->rank);
+           "being told to stop (not started yet?): the kernel areas stay "
+           "mapped (%zu bytes of GPU memory each) and its status words "
+           "allocated until the process exits",
+           c->rank, (size_t)CUDEV_KA_AREA(x->k.slot));
       for (int q = 0; q < x->k.nranks; q++)
         x->k.area[q] = NULL;
       x->host = NULL;
@@ -437,8 +437,6 @@ braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,
     if (r != BRAID_SUCCESS)
       break;
     x->seq += CUDEV_KA_CHUNKS(bytes, x->k.slot);
-    for (int b = 0; b < cudev_ka_grid(bytes, x->k.slot, x->k.blocks); b++)
-      x->block_seq[b] = x->seq;
   }
   if (r == BRAID_SUCCESS) {
     what = "recording its completion";

@@ -2,7 +2,8 @@
  * Sharing a GPU: calls on more CUDA streams than the GPU has hardware
  * queues (some of them then share one with braid's own streams), and two
  * communicators of the same ranks with collective kernels in flight at once
- * (their blocks must fit on the GPU together). Forked ranks on one GPU;
+ * (their blocks must fit on the GPU together), and a communicator that a
+ * rank destroys while its peer still uses it. Forked ranks on one GPU;
  * skips without one. Run plainly, with collective kernels
  * (BRAID_CUDA_KERNEL_MAX) and through pinned host memory
  * (BRAID_CUDA_HOST_MAX): gpu.cmake.
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "test_gpu_ranks.h"
+#include "transports/cuda/cuda_tp.h"
 
 /* Calls on more CUDA streams than a GPU has hardware queues
  * (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default), made after the
@@ -155,6 +157,68 @@ static int two_comms(braid_comm *c, int rank, int n) {
   return rc;
 }
 
+/* A communicator that one rank destroys while another still uses it: the
+ * first frees none of its device memory that the other still maps (CUDA
+ * leaves that undefined; on a GPU the other faults, and the emulated GPU
+ * aborts), but does not wait for it either: the memory waits on a list
+ * (transports/cuda/cuda_release.c) and goes once the other has destroyed
+ * its communicator too. A communicator made after it gets the same share
+ * of the GPU's room for kernels as it had (src/exec_kernel.c,
+ * room_share). */
+static int destroy_first(braid_comm *c, int rank, int n) {
+  enum { K = 64 };
+  CK(cudaSetDevice(0));
+  float *d = NULL, h[K];
+  CK(cudaMalloc((void **)&d, sizeof h));
+  CK(cudaMemset(d, 0, sizeof h));
+  braid_comm *sub[2] = {NULL, NULL};
+  int blocks[2] = {0, 0}, rc = 0;
+  for (int j = 0; j < 2 && rc == 0; j++) {
+    if (braid_comm_split(c, 0, rank, &sub[j]) != BRAID_SUCCESS ||
+        braid_allreduce(d, d, K, BRAID_FLOAT32, BRAID_SUM, sub[j], NULL) !=
+            BRAID_SUCCESS)
+      return 12;
+    blocks[j] = exk_blocks(sub[j]);
+    if (j == 1)
+      break;
+    if (rank != 0) /* still using it while rank 0 destroys its own */
+      usleep(1000 * 1000);
+    braid_comm_destroy(sub[0]);
+    int waiting = cuda_release_sweep();
+    if (rank == 0 && waiting != 1) {
+      fprintf(stderr,
+              "rank 0: %d releases of device memory wait after destroying "
+              "the communicator; want 1 (rank 1 still maps its memory)\n",
+              waiting);
+      rc = 14;
+    }
+    if (braid_barrier(c, NULL) != BRAID_SUCCESS)
+      return 15;
+    if ((waiting = cuda_release_sweep()) != 0) {
+      fprintf(stderr,
+              "rank %d: %d releases of device memory wait after every rank "
+              "destroyed the communicator\n",
+              rank, waiting);
+      rc = 16;
+    }
+  }
+  if (rc == 0 && blocks[1] != blocks[0]) {
+    fprintf(stderr,
+            "rank %d: the communicator made after one was destroyed has %d "
+            "kernel blocks, the destroyed one had %d\n",
+            rank, blocks[1], blocks[0]);
+    rc = 17;
+  }
+  CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < K && rc == 0; i++)
+    if (h[i] != 0.0f)
+      rc = 18;
+  braid_comm_destroy(sub[1]);
+  cudaFree(d);
+  (void)n;
+  return rc;
+}
+
 Test(gpu_share, calls_on_more_streams_than_hardware_queues, .timeout = 120) {
   setenv("BRAID_TIMEOUT", "20", 1);
   gpu_run(many_streams, 2, "many streams");
@@ -165,4 +229,10 @@ Test(gpu_share, two_communicators_share_the_gpu, .timeout = 120) {
    * own room is what the test expects there) */
   setenv("CUDA_EMU_KERNEL_ROOM", "64", 1);
   gpu_run(two_comms, 2, "two communicators");
+}
+
+Test(gpu_share, a_rank_destroys_a_communicator_before_its_peer,
+     .timeout = 120) {
+  setenv("CUDA_EMU_KERNEL_ROOM", "64", 1);
+  gpu_run(destroy_first, 2, "destroy first");
 }

@@ -68,11 +68,16 @@ static int job_start(job *j, int rank, int nranks, const braid_unique_id *id,
   return 0;
 }
 
-static void job_end(job *j) {
+/* Ends the job; returns how many of this rank's releases of device memory
+ * still wait once every rank has torn its transport down (none may: each
+ * peer has let go of what it mapped, cuda_release.c). */
+static int job_end(job *j) {
   boot_barrier(j->b);
   tp_cuda.teardown(j->st);
   cudev_stream_destroy(j->stream);
+  boot_barrier(j->b);
   boot_close(j->b);
+  return cuda_release_sweep();
 }
 
 static unsigned char pat(int from, int to, size_t i) {
@@ -224,7 +229,11 @@ static int rank_body(int rank, int nranks, const braid_unique_id *id, char *msg,
   /* again: the counters go on from where they are */
   if (all_to_all(&j, rank, msg, msglen) || mismatch(&j, rank, msg, msglen))
     return 1;
-  job_end(&j);
+  int left = job_end(&j);
+  if (left != 0)
+    FAIL("rank %d: %d releases of device memory still wait after every rank "
+         "tore its transport down",
+         rank, left);
   return 0;
 }
 

@@ -53,7 +53,7 @@ int cuf_seg_create(cuf_seg *s, int rank, int npeers, const int32_t *peer_rank,
   uint64_t ring =
       round_up(sizeof(cuf_ring) + (uint64_t)nslots * sizeof(cuf_slot), CUF_CL);
   uint64_t hdr =
-      round_up(sizeof(cuf_hdr) + sizeof(int32_t) * (uint64_t)npeers, 4096);
+      round_up(sizeof(cuf_hdr) + 2 * sizeof(int32_t) * (uint64_t)npeers, 4096);
   uint64_t total = hdr + (uint64_t)npeers * (uint64_t)nchannels * ring;
   int fd = -1;
   for (int tries = 0; tries < 16 && fd < 0; tries++) {
@@ -100,8 +100,10 @@ int cuf_seg_create(cuf_seg *s, int rank, int npeers, const int32_t *peer_rank,
   h->rings_off = hdr;
   h->total = total;
   atomic_store(&h->cause, -1);
-  for (int i = 0; i < npeers; i++)
+  for (int i = 0; i < npeers; i++) {
     h->peer_rank[i] = peer_rank[i];
+    atomic_init(cuf_held(h, peer_rank[i]), 0);
+  }
   h->magic = CUF_MAGIC;
   s->hdr = h;
   s->size = total;
@@ -173,6 +175,13 @@ cuf_ring *cuf_ring_of(cuf_hdr *h, int rank, int channel, int *index) {
       *index = i;
     return (cuf_ring *)((char *)h + h->rings_off + (uint64_t)i * h->ring_bytes);
   }
+  return NULL;
+}
+
+_Atomic int32_t *cuf_held(cuf_hdr *h, int rank) {
+  for (int k = 0; h != NULL && k < h->npeers; k++)
+    if (h->peer_rank[k] == rank)
+      return (_Atomic int32_t *)&h->peer_rank[h->npeers + k];
   return NULL;
 }
 
@@ -523,23 +532,25 @@ int cuf_proc_gone(int pid) {
   return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
+int cuf_peer_gone(cuf_peer *p) {
+  if (!p->pid_ok || p->dead)
+    return p->dead;
+  if (p->pidfd >= 0) {
+    struct pollfd pf = {p->pidfd, POLLIN, 0};
+    p->dead = poll(&pf, 1, 0) > 0 && (pf.revents & (POLLIN | POLLHUP));
+  } else {
+    p->dead = cuf_proc_gone(p->pid);
+  }
+  return p->dead;
+}
+
 int cuf_peers_check(cuf_peer *peers, int n, int self_rank,
                     int (*waiting)(void *arg, int i), void *arg, int *dead_rank,
                     char *err, size_t errlen) {
   for (int i = 0; i < n; i++) {
     cuf_peer *p = &peers[i];
-    if (!p->pid_ok)
-      continue;
-    if (!p->dead) {
-      if (p->pidfd >= 0) {
-        struct pollfd pf = {p->pidfd, POLLIN, 0};
-        p->dead = poll(&pf, 1, 0) > 0 && (pf.revents & (POLLIN | POLLHUP));
-      } else {
-        p->dead = cuf_proc_gone(p->pid);
-      }
-    }
     /* what it published before leaving is in our memory: read it first */
-    if (!p->dead || (waiting && waiting(arg, i)))
+    if (!cuf_peer_gone(p) || (waiting && waiting(arg, i)))
       continue;
     int cause = p->hdr ? atomic_load(&p->hdr->cause) : -1;
     if (cause >= 0 && cause != self_rank) {

@@ -8,7 +8,9 @@
  *
  * Layout. Each rank owns one host shm segment per communicator with the
  * control of its INCOMING connections: a header (pid, rank, doorbell, cause,
- * the sender rank of each ring group), then one ring per (peer, channel): two
+ * the sender rank of each ring group, and how many mappings of the owner's
+ * device memory each of those peers holds), then one ring per (peer,
+ * channel): two
  * counters on their own cache lines -- `head` (written by the sender: slots
  * published) and `tail` (written by the receiver: slots released) -- and a
  * 32-byte header per slot (message length, offset and length of the
@@ -77,7 +79,9 @@ typedef struct cuf_hdr {
   alignas(CUF_CL) _Atomic uint32_t bell;
   alignas(CUF_CL) _Atomic uint32_t sleeping;
   alignas(CUF_CL) _Atomic int32_t cause; /* see shm_hdr.cause */
-  alignas(CUF_CL) int32_t peer_rank[];   /* sender rank of each ring group */
+  /* sender rank of each ring group, then (cuf_held) how many mappings of
+   * the owner's device memory each of them holds */
+  alignas(CUF_CL) int32_t peer_rank[];
 } cuf_hdr;
 
 typedef struct cuf_ring {
@@ -115,6 +119,13 @@ void cuf_seg_unmap(cuf_seg *s); /* unlinks too when owned */
  * ring number (for the slot data offset). */
 cuf_ring *cuf_ring_of(cuf_hdr *h, int rank, int channel, int *index);
 cuf_slot *cuf_ring_slots(cuf_ring *r);
+
+/* How many mappings of h's owner's device memory (CUDA IPC) peer `rank`
+ * holds, or NULL when it is not one of h's peers. Only that peer writes
+ * it: one more before it opens a mapping, one less once it has closed one,
+ * so that the owner frees its memory only when no peer holds any (CUDA
+ * leaves freeing memory that another process still maps undefined). */
+_Atomic int32_t *cuf_held(cuf_hdr *h, int rank);
 
 void cuf_bell_ring(cuf_hdr *h);
 /* Sleeps until h->bell differs from seen, or timeout_us passes. */
@@ -211,6 +222,10 @@ typedef struct cuf_peer {
  * i) says nothing it published is left unread (waiting may be NULL), as
  * BRAID_ERR_REMOTE with *dead_rank set -- to the cause it recorded when it
  * left because another rank died -- and err naming both. */
+/* Whether p's process has exited (remembered in p->dead); 0 when this
+ * process cannot tell (another pid namespace). */
+int cuf_peer_gone(cuf_peer *p);
+
 int cuf_peers_check(cuf_peer *peers, int n, int self_rank,
                     int (*waiting)(void *arg, int i), void *arg, int *dead_rank,
                     char *err, size_t errlen);

@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,7 @@ typedef struct cu_peer {
   cuf_seg seg;
   void *dev;      /* its slot region, mapped here */
   int ipc_mapped; /* dev came from cudev_ipc_open */
+  int held;       /* counted in its segment (cuf_held) */
 } cu_peer;
 
 typedef struct cu_state {
@@ -87,6 +89,8 @@ typedef struct cu_state {
   cuf_seg me;
   void *dev; /* our slot region (incoming) */
   size_t dev_bytes;
+  void *adopted[CUDA_RELEASE_DEVS - 1]; /* cuda_tp_adopt */
+  int nadopted;
   void *tx_stream, *rx_stream;
   void *order_stream; /* cuda_tp_set_stream: all copies go there */
   tp_conn *conns;     /* npeers * nchannels */
@@ -274,6 +278,25 @@ void cuda_tp_set_stream(void *state, void *stream) {
   }
 }
 
+int cuda_tp_hold(void *state, int rank, int delta) {
+  cu_state *st = state;
+  int i = st != NULL && rank >= 0 && rank < st->nranks ? st->lidx[rank] : -1;
+  _Atomic int32_t *held =
+      i >= 0 ? cuf_held(st->peers[i].seg.hdr, st->rank) : NULL;
+  if (held == NULL)
+    return BRAID_ERR_INTERNAL;
+  atomic_fetch_add(held, delta);
+  return BRAID_SUCCESS;
+}
+
+int cuda_tp_adopt(void *state, void *dev) {
+  cu_state *st = state;
+  if (st == NULL || st->nadopted >= CUDA_RELEASE_DEVS - 1)
+    return BRAID_ERR_NOMEM;
+  st->adopted[st->nadopted++] = dev;
+  return BRAID_SUCCESS;
+}
+
 static tp_conn *cu_conn(void *state, int peer, int channel) {
   cu_state *st = state;
   if (!st || peer < 0 || peer >= st->nranks || channel < 0 ||
@@ -303,13 +326,20 @@ static void cu_teardown(void *state) {
     cu_peer *p = &st->peers[i];
     if (p->ipc_mapped)
       cudev_ipc_close(p->dev);
+    if (p->held)
+      atomic_fetch_sub(cuf_held(p->seg.hdr, st->rank), 1);
     cuf_seg_unmap(&p->seg);
-    if (st->live && st->live[i].pidfd >= 0)
-      close(st->live[i].pidfd);
   }
-  cuf_seg_unmap(&st->me);
-  if (st->dev)
+  /* our slots and what was adopted, once no peer maps them */
+  void *dev[CUDA_RELEASE_DEVS] = {st->dev};
+  for (int k = 0; k < st->nadopted; k++)
+    dev[k + 1] = st->adopted[k];
+  if (st->live != NULL)
+    cuda_release(st->rank, &st->me, dev, 1 + st->nadopted, st->live,
+                 st->npeers);
+  else if (st->dev) /* no peers' pids: setup ended before any was known */
     cudev_free(st->dev);
+  st->live = NULL;
   if (st->tx_stream)
     cudev_stream_destroy(st->tx_stream);
   if (st->rx_stream)
@@ -384,7 +414,6 @@ static int local_create(tp_setup *su, cu_state *st, cu_rec *mine) {
 static int peer_attach(tp_setup *su, cu_state *st, int i, const cu_rec *rec) {
   cu_peer *p = &st->peers[i];
   cuf_peer *lv = &st->live[i];
-  lv->pid = rec->pid;
   if (!rec->name[0])
     return SERR(su, BRAID_ERR_INVALID_ARG,
                 "cuda setup: rank %d lists rank %d as a cuda peer, but rank "
@@ -401,6 +430,15 @@ static int peer_attach(tp_setup *su, cu_state *st, int i, const cu_rec *rec) {
                 " bytes, rank %d %d of %" PRIu64,
                 p->rank, (int)p->seg.hdr->nslots, p->seg.hdr->slot_data,
                 st->rank, st->nslots, st->slot_data);
+  /* counted before it is mapped, so that the owner never frees it mapped */
+  _Atomic int32_t *held = cuf_held(p->seg.hdr, st->rank);
+  if (held == NULL)
+    return SERR(su, BRAID_ERR_INVALID_ARG,
+                "cuda setup: rank %d lists rank %d as a cuda peer but not "
+                "the other way round",
+                p->rank, st->rank);
+  atomic_fetch_add(held, 1);
+  p->held = 1;
   if (rec->pid == (int32_t)getpid() && rec->pidns == pidns_id()) {
     p->dev = (void *)(uintptr_t)rec->dev_addr; /* same process */
   } else {
@@ -413,7 +451,6 @@ static int peer_attach(tp_setup *su, cu_state *st, int i, const cu_rec *rec) {
     p->ipc_mapped = 1;
   }
   lv->hdr = p->seg.hdr;
-  lv->pid_ok = rec->pidns == pidns_id();
   if (lv->pid_ok) {
     lv->pidfd = (int)syscall(SYS_pidfd_open, lv->pid, 0);
     if (lv->pidfd < 0 && errno == ESRCH)
@@ -461,6 +498,7 @@ static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
     return BRAID_ERR_INVALID_ARG;
   *state = NULL;
   su->errbuf[0] = 0;
+  (void)cuda_release_sweep(); /* earlier communicators' memory let go of */
   boot *b = su->boot;
   if (!b || !peers || su->nranks < 1 || su->rank < 0 || su->rank >= su->nranks)
     return SERR(su, BRAID_ERR_INVALID_ARG,
@@ -521,6 +559,13 @@ static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
   if (x || rc) {
     rc = x ? x : rc;
     goto out;
+  }
+  /* every peer's pid first: one that dies while holding a mapping of this
+   * rank's memory (cuf_held) holds nothing any more (cuda_release.c) */
+  for (int i = 0; i < st->npeers; i++) {
+    const cu_rec *rec = &recs[st->peers[i].rank];
+    st->live[i].pid = rec->pid;
+    st->live[i].pid_ok = rec->pidns == pidns_id();
   }
   int32_t status = 0;
   for (int i = 0; i < st->npeers && !status; i++)

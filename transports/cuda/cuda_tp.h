@@ -30,6 +30,33 @@ extern const tp_ops tp_staged; /* setup: use staged_new instead */
  * alive until teardown. */
 void cuda_tp_set_stream(void *state, void *stream);
 
+/* ---- device memory that peers map (cuda_release.c) -----------------------
+ * A rank frees its device memory that peers map through CUDA IPC only once
+ * none of them holds a mapping any more (the counts of cuf_held in its
+ * segment) or each that still does has exited; until then it stays on a
+ * list of this process that later teardowns and setups go through. */
+
+/* Most allocations one release frees: tp_cuda's slots and what it adopted. */
+#define CUDA_RELEASE_DEVS 4
+
+/* Frees dev[0..ndev) (cudev_malloc'd; NULL entries skipped) and unmaps seg
+ * (this rank's, with the peers' counts) once peers[0..npeers) let go of
+ * them: now, or in a later call of this or of cuda_release_sweep. Takes seg
+ * (zeroed), the memory and peers (malloc'd; their pidfds are closed). */
+void cuda_release(int rank, cuf_seg *seg, void *const *dev, int ndev,
+                  cuf_peer *peers, int npeers);
+/* Frees what peers have let go of; returns how many releases wait still. */
+int cuda_release_sweep(void);
+
+/* One more (delta 1, before opening it) or one less (-1, once closed)
+ * mapping of rank's device memory that this rank holds, counted in rank's
+ * segment of a tp_cuda state; BRAID_ERR_INTERNAL when rank is not a peer. */
+int cuda_tp_hold(void *state, int rank, int delta);
+/* Hands dev (this rank's cudev_malloc'd memory, which peers map) to a
+ * tp_cuda state, which frees it with its own slots at teardown, once the
+ * peers have let go of both; BRAID_ERR_NOMEM when it holds too many. */
+int cuda_tp_adopt(void *state, void *dev);
+
 /* The device layer as a copy engine (cuda_ipc.c). */
 extern const cuf_engine cuf_cuda_engine;
 

@@ -15,7 +15,9 @@
  *    address (cudev_is_device, like cudaPointerGetAttributes). An IPC handle
  *    names the owner's pid and fd; another process maps it through /proc.
  *    Opening a handle twice maps it once (reference counted); opening one's
- *    own handle is an error, as in CUDA.
+ *    own handle is an error, as in CUDA. cudaFree of memory that another
+ *    process still has open through a handle aborts, saying so: CUDA leaves
+ *    it undefined, and on a GPU the other process faults.
  *  - streams: one worker thread each, running its operations in order and
  *    asynchronously to the caller: copies, memsets, reductions, host
  *    functions, event records and waits, gates. The NULL stream is one more

@@ -217,6 +217,14 @@ static cudaError_t malloc_locked(void **p, size_t size) {
   return cudaSuccess;
 }
 
+/* Whether another process has this memory open through an IPC handle:
+ * each one that opens it holds a shared lock on its first byte (OFD locks,
+ * released when that process closes the handle or exits). */
+static int mapped_elsewhere(int fd) {
+  struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_len = 1};
+  return fcntl(fd, F_OFD_GETLK, &l) == 0 && l.l_type != F_UNLCK;
+}
+
 cudaError_t cudaFree(void *p) {
   if (p == NULL)
     return cudaSuccess;
@@ -227,7 +235,14 @@ cudaError_t cudaFree(void *p) {
   if (r == NULL || r->base != p || !r->owner)
     e = emu_err(cudaErrorInvalidValue, "%s: not the base of a cudaMalloc",
                 "cudaFree");
-  else
+  else if (mapped_elsewhere(r->fd)) {
+    fprintf(stderr,
+            "cuda_emu: cudaFree(%p): another process still maps this memory "
+            "through an IPC handle: CUDA leaves that undefined (on a GPU the "
+            "other process faults when it next touches it)\n",
+            p);
+    abort();
+  } else
     reg_drop(r);
   pthread_mutex_unlock(&reg_mu);
   return e;
@@ -339,6 +354,12 @@ cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle,
   if (fd < 0)
     return emu_err(cudaErrorMapBufferObjectFailed, "%s: the owner is gone",
                    "cudaIpcOpenMemHandle");
+  struct flock l = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_len = 1};
+  if (fcntl(fd, F_OFD_SETLK, &l) != 0) {
+    close(fd);
+    return emu_err(cudaErrorMapBufferObjectFailed, "%s: fcntl failed",
+                   "cudaIpcOpenMemHandle");
+  }
   void *m =
       mmap(NULL, (size_t)h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (m == MAP_FAILED) {
