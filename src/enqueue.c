@@ -376,7 +376,8 @@ static int small_plan(braid_comm *c, braid_stream *s, const exec_op *ops,
   size_t cap = s->host != NULL ? s->host_bytes : exec_dev_stream_cap(c);
   exec_stage *p = cap > 0 ? malloc(sizeof *p * (size_t)nops) : NULL;
   int nst = p != NULL ? exec_dev_stream_plan(c, ops, nops, cap, p) : 0;
-  if (nst > 0 && s->host == NULL) {
+  if (nst > 0 && s->host == NULL &&
+      (s->host = stream_area_take(cap, &s->host_bytes)) == NULL) {
     int mine = cudev_get_device();
     void *h = NULL;
     if (cudev_set_device(c->dev->device) != BRAID_SUCCESS ||

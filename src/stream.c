@@ -115,45 +115,119 @@ braid_result braid_stream_query(braid_stream *s) {
   return r;
 }
 
-/* A destroyed stream's gate and small-call area (whose freeing waits for
- * the copies back): freed once the user's stream has reached the last gate,
- * else kept on this list, as the stream still reads them, and freed by a
- * later braid_stream_destroy that finds the stream past it. */
+/* A destroyed stream's gate and small-call area: the gate's words go back
+ * to their pool once the user's stream has reached the last gate, the area
+ * to this file's pool once the stream has also run the copies out of it
+ * (`done`, recorded on the stream at destroy). Until then they stay on this
+ * list, as the stream still reads them, and a later braid_stream_destroy
+ * or stream_area_take that finds the stream past them lets them go. Freeing
+ * the area (cudaFreeHost) would wait for the whole device, other streams
+ * held at braid's gates included: it is freed so only when no event could
+ * be recorded. */
 typedef struct retired {
-  cudev_gate *gate;
+  cudev_gate *gate; /* NULL once let go */
   char *host;
+  size_t bytes;
+  void *done;
   struct retired *next;
 } retired;
 static pthread_mutex_t retired_mu = PTHREAD_MUTEX_INITIALIZER;
 static retired *retired_list;
+static struct {
+  char *host;
+  size_t bytes;
+} * areas; /* small-call areas no stream uses (retired_mu) */
+static int nareas, capareas;
 
-static void retire(cudev_gate *gate, char *host) {
-  pthread_mutex_lock(&retired_mu);
+/* 0, or -1 when the pool cannot grow (retired_mu held). */
+static int area_give(char *host, size_t bytes) {
+  if (nareas == capareas) {
+    int cap = capareas ? 2 * capareas : 8;
+    void *a = realloc(areas, sizeof *areas * (size_t)cap);
+    if (a == NULL)
+      return -1;
+    areas = a;
+    capareas = cap;
+  }
+  areas[nareas].host = host;
+  areas[nareas++].bytes = bytes;
+  return 0;
+}
+
+/* 1 once r's stream is past its gate and its area, which are let go. */
+static int retired_done(retired *r) {
+  if (r->gate != NULL && !cudev_gate_free(r->gate))
+    return 0;
+  r->gate = NULL;
+  if (r->host != NULL && r->done != NULL) {
+    int q = cudev_event_query(r->done);
+    if (q == TP_AGAIN)
+      return 0;
+    cudev_event_destroy(r->done);
+    r->done = NULL;
+    if (q == BRAID_SUCCESS && area_give(r->host, r->bytes) == 0)
+      r->host = NULL;
+  }
+  if (r->host != NULL)
+    cudev_host_free(r->host);
+  return 1;
+}
+
+static void retired_sweep(void) { /* retired_mu held */
   for (retired **p = &retired_list; *p != NULL;) {
     retired *r = *p;
-    if (cudev_gate_free(r->gate)) {
-      if (r->host != NULL)
-        cudev_host_free(r->host);
+    if (retired_done(r)) {
       *p = r->next;
       free(r);
     } else {
       p = &r->next;
     }
   }
-  if (cudev_gate_free(gate)) {
-    if (host != NULL)
-      cudev_host_free(host);
-  } else {
-    WARN(LOG_COLL,
-         "braid_stream_destroy: the CUDA stream has not reached braid's last "
-         "call on it (work issued before it still runs, or never ends): the "
-         "gate's words%s stay allocated until it has, as it will read them",
-         host != NULL ? " and the small calls' pinned area" : "");
-    retired *r = malloc(sizeof *r);
-    if (r != NULL) { /* else they stay for good */
-      *r = (retired){gate, host, retired_list};
-      retired_list = r;
+}
+
+char *stream_area_take(size_t want, size_t *bytes) {
+  char *host = NULL;
+  pthread_mutex_lock(&retired_mu);
+  retired_sweep();
+  for (int i = 0; i < nareas && host == NULL; i++)
+    if (areas[i].bytes >= want) {
+      host = areas[i].host;
+      *bytes = areas[i].bytes;
+      areas[i] = areas[--nareas];
     }
+  pthread_mutex_unlock(&retired_mu);
+  return host;
+}
+
+static void retire(braid_stream *s) {
+  retired *r = malloc(sizeof *r);
+  if (r == NULL) { /* they stay for good */
+    WARN(LOG_COLL, "braid_stream_destroy: out of memory: the gate's words "
+                   "stay allocated");
+    return;
+  }
+  *r = (retired){s->gate, s->host, s->host_bytes, NULL, NULL};
+  /* a stream being captured would take the record into its graph */
+  if (r->host != NULL && !enq_stream_capturing(s) &&
+      cudev_event_create(&r->done) == BRAID_SUCCESS &&
+      cudev_event_record(r->done, s->user) != BRAID_SUCCESS) {
+    cudev_event_destroy(r->done);
+    r->done = NULL;
+  }
+  pthread_mutex_lock(&retired_mu);
+  retired_sweep();
+  if (retired_done(r)) {
+    free(r);
+  } else {
+    if (r->gate != NULL)
+      WARN(LOG_COLL,
+           "braid_stream_destroy: the CUDA stream has not reached braid's "
+           "last call on it (work issued before it still runs, or never "
+           "ends): the gate's words%s stay allocated until it has, as it "
+           "will read them",
+           r->host != NULL ? " and the small calls' pinned area" : "");
+    r->next = retired_list;
+    retired_list = r;
   }
   pthread_mutex_unlock(&retired_mu);
 }
@@ -162,7 +236,7 @@ braid_result braid_stream_destroy(braid_stream *s) {
   if (s == NULL)
     return BRAID_ERR_INVALID_ARG;
   braid_result r = braid_stream_synchronize(s);
-  retire(s->gate, s->host);
+  retire(s);
   free(s->ended);
   if (s->reach_ev != NULL)
     cudev_event_destroy(s->reach_ev);

@@ -35,6 +35,9 @@ struct braid_stream {
   void *reach_ev;        /* BRAID_CUDA_GATE=0: where a call waits (enqueue.c) */
 };
 
+/* A small-call area (pinned) of at least `want` bytes that a destroyed
+ * stream left, its size in *bytes; NULL when there is none. */
+char *stream_area_take(size_t want, size_t *bytes);
 /* One more call on s ended with r (the first error is kept). */
 void stream_complete(braid_stream *s, braid_result r);
 /* Gate seq's work ended (or failed): the user's stream may pass it once
