@@ -183,6 +183,13 @@ target_link_libraries(emu_gates PRIVATE braid_emu PkgConfig::CRITERION)
 add_test(NAME emu_gates COMMAND emu_gates --jobs 1)
 set_tests_properties(emu_gates PROPERTIES TIMEOUT 120 LABELS "cuda;emu")
 
+# The emulated GPU's own rules: no host access to device memory, no
+# cudaFree of memory another process has open.
+add_executable(emu_memory ${gpu_dir}/emu/test_emu_memory.c)
+target_link_libraries(emu_memory PRIVATE braid_emu PkgConfig::CRITERION)
+add_test(NAME emu_memory COMMAND emu_memory --jobs 1)
+set_tests_properties(emu_memory PROPERTIES TIMEOUT 60 LABELS "cuda;emu")
+
 add_executable(emu_place ${gpu_dir}/emu/test_emu_place.c)
 target_include_directories(emu_place PRIVATE ${gpu_dir})
 target_compile_definitions(emu_place PRIVATE

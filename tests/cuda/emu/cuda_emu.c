@@ -12,7 +12,10 @@
  *
  * What it models, after the CUDA runtime's documented behaviour:
  *  - device memory: memfd-backed mappings, told apart from host memory by
- *    address (cudev_is_device, like cudaPointerGetAttributes). An IPC handle
+ *    address (cudev_is_device, like cudaPointerGetAttributes). Host code
+ *    cannot touch it, as on a GPU: its addresses are mapped without access
+ *    (a read or write there faults), and the emulated GPU works on a
+ *    second mapping of the same memory (emu_view). An IPC handle
  *    names the owner's pid and fd; another process maps it through /proc.
  *    Opening a handle twice maps it once (reference counted); opening one's
  *    own handle is an error, as in CUDA. cudaFree of memory that another
@@ -179,18 +182,20 @@ static void op_run(emu_op *o) {
   unsigned round = 0;
   switch (o->kind) {
   case OP_COPY:
-    memmove(o->dst, o->a, o->n);
+    memmove(emu_view(o->dst), emu_view(o->a), o->n);
     break;
   case OP_SET:
-    memset(o->dst, o->value, o->n);
+    memset(emu_view(o->dst), o->value, o->n);
     break;
-  case OP_REDUCE:
-    red_get(o->dt, o->op)(o->dst, o->a, o->b, o->n);
+  case OP_REDUCE: {
+    void *dst = emu_view(o->dst);
+    red_get(o->dt, o->op)(dst, emu_view(o->a), emu_view(o->b), o->n);
     if (o->fwd)
-      memcpy(o->fwd, o->dst, o->n * braid_dtype_size(o->dt));
+      memcpy(emu_view(o->fwd), dst, o->n * braid_dtype_size(o->dt));
     break;
+  }
   case OP_DIV:
-    red_div(o->dst, o->n, o->dt, o->value);
+    red_div(emu_view(o->dst), o->n, o->dt, o->value);
     break;
   case OP_HOSTFN:
     o->fn(o->arg);

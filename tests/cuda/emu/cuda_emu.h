@@ -28,6 +28,10 @@ int emu_count(void);
 /* Sets the last error and its words (fmt has one %s, for what). */
 cudaError_t emu_err(cudaError_t e, const char *fmt, const char *what);
 
+/* Where the emulated GPU reads and writes device memory at p (a second
+ * mapping of it: host code that touches a device address faults, as on a
+ * GPU); p itself for other memory, NULL for NULL. */
+void *emu_view(const void *p);
 /* The device a pointer into device memory belongs to, -1 for other memory
  * (cuda_emu_mem.c). */
 int emu_region_device(const void *p);

@@ -15,7 +15,8 @@
 #include <unistd.h>
 
 typedef struct emu_region {
-  char *base;
+  char *base; /* the device address: mapped, but no access from the host */
+  char *view; /* the same memory where the emulated GPU touches it */
   int device; /* the current device of the allocating thread */
   size_t size;
   int fd;
@@ -52,6 +53,7 @@ static int reg_add(emu_region r) { /* reg_mu held */
 
 static void reg_drop(emu_region *r) { /* reg_mu held */
   munmap(r->base, r->size);
+  munmap(r->view, r->size);
   close(r->fd);
   *r = regs[--nregs];
 }
@@ -65,6 +67,34 @@ typedef struct emu_ipc {
 
 _Static_assert(sizeof(emu_ipc) <= sizeof(cudaIpcMemHandle_t), "IPC handle");
 _Static_assert(sizeof(cudaIpcMemHandle_t) == CUDEV_IPC_BYTES, "IPC size");
+
+void *emu_view(const void *p) {
+  if (p == NULL)
+    return NULL;
+  pthread_mutex_lock(&reg_mu);
+  emu_region *r = reg_find(p);
+  void *v = r != NULL ? r->view + ((const char *)p - r->base) : (void *)p;
+  pthread_mutex_unlock(&reg_mu);
+  return v;
+}
+
+/* fd's memory mapped twice: *base with no access (device addresses, which
+ * host code must not touch: on a GPU they fault), *view to read and write;
+ * 0, or -1 with neither mapped. */
+static int map_twice(int fd, size_t size, char **base, char **view) {
+  void *b = mmap(NULL, size, PROT_NONE, MAP_SHARED, fd, 0);
+  void *v = b == MAP_FAILED
+                ? MAP_FAILED
+                : mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (v == MAP_FAILED) {
+    if (b != MAP_FAILED)
+      munmap(b, size);
+    return -1;
+  }
+  *base = b;
+  *view = v;
+  return 0;
+}
 
 int emu_region_device(const void *p) {
   if (p == NULL)
@@ -198,17 +228,18 @@ static cudaError_t malloc_locked(void **p, size_t size) {
     return emu_err(cudaErrorMemoryAllocation, "%s: ftruncate failed",
                    "cudaMalloc");
   }
-  void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (m == MAP_FAILED) {
+  char *m = NULL, *v = NULL;
+  if (map_twice(fd, size, &m, &v) != 0) {
     close(fd);
     return emu_err(cudaErrorMemoryAllocation, "%s: mmap failed", "cudaMalloc");
   }
-  memset(m, 0xcd, size); /* cudaMalloc's memory is not zeroed */
+  memset(v, 0xcd, size); /* cudaMalloc's memory is not zeroed */
   pthread_mutex_lock(&reg_mu);
-  int bad = reg_add((emu_region){m, emu_device, size, fd, 1, 0, -1, 1});
+  int bad = reg_add((emu_region){m, v, emu_device, size, fd, 1, 0, -1, 1});
   pthread_mutex_unlock(&reg_mu);
   if (bad) {
     munmap(m, size);
+    munmap(v, size);
     close(fd);
     return emu_err(cudaErrorMemoryAllocation, "%s: out of memory",
                    "cudaMalloc");
@@ -360,19 +391,19 @@ cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle,
     return emu_err(cudaErrorMapBufferObjectFailed, "%s: fcntl failed",
                    "cudaIpcOpenMemHandle");
   }
-  void *m =
-      mmap(NULL, (size_t)h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (m == MAP_FAILED) {
+  char *m = NULL, *v = NULL;
+  if (map_twice(fd, (size_t)h.size, &m, &v) != 0) {
     close(fd);
     return emu_err(cudaErrorMapBufferObjectFailed, "%s: mmap failed",
                    "cudaIpcOpenMemHandle");
   }
   pthread_mutex_lock(&reg_mu);
   int bad = reg_add(
-      (emu_region){m, emu_device, (size_t)h.size, fd, 0, h.pid, h.fd, 1});
+      (emu_region){m, v, emu_device, (size_t)h.size, fd, 0, h.pid, h.fd, 1});
   pthread_mutex_unlock(&reg_mu);
   if (bad) {
     munmap(m, (size_t)h.size);
+    munmap(v, (size_t)h.size);
     close(fd);
     return cudaErrorMemoryAllocation;
   }

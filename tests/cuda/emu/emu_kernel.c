@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "src/reduce.h"
+#include "tests/cuda/emu/cuda_emu.h"
 #include "transports/cuda/cuda_dev.h"
 
 typedef struct ka_call {
@@ -132,6 +133,11 @@ static uint64_t part(const ka_call *a, int b, uint64_t s, size_t c0, size_t lo,
 
 static void run(void *arg) {
   ka_call *a = arg;
+  /* device addresses, as the emulated GPU reaches them */
+  for (int q = 0; q < a->k.nranks; q++)
+    a->k.area[q] = emu_view(a->k.area[q]);
+  a->c.in = emu_view(a->c.in);
+  a->c.out = emu_view(a->c.out);
   const cudev_ka *k = &a->k;
   _Atomic uint64_t *status = (_Atomic uint64_t *)k->status;
   size_t es = braid_dtype_size(a->c.dt), ce = k->slot / es;
