@@ -15,7 +15,9 @@
  *    address (cudev_is_device, like cudaPointerGetAttributes). Host code
  *    cannot touch it, as on a GPU: its addresses are mapped without access
  *    (a read or write there faults), and the emulated GPU works on a
- *    second mapping of the same memory (emu_view). An IPC handle
+ *    second mapping of the same memory (emu_view). A kernel (a reduction,
+ *    the collective kernel) handed pageable host memory aborts, saying so:
+ *    on a GPU it faults. An IPC handle
  *    names the owner's pid and fd; another process maps it through /proc.
  *    Opening a handle twice maps it once (reference counted); opening one's
  *    own handle is an error, as in CUDA. cudaFree of memory that another

@@ -32,6 +32,9 @@ cudaError_t emu_err(cudaError_t e, const char *fmt, const char *what);
  * mapping of it: host code that touches a device address faults, as on a
  * GPU); p itself for other memory, NULL for NULL. */
 void *emu_view(const void *p);
+/* Aborts, naming kernel and what, unless p (a kernel's operand) is NULL,
+ * device memory or pinned host memory: a kernel faults on pageable memory. */
+void emu_kernel_reaches(const char *kernel, const char *what, const void *p);
 /* The device a pointer into device memory belongs to, -1 for other memory
  * (cuda_emu_mem.c). */
 int emu_region_device(const void *p);

@@ -143,6 +143,10 @@ braid_result cudev_reduce_fwd(void *dst, void *fwd, const void *a,
   braid_result r = dev_check("cudev_reduce", dt, op);
   if (r != BRAID_SUCCESS || n == 0)
     return r;
+  emu_kernel_reaches("cudev_reduce", "dst", dst);
+  emu_kernel_reaches("cudev_reduce", "fwd", fwd);
+  emu_kernel_reaches("cudev_reduce", "a", a);
+  emu_kernel_reaches("cudev_reduce", "b", b);
   emu_op o = {.kind = OP_REDUCE,
               .dst = dst,
               .fwd = fwd,
@@ -165,6 +169,7 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
   braid_result r = dev_check("cudev_div", dt, BRAID_SUM);
   if (r != BRAID_SUCCESS || n == 0 || divisor <= 1)
     return r;
+  emu_kernel_reaches("cudev_div", "buf", buf);
   emu_op o = {.kind = OP_DIV, .dst = buf, .n = n, .dt = dt, .value = divisor};
   DEV("division kernel launch", emu_stream_push(stream, &o));
   return BRAID_SUCCESS;

@@ -207,6 +207,16 @@ static int is_pinned(const void *p) {
 
 static cudaError_t malloc_locked(void **p, size_t size);
 
+void emu_kernel_reaches(const char *kernel, const char *what, const void *p) {
+  if (p == NULL || emu_region_device(p) >= 0 || is_pinned(p))
+    return;
+  fprintf(stderr,
+          "cuda_emu: %s: %s %p is neither device memory nor pinned host "
+          "memory: a kernel on a GPU faults there\n",
+          kernel, what, p);
+  abort();
+}
+
 cudaError_t cudaMalloc(void **p, size_t size) {
   alloc_lock("cudaMalloc");
   cudaError_t e = malloc_locked(p, size);

@@ -182,6 +182,14 @@ braid_result cudev_kernel_coll(const cudev_ka *k, uint64_t seq,
                                const cudev_kcall *call, void *stream) {
   if (!cudev_kc_valid(k, call))
     return BRAID_ERR_INVALID_ARG;
+  int root = k->rank == call->root;
+  for (int q = 0; q < k->nranks; q++)
+    emu_kernel_reaches("cudev_kernel_coll", "a kernel area", k->area[q]);
+  emu_kernel_reaches("cudev_kernel_coll", "the status word", k->status);
+  if (call->coll != CUDEV_KC_BROADCAST || root)
+    emu_kernel_reaches("cudev_kernel_coll", "the input", call->in);
+  if (call->coll != CUDEV_KC_REDUCE || root)
+    emu_kernel_reaches("cudev_kernel_coll", "the output", call->out);
   ka_call *a = malloc(sizeof *a);
   if (a == NULL)
     return BRAID_ERR_NOMEM;

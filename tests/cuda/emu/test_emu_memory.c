@@ -1,7 +1,8 @@
 /*
  * The emulated GPU's device memory keeps CUDA's rules that the device-path
  * tests rely on it to enforce: host code that touches a device address
- * faults, as on a GPU, while copies reach the memory; and cudaFree of
+ * faults, as on a GPU, while copies reach the memory; a kernel handed
+ * pageable host memory aborts (on a GPU it faults); and cudaFree of
  * memory that another process still has open through an IPC handle (which
  * CUDA leaves undefined) aborts, saying so, but not once that process has
  * closed the handle.
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "../../test_fork.h"
+#include "transports/cuda/cuda_dev.h"
 
 /* The signal that ended fn run in a child (0: it exited). */
 static int dies_of(void (*fn)(void)) {
@@ -89,4 +91,26 @@ Test(emu_memory, freeing_memory_another_process_maps_aborts) {
 
 Test(emu_memory, freeing_memory_another_process_closed_is_fine) {
   free_while_open(1);
+}
+
+static void reduce_pageable(void) {
+  static float host[4];
+  float *d = NULL;
+  void *stream = NULL;
+  if (cudaMalloc((void **)&d, sizeof host) == cudaSuccess &&
+      cudev_stream_create(&stream) == BRAID_SUCCESS)
+    (void)cudev_reduce(d, d, host, 4, BRAID_FLOAT32, BRAID_SUM, stream);
+}
+
+Test(emu_memory, a_kernel_on_pageable_host_memory_aborts) {
+  float *d = NULL, *pinned = NULL;
+  void *stream = NULL;
+  cr_assert_eq(cudaMalloc((void **)&d, 16), cudaSuccess);
+  cr_assert_eq(cudaMallocHost((void **)&pinned, 16), cudaSuccess);
+  cr_assert_eq(cudev_stream_create(&stream), BRAID_SUCCESS);
+  cr_assert_eq(cudaMemset(d, 0, 16), cudaSuccess);
+  cr_assert_eq(cudev_reduce(d, d, pinned, 4, BRAID_FLOAT32, BRAID_SUM, stream),
+               BRAID_SUCCESS, "pinned memory is fine");
+  cr_assert_eq(cudev_stream_sync(stream), BRAID_SUCCESS);
+  cr_assert_eq(dies_of(reduce_pageable), SIGABRT);
 }
