@@ -18,9 +18,12 @@
  * cudaDeviceSynchronize, on some drivers cudaIpcCloseMemHandle -- would wait
  * for the held stream, which waits for this thread: a deadlock. So:
  *  - scratch and staging grow without freeing: the outgrown buffer goes on
- *    a list freed at comm_dev_teardown (which runs when no gate is held),
- *    and each growth at least doubles, so the list holds less than the
- *    current buffer's size in all;
+ *    a list freed at comm_dev_teardown, and each growth at least doubles,
+ *    so the list holds less than the current buffer's size in all;
+ *  - teardown frees with cuda_free_later (transports/cuda/cuda_release.c):
+ *    while any communicator of the process holds a stream (a gate not yet
+ *    released, a collective kernel not yet ended), the memory waits, and a
+ *    later setup, teardown or stream destroy frees it;
  *  - only the internal stream is ever synchronised during an operation,
  *    never the device;
  *  - setup (the first collective with device buffers) creates a stream,
@@ -76,12 +79,8 @@ typedef struct dev_priv {
 
 /* Frees the buffers of a retired list, and the list. */
 static void list_release(dev_list *l) {
-  for (int i = 0; i < l->n; i++) {
-    if (l->v[i].host)
-      cudev_host_free(l->v[i].p);
-    else
-      cudev_free(l->v[i].p);
-  }
+  for (int i = 0; i < l->n; i++)
+    cuda_free_later(l->v[i].p, l->v[i].host);
   free(l->v);
   *l = (dev_list){NULL, 0, 0};
 }
@@ -491,10 +490,8 @@ void comm_dev_teardown(braid_comm *c) {
       tp_staged.teardown(p->staged[k]);
   if (p->cuda_state != NULL)
     tp_cuda.teardown(p->cuda_state);
-  if (d->scratch != NULL)
-    cudev_free(d->scratch);
-  if (d->stage != NULL)
-    cudev_host_free(d->stage);
+  cuda_free_later(d->scratch, 0);
+  cuda_free_later(d->stage, 1);
   list_release(&p->retired);
   if (d->stream != NULL)
     cudev_stream_destroy(d->stream);
@@ -502,6 +499,7 @@ void comm_dev_teardown(braid_comm *c) {
     cudev_event_destroy(d->order_ev);
   dev_free(p);
   c->dev = NULL;
+  (void)cuda_release_sweep(); /* what waited for held streams */
 }
 
 size_t comm_dev_slice(const braid_comm *c, int route) {
@@ -705,8 +703,7 @@ void comm_dev_loose_free(braid_comm *c) {
     return;
   if (l->stream != NULL)
     cudev_stream_destroy(l->stream);
-  if (l->host != NULL)
-    cudev_host_free(l->host);
+  cuda_free_later(l->host, 1);
   list_release(&l->retired);
   free(l);
   c->loose = NULL;

@@ -42,6 +42,7 @@
 #include "src/log.h"
 #include "src/stream.h"
 #include "transports/cuda/cuda_dev.h"
+#include "transports/cuda/cuda_tp.h"
 
 /* The gate a queued unit of work waits for. A group over several
  * communicators on one CUDA stream shares one gate: the last of its units to
@@ -216,6 +217,7 @@ static int may_launch(const exec_op *ops, int nops) {
 /* The progress thread: a call launched on a CUDA stream is done. */
 static braid_result kernel_done(braid_comm *c, qwork *q) {
   braid_result r = exk_finish(c, q->w.ops, q->ev, q->kseq, 0);
+  cuda_held(-1);
   if (is_fatal(r) || r == BRAID_ERR_MISMATCH) {
     pthread_mutex_lock(&c->lock);
     comm_break(c, r);
@@ -353,6 +355,7 @@ static braid_result gate_enqueue(braid_comm *c, const exec_op *op,
   if (r != BRAID_SUCCESS)
     return r;
   g->seq = ++s->gate_seq;
+  cuda_held(1); /* until stream_gate_end opens it */
   r = cudev_gate_enqueue(s->gate, g->seq);
   dev_restore_of(dev, mine);
   if (r != BRAID_SUCCESS) {
@@ -440,6 +443,8 @@ static braid_result kernel_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
     return r;
   r = exk_launch(c, ops, nops, s->user, &q->ev, &q->kseq);
   dev_restore(c, mine);
+  if (r == BRAID_SUCCESS)
+    cuda_held(1); /* until kernel_done */
   return r;
 }
 

@@ -42,6 +42,7 @@
 #include "src/exec_int.h"
 #include "src/log.h"
 #include "transports/cuda/cuda_dev.h"
+#include "transports/cuda/cuda_tp.h"
 
 /* ---- local steps on the internal stream -------------------------------- */
 
@@ -401,7 +402,12 @@ static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
     void *ev = NULL;
     uint64_t seq = 0;
     r = exk_launch(c, ops, nops, c->dev->stream, &ev, &seq);
-    return r == BRAID_SUCCESS ? exk_finish(c, first, ev, seq, 1) : r;
+    if (r != BRAID_SUCCESS)
+      return r;
+    cuda_held(1); /* a device-wide wait meanwhile would wait for it */
+    r = exk_finish(c, first, ev, seq, 1);
+    cuda_held(-1);
+    return r;
   }
   exec_op *run = malloc(sizeof *run * (size_t)nops);
   exec_stage *st = malloc(sizeof *st * (size_t)nops);

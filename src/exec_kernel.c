@@ -158,7 +158,7 @@ static void exk_free(exk *x) {
     }
   void *mine = x->k.area[x->k.rank];
   if (mine != NULL && x->tp == NULL) /* no peers */
-    cudev_free(mine);
+    cuda_free_later(mine, 0);
   else if (mine != NULL && cuda_tp_adopt(x->tp, mine) != BRAID_SUCCESS)
     WARN(LOG_COLL,
          "rank %d: leaves its collective-kernel area (%zu bytes of GPU "
@@ -166,8 +166,7 @@ static void exk_free(exk *x) {
          x->k.rank, (size_t)CUDEV_KA_AREA(x->k.slot));
   if (x->share < 64)
     atomic_fetch_and(&exk_shares[x->device], ~(1ull << x->share));
-  if (x->host != NULL)
-    cudev_host_free(x->host);
+  cuda_free_later(x->host, 1);
   for (int i = 0; i < x->nall; i++)
     cudev_event_destroy(x->all_ev[i]);
   pthread_mutex_destroy(&x->lock);

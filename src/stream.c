@@ -11,6 +11,7 @@
 #include "src/exec_int.h"
 #include "src/log.h"
 #include "src/stream.h"
+#include "transports/cuda/cuda_tp.h"
 
 void *enq_stream_cuda(const braid_stream *s) {
   return s != NULL ? s->cuda : NULL;
@@ -73,6 +74,7 @@ void stream_gate_end(braid_stream *s, uint32_t seq) {
       open = seq;
   }
   if (open != s->gate_open) {
+    cuda_held(-(int)(open - s->gate_open)); /* counted in enqueue.c */
     s->gate_open = open;
     cudev_gate_release(s->gate, open);
   }
@@ -169,7 +171,7 @@ static int retired_done(retired *r) {
       r->host = NULL;
   }
   if (r->host != NULL)
-    cudev_host_free(r->host);
+    cuda_free_later(r->host, 1);
   return 1;
 }
 
@@ -200,6 +202,7 @@ char *stream_area_take(size_t want, size_t *bytes) {
 }
 
 static void retire(braid_stream *s) {
+  (void)cuda_release_sweep(); /* what waited for held streams */
   retired *r = malloc(sizeof *r);
   if (r == NULL) { /* they stay for good */
     WARN(LOG_COLL, "braid_stream_destroy: out of memory: the gate's words "

@@ -2,8 +2,9 @@
  * Sharing a GPU: calls on more CUDA streams than the GPU has hardware
  * queues (some of them then share one with braid's own streams), and two
  * communicators of the same ranks with collective kernels in flight at once
- * (their blocks must fit on the GPU together), and a communicator that a
- * rank destroys while its peer still uses it. Forked ranks on one GPU;
+ * (their blocks must fit on the GPU together), a communicator that a
+ * rank destroys while its peer still uses it, and one destroyed while
+ * another's call holds a stream. Forked ranks on one GPU;
  * skips without one. Run plainly, with collective kernels
  * (BRAID_CUDA_KERNEL_MAX) and through pinned host memory
  * (BRAID_CUDA_HOST_MAX): gpu.cmake.
@@ -219,6 +220,69 @@ static int destroy_first(braid_comm *c, int rank, int n) {
   return rc;
 }
 
+/* Destroying a communicator waits for no other communicator's call: rank
+ * 0 destroys A while its call on c, on a CUDA stream, waits 2 s for rank
+ * 1. Freeing A's memory (cudaFree, cudaFreeHost) waits for the whole
+ * device, the stream held by that call included (and for ever where rank
+ * 1 destroyed its A first behind a call of its own that waits for rank 0):
+ * it waits instead until braid holds no stream (transports/cuda/
+ * cuda_release.c, cuda_free_later), and is freed by the end. */
+static int destroy_while_held(braid_comm *c, int rank, int n) {
+  enum { K = 64 };
+  CK(cudaSetDevice(0));
+  float h[K], *d[2] = {NULL, NULL};
+  cudaStream_t s[2];
+  braid_stream *bs[2];
+  braid_comm *a = NULL;
+  int rc = gpu_ones_on_two_streams(rank, K, d, s, bs);
+  if (rc)
+    return rc;
+  /* both device sides first (setting one up waits for the peers) */
+  if (braid_allreduce(d[1], d[1], K, BRAID_FLOAT32, BRAID_SUM, c, NULL) !=
+          BRAID_SUCCESS ||
+      braid_comm_split(c, 0, rank, &a) != BRAID_SUCCESS ||
+      braid_allreduce(d[1], d[1], K, BRAID_FLOAT32, BRAID_SUM, a, NULL) !=
+          BRAID_SUCCESS)
+    return 12;
+  if (rank == 1)
+    usleep(2000 * 1000);
+  if (braid_allreduce(d[0], d[0], K, BRAID_FLOAT32, BRAID_SUM, c, bs[0]) !=
+      BRAID_SUCCESS)
+    return 13;
+  double t0 = gpu_now_s();
+  braid_comm_destroy(a);
+  double dt = gpu_now_s() - t0;
+  if (rank == 0 && dt > 1.0) {
+    fprintf(stderr,
+            "rank 0: braid_comm_destroy took %.2f s while a call of another "
+            "communicator waited\n",
+            dt);
+    rc = 14;
+  }
+  if (braid_stream_synchronize(bs[0]) != BRAID_SUCCESS && rc == 0)
+    rc = 15;
+  CK(cudaStreamSynchronize(s[0]));
+  CK(cudaMemcpy(h, d[0], sizeof h, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < K && rc == 0; i++)
+    if (h[i] != (float)n)
+      rc = 16;
+  for (int j = 0; j < 2; j++)
+    braid_stream_destroy(bs[j]);
+  int left = cuda_release_sweep(), later = cuda_free_waiting();
+  if (rc == 0 && later != 0) {
+    fprintf(stderr,
+            "rank %d: %d buffers still wait to be freed when no stream is "
+            "held (%d releases wait for peers)\n",
+            rank, later, left);
+    rc = 17;
+  }
+  for (int j = 0; j < 2; j++) {
+    cudaStreamDestroy(s[j]);
+    cudaFree(d[j]);
+  }
+  return rc;
+}
+
 Test(gpu_share, calls_on_more_streams_than_hardware_queues, .timeout = 120) {
   setenv("BRAID_TIMEOUT", "20", 1);
   gpu_run(many_streams, 2, "many streams");
@@ -235,4 +299,8 @@ Test(gpu_share, a_rank_destroys_a_communicator_before_its_peer,
      .timeout = 120) {
   setenv("CUDA_EMU_KERNEL_ROOM", "64", 1);
   gpu_run(destroy_first, 2, "destroy first");
+}
+
+Test(gpu_share, destroying_a_communicator_waits_for_no_other, .timeout = 120) {
+  gpu_run(destroy_while_held, 2, "destroy while another's call waits");
 }

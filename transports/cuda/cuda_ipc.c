@@ -57,9 +57,9 @@ const cuf_engine cuf_cuda_engine = {
 };
 
 static int pinned_alloc(void **p, size_t n) { return cudev_host_alloc(p, n); }
+static void pinned_free(void *p) { cuda_free_later(p, 1); }
 
-const staged_mem staged_pinned = {.alloc = pinned_alloc,
-                                  .free = cudev_host_free};
+const staged_mem staged_pinned = {.alloc = pinned_alloc, .free = pinned_free};
 
 /* ---- state --------------------------------------------------------------- */
 
@@ -337,8 +337,8 @@ static void cu_teardown(void *state) {
   if (st->live != NULL)
     cuda_release(st->rank, &st->me, dev, 1 + st->nadopted, st->live,
                  st->npeers);
-  else if (st->dev) /* no peers' pids: setup ended before any was known */
-    cudev_free(st->dev);
+  else /* no peers' pids: setup ended before any was known */
+    cuda_free_later(st->dev, 0);
   st->live = NULL;
   if (st->tx_stream)
     cudev_stream_destroy(st->tx_stream);

@@ -19,6 +19,17 @@
  * memory and the segment go on a list of this process, and every later
  * teardown or setup of a tp_cuda state frees what its peers have let go of
  * since. What is still held when the process exits goes with it.
+ *
+ * Freeing waits for the whole device: cudaFree and cudaFreeHost return
+ * once every stream's work issued so far has run, a user's stream held at
+ * braid's gate included, and a collective kernel that waits for its peers.
+ * A teardown that frees while another communicator's call holds a stream
+ * would wait for that call, and for ever where the call waits for a peer
+ * that first tears down the same way (its own call held behind ours). So
+ * while braid holds any stream of the process (cuda_held counts gates not
+ * yet released and collective kernels not yet ended), memory to free waits
+ * on a list instead (cuda_free_later), freed by the first sweep that finds
+ * nothing held: setups and teardowns of communicators, and stream destroys.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -41,6 +52,61 @@ typedef struct held_mem {
 static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
 static held_mem *held_list;
 
+/* Memory that waits for no stream to be held by braid (held_mu). */
+typedef struct later_mem {
+  void *p;
+  int pinned;
+} later_mem;
+static later_mem *later;
+static int nlater, caplater;
+static atomic_long held_work; /* cuda_held */
+
+void cuda_held(int delta) { atomic_fetch_add(&held_work, delta); }
+
+static void free_now(void *p, int pinned) {
+  if (pinned)
+    cudev_host_free(p);
+  else
+    cudev_free(p);
+}
+
+/* held_mu held */
+static void free_later_locked(void *p, int pinned) {
+  if (p == NULL)
+    return;
+  if (atomic_load(&held_work) <= 0) {
+    free_now(p, pinned);
+    return;
+  }
+  if (nlater == caplater) {
+    int cap = caplater ? 2 * caplater : 16;
+    later_mem *n = realloc(later, sizeof *n * (size_t)cap);
+    if (n == NULL) {
+      WARN(LOG_SHM,
+           "cuda: out of memory: %s memory at %p stays allocated "
+           "until the process exits",
+           pinned ? "pinned host" : "device", p);
+      return;
+    }
+    later = n;
+    caplater = cap;
+  }
+  later[nlater++] = (later_mem){p, pinned};
+}
+
+void cuda_free_later(void *p, int pinned) {
+  pthread_mutex_lock(&held_mu);
+  free_later_locked(p, pinned);
+  pthread_mutex_unlock(&held_mu);
+}
+
+int cuda_free_waiting(void) {
+  pthread_mutex_lock(&held_mu);
+  int n = nlater;
+  pthread_mutex_unlock(&held_mu);
+  return n;
+}
+
 /* The rank of a peer that still holds a mapping of m's memory, or -1. */
 static int holder(held_mem *m) {
   for (int i = 0; m->seg.hdr != NULL && i < m->npeers; i++) {
@@ -51,9 +117,9 @@ static int holder(held_mem *m) {
   return -1;
 }
 
-static void free_held(held_mem *m) {
+static void free_held(held_mem *m) { /* held_mu held */
   for (int k = 0; k < m->ndev; k++)
-    cudev_free(m->dev[k]);
+    free_later_locked(m->dev[k], 0);
   cuf_seg_unmap(&m->seg);
   for (int i = 0; i < m->npeers; i++)
     if (m->peers[i].pidfd >= 0)
@@ -83,6 +149,7 @@ void cuda_release(int rank, cuf_seg *seg, void *const *dev, int ndev,
   for (int i = 0; i < npeers; i++)
     m->peers[i].hdr = NULL; /* their segments are unmapped */
   int who = holder(m);
+  pthread_mutex_lock(&held_mu);
   if (who < 0) {
     free_held(m);
   } else {
@@ -90,17 +157,21 @@ void cuda_release(int rank, cuf_seg *seg, void *const *dev, int ndev,
          "cuda: rank %d: rank %d still maps this rank's device memory: it is "
          "freed once every peer has closed it (or exited)",
          rank, who);
-    pthread_mutex_lock(&held_mu);
     m->next = held_list;
     held_list = m;
-    pthread_mutex_unlock(&held_mu);
   }
+  pthread_mutex_unlock(&held_mu);
   (void)cuda_release_sweep();
 }
 
 int cuda_release_sweep(void) {
   int left = 0;
   pthread_mutex_lock(&held_mu);
+  if (atomic_load(&held_work) <= 0) {
+    for (int i = 0; i < nlater; i++)
+      free_now(later[i].p, later[i].pinned);
+    nlater = 0;
+  }
   for (held_mem **p = &held_list; *p != NULL;) {
     held_mem *m = *p;
     if (holder(m) < 0) {

@@ -45,8 +45,20 @@ void cuda_tp_set_stream(void *state, void *stream);
  * (zeroed), the memory and peers (malloc'd; their pidfds are closed). */
 void cuda_release(int rank, cuf_seg *seg, void *const *dev, int ndev,
                   cuf_peer *peers, int npeers);
-/* Frees what peers have let go of; returns how many releases wait still. */
+/* Frees what peers have let go of, and what cuda_free_later kept when no
+ * stream is held by braid any more; returns how many releases wait still. */
 int cuda_release_sweep(void);
+
+/* Work of braid's that holds a CUDA stream until braid's threads act: one
+ * more (1) or one less (-1) gate not yet released or collective kernel not
+ * yet ended, in this process. */
+void cuda_held(int delta);
+/* Frees p (cudev_host_alloc'd when pinned, else cudev_malloc'd) now when
+ * cuda_held counts nothing, else at the first cuda_release_sweep that finds
+ * it so: freeing waits for the whole device, the held streams included. */
+void cuda_free_later(void *p, int pinned);
+/* How many buffers cuda_free_later keeps (tests). */
+int cuda_free_waiting(void);
 
 /* One more (delta 1, before opening it) or one less (-1, once closed)
  * mapping of rank's device memory that this rank holds, counted in rank's
