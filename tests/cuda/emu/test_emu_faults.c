@@ -219,17 +219,17 @@ static int small_mismatch(braid_comm *c, int rank, int n) {
   return rc;
 }
 
-static void CUDART_CB hold_6s(void *arg) {
+static void CUDART_CB hold_10s(void *arg) {
   (void)arg;
-  sleep(6);
+  sleep(10);
 }
 
-/* Every rank's stream is held 6 s by a host function before the call;
- * BRAID_TIMEOUT is 2 s. A blocking call first sets the device side up, so
- * that the time a loaded machine takes for that setup (in the issuing
- * thread, before the gate) does not eat into the 6 s; it must itself end
- * within the timeout (1 s was too little with three test programs on two
- * cores). */
+/* Every rank's stream is held 10 s by a host function before the call;
+ * BRAID_TIMEOUT is 3 s (the call gives up after twice that and 1 s). A
+ * blocking call first sets the device side up, so that the time a loaded
+ * machine takes for that setup (in the issuing thread, before the gate)
+ * does not eat into the 10 s; it must itself end within the timeout (1 s,
+ * and once 2 s, were too little with three test programs on two cores). */
 static int stream_never_arrives(braid_comm *c, int rank, int n) {
   (void)n;
   float *d = NULL;
@@ -240,10 +240,13 @@ static int stream_never_arrives(braid_comm *c, int rank, int n) {
       braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS ||
       cudaMemset(d, 0, 64 * sizeof(float)) != cudaSuccess)
     return 50;
-  if (braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, NULL) !=
-      BRAID_SUCCESS)
+  braid_result w = braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  if (w != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: the first call: %s: %s\n", rank,
+            braid_result_string(w), braid_comm_last_error(c));
     return 52;
-  if (cudaLaunchHostFunc(s, hold_6s, NULL) != cudaSuccess)
+  }
+  if (cudaLaunchHostFunc(s, hold_10s, NULL) != cudaSuccess)
     return 51;
   braid_result r = braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, bs);
   if (r == BRAID_SUCCESS)
@@ -306,7 +309,7 @@ static int judge_kernel_call(braid_comm *c, int rank, braid_result r,
   return rc;
 }
 
-/* Rank 1 skips an allreduce that runs as a kernel (BRAID_TIMEOUT 2 s):
+/* Rank 1 skips an allreduce that runs as a kernel (BRAID_TIMEOUT 3 s):
  * rank 0's kernel waits for it BRAID_TIMEOUT, then ends the call, which
  * fails saying whom it waited for; the stream is let go. */
 static int peer_skips(braid_comm *c, int rank, int n) {
@@ -321,7 +324,7 @@ static int peer_skips(braid_comm *c, int rank, int n) {
       BRAID_SUCCESS)
     rc = 52;
   if (rc == 0 && rank == 1) {
-    sleep(4);
+    sleep(6);
   } else if (rc == 0) {
     braid_result r = braid_allreduce(d, d, 64, BRAID_FLOAT32, BRAID_SUM, c, bs);
     if (r == BRAID_SUCCESS)
@@ -468,12 +471,12 @@ static int kernel_coll_mismatch(braid_comm *c, int rank, int n) {
   return kernel_calls_differ(c, rank, 1);
 }
 
-/* Two ranks run fn with BRAID_TIMEOUT=2 (and BRAID_CUDA_KERNEL_MAX=kmax
+/* Two ranks run fn with BRAID_TIMEOUT=3 (and BRAID_CUDA_KERNEL_MAX=kmax
  * unless NULL); legend: what fn's exit codes mean. */
 static void run_two(gpu_rank_fn fn, const char *kmax, const char *legend) {
   GPU_REQUIRE();
   unsetenv("BRAID_TRANSPORT");
-  setenv("BRAID_TIMEOUT", "2", 1);
+  setenv("BRAID_TIMEOUT", "3", 1);
   if (kmax != NULL)
     setenv("BRAID_CUDA_KERNEL_MAX", kmax, 1);
   int st[2];
