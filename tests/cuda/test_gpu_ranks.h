@@ -195,6 +195,59 @@ static inline int gpu_ones_on_two_streams(int rank, size_t k, float *d[2],
   return rc;
 }
 
+/* Undoes gpu_ones_on_two_streams (braid streams already destroyed: NULL). */
+static inline void gpu_ones_free(float *d[2], cudaStream_t s[2],
+                                 braid_stream *bs[2]) {
+  for (int j = 0; j < 2; j++) {
+    if (bs[j] != NULL)
+      braid_stream_destroy(bs[j]);
+    cudaStreamDestroy(s[j]);
+    cudaFree(d[j]);
+  }
+}
+
+/* For the tests of what must not wait for a held stream: rank 1 lets 2 s
+ * pass, then each rank issues an allreduce of the k floats (ones) at d on
+ * bs (wrapping s), and runs what(arg) at once: on rank 0 that must take
+ * under 1 s, while the call waits for rank 1 (name says what it is). The
+ * call's result must then be n. 0, or the failure's code (what's failure:
+ * 17). */
+static inline int gpu_while_held(braid_comm *c, int rank, int n, float *d,
+                                 size_t k, braid_stream *bs, cudaStream_t s,
+                                 int (*what)(void *), void *arg,
+                                 const char *name) {
+  int rc = 0;
+  if (rank == 1)
+    usleep(2000 * 1000);
+  if (braid_allreduce(d, d, k, BRAID_FLOAT32, BRAID_SUM, c, bs) !=
+      BRAID_SUCCESS)
+    return 12;
+  double t0 = gpu_now_s();
+  if (what(arg) != 0)
+    rc = 17;
+  double dt = gpu_now_s() - t0;
+  if (rank == 0 && dt > 1.0) {
+    fprintf(stderr, "rank 0: %s took %.2f s while a call waited for rank 1\n",
+            name, dt);
+    rc = 18;
+  }
+  if (braid_stream_synchronize(bs) != BRAID_SUCCESS && rc == 0)
+    rc = 13;
+  float *h = malloc(k * sizeof *h);
+  if (h == NULL)
+    return 3;
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(h, d, k * sizeof *h, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < k && rc == 0; i++)
+    if (h[i] != (float)n) {
+      fprintf(stderr, "rank %d: element %zu is %g, want %d\n", rank, i,
+              (double)h[i], n);
+      rc = 14;
+    }
+  free(h);
+  return rc;
+}
+
 /* With BRAID_CUDA_KERNEL_MAX set (and above the calls' size), whether
  * `calls` calls on the streams ran as collective kernels, and none without. */
 static inline int gpu_kernel_calls(int rank, braid_stream **bs, int nbs,

@@ -150,11 +150,7 @@ static int two_comms(braid_comm *c, int rank, int n) {
     }
   }
   braid_comm_destroy(cs[1]);
-  for (int j = 0; j < 2; j++) {
-    braid_stream_destroy(bs[j]);
-    cudaStreamDestroy(s[j]);
-    cudaFree(d[j]);
-  }
+  gpu_ones_free(d, s, bs);
   return rc;
 }
 
@@ -227,10 +223,12 @@ static int destroy_first(braid_comm *c, int rank, int n) {
  * 1 destroyed its A first behind a call of its own that waits for rank 0):
  * it waits instead until braid holds no stream (transports/cuda/
  * cuda_release.c, cuda_free_later), and is freed by the end. */
+static int comm_destroy(void *c) { return braid_comm_destroy(c) != 0; }
+
 static int destroy_while_held(braid_comm *c, int rank, int n) {
   enum { K = 64 };
   CK(cudaSetDevice(0));
-  float h[K], *d[2] = {NULL, NULL};
+  float *d[2] = {NULL, NULL};
   cudaStream_t s[2];
   braid_stream *bs[2];
   braid_comm *a = NULL;
@@ -244,42 +242,21 @@ static int destroy_while_held(braid_comm *c, int rank, int n) {
       braid_allreduce(d[1], d[1], K, BRAID_FLOAT32, BRAID_SUM, a, NULL) !=
           BRAID_SUCCESS)
     return 12;
-  if (rank == 1)
-    usleep(2000 * 1000);
-  if (braid_allreduce(d[0], d[0], K, BRAID_FLOAT32, BRAID_SUM, c, bs[0]) !=
-      BRAID_SUCCESS)
-    return 13;
-  double t0 = gpu_now_s();
-  braid_comm_destroy(a);
-  double dt = gpu_now_s() - t0;
-  if (rank == 0 && dt > 1.0) {
-    fprintf(stderr,
-            "rank 0: braid_comm_destroy took %.2f s while a call of another "
-            "communicator waited\n",
-            dt);
-    rc = 14;
-  }
-  if (braid_stream_synchronize(bs[0]) != BRAID_SUCCESS && rc == 0)
-    rc = 15;
-  CK(cudaStreamSynchronize(s[0]));
-  CK(cudaMemcpy(h, d[0], sizeof h, cudaMemcpyDeviceToHost));
-  for (int i = 0; i < K && rc == 0; i++)
-    if (h[i] != (float)n)
-      rc = 16;
-  for (int j = 0; j < 2; j++)
+  rc = gpu_while_held(c, rank, n, d[0], K, bs[0], s[0], comm_destroy, a,
+                      "braid_comm_destroy of another communicator");
+  for (int j = 0; j < 2; j++) {
     braid_stream_destroy(bs[j]);
+    bs[j] = NULL;
+  }
   int left = cuda_release_sweep(), later = cuda_free_waiting();
   if (rc == 0 && later != 0) {
     fprintf(stderr,
             "rank %d: %d buffers still wait to be freed when no stream is "
             "held (%d releases wait for peers)\n",
             rank, later, left);
-    rc = 17;
+    rc = 19;
   }
-  for (int j = 0; j < 2; j++) {
-    cudaStreamDestroy(s[j]);
-    cudaFree(d[j]);
-  }
+  gpu_ones_free(d, s, bs);
   return rc;
 }
 
