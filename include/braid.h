@@ -143,7 +143,10 @@ BRAID_API braid_result braid_comm_split(braid_comm *comm, int color, int key,
                                         braid_comm **out);
 /* Waits for every queued call, then quiesces (collective). */
 BRAID_API braid_result braid_comm_finalize(braid_comm *comm);
-/* Frees the communicator (local; call finalize first for a clean close). */
+/* Frees the communicator (local; call finalize first for a clean close).
+ * Never waits for the peers or for other communicators' calls: its device
+ * memory that a peer still maps, or that freeing while another call holds
+ * a CUDA stream would wait for, is freed later (docs/CUDA.md). */
 BRAID_API braid_result braid_comm_destroy(braid_comm *comm);
 /* Stops every pending call with BRAID_ERR_ABORTED and frees the communicator.
  */
