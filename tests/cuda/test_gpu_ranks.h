@@ -195,6 +195,24 @@ static inline int gpu_ones_on_two_streams(int rank, size_t k, float *d[2],
   return rc;
 }
 
+/* braid_stream_synchronize, then cudaStreamSynchronize, on each of the n
+ * streams: 0; 13 when a braid stream reports an error (said); 50 when CUDA
+ * fails (said). */
+static inline int gpu_sync_streams(braid_comm *c, int rank, braid_stream **bs,
+                                   cudaStream_t *s, int n) {
+  int rc = 0;
+  for (int k = 0; k < n; k++) {
+    braid_result r = braid_stream_synchronize(bs[k]);
+    if (r != BRAID_SUCCESS && rc == 0) {
+      fprintf(stderr, "rank %d: stream %d: %s (%s)\n", rank, k,
+              braid_result_string(r), braid_comm_last_error(c));
+      rc = 13;
+    }
+    CK(cudaStreamSynchronize(s[k]));
+  }
+  return rc;
+}
+
 /* Undoes gpu_ones_on_two_streams (braid streams already destroyed: NULL). */
 static inline void gpu_ones_free(float *d[2], cudaStream_t s[2],
                                  braid_stream *bs[2]) {

@@ -65,15 +65,10 @@ static int many_streams(braid_comm *c, int rank, int n) {
     CK(cudaMemcpyAsync(ok, dk, K * sizeof(float), cudaMemcpyDeviceToDevice,
                        s[k]));
   }
-  for (int k = 0; k < NSTREAMS; k++) {
-    braid_result r = braid_stream_synchronize(bs[k]);
-    if (r != BRAID_SUCCESS && rc == 0) {
-      fprintf(stderr, "rank %d: stream %d: %s (%s)\n", rank, k,
-              braid_result_string(r), braid_comm_last_error(c));
-      rc = 13;
-    }
-    CK(cudaStreamSynchronize(s[k]));
-  }
+  int synced = gpu_sync_streams(c, rank, bs, s, NSTREAMS);
+  if (synced == 50)
+    return 50;
+  rc = rc ? rc : synced;
   CK(cudaMemcpy(h, o, bytes, cudaMemcpyDeviceToHost));
   for (int k = 0; k < NSTREAMS && rc == 0; k++) {
     float want = (float)(n * k + n * (n - 1) / 2);

@@ -315,15 +315,10 @@ static int alternate(braid_comm *c, int rank, int n, int dflt) {
     if (braid_allreduce(d, d, K, BRAID_FLOAT32, BRAID_SUM, c, bs[k % 2]) !=
         BRAID_SUCCESS)
       rc = 12;
-  for (int j = 0; j < 2; j++) {
-    braid_result r = braid_stream_synchronize(bs[j]);
-    if (r != BRAID_SUCCESS && rc == 0) {
-      fprintf(stderr, "rank %d: stream %d: %s (%s)\n", rank, j,
-              braid_result_string(r), braid_comm_last_error(c));
-      rc = 13;
-    }
-    CK(cudaStreamSynchronize(s[j]));
-  }
+  int synced = gpu_sync_streams(c, rank, bs, s, 2);
+  if (synced == 50)
+    return 50;
+  rc = rc ? rc : synced;
   CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
   float want = 1.0f;
   for (int k = 0; k < CALLS; k++)

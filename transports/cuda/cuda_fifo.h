@@ -10,12 +10,12 @@
  * control of its INCOMING connections: a header (pid, rank, doorbell, cause,
  * the sender rank of each ring group, and how many mappings of the owner's
  * device memory each of those peers holds), then one ring per (peer,
- * channel): two
- * counters on their own cache lines -- `head` (written by the sender: slots
- * published) and `tail` (written by the receiver: slots released) -- and a
- * 32-byte header per slot (message length, offset and length of the
- * fragment, message number). The slot data is in the receiver's device
- * memory: one region per rank, ring i slot s at (i * nslots + s) * slot_data.
+ * channel): two counters on their own cache lines -- `head` (written by the
+ * sender: slots published) and `tail` (written by the receiver: slots
+ * released) -- and a 32-byte header per slot (message length, offset and
+ * length of the fragment, message number). The slot data is in the
+ * receiver's device memory: one region per rank, ring i slot s at
+ * (i * nslots + s) * slot_data.
  *
  * Send (cuf_tx): a message takes one slot per slot_data bytes (at least one).
  * For each fragment the sender waits for a free slot (prod - tail < nslots),

@@ -43,7 +43,7 @@
 typedef struct held_mem {
   cuf_seg seg; /* the owner's: the peers' counts */
   void *dev[CUDA_RELEASE_DEVS];
-  int ndev, rank;
+  int ndev;
   cuf_peer *peers; /* their pids (pidfds): exited ones hold nothing */
   int npeers;
   struct held_mem *next;
@@ -143,7 +143,6 @@ void cuda_release(int rank, cuf_seg *seg, void *const *dev, int ndev,
   for (int k = 0; k < ndev && k < CUDA_RELEASE_DEVS; k++)
     if (dev[k] != NULL)
       m->dev[m->ndev++] = dev[k];
-  m->rank = rank;
   m->peers = peers;
   m->npeers = npeers;
   for (int i = 0; i < npeers; i++)
