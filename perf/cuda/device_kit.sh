@@ -38,8 +38,10 @@
 # logs). Environment: BUILD (default build-device); KIT_SECONDS
 # (default 560) bounds the whole run, so that it fits a 10-minute command;
 # KIT_PERF_SECONDS (default 220) bounds the measurements, the tests get
-# what is left (with 'all'), each at most KIT_TEST_EACH (default 150)
-# seconds; CUDA_ARCHS (default 90: H100 and H200), the device code built.
+# what is left (with 'all'), each at most KIT_TEST_EACH (default 90)
+# seconds; run_device.sh gets PLAIN=0 (its figures without MPS are known
+# already) and RUN_TIMEOUT=60 (a run that hangs costs a minute) unless
+# they are set; CUDA_ARCHS (default 90: H100 and H200), the device code built.
 #
 # Exit status: 0 when every step ran and passed, else the first failing
 # step's status (2: no CUDA device).
@@ -184,7 +186,7 @@ test_order() {
   local all first p n
   all=$(cd "$BUILD" && ctest -N -L 'cuda|gpu' -LE emu | sed -n 's/^ *Test *#[0-9]*: //p')
   first=""
-  for p in ${KIT_TEST_FIRST:-cuda_test_ gpu_nodev gpu_stream gpu_share gpu_matrix_stream_kernel \
+  for p in ${KIT_TEST_FIRST:-cuda_test_ gpu_nodev gpu_stream gpu_share gpu_args gpu_matrix_stream_kernel \
     gpu_matrix_stream_small gpu_matrix_stream_2 transports_cuda_ipc trainer_cuda}; do
     for n in $all; do
       case " $first " in *" $n "*) continue ;; esac
@@ -206,7 +208,7 @@ run_tests() {
   : >"$out/tests.txt"
   for n in $(test_order); do
     lim=$(($(left) - 15))
-    [ "$lim" -le "${KIT_TEST_EACH:-150}" ] || lim=${KIT_TEST_EACH:-150}
+    [ "$lim" -le "${KIT_TEST_EACH:-90}" ] || lim=${KIT_TEST_EACH:-90}
     if [ "$lim" -lt 10 ]; then
       echo "NOT RUN  $n (the kit's time was spent)" | tee -a "$out/tests.txt"
       [ "$rc" -ne 0 ] || rc=124
@@ -291,7 +293,8 @@ run() {
     [ "$lim" -le $(($(left) - 20)) ] || lim=$(($(left) - 20))
     step "perf/cuda/run_device.sh (up to $lim s)"
     r=0
-    timeout "$lim" "$ROOT/perf/cuda/run_device.sh" "$BUILD" \
+    PLAIN=${PLAIN:-0} RUN_TIMEOUT=${RUN_TIMEOUT:-60} \
+      timeout "$lim" "$ROOT/perf/cuda/run_device.sh" "$BUILD" \
       >"$out/perf.md" || r=$?
     cat "$out/perf.md"
     echo "run_device.sh exit $r"

@@ -92,6 +92,15 @@ check "MPS=0: no run under MPS, all in full" \
   [ "$(grep -c '^mps' "$T/nomps.calls")/$(grep -c '^plain.*-n 20 -w 5' "$T/nomps.calls")" = 0/10 ]
 check "MPS=0: the report says so" grep -q '^(MPS=0: not measured)$' "$T/nomps.md"
 
+# 2b. PLAIN=0 RUN_TIMEOUT=45: the MPS pass alone, each braidrun bounded
+run noplain PLAIN=0 RUN_TIMEOUT=45
+check "PLAIN=0 exits 0" [ "$(cat "$T/noplain.rc")" = 0 ]
+check "PLAIN=0: the MPS pass in full, no run without MPS" \
+  [ "$(grep -c '^mps.*-n 20 -w 5' "$T/noplain.calls")/$(grep -c '^plain' "$T/noplain.calls")" = 10/0 ]
+check "RUN_TIMEOUT=45: every braidrun gets --timeout 45" \
+  [ "$(grep -c -- '--timeout 45 ' "$T/noplain.calls")" = "$(wc -l <"$T/noplain.calls")" ]
+check "PLAIN=0: the report says so" grep -q '^(PLAIN=0: not measured)$' "$T/noplain.md"
+
 # 3. a time limit during the MPS pass: what was measured, marked, daemon quit
 rc=0
 FAKE_SLEEP=0.3 FAKE_LOG="$T/term.calls" FAKE_MPS_LOG="$T/term.mps" MPS_CTL="$T/bin/mps-ctl" \
