@@ -145,14 +145,16 @@ static int blocks_for(const exk_rec *all, int n) {
   return most < 1 ? 1 : most;
 }
 
-/* Unmaps the peers' areas (no kernel of this rank may touch them any more)
- * and hands this rank's to the tp_cuda state, which frees it once no peer
- * maps it (transports/cuda/cuda_release.c). */
+/* Hands the peers' areas (no kernel of this rank may touch them any more)
+ * to the tp_cuda state, which closes them with its own mappings, and this
+ * rank's, which it frees once no peer maps it (transports/cuda/
+ * cuda_release.c). */
 static void exk_free(exk *x) {
   if (x == NULL)
     return;
   for (int q = 0; q < x->k.nranks; q++)
-    if (q != x->k.rank && x->k.area[q] != NULL) {
+    if (q != x->k.rank && x->k.area[q] != NULL &&
+        cuda_tp_close_later(x->tp, q, x->k.area[q]) != BRAID_SUCCESS) {
       cudev_ipc_close(x->k.area[q]);
       (void)cuda_tp_hold(x->tp, q, -1);
     }

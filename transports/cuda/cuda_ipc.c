@@ -70,12 +70,18 @@ struct tp_conn {
   cuf_rx rx;
 };
 
+/* Most mappings of a peer's memory that others hand over (the collective
+ * kernels' areas: one per communicator's kernels at a time). */
+#define CU_MORE 3
+
 typedef struct cu_peer {
   int rank;
   cuf_seg seg;
-  void *dev;      /* its slot region, mapped here */
-  int ipc_mapped; /* dev came from cudev_ipc_open */
-  int held;       /* counted in its segment (cuf_held) */
+  void *dev;           /* its slot region, mapped here */
+  int ipc_mapped;      /* dev came from cudev_ipc_open */
+  int held;            /* counted in its segment (cuf_held) */
+  void *more[CU_MORE]; /* its memory mapped for others: cuda_tp_close_later */
+  int nmore;
 } cu_peer;
 
 typedef struct cu_state {
@@ -289,6 +295,18 @@ int cuda_tp_hold(void *state, int rank, int delta) {
   return BRAID_SUCCESS;
 }
 
+int cuda_tp_close_later(void *state, int rank, void *base) {
+  cu_state *st = state;
+  int i = st != NULL && rank >= 0 && rank < st->nranks ? st->lidx[rank] : -1;
+  if (i < 0)
+    return BRAID_ERR_INTERNAL;
+  cu_peer *p = &st->peers[i];
+  if (p->nmore >= CU_MORE)
+    return BRAID_ERR_NOMEM;
+  p->more[p->nmore++] = base;
+  return BRAID_SUCCESS;
+}
+
 int cuda_tp_adopt(void *state, void *dev) {
   cu_state *st = state;
   if (st == NULL || st->nadopted >= CUDA_RELEASE_DEVS - 1)
@@ -322,13 +340,13 @@ static void cu_teardown(void *state) {
     cuf_tx_fini(&st->conns[i].tx);
     cuf_rx_fini(&st->conns[i].rx);
   }
+  /* the mappings of the peers' memory, then their counts */
   for (int i = 0; st->peers && i < st->npeers; i++) {
     cu_peer *p = &st->peers[i];
-    if (p->ipc_mapped)
-      cudev_ipc_close(p->dev);
-    if (p->held)
-      atomic_fetch_sub(cuf_held(p->seg.hdr, st->rank), 1);
-    cuf_seg_unmap(&p->seg);
+    void *base[CU_MORE + 1] = {p->ipc_mapped ? p->dev : NULL};
+    for (int k = 0; k < p->nmore; k++)
+      base[k + 1] = p->more[k];
+    cuda_close_later(&p->seg, st->rank, p->held + p->nmore, base, 1 + p->nmore);
   }
   /* our slots and what was adopted, once no peer maps them */
   void *dev[CUDA_RELEASE_DEVS] = {st->dev};

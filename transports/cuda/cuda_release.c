@@ -30,6 +30,10 @@
  * yet released and collective kernels not yet ended), memory to free waits
  * on a list instead (cuda_free_later), freed by the first sweep that finds
  * nothing held: setups and teardowns of communicators, and stream destroys.
+ * Closing a mapping of a peer's memory (cudaIpcCloseMemHandle) waits for
+ * the whole device on some drivers too (an H100's did: docs/CUDA.md), so
+ * it waits the same way (cuda_close_later), and the peer's count drops
+ * only once the mapping is closed.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -60,6 +64,17 @@ typedef struct later_mem {
 static later_mem *later;
 static int nlater, caplater;
 static atomic_long held_work; /* cuda_held */
+
+/* Mappings of a peer's memory that wait for no stream to be held by braid
+ * before they are closed (held_mu). */
+typedef struct closing {
+  cuf_seg seg; /* the peer's */
+  int rank, drop;
+  void *base[CUDA_RELEASE_DEVS];
+  int nbase;
+  struct closing *next;
+} closing;
+static closing *closing_list;
 
 void cuda_held(int delta) { atomic_fetch_add(&held_work, delta); }
 
@@ -103,8 +118,43 @@ void cuda_free_later(void *p, int pinned) {
 int cuda_free_waiting(void) {
   pthread_mutex_lock(&held_mu);
   int n = nlater;
+  for (closing *c = closing_list; c != NULL; c = c->next)
+    n++;
   pthread_mutex_unlock(&held_mu);
   return n;
+}
+
+static void close_now(cuf_seg *seg, int rank, int drop, void *const *base,
+                      int nbase) {
+  for (int k = 0; k < nbase; k++)
+    if (base[k] != NULL)
+      cudev_ipc_close(base[k]);
+  _Atomic int32_t *n = seg->hdr != NULL ? cuf_held(seg->hdr, rank) : NULL;
+  if (n != NULL && drop > 0)
+    atomic_fetch_sub(n, drop);
+  cuf_seg_unmap(seg);
+}
+
+void cuda_close_later(cuf_seg *seg, int rank, int drop, void *const *base,
+                      int nbase) {
+  closing *c = NULL;
+  pthread_mutex_lock(&held_mu);
+  if (atomic_load(&held_work) > 0 && nbase <= CUDA_RELEASE_DEVS)
+    c = calloc(1, sizeof *c);
+  if (c == NULL) {
+    close_now(seg, rank, drop, base, nbase);
+  } else {
+    c->seg = *seg;
+    c->rank = rank;
+    c->drop = drop;
+    for (int k = 0; k < nbase; k++)
+      c->base[k] = base[k];
+    c->nbase = nbase;
+    c->next = closing_list;
+    closing_list = c;
+  }
+  *seg = (cuf_seg){0};
+  pthread_mutex_unlock(&held_mu);
 }
 
 /* The rank of a peer that still holds a mapping of m's memory, or -1. */
@@ -167,6 +217,12 @@ int cuda_release_sweep(void) {
   int left = 0;
   pthread_mutex_lock(&held_mu);
   if (atomic_load(&held_work) <= 0) {
+    while (closing_list != NULL) {
+      closing *c = closing_list;
+      closing_list = c->next;
+      close_now(&c->seg, c->rank, c->drop, c->base, c->nbase);
+      free(c);
+    }
     for (int i = 0; i < nlater; i++)
       free_now(later[i].p, later[i].pinned);
     nlater = 0;

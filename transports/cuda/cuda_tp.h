@@ -57,13 +57,28 @@ void cuda_held(int delta);
  * cuda_held counts nothing, else at the first cuda_release_sweep that finds
  * it so: freeing waits for the whole device, the held streams included. */
 void cuda_free_later(void *p, int pinned);
-/* How many buffers cuda_free_later keeps (tests). */
+/* How many buffers cuda_free_later keeps and peers' segments whose
+ * mappings cuda_close_later keeps (tests). */
 int cuda_free_waiting(void);
+/* Closes base[0..nbase) (mappings of a peer's memory, cudev_ipc_open'd;
+ * NULL entries skipped), then takes drop from the count of this rank
+ * (rank) in the peer's segment seg and unmaps it: now when cuda_held counts
+ * nothing, else at the first cuda_release_sweep that finds it so. Some
+ * drivers wait for the whole device in cudaIpcCloseMemHandle, as in
+ * cudaFree (an H100's did). Takes seg (zeroed). */
+void cuda_close_later(cuf_seg *seg, int rank, int drop, void *const *base,
+                      int nbase);
 
 /* One more (delta 1, before opening it) or one less (-1, once closed)
  * mapping of rank's device memory that this rank holds, counted in rank's
  * segment of a tp_cuda state; BRAID_ERR_INTERNAL when rank is not a peer. */
 int cuda_tp_hold(void *state, int rank, int delta);
+/* Hands base (a mapping of rank's memory, counted with cuda_tp_hold) to a
+ * tp_cuda state, which closes it with its own mappings of rank's memory at
+ * teardown and then gives the count back (cuda_close_later);
+ * BRAID_ERR_NOMEM when it holds too many (close it and give the count back
+ * now), BRAID_ERR_INTERNAL when rank is not a peer. */
+int cuda_tp_close_later(void *state, int rank, void *base);
 /* Hands dev (this rank's cudev_malloc'd memory, which peers map) to a
  * tp_cuda state, which frees it with its own slots at teardown, once the
  * peers have let go of both; BRAID_ERR_NOMEM when it holds too many. */

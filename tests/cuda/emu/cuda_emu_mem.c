@@ -421,7 +421,11 @@ cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle,
   return cudaSuccess;
 }
 
+/* Waits for the whole device first, as cudaFree does: some drivers do so
+ * (an H100's did, docs/CUDA.md), and braid must not close while another
+ * call holds a stream. */
 cudaError_t cudaIpcCloseMemHandle(void *devPtr) {
+  emu_device_idle("cudaIpcCloseMemHandle");
   pthread_mutex_lock(&reg_mu);
   emu_region *r = reg_find(devPtr);
   cudaError_t e = cudaSuccess;
