@@ -92,8 +92,11 @@ static void cfg_load(void) {
   c->shm_cma = env_int("BRAID_SHM_CMA", 1, 0, 1);
   c->cma_threshold = env_size("BRAID_SHM_CMA_THRESHOLD", (size_t)64 << 10);
   c->spin_us = env_int("BRAID_SPIN_US", 50, 0, 1000000);
-  c->cuda_host_max = env_size("BRAID_CUDA_HOST_MAX", 0);
-  c->cuda_kernel_max = env_size("BRAID_CUDA_KERNEL_MAX", 0);
+  /* measured on an H100 under MPS (docs/PERFORMANCE.md, "Figures"): the
+   * collective kernels were the fastest path at every size from 8 B to 256
+   * MiB; of the others, host memory was the faster up to 32 KiB */
+  c->cuda_host_max = env_size("BRAID_CUDA_HOST_MAX", (size_t)32 << 10);
+  c->cuda_kernel_max = env_size("BRAID_CUDA_KERNEL_MAX", SIZE_MAX);
   c->cuda_kernel_slot = env_size("BRAID_CUDA_KERNEL_SLOT", (size_t)4 << 20);
   if (c->cuda_kernel_slot < 256) {
     WARN(LOG_ENV, "BRAID_CUDA_KERNEL_SLOT=%zu is below 256 bytes; using 4M",
@@ -102,7 +105,9 @@ static void cfg_load(void) {
   }
   c->cuda_buffsize = env_size("BRAID_CUDA_BUFFSIZE", 0);
   c->cuda_one_queue = env_int("CUDA_DEVICE_MAX_CONNECTIONS", 8, 1, 32) == 1;
-  c->cuda_gate = env_int("BRAID_CUDA_GATE", !c->cuda_one_queue, 0, 1);
+  /* gates held braid's own work behind a held stream on an H100 under MPS
+   * (docs/CUDA.md, "Stream gates and hardware queues"): off unless asked */
+  c->cuda_gate = env_int("BRAID_CUDA_GATE", 0, 0, 1);
   c->topo_file = env_str("BRAID_TOPO_FILE");
   c->topo_dump_file = env_str("BRAID_TOPO_DUMP_FILE");
   c->schedule_file = env_str("BRAID_SCHEDULE_FILE");

@@ -21,14 +21,15 @@ typedef struct cfg_env {
   int shm_cma;               /* BRAID_SHM_CMA: single-copy, default 1 */
   size_t cma_threshold;      /* BRAID_SHM_CMA_THRESHOLD */
   int spin_us;               /* BRAID_SPIN_US: spin before yielding */
-  size_t cuda_host_max;      /* BRAID_CUDA_HOST_MAX, default 0 = off */
-  size_t cuda_kernel_max;    /* BRAID_CUDA_KERNEL_MAX, default 0 = off */
+  size_t cuda_host_max;      /* BRAID_CUDA_HOST_MAX, default 32K; 0 = off */
+  size_t cuda_kernel_max;    /* BRAID_CUDA_KERNEL_MAX, default no limit */
   size_t cuda_kernel_slot;   /* BRAID_CUDA_KERNEL_SLOT, default 4M */
   /* BRAID_CUDA_GATE: 1 hold a CUDA stream at a gate while braid runs a
    * call on its own stream (the call returns once enqueued); 0 the calling
-   * thread waits for the stream to reach the call and runs it. Default 1,
-   * 0 when CUDA_DEVICE_MAX_CONNECTIONS is 1 (cuda_one_queue: every stream
-   * on one hardware queue, where a held stream holds braid's own work) */
+   * thread waits for the stream to reach the call and runs it. Default 0:
+   * where streams share a hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1
+   * always, cuda_one_queue; under MPS on an H100 with 8), a held stream
+   * holds braid's own work too */
   int cuda_gate;
   int cuda_one_queue;
   const char *debug;          /* BRAID_DEBUG */

@@ -282,13 +282,12 @@ braid_result braid_stream_from_cuda(void *cuda_stream, braid_stream **stream) {
   }
   static atomic_int told;
   const cfg_env *cfg = cfg_get();
-  if (cfg->cuda_one_queue && !cfg->cuda_gate && atomic_exchange(&told, 1) == 0)
-    INFO(LOG_COLL,
-         "CUDA_DEVICE_MAX_CONNECTIONS=1: every CUDA stream shares one "
-         "hardware queue, where a stream held at braid's gate would hold "
-         "braid's own work too; calls on CUDA streams that braid runs on its "
-         "stream wait in the calling thread for their stream to reach them "
-         "(BRAID_CUDA_GATE=0)");
+  if (cfg->cuda_one_queue && cfg->cuda_gate && atomic_exchange(&told, 1) == 0)
+    WARN(LOG_COLL,
+         "BRAID_CUDA_GATE=1 with CUDA_DEVICE_MAX_CONNECTIONS=1: every CUDA "
+         "stream shares one hardware queue, where a stream held at braid's "
+         "gate holds braid's own work too: calls that braid runs on its "
+         "stream will time out (BRAID_TIMEOUT); unset BRAID_CUDA_GATE");
   /* the default stream is NULL as a cudaStream_t: mark the wrapper anyway */
   s->cuda = cuda_stream != NULL ? cuda_stream : (void *)s->gate;
   s->user = cuda_stream;

@@ -29,11 +29,27 @@ function(gpu_program program source)
   target_include_directories(${program} PRIVATE ${gpu_dir})
   target_link_libraries(${program} PRIVATE ${ARGN} PkgConfig::CRITERION)
 endfunction()
+# gpu_pinned(<out> [VAR=value...]): the variables given, after
+# BRAID_CUDA_HOST_MAX=0 and BRAID_CUDA_KERNEL_MAX=0 where they do not set
+# these. A test names the device path it runs: by default small calls go
+# through host memory and allreduce, reduce, broadcast, allgather and
+# reduce_scatter as collective kernels (src/config.c), which would take
+# over every call of the tests of the other paths.
+function(gpu_pinned out)
+  set(env ${ARGN})
+  foreach(var BRAID_CUDA_HOST_MAX BRAID_CUDA_KERNEL_MAX)
+    if(NOT "${ARGN}" MATCHES "${var}=")
+      list(INSERT env 0 ${var}=0)
+    endif()
+  endforeach()
+  set(${out} "${env}" PARENT_SCOPE)
+endfunction()
 # gpu_test(<test> <program> [VAR=value...]): the ctest that runs <program>
-# one test at a time with BRAID_TIMEOUT=60 and the variables given; on the
-# emulated GPU for emu_* programs, else on a GPU (skipped without one).
+# one test at a time with BRAID_TIMEOUT=60 and the variables given (the
+# device path pinned: gpu_pinned); on the emulated GPU for emu_* programs,
+# else on a GPU (skipped without one).
 function(gpu_test test program)
-  set(env BRAID_TIMEOUT=60 ${ARGN})
+  gpu_pinned(env BRAID_TIMEOUT=60 ${ARGN})
   add_test(NAME ${test} COMMAND ${program} --jobs 1)
   set_tests_properties(${test} PROPERTIES TIMEOUT 300 ENVIRONMENT "${env}")
   if(program MATCHES "^emu_")
@@ -112,6 +128,7 @@ function(gpu_matrix_tests prefix counts labels)
       list(APPEND env "GPU_MATRIX_BLOCKING_RANK=1")
       list(APPEND env "BRAID_TIMEOUT=120")
     endif()
+    gpu_pinned(env ${env})
     add_test(NAME ${prefix}_${run}
       COMMAND $<TARGET_FILE:braidrun> -n ${n} --timeout 900
               $<TARGET_FILE:${prefix}_${mode}> --counts ${counts})
@@ -148,14 +165,16 @@ gpu_program(emu_gpu_stream test_gpu_stream.c braid_emu)
 target_compile_definitions(emu_gpu_stream PRIVATE SLEEP_MS=1000)
 gpu_program(emu_gpu_share test_gpu_share.c braid_emu)
 gpu_program(emu_gpu_args test_gpu_args.c braid_emu)
-gpu_test(emu_gpu_stream emu_gpu_stream)
+# gates (BRAID_CUDA_GATE=1, off by default: docs/CUDA.md) on the emulated
+# GPU, whose streams each have a hardware queue of their own
+gpu_test(emu_gpu_stream emu_gpu_stream BRAID_CUDA_GATE=1)
 gpu_test(emu_gpu_stream_small emu_gpu_stream BRAID_CUDA_HOST_MAX=8M)
 gpu_test(emu_gpu_stream_kernel emu_gpu_stream BRAID_CUDA_KERNEL_MAX=64K)
 # Every stream on one hardware queue (the emulated GPU runs their work in
 # issue order, an operation that waits holding the rest): calls that braid
-# runs on its own stream then wait for the user's stream in the calling
-# thread instead of holding it at a gate (BRAID_CUDA_GATE's default there).
-# With gates forced on (BRAID_CUDA_GATE=1) the same tests time out.
+# runs on its own stream wait for the user's stream in the calling thread
+# instead of holding it at a gate (BRAID_CUDA_GATE=0, the default). With
+# gates forced on (BRAID_CUDA_GATE=1) the same tests time out.
 gpu_test(emu_gpu_stream_one_queue emu_gpu_stream CUDA_DEVICE_MAX_CONNECTIONS=1)
 # A call on a CUDA stream that goes as collective kernels while host-stream
 # calls that may launch theirs are queued, with every stream on one
@@ -164,10 +183,11 @@ gpu_test(emu_gpu_stream_one_queue emu_gpu_stream CUDA_DEVICE_MAX_CONNECTIONS=1)
 # held queue would never run: BRAID_TIMEOUT).
 add_test(NAME emu_gpu_stream_deferred_kernel COMMAND emu_gpu_stream --jobs 1
   --filter "gpu_stream/host_and_cuda_streams_interleaved")
+gpu_pinned(env BRAID_TIMEOUT=20 BRAID_CUDA_KERNEL_MAX=64K
+  CUDA_DEVICE_MAX_CONNECTIONS=1 BRAID_CUDA_GATE=1)
 set_tests_properties(emu_gpu_stream_deferred_kernel PROPERTIES TIMEOUT 120
-  LABELS "cuda;emu" ENVIRONMENT
-  "BRAID_TIMEOUT=20;BRAID_CUDA_KERNEL_MAX=64K;CUDA_DEVICE_MAX_CONNECTIONS=1;BRAID_CUDA_GATE=1")
-gpu_test(emu_gpu_share emu_gpu_share)
+  LABELS "cuda;emu" ENVIRONMENT "${env}")
+gpu_test(emu_gpu_share emu_gpu_share BRAID_CUDA_GATE=1)
 gpu_test(emu_gpu_share_kernel emu_gpu_share BRAID_CUDA_KERNEL_MAX=64K)
 gpu_test(emu_gpu_args emu_gpu_args)
 
@@ -196,7 +216,9 @@ target_compile_definitions(emu_place PRIVATE
   BRAID_MACHINES_DIR="${PROJECT_SOURCE_DIR}/topology/machines")
 target_link_libraries(emu_place PRIVATE braid_emu PkgConfig::CRITERION)
 add_test(NAME emu_place COMMAND emu_place --jobs 1)
-set_tests_properties(emu_place PROPERTIES TIMEOUT 120 LABELS "cuda;emu")
+gpu_pinned(env)
+set_tests_properties(emu_place PROPERTIES TIMEOUT 120 LABELS "cuda;emu"
+  ENVIRONMENT "${env}")
 
 # Device calls plan on the ranks' GPUs when the topology places them (DGX-1
 # model, four emulated GPUs): multi-ring, hybrid and tree packing run. The
@@ -211,8 +233,9 @@ if(TARGET braidrun)
     COMMAND ${gpu_dir}/emu/run_gpu_view.sh $<TARGET_FILE:braidrun>
             $<TARGET_FILE:emu_matrix_blocking> $<TARGET_FILE:emu_matrix_stream>
             ${PROJECT_SOURCE_DIR}/topology/machines ${gpu_view_large})
+  gpu_pinned(env)
   set_tests_properties(emu_gpu_view PROPERTIES TIMEOUT 600
-    LABELS "cuda;emu;matrix")
+    LABELS "cuda;emu;matrix" ENVIRONMENT "${env}")
 endif()
 
 # braid-perf's device buffers (-G 1) on the emulated GPU: the data is made,
@@ -236,4 +259,6 @@ target_include_directories(emu_faults PRIVATE ${gpu_dir})
 target_link_libraries(emu_faults PRIVATE braid_emu PkgConfig::CRITERION)
 # two at a time: most of its time is timeouts being waited out
 add_test(NAME emu_faults COMMAND emu_faults --jobs 2)
-set_tests_properties(emu_faults PROPERTIES TIMEOUT 400 LABELS "cuda;emu")
+gpu_pinned(env)
+set_tests_properties(emu_faults PROPERTIES TIMEOUT 400 LABELS "cuda;emu"
+  ENVIRONMENT "${env}")

@@ -266,12 +266,20 @@ static inline int gpu_while_held(braid_comm *c, int rank, int n, float *d,
   return rc;
 }
 
+/* Whether the size variable name (BRAID_CUDA_HOST_MAX, BRAID_CUDA_KERNEL_MAX)
+ * is set to other than 0. The tests' ctest environment sets both to 0
+ * unless a test names a value (gpu.cmake, gpu_pinned). */
+static inline int env_on(const char *name) {
+  const char *v = getenv(name);
+  return v != NULL && strcmp(v, "0") != 0;
+}
+
 /* With BRAID_CUDA_KERNEL_MAX set (and above the calls' size), whether
  * `calls` calls on the streams ran as collective kernels, and none without. */
 static inline int gpu_kernel_calls(int rank, braid_stream **bs, int nbs,
                                    uint64_t calls) {
   const char *k = getenv("BRAID_CUDA_KERNEL_MAX");
-  uint64_t want = k != NULL && strcmp(k, "0") != 0 ? calls : 0, got = 0;
+  uint64_t want = env_on("BRAID_CUDA_KERNEL_MAX") ? calls : 0, got = 0;
   for (int i = 0; i < nbs; i++)
     got += enq_stream_kernel_calls(bs[i]);
   if (got == want)

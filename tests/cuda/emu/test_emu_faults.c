@@ -102,11 +102,11 @@ static int dead_peer(braid_comm *c, int rank, int n, int on_stream, int kill_ms,
      * (on a loaded machine the victim may die in the first call's setup,
      * before any call is issued) */
     if (rc == 0 && rank != VICTIM &&
-        (getenv("BRAID_CUDA_HOST_MAX") != NULL && issued > 0) !=
+        (env_on("BRAID_CUDA_HOST_MAX") && issued > 0) !=
             (enq_stream_host_calls(bs) > 0))
       rc = 15;
     if (rc == 0 && rank != VICTIM &&
-        (getenv("BRAID_CUDA_KERNEL_MAX") != NULL && issued > 0) !=
+        (env_on("BRAID_CUDA_KERNEL_MAX") && issued > 0) !=
             (enq_stream_kernel_calls(bs) > 0))
       rc = 16;
     braid_stream_destroy(bs);
@@ -256,7 +256,7 @@ static int stream_never_arrives(braid_comm *c, int rank, int n) {
   int rc = r != BRAID_ERR_TIMEOUT                          ? 40
            : strstr(msg, "did not reach the call") == NULL ? 41
                                                            : 0;
-  if (rc == 0 && getenv("BRAID_CUDA_KERNEL_MAX") != NULL &&
+  if (rc == 0 && env_on("BRAID_CUDA_KERNEL_MAX") &&
       enq_stream_kernel_calls(bs) != 1)
     rc = 42;
   /* destroyed while the stream is still held: returns at once (the gate's
@@ -386,7 +386,7 @@ Test(emu_faults, killed_rank_in_setup_of_first_stream_call, .timeout = 120) {
 Test(emu_faults, killed_rank_stream_small_calls, .timeout = 120) {
   setenv("BRAID_CUDA_HOST_MAX", "4M", 1);
   run(dead_stream, NULL, "CUDA stream, small calls through host memory");
-  unsetenv("BRAID_CUDA_HOST_MAX");
+  setenv("BRAID_CUDA_HOST_MAX", "0", 1);
 }
 
 /* The calls (1 MiB) run as allreduce kernels: the survivors' kernels wait
@@ -395,7 +395,7 @@ Test(emu_faults, killed_rank_stream_kernel_calls, .timeout = 120) {
   setenv("BRAID_CUDA_KERNEL_MAX", "1M", 1);
   run(dead_stream, NULL, "CUDA stream, allreduce kernels");
   run(dead_blocking, NULL, "blocking, allreduce kernels");
-  unsetenv("BRAID_CUDA_KERNEL_MAX");
+  setenv("BRAID_CUDA_KERNEL_MAX", "0", 1);
 }
 
 Test(emu_faults, killed_rank_blocking_staged_tcp, .timeout = 120) {
@@ -424,7 +424,7 @@ Test(emu_faults, failed_small_stream_call_keeps_recvbuf, .timeout = 120) {
   int st[3];
   gpu_run_ranks(3, small_mismatch, 60, st);
   unsetenv("BRAID_CHECK");
-  unsetenv("BRAID_CUDA_HOST_MAX");
+  setenv("BRAID_CUDA_HOST_MAX", "0", 1);
   for (int r = 0; r < 3; r++)
     cr_expect_eq(st[r], 0,
                  "rank %d exit %d (30: the first call failed, 31: not "
@@ -481,7 +481,7 @@ static void run_two(gpu_rank_fn fn, const char *kmax, const char *legend) {
     setenv("BRAID_CUDA_KERNEL_MAX", kmax, 1);
   int st[2];
   gpu_run_ranks(2, fn, 60, st);
-  unsetenv("BRAID_CUDA_KERNEL_MAX");
+  setenv("BRAID_CUDA_KERNEL_MAX", "0", 1);
   for (int r = 0; r < 2; r++)
     cr_expect_eq(st[r], 0, "rank %d exit %d (%s)", r, st[r], legend);
 }
