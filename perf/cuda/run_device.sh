@@ -11,11 +11,13 @@
 #      (target: >= 0.90 of B);
 #   2. braid-perf all_reduce -G 1 at 256 MiB with 2 and 4 ranks on the one
 #      GPU (braidrun -n 2/4), busbw against the memory-traffic bound of the
-#      ring over CUDA IPC (target: >= 0.70 of the bound), with the cuda
-#      transport's default slots and with larger ones (BRAID_CUDA_BUFFSIZE
-#      in $CUDA_BUFFSIZES: fewer, longer copies per step, each driven by the
+#      ring over CUDA IPC (target: >= 0.70 of the bound): with braid's
+#      defaults (no variable set), direct with the cuda transport's slots
+#      of BRAID_CUDA_BUFFSIZE / 8 (BRAID_CUDA_BUFFSIZE in $CUDA_BUFFSIZES:
+#      larger slots are fewer, longer copies per step, each driven by the
 #      host) and as allreduce kernels (BRAID_CUDA_KERNEL_MAX=$SIZE: every
-#      step on the GPU, src/exec_kernel.c);
+#      step on the GPU, src/exec_kernel.c) with slots of each size in
+#      $KERNEL_SLOTS (BRAID_CUDA_KERNEL_SLOT);
 #   3. 8-byte allreduce latency on device buffers, 2 ranks (target < 10 us),
 #      on a CUDA stream and blocking, each by three paths: direct (CUDA IPC,
 #      BRAID_CUDA_HOST_MAX=0), through pinned host memory
@@ -56,7 +58,8 @@ BUILD=${1:-$ROOT/build-device}
 SIZE=${SIZE:-256M}
 HOST_MAX=${HOST_MAX:-4M}
 KERNEL_MAX=${KERNEL_MAX:-4M}
-CUDA_BUFFSIZES=${CUDA_BUFFSIZES:-16M 32M 128M}
+CUDA_BUFFSIZES=${CUDA_BUFFSIZES:-4M 16M 32M 128M}
+KERNEL_SLOTS=${KERNEL_SLOTS:-4M 16M 64M}
 LOG_DIR=${LOG_DIR:-$BUILD/device-logs}
 JOBS=${JOBS:-$(nproc)}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
@@ -143,26 +146,30 @@ measure() { # tag quick: quick=1 runs fewer iterations
     BW_INP[$t.$k]=$(awk '{ print $12 }' <<<"$row")
     WRONG[$t.$k]=$(awk '{ print $9 + $13 }' <<<"$row")
   done
-  # the same with larger slots of the cuda transport, and as allreduce
-  # kernels ("kernel": BRAID_CUDA_KERNEL_MAX=$SIZE, default kernel slots);
-  # a failed run is shown
-  for bs in $CUDA_BUFFSIZES kernel; do
+  # the paths one by one, each with the slot sizes to compare: direct
+  # over CUDA IPC (copies into the peers' slots of BRAID_CUDA_BUFFSIZE / 8,
+  # each driven by the host) and as allreduce kernels with slots of
+  # BRAID_CUDA_KERNEL_SLOT; a failed run is shown
+  local row kind val
+  for row in $(bw_rows); do
+    kind=${row%%:*}
+    val=${row#*:}
     for k in 2 4; do
-      f=$d/allreduce_${k}ranks_cuda${bs}.txt
+      f=$d/allreduce_${k}ranks_${kind}${val}.txt
       rc=0
-      if [ "$bs" = kernel ]; then
+      if [ "$kind" = kernel ]; then
         # shellcheck disable=SC2086
-        BRAID_CUDA_KERNEL_MAX=$SIZE run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" \
-          $bw -c 1 -d float32 || rc=$?
+        BRAID_CUDA_KERNEL_MAX=$SIZE BRAID_CUDA_KERNEL_SLOT=$val run_perf "$f" "$k" \
+          -b "$SIZE" -e "$SIZE" $bw -c 1 -d float32 || rc=$?
       else
         # shellcheck disable=SC2086
-        BRAID_CUDA_BUFFSIZE=$bs run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" \
-          $bw -c 1 -d float32 || rc=$?
+        BRAID_CUDA_KERNEL_MAX=0 BRAID_CUDA_HOST_MAX=0 BRAID_CUDA_BUFFSIZE=$val \
+          run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" $bw -c 1 -d float32 || rc=$?
       fi
       row=$(perf_row "$f")
-      BWS[$t.$bs.$k]="failed (exit $rc)"
+      BWS[$t.$kind$val.$k]="failed (exit $rc)"
       [ "$rc" -eq 0 ] && [ -n "$row" ] &&
-        BWS[$t.$bs.$k]=$(awk '{ print $8, $12, $9 + $13 }' <<<"$row")
+        BWS[$t.$kind$val.$k]=$(awk '{ print $8, $12, $9 + $13 }' <<<"$row")
     done
   done
   # 3. latency, 8 bytes, 2 ranks: stream and blocking, by both paths. A run
@@ -192,6 +199,14 @@ measure() { # tag quick: quick=1 runs fewer iterations
   done
 }
 
+# The bandwidth rows after the defaults: direct:<BRAID_CUDA_BUFFSIZE>, then
+# kernel:<BRAID_CUDA_KERNEL_SLOT>.
+bw_rows() {
+  local v
+  for v in $CUDA_BUFFSIZES; do echo "direct:$v"; done
+  for v in $KERNEL_SLOTS; do echo "kernel:$v"; done
+}
+
 # BRAID_CUDA_HOST_MAX of a path: direct (0) or through host memory
 host_max() { if [ "$1" = host ]; then echo "$HOST_MAX"; else echo 0; fi; }
 # BRAID_CUDA_KERNEL_MAX of a path: allreduce kernels ($KERNEL_MAX) or none
@@ -211,24 +226,27 @@ tables() { # tag
   echo "busbw <= 2B / (9k) (see \"Device buffers\"); target >= 0.70."
   echo "Iterations: ${ITERS[$t]:-none ran}."
   echo
-  echo "| BRAID_CUDA_BUFFSIZE | ranks | busbw out-of-place (GB/s) | busbw in-place (GB/s) | bound 2B/(9k) (GB/s) | out-of-place / bound | in-place / bound | #wrong |"
+  echo "| path and slots | ranks | busbw out-of-place (GB/s) | busbw in-place (GB/s) | bound 2B/(9k) (GB/s) | out-of-place / bound | in-place / bound | #wrong |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|"
   for k in 2 4; do
     if [ -z "${BW_OOP[$t.$k]:-}" ]; then
-      echo "| default (4M: slots of 512 KiB) | $k | not measured | | | | | |"
+      echo "| defaults (no variable set) | $k | not measured | | | | | |"
       continue
     fi
     awk -v k="$k" -v b="$B" -v o="${BW_OOP[$t.$k]}" -v i="${BW_INP[$t.$k]}" \
       -v w="${WRONG[$t.$k]}" 'BEGIN {
         bound = 2 * b / (9 * k);
-        printf "| default (4M: slots of 512 KiB) | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %d |\n",
+        printf "| defaults (no variable set) | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %d |\n",
                k, o, i, bound, o / bound, i / bound, w }'
   done
-  for bs in $CUDA_BUFFSIZES kernel; do
+  local row kind val
+  for row in $(bw_rows); do
+    kind=${row%%:*}
+    val=${row#*:}
+    label="direct, BRAID_CUDA_BUFFSIZE=$val"
+    [ "$kind" != kernel ] || label="allreduce kernels, BRAID_CUDA_KERNEL_SLOT=$val"
     for k in 2 4; do
-      v=${BWS[$t.$bs.$k]:-not measured}
-      label=$bs
-      [ "$bs" != kernel ] || label="allreduce kernels (BRAID_CUDA_KERNEL_MAX=$SIZE)"
+      v=${BWS[$t.$kind$val.$k]:-not measured}
       case $v in
       not* | failed*) echo "| $label | $k | $v | | | | | |" ;;
       *) awk -v k="$k" -v b="$B" -v bs="$label" -v v="$v" 'BEGIN {
