@@ -322,56 +322,6 @@ ROP_HD uint32_t rop_narrow_num(uint32_t u, uint32_t v) {
   return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
 }
 
-/* Two float16/bfloat16 lanes of a word, neither NaN nor infinite, for
- * min and max: each lane's sign and magnitude made one ordered integer
- * (-0 and +0 the same, as the float comparison has them), so that the
- * larger (max) or smaller (min) lane of u is kept, else v's, as
- * rop_narrow_num does, without conversions. */
-template <int OP> ROP_HD uint32_t rop_narrow_pick2(uint32_t u, uint32_t v) {
-  uint32_t r = 0;
-  for (int s = 0; s < 32; s += 16) {
-    uint32_t a = (u >> s) & 0xffffu, b = (v >> s) & 0xffffu;
-    int32_t ka = (a & 0x8000u) ? -(int32_t)(a & 0x7fffu) : (int32_t)a;
-    int32_t kb = (b & 0x8000u) ? -(int32_t)(b & 0x7fffu) : (int32_t)b;
-    bool keep_a = OP == ROP_MAX ? ka > kb : ka < kb;
-    r |= (keep_a ? a : b) << s;
-  }
-  return r;
-}
-
-/* Two lanes of a word, neither NaN nor infinite: rop_narrow_num on each,
- * with the device's two-lane instructions where their results are the same
- * bit for bit. A float16 sum or product and a bfloat16 sum rounded once
- * from the exact result equal the float result rounded again (float has
- * more than twice their bits plus two, and a float16 product is exact in
- * float), so add.rn/mul.rn.f16x2 and fma.rn.bf16x2 (x * 1 + y) give what
- * the conversions give. A bfloat16 product keeps the conversions: below
- * float's normal range the float product is itself rounded. */
-template <int DT, int OP>
-ROP_HD uint32_t rop_narrow_num2(uint32_t u, uint32_t v) {
-  if (OP == ROP_MIN || OP == ROP_MAX)
-    return rop_narrow_pick2<OP>(u, v);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  uint32_t r;
-  if (DT == BRAID_FLOAT16 && OP == ROP_SUM) {
-    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(u), "r"(v));
-    return r;
-  }
-  if (DT == BRAID_FLOAT16 && OP == ROP_PROD) {
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(u), "r"(v));
-    return r;
-  }
-  if (DT == BRAID_BFLOAT16 && OP == ROP_SUM) {
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;"
-        : "=r"(r)
-        : "r"(u), "r"(0x3f803f80u), "r"(v));
-    return r;
-  }
-#endif
-  return rop_narrow_num<DT, OP>(u & 0xffffu, v & 0xffffu) |
-         rop_narrow_num<DT, OP>(u >> 16, v >> 16) << 16;
-}
-
 /* float16/bfloat16 vectors that hold a NaN or an infinity: element by
  * element, out of line (the element functions' NaN cases are long). */
 template <int DT, int OP>
@@ -395,7 +345,8 @@ ROP_HD rop_v16 rop_vec_narrow(const rop_v16 &a, const rop_v16 &b) {
     return rop_vec_narrow_special<DT, OP>(a, b);
   rop_v16 r;
   for (int i = 0; i < 4; i++)
-    r.w[i] = rop_narrow_num2<DT, OP>(a.w[i], b.w[i]);
+    r.w[i] = rop_narrow_num<DT, OP>(a.w[i] & 0xffffu, b.w[i] & 0xffffu) |
+             rop_narrow_num<DT, OP>(a.w[i] >> 16, b.w[i] >> 16) << 16;
   return r;
 }
 
