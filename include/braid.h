@@ -221,9 +221,14 @@ BRAID_API braid_result braid_stream_synchronize(braid_stream *stream);
  * the first error. */
 BRAID_API braid_result braid_stream_query(braid_stream *stream);
 /* Wraps a CUDA stream (cudaStream_t passed as void*; NULL is the default
- * stream). Calls on it are stream-ordered as NCCL's: a call returns once
- * enqueued; it runs after the work issued on the stream before it, and work
- * issued on the stream after it sees its result. Such calls take device
+ * stream). Calls on it are stream-ordered as NCCL's: a call runs after the
+ * work issued on the stream before it, and work issued on the stream after
+ * it sees its result. Allreduce, reduce, broadcast, allgather and
+ * reduce_scatter among the ranks of a host, and calls of up to 32 KiB,
+ * return once enqueued (by default: BRAID_CUDA_KERNEL_MAX,
+ * BRAID_CUDA_HOST_MAX); the others wait in the calling thread for the
+ * stream to reach them and return once done (BRAID_CUDA_GATE,
+ * docs/CUDA.md: no stream is held, so none can hang). Such calls take device
  * buffers only (host buffers: BRAID_ERR_INVALID_ARG). A call that the
  * stream does not reach within BRAID_TIMEOUT fails with BRAID_ERR_TIMEOUT.
  * braid_stream_synchronize waits for the calls (and returns their first
