@@ -98,6 +98,7 @@ static exk *of(const braid_comm *c) {
 typedef struct exk_rec {
   int32_t ok;
   int32_t room; /* cudev_kernel_coll_room of this rank's GPU */
+  int32_t most; /* BRAID_CUDA_KERNEL_BLOCKS (rank 0's holds) */
   char busid[32];
   char handle[CUDEV_IPC_BYTES];
 } exk_rec;
@@ -129,12 +130,13 @@ static int room_share(exk *x, int room) {
   return x->share >= 30 ? 0 : room >> x->share;
 }
 
-/* The most blocks of a call (cudev_ka.blocks), the same on every rank: all
- * ranks' blocks must be resident at once on the GPUs they share, so the
- * ranks on one GPU together take at most half of what their share of it
- * holds (room_share), and that on the fullest GPU. */
+/* The most blocks of a call (cudev_ka.blocks), the same on every rank: at
+ * most rank 0's BRAID_CUDA_KERNEL_BLOCKS, and as all ranks' blocks must be
+ * resident at once on the GPUs they share, the ranks on one GPU together
+ * take at most half of what their share of it holds (room_share), and that
+ * on the fullest GPU. */
 static int blocks_for(const exk_rec *all, int n) {
-  int most = CUDEV_KA_BLOCKS;
+  int most = all[0].most < CUDEV_KA_BLOCKS ? all[0].most : CUDEV_KA_BLOCKS;
   for (int q = 0; q < n; q++) {
     int sharing = 0;
     for (int p = 0; p < n; p++)
@@ -237,6 +239,7 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
     else
       mine.ok = 1;
     mine.room = mine.ok ? room_share(x, mine.room) : mine.room;
+    mine.most = cfg_get()->cuda_kernel_blocks;
   }
   int here = !mine.ok; /* the failure, if any, is this rank's */
   braid_result r = all != NULL

@@ -17,7 +17,9 @@
 #      larger slots are fewer, longer copies per step, each driven by the
 #      host) and as allreduce kernels (BRAID_CUDA_KERNEL_MAX=$SIZE: every
 #      step on the GPU, src/exec_kernel.c) with slots of each size in
-#      $KERNEL_SLOTS (BRAID_CUDA_KERNEL_SLOT);
+#      $KERNEL_SLOTS (BRAID_CUDA_KERNEL_SLOT), and with 16M slots and at
+#      most each number of blocks per rank in $KERNEL_BLOCKS
+#      (BRAID_CUDA_KERNEL_BLOCKS; the default is 32);
 #   3. 8-byte allreduce latency on device buffers, 2 ranks (target < 10 us),
 #      on a CUDA stream and blocking, each by three paths: direct (CUDA IPC,
 #      BRAID_CUDA_HOST_MAX=0), through pinned host memory
@@ -60,6 +62,7 @@ HOST_MAX=${HOST_MAX:-4M}
 KERNEL_MAX=${KERNEL_MAX:-4M}
 CUDA_BUFFSIZES=${CUDA_BUFFSIZES:-4M 16M 32M 128M}
 KERNEL_SLOTS=${KERNEL_SLOTS:-4M 16M 64M}
+KERNEL_BLOCKS=${KERNEL_BLOCKS:-64 128}
 LOG_DIR=${LOG_DIR:-$BUILD/device-logs}
 JOBS=${JOBS:-$(nproc)}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
@@ -129,7 +132,7 @@ run_perf() { # log-file ranks args...
 # $LOG_DIR/<tag>/.
 declare -A BW_OOP BW_INP WRONG BWS LAT SWEEP_RC ITERS
 measure() { # tag quick: quick=1 runs fewer iterations
-  local t=$1 d=$LOG_DIR/$1 k bs f rc row path mode y
+  local t=$1 d=$LOG_DIR/$1 k f rc row kind val path mode y
   # iterations (-n) and warm-up (-w) of the bandwidth, latency and sweep runs
   local bw="-n 20 -w 5" lat="-n 2000 -w 200" sw="-n 200 -w 20"
   [ "$2" = 0 ] || { bw="-n 3 -w 1"; lat="-n 200 -w 20"; sw="-n 20 -w 2"; }
@@ -150,7 +153,6 @@ measure() { # tag quick: quick=1 runs fewer iterations
   # over CUDA IPC (copies into the peers' slots of BRAID_CUDA_BUFFSIZE / 8,
   # each driven by the host) and as allreduce kernels with slots of
   # BRAID_CUDA_KERNEL_SLOT; a failed run is shown
-  local row kind val
   for row in $(bw_rows); do
     kind=${row%%:*}
     val=${row#*:}
@@ -160,6 +162,11 @@ measure() { # tag quick: quick=1 runs fewer iterations
       if [ "$kind" = kernel ]; then
         # shellcheck disable=SC2086
         BRAID_CUDA_KERNEL_MAX=$SIZE BRAID_CUDA_KERNEL_SLOT=$val run_perf "$f" "$k" \
+          -b "$SIZE" -e "$SIZE" $bw -c 1 -d float32 || rc=$?
+      elif [ "$kind" = blocks ]; then
+        # shellcheck disable=SC2086
+        BRAID_CUDA_KERNEL_MAX=$SIZE BRAID_CUDA_KERNEL_SLOT=16M \
+          BRAID_CUDA_KERNEL_BLOCKS=$val run_perf "$f" "$k" \
           -b "$SIZE" -e "$SIZE" $bw -c 1 -d float32 || rc=$?
       else
         # shellcheck disable=SC2086
@@ -199,12 +206,13 @@ measure() { # tag quick: quick=1 runs fewer iterations
   done
 }
 
-# The bandwidth rows after the defaults: direct:<BRAID_CUDA_BUFFSIZE>, then
-# kernel:<BRAID_CUDA_KERNEL_SLOT>.
+# The bandwidth rows after the defaults: direct:<BRAID_CUDA_BUFFSIZE>,
+# kernel:<BRAID_CUDA_KERNEL_SLOT>, then blocks:<BRAID_CUDA_KERNEL_BLOCKS>.
 bw_rows() {
   local v
   for v in $CUDA_BUFFSIZES; do echo "direct:$v"; done
   for v in $KERNEL_SLOTS; do echo "kernel:$v"; done
+  for v in $KERNEL_BLOCKS; do echo "blocks:$v"; done
 }
 
 # BRAID_CUDA_HOST_MAX of a path: direct (0) or through host memory
@@ -220,7 +228,7 @@ sweep_rows() {
 }
 
 tables() { # tag
-  local t=$1 d=$LOG_DIR/$1 k bs v path label
+  local t=$1 d=$LOG_DIR/$1 k v path label row kind val
   echo "Allreduce, float32 sum, $SIZE, k ranks on one GPU (\`braidrun -n k"
   echo "braid-perf all_reduce -G 1\`, CUDA stream). Bound: ring over CUDA IPC,"
   echo "busbw <= 2B / (9k) (see \"Device buffers\"); target >= 0.70."
@@ -239,12 +247,14 @@ tables() { # tag
         printf "| defaults (no variable set) | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %d |\n",
                k, o, i, bound, o / bound, i / bound, w }'
   done
-  local row kind val
   for row in $(bw_rows); do
     kind=${row%%:*}
     val=${row#*:}
-    label="direct, BRAID_CUDA_BUFFSIZE=$val"
-    [ "$kind" != kernel ] || label="allreduce kernels, BRAID_CUDA_KERNEL_SLOT=$val"
+    case $kind in
+    direct) label="direct, BRAID_CUDA_BUFFSIZE=$val" ;;
+    kernel) label="allreduce kernels, BRAID_CUDA_KERNEL_SLOT=$val" ;;
+    *) label="allreduce kernels, BRAID_CUDA_KERNEL_SLOT=16M, BRAID_CUDA_KERNEL_BLOCKS=$val" ;;
+    esac
     for k in 2 4; do
       v=${BWS[$t.$kind$val.$k]:-not measured}
       case $v in

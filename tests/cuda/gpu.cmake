@@ -188,7 +188,10 @@ gpu_pinned(env BRAID_TIMEOUT=20 BRAID_CUDA_KERNEL_MAX=64K
 set_tests_properties(emu_gpu_stream_deferred_kernel PROPERTIES TIMEOUT 120
   LABELS "cuda;emu" ENVIRONMENT "${env}")
 gpu_test(emu_gpu_share emu_gpu_share BRAID_CUDA_GATE=1)
-gpu_test(emu_gpu_share_kernel emu_gpu_share BRAID_CUDA_KERNEL_MAX=64K)
+# kernels of at most 6 blocks (BRAID_CUDA_KERNEL_BLOCKS): two_comms wants
+# 6 for both communicators where their room alone gives 16 and 8
+gpu_test(emu_gpu_share_kernel emu_gpu_share BRAID_CUDA_KERNEL_MAX=64K
+  BRAID_CUDA_KERNEL_BLOCKS=6)
 gpu_test(emu_gpu_args emu_gpu_args)
 
 add_executable(emu_cuda_ipc ${PROJECT_SOURCE_DIR}/tests/transports/test_cuda_ipc.c

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/config.h"
 #include "test_gpu_ranks.h"
 #include "transports/cuda/cuda_tp.h"
 
@@ -134,7 +135,8 @@ static int two_comms(braid_comm *c, int rank, int n) {
       cudev_kernel_coll_room(&room) == BRAID_SUCCESS) {
     for (int j = 0; j < 2 && rc == 0; j++) {
       int want = (room >> j) / 2 / n;
-      want = want > CUDEV_KA_BLOCKS ? CUDEV_KA_BLOCKS : want < 1 ? 1 : want;
+      int most = cfg_get()->cuda_kernel_blocks;
+      want = want > most ? most : want < 1 ? 1 : want;
       if (exk_blocks(cs[j]) != want) {
         fprintf(stderr,
                 "rank %d: communicator %d has %d blocks, want %d (room %d, "

@@ -119,7 +119,9 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
  * ends at once. Chunks before the failed one have written their part of
  * out. */
 #define CUDEV_KA_RANKS 8
-#define CUDEV_KA_BLOCKS 32
+/* the most blocks a call may take (the flags' layout); a communicator's
+ * calls take at most BRAID_CUDA_KERNEL_BLOCKS of them */
+#define CUDEV_KA_BLOCKS 128
 #define CUDEV_KA_THREADS 512
 /* flags: uint64_t, 16 bytes apart, ready then done */
 #define CUDEV_KA_FLAGS (2 * 16 * CUDEV_KA_BLOCKS * CUDEV_KA_RANKS)
