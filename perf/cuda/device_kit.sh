@@ -32,7 +32,8 @@
 # Results go to $OUT when it is set, else to <build>/kit-out: kit.log
 # (everything), build.log, ctest.log, tests.txt (one line per test: result,
 # seconds, and how many of its tests skipped and why when some did; a PROBE
-# line: see probe_one_queue below), memcheck.log (when
+# line: see probe_one_queue below; the ncu profile of two reduction
+# kernels goes into logs.tgz: see profile_narrow), memcheck.log (when
 # time was left for it: see memcheck below), probe.log,
 # perf.md (the section for docs/PERFORMANCE.md) and logs.tgz (the raw
 # logs). Environment: BUILD (default build-device); KIT_SECONDS
@@ -149,6 +150,38 @@ memcheck() {
   *) echo "memcheck: exit $r (memcheck.log)" ;;
   esac
   return "$r"
+}
+
+# With 60 s left and Nsight Compute there: the reduction kernel (k_vec) of
+# float16 sum and of float32 sum profiled once each (ncu: throughput,
+# occupancy, memory and launch sections) on reduce_bench's 64 MiB buffers,
+# to tell why float16 and bfloat16 reduce at 0.75 of memcpy on an H100
+# where the other types reach 0.95 (docs/PERFORMANCE.md, "Figures").
+# Writes ncu.txt into <build>/device-logs (in logs.tgz) and its headline
+# figures into the log.
+profile_narrow() {
+  local ncu dt name log=$BUILD/device-logs/ncu.txt
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+  if [ -z "$ncu" ]; then
+    echo "ncu: not run (no ncu)"
+    return 0
+  elif [ "$(left)" -lt 60 ]; then
+    echo "ncu: not run (only $(left) s left)"
+    return 0
+  fi
+  step "ncu: k_vec of float16 and float32 sum (30 s at most each)"
+  mkdir -p "$BUILD/device-logs"
+  : >"$log"
+  for dt in 6:float16 8:float32; do
+    name=${dt#*:}
+    echo "=== $name sum" >>"$log"
+    timeout -k 5 30 "$ncu" --kernel-name-base mangled \
+      --kernel-name "regex:k_vecINS_5red_fILi${dt%%:*}ELi0EEELb0E" --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section MemoryWorkloadAnalysis \
+      "$BUILD/perf/cuda/reduce_bench" -b 64M -n 2 >>"$log" 2>&1 || echo "(ncu exit $?)" >>"$log"
+  done
+  grep -E "^===|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Duration|ncu exit" "$log" || true
 }
 
 # Whether a GPU holds braid's own work behind a stream held at a gate when
@@ -310,6 +343,7 @@ run() {
     echo "tests: exit $r ($(grep -c '^PASS' "$out/tests.txt") passed," \
       "$(grep -c '^SKIP' "$out/tests.txt") skipped, $(grep -vc '^PASS\|^SKIP' "$out/tests.txt") not)"
     [ "$rc" -ne 0 ] || rc=$r
+    profile_narrow
     memcheck "$out" || { r=$?; [ "$rc" -ne 0 ] || rc=$r; }
     probe_one_queue "$out"
   fi
