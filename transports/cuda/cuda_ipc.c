@@ -71,8 +71,11 @@ struct tp_conn {
 };
 
 /* Most mappings of a peer's memory that others hand over (the collective
- * kernels' areas: one per communicator's kernels at a time). */
+ * kernels' areas: one per communicator's kernels at a time); teardown hands
+ * them to cuda_close_later with the slots' mapping. */
 #define CU_MORE 3
+_Static_assert(CU_MORE + 1 <= CUDA_RELEASE_DEVS,
+               "cuda_close_later keeps at most CUDA_RELEASE_DEVS mappings");
 
 typedef struct cu_peer {
   int rank;
@@ -284,11 +287,16 @@ void cuda_tp_set_stream(void *state, void *stream) {
   }
 }
 
+/* rank's entry among st's peers, or NULL when it is not one. */
+static cu_peer *peer_of(cu_state *st, int rank) {
+  int i = st != NULL && rank >= 0 && rank < st->nranks ? st->lidx[rank] : -1;
+  return i >= 0 ? &st->peers[i] : NULL;
+}
+
 int cuda_tp_hold(void *state, int rank, int delta) {
   cu_state *st = state;
-  int i = st != NULL && rank >= 0 && rank < st->nranks ? st->lidx[rank] : -1;
-  _Atomic int32_t *held =
-      i >= 0 ? cuf_held(st->peers[i].seg.hdr, st->rank) : NULL;
+  cu_peer *p = peer_of(st, rank);
+  _Atomic int32_t *held = p != NULL ? cuf_held(p->seg.hdr, st->rank) : NULL;
   if (held == NULL)
     return BRAID_ERR_INTERNAL;
   atomic_fetch_add(held, delta);
@@ -296,11 +304,9 @@ int cuda_tp_hold(void *state, int rank, int delta) {
 }
 
 int cuda_tp_close_later(void *state, int rank, void *base) {
-  cu_state *st = state;
-  int i = st != NULL && rank >= 0 && rank < st->nranks ? st->lidx[rank] : -1;
-  if (i < 0)
+  cu_peer *p = peer_of(state, rank);
+  if (p == NULL)
     return BRAID_ERR_INTERNAL;
-  cu_peer *p = &st->peers[i];
   if (p->nmore >= CU_MORE)
     return BRAID_ERR_NOMEM;
   p->more[p->nmore++] = base;
