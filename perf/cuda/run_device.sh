@@ -17,9 +17,9 @@
 #      larger slots are fewer, longer copies per step, each driven by the
 #      host) and as allreduce kernels (BRAID_CUDA_KERNEL_MAX=$SIZE: every
 #      step on the GPU, src/exec_kernel.c) with slots of each size in
-#      $KERNEL_SLOTS (BRAID_CUDA_KERNEL_SLOT), and with 16M slots and at
-#      most each number of blocks per rank in $KERNEL_BLOCKS
-#      (BRAID_CUDA_KERNEL_BLOCKS; the default is 32);
+#      $KERNEL_SLOTS (BRAID_CUDA_KERNEL_SLOT), and with at most each
+#      number of blocks per rank in $KERNEL_BLOCKS (BRAID_CUDA_KERNEL_BLOCKS;
+#      N: braid's default slots, N@SLOT: slots of SLOT);
 #   3. 8-byte allreduce latency on device buffers, 2 ranks (target < 10 us),
 #      on a CUDA stream and blocking, each by three paths: direct (CUDA IPC,
 #      BRAID_CUDA_HOST_MAX=0), through pinned host memory
@@ -62,7 +62,7 @@ HOST_MAX=${HOST_MAX:-4M}
 KERNEL_MAX=${KERNEL_MAX:-4M}
 CUDA_BUFFSIZES=${CUDA_BUFFSIZES:-4M 16M 32M 128M}
 KERNEL_SLOTS=${KERNEL_SLOTS:-4M 16M 64M}
-KERNEL_BLOCKS=${KERNEL_BLOCKS:-64 128}
+KERNEL_BLOCKS=${KERNEL_BLOCKS:-64 128 64@16M 128@16M}
 LOG_DIR=${LOG_DIR:-$BUILD/device-logs}
 JOBS=${JOBS:-$(nproc)}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
@@ -165,9 +165,11 @@ measure() { # tag quick: quick=1 runs fewer iterations
           -b "$SIZE" -e "$SIZE" $bw -c 1 -d float32 || rc=$?
       elif [ "$kind" = blocks ]; then
         # shellcheck disable=SC2086
-        BRAID_CUDA_KERNEL_MAX=$SIZE BRAID_CUDA_KERNEL_SLOT=16M \
-          BRAID_CUDA_KERNEL_BLOCKS=$val run_perf "$f" "$k" \
-          -b "$SIZE" -e "$SIZE" $bw -c 1 -d float32 || rc=$?
+        (
+          [ "${val#*@}" = "$val" ] || export BRAID_CUDA_KERNEL_SLOT=${val#*@}
+          BRAID_CUDA_KERNEL_MAX=$SIZE BRAID_CUDA_KERNEL_BLOCKS=${val%@*} \
+            run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" $bw -c 1 -d float32
+        ) || rc=$?
       else
         # shellcheck disable=SC2086
         BRAID_CUDA_KERNEL_MAX=0 BRAID_CUDA_HOST_MAX=0 BRAID_CUDA_BUFFSIZE=$val \
@@ -207,7 +209,8 @@ measure() { # tag quick: quick=1 runs fewer iterations
 }
 
 # The bandwidth rows after the defaults: direct:<BRAID_CUDA_BUFFSIZE>,
-# kernel:<BRAID_CUDA_KERNEL_SLOT>, then blocks:<BRAID_CUDA_KERNEL_BLOCKS>.
+# kernel:<BRAID_CUDA_KERNEL_SLOT>, then blocks:<BRAID_CUDA_KERNEL_BLOCKS>
+# or blocks:<BRAID_CUDA_KERNEL_BLOCKS>@<BRAID_CUDA_KERNEL_SLOT>.
 bw_rows() {
   local v
   for v in $CUDA_BUFFSIZES; do echo "direct:$v"; done
@@ -253,7 +256,9 @@ tables() { # tag
     case $kind in
     direct) label="direct, BRAID_CUDA_BUFFSIZE=$val" ;;
     kernel) label="allreduce kernels, BRAID_CUDA_KERNEL_SLOT=$val" ;;
-    *) label="allreduce kernels, BRAID_CUDA_KERNEL_SLOT=16M, BRAID_CUDA_KERNEL_BLOCKS=$val" ;;
+    *) label="allreduce kernels, BRAID_CUDA_KERNEL_BLOCKS=${val%@*}"
+       [ "${val#*@}" = "$val" ] ||
+         label="allreduce kernels, BRAID_CUDA_KERNEL_SLOT=${val#*@}, BRAID_CUDA_KERNEL_BLOCKS=${val%@*}" ;;
     esac
     for k in 2 4; do
       v=${BWS[$t.$kind$val.$k]:-not measured}

@@ -67,20 +67,22 @@ first_plain=$(line_of "$T/full.calls" '^plain')
 last_mps=$(grep -n '^mps' "$T/full.calls" | tail -1 | cut -d: -f1 || true)
 check "every run under MPS comes before the first without" \
   [ "${last_mps:-none}" -lt "${first_plain:-0}" ] 2>/dev/null
-check "MPS pass: 20 bandwidth runs, 6 latency, 3 sweeps" \
-  [ "$(grep -c '^mps.*-b 256M -e 256M -n 20 -w 5' "$T/full.calls")/$(grep -c '^mps.*-b 8 -e 8 -n 2000 -w 200' "$T/full.calls")/$(grep -c '^mps.*-e 4M -f 4 -n 200 -w 20' "$T/full.calls")" = 20/6/3 ]
+check "MPS pass: 24 bandwidth runs, 6 latency, 3 sweeps" \
+  [ "$(grep -c '^mps.*-b 256M -e 256M -n 20 -w 5' "$T/full.calls")/$(grep -c '^mps.*-b 8 -e 8 -n 2000 -w 200' "$T/full.calls")/$(grep -c '^mps.*-e 4M -f 4 -n 200 -w 20' "$T/full.calls")" = 24/6/3 ]
 check "pass without MPS: the same runs, fewer iterations" \
-  [ "$(grep -c '^plain.*-b 256M -e 256M -n 3 -w 1' "$T/full.calls")/$(grep -c '^plain.*-b 8 -e 8 -n 200 -w 20' "$T/full.calls")/$(grep -c '^plain.*-e 4M -f 4 -n 20 -w 2' "$T/full.calls")" = 20/6/3 ]
+  [ "$(grep -c '^plain.*-b 256M -e 256M -n 3 -w 1' "$T/full.calls")/$(grep -c '^plain.*-b 8 -e 8 -n 200 -w 20' "$T/full.calls")/$(grep -c '^plain.*-e 4M -f 4 -n 20 -w 2' "$T/full.calls")" = 24/6/3 ]
 check "kernel runs set BRAID_CUDA_KERNEL_MAX (256M bandwidth, 4M latency and sweep)" \
-  [ "$(grep -c 'kernel=256M .*-b 256M' "$T/full.calls")/$(grep -c 'kernel=4M .*-b 8 -e 8' "$T/full.calls")/$(grep -c 'kernel=4M .*-e 4M' "$T/full.calls")" = 20/4/2 ]
+  [ "$(grep -c 'kernel=256M .*-b 256M' "$T/full.calls")/$(grep -c 'kernel=4M .*-b 8 -e 8' "$T/full.calls")/$(grep -c 'kernel=4M .*-e 4M' "$T/full.calls")" = 28/4/2 ]
 check "bandwidth: the kernel slots of KERNEL_SLOTS, 2 and 4 ranks, 2 passes" \
   [ "$(grep -c 'kernel=256M buff= slot=16M blocks= .*-n 2 ' "$T/full.calls")/$(grep -c 'kernel=256M buff= slot=64M blocks= .*-n 4 ' "$T/full.calls")" = 2/2 ]
 check "bandwidth: direct runs pin both paths off, each BRAID_CUDA_BUFFSIZE" \
   [ "$(grep -c '^mps[^ ]* host=0 kernel=0 buff=4M slot= .*-b 256M' "$T/full.calls")/$(grep -c '^mps[^ ]* host=0 kernel=0 buff=128M .*-b 256M' "$T/full.calls")" = 2/2 ]
 check "bandwidth: the defaults' runs set no variable" \
   [ "$(grep -c '^mps[^ ]* host= kernel= buff= slot= .*-b 256M' "$T/full.calls")" = 2 ]
-check "bandwidth: 16M kernel slots with at most 64 and 128 blocks, 2 and 4 ranks, 2 passes" \
-  [ "$(grep -c 'kernel=256M buff= slot=16M blocks=64 .*-b 256M' "$T/full.calls")/$(grep -c 'kernel=256M buff= slot=16M blocks=128 .*-b 256M' "$T/full.calls")" = 4/4 ]
+check "bandwidth: at most 64 and 128 blocks, default and 16M kernel slots, 2 and 4 ranks, 2 passes" \
+  [ "$(grep -c 'kernel=256M buff= slot= blocks=64 .*-b 256M' "$T/full.calls")/$(grep -c 'kernel=256M buff= slot= blocks=128 .*-b 256M' "$T/full.calls")/$(grep -c 'kernel=256M buff= slot=16M blocks=64 .*-b 256M' "$T/full.calls")/$(grep -c 'kernel=256M buff= slot=16M blocks=128 .*-b 256M' "$T/full.calls")" = 4/4/4/4 ]
+check "report: a row per block count and slot" \
+  [ "$(grep -c '^| allreduce kernels, BRAID_CUDA_KERNEL_BLOCKS=128 | [24] |' "$T/full.md")/$(grep -c '^| allreduce kernels, BRAID_CUDA_KERNEL_SLOT=16M, BRAID_CUDA_KERNEL_BLOCKS=64 | [24] |' "$T/full.md")" = 4/4 ]
 check "report: a row per kernel slot" \
   grep -q '^| allreduce kernels, BRAID_CUDA_KERNEL_SLOT=64M | 4 | 5.5 | 5.5 |' "$T/full.md"
 m=$(line_of "$T/full.md" '^#### Under MPS')
@@ -99,14 +101,14 @@ run nomps MPS=0
 check "MPS=0 exits 0" [ "$(cat "$T/nomps.rc")" = 0 ]
 check "MPS=0: no daemon started" [ ! -s "$T/nomps.mps" ]
 check "MPS=0: no run under MPS, all in full" \
-  [ "$(grep -c '^mps' "$T/nomps.calls")/$(grep -c '^plain.*-n 20 -w 5' "$T/nomps.calls")" = 0/20 ]
+  [ "$(grep -c '^mps' "$T/nomps.calls")/$(grep -c '^plain.*-n 20 -w 5' "$T/nomps.calls")" = 0/24 ]
 check "MPS=0: the report says so" grep -q '^(MPS=0: not measured)$' "$T/nomps.md"
 
 # 2b. PLAIN=0 RUN_TIMEOUT=45: the MPS pass alone, each braidrun bounded
 run noplain PLAIN=0 RUN_TIMEOUT=45
 check "PLAIN=0 exits 0" [ "$(cat "$T/noplain.rc")" = 0 ]
 check "PLAIN=0: the MPS pass in full, no run without MPS" \
-  [ "$(grep -c '^mps.*-n 20 -w 5' "$T/noplain.calls")/$(grep -c '^plain' "$T/noplain.calls")" = 20/0 ]
+  [ "$(grep -c '^mps.*-n 20 -w 5' "$T/noplain.calls")/$(grep -c '^plain' "$T/noplain.calls")" = 24/0 ]
 check "RUN_TIMEOUT=45: every braidrun gets --timeout 45" \
   [ "$(grep -c -- '--timeout 45 ' "$T/noplain.calls")" = "$(wc -l <"$T/noplain.calls")" ]
 check "PLAIN=0: the report says so" grep -q '^(PLAIN=0: not measured)$' "$T/noplain.md"
