@@ -103,8 +103,9 @@ static void cfg_load(void) {
          c->cuda_kernel_slot);
     c->cuda_kernel_slot = (size_t)4 << 20;
   }
-  /* at most CUDEV_KA_BLOCKS (transports/cuda/cuda_dev.h) */
-  c->cuda_kernel_blocks = env_int("BRAID_CUDA_KERNEL_BLOCKS", 32, 1, 128);
+  /* at most CUDEV_KA_BLOCKS (transports/cuda/cuda_dev.h); 0: by the ranks
+   * sharing the GPU (src/exec_kernel.c, blocks_for) */
+  c->cuda_kernel_blocks = env_int("BRAID_CUDA_KERNEL_BLOCKS", 0, 0, 128);
   c->cuda_buffsize = env_size("BRAID_CUDA_BUFFSIZE", 0);
   c->cuda_one_queue = env_int("CUDA_DEVICE_MAX_CONNECTIONS", 8, 1, 32) == 1;
   /* gates held braid's own work behind a held stream on an H100 under MPS

@@ -24,7 +24,7 @@ typedef struct cfg_env {
   size_t cuda_host_max;      /* BRAID_CUDA_HOST_MAX, default 32K; 0 = off */
   size_t cuda_kernel_max;    /* BRAID_CUDA_KERNEL_MAX, default no limit */
   size_t cuda_kernel_slot;   /* BRAID_CUDA_KERNEL_SLOT, default 4M */
-  int cuda_kernel_blocks;    /* BRAID_CUDA_KERNEL_BLOCKS, default 32 */
+  int cuda_kernel_blocks;    /* BRAID_CUDA_KERNEL_BLOCKS, 0 (default): auto */
   /* BRAID_CUDA_GATE: 1 hold a CUDA stream at a gate while braid runs a
    * call on its own stream (the call returns once enqueued); 0 the calling
    * thread waits for the stream to reach the call and runs it. Default 0:

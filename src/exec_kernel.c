@@ -99,6 +99,7 @@ typedef struct exk_rec {
   int32_t ok;
   int32_t room; /* cudev_kernel_coll_room of this rank's GPU */
   int32_t most; /* BRAID_CUDA_KERNEL_BLOCKS (rank 0's holds) */
+  int32_t sms;  /* of this rank's GPU */
   char busid[32];
   char handle[CUDEV_IPC_BYTES];
 } exk_rec;
@@ -130,18 +131,36 @@ static int room_share(exk *x, int room) {
   return x->share >= 30 ? 0 : room >> x->share;
 }
 
+/* The blocks a rank wants when BRAID_CUDA_KERNEL_BLOCKS is not set, with
+ * `sharing` ranks of the communicator on its GPU of `sms` SMs. Ranks that
+ * share a GPU move all their data through its memory, and together need
+ * about a block per SM to keep it busy: on an H100 (132 SMs) two ranks
+ * reached 0.53 of the bound at 256 MiB with 32 blocks each and 0.78 with
+ * 64 or 128, four 0.79 with 32 and 0.75-0.76 with 64 or 128
+ * (docs/PERFORMANCE.md, "Figures"), so each takes its share of the SMs. A
+ * rank alone on its GPU reads its peers over the links between GPUs and
+ * takes 32, leaving the SMs to the application's kernels (not measured:
+ * the GPU machines at hand have one GPU). */
+static int blocks_wanted(int sms, int sharing) {
+  return sharing > 1 ? sms / sharing : 32;
+}
+
 /* The most blocks of a call (cudev_ka.blocks), the same on every rank: at
- * most rank 0's BRAID_CUDA_KERNEL_BLOCKS, and as all ranks' blocks must be
- * resident at once on the GPUs they share, the ranks on one GPU together
- * take at most half of what their share of it holds (room_share), and that
- * on the fullest GPU. */
+ * most rank 0's BRAID_CUDA_KERNEL_BLOCKS (else what each rank wants:
+ * blocks_wanted), and as all ranks' blocks must be resident at once on the
+ * GPUs they share, the ranks on one GPU together take at most half of what
+ * their share of it holds (room_share), and that on the fullest GPU. */
 static int blocks_for(const exk_rec *all, int n) {
-  int most = all[0].most < CUDEV_KA_BLOCKS ? all[0].most : CUDEV_KA_BLOCKS;
+  int most = all[0].most > 0 && all[0].most < CUDEV_KA_BLOCKS ? all[0].most
+                                                              : CUDEV_KA_BLOCKS;
   for (int q = 0; q < n; q++) {
     int sharing = 0;
     for (int p = 0; p < n; p++)
       sharing += strncmp(all[p].busid, all[q].busid, sizeof all[q].busid) == 0;
-    int b = all[q].room / 2 / (sharing > 0 ? sharing : 1);
+    sharing = sharing > 0 ? sharing : 1;
+    int b = all[q].room / 2 / sharing;
+    int want = blocks_wanted(all[q].sms, sharing);
+    b = all[0].most > 0 || want > b ? b : want;
     most = b < most ? b : most;
   }
   return most < 1 ? 1 : most;
@@ -230,7 +249,7 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
     if (cudev_ipc_get(x->k.area[c->rank], mine.handle) != BRAID_SUCCESS)
       snprintf(why, sizeof why, "an IPC handle for its area: %s",
                cudev_error());
-    else if (cudev_kernel_coll_room(&mine.room) != BRAID_SUCCESS ||
+    else if (cudev_kernel_coll_room(&mine.room, &mine.sms) != BRAID_SUCCESS ||
              mine.room < 1 ||
              cudev_busid(d->device, mine.busid, sizeof mine.busid) !=
                  BRAID_SUCCESS)

@@ -192,6 +192,15 @@ gpu_test(emu_gpu_share emu_gpu_share BRAID_CUDA_GATE=1)
 # 6 for both communicators where their room alone gives 16 and 8
 gpu_test(emu_gpu_share_kernel emu_gpu_share BRAID_CUDA_KERNEL_MAX=64K
   BRAID_CUDA_KERNEL_BLOCKS=6)
+# BRAID_CUDA_KERNEL_BLOCKS unset: two ranks on one GPU share its SMs (132
+# on the emulated GPU), 66 blocks each for both communicators where a room
+# of 1056 blocks would allow 264 and 132
+add_test(NAME emu_gpu_share_blocks COMMAND emu_gpu_share --jobs 1
+  --filter "gpu_share/two_communicators_share_the_gpu")
+gpu_pinned(env BRAID_TIMEOUT=60 BRAID_CUDA_KERNEL_MAX=64K
+  CUDA_EMU_KERNEL_ROOM=1056)
+set_tests_properties(emu_gpu_share_blocks PROPERTIES TIMEOUT 120
+  LABELS "cuda;emu" ENVIRONMENT "${env}")
 gpu_test(emu_gpu_args emu_gpu_args)
 
 add_executable(emu_cuda_ipc ${PROJECT_SOURCE_DIR}/tests/transports/test_cuda_ipc.c

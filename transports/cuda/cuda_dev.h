@@ -240,8 +240,9 @@ static inline uint64_t cudev_kc_fp(const cudev_kcall *c) {
                      c->coll, cudev_kc_rooted(c->coll) ? c->root : 0);
 }
 /* How many blocks of the collective kernel the current device holds at
- * once (SMs x the fewest resident per SM of any of its dtypes and ops). */
-braid_result cudev_kernel_coll_room(int *blocks);
+ * once (SMs x the fewest resident per SM of any of its dtypes and ops),
+ * and its SMs. */
+braid_result cudev_kernel_coll_room(int *blocks, int *sms);
 /* The call's first chunk is number seq. */
 braid_result cudev_kernel_coll(const cudev_ka *k, uint64_t seq,
                                const cudev_kcall *call, void *stream);

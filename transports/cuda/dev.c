@@ -303,7 +303,7 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
   return BRAID_SUCCESS;
 }
 
-braid_result cudev_kernel_coll_room(int *blocks) {
+braid_result cudev_kernel_coll_room(int *blocks, int *sms_out) {
   unsigned sms;
   int per = 0;
   braid_result r = cudev_preload();
@@ -314,6 +314,7 @@ braid_result cudev_kernel_coll_room(int *blocks) {
   DEV_CALL("cudaOccupancyMaxActiveBlocksPerMultiprocessor (collective kernel)",
            (cudaError_t)cuk_coll_resident(&per));
   *blocks = (int)sms * per;
+  *sms_out = (int)sms;
   return BRAID_SUCCESS;
 }
 

@@ -125,8 +125,9 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
   return none("cudev_div");
 }
 
-braid_result cudev_kernel_coll_room(int *blocks) {
+braid_result cudev_kernel_coll_room(int *blocks, int *sms) {
   *blocks = 0;
+  *sms = 0;
   return none("cudev_kernel_coll_room");
 }
 

@@ -172,9 +172,10 @@ static void run(void *arg) {
 
 /* The emulated GPU holds the blocks of an H100 running the kernel at 64
  * registers a thread: 132 SMs x 2 (CUDA_EMU_KERNEL_ROOM overrides). */
-braid_result cudev_kernel_coll_room(int *blocks) {
+braid_result cudev_kernel_coll_room(int *blocks, int *sms) {
   const char *e = getenv("CUDA_EMU_KERNEL_ROOM");
   *blocks = e != NULL ? atoi(e) : 264;
+  *sms = 132;
   return BRAID_SUCCESS;
 }
 
