@@ -134,15 +134,19 @@ static int room_share(exk *x, int room) {
 /* The blocks a rank wants when BRAID_CUDA_KERNEL_BLOCKS is not set, with
  * `sharing` ranks of the communicator on its GPU of `sms` SMs. Ranks that
  * share a GPU move all their data through its memory, and together need
- * about a block per SM to keep it busy: on an H100 (132 SMs) two ranks
- * reached 0.53 of the bound at 256 MiB with 32 blocks each and 0.78 with
- * 64 or 128, four 0.79 with 32 and 0.75-0.76 with 64 or 128
- * (docs/PERFORMANCE.md, "Figures"), so each takes its share of the SMs. A
- * rank alone on its GPU reads its peers over the links between GPUs and
- * takes 32, leaving the SMs to the application's kernels (not measured:
- * the GPU machines at hand have one GPU). */
+ * about a block per SM to keep it busy: each takes the largest power of
+ * two within its share of the SMs. On an H100 (132 SMs) at 256 MiB, two
+ * ranks reached 0.53 of the bound with 32 blocks each and 0.77 with 64 or
+ * 66; four 0.79 with 32 but 0.75-0.76 with 33, 64 or 66 (docs/
+ * PERFORMANCE.md, "Figures"). A rank alone on its GPU reads its peers over
+ * the links between GPUs and takes 32, leaving the SMs to the
+ * application's kernels (not measured: the GPU machines at hand have one
+ * GPU). */
 static int blocks_wanted(int sms, int sharing) {
-  return sharing > 1 ? sms / sharing : 32;
+  int share = sms / sharing, b = 1;
+  while (b * 2 <= share)
+    b *= 2;
+  return sharing > 1 ? b : 32;
 }
 
 /* The most blocks of a call (cudev_ka.blocks), the same on every rank: at

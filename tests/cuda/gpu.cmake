@@ -193,8 +193,8 @@ gpu_test(emu_gpu_share emu_gpu_share BRAID_CUDA_GATE=1)
 gpu_test(emu_gpu_share_kernel emu_gpu_share BRAID_CUDA_KERNEL_MAX=64K
   BRAID_CUDA_KERNEL_BLOCKS=6)
 # BRAID_CUDA_KERNEL_BLOCKS unset: two ranks on one GPU share its SMs (132
-# on the emulated GPU), 66 blocks each for both communicators where a room
-# of 1056 blocks would allow 264 and 132
+# on the emulated GPU), 64 blocks each (the power of two within 66) for
+# both communicators where a room of 1056 blocks would allow 264 and 132
 add_test(NAME emu_gpu_share_blocks COMMAND emu_gpu_share --jobs 1
   --filter "gpu_share/two_communicators_share_the_gpu")
 gpu_pinned(env BRAID_TIMEOUT=60 BRAID_CUDA_KERNEL_MAX=64K

@@ -136,9 +136,13 @@ static int two_comms(braid_comm *c, int rank, int n) {
     for (int j = 0; j < 2 && rc == 0; j++) {
       int want = (room >> j) / 2 / n;
       /* BRAID_CUDA_KERNEL_BLOCKS, else the ranks on the GPU (all n here)
-       * share its SMs */
+       * share its SMs, each the largest power of two within its share */
       int most = cfg_get()->cuda_kernel_blocks;
-      most = most > 0 ? most : n > 1 ? sms / n : 32;
+      if (most == 0 && n == 1)
+        most = 32;
+      else if (most == 0)
+        for (most = 1; most * 2 <= sms / n;)
+          most *= 2;
       want = want > most ? most : want < 1 ? 1 : want;
       if (exk_blocks(cs[j]) != want) {
         fprintf(stderr,
