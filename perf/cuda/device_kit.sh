@@ -155,8 +155,9 @@ memcheck() {
 # With 60 s left and Nsight Compute there: the reduction kernel (k_vec) of
 # float16 sum and of float32 sum profiled once each (ncu: throughput,
 # occupancy, memory and launch sections) on reduce_bench's 64 MiB buffers,
-# to tell why float16 and bfloat16 reduce at 0.75 of memcpy on an H100
-# where the other types reach 0.95 (docs/PERFORMANCE.md, "Figures").
+# to compare the 16-bit types, which reduced at 0.75 of memcpy on an H100
+# while their kernels kept vectors in local memory, with the others
+# (docs/PERFORMANCE.md, "Figures").
 # Writes ncu.txt into <build>/device-logs (in logs.tgz) and its headline
 # figures into the log.
 profile_narrow() {

@@ -24,7 +24,10 @@
 #      on a CUDA stream and blocking, each by three paths: direct (CUDA IPC,
 #      BRAID_CUDA_HOST_MAX=0), through pinned host memory
 #      (BRAID_CUDA_HOST_MAX=$HOST_MAX) and as one allreduce kernel per rank
-#      (BRAID_CUDA_KERNEL_MAX=$KERNEL_MAX, src/exec_kernel.c);
+#      (BRAID_CUDA_KERNEL_MAX=$KERNEL_MAX, src/exec_kernel.c); each $LAT_REPS
+#      times (default 3), reported as the median with the range when the
+#      runs differ ("8.34 (7.98-13.98)"): one run's average can carry a
+#      stall of a few milliseconds;
 #   4. where the paths cross: allreduce time from 8 B to 4 MiB, 2 ranks on
 #      a CUDA stream, by each path (what the defaults of BRAID_CUDA_HOST_MAX
 #      and BRAID_CUDA_KERNEL_MAX should be; KERNEL_MAX, default 4M, keeps
@@ -66,6 +69,7 @@ KERNEL_BLOCKS=${KERNEL_BLOCKS:-64 128 64@16M 128@16M}
 LOG_DIR=${LOG_DIR:-$BUILD/device-logs}
 JOBS=${JOBS:-$(nproc)}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
+LAT_REPS=${LAT_REPS:-3}
 
 log() { printf '%s\n' "$*" >&2; }
 
@@ -181,20 +185,24 @@ measure() { # tag quick: quick=1 runs fewer iterations
         BWS[$t.$kind$val.$k]=$(awk '{ print $8, $12, $9 + $13 }' <<<"$row")
     done
   done
-  # 3. latency, 8 bytes, 2 ranks: stream and blocking, by both paths. A run
-  # that fails (braid-perf exits 1 on a wrong element) is reported in the
-  # table, not hidden: "failed (exit N)".
+  # 3. latency, 8 bytes, 2 ranks: stream and blocking, by each path,
+  # LAT_REPS runs each. A run that fails (braid-perf exits 1 on a wrong
+  # element) is reported in the table, not hidden: "failed (exit N)".
   for path in direct host kernel; do
     for mode in stream blocking; do
-      f=$d/allreduce_8B_${mode}_${path}.txt
       y=0
       [ "$mode" = blocking ] && y=1
       rc=0
-      # shellcheck disable=SC2086
-      BRAID_CUDA_HOST_MAX=$(host_max "$path") \
-        BRAID_CUDA_KERNEL_MAX=$(kernel_max "$path") run_perf "$f" 2 -b 8 -e 8 \
-        $lat -c 1 -d float32 -y "$y" || rc=$?
-      LAT[$t.$mode.$path]=$(perf_row "$f" | awk '{ print $6 }')
+      : >"$d/allreduce_8B_${mode}_${path}.times"
+      for ((r = 1; r <= LAT_REPS && rc == 0; r++)); do
+        f=$d/allreduce_8B_${mode}_${path}_$r.txt
+        # shellcheck disable=SC2086
+        BRAID_CUDA_HOST_MAX=$(host_max "$path") \
+          BRAID_CUDA_KERNEL_MAX=$(kernel_max "$path") run_perf "$f" 2 -b 8 -e 8 \
+          $lat -c 1 -d float32 -y "$y" || rc=$?
+        perf_row "$f" | awk '{ print $6 }' >>"$d/allreduce_8B_${mode}_${path}.times"
+      done
+      LAT[$t.$mode.$path]=$(median_range "$d/allreduce_8B_${mode}_${path}.times")
       [ "$rc" -eq 0 ] || LAT[$t.$mode.$path]="failed (exit $rc)"
     done
   done
@@ -216,6 +224,14 @@ bw_rows() {
   for v in $CUDA_BUFFSIZES; do echo "direct:$v"; done
   for v in $KERNEL_SLOTS; do echo "kernel:$v"; done
   for v in $KERNEL_BLOCKS; do echo "blocks:$v"; done
+}
+
+# The median of the numbers in a file, one a line, and their range when
+# they differ: "8.34 (7.98-13.98)"
+median_range() {
+  sort -g "$1" | awk 'NF { a[++n] = $1 }
+    END { if (n) printf "%s", a[int((n + 1) / 2)]
+          if (n > 1 && a[1] != a[n]) printf " (%s-%s)", a[1], a[n] }'
 }
 
 # BRAID_CUDA_HOST_MAX of a path: direct (0) or through host memory
@@ -275,7 +291,8 @@ tables() { # tag
   echo "8-byte allreduce on device buffers, 2 ranks on one GPU (target < 10 us),"
   echo "by each path: direct (CUDA IPC between the ranks, \`BRAID_CUDA_HOST_MAX=0\`),"
   echo "through pinned host memory (\`BRAID_CUDA_HOST_MAX=$HOST_MAX\`) and as one"
-  echo "allreduce kernel per rank (\`BRAID_CUDA_KERNEL_MAX=$KERNEL_MAX\`):"
+  echo "allreduce kernel per rank (\`BRAID_CUDA_KERNEL_MAX=$KERNEL_MAX\`); the median"
+  echo "of $LAT_REPS runs, with their range where they differ:"
   echo
   echo "| mode | direct (us) | through host memory (us) | allreduce kernel (us) |"
   echo "|---|---:|---:|---:|"
