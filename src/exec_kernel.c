@@ -143,10 +143,12 @@ static int room_share(exk *x, int room) {
  * application's kernels (not measured: the GPU machines at hand have one
  * GPU). */
 static int blocks_wanted(int sms, int sharing) {
-  int share = sms / sharing, b = 1;
-  while (b * 2 <= share)
+  if (sharing < 2)
+    return 32;
+  int b = 1;
+  while (b * 2 <= sms / sharing)
     b *= 2;
-  return sharing > 1 ? b : 32;
+  return b;
 }
 
 /* The most blocks of a call (cudev_ka.blocks), the same on every rank: at
@@ -155,16 +157,16 @@ static int blocks_wanted(int sms, int sharing) {
  * GPUs they share, the ranks on one GPU together take at most half of what
  * their share of it holds (room_share), and that on the fullest GPU. */
 static int blocks_for(const exk_rec *all, int n) {
-  int most = all[0].most > 0 && all[0].most < CUDEV_KA_BLOCKS ? all[0].most
-                                                              : CUDEV_KA_BLOCKS;
+  int most = CUDEV_KA_BLOCKS;
   for (int q = 0; q < n; q++) {
     int sharing = 0;
     for (int p = 0; p < n; p++)
       sharing += strncmp(all[p].busid, all[q].busid, sizeof all[q].busid) == 0;
     sharing = sharing > 0 ? sharing : 1;
+    int want =
+        all[0].most > 0 ? all[0].most : blocks_wanted(all[q].sms, sharing);
     int b = all[q].room / 2 / sharing;
-    int want = blocks_wanted(all[q].sms, sharing);
-    b = all[0].most > 0 || want > b ? b : want;
+    b = want < b ? want : b;
     most = b < most ? b : most;
   }
   return most < 1 ? 1 : most;

@@ -136,7 +136,7 @@ run_perf() { # log-file ranks args...
 # $LOG_DIR/<tag>/.
 declare -A BW_OOP BW_INP WRONG BWS LAT SWEEP_RC ITERS
 measure() { # tag quick: quick=1 runs fewer iterations
-  local t=$1 d=$LOG_DIR/$1 k f rc row kind val path mode y
+  local t=$1 d=$LOG_DIR/$1 k f rc row kind val path mode y slot r
   # iterations (-n) and warm-up (-w) of the bandwidth, latency and sweep runs
   local bw="-n 20 -w 5" lat="-n 2000 -w 200" sw="-n 200 -w 20"
   [ "$2" = 0 ] || { bw="-n 3 -w 1"; lat="-n 200 -w 20"; sw="-n 20 -w 2"; }
@@ -168,12 +168,13 @@ measure() { # tag quick: quick=1 runs fewer iterations
         BRAID_CUDA_KERNEL_MAX=$SIZE BRAID_CUDA_KERNEL_SLOT=$val run_perf "$f" "$k" \
           -b "$SIZE" -e "$SIZE" $bw -c 1 -d float32 || rc=$?
       elif [ "$kind" = blocks ]; then
+        # N@SLOT, or N: BRAID_CUDA_KERNEL_SLOT empty, which braid reads as unset
+        slot=
+        [ "${val#*@}" = "$val" ] || slot=${val#*@}
         # shellcheck disable=SC2086
-        (
-          [ "${val#*@}" = "$val" ] || export BRAID_CUDA_KERNEL_SLOT=${val#*@}
-          BRAID_CUDA_KERNEL_MAX=$SIZE BRAID_CUDA_KERNEL_BLOCKS=${val%@*} \
-            run_perf "$f" "$k" -b "$SIZE" -e "$SIZE" $bw -c 1 -d float32
-        ) || rc=$?
+        BRAID_CUDA_KERNEL_MAX=$SIZE BRAID_CUDA_KERNEL_SLOT=$slot \
+          BRAID_CUDA_KERNEL_BLOCKS=${val%@*} run_perf "$f" "$k" \
+          -b "$SIZE" -e "$SIZE" $bw -c 1 -d float32 || rc=$?
       else
         # shellcheck disable=SC2086
         BRAID_CUDA_KERNEL_MAX=0 BRAID_CUDA_HOST_MAX=0 BRAID_CUDA_BUFFSIZE=$val \

@@ -218,14 +218,14 @@ typedef struct cuf_peer {
   cuf_hdr *hdr; /* its segment (its cause), or NULL */
 } cuf_peer;
 
-/* Checks peers[0..n) once. A dead peer is reported only when waiting(arg,
- * i) says nothing it published is left unread (waiting may be NULL), as
- * BRAID_ERR_REMOTE with *dead_rank set -- to the cause it recorded when it
- * left because another rank died -- and err naming both. */
 /* Whether p's process has exited (remembered in p->dead); 0 when this
  * process cannot tell (another pid namespace). */
 int cuf_peer_gone(cuf_peer *p);
 
+/* Checks peers[0..n) once. A dead peer is reported only when waiting(arg,
+ * i) says nothing it published is left unread (waiting may be NULL), as
+ * BRAID_ERR_REMOTE with *dead_rank set -- to the cause it recorded when it
+ * left because another rank died -- and err naming both. */
 int cuf_peers_check(cuf_peer *peers, int n, int self_rank,
                     int (*waiting)(void *arg, int i), void *arg, int *dead_rank,
                     char *err, size_t errlen);
