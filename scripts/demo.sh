@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBRAID_TESTS=OFF >/dev/null
+scripts/configure.sh demo build
 cmake --build build -j"$(nproc)"
 echo
 echo "== braid-perf: allreduce on 2 ranks over shared memory"

@@ -13,6 +13,7 @@ pkgs=(
   libopenblas-dev dataset-fashion-mnist
   graphviz gnuplot-nox
   iproute2 nftables python3 procps
+  python3-torch libtorch-dev pybind11-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do
