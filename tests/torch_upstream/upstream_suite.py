@@ -1,0 +1,122 @@
+"""torch's distributed test base bound to one backend, for run_upstream.py.
+
+torch ships the tests (DistributedTest._DistTestBase in
+torch/testing/_internal/distributed/distributed_test.py) and the process
+harness (TestDistBackend) but no class that joins them. This module makes
+that class for the backend named by the BACKEND environment variable. It is
+a module of its own, imported only once run_upstream.py has set the
+environment, because every test spawns fresh interpreters that unpickle the
+class by name: they import this module again and must define the very same
+class, with the same backend and the same feature sets.
+
+Environment (set by run_upstream.py, inherited by the spawned ranks):
+  BACKEND          torch backend name ("braid", "gloo")
+  WORLD_SIZE       ranks per test
+  UPSTREAM_PLUGIN  module whose import registers BACKEND (braid_torch); empty
+                   for backends built into torch
+  UPSTREAM_SKIP_DIR  where ranks write why they skipped a test: torch's
+                   harness reports a skip raised inside a rank only as
+                   "skipped at subprocess level", without the reason
+"""
+import importlib
+import os
+import sys
+import unittest
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_shim = os.path.join(_here, "shim")
+try:
+    import expecttest  # noqa: F401  (torch's test utilities need it)
+except ImportError:
+    sys.path.append(_shim)
+
+BACKEND = os.environ["BACKEND"]
+PLUGIN = os.environ.get("UPSTREAM_PLUGIN", "")
+BUILTIN = {"gloo", "nccl", "mpi", "ucc"}
+
+import torch.distributed as dist  # noqa: E402
+from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
+
+if PLUGIN:
+    importlib.import_module(PLUGIN)
+if BACKEND not in BUILTIN:
+    # A third-party backend takes part in the groups of tests that it opts
+    # into; these sets are read by decorators when distributed_test is
+    # imported, so they must be filled before that import.
+    for feature in ("plugin", "ddp", "subgroup"):
+        DistTestCases.backend_feature[feature].add(BACKEND)
+    # A backend that refuses recv from any source says so the way torch's
+    # own backends do (UPSTREAM_NO_ANYSOURCE=1): those tests are skipped.
+    if os.environ.get("UPSTREAM_NO_ANYSOURCE", "0") == "1":
+        DistTestCases.skip_collective["sendrecv anysource"].add(BACKEND)
+
+# torch's harness turns on DDP's experimental ReplicatedTensor interop in
+# every rank (TestDistBackend._run). That mode imports
+# torch.distributed._shard, which torch 1.13 cannot import under Python 3.11
+# (a dataclass with a mutable default: "mutable default ... for field
+# tensor_properties is not allowed"), so every DDP test would fail before
+# reaching a collective. The ranks run DDP as users get it, mode off.
+import torch.nn.parallel._replicated_tensor_ddp_utils as _rt_utils  # noqa: E402
+
+try:
+    import torch.distributed._shard  # noqa: F401
+except ValueError:
+    _rt_utils._set_ddp_with_replicated_tensor = lambda value: None
+
+from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
+    DistributedTest,
+    TestDistBackend,
+)
+
+
+def _skip_note(test_name, rank, reason):
+    d = os.environ.get("UPSTREAM_SKIP_DIR")
+    if not d:
+        return
+    try:
+        with open(os.path.join(d, f"{test_name}.{rank}"), "w") as f:
+            f.write(reason)
+    except OSError:
+        pass
+
+
+def skip_reason(test_name):
+    """The reason a rank gave for skipping test_name, if one wrote it."""
+    d = os.environ.get("UPSTREAM_SKIP_DIR")
+    if not d or not os.path.isdir(d):
+        return None
+    reasons = set()
+    for f in sorted(os.listdir(d)):
+        if f.rsplit(".", 1)[0] == test_name:
+            with open(os.path.join(d, f)) as fh:
+                reasons.add(fh.read().strip())
+    return "; ".join(sorted(reasons)) if reasons else None
+
+
+class UpstreamDistTest(TestDistBackend, DistributedTest._DistTestBase):
+    """One test of torch's suite: setUp spawns WORLD_SIZE ranks that each
+    init the default group over BACKEND (file:// rendezvous) and run it."""
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    def run_test(self, test_name, parent_pipe):
+        # In a rank: note a skip's reason before torch's harness turns it
+        # into a bare exit code.
+        method = getattr(self, test_name)
+        rank = self.rank
+
+        def noted():
+            try:
+                return method()
+            except unittest.SkipTest as e:
+                _skip_note(test_name, rank, str(e))
+                raise
+
+        setattr(self, test_name, noted)
+        super().run_test(test_name, parent_pipe)
+
+
+def all_test_names():
+    return sorted(n for n in dir(UpstreamDistTest) if n.startswith("test_"))
