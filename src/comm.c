@@ -12,6 +12,7 @@
 #include "collectives/select.h"
 #include "src/comm_dev.h"
 #include "src/config.h"
+#include "src/doctor.h"
 #include "src/launch_env.h"
 #include "src/log.h"
 #include "transports/ibverbs/ibverbs.h"
@@ -57,7 +58,7 @@ tp_conn *comm_conn(braid_comm *c, int peer, int channel) {
   return c->conns[i];
 }
 
-static const tp_ops *tp_by_name(const char *name) {
+const tp_ops *comm_tp_by_name(const char *name) {
   if (strcmp(name, "shm") == 0)
     return &tp_shm;
   if (strcmp(name, "tcp") == 0)
@@ -108,7 +109,7 @@ static braid_result setup_transports(braid_comm *c) {
   const char *forced = c->transport_forced[0] ? c->transport_forced : NULL;
   const tp_ops *want_local = &tp_shm, *want_remote = NULL;
   if (forced != NULL) {
-    const tp_ops *t = tp_by_name(forced);
+    const tp_ops *t = comm_tp_by_name(forced);
     if (t == NULL) {
       comm_set_error(c,
                      "BRAID_TRANSPORT=%s is not a transport (shm, tcp, ofi, "
@@ -304,6 +305,7 @@ braid_result braid_comm_init(braid_comm **comm, int nranks,
   braid_result r = boot_init(id, rank, nranks, timeout, &b, err, sizeof err);
   if (r != BRAID_SUCCESS) {
     WARN(LOG_INIT, "braid_comm_init (rank %d of %d): %s", rank, nranks, err);
+    doc_init_failed(rank, nranks, 0, err);
     return r;
   }
   braid_comm *c = NULL;
@@ -317,6 +319,7 @@ braid_result braid_comm_init(braid_comm **comm, int nranks,
     }
   }
   if (r != BRAID_SUCCESS) {
+    doc_init_failed(rank, nranks, 0, c != NULL ? c->last_error : "");
     comm_free(c);
     return r;
   }
@@ -336,6 +339,7 @@ braid_result braid_comm_init_env(braid_comm **comm, const braid_config *cfg) {
   braid_result r = launch_detect(&li, &id, timeout, err, sizeof err);
   if (r != BRAID_SUCCESS) {
     WARN(LOG_INIT, "braid_comm_init_env: %s", err);
+    doc_init_failed(-1, 0, 0, err);
     return r;
   }
   INFO(LOG_INIT, "launcher %s: rank %d of %d", li.source, li.rank, li.size);

@@ -140,6 +140,9 @@ struct braid_comm {
 };
 
 /* src/comm.c */
+/* The transport BRAID_TRANSPORT names ("shm", "tcp", "ofi", "ibverbs" or
+ * "ib"), NULL for anything else. */
+const tp_ops *comm_tp_by_name(const char *name);
 void comm_set_error(braid_comm *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Marks the communicator broken by r (the first time only) and keeps the

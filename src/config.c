@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +14,11 @@
 
 static cfg_env g_cfg;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+/* Set while cfg_validate runs: every read and refusal goes to it instead of
+ * the log (one validation at a time, under g_visit_lock). */
+static cfg_visit g_visit;
+static void *g_visit_arg;
+static pthread_mutex_t g_visit_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int cfg_parse_size(const char *s, size_t *out) {
   if (s == NULL || *s == '\0')
@@ -40,9 +47,32 @@ int cfg_parse_size(const char *s, size_t *out) {
   return 0;
 }
 
-static const char *env_str(const char *name) {
+static const char *env_raw(const char *name) {
   const char *v = getenv(name);
   return (v != NULL && *v != '\0') ? v : NULL;
+}
+
+/* A value braid does not take: logged, or reported to cfg_validate's
+ * visitor. */
+__attribute__((format(printf, 3, 4))) static void
+refuse(const char *name, const char *value, const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  // NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized)
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (g_visit != NULL)
+    g_visit(g_visit_arg, name, value, msg);
+  else
+    WARN(LOG_ENV, "%s", msg);
+}
+
+static const char *env_str(const char *name) {
+  const char *v = env_raw(name);
+  if (g_visit != NULL)
+    g_visit(g_visit_arg, name, v, NULL);
+  return v;
 }
 
 static int env_int(const char *name, int def, int lo, int hi) {
@@ -53,8 +83,8 @@ static int env_int(const char *name, int def, int lo, int hi) {
   errno = 0;
   long x = strtol(v, &end, 10);
   if (errno != 0 || end == v || *end != '\0' || x < lo || x > hi) {
-    WARN(LOG_ENV, "%s=%s is not an integer in [%d, %d]; using %d", name, v, lo,
-         hi, def);
+    refuse(name, v, "%s=%s is not an integer in [%d, %d]; using %d", name, v,
+           lo, hi, def);
     return def;
   }
   return (int)x;
@@ -66,19 +96,19 @@ static size_t env_size(const char *name, size_t def) {
     return def;
   size_t x;
   if (cfg_parse_size(v, &x) != 0) {
-    WARN(LOG_ENV, "%s=%s is not a size (like 4M); using %zu", name, v, def);
+    refuse(name, v, "%s=%s is not a size (like 4M); using %zu", name, v, def);
     return def;
   }
   return x;
 }
 
-static void cfg_load(void) {
-  cfg_env *c = &g_cfg;
+static void cfg_fill(cfg_env *c) {
   /* Logging first, so that warnings below go where the user asked. */
   c->debug = env_str("BRAID_DEBUG");
   c->debug_subsys = env_str("BRAID_DEBUG_SUBSYS");
   c->debug_file = env_str("BRAID_DEBUG_FILE");
-  log_configure(c->debug, c->debug_subsys, c->debug_file);
+  if (g_visit == NULL)
+    log_configure(c->debug, c->debug_subsys, c->debug_file);
 
   c->timeout_ms = env_int("BRAID_TIMEOUT", 300, 1, 86400) * 1000;
   c->nchannels = env_int("BRAID_NCHANNELS", 0, 0, 32);
@@ -99,8 +129,9 @@ static void cfg_load(void) {
   c->cuda_kernel_max = env_size("BRAID_CUDA_KERNEL_MAX", SIZE_MAX);
   c->cuda_kernel_slot = env_size("BRAID_CUDA_KERNEL_SLOT", (size_t)4 << 20);
   if (c->cuda_kernel_slot < 256) {
-    WARN(LOG_ENV, "BRAID_CUDA_KERNEL_SLOT=%zu is below 256 bytes; using 4M",
-         c->cuda_kernel_slot);
+    refuse("BRAID_CUDA_KERNEL_SLOT", env_raw("BRAID_CUDA_KERNEL_SLOT"),
+           "BRAID_CUDA_KERNEL_SLOT=%zu is below 256 bytes; using 4M",
+           c->cuda_kernel_slot);
     c->cuda_kernel_slot = (size_t)4 << 20;
   }
   /* at most CUDEV_KA_BLOCKS (transports/cuda/cuda_dev.h); 0: by the ranks
@@ -120,17 +151,33 @@ static void cfg_load(void) {
   c->mps_pipe_dir = env_str("CUDA_MPS_PIPE_DIRECTORY");
   c->ib_gid_index = env_int("BRAID_IB_GID_INDEX", -1, -1, 65535);
   if (c->buffsize < (size_t)c->nslots * 4096) {
-    WARN(LOG_ENV, "BRAID_BUFFSIZE=%zu is below %d slots of 4 KiB; using 4M",
-         c->buffsize, c->nslots);
+    refuse("BRAID_BUFFSIZE", env_raw("BRAID_BUFFSIZE"),
+           "BRAID_BUFFSIZE=%zu is below %d slots of 4 KiB; using 4M",
+           c->buffsize, c->nslots);
     c->buffsize = (size_t)4 << 20;
   }
   if (c->cuda_buffsize != 0 && c->cuda_buffsize < (size_t)c->nslots * 4096) {
-    WARN(LOG_ENV,
-         "BRAID_CUDA_BUFFSIZE=%zu is below %d slots of 4 KiB; using "
-         "BRAID_BUFFSIZE",
-         c->cuda_buffsize, c->nslots);
+    refuse("BRAID_CUDA_BUFFSIZE", env_raw("BRAID_CUDA_BUFFSIZE"),
+           "BRAID_CUDA_BUFFSIZE=%zu is below %d slots of 4 KiB; using "
+           "BRAID_BUFFSIZE",
+           c->cuda_buffsize, c->nslots);
     c->cuda_buffsize = 0;
   }
+}
+
+static void cfg_load(void) { cfg_fill(&g_cfg); }
+
+void cfg_validate(cfg_visit fn, void *arg) {
+  cfg_env scratch;
+  memset(&scratch, 0, sizeof scratch);
+  pthread_mutex_lock(&g_visit_lock);
+  pthread_once(&g_once, cfg_load); /* the cache is filled without a visitor */
+  g_visit = fn;
+  g_visit_arg = arg;
+  cfg_fill(&scratch);
+  g_visit = NULL;
+  g_visit_arg = NULL;
+  pthread_mutex_unlock(&g_visit_lock);
 }
 
 void cfg_slots(size_t buffsize, size_t *slot, size_t *slice) {

@@ -54,6 +54,16 @@ const cfg_env *cfg_get(void);
  * of them, rounded down to 64 bytes) and its pipeline slice (BRAID_SLICE
  * when smaller than the slot, else the slot). */
 void cfg_slots(size_t buffsize, size_t *slot, size_t *slice);
+/* One variable as cfg_validate sees it: its name, its value (NULL when
+ * unset) and, when braid would not take the value, why (refused, the
+ * sentence braid would log; NULL when accepted). A variable may be seen
+ * twice: read, then refused by a check across variables. */
+typedef void (*cfg_visit)(void *arg, const char *name, const char *value,
+                          const char *refused);
+/* Reads the environment as cfg_get does, into a scratch copy, and reports
+ * every variable read (set or not) to fn instead of logging refusals; the
+ * cache and the log settings are untouched. For braid-doctor. */
+void cfg_validate(cfg_visit fn, void *arg);
 /* Integer/size parsing with K/M/G suffixes; returns -1 on a bad value. */
 int cfg_parse_size(const char *s, size_t *out);
 

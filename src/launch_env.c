@@ -95,6 +95,20 @@ static const launcher launchers[] = {
     {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
 };
 
+/* braid's own variables read here besides braidrun's rank and size */
+enum { V_UNIQUE_ID, V_COMM_ID, V_SECRET, V_RENDEZVOUS_DIR };
+static const char *const own_vars[] = {"BRAID_UNIQUE_ID", "BRAID_COMM_ID",
+                                       "BRAID_SECRET", "BRAID_RENDEZVOUS_DIR"};
+
+const char *launch_env_var(size_t i) {
+  const launcher *b = &launchers[0]; /* braidrun */
+  const char *rs[] = {b->rank, b->size, b->local_rank, b->local_size};
+  if (i < 4)
+    return rs[i];
+  i -= 4;
+  return i < sizeof own_vars / sizeof *own_vars ? own_vars[i] : NULL;
+}
+
 static braid_result detect_rank(launch_info *li, char *err, size_t errlen) {
   for (size_t i = 0; i < sizeof launchers / sizeof *launchers; i++) {
     const launcher *l = &launchers[i];
@@ -181,7 +195,7 @@ static int hexval(char c) {
 
 static braid_result get_secret(const char *host, int port, uint8_t out[16],
                                char *err, size_t errlen) {
-  const char *s = env("BRAID_SECRET");
+  const char *s = env(own_vars[V_SECRET]);
   if (s != NULL) { /* the value itself is never printed */
     size_t n = strlen(s);
     int ok = n == 32;
@@ -251,7 +265,7 @@ static braid_result rdv_address(const launch_info *li, braid_unique_id *id,
                                 int *found, char *err, size_t errlen) {
   char host[256];
   int port = 0;
-  const char *cid = env("BRAID_COMM_ID");
+  const char *cid = env(own_vars[V_COMM_ID]);
   const char *ma = env("MASTER_ADDR"), *mp = env("MASTER_PORT");
   *found = 0;
   if (cid != NULL) {
@@ -327,7 +341,7 @@ static time_t proc_start_time(void) {
 
 static braid_result rdv_file_path(const launch_info *li, char *path, size_t len,
                                   char *err, size_t errlen) {
-  const char *dir = env("BRAID_RENDEZVOUS_DIR");
+  const char *dir = env(own_vars[V_RENDEZVOUS_DIR]);
   if (dir == NULL || *dir == '\0')
     dir = "/tmp";
   /* The job key: the first job id variable present, else the parent
@@ -512,7 +526,7 @@ braid_result launch_detect(launch_info *li, braid_unique_id *id, int timeout_ms,
   INFO(LOG_ENV, "launcher %s: rank %d of %d (local %d of %d)", li->source,
        li->rank, li->size, li->local_rank, li->local_size);
 
-  const char *uid = env("BRAID_UNIQUE_ID");
+  const char *uid = env(own_vars[V_UNIQUE_ID]);
   if (uid != NULL) {
     if (braid_unique_id_from_string(id, uid) != BRAID_SUCCESS) {
       seterr(err, errlen,
@@ -530,6 +544,14 @@ braid_result launch_detect(launch_info *li, braid_unique_id *id, int timeout_ms,
   if (li->size == 1) /* nobody to meet: a private root */
     return boot_unique_id(id, err, errlen);
   return rdv_file(li, id, timeout_ms, err, errlen);
+}
+
+braid_result launch_rank(launch_info *li, char *err, size_t errlen) {
+  if (err != NULL && errlen > 0)
+    err[0] = '\0';
+  memset(li, 0, sizeof *li);
+  li->local_rank = li->local_size = -1;
+  return detect_rank(li, err, errlen);
 }
 
 void launch_cleanup(void) {

@@ -21,6 +21,12 @@ typedef struct launch_info {
  * Errors name the variable that is missing or malformed. */
 braid_result launch_detect(launch_info *li, braid_unique_id *id, int timeout_ms,
                            char *err, size_t errlen);
+/* The i-th of braid's own variables (BRAID_*) read here, NULL past the
+ * last (braid-doctor tells them from misspellings). */
+const char *launch_env_var(size_t i);
+/* Rank and size only (launch_detect's first half: no rendezvous, no
+ * file, no socket). */
+braid_result launch_rank(launch_info *li, char *err, size_t errlen);
 /* Rank 0 removes the rendezvous file, if it made one (after init). */
 void launch_cleanup(void);
 

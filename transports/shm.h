@@ -154,6 +154,12 @@ typedef struct shm_state {
 } shm_state;
 
 /* transports/shm_setup.c: the transport's setup and teardown (tp_shm's) */
+/* Bytes of the segment a rank creates (and reserves in /dev/shm) for
+ * npeers shm peers, nchannels channels each, nslots slots of slot_bytes;
+ * 0 when that overflows. Every rank of a host maps one such segment per
+ * communicator. */
+uint64_t shm_segment_bytes(int npeers, int nchannels, int nslots,
+                           size_t slot_bytes);
 int shm_setup(tp_setup *su, const uint8_t *peers, void **state);
 void shm_teardown(void *state);
 

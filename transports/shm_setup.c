@@ -109,19 +109,32 @@ static uint64_t pidns_id(void) {
 #define SERR(st_, code, ...)                                                   \
   (snprintf((st_)->errbuf, sizeof((st_)->errbuf), __VA_ARGS__), (code))
 
+uint64_t shm_segment_bytes(int npeers, int nchannels, int nslots,
+                           size_t slot_bytes) {
+  uint64_t data = round_up(slot_bytes, SHM_CL);
+  uint64_t slot = sizeof(shm_slot) + data;
+  uint64_t ring = sizeof(shm_ring) + (uint64_t)nslots * slot;
+  uint64_t nrings = (uint64_t)npeers * (uint64_t)nchannels;
+  uint64_t hdr =
+      round_up(sizeof(shm_hdr) + sizeof(int32_t) * (uint64_t)npeers, 4096);
+  if (nrings > 0 && ring > (UINT64_MAX / 2) / nrings)
+    return 0;
+  return hdr + nrings * ring;
+}
+
 /* Creates, sizes and initialises this rank's segment. */
 static int seg_create(tp_setup *su, shm_state *st, boot *b) {
   uint64_t data = round_up(st->slot_bytes, SHM_CL);
   uint64_t slot = sizeof(shm_slot) + data;
   uint64_t ring = sizeof(shm_ring) + (uint64_t)st->nslots * slot;
-  uint64_t nrings = (uint64_t)st->npeers * (uint64_t)st->nchannels;
   uint64_t hdr =
       round_up(sizeof(shm_hdr) + sizeof(int32_t) * (uint64_t)st->npeers, 4096);
-  if (ring > (UINT64_MAX / 2) / nrings)
+  uint64_t total =
+      shm_segment_bytes(st->npeers, st->nchannels, st->nslots, st->slot_bytes);
+  if (total == 0)
     return SERR(su, BRAID_ERR_INVALID_ARG,
                 "shm: segment size overflows (nslots %d, slot_bytes %zu)",
                 st->nslots, st->slot_bytes);
-  uint64_t total = hdr + nrings * ring;
   int fd = -1;
   for (int tries = 0; tries < 16 && fd < 0; tries++) {
     snprintf(st->name, sizeof(st->name), "/braid-%012" PRIx64 "-%d-%d-%u",
