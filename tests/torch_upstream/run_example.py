@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""Smoke run of bindings/torch/examples/lenet_ddp.py under torch's launcher.
+
+  run_example.py --backend braid --nproc 2 [--pythonpath build/python] [-- ARGS]
+
+Launches `/usr/bin/python3 -m torch.distributed.run --standalone` with
+--nproc workers on a few steps of one epoch (ARGS replace the defaults
+--epochs 1 --max-steps 5 --eval-batches 2) and fails unless the launcher
+exits 0 and rank 0 printed each epoch's line (loss, accuracies, time,
+communication share) and the summary with a non-zero count of all_reduce
+calls.
+
+torch 1.13's launcher cannot parse its default --redirects/--tee ("0")
+under Python 3.11 (IntFlag no longer iterates over the zero member, so
+Std.from_str returns None and the agent fails with "'NoneType' object has
+no attribute 'get'"); it is given --redirects 1 --tee 1: each worker's
+stdout goes to the launcher's log folder and to the console.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(HERE, "..", "..", "bindings", "torch", "examples",
+                       "lenet_ddp.py")
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", required=True)
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--pythonpath", action="append", default=[])
+    ap.add_argument("--timeout", type=int, default=240)
+    ap.add_argument("rest", nargs="*")
+    args = ap.parse_args()
+    if not os.path.isdir(DATA):
+        print(f"FAILED: {DATA} missing (Debian package dataset-fashion-mnist)")
+        return 1
+    extra = args.rest or ["--epochs", "1", "--max-steps", "5",
+                          "--eval-batches", "2"]
+    epochs = 1
+    if "--epochs" in extra:
+        epochs = int(extra[extra.index("--epochs") + 1])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.abspath(p) for p in args.pythonpath]
+        + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    with tempfile.TemporaryDirectory() as logs:
+        cmd = ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", str(args.nproc), "--redirects", "1",
+               "--tee", "1", "--log_dir", logs, os.path.abspath(EXAMPLE),
+               "--backend", args.backend] + extra
+        print(" ".join(cmd), flush=True)
+        try:
+            p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True,
+                               timeout=args.timeout)
+        except subprocess.TimeoutExpired as e:
+            print(e.output or "")
+            print(f"FAILED: not done within {args.timeout} s")
+            return 1
+    print(p.stdout)
+    errors = []
+    if p.returncode != 0:
+        errors.append(f"the launcher exited {p.returncode}")
+    epoch_re = re.compile(r"epoch (\d+): loss [\d.]+, train acc [\d.]+, test acc "
+                          r"[\d.]+, [\d.]+ s \(\d+ steps\), communication "
+                          r"[\d.]+ s \([\d.]+%\)")
+    seen = sorted({int(m.group(1)) for m in epoch_re.finditer(p.stdout)})
+    if seen != list(range(1, epochs + 1)):
+        errors.append(f"epoch lines for {seen}, expected 1..{epochs}")
+    m = re.search(rf"{re.escape(args.backend)}, {args.nproc} workers: .* "
+                  r"communication [\d.]+% of the time, (\d+) all_reduce calls",
+                  p.stdout)
+    if not m or int(m.group(1)) == 0:
+        errors.append("no summary line with all_reduce calls")
+    if errors:
+        print("FAILED: " + "; ".join(errors))
+        return 1
+    print(f"PASSED: lenet_ddp.py over {args.backend}, {args.nproc} workers")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
