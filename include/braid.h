@@ -73,7 +73,12 @@ typedef enum braid_dtype {
   BRAID_BFLOAT16 = 7,
   BRAID_FLOAT32 = 8,
   BRAID_FLOAT64 = 9,
-  BRAID_NUM_DTYPES = 10
+  BRAID_INT16 = 10,
+  /* One byte; a nonzero byte is true, results are 0 or 1. Reductions are
+   * logical: SUM and MAX or, PROD and MIN and, BAND/BOR/BXOR and, or, xor;
+   * AVG is refused (BRAID_ERR_INVALID_ARG). */
+  BRAID_BOOL = 11,
+  BRAID_NUM_DTYPES = 12
 } braid_dtype;
 
 typedef enum braid_op {
@@ -82,7 +87,12 @@ typedef enum braid_op {
   BRAID_MIN = 2,
   BRAID_MAX = 3,
   BRAID_AVG = 4, /* sum divided by the rank count (integers: truncated) */
-  BRAID_NUM_OPS = 5
+  /* Bitwise and, or, xor: integer dtypes and BRAID_BOOL only; on float16,
+   * bfloat16, float32 and float64 BRAID_ERR_INVALID_ARG, nothing sent. */
+  BRAID_BAND = 5,
+  BRAID_BOR = 6,
+  BRAID_BXOR = 7,
+  BRAID_NUM_OPS = 8
 } braid_op;
 
 /* Opaque handles. */
@@ -191,6 +201,29 @@ BRAID_API braid_result braid_scatter(const void *sendbuf, void *recvbuf,
 BRAID_API braid_result braid_alltoall(const void *sendbuf, void *recvbuf,
                                       size_t count, braid_dtype dt,
                                       braid_comm *comm, braid_stream *stream);
+/* Each rank sends block j of sendbuf, sendcounts[j] elements from
+ * sendbuf + sdispls[j] elements, to rank j, and receives rank j's block for
+ * it, recvcounts[j] elements, at recvbuf + rdispls[j] elements (MPI's
+ * Alltoallv; every array has one entry per rank, counts and displacements
+ * in elements; zero counts allowed). Rank i's recvcounts[j] must equal rank
+ * j's sendcounts[i]: each rank tells every other the count it sends before
+ * the data, and a rank that expects another count fails the call with
+ * BRAID_ERR_MISMATCH, naming both ranks and counts, before any data of that
+ * block is received (the communicator is then broken, as after any
+ * mismatch; the peer's call fails too or its next one does). Checked before
+ * anything is sent (BRAID_ERR_INVALID_ARG, the message names the argument):
+ * NULL arrays, a NULL buffer where a count is nonzero, sendcounts[rank] !=
+ * recvcounts[rank], receive blocks that overlap each other, a send block
+ * that overlaps a receive block (there is no in-place form, so sendbuf ==
+ * recvbuf is refused unless the blocks are apart). Host buffers, blocking
+ * or on a host stream, inside groups too; device buffers:
+ * BRAID_ERR_UNSUPPORTED. */
+BRAID_API braid_result braid_alltoallv(const void *sendbuf,
+                                       const size_t *sendcounts,
+                                       const size_t *sdispls, void *recvbuf,
+                                       const size_t *recvcounts,
+                                       const size_t *rdispls, braid_dtype dt,
+                                       braid_comm *comm, braid_stream *stream);
 /* Point to point; messages between two ranks arrive in the order sent. Put
  * matching sends and receives that depend on each other in one group. */
 BRAID_API braid_result braid_send(const void *sendbuf, size_t count,

@@ -52,6 +52,28 @@ static void die(bench *b, const char *what, braid_result r) {
   exit(PERF_EXIT_RUNTIME);
 }
 
+/* braid_alltoallv with count elements to and from every rank: the counts
+ * and displacements, kept between calls. */
+static braid_result issue_alltoallv(bench *b, const void *s, void *r,
+                                    size_t count, braid_dtype dt) {
+  static size_t *arr;
+  static int have;
+  size_t n = (size_t)b->nranks;
+  if (have != b->nranks) {
+    free(arr);
+    arr = malloc(sizeof *arr * 2 * n);
+    have = arr != NULL ? b->nranks : 0;
+    if (arr == NULL)
+      return BRAID_ERR_NOMEM;
+  }
+  for (size_t j = 0; j < n; j++) {
+    arr[j] = count;
+    arr[n + j] = j * count;
+  }
+  return braid_alltoallv(s, arr, arr + n, r, arr, arr + n, dt, b->comm,
+                         b->stream);
+}
+
 /* One call of collective c. */
 static braid_result issue(bench *b, perf_coll c, const void *s, void *r,
                           size_t count, braid_dtype dt, braid_op op, int root) {
@@ -74,6 +96,8 @@ static braid_result issue(bench *b, perf_coll c, const void *s, void *r,
     return braid_scatter(s, r, count, dt, root, cm, st);
   case COLL_ALLTOALL:
     return braid_alltoall(s, r, count, dt, cm, st);
+  case COLL_ALLTOALLV:
+    return issue_alltoallv(b, s, r, count, dt);
   case COLL_SENDRECV: {
     int to = (b->rank + 1) % b->nranks;
     int from = (b->rank + b->nranks - 1) % b->nranks;
@@ -202,8 +226,10 @@ static void run_one(bench *b, const call *k, int inplace, perf_result *res) {
   void *s, *r;
   memset(res, 0, sizeof *res);
   res->wrong = -1;
-  if (inplace && k->c == COLL_SENDRECV) {
-    return; /* sending and receiving one buffer is not meaningful */
+  if (inplace && (k->c == COLL_SENDRECV || k->c == COLL_ALLTOALLV)) {
+    /* sending and receiving one buffer is not meaningful; alltoallv has
+     * no in-place form */
+    return;
   }
   pointers(b, k, inplace, &s, &r);
   if (o->check)
@@ -459,6 +485,16 @@ int main(int argc, char **argv) {
           k.op = info->has_op ? (braid_op)o.ops[oi] : BRAID_SUM;
           k.root = root;
           k.es = perf_dtype_size(k.dt);
+          if (info->has_op && !perf_pair_valid(k.dt, k.op))
+            continue; /* refused by braid: bitwise on floats, avg on bool */
+          if (o.device && !perf_dev_valid(c, k.dt, k.op)) {
+            if (b.rank == 0)
+              printf("# note: %s %s %s skipped: braid does not take it on "
+                     "device buffers\n",
+                     info->name, perf_dtype_str(k.dt),
+                     info->has_op ? perf_op_str(k.op) : "");
+            continue;
+          }
           if (b.rank == 0 && o.check && info->has_op &&
               b.nranks > perf_exact_max_ranks(k.dt, k.op))
             printf("# note: %s %s on %d ranks exceeds the exact range of "

@@ -22,9 +22,11 @@ size_t perf_dtype_size(braid_dtype dt) {
   switch (dt) {
   case BRAID_INT8:
   case BRAID_UINT8:
+  case BRAID_BOOL:
     return 1;
   case BRAID_FLOAT16:
   case BRAID_BFLOAT16:
+  case BRAID_INT16:
     return 2;
   case BRAID_INT32:
   case BRAID_UINT32:
@@ -37,6 +39,23 @@ size_t perf_dtype_size(braid_dtype dt) {
   default:
     return 0;
   }
+}
+
+int perf_pair_valid(braid_dtype dt, braid_op op) {
+  int flt = dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16 ||
+            dt == BRAID_FLOAT32 || dt == BRAID_FLOAT64;
+  if (flt && (op == BRAID_BAND || op == BRAID_BOR || op == BRAID_BXOR))
+    return 0;
+  return !(dt == BRAID_BOOL && op == BRAID_AVG);
+}
+
+int perf_dev_valid(perf_coll c, braid_dtype dt, braid_op op) {
+  if (c == COLL_ALLTOALLV)
+    return 0;
+  if (c != COLL_ALL_REDUCE && c != COLL_REDUCE && c != COLL_REDUCE_SCATTER)
+    return 1;
+  return dt != BRAID_INT16 && dt != BRAID_BOOL && op != BRAID_BAND &&
+         op != BRAID_BOR && op != BRAID_BXOR;
 }
 
 void perf_get_counts(perf_coll c, size_t count, int nranks, perf_counts *pc) {
@@ -59,6 +78,7 @@ void perf_get_counts(perf_coll c, size_t count, int nranks, perf_counts *pc) {
     pc->recv_inplace_off = base;
     break;
   case COLL_ALLTOALL:
+  case COLL_ALLTOALLV:
     pc->param = base;
     pc->send = pc->recv = base * n;
     break;
@@ -76,6 +96,7 @@ double perf_bus_factor(perf_coll c, int nranks) {
   case COLL_ALL_GATHER:
   case COLL_REDUCE_SCATTER:
   case COLL_ALLTOALL:
+  case COLL_ALLTOALLV:
   case COLL_GATHER:
   case COLL_SCATTER:
     return (n - 1) / n;
@@ -91,6 +112,7 @@ void perf_get_bw(perf_coll c, size_t param_count, size_t eltsize, double sec,
   case COLL_ALL_GATHER:
   case COLL_REDUCE_SCATTER:
   case COLL_ALLTOALL:
+  case COLL_ALLTOALLV:
   case COLL_GATHER:
   case COLL_SCATTER:
     bytes *= nranks;
@@ -163,6 +185,12 @@ void perf_store(braid_dtype dt, void *buf, size_t i, int64_t v) {
   case BRAID_FLOAT64:
     ((double *)buf)[i] = (double)v;
     break;
+  case BRAID_INT16:
+    ((int16_t *)buf)[i] = (int16_t)v;
+    break;
+  case BRAID_BOOL:
+    ((uint8_t *)buf)[i] = v != 0;
+    break;
   default:
     break;
   }
@@ -179,6 +207,8 @@ static int64_t exact_limit(braid_dtype dt) {
     return 2048;
   case BRAID_BFLOAT16:
     return 256;
+  case BRAID_INT16:
+    return 32767;
   default:
     return (int64_t)1 << 24;
   }
@@ -222,6 +252,8 @@ static int64_t plain_value(int rank, size_t idx, uint64_t seed) {
 
 static int64_t red_value(braid_dtype dt, braid_op op, int rank, int nranks,
                          size_t idx, uint64_t seed) {
+  if (dt == BRAID_BOOL) /* true three times in four: and, or and xor vary */
+    return (idx * 7 + (size_t)rank * 3 + seed) % 4 != 0;
   switch (op) {
   case BRAID_SUM:
     return (int64_t)((idx * 7 + (size_t)rank * 3 + seed) %
@@ -237,8 +269,27 @@ static int64_t red_value(braid_dtype dt, braid_op op, int rank, int nranks,
     return ((idx + (size_t)rank + seed) % (size_t)nranks == 0)
                ? (int64_t)nranks * (int64_t)(1 + idx % 3)
                : 0;
+  case BRAID_BAND: /* mostly set bits, so that the and is not always 0 */
+    return 0x7f & ~(int64_t)(1 << ((idx + (size_t)rank + seed) % 7));
+  case BRAID_BOR:
+  case BRAID_BXOR:
+    return plain_value(rank, idx, seed);
   default:
     return 0;
+  }
+}
+
+/* bool: sum and max are or, prod and min are and */
+static int64_t bool_combine(braid_op op, int64_t acc, int64_t v) {
+  switch (op) {
+  case BRAID_PROD:
+  case BRAID_MIN:
+  case BRAID_BAND:
+    return acc && v;
+  case BRAID_BXOR:
+    return (acc != 0) != (v != 0);
+  default:
+    return acc || v;
   }
 }
 
@@ -247,6 +298,10 @@ static int64_t red_expected(braid_dtype dt, braid_op op, int nranks, size_t idx,
   int64_t acc = red_value(dt, op, 0, nranks, idx, seed);
   for (int r = 1; r < nranks; r++) {
     int64_t v = red_value(dt, op, r, nranks, idx, seed);
+    if (dt == BRAID_BOOL) {
+      acc = bool_combine(op, acc, v);
+      continue;
+    }
     switch (op) {
     case BRAID_SUM:
     case BRAID_AVG:
@@ -260,6 +315,15 @@ static int64_t red_expected(braid_dtype dt, braid_op op, int nranks, size_t idx,
       break;
     case BRAID_MAX:
       acc = v > acc ? v : acc;
+      break;
+    case BRAID_BAND:
+      acc &= v;
+      break;
+    case BRAID_BOR:
+      acc |= v;
+      break;
+    case BRAID_BXOR:
+      acc ^= v;
       break;
     default:
       break;
@@ -318,6 +382,7 @@ int64_t perf_check_output(perf_coll c, braid_dtype dt, braid_op op, int rank,
       v = plain_value(root, (size_t)rank * pcount + i, seed);
       break;
     case COLL_ALLTOALL:
+    case COLL_ALLTOALLV:
       v = plain_value((int)(i / pcount), (size_t)rank * pcount + i % pcount,
                       seed);
       break;

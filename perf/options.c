@@ -20,13 +20,14 @@ const perf_coll_info perf_colls[COLL_COUNT] = {
     [COLL_SCATTER] = {"scatter", "scatter_perf", 0, 1},
     [COLL_ALLTOALL] = {"alltoall", "alltoall_perf", 0, 0},
     [COLL_SENDRECV] = {"sendrecv", "sendrecv_perf", 0, 0},
+    [COLL_ALLTOALLV] = {"alltoallv", "alltoallv_perf", 0, 0},
 };
 
 static const char *const dtype_names[BRAID_NUM_DTYPES] = {
-    "int8",   "uint8",   "int32",    "uint32",  "int64",
-    "uint64", "float16", "bfloat16", "float32", "float64"};
-static const char *const op_names[BRAID_NUM_OPS] = {"sum", "prod", "min", "max",
-                                                    "avg"};
+    "int8",    "uint8",    "int32",   "uint32",  "int64", "uint64",
+    "float16", "bfloat16", "float32", "float64", "int16", "bool"};
+static const char *const op_names[BRAID_NUM_OPS] = {
+    "sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
 
 const char *perf_dtype_str(int dt) {
   return dt >= 0 && dt < BRAID_NUM_DTYPES ? dtype_names[dt] : "?";
@@ -45,6 +46,7 @@ int perf_dtype_from_name(const char *s) {
       {"double", BRAID_FLOAT64}, {"bf16", BRAID_BFLOAT16},
       {"fp16", BRAID_FLOAT16},   {"fp32", BRAID_FLOAT32},
       {"fp64", BRAID_FLOAT64},   {"uint", BRAID_UINT32},
+      {"short", BRAID_INT16},
   };
   for (int i = 0; i < BRAID_NUM_DTYPES; i++)
     if (strcasecmp(s, dtype_names[i]) == 0)
@@ -146,7 +148,8 @@ void perf_usage(FILE *f, const char *prog) {
       "       <collective>_perf [options]   (nccl-tests names, e.g. "
       "all_reduce_perf)\n"
       "collectives: all_reduce all_gather broadcast reduce reduce_scatter\n"
-      "             gather scatter alltoall sendrecv, or 'all' for every one\n"
+      "             gather scatter alltoall sendrecv alltoallv, or 'all' for "
+      "every one\n"
       "options (nccl-tests meanings):\n"
       "  -b,--minbytes <size>      smallest size, K/M/G suffixes (32M)\n"
       "  -e,--maxbytes <size>      largest size (32M)\n"
@@ -158,10 +161,15 @@ void perf_usage(FILE *f, const char *prog) {
       "  -m,--agg_iters <n>        operations per iteration, in one group "
       "(1)\n"
       "  -c,--check <n>            check iterations; 0 disables (1)\n"
-      "  -o,--op <op|all>          sum prod min max avg (sum)\n"
-      "  -d,--datatype <t|all>     int8 uint8 int32 uint32 int64 uint64\n"
-      "                            float16 bfloat16 float32 float64 "
+      "  -o,--op <op|all>          sum prod min max avg band bor bxor "
+      "(sum)\n"
+      "  -d,--datatype <t|all>     int8 uint8 int16 int32 uint32 int64 "
+      "uint64\n"
+      "                            float16 bfloat16 float32 float64 bool "
       "(float32)\n"
+      "                            (all: pairs braid refuses, bitwise ops on "
+      "floats\n"
+      "                            and avg on bool, are skipped)\n"
       "  -r,--root <rank|all>      root for rooted collectives (0)\n"
       "  -z,--blocking <0/1>       1: each call completes, then a barrier "
       "(0)\n"
@@ -264,7 +272,7 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
         fprintf(err,
                 "%s: unknown collective '%s' (expected all_reduce, "
                 "all_gather, broadcast, reduce, reduce_scatter, gather, "
-                "scatter, alltoall, sendrecv or all)\n",
+                "scatter, alltoall, sendrecv, alltoallv or all)\n",
                 prog, argv[1]);
         return -1;
       }

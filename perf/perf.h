@@ -31,6 +31,7 @@ typedef enum perf_coll {
   COLL_SCATTER,
   COLL_ALLTOALL,
   COLL_SENDRECV,
+  COLL_ALLTOALLV, /* braid_alltoallv with equal counts */
   COLL_COUNT
 } perf_coll;
 
@@ -90,6 +91,12 @@ int perf_op_from_name(const char *s);
 int perf_coll_from_name(const char *s);
 const char *perf_dtype_str(int dt);
 const char *perf_op_str(int op);
+/* 0 for the (dtype, op) pairs braid refuses: a bitwise op on a float type,
+ * avg on bool. */
+int perf_pair_valid(braid_dtype dt, braid_op op);
+/* 0 for what braid refuses on device buffers (BRAID_ERR_UNSUPPORTED):
+ * alltoallv, and reductions of int16 or bool or with a bitwise op. */
+int perf_dev_valid(perf_coll c, braid_dtype dt, braid_op op);
 
 /* ---- sizes and bandwidth (nccl-tests' conventions) ---- */
 

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "src/comm.h"
@@ -16,13 +17,13 @@
 
 /* ---- small public helpers --------------------------------------------- */
 
-static const size_t dtype_sizes[BRAID_NUM_DTYPES] = {1, 1, 4, 4, 8,
-                                                     8, 2, 2, 4, 8};
+static const size_t dtype_sizes[BRAID_NUM_DTYPES] = {1, 1, 4, 4, 8, 8,
+                                                     2, 2, 4, 8, 2, 1};
 static const char *dtype_names[BRAID_NUM_DTYPES] = {
-    "int8",   "uint8",   "int32",    "uint32",  "int64",
-    "uint64", "float16", "bfloat16", "float32", "float64"};
+    "int8",    "uint8",    "int32",   "uint32",  "int64", "uint64",
+    "float16", "bfloat16", "float32", "float64", "int16", "bool"};
 static const char *op_names[BRAID_NUM_OPS] = {"sum", "prod", "min", "max",
-                                              "avg"};
+                                              "avg", "band", "bor", "bxor"};
 
 size_t braid_dtype_size(braid_dtype dt) {
   return (unsigned)dt < BRAID_NUM_DTYPES ? dtype_sizes[dt] : 0;
@@ -151,6 +152,19 @@ static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
     return bad(c, fn, "dtype %d is not a braid_dtype", (int)op->dt);
   if (reduces && (unsigned)op->op >= BRAID_NUM_OPS)
     return bad(c, fn, "op %d is not a braid_op", (int)op->op);
+  int flt = op->dt == BRAID_FLOAT16 || op->dt == BRAID_BFLOAT16 ||
+            op->dt == BRAID_FLOAT32 || op->dt == BRAID_FLOAT64;
+  int bitwise =
+      op->op == BRAID_BAND || op->op == BRAID_BOR || op->op == BRAID_BXOR;
+  if (reduces && bitwise && flt)
+    return bad(c, fn,
+               "op %s is not defined on dtype %s (bitwise ops take integer "
+               "dtypes and bool)",
+               braid_op_name(op->op), braid_dtype_name(op->dt));
+  if (reduces && op->op == BRAID_AVG && op->dt == BRAID_BOOL)
+    return bad(c, fn,
+               "op avg is not defined on dtype bool (use sum, max or bor for "
+               "a logical or)");
   int n = c->nranks, me = c->rank;
   int rooted = op->coll == SCHED_BROADCAST || op->coll == SCHED_REDUCE ||
                op->coll == SCHED_GATHER || op->coll == SCHED_SCATTER;
@@ -317,6 +331,28 @@ static braid_result classify(braid_comm *c, exec_op *op) {
   return BRAID_SUCCESS;
 }
 
+/* int16, bool and the bitwise ops on device buffers: the device's reduction
+ * kernels do not have them (docs/CUDA.md), so a call that reduces is
+ * refused; one that only moves data moves it as bytes. */
+static braid_result dev_dtype(braid_comm *c, exec_op *op, int reduces) {
+  int newdt = op->dt == BRAID_INT16 || op->dt == BRAID_BOOL;
+  int newop = reduces && (op->op == BRAID_BAND || op->op == BRAID_BOR ||
+                          op->op == BRAID_BXOR);
+  if (op->dev < 0 || (!newdt && !newop))
+    return BRAID_SUCCESS;
+  if (reduces) {
+    bad(c, op->name,
+        "op %s on dtype %s is not supported on device buffers (the CUDA "
+        "reduction kernels lack int16, bool and the bitwise ops; host "
+        "buffers take them)",
+        braid_op_name(op->op), braid_dtype_name(op->dt));
+    return BRAID_ERR_UNSUPPORTED;
+  }
+  op->count *= braid_dtype_size(op->dt);
+  op->dt = BRAID_UINT8;
+  return BRAID_SUCCESS;
+}
+
 static braid_result issue(braid_comm *c, exec_op *op, int reduces) {
   if (c == NULL) {
     WARN(LOG_COLL, "%s: comm is NULL", op->name);
@@ -325,6 +361,8 @@ static braid_result issue(braid_comm *c, exec_op *op, int reduces) {
   braid_result r = check_op(c, op, reduces);
   if (r == BRAID_SUCCESS && op->count > 0)
     r = classify(c, op);
+  if (r == BRAID_SUCCESS && op->count > 0)
+    r = dev_dtype(c, op, reduces);
   if (r == BRAID_SUCCESS && op->count > 0)
     r = check_overlap(c, op);
   if (r != BRAID_SUCCESS || op->count == 0)
@@ -476,4 +514,207 @@ braid_result braid_barrier(braid_comm *comm, braid_stream *stream) {
   }
   o.seq = ++comm->coll_seq;
   return enq_submit(comm, &o);
+}
+
+/* ---- alltoallv --------------------------------------------------------- */
+
+typedef struct a2av_blk {
+  size_t lo, hi; /* bytes from the buffer's start */
+  int j;
+} a2av_blk;
+
+static int blk_cmp(const void *a, const void *b) {
+  const a2av_blk *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* The nonzero blocks of one side, sorted; each checked against overflow. */
+static braid_result a2av_blocks(braid_comm *c, const size_t *counts,
+                                const size_t *displs, size_t es,
+                                const char *cname, const char *dname,
+                                a2av_blk *b, int *nb) {
+  *nb = 0;
+  for (int j = 0; j < c->nranks; j++) {
+    if (counts[j] == 0)
+      continue;
+    if (counts[j] > SIZE_MAX / es / 2 || displs[j] > SIZE_MAX / es / 2 ||
+        displs[j] * es > SIZE_MAX / 2 - counts[j] * es)
+      return bad(c, "alltoallv",
+                 "%s[%d] = %zu with %s[%d] = %zu overflows the buffer size",
+                 cname, j, counts[j], dname, j, displs[j]);
+    b[*nb] = (a2av_blk){displs[j] * es, (displs[j] + counts[j]) * es, j};
+    (*nb)++;
+  }
+  qsort(b, (size_t)*nb, sizeof *b, blk_cmp);
+  return BRAID_SUCCESS;
+}
+
+static braid_result a2av_check(braid_comm *c, const char *sb, const size_t *sc,
+                               const size_t *sd, char *rb, const size_t *rc,
+                               const size_t *rd, braid_dtype dt, a2av_blk *s,
+                               a2av_blk *r) {
+  const char *fn = "alltoallv";
+  size_t es = braid_dtype_size(dt);
+  int ns = 0, nr = 0;
+  braid_result e = a2av_blocks(c, sc, sd, es, "sendcounts", "sdispls", s, &ns);
+  if (e == BRAID_SUCCESS)
+    e = a2av_blocks(c, rc, rd, es, "recvcounts", "rdispls", r, &nr);
+  if (e != BRAID_SUCCESS)
+    return e;
+  if (sc[c->rank] != rc[c->rank])
+    return bad(c, fn,
+               "rank %d sends itself sendcounts[%d] = %zu elements but "
+               "receives recvcounts[%d] = %zu",
+               c->rank, c->rank, sc[c->rank], c->rank, rc[c->rank]);
+  if (ns > 0 && sb == NULL)
+    return bad(c, fn, "sendbuf is NULL with sendcounts[%d] = %zu", s[0].j,
+               sc[s[0].j]);
+  if (nr > 0 && rb == NULL)
+    return bad(c, fn, "recvbuf is NULL with recvcounts[%d] = %zu", r[0].j,
+               rc[r[0].j]);
+  if (ns > 0 && (uintptr_t)sb % es != 0)
+    return bad(c, fn, "sendbuf %p is not aligned to %zu bytes (%s)",
+               (const void *)sb, es, braid_dtype_name(dt));
+  if (nr > 0 && (uintptr_t)rb % es != 0)
+    return bad(c, fn, "recvbuf %p is not aligned to %zu bytes (%s)", (void *)rb,
+               es, braid_dtype_name(dt));
+  for (int k = 1; k < nr; k++)
+    if (r[k].lo < r[k - 1].hi)
+      return bad(c, fn,
+                 "receive blocks overlap: rank %d's (rdispls %zu, %zu "
+                 "elements) and rank %d's (rdispls %zu, %zu elements)",
+                 r[k - 1].j, rd[r[k - 1].j], rc[r[k - 1].j], r[k].j, rd[r[k].j],
+                 rc[r[k].j]);
+  if (ns == 0 || nr == 0)
+    return BRAID_SUCCESS;
+  /* a send block against the receive blocks: sorted and disjoint, their
+   * ends ascend, so the first that ends past its start is the one to test */
+  uintptr_t s0 = (uintptr_t)sb, r0 = (uintptr_t)rb;
+  for (int k = 0; k < ns; k++) {
+    uintptr_t lo = s0 + s[k].lo, hi = s0 + s[k].hi;
+    int a = 0, z = nr;
+    while (a < z) {
+      int m = (a + z) / 2;
+      if (r0 + r[m].hi <= lo)
+        a = m + 1;
+      else
+        z = m;
+    }
+    if (a < nr && r0 + r[a].lo < hi)
+      return bad(c, fn,
+                 "the block sent to rank %d (sdispls %zu, %zu elements) "
+                 "overlaps the block received from rank %d (rdispls %zu, %zu "
+                 "elements): alltoallv has no in-place form",
+                 s[k].j, sd[s[k].j], sc[s[k].j], r[a].j, rd[r[a].j],
+                 rc[r[a].j]);
+  }
+  return BRAID_SUCCESS;
+}
+
+/* One send or receive of alltoallv, checked as braid_send/braid_recv are. */
+static braid_result a2av_op(braid_comm *c, exec_op *o, sched_coll coll,
+                            int peer, const void *in, void *out, size_t count,
+                            braid_dtype dt, braid_stream *stream) {
+  OP_INIT(x, coll, "alltoallv", stream);
+  x.in = in;
+  x.out = out;
+  x.count = count;
+  x.dt = dt;
+  x.root = peer;
+  *o = x;
+  braid_result r = check_op(c, o, 0);
+  if (r == BRAID_SUCCESS)
+    r = classify(c, o);
+  if (r == BRAID_SUCCESS && o->dev >= 0) {
+    bad(c, "alltoallv",
+        "device buffers are not supported (alltoallv takes host buffers)");
+    r = BRAID_ERR_UNSUPPORTED;
+  }
+  return r;
+}
+
+braid_result braid_alltoallv(const void *sendbuf, const size_t *sendcounts,
+                             const size_t *sdispls, void *recvbuf,
+                             const size_t *recvcounts, const size_t *rdispls,
+                             braid_dtype dt, braid_comm *comm,
+                             braid_stream *stream) {
+  const char *fn = "alltoallv";
+  if (comm == NULL) {
+    WARN(LOG_COLL, "%s: comm is NULL", fn);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  /* the communicator's state and the dtype, as for any call */
+  OP_INIT(probe, SCHED_SEND, fn, stream);
+  probe.dt = dt;
+  probe.root = comm->rank;
+  braid_result r = check_op(comm, &probe, 0);
+  if (r != BRAID_SUCCESS)
+    return r;
+  const size_t *arr[4] = {sendcounts, sdispls, recvcounts, rdispls};
+  static const char *arrn[4] = {"sendcounts", "sdispls", "recvcounts",
+                                "rdispls"};
+  for (int i = 0; i < 4; i++)
+    if (arr[i] == NULL)
+      return bad(comm, fn, "%s is NULL (one entry per rank is needed)",
+                 arrn[i]);
+  int n = comm->nranks, me = comm->rank;
+  size_t es = braid_dtype_size(dt);
+  a2av_blk *blk = malloc(sizeof *blk * (size_t)n * 2);
+  /* per peer: the count messages both ways and the data both ways */
+  exec_op *ops = malloc(sizeof *ops * (size_t)(4 * n));
+  if (blk == NULL || ops == NULL) {
+    free(blk);
+    free(ops);
+    return BRAID_ERR_NOMEM;
+  }
+  const char *sb = sendbuf;
+  char *rb = recvbuf;
+  r = a2av_check(comm, sb, sendcounts, sdispls, rb, recvcounts, rdispls, dt,
+                 blk, blk + n);
+  int nops = 0;
+  /* peers in the order me+k (sends) and me-k (receives), so that the ranks
+   * do not all start with rank 0; rank i's count message to j carries
+   * sendcounts[j], and j compares it with its recvcounts[i] before any
+   * data is compared, so that a block one side sends and the other does
+   * not expect ends in an error instead of lingering */
+  for (int k = 0; r == BRAID_SUCCESS && k < n; k++) {
+    int to = (me + k) % n, from = (me - k + n) % n;
+    if (k > 0) {
+      exec_op *hs = &ops[nops], *hr = &ops[nops + 1];
+      r = a2av_op(comm, hs, SCHED_SEND, to, &hs->count_msg, NULL, 1,
+                  BRAID_UINT64, stream);
+      if (r == BRAID_SUCCESS)
+        r = a2av_op(comm, hr, SCHED_RECV, from, NULL, &hr->count_msg, 1,
+                    BRAID_UINT64, stream);
+      if (r != BRAID_SUCCESS)
+        break;
+      hs->is_count = hr->is_count = 1;
+      hs->in = NULL; /* the executor takes count_msg of the queued copy */
+      hr->out = NULL;
+      hs->count_msg = sendcounts[to];
+      hr->count_want = recvcounts[from];
+      nops += 2;
+    }
+    if (sendcounts[to] > 0) {
+      r = a2av_op(comm, &ops[nops], SCHED_SEND, to, sb + sdispls[to] * es, NULL,
+                  sendcounts[to], dt, stream);
+      nops += r == BRAID_SUCCESS;
+    }
+    if (r == BRAID_SUCCESS && recvcounts[from] > 0) {
+      r = a2av_op(comm, &ops[nops], SCHED_RECV, from, NULL,
+                  rb + rdispls[from] * es, recvcounts[from], dt, stream);
+      nops += r == BRAID_SUCCESS;
+    }
+  }
+  free(blk);
+  if (r == BRAID_SUCCESS && nops > 0) {
+    braid_group_start();
+    for (int k = 0; k < nops && r == BRAID_SUCCESS; k++)
+      r = enq_submit(comm, &ops[k]);
+    braid_result e = braid_group_end();
+    if (r == BRAID_SUCCESS)
+      r = e;
+  }
+  free(ops);
+  return r;
 }

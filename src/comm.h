@@ -35,6 +35,11 @@ typedef struct exec_op {
   uint8_t barrier_byte[2]; /* barrier's own buffers */
   int dev;     /* -1: host buffers; else the CUDA device of the buffers */
   int checked; /* BRAID_CHECK compared its fingerprint already */
+  /* alltoallv's count messages (send/recv of one uint64): the bytes live in
+   * the op, as the barrier's; a receive compares what arrived with
+   * count_want and fails with BRAID_ERR_MISMATCH when they differ */
+  int is_count;
+  uint64_t count_msg, count_want;
 } exec_op;
 
 /* A unit of work in the comm's queue: one op, or a group's ops. */

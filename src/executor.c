@@ -550,6 +550,10 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
     x->bufs[SCHED_BUF_IN] = (char *)&op->barrier_byte[0];
     x->bufs[SCHED_BUF_OUT] = (char *)&op->barrier_byte[1];
   }
+  if (op->is_count) {
+    x->bufs[SCHED_BUF_IN] = (char *)&op->count_msg;
+    x->bufs[SCHED_BUF_OUT] = (char *)&op->count_msg;
+  }
   if (op->coll == SCHED_SEND || op->coll == SCHED_RECV) {
     x->is_p2p = 1;
     x->K = 1;
@@ -602,6 +606,16 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
 static int xop_finish(braid_comm *c, xop *x) {
   exec_op *op = x->op;
   int r = BRAID_SUCCESS;
+  if (op->is_count && op->coll == SCHED_RECV &&
+      op->count_msg != op->count_want) {
+    comm_set_error(c,
+                   "%s: rank %d sends %llu elements to rank %d, which expects "
+                   "%llu (recvcounts[%d] must equal rank %d's sendcounts[%d])",
+                   op->name, op->root, (unsigned long long)op->count_msg,
+                   c->rank, (unsigned long long)op->count_want, op->root,
+                   op->root, c->rank);
+    return BRAID_ERR_MISMATCH;
+  }
   if (op->op == BRAID_AVG && x->E > 0) {
     int div = 0;
     if (op->coll == SCHED_ALLREDUCE || op->coll == SCHED_REDUCE_SCATTER ||

@@ -4,7 +4,11 @@
  * Semantics (the same on every code path; tests compare them bit for bit):
  *  - integers: sum and prod wrap modulo 2^bits (computed in the unsigned
  *    type, so signed overflow is never undefined); min/max compare as the
- *    signed or unsigned type.
+ *    signed or unsigned type; band/bor/bxor are bitwise.
+ *  - bool: one byte, nonzero is true, results 0 or 1: sum, max and bor are
+ *    or; prod, min and band are and; bxor is xor.
+ *  - float types have no bitwise kernels (red_get gives NULL; the API
+ *    refuses such calls before anything is sent).
  *  - float32/float64: IEEE arithmetic in the type. min/max propagate NaN: if
  *    a[i] is NaN the result is a[i], else if b[i] is NaN it is b[i]. When the
  *    operands compare equal (+0 and -0) the result is b[i].
@@ -126,6 +130,13 @@ static inline uint16_t f2bf(float f) { return bf16_round(f2u(f)); }
 #define OP_FPROD(T, U, u, v) ((u) * (v))
 #define OP_FMIN(T, U, u, v) ((u) != (u) ? (u) : ((u) < (v) ? (u) : (v)))
 #define OP_FMAX(T, U, u, v) ((u) != (u) ? (u) : ((u) > (v) ? (u) : (v)))
+#define OP_IBAND(T, U, u, v) ((T)((U)(u) & (U)(v)))
+#define OP_IBOR(T, U, u, v) ((T)((U)(u) | (U)(v)))
+#define OP_IBXOR(T, U, u, v) ((T)((U)(u) ^ (U)(v)))
+/* bool: a nonzero byte is true; results are 0 or 1 */
+#define OP_LOR(T, U, u, v) ((T)(((u) != 0) | ((v) != 0)))
+#define OP_LAND(T, U, u, v) ((T)(((u) != 0) & ((v) != 0)))
+#define OP_LXOR(T, U, u, v) ((T)(((u) != 0) ^ ((v) != 0)))
 /* Narrow floats: widen with W, apply the float op, narrow with N. */
 #define OP_NARROW(FOP, W, N, u, v) N(FOP(float, float, W(u), W(v)))
 #define OP_BSUM(T, U, u, v) OP_NARROW(OP_FSUM, bf2f, f2bf, u, v)
@@ -216,7 +227,16 @@ static void red_misaligned(red_fn aligned, size_t es, void *dst, const void *a,
   DEF_KERNEL(NAME##_sum, VAR, T, U, OP_ISUM)                                   \
   DEF_KERNEL(NAME##_prod, VAR, T, U, OP_IPROD)                                 \
   DEF_KERNEL(NAME##_min, VAR, T, U, OP_IMIN)                                   \
-  DEF_KERNEL(NAME##_max, VAR, T, U, OP_IMAX)
+  DEF_KERNEL(NAME##_max, VAR, T, U, OP_IMAX)                                   \
+  DEF_KERNEL(NAME##_band, VAR, T, U, OP_IBAND)                                 \
+  DEF_KERNEL(NAME##_bor, VAR, T, U, OP_IBOR)                                   \
+  DEF_KERNEL(NAME##_bxor, VAR, T, U, OP_IBXOR)
+/* bool: sum and max are or, prod and min are and (as NCCL's and gloo's
+ * results for torch.bool) */
+#define DEF_BOOL(NAME, VAR)                                                    \
+  DEF_KERNEL(NAME##_sum, VAR, uint8_t, uint8_t, OP_LOR)                        \
+  DEF_KERNEL(NAME##_prod, VAR, uint8_t, uint8_t, OP_LAND)                      \
+  DEF_KERNEL(NAME##_bxor, VAR, uint8_t, uint8_t, OP_LXOR)
 #define DEF_FLT(NAME, VAR, T)                                                  \
   DEF_KERNEL(NAME##_sum, VAR, T, T, OP_FSUM)                                   \
   DEF_KERNEL(NAME##_prod, VAR, T, T, OP_FPROD)                                 \
@@ -237,22 +257,41 @@ static void red_misaligned(red_fn aligned, size_t es, void *dst, const void *a,
   DEF_INT(u64, VAR, uint64_t, uint64_t)                                        \
   DEF_NARROW(bf16, VAR, B)                                                     \
   DEF_FLT(f32, VAR, float)                                                     \
-  DEF_FLT(f64, VAR, double)
+  DEF_FLT(f64, VAR, double)                                                    \
+  DEF_INT(i16, VAR, int16_t, uint16_t)                                         \
+  DEF_BOOL(bool, VAR)
 
 DEF_ALL(base)
 DEF_NARROW(f16, base, H)
 
+/* Columns: sum, prod, min, max, band, bor, bxor (red_col); floats have no
+ * bitwise kernels (NULL: the calls are refused before they get here). */
+#define RED_COLS 7
 #define ROW(NAME, VAR)                                                         \
-  { NAME##_sum_##VAR, NAME##_prod_##VAR, NAME##_min_##VAR, NAME##_max_##VAR }
+  {                                                                            \
+    NAME##_sum_##VAR, NAME##_prod_##VAR, NAME##_min_##VAR, NAME##_max_##VAR,   \
+        NAME##_band_##VAR, NAME##_bor_##VAR, NAME##_bxor_##VAR                 \
+  }
+#define ROWF(NAME, VAR)                                                        \
+  {                                                                            \
+    NAME##_sum_##VAR, NAME##_prod_##VAR, NAME##_min_##VAR, NAME##_max_##VAR,   \
+        NULL, NULL, NULL                                                       \
+  }
+#define ROWB(VAR)                                                              \
+  {                                                                            \
+    bool_sum_##VAR, bool_prod_##VAR, bool_prod_##VAR, bool_sum_##VAR,          \
+        bool_prod_##VAR, bool_sum_##VAR, bool_bxor_##VAR                       \
+  }
 
 #define TABLE(VAR, F16VAR, BF16VAR)                                            \
   {                                                                            \
     ROW(i8, VAR), ROW(u8, VAR), ROW(i32, VAR), ROW(u32, VAR), ROW(i64, VAR),   \
-        ROW(u64, VAR), ROW(f16, F16VAR), ROW(bf16, BF16VAR), ROW(f32, VAR),    \
-        ROW(f64, VAR)                                                          \
+        ROW(u64, VAR), ROWF(f16, F16VAR), ROWF(bf16, BF16VAR), ROWF(f32, VAR), \
+        ROWF(f64, VAR), ROW(i16, VAR), ROWB(VAR)                               \
   }
 
-static const red_fn tab_base[BRAID_NUM_DTYPES][4] = TABLE(base, base, base);
+static const red_fn tab_base[BRAID_NUM_DTYPES][RED_COLS] =
+    TABLE(base, base, base);
 
 #if RED_X86
 DEF_ALL(avx2)
@@ -371,10 +410,11 @@ DEF_HW4(f16, avx512, 16, __m512, __m256i, LOAD256, STORE256, _mm512_cvtph_ps,
 DEF_HW4(bf16, avx512, 16, __m512, __m256i, LOAD256, STORE256, bf16_widen,
         bf16_round16)
 
-static const red_fn tab_avx2_base[BRAID_NUM_DTYPES][4] =
+static const red_fn tab_avx2_base[BRAID_NUM_DTYPES][RED_COLS] =
     TABLE(avx2, base, avx2);
-static const red_fn tab_avx2[BRAID_NUM_DTYPES][4] = TABLE(avx2, f16c, f16c);
-static const red_fn tab_avx512[BRAID_NUM_DTYPES][4] =
+static const red_fn tab_avx2[BRAID_NUM_DTYPES][RED_COLS] =
+    TABLE(avx2, f16c, f16c);
+static const red_fn tab_avx512[BRAID_NUM_DTYPES][RED_COLS] =
     TABLE(avx2, avx512, avx512);
 #endif
 
@@ -406,7 +446,7 @@ static int red_isa_level(void) {
   return isa;
 }
 
-static const red_fn (*red_table(void))[4] {
+static const red_fn (*red_table(void))[RED_COLS] {
 #if RED_X86
   switch (red_isa_level()) {
   case ISA_AVX512:
@@ -422,7 +462,9 @@ static const red_fn (*red_table(void))[4] {
   return tab_base;
 }
 
-static int red_col(braid_op op) { return op == BRAID_AVG ? 0 : (int)op; }
+static int red_col(braid_op op) {
+  return op == BRAID_AVG ? 0 : op > BRAID_AVG ? (int)op - 1 : (int)op;
+}
 
 red_fn red_get(braid_dtype dt, braid_op op) {
   if ((unsigned)dt >= BRAID_NUM_DTYPES || (unsigned)op >= BRAID_NUM_OPS)
@@ -442,9 +484,9 @@ red_fn red_get_path(braid_dtype dt, braid_op op, int path) {
     return tab_base[dt][red_col(op)];
 #if RED_X86
   if (red_isa_level() >= ISA_AVX2 + path - 1) {
-    const red_fn(*t)[4] = path == 1   ? tab_avx2_base
-                          : path == 2 ? tab_avx2
-                                      : tab_avx512;
+    const red_fn(*t)[RED_COLS] = path == 1   ? tab_avx2_base
+                                 : path == 2 ? tab_avx2
+                                             : tab_avx512;
     return t[dt][red_col(op)];
   }
 #endif
@@ -509,6 +551,9 @@ void red_div(void *buf, size_t n, braid_dtype dt, int divisor) {
     break;
   case BRAID_FLOAT64:
     DIV_LOOP(double, u / (double)divisor);
+    break;
+  case BRAID_INT16:
+    DIV_LOOP(int16_t, (int16_t)(u / divisor));
     break;
   default:
     break;

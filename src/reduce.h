@@ -4,6 +4,9 @@
  *
  * Results are the same on every CPU and code path:
  *  - integer sum/prod wrap modulo 2^bits (no undefined signed overflow);
+ *    band/bor/bxor are bitwise, on the integer types only (NULL on floats);
+ *  - bool (a nonzero byte is true, results 0 or 1): sum/max/bor are or,
+ *    prod/min/band are and, bxor is xor;
  *  - float min/max propagate NaN: a NaN in a gives a, else a NaN in b gives
  *    b; for operands that compare equal (+0, -0) the result is b;
  *  - float16/bfloat16 are widened to float, reduced, and rounded to nearest

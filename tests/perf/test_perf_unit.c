@@ -238,13 +238,28 @@ static double load(braid_dtype dt, const void *buf, size_t i) {
     return ((const float *)buf)[i];
   case BRAID_FLOAT64:
     return ((const double *)buf)[i];
+  case BRAID_INT16:
+    return ((const int16_t *)buf)[i];
+  case BRAID_BOOL:
+    return ((const uint8_t *)buf)[i];
   default:
     return 0;
   }
 }
 
-static double reduce2(braid_op op, double a, double b) {
+static double reduce2(braid_dtype dt, braid_op op, double a, double b) {
+  int64_t x = (int64_t)a, y = (int64_t)b;
+  if (dt == BRAID_BOOL) /* logical: sum and max or, prod and min and */
+    return op == BRAID_PROD || op == BRAID_MIN || op == BRAID_BAND ? (x && y)
+           : op == BRAID_BXOR                                      ? (!x != !y)
+                                                                   : (x || y);
   switch (op) {
+  case BRAID_BAND:
+    return (double)(x & y);
+  case BRAID_BOR:
+    return (double)(x | y);
+  case BRAID_BXOR:
+    return (double)(x ^ y);
   case BRAID_SUM:
   case BRAID_AVG:
     return a + b;
@@ -302,6 +317,7 @@ static int64_t simulate(perf_coll c, braid_dtype dt, braid_op op, int n,
         idx = (size_t)r * p + i;
         break;
       case COLL_ALLTOALL:
+      case COLL_ALLTOALLV:
         src = (int)(i / p);
         idx = (size_t)r * p + i % p;
         break;
@@ -314,7 +330,7 @@ static int64_t simulate(perf_coll c, braid_dtype dt, braid_op op, int n,
       if (reduce) {
         v = load(dt, in[0], idx);
         for (int q = 1; q < n; q++)
-          v = reduce2(op, v, load(dt, in[q], idx));
+          v = reduce2(dt, op, v, load(dt, in[q], idx));
         if (op == BRAID_AVG)
           v = trunc(v / n);
         perf_store(dt, out[r], i, (int64_t)v);
@@ -344,6 +360,9 @@ Test(perf_data, every_collective_dtype_op_is_exact) {
     int nops = perf_colls[c].has_op ? BRAID_NUM_OPS : 1;
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
       for (int op = 0; op < nops; op++) {
+        if (perf_colls[c].has_op &&
+            !perf_pair_valid((braid_dtype)dt, (braid_op)op))
+          continue;
         for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++) {
           int n = ranks[ri];
           int root = n > 1 ? 1 : 0;
@@ -366,6 +385,8 @@ Test(perf_data, reductions_are_not_trivial) {
   /* The inputs differ between ranks, so a collective that returned its own
    * input would be caught. */
   for (int op = 0; op < BRAID_NUM_OPS; op++) {
+    if (!perf_pair_valid(BRAID_FLOAT32, (braid_op)op))
+      continue;
     perf_counts pc;
     perf_get_counts(COLL_ALL_REDUCE, 64, 2, &pc);
     float in0[64];
@@ -375,4 +396,50 @@ Test(perf_data, reductions_are_not_trivial) {
                                   0, 2, 0, 1, &pc, in0);
     cr_expect_gt(w, 0, "op %s: own input passes the check", perf_op_str(op));
   }
+}
+
+Test(perf_data, bitwise_and_bool_reductions_are_not_trivial) {
+  static const braid_dtype dts[] = {BRAID_INT32, BRAID_INT16, BRAID_BOOL};
+  for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+    for (int op = 0; op < BRAID_NUM_OPS; op++) {
+      if (!perf_pair_valid(dts[d], (braid_op)op) ||
+          (dts[d] != BRAID_BOOL && op < BRAID_BAND))
+        continue;
+      perf_counts pc;
+      perf_get_counts(COLL_ALL_REDUCE, 64, 3, &pc);
+      int32_t in0[64];
+      perf_fill_input(COLL_ALL_REDUCE, dts[d], (braid_op)op, 0, 3, 0, 1, in0, 0,
+                      64);
+      int64_t w = perf_check_output(COLL_ALL_REDUCE, dts[d], (braid_op)op, 0, 3,
+                                    0, 1, &pc, in0);
+      cr_expect_gt(w, 0, "%s %s: own input passes the check",
+                   perf_dtype_str(dts[d]), perf_op_str(op));
+    }
+}
+
+Test(perf_options, new_dtypes_ops_and_alltoallv) {
+  static const char *dts[] = {"int16", "bool", "short"};
+  static const int dtv[] = {BRAID_INT16, BRAID_BOOL, BRAID_INT16};
+  for (int i = 0; i < 3; i++)
+    cr_expect_eq(perf_dtype_from_name(dts[i]), dtv[i], "%s", dts[i]);
+  static const char *ops[] = {"band", "bor", "bxor"};
+  for (int i = 0; i < 3; i++)
+    cr_expect_eq(perf_op_from_name(ops[i]), BRAID_BAND + i, "%s", ops[i]);
+  cr_expect_str_eq(perf_dtype_str(BRAID_BOOL), "bool");
+  cr_expect_str_eq(perf_op_str(BRAID_BXOR), "bxor");
+  cr_expect_eq(perf_coll_from_name("alltoallv"), COLL_ALLTOALLV);
+  cr_expect_eq(perf_coll_from_name("alltoallv_perf"), COLL_ALLTOALLV);
+  char *const a[] = {"braid-perf", "alltoallv", "-d", "bool",
+                     "-o",         "bxor",      NULL};
+  perf_opts o;
+  char *m;
+  cr_assert_eq(parse(a, &o, &m), 0, "%s", m);
+  free(m);
+  cr_expect_eq(o.colls[0], COLL_ALLTOALLV);
+  cr_expect_eq(o.dtypes[0], BRAID_BOOL);
+  cr_expect_eq(o.ops[0], BRAID_BXOR);
+  cr_expect(!perf_pair_valid(BRAID_FLOAT32, BRAID_BAND));
+  cr_expect(!perf_pair_valid(BRAID_BOOL, BRAID_AVG));
+  cr_expect(perf_pair_valid(BRAID_BOOL, BRAID_SUM));
+  cr_expect(perf_pair_valid(BRAID_INT16, BRAID_BXOR));
 }

@@ -267,6 +267,13 @@ static braid_result dev_check(const char *fn, braid_dtype dt, braid_op op) {
              (int)op);
     return BRAID_ERR_INVALID_ARG;
   }
+  /* the kernels take the dtypes up to float64 and the ops up to avg */
+  if (dt > BRAID_FLOAT64 || op > BRAID_AVG) {
+    snprintf(dev_msg, sizeof dev_msg,
+             "%s: dtype %s with op %s is not supported on device buffers", fn,
+             braid_dtype_name(dt), braid_op_name(op));
+    return BRAID_ERR_UNSUPPORTED;
+  }
   return BRAID_SUCCESS;
 }
 

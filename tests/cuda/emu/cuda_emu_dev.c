@@ -130,11 +130,19 @@ braid_result cudev_memcpy(void *dst, const void *src, size_t n, void *stream) {
 }
 
 static braid_result dev_check(const char *fn, braid_dtype dt, braid_op op) {
-  if ((unsigned)dt < BRAID_NUM_DTYPES && (unsigned)op < BRAID_NUM_OPS)
-    return BRAID_SUCCESS;
-  snprintf(emu_msg, sizeof emu_msg, "%s: bad dtype %d or op %d", fn, (int)dt,
-           (int)op);
-  return BRAID_ERR_INVALID_ARG;
+  if ((unsigned)dt >= BRAID_NUM_DTYPES || (unsigned)op >= BRAID_NUM_OPS) {
+    snprintf(emu_msg, sizeof emu_msg, "%s: bad dtype %d or op %d", fn, (int)dt,
+             (int)op);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  /* the kernels take the dtypes up to float64 and the ops up to avg */
+  if (dt > BRAID_FLOAT64 || op > BRAID_AVG) {
+    snprintf(emu_msg, sizeof emu_msg,
+             "%s: dtype %s with op %s is not supported on device buffers", fn,
+             braid_dtype_name(dt), braid_op_name(op));
+    return BRAID_ERR_UNSUPPORTED;
+  }
+  return BRAID_SUCCESS;
 }
 
 braid_result cudev_reduce_fwd(void *dst, void *fwd, const void *a,
