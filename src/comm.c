@@ -239,10 +239,12 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
     *out = c; /* the caller frees it */
     return r;
   }
-  INFO(LOG_INIT, "comm %s: rank %d of %d, %d channels, transports:%s%s%s",
-       c->name, c->rank, c->nranks, c->nchannels,
-       c->ntp > 0 ? c->tp[0]->name : "", c->ntp > 1 ? c->tp[1]->name : "",
-       c->ntp > 2 ? c->tp[2]->name : "");
+  char names[128] = "";
+  for (int i = 0, len = 0; i < c->ntp && len < (int)sizeof names; i++)
+    len += snprintf(names + len, sizeof names - (size_t)len, "%s%s",
+                    i ? ", " : "", c->tp[i]->name);
+  INFO(LOG_INIT, "comm %s: rank %d of %d, %d channels, transports: %s",
+       c->name, c->rank, c->nranks, c->nchannels, names[0] ? names : "none");
   *out = c;
   return BRAID_SUCCESS;
 }

@@ -25,6 +25,19 @@ cmake --build "$prefix/outside-build" >/dev/null
 "$prefix/outside-build/hello_shared"
 "$prefix/outside-build/hello_static"
 
+echo "-- installed programs run from the prefix with no environment set"
+# RPATH $ORIGIN/../lib: braidrun, braid-perf and the ranks find libbraid
+# beside them, wherever the prefix is, with no LD_LIBRARY_PATH.
+clean_env=(env -i PATH=/usr/bin:/bin HOME="$prefix")
+"${clean_env[@]}" "$prefix/bin/braidrun" -n 2 --timeout 60 \
+  "$prefix/bin/braid-perf" all_reduce -b 8 -e 4K -f 8 -n 2 -w 1 >"$prefix/perf.out"
+grep -q 'Avg bus bandwidth' "$prefix/perf.out" ||
+  { cat "$prefix/perf.out"; echo "braid-perf under the installed braidrun printed no result"; exit 1; }
+"${clean_env[@]}" "$prefix/bin/braidrun" -n 2 --timeout 60 "$prefix/outside-build/hello_shared" |
+  grep -c 'of 2$' | grep -qx 2 || { echo "the outside program did not run on 2 ranks"; exit 1; }
+"${clean_env[@]}" "$prefix/bin/all_reduce_perf" -b 8 -e 8 -n 1 -w 0 >/dev/null ||
+  { echo "all_reduce_perf alone (one rank, no launcher) failed"; exit 1; }
+
 echo "-- only braid_* symbols are exported"
 bad=$(nm -D --defined-only "$libdir/libbraid.so" | awk '$2 ~ /[TDBRVW]/ {print $3}' |
   grep -v '^braid_' | grep -v '^_' || true)
