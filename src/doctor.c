@@ -390,6 +390,16 @@ static void check_cma(const doc_opts *o, const shape *s, doc_report *r) {
             strerror(e_child), yama_txt, sec_txt, cost);
     return;
   }
+  if (child < 0 && have_yama && yama >= 2) {
+    doc_add(r, "cma", v,
+            yama == 3 ? "kernel.yama.ptrace_scope=3 cannot be lowered "
+                        "without a reboot: boot with it at 1, or set "
+                        "BRAID_SHM_CMA=0"
+                      : "give the ranks CAP_SYS_PTRACE, or set "
+                        "kernel.yama.ptrace_scope=1, or set BRAID_SHM_CMA=0",
+            "%s: ranks cannot read each other's memory, so %s", yama_txt, cost);
+    return;
+  }
   doc_add(r, "cma", DOC_OK, NULL,
           "cross-memory attach works (%s%s; %s): messages of at least %s "
           "between ranks of a host are copied once",
@@ -400,53 +410,55 @@ static void check_cma(const doc_opts *o, const shape *s, doc_report *r) {
 
 /* ---- limits -------------------------------------------------------------- */
 
-static void check_limits(const shape *s, doc_report *r) {
+static void check_limits(const shape *s, const doc_probe *p, doc_report *r) {
   const cfg_env *env = cfg_get();
   char b1[32], b2[32], fix[512];
   struct rlimit nf;
   if (getrlimit(RLIMIT_NOFILE, &nf) == 0) {
     /* tcp: one socket per remote peer and channel; the bootstrap one per
-     * rank at the root; a pidfd per shm peer; some for the rest */
-    int per_peer = s->channels + 1;
+     * rank at the root; pidfds, eventfds and the rest: 64 */
+    unsigned long long per_peer = (unsigned long long)s->channels;
     unsigned long long need =
-        s->nranks > 0 ? (unsigned long long)(s->nranks - 1) * per_peer +
-                            (unsigned long long)s->nranks + 64
-                      : 0;
+        s->nranks > 0
+            ? (unsigned long long)(s->nranks - 1) * per_peer + s->nranks + 64
+            : 0;
     unsigned long long soft = nf.rlim_cur;
+    if (nf.rlim_cur == RLIM_INFINITY)
+      snprintf(b1, sizeof b1, "unlimited");
+    else
+      snprintf(b1, sizeof b1, "%llu", soft);
+    if (nf.rlim_max == RLIM_INFINITY)
+      snprintf(b2, sizeof b2, "unlimited");
+    else
+      snprintf(b2, sizeof b2, "%llu", (unsigned long long)nf.rlim_max);
     if (nf.rlim_cur == RLIM_INFINITY || need == 0 || soft >= need) {
+      unsigned long long room = nf.rlim_cur == RLIM_INFINITY ? 0
+                                : soft > 64 ? (soft - 64) / (per_peer + 1)
+                                            : 0;
+      char room_txt[64];
+      if (nf.rlim_cur == RLIM_INFINITY)
+        snprintf(room_txt, sizeof room_txt, "no limit on ranks");
+      else
+        snprintf(room_txt, sizeof room_txt, "room for about %llu ranks", room);
       doc_add(r, "limits", DOC_OK, NULL,
-              "open files: %s (soft), room for about %llu ranks over tcp "
-              "(%d sockets per peer)%s",
-              nf.rlim_cur == RLIM_INFINITY
-                  ? "unlimited"
-                  : (snprintf(b1, sizeof b1, "%llu", soft), b1),
-              nf.rlim_cur == RLIM_INFINITY
-                  ? 0ull
-                  : (soft > 64 ? (soft - 64) / (unsigned)(per_peer + 1) : 0),
-              per_peer, need ? "" : " (job size unknown: --ranks)");
+              "open files: %s (soft), %s over tcp (%llu sockets per "
+              "peer)%s",
+              b1, room_txt, per_peer,
+              need ? "" : " (job size unknown: --ranks)");
     } else {
       snprintf(fix, sizeof fix,
                "raise the limit: ulimit -n %llu (the hard limit is %s; "
                "/etc/security/limits.conf nofile, docker --ulimit "
                "nofile=%llu)",
-               need,
-               nf.rlim_max == RLIM_INFINITY
-                   ? "unlimited"
-                   : (snprintf(b2, sizeof b2, "%llu",
-                               (unsigned long long)nf.rlim_max),
-                      b2),
-               need);
+               need, b2, need);
       doc_add(r, "limits", DOC_ERROR, fix,
               "open files: %llu (soft) is below the about %llu a rank of %d "
-              "needs over tcp (%d sockets per peer): connections fail with "
-              "\"Too many open files\"",
+              "needs over tcp (%llu sockets per peer): connections fail "
+              "with \"Too many open files\"",
               soft, need, s->nranks, per_peer);
     }
   }
   struct rlimit ml;
-  char dev[64] = "", prov[64] = "";
-  int ib = ib_probe_device(dev, sizeof dev);
-  int ofi = ofi_probe_fast(prov, sizeof prov);
   if (getrlimit(RLIMIT_MEMLOCK, &ml) != 0)
     return;
   /* ibverbs registers 2 x BRAID_BUFFSIZE per connection, and the buffers
@@ -457,7 +469,7 @@ static void check_limits(const shape *s, doc_report *r) {
   const char *lim = ml.rlim_cur == RLIM_INFINITY
                         ? "unlimited"
                         : doc_bytes(ml.rlim_cur, b1, sizeof b1);
-  if (!ib && !ofi) {
+  if (!p->ib && !p->ofi) {
     doc_add(r, "limits", DOC_OK, NULL,
             "locked memory: %s; only RDMA transports lock memory, and none "
             "is present",
@@ -473,7 +485,8 @@ static void check_limits(const shape *s, doc_report *r) {
             "locked memory: %s is below the %s that %s's slots need for %d "
             "remote peers (plus the buffers of large messages): memory "
             "registration fails at communicator creation",
-            lim, doc_bytes(need, b2, sizeof b2), ib ? dev : prov, remote);
+            lim, doc_bytes(need, b2, sizeof b2), p->ib ? p->dev : p->prov,
+            remote);
   }
 }
 
@@ -657,8 +670,13 @@ braid_result doc_run(const doc_opts *o, doc_report *r) {
   check_shm(&s, r);
   check_cma(o, &s, r);
   doc_net(o, s.nranks, s.local, r);
-  check_limits(&s, r);
-  doc_rdma(o, r);
+  /* the transports' probes, once (libfabric's can take a second) */
+  doc_probe p;
+  memset(&p, 0, sizeof p);
+  p.ib = ib_probe_device(p.dev, sizeof p.dev);
+  p.ofi = ofi_probe_fast(p.prov, sizeof p.prov);
+  check_limits(&s, &p, r);
+  doc_rdma(o, &p, r);
   doc_gpu(o, s.local, r);
   check_cores(&s, r);
   for (int i = 0; i < r->n; i++)

@@ -71,7 +71,12 @@ __attribute__((format(printf, 5, 6))) braid_result
 doc_add(doc_report *r, const char *check, doc_verdict v, const char *fix,
         const char *fmt, ...);
 void doc_net(const doc_opts *o, int nranks, int local, doc_report *r);
-void doc_rdma(const doc_opts *o, doc_report *r);
+/* What the transports' probes found (ib_probe_device, ofi_probe_fast). */
+typedef struct doc_probe {
+  int ib, ofi;
+  char dev[64], prov[64];
+} doc_probe;
+void doc_rdma(const doc_opts *o, const doc_probe *p, doc_report *r);
 void doc_gpu(const doc_opts *o, int local, doc_report *r);
 /* Bytes as "64 MiB" into buf. */
 const char *doc_bytes(unsigned long long b, char *buf, size_t len);

@@ -24,8 +24,6 @@
 #include "src/launch_env.h"
 #include "topology/topo.h"
 #include "transports/cuda/cuda_dev.h"
-#include "transports/ibverbs/ibverbs.h"
-#include "transports/ofi/ofi.h"
 #include "transports/sock_util.h"
 
 /* ---- TCP interface ------------------------------------------------------- */
@@ -149,12 +147,12 @@ static void list_dir(const char *path, char *buf, size_t len) {
   closedir(d);
 }
 
-void doc_rdma(const doc_opts *o, doc_report *r) {
+void doc_rdma(const doc_opts *o, const doc_probe *p, doc_report *r) {
   (void)o;
   const cfg_env *env = cfg_get();
-  char dev[64] = "", prov[64] = "", sys[256];
-  int ib = ib_probe_device(dev, sizeof dev);
-  int ofi = ofi_probe_fast(prov, sizeof prov);
+  const char *dev = p->dev, *prov = p->prov;
+  int ib = p->ib, ofi = p->ofi;
+  char sys[256];
   list_dir("/sys/class/infiniband", sys, sizeof sys);
   const char *remote = ib ? "ibverbs" : ofi ? "ofi" : "tcp";
   char found[400];
