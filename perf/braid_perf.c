@@ -365,6 +365,30 @@ static int setup_device(bench *b, int ndev) {
   return 0;
 }
 
+/* Whether a launcher started this process: the variables by which
+ * braid_comm_init_env finds its rank and size (docs/LAUNCH.md). */
+static int perf_launched(void) {
+  static const char *const vars[] = {"BRAID_SIZE",   "BRAID_UNIQUE_ID",
+                                     "WORLD_SIZE",   "OMPI_COMM_WORLD_SIZE",
+                                     "SLURM_NTASKS", "PMI_SIZE"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+    if (getenv(vars[i]) != NULL)
+      return 1;
+  return 0;
+}
+
+/* Joins the launcher's job, or, started alone, runs one rank (as
+ * nccl-tests does without mpirun). */
+static braid_result perf_comm_init(braid_comm **comm, const braid_config *cfg) {
+  if (perf_launched())
+    return braid_comm_init_env(comm, cfg);
+  braid_unique_id id;
+  braid_result e = braid_get_unique_id(&id);
+  if (e != BRAID_SUCCESS)
+    return e;
+  return braid_comm_init(comm, 1, &id, 0, cfg);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   perf_opts o;
@@ -393,9 +417,9 @@ int main(int argc, char **argv) {
   bench b;
   memset(&b, 0, sizeof b);
   b.o = &o;
-  braid_result e = braid_comm_init_env(&b.comm, &cfg);
+  braid_result e = perf_comm_init(&b.comm, &cfg);
   if (e != BRAID_SUCCESS) {
-    fprintf(stderr, "braid-perf: braid_comm_init_env failed: %s%s%s\n",
+    fprintf(stderr, "braid-perf: joining the job failed: %s%s%s\n",
             braid_result_string(e), b.comm ? ": " : "",
             b.comm ? braid_comm_last_error(b.comm) : "");
     return PERF_EXIT_RUNTIME;
@@ -534,6 +558,8 @@ int main(int argc, char **argv) {
             }
             size_t next =
                 o.stepfactor ? size * o.stepfactor : size + o.stepbytes;
+            if (o.stepfactor && size > SIZE_MAX / o.stepfactor)
+              next = SIZE_MAX; /* the next size would not fit: done */
             if (next <= size)
               next = size ? SIZE_MAX : 1;
             if (next == SIZE_MAX)

@@ -367,17 +367,23 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
       }
       break;
     }
-    case 'f':
-      if (parse_int(a, 2, 1 << 20, &v)) {
+    case 'f': {
+      /* any factor from 2 on, as nccl-tests takes */
+      char *end = NULL;
+      errno = 0;
+      unsigned long long f = strtoull(a, &end, 10);
+      if (a[0] < '0' || a[0] > '9' || *end != '\0' || errno == ERANGE ||
+          f < 2 || f > SIZE_MAX) {
         fprintf(err,
                 "%s: invalid step factor '%s' for -f: expected an "
                 "integer >= 2\n",
                 prog, a);
         return -1;
       }
-      o->stepfactor = (size_t)v;
+      o->stepfactor = (size_t)f;
       have_f = 1;
       break;
+    }
     case 'n':
     case 'w':
     case 'm':

@@ -139,6 +139,25 @@ Test(perf_cli, nccl_tests_names_and_help) {
   free(oc.out);
 }
 
+/* Started alone, braid-perf runs one rank (as nccl-tests does without a
+ * launcher), and any step factor from 2 on steps the sizes. */
+Test(perf_cli, one_rank_without_a_launcher_any_step_factor, .timeout = 60) {
+  char *const argv[] = {BRAID_PERF_EXE, "all_reduce", "-b",      "8",  "-e",
+                        "64M",          "-f",         "8388608", "-n", "1",
+                        "-w",           "0",          NULL};
+  outcome oc = run(argv, NULL, 50);
+  cr_expect_eq(oc.status, 0, "exit %d:\n%s", oc.status, oc.out);
+  cr_expect(strstr(oc.out, "# Out of bounds values : 0 OK"), "%s", oc.out);
+  /* exactly the rows 8 and 8 * 8388608 bytes (64 MiB), nothing between */
+  cr_expect(strstr(oc.out, "\n           8 "), "no 8-byte row:\n%s", oc.out);
+  cr_expect(strstr(oc.out, "\n    67108864 "), "no 64 MiB row:\n%s", oc.out);
+  int rows = 0;
+  for (const char *q = oc.out; (q = strstr(q, " float32 ")) != NULL; q++)
+    rows++;
+  cr_expect_eq(rows, 2, "%d rows, expected 2:\n%s", rows, oc.out);
+  free(oc.out);
+}
+
 #ifdef BRAIDRUN_EXE
 static void sweep_sizes(const char *nranks, const char *transport,
                         const char *dtypes, const char *minb,

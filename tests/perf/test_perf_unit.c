@@ -116,6 +116,11 @@ Test(perf_options, bad_values_name_the_problem) {
   EXPECT_BAD("unknown collective 'allreduce2'", "braid-perf", "allreduce2");
   EXPECT_BAD("missing collective", "braid-perf", "-b", "8");
   EXPECT_BAD("step factor", "braid-perf", "all_reduce", "-f", "1");
+  EXPECT_BAD("step factor", "braid-perf", "all_reduce", "-f", "0");
+  EXPECT_BAD("step factor", "braid-perf", "all_reduce", "-f", "-4");
+  EXPECT_BAD("step factor", "braid-perf", "all_reduce", "-f", "8x");
+  EXPECT_BAD("step factor", "braid-perf", "all_reduce", "-f",
+             "99999999999999999999999");
   EXPECT_BAD("larger than maxbytes", "braid-perf", "all_reduce", "-b", "1M",
              "-e", "1K");
   EXPECT_BAD("not built with CUDA", "braid-perf", "all_reduce", "-G", "1");
@@ -442,4 +447,15 @@ Test(perf_options, new_dtypes_ops_and_alltoallv) {
   cr_expect(!perf_pair_valid(BRAID_BOOL, BRAID_AVG));
   cr_expect(perf_pair_valid(BRAID_BOOL, BRAID_SUM));
   cr_expect(perf_pair_valid(BRAID_INT16, BRAID_BXOR));
+}
+
+/* nccl-tests takes any step factor; so does braid-perf. */
+Test(perf_options, any_step_factor_from_2) {
+  char *const a[] = {"braid-perf", "all_reduce", "-b",      "8", "-e",
+                     "64M",        "-f",         "8388608", NULL};
+  perf_opts o;
+  char *m;
+  cr_assert_eq(parse(a, &o, &m), 0, "%s", m);
+  free(m);
+  cr_expect_eq(o.stepfactor, 8388608u);
 }
