@@ -307,7 +307,7 @@ braid_result braid_comm_init(braid_comm **comm, int nranks,
   braid_result r = boot_init(id, rank, nranks, timeout, &b, err, sizeof err);
   if (r != BRAID_SUCCESS) {
     WARN(LOG_INIT, "braid_comm_init (rank %d of %d): %s", rank, nranks, err);
-    doc_init_failed(rank, nranks, 0, err);
+    doc_init_failed(rank, nranks, NULL, err);
     return r;
   }
   braid_comm *c = NULL;
@@ -321,7 +321,8 @@ braid_result braid_comm_init(braid_comm **comm, int nranks,
     }
   }
   if (r != BRAID_SUCCESS) {
-    doc_init_failed(rank, nranks, 0, c != NULL ? c->last_error : "");
+    doc_init_failed(rank, nranks, c != NULL ? c->boot : NULL,
+                    c != NULL ? c->last_error : "");
     comm_free(c);
     return r;
   }
@@ -341,7 +342,7 @@ braid_result braid_comm_init_env(braid_comm **comm, const braid_config *cfg) {
   braid_result r = launch_detect(&li, &id, timeout, err, sizeof err);
   if (r != BRAID_SUCCESS) {
     WARN(LOG_INIT, "braid_comm_init_env: %s", err);
-    doc_init_failed(-1, 0, 0, err);
+    doc_init_failed(-1, 0, NULL, err);
     return r;
   }
   INFO(LOG_INIT, "launcher %s: rank %d of %d", li.source, li.rank, li.size);

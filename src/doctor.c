@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "collectives/select.h"
+#include "src/bootstrap.h"
 #include "src/comm.h"
 #include "src/config.h"
 #include "src/launch_env.h"
@@ -98,8 +99,7 @@ const char *doc_bytes(unsigned long long b, char *buf, size_t len) {
   return buf;
 }
 
-/* ---- job shape ------------------------------------------------------------
- */
+/* ---- job shape ---------------------------------------------------------- */
 
 static int affinity_cores(void) {
   cpu_set_t set;
@@ -701,14 +701,18 @@ void doc_init_quiet(int quiet) {
   pthread_mutex_unlock(&g_init_lock);
 }
 
-void doc_init_failed(int rank, int nranks, int local_ranks, const char *err) {
+void doc_init_failed(int rank, int nranks, const struct tp_bootstrap *b,
+                     const char *err) {
   pthread_mutex_lock(&g_init_lock);
   snprintf(g_init_err, sizeof g_init_err, "%s", err ? err : "");
   int quiet = g_init_quiet;
   pthread_mutex_unlock(&g_init_lock);
   if (quiet)
     return;
-  doc_opts o = {local_ranks, nranks, 1};
+  int local = 0;
+  for (int p = 0; b != NULL && rank >= 0 && p < nranks; p++)
+    local += boot_same_host(b, rank, p) != 0;
+  doc_opts o = {local, nranks, 1};
   doc_report r = {0};
   doc_run(&o, &r);
   int shown = 0;

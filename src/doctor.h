@@ -55,10 +55,12 @@ void doc_report_free(doc_report *r);
 const char *doc_verdict_name(doc_verdict v); /* "ok", "warning", "error" */
 
 /* The init-failure hook (src/comm.c): runs the cheap checks for a job of
- * nranks of which local_ranks on this host (<= 0: unknown), logs every
- * finding that is not ok at WARN, and keeps err (the init error) for
- * doc_ranks. */
-void doc_init_failed(int rank, int nranks, int local_ranks, const char *err);
+ * nranks (the ranks on this host counted from the bootstrap b when it
+ * formed, else NULL), logs every finding that is not ok at WARN, and keeps
+ * err (the init error) for doc_ranks. */
+struct tp_bootstrap;
+void doc_init_failed(int rank, int nranks, const struct tp_bootstrap *b,
+                     const char *err);
 
 /* 1: doc_init_failed keeps the error but logs nothing (doc_ranks, which
  * reports the findings itself). */
