@@ -49,8 +49,10 @@ braid_result doc_add(doc_report *r, const char *check, doc_verdict v,
   if (r->n == r->cap) {
     int cap = r->cap ? 2 * r->cap : 16;
     doc_finding *f = realloc(r->f, (size_t)cap * sizeof *f);
-    if (f == NULL)
+    if (f == NULL) {
+      r->oom = 1;
       return BRAID_ERR_NOMEM;
+    }
     r->f = f;
     r->cap = cap;
   }
@@ -520,7 +522,7 @@ static const char *const script_vars[] = {
     "BRAID_NETNS_TRANSPORTS", "BRAID_NETNS_COUNTS"};
 
 typedef struct env_seen {
-  char names[96][48];
+  char names[160][48];
   int nnames;
   char refused[16][320];
   char refused_name[16][48];
@@ -534,7 +536,7 @@ static void env_visit(void *arg, const char *name, const char *value,
   int known = 0;
   for (int i = 0; i < e->nnames; i++)
     known |= strcmp(e->names[i], name) == 0;
-  if (!known && e->nnames < 96)
+  if (!known && e->nnames < 160)
     snprintf(e->names[e->nnames++], sizeof e->names[0], "%s", name);
   if (why != NULL && e->nrefused < 16) {
     snprintf(e->refused[e->nrefused], sizeof e->refused[0], "%s", why);
@@ -569,8 +571,10 @@ static size_t edit_distance(const char *a, const char *b) {
 
 static void check_env(const shape *s, doc_report *r) {
   env_seen *e = calloc(1, sizeof *e);
-  if (e == NULL)
+  if (e == NULL) {
+    r->oom = 1;
     return;
+  }
   cfg_validate(env_visit, e);
   for (size_t i = 0; launch_env_var(i) != NULL; i++)
     env_visit(e, launch_env_var(i), NULL, NULL);
@@ -679,10 +683,7 @@ braid_result doc_run(const doc_opts *o, doc_report *r) {
   doc_rdma(o, &p, r);
   doc_gpu(o, s.local, r);
   check_cores(&s, r);
-  for (int i = 0; i < r->n; i++)
-    if (r->f[i].check[0] == '\0')
-      return BRAID_ERR_NOMEM;
-  return BRAID_SUCCESS;
+  return r->oom ? BRAID_ERR_NOMEM : BRAID_SUCCESS;
 }
 
 static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;

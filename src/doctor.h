@@ -31,6 +31,7 @@ typedef struct doc_finding {
 typedef struct doc_report {
   doc_finding *f;
   int n, cap;
+  int oom; /* a finding was lost for want of memory */
 } doc_report;
 
 typedef struct doc_opts {

@@ -78,7 +78,7 @@ void doc_net(const doc_opts *o, int nranks, int local, doc_report *r) {
   struct sockaddr_storage ss;
   int rc = sock_pick_addr(spec, &ss, ifname, sizeof ifname, err, sizeof err);
   if (rc != 0) {
-    char fix[512];
+    char fix[1024]; /* doc_add keeps what fits */
     snprintf(fix, sizeof fix,
              "set BRAID_SOCKET_IFNAME to an interface that is up here (NCCL "
              "syntax: prefixes like eth, ^docker to exclude, =eth0 for an "
@@ -155,7 +155,7 @@ void doc_rdma(const doc_opts *o, const doc_probe *p, doc_report *r) {
   char sys[256];
   list_dir("/sys/class/infiniband", sys, sizeof sys);
   const char *remote = ib ? "ibverbs" : ofi ? "ofi" : "tcp";
-  char found[400];
+  char found[640];
   snprintf(found, sizeof found,
            "RDMA devices: %s; usable port: %s; libfabric provider: %s%s",
            sys[0] ? sys : "none", ib ? dev : "none", prov[0] ? prov : "none",
