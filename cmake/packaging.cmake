@@ -25,17 +25,17 @@ set(braid_deb_version "${PROJECT_VERSION}-${CPACK_DEBIAN_PACKAGE_RELEASE}")
 set(CPACK_DEBIAN_LIB_PACKAGE_NAME libbraid0)
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libbraid-dev)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME braid-tools)
-set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-braid-torch)
+set(CPACK_DEBIAN_TORCH_PACKAGE_NAME python3-braid-torch)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION net)
-set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
+set(CPACK_DEBIAN_TORCH_PACKAGE_SECTION python)
 set(CPACK_COMPONENT_LIB_DESCRIPTION
   "braid: collective communication library (shared library)")
 set(CPACK_COMPONENT_DEV_DESCRIPTION
   "braid: header, static library, pkg-config file and CMake package")
 set(CPACK_COMPONENT_TOOLS_DESCRIPTION
   "braid: braidrun, braid-topo, braid-perf, braid-doctor, braid-trainer")
-set(CPACK_COMPONENT_PYTHON_DESCRIPTION
+set(CPACK_COMPONENT_TORCH_DESCRIPTION
   "braid: the torch.distributed backend \"braid\" (import braid_torch)")
 # The packages that use libbraid.so.0 depend on this very build of it;
 # dpkg-shlibdeps adds the Debian libraries each one links. The static
@@ -44,7 +44,7 @@ set(CPACK_COMPONENT_PYTHON_DESCRIPTION
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
   "libbraid0 (= ${braid_deb_version}), libhwloc-dev, libfabric-dev, libibverbs-dev")
 set(CPACK_DEBIAN_TOOLS_PACKAGE_DEPENDS "libbraid0 (= ${braid_deb_version})")
-set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS
+set(CPACK_DEBIAN_TORCH_PACKAGE_DEPENDS
   "libbraid0 (= ${braid_deb_version}), python3-torch")
 # dpkg-shlibdeps must find libbraid.so.0 for the packages that link it: the
 # library's own staging directory, and a shlibs entry that maps it to
