@@ -1,0 +1,809 @@
+/*
+ * ProcessGroupBraid: argument checks, the mapping of torch's dtypes and
+ * reduce ops onto braid's, the worker thread, and every operation.
+ */
+#include "process_group.h"
+
+#include "wire.h"
+
+#include <Python.h>
+
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <climits>
+#include <exception>
+#include <stdexcept>
+#include <utility>
+
+namespace braid_torch {
+
+namespace {
+
+/* Future values are lists of tensors, as DDP's communication hooks want. */
+c10::intrusive_ptr<c10::ivalue::Future> make_future() {
+  return c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()));
+}
+
+/* A result of braid as the exception the Work carries. */
+std::exception_ptr braid_error(const char *what, braid_result r,
+                               braid_comm *comm) {
+  std::string msg = std::string("braid: ") + what +
+                    " failed: " + braid_result_string(r) + ": " +
+                    braid_comm_last_error(comm);
+  return std::make_exception_ptr(std::runtime_error(msg));
+}
+
+/* braid_group_start ... braid_group_end around `body`, ended whatever
+ * body returned (groups nest: an operation of a coalesced batch may make
+ * its own). */
+template <typename F> braid_result in_group(F body) {
+  braid_result r = braid_group_start();
+  if (r != BRAID_SUCCESS)
+    return r;
+  r = body();
+  braid_result e = braid_group_end();
+  return r != BRAID_SUCCESS ? r : e;
+}
+
+} // namespace
+
+/* ---- WorkBraid ------------------------------------------------------ */
+
+WorkBraid::WorkBraid(int rank, c10d::OpType type,
+                     std::vector<at::Tensor> outputs, int source_rank)
+    : c10d::Work(rank, type), outputs_(std::move(outputs)),
+      future_(make_future()), source_rank_(source_rank) {}
+
+WorkBraid::~WorkBraid() = default;
+
+std::vector<at::Tensor> WorkBraid::result() { return outputs_; }
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkBraid::getFuture() {
+  return future_;
+}
+
+int WorkBraid::sourceRank() const {
+  TORCH_CHECK(source_rank_ >= 0,
+              "braid: sourceRank() is only defined for a receive");
+  return source_rank_;
+}
+
+void WorkBraid::complete(const std::exception_ptr &e) {
+  finish(e);
+  /* The future's callbacks (DDP's hooks, .then chains) run here, in the
+   * worker thread; one that throws fails its own child future, not this. */
+  try {
+    if (e)
+      future_->setError(e);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+  } catch (...) {
+  }
+}
+
+/* ---- the group: rendezvous, worker, queue --------------------------- */
+
+ProcessGroupBraid::ProcessGroupBraid(
+    const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+    std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size) {
+  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "braid: rank ", rank,
+              " of ", size, " is not a rank of the group");
+  int64_t ms = timeout.count();
+  timeout_ms_ = ms <= 0 ? 1 : ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
+  /* Each creation of a group with this store prefix (a group destroyed and
+   * made again: file:// stores keep their keys) counts `size` arrivals;
+   * every member of one creation arrives before any makes the next, since
+   * braid_comm_init returns only once all of them joined. */
+  int64_t arrival = store->add("braid_torch/arrivals", 1);
+  int64_t generation = (arrival - 1) / size;
+  std::string key = "braid_torch/unique_id/" + std::to_string(generation);
+  braid_unique_id id;
+  char text[2 * BRAID_UNIQUE_ID_BYTES + 1];
+  braid_result r;
+  if (rank == 0) {
+    r = braid_get_unique_id(&id);
+    TORCH_CHECK(r == BRAID_SUCCESS,
+                "braid: braid_get_unique_id failed: ", braid_result_string(r),
+                " (BRAID_DEBUG=INFO tells more)");
+    r = braid_unique_id_to_string(&id, text, sizeof text);
+    TORCH_CHECK(r == BRAID_SUCCESS,
+                "braid: braid_unique_id_to_string: ", braid_result_string(r));
+    store->set(key, std::vector<uint8_t>(text, text + strlen(text)));
+  } else {
+    std::vector<uint8_t> v = store->get(key);
+    std::string s(v.begin(), v.end());
+    r = braid_unique_id_from_string(&id, s.c_str());
+    TORCH_CHECK(r == BRAID_SUCCESS, "braid: the unique id in the store (key ",
+                key, ") does not parse: ", braid_result_string(r));
+  }
+  name_ = "torch-g" + std::to_string(generation) + "-r" + std::to_string(rank);
+  braid_config cfg;
+  braid_config_init(&cfg);
+  cfg.timeout_ms = timeout_ms_;
+  cfg.name = name_.c_str();
+  r = braid_comm_init(&comm_, size, &id, rank, &cfg);
+  if (r != BRAID_SUCCESS) {
+    std::string why = comm_ != nullptr ? braid_comm_last_error(comm_)
+                                       : "BRAID_DEBUG=INFO tells more";
+    if (comm_ != nullptr)
+      braid_comm_destroy(comm_);
+    comm_ = nullptr;
+    TORCH_CHECK(false, "braid: braid_comm_init (rank ", rank, " of ", size,
+                ", timeout ", timeout_ms_,
+                " ms) failed: ", braid_result_string(r), ": ", why);
+  }
+  thread_ = std::thread([this] { worker(); });
+}
+
+ProcessGroupBraid::~ProcessGroupBraid() {
+  {
+    std::lock_guard<std::mutex> lk(mutex_);
+    if (!batch_.empty())
+      queue_.push_back(std::move(batch_));
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) {
+    /* The worker may be completing a future whose Python callback wants
+     * the GIL: let it have it while we wait. */
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      PyThreadState *st = PyEval_SaveThread();
+      thread_.join();
+      PyEval_RestoreThread(st);
+    } else {
+      thread_.join();
+    }
+  }
+  /* Local: never waits for the peers (a finalize would, for the whole
+   * timeout if one of them is gone). */
+  if (comm_ != nullptr)
+    braid_comm_destroy(comm_);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(Op op) {
+  c10::intrusive_ptr<c10d::Work> work = op.work;
+  {
+    std::lock_guard<std::mutex> lk(mutex_);
+    if (coalescing_) {
+      batch_.push_back(std::move(op));
+      return work;
+    }
+    queue_.emplace_back();
+    queue_.back().push_back(std::move(op));
+  }
+  cv_.notify_one();
+  return work;
+}
+
+void ProcessGroupBraid::startCoalescing() {
+  std::lock_guard<std::mutex> lk(mutex_);
+  TORCH_CHECK(!coalescing_,
+              "braid: startCoalescing while already coalescing (batches do "
+              "not nest)");
+  coalescing_ = true;
+}
+
+void ProcessGroupBraid::endCoalescing(
+    std::vector<c10::intrusive_ptr<c10d::Work>> & /* reqs */) {
+  {
+    std::lock_guard<std::mutex> lk(mutex_);
+    TORCH_CHECK(coalescing_, "braid: endCoalescing without startCoalescing");
+    coalescing_ = false;
+    if (batch_.empty())
+      return;
+    queue_.push_back(std::move(batch_));
+    batch_.clear();
+  }
+  cv_.notify_one();
+}
+
+void ProcessGroupBraid::worker() {
+  for (;;) {
+    std::vector<Op> batch;
+    {
+      std::unique_lock<std::mutex> lk(mutex_);
+      cv_.wait(lk, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty())
+        return;
+      batch = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    runBatch(batch);
+  }
+}
+
+void ProcessGroupBraid::runBatch(std::vector<Op> &batch) {
+  std::exception_ptr err;
+  try {
+    braid_result r = BRAID_SUCCESS;
+    const char *failed = batch.front().name;
+    bool p2p = true;
+    for (const Op &op : batch)
+      p2p = p2p && op.p2p;
+    if (batch.size() == 1 || !p2p) {
+      /* One operation, or a batch with collectives in it: in issue order,
+       * one after the other, as every rank issues them. */
+      for (Op &op : batch) {
+        r = op.issue(comm_);
+        if (r != BRAID_SUCCESS) {
+          failed = op.name;
+          break;
+        }
+      }
+    } else {
+      /* A coalesced batch of sends and receives (batch_isend_irecv): one
+       * braid group, so that they run together and cannot deadlock. */
+      r = in_group([&] {
+        for (Op &op : batch) {
+          braid_result e = op.issue(comm_);
+          if (e != BRAID_SUCCESS) {
+            failed = op.name;
+            return e;
+          }
+        }
+        return BRAID_SUCCESS;
+      });
+    }
+    if (r != BRAID_SUCCESS) {
+      err = braid_error(failed, r, comm_);
+    } else {
+      at::NoGradGuard no_grad;
+      for (Op &op : batch)
+        if (op.post)
+          op.post();
+    }
+  } catch (...) {
+    err = std::current_exception();
+  }
+  for (Op &op : batch)
+    op.work->complete(err);
+}
+
+/* ---- operations ------------------------------------------------------ */
+
+namespace {
+
+void check_count(const char *op, const char *what, size_t got, size_t want) {
+  TORCH_CHECK(got == want, "braid: ", op, ": ", what, " must hold ", want,
+              " tensor", want == 1 ? "" : "s", ", got ", got);
+}
+
+void check_root(const char *op, int64_t root, int size) {
+  TORCH_CHECK(root >= 0 && root < size, "braid: ", op, ": root ", root,
+              " is not a rank of the group (0..", size - 1, ")");
+}
+
+/* Same dtype and element count as `ref`. */
+void check_like(const char *op, const std::string &what, const at::Tensor &t,
+                const at::Tensor &ref, int64_t numel) {
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "braid: ", op, ": ", what,
+              " has dtype ", t.scalar_type(), ", the input ",
+              ref.scalar_type());
+  TORCH_CHECK(t.numel() == numel, "braid: ", op, ": ", what, " has ", t.numel(),
+              " elements, expected ", numel);
+}
+
+std::string nth(const char *what, size_t i) {
+  return std::string(what) + "[" + std::to_string(i) + "]";
+}
+
+/* Contiguous storage for an output: the tensor itself, or a buffer that
+ * post() copies back. */
+struct Out {
+  at::Tensor user, buf;
+  explicit Out(const at::Tensor &t, bool keep_values = false)
+      : user(t), buf(t.is_contiguous()
+                         ? t
+                         : (keep_values ? t.contiguous()
+                                        : at::empty(t.sizes(), t.options()))) {}
+  void *ptr() const { return data(buf); }
+  void back() const {
+    if (!buf.is_same(user))
+      user.copy_(buf);
+  }
+};
+
+/* The elements of a flat buffer's block i as a tensor shaped like `like`. */
+at::Tensor block(const at::Tensor &flat, int64_t offset,
+                 const at::Tensor &like) {
+  return flat.narrow(0, offset, like.numel()).view(like.sizes());
+}
+
+at::Tensor flat_of(const std::vector<at::Tensor> &ts, const at::Tensor &like) {
+  std::vector<at::Tensor> parts;
+  parts.reserve(ts.size());
+  for (const at::Tensor &t : ts)
+    parts.push_back(t.reshape({-1}));
+  if (parts.empty())
+    return at::empty({0}, like.options());
+  return at::cat(parts);
+}
+
+} // namespace
+
+#define BRAID_OP(type, outs, ...)                                              \
+  c10::make_intrusive<WorkBraid>(rank_, c10d::OpType::type, outs, ##__VA_ARGS__)
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::broadcast(std::vector<at::Tensor> &tensors,
+                             const c10d::BroadcastOptions &opts) {
+  const char *op = "broadcast";
+  check_count(op, "the tensor list", tensors.size(), 1);
+  check_root(op, opts.rootRank, size_);
+  TORCH_CHECK(opts.rootTensor == 0, "braid: broadcast: rootTensor must be 0");
+  check_tensor(op, "tensor", tensors[0]);
+  Wire w = move_wire(tensors[0]);
+  Out o(tensors[0], true);
+  int root = static_cast<int>(opts.rootRank);
+  Op x;
+  x.name = op;
+  x.work = BRAID_OP(BROADCAST, tensors);
+  x.issue = [o, w, root](braid_comm *c) {
+    return braid_broadcast(o.ptr(), o.ptr(), w.count, w.dt, root, c, nullptr);
+  };
+  x.post = [o] { o.back(); };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::allreduce(std::vector<at::Tensor> &tensors,
+                             const c10d::AllreduceOptions &opts) {
+  const char *op = "allreduce";
+  check_count(op, "the tensor list", tensors.size(), 1);
+  check_tensor(op, "tensor", tensors[0]);
+  braid_op bop;
+  Wire w = reduce_wire(op, tensors[0], opts.reduceOp, &bop);
+  Out o(tensors[0], true);
+  Op x;
+  x.name = op;
+  x.work = BRAID_OP(ALLREDUCE, tensors);
+  x.issue = [o, w, bop](braid_comm *c) {
+    return braid_allreduce(o.ptr(), o.ptr(), w.count, w.dt, bop, c, nullptr);
+  };
+  x.post = [o] { o.back(); };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce_coalesced(
+    std::vector<at::Tensor> &tensors,
+    const c10d::AllreduceCoalescedOptions &opts) {
+  const char *op = "allreduce_coalesced";
+  TORCH_CHECK(!tensors.empty(), "braid: ", op, ": the tensor list is empty");
+  std::vector<Out> outs;
+  std::vector<Wire> wires;
+  braid_op bop = BRAID_SUM;
+  for (size_t i = 0; i < tensors.size(); i++) {
+    check_tensor(op, nth("tensors", i), tensors[i]);
+    wires.push_back(reduce_wire(op, tensors[i], opts.reduceOp, &bop));
+    outs.emplace_back(tensors[i], true);
+  }
+  Op x;
+  x.name = op;
+  x.work = BRAID_OP(ALLREDUCE_COALESCED, tensors);
+  /* One call after the other: every rank makes them in the same order. */
+  x.issue = [outs, wires, bop](braid_comm *c) {
+    for (size_t i = 0; i < outs.size(); i++) {
+      braid_result r =
+          braid_allreduce(outs[i].ptr(), outs[i].ptr(), wires[i].count,
+                          wires[i].dt, bop, c, nullptr);
+      if (r != BRAID_SUCCESS)
+        return r;
+    }
+    return BRAID_SUCCESS;
+  };
+  x.post = [outs] {
+    for (const Out &o : outs)
+      o.back();
+  };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::reduce(std::vector<at::Tensor> &tensors,
+                          const c10d::ReduceOptions &opts) {
+  const char *op = "reduce";
+  check_count(op, "the tensor list", tensors.size(), 1);
+  check_root(op, opts.rootRank, size_);
+  TORCH_CHECK(opts.rootTensor == 0, "braid: reduce: rootTensor must be 0");
+  check_tensor(op, "tensor", tensors[0]);
+  braid_op bop;
+  Wire w = reduce_wire(op, tensors[0], opts.reduceOp, &bop);
+  int root = static_cast<int>(opts.rootRank);
+  bool at_root = root == rank_;
+  /* Only the root's tensor receives the result; the others' stay as they
+   * were (braid reads them only). */
+  Out o(tensors[0], true);
+  Op x;
+  x.name = op;
+  x.work = BRAID_OP(REDUCE, tensors);
+  x.issue = [o, w, bop, root, at_root](braid_comm *c) {
+    return braid_reduce(o.ptr(), at_root ? o.ptr() : nullptr, w.count, w.dt,
+                        bop, root, c, nullptr);
+  };
+  if (at_root)
+    x.post = [o] { o.back(); };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                             std::vector<at::Tensor> &inputs,
+                             const c10d::AllgatherOptions & /* opts */) {
+  const char *op = "allgather";
+  check_count(op, "the input list", inputs.size(), 1);
+  check_count(op, "the output list of lists", outputs.size(), 1);
+  check_count(op, "the output list", outputs[0].size(), size_);
+  const at::Tensor &in = inputs[0];
+  check_tensor(op, "input", in);
+  for (size_t i = 0; i < outputs[0].size(); i++) {
+    check_tensor(op, nth("output", i), outputs[0][i]);
+    check_like(op, nth("output", i), outputs[0][i], in, in.numel());
+  }
+  Wire w = move_wire(in);
+  at::Tensor src = in.contiguous();
+  at::Tensor flat = at::empty({in.numel() * size_}, in.options());
+  std::vector<at::Tensor> outs = outputs[0];
+  Op x;
+  x.name = op;
+  x.work = BRAID_OP(ALLGATHER, outs);
+  x.issue = [src, flat, w](braid_comm *c) {
+    return braid_allgather(data(src), data(flat), w.count, w.dt, c, nullptr);
+  };
+  x.post = [flat, outs] {
+    for (size_t i = 0; i < outs.size(); i++)
+      outs[i].copy_(
+          block(flat, static_cast<int64_t>(i) * outs[i].numel(), outs[i]));
+  };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::_allgather_base(at::Tensor &output, at::Tensor &input,
+                                   const c10d::AllgatherOptions & /* opts */) {
+  const char *op = "_allgather_base";
+  check_tensor(op, "input", input);
+  check_tensor(op, "output", output);
+  check_like(op, "output", output, input, input.numel() * size_);
+  Wire w = move_wire(input);
+  Out o(output);
+  /* In place when the input is the output's block of this rank. */
+  at::Tensor src = input.is_contiguous() ? input : input.contiguous();
+  Op x;
+  x.name = op;
+  x.work = BRAID_OP(_ALLGATHER_BASE, std::vector<at::Tensor>{output});
+  x.issue = [src, o, w](braid_comm *c) {
+    return braid_allgather(data(src), o.ptr(), w.count, w.dt, c, nullptr);
+  };
+  x.post = [o] { o.back(); };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>> &outputs,
+    std::vector<at::Tensor> &inputs,
+    const c10d::AllgatherOptions & /* opts */) {
+  const char *op = "allgather_coalesced";
+  TORCH_CHECK(!inputs.empty(), "braid: ", op, ": the input list is empty");
+  check_count(op, "the output list of lists", outputs.size(), size_);
+  std::vector<at::Tensor> srcs, flats;
+  std::vector<Wire> wires;
+  for (size_t j = 0; j < inputs.size(); j++) {
+    check_tensor(op, nth("input", j), inputs[j]);
+    wires.push_back(move_wire(inputs[j]));
+    srcs.push_back(inputs[j].contiguous());
+    flats.push_back(
+        at::empty({inputs[j].numel() * size_}, inputs[j].options()));
+  }
+  std::vector<at::Tensor> all;
+  for (size_t r = 0; r < outputs.size(); r++) {
+    check_count(op, nth("output", r).c_str(), outputs[r].size(), inputs.size());
+    for (size_t j = 0; j < inputs.size(); j++) {
+      std::string what = nth("output", r) + "[" + std::to_string(j) + "]";
+      check_tensor(op, what, outputs[r][j]);
+      check_like(op, what, outputs[r][j], inputs[j], inputs[j].numel());
+      all.push_back(outputs[r][j]);
+    }
+  }
+  std::vector<std::vector<at::Tensor>> outs = outputs;
+  Op x;
+  x.name = op;
+  x.work = BRAID_OP(ALLGATHER_COALESCED, all);
+  x.issue = [srcs, flats, wires](braid_comm *c) {
+    for (size_t j = 0; j < srcs.size(); j++) {
+      braid_result r = braid_allgather(data(srcs[j]), data(flats[j]),
+                                       wires[j].count, wires[j].dt, c, nullptr);
+      if (r != BRAID_SUCCESS)
+        return r;
+    }
+    return BRAID_SUCCESS;
+  };
+  x.post = [flats, outs] {
+    for (size_t r = 0; r < outs.size(); r++)
+      for (size_t j = 0; j < outs[r].size(); j++)
+        outs[r][j].copy_(block(flats[j],
+                               static_cast<int64_t>(r) * outs[r][j].numel(),
+                               outs[r][j]));
+  };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::gather(std::vector<std::vector<at::Tensor>> &outputs,
+                          std::vector<at::Tensor> &inputs,
+                          const c10d::GatherOptions &opts) {
+  const char *op = "gather";
+  check_root(op, opts.rootRank, size_);
+  check_count(op, "the input list", inputs.size(), 1);
+  const at::Tensor &in = inputs[0];
+  check_tensor(op, "input", in);
+  int root = static_cast<int>(opts.rootRank);
+  bool at_root = root == rank_;
+  std::vector<at::Tensor> outs;
+  if (at_root) {
+    check_count(op, "the output list of lists (at the root)", outputs.size(),
+                1);
+    check_count(op, "the output list", outputs[0].size(), size_);
+    for (size_t i = 0; i < outputs[0].size(); i++) {
+      check_tensor(op, nth("output", i), outputs[0][i]);
+      check_like(op, nth("output", i), outputs[0][i], in, in.numel());
+    }
+    outs = outputs[0];
+  } else {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                "braid: gather: only the root (rank ", root,
+                ") passes output tensors");
+  }
+  Wire w = move_wire(in);
+  at::Tensor src = in.contiguous();
+  at::Tensor flat =
+      at_root ? at::empty({in.numel() * size_}, in.options()) : at::Tensor();
+  Op x;
+  x.name = op;
+  x.work = BRAID_OP(GATHER, outs);
+  x.issue = [src, flat, w, root, at_root](braid_comm *c) {
+    return braid_gather(data(src), at_root ? data(flat) : nullptr, w.count,
+                        w.dt, root, c, nullptr);
+  };
+  if (at_root)
+    x.post = [flat, outs] {
+      for (size_t i = 0; i < outs.size(); i++)
+        outs[i].copy_(
+            block(flat, static_cast<int64_t>(i) * outs[i].numel(), outs[i]));
+    };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::scatter(std::vector<at::Tensor> &outputs,
+                           std::vector<std::vector<at::Tensor>> &inputs,
+                           const c10d::ScatterOptions &opts) {
+  const char *op = "scatter";
+  check_root(op, opts.rootRank, size_);
+  check_count(op, "the output list", outputs.size(), 1);
+  const at::Tensor &out = outputs[0];
+  check_tensor(op, "output", out);
+  int root = static_cast<int>(opts.rootRank);
+  bool at_root = root == rank_;
+  at::Tensor flat;
+  if (at_root) {
+    check_count(op, "the input list of lists (at the root)", inputs.size(), 1);
+    check_count(op, "the input list", inputs[0].size(), size_);
+    for (size_t i = 0; i < inputs[0].size(); i++) {
+      check_tensor(op, nth("input", i), inputs[0][i]);
+      check_like(op, nth("input", i), inputs[0][i], out, out.numel());
+    }
+    flat = flat_of(inputs[0], out);
+  } else {
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                "braid: scatter: only the root (rank ", root,
+                ") passes input tensors");
+  }
+  Wire w = move_wire(out);
+  Out o(out);
+  Op x;
+  x.name = op;
+  x.work = BRAID_OP(SCATTER, outputs);
+  x.issue = [flat, o, w, root, at_root](braid_comm *c) {
+    return braid_scatter(at_root ? data(flat) : nullptr, o.ptr(), w.count, w.dt,
+                         root, c, nullptr);
+  };
+  x.post = [o] { o.back(); };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::reduce_scatter(std::vector<at::Tensor> &outputs,
+                                  std::vector<std::vector<at::Tensor>> &inputs,
+                                  const c10d::ReduceScatterOptions &opts) {
+  const char *op = "reduce_scatter";
+  check_count(op, "the output list", outputs.size(), 1);
+  check_count(op, "the input list of lists", inputs.size(), 1);
+  check_count(op, "the input list", inputs[0].size(), size_);
+  const at::Tensor &out = outputs[0];
+  check_tensor(op, "output", out);
+  for (size_t i = 0; i < inputs[0].size(); i++) {
+    check_tensor(op, nth("input", i), inputs[0][i]);
+    check_like(op, nth("input", i), inputs[0][i], out, out.numel());
+  }
+  braid_op bop;
+  Wire w = reduce_wire(op, out, opts.reduceOp, &bop);
+  at::Tensor flat = flat_of(inputs[0], out);
+  Out o(out);
+  Op x;
+  x.name = op;
+  x.work = BRAID_OP(REDUCE_SCATTER, outputs);
+  x.issue = [flat, o, w, bop](braid_comm *c) {
+    return braid_reduce_scatter(data(flat), o.ptr(), w.count, w.dt, bop, c,
+                                nullptr);
+  };
+  x.post = [o] { o.back(); };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_reduce_scatter_base(
+    at::Tensor &output, at::Tensor &input,
+    const c10d::ReduceScatterOptions &opts) {
+  const char *op = "_reduce_scatter_base";
+  check_tensor(op, "input", input);
+  check_tensor(op, "output", output);
+  check_like(op, "input", input, output, output.numel() * size_);
+  braid_op bop;
+  Wire w = reduce_wire(op, output, opts.reduceOp, &bop);
+  at::Tensor src = input.is_contiguous() ? input : input.contiguous();
+  Out o(output);
+  Op x;
+  x.name = op;
+  x.work = BRAID_OP(_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{output});
+  x.issue = [src, o, w, bop](braid_comm *c) {
+    return braid_reduce_scatter(data(src), o.ptr(), w.count, w.dt, bop, c,
+                                nullptr);
+  };
+  x.post = [o] { o.back(); };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::alltoall_base(at::Tensor &output, at::Tensor &input,
+                                 std::vector<int64_t> &output_splits,
+                                 std::vector<int64_t> &input_splits,
+                                 const c10d::AllToAllOptions & /* opts */) {
+  const char *op = "alltoall_base";
+  check_tensor(op, "input", input);
+  check_tensor(op, "output", output);
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "braid: ", op,
+              ": output has dtype ", output.scalar_type(), ", the input ",
+              input.scalar_type());
+  Wire w = move_wire(input);
+  at::Tensor src = input.contiguous();
+  Out o(output);
+  Op x;
+  x.name = op;
+  x.work = BRAID_OP(ALLTOALL_BASE, std::vector<at::Tensor>{output});
+  if (output_splits.empty() && input_splits.empty()) {
+    TORCH_CHECK(input.numel() % size_ == 0, "braid: ", op, ": the input's ",
+                input.numel(), " elements do not split into ", size_,
+                " equal blocks");
+    TORCH_CHECK(output.numel() == input.numel(), "braid: ", op, ": output has ",
+                output.numel(), " elements, the input ", input.numel(),
+                " (equal splits)");
+    size_t count = w.count / static_cast<size_t>(size_);
+    x.issue = [src, o, count, w](braid_comm *c) {
+      return braid_alltoall(data(src), o.ptr(), count, w.dt, c, nullptr);
+    };
+  } else {
+    Counts sc = split_counts(op, "input", input, input_splits, size_, w);
+    Counts rc = split_counts(op, "output", output, output_splits, size_, w);
+    x.issue = [src, o, sc, rc, w](braid_comm *c) {
+      return braid_alltoallv(data(src), sc.counts.data(), sc.displs.data(),
+                             o.ptr(), rc.counts.data(), rc.displs.data(), w.dt,
+                             c, nullptr);
+    };
+  }
+  x.post = [o] { o.back(); };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::alltoall(std::vector<at::Tensor> &outputs,
+                            std::vector<at::Tensor> &inputs,
+                            const c10d::AllToAllOptions & /* opts */) {
+  const char *op = "alltoall";
+  check_count(op, "the input list", inputs.size(), size_);
+  check_count(op, "the output list", outputs.size(), size_);
+  for (size_t i = 0; i < inputs.size(); i++) {
+    check_tensor(op, nth("input", i), inputs[i]);
+    check_tensor(op, nth("output", i), outputs[i]);
+    check_like(op, nth("input", i), inputs[i], inputs[0], inputs[i].numel());
+    check_like(op, nth("output", i), outputs[i], inputs[0], outputs[i].numel());
+  }
+  Wire w = move_wire(inputs[0]);
+  Counts sc = list_counts(inputs, w);
+  Counts rc = list_counts(outputs, w);
+  at::Tensor src = flat_of(inputs, inputs[0]);
+  int64_t total = 0;
+  for (const at::Tensor &t : outputs)
+    total += t.numel();
+  at::Tensor flat = at::empty({total}, inputs[0].options());
+  std::vector<at::Tensor> outs = outputs;
+  Op x;
+  x.name = op;
+  x.work = BRAID_OP(ALLTOALL, outs);
+  x.issue = [src, flat, sc, rc, w](braid_comm *c) {
+    return braid_alltoallv(data(src), sc.counts.data(), sc.displs.data(),
+                           data(flat), rc.counts.data(), rc.displs.data(), w.dt,
+                           c, nullptr);
+  };
+  x.post = [flat, outs] {
+    int64_t off = 0;
+    for (const at::Tensor &t : outs) {
+      t.copy_(block(flat, off, t));
+      off += t.numel();
+    }
+  };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::send(std::vector<at::Tensor> &tensors, int dst,
+                        int /* tag */) {
+  const char *op = "send";
+  check_count(op, "the tensor list", tensors.size(), 1);
+  check_tensor(op, "tensor", tensors[0]);
+  TORCH_CHECK(dst >= 0 && dst < size_, "braid: send: destination rank ", dst,
+              " is not a rank of the group (0..", size_ - 1, ")");
+  Wire w = move_wire(tensors[0]);
+  at::Tensor src = tensors[0].contiguous();
+  Op x;
+  x.name = op;
+  x.p2p = true;
+  x.work = BRAID_OP(SEND, tensors);
+  x.issue = [src, w, dst](braid_comm *c) {
+    return braid_send(data(src), w.count, w.dt, dst, c, nullptr);
+  };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::recv(std::vector<at::Tensor> &tensors, int src,
+                        int /* tag */) {
+  const char *op = "recv";
+  check_count(op, "the tensor list", tensors.size(), 1);
+  check_tensor(op, "tensor", tensors[0]);
+  TORCH_CHECK(src >= 0 && src < size_, "braid: recv: source rank ", src,
+              " is not a rank of the group (0..", size_ - 1, ")");
+  Wire w = move_wire(tensors[0]);
+  Out o(tensors[0]);
+  Op x;
+  x.name = op;
+  x.p2p = true;
+  x.work = BRAID_OP(RECV, tensors, src);
+  x.issue = [o, w, src](braid_comm *c) {
+    return braid_recv(o.ptr(), w.count, w.dt, src, c, nullptr);
+  };
+  x.post = [o] { o.back(); };
+  return enqueue(std::move(x));
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::recvAnysource(std::vector<at::Tensor> & /* tensors */,
+                                 int /* tag */) {
+  TORCH_CHECK(false, "braid: recv from any source (recvAnysource) is not "
+                     "supported: braid has no wildcard receive; pass src");
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::barrier(const c10d::BarrierOptions & /* opts */) {
+  Op x;
+  x.name = "barrier";
+  x.work = BRAID_OP(BARRIER, std::vector<at::Tensor>{});
+  x.issue = [](braid_comm *c) { return braid_barrier(c, nullptr); };
+  return enqueue(std::move(x));
+}
+
+#undef BRAID_OP
+
+} // namespace braid_torch

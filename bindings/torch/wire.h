@@ -1,0 +1,57 @@
+/*
+ * How torch tensors travel through braid: the braid dtype and element
+ * count of a tensor, the braid op of a torch ReduceOp, per-peer counts of
+ * all_to_all, and the checks every tensor argument passes.
+ */
+#ifndef BRAID_TORCH_WIRE_H
+#define BRAID_TORCH_WIRE_H
+
+#include <braid.h>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <string>
+#include <vector>
+
+namespace braid_torch {
+
+/* A tensor as braid sees it: `count` elements of `dt` (complex tensors are
+ * pairs of reals; types braid has no name for move as bytes). */
+struct Wire {
+  braid_dtype dt = BRAID_UINT8;
+  size_t per = 1;   /* braid elements per tensor element */
+  size_t count = 0; /* braid elements in the tensor */
+};
+
+/* Per-peer counts and displacements in elements of a Wire's dtype. */
+struct Counts {
+  std::vector<size_t> counts, displs;
+};
+
+/* A CPU, strided (dense) tensor, or an exception naming `what`. */
+void check_tensor(const char *op, const std::string &what, const at::Tensor &t);
+
+/* For operations that only move data: any dtype. */
+Wire move_wire(const at::Tensor &t);
+
+/* For reductions: the dtype and op must make sense together (complex: SUM
+ * and AVG only, as pairs of reals; bitwise ops: integers and bool; no AVG
+ * of bool; no PREMUL_SUM), else an exception that names them. */
+Wire reduce_wire(const char *op, const at::Tensor &t, const c10d::ReduceOp &rop,
+                 braid_op *out);
+
+/* all_to_all_single's split sizes (rows of dim 0; empty: equal blocks). */
+Counts split_counts(const char *op, const char *what, const at::Tensor &t,
+                    const std::vector<int64_t> &splits, int size,
+                    const Wire &w);
+
+/* all_to_all's tensor lists, one block per tensor. */
+Counts list_counts(const std::vector<at::Tensor> &ts, const Wire &w);
+
+/* A tensor's data (an address even for an empty tensor). */
+void *data(const at::Tensor &t);
+
+} // namespace braid_torch
+
+#endif
