@@ -22,6 +22,8 @@ scratch=$(mktemp -d)
 installed=()
 cleanup() {
   [ ${#installed[@]} -eq 0 ] || dpkg -P "${installed[@]}" >/dev/null 2>&1 || true
+  rm -rf /usr/lib/python3/dist-packages/braid_torch/__pycache__
+  rmdir /usr/lib/python3/dist-packages/braid_torch 2>/dev/null || true
   rm -rf "$scratch"
 }
 trap cleanup EXIT
@@ -73,7 +75,7 @@ done
 /usr/bin/braid-doctor --help >/dev/null || { echo "FAIL: the installed braid-doctor does not run"; exit 1; }
 if [ -e "$scratch"/debs/python3-braid-torch_*.deb ]; then
   echo "-- python3-braid-torch: import braid_torch registers the backend"
-  (cd / && env -i PATH=/usr/bin:/bin /usr/bin/python3 -c '
+  (cd / && env -i PATH=/usr/bin:/bin PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -c '
 import braid_torch, torch.distributed as dist
 assert braid_torch.__file__.startswith("/usr/lib/python3/dist-packages/"), braid_torch.__file__
 assert hasattr(dist.Backend, "BRAID"), "the backend braid is not registered"
