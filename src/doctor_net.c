@@ -437,11 +437,23 @@ braid_result doc_ranks(int nranks, int timeout_ms, doc_report *r) {
   doc_init_quiet(0);
   if (res != BRAID_SUCCESS) {
     doc_last_init_error(err, sizeof err);
-    doc_add(r, "ranks", DOC_ERROR,
-            "check that every rank reaches rank 0's address (BRAID_COMM_ID, "
-            "or MASTER_ADDR:MASTER_PORT; firewall, BRAID_SOCKET_IFNAME on "
-            "each host) and that every rank was started with the same job",
-            "rank %d of %d (%s): the rendezvous failed after %lld ms (%s): %s",
+    const char *fix =
+        strstr(err, "cannot reach") != NULL || strstr(err, "connect") != NULL
+            ? "check that every rank reaches rank 0's address (BRAID_COMM_ID, "
+              "or MASTER_ADDR:MASTER_PORT; a firewall; BRAID_SOCKET_IFNAME on "
+              "each host) and that rank 0 runs"
+        : strstr(err, "waiting for the other ranks") != NULL
+            ? "a rank did not join: check that all ranks were started with "
+              "the same root address, and read the other ranks' reports "
+              "(the one that failed names why)"
+        : strstr(err, "expects") != NULL || strstr(err, "differ") != NULL
+            ? "the ranks disagree: give every rank the same BRAID_* settings "
+              "(BRAID_TRANSPORT, BRAID_NCHANNELS, ...) and the same braid"
+            : "read the error; BRAID_DEBUG=INFO shows each step of the "
+              "communicator's creation";
+    doc_add(r, "ranks", DOC_ERROR, fix,
+            "rank %d of %d (%s): forming the communicator (rendezvous, "
+            "transports) failed after %lld ms (%s): %s",
             li.rank, li.size, li.source, now_ms() - t0,
             braid_result_string(res), err[0] ? err : "no detail");
     return BRAID_SUCCESS;

@@ -204,16 +204,36 @@ ranks_unreachable)
   took=$(($(date +%s) - start))
   [ $rc1 -eq 2 ] || fail "rank 1 exit $rc1, want 2"
   [ $rc0 -eq 2 ] || fail "rank 0 exit $rc0, want 2"
-  finding "$tmp/r1.out" error ranks "rank 1 of 2 (torchrun): the rendezvous failed" \
-    "reaches rank 0's address"
-  grep -q "^error *ranks .*127.0.0.1:$closed" "$tmp/r1.out" ||
+  finding "$tmp/r1.out" error ranks "rank 1 of 2 (torchrun): forming the communicator" \
+    "check that every rank reaches rank 0's address"
+  grep -q "^error *ranks .*cannot reach the bootstrap root.*127.0.0.1:$closed" \
+    "$tmp/r1.out" ||
     fail "rank 1's finding does not name the address it could not reach"
-  finding "$tmp/r0.out" error ranks "rank 0 of 2 (torchrun): the rendezvous failed" \
-    "reaches rank 0's address"
+  finding "$tmp/r0.out" error ranks "rank 0 of 2 (torchrun): forming the communicator" \
+    "a rank did not join"
   # bounded by --timeout (3 s each), with room for a slow machine
   [ "$took" -le 30 ] || fail "took $took s with --timeout 3"
   echo "rank 1: $(grep '^error *ranks' "$tmp/r1.out")"
   echo "rank 0: $(grep '^error *ranks' "$tmp/r0.out")"
+  ;;
+ranks_disagree)
+  # rank 1 forces tcp, rank 0 takes the automatic choice: the communicator
+  # cannot form, and both ranks say why
+  ports=$("$HELPER" ports) || skip "no free TCP port"
+  set -- $ports
+  RANK=0 WORLD_SIZE=2 BRAID_COMM_ID=127.0.0.1:$1 \
+    "$DOCTOR" --ranks 2 --local-ranks 2 --timeout 5 >"$tmp/r0.out" 2>"$tmp/r0.err" &
+  p0=$!
+  RANK=1 WORLD_SIZE=2 BRAID_COMM_ID=127.0.0.1:$1 BRAID_TRANSPORT=tcp \
+    "$DOCTOR" --ranks 2 --local-ranks 2 --timeout 5 >"$tmp/r1.out" 2>"$tmp/r1.err"
+  rc1=$?
+  wait $p0
+  rc0=$?
+  [ $rc0 -eq 2 ] && [ $rc1 -eq 2 ] || fail "exits $rc0 and $rc1, want 2 and 2"
+  for r in 0 1; do
+    finding "$tmp/r$r.out" error ranks "rank $r of 2 (torchrun): forming the communicator" \
+      "the ranks disagree: give every rank the same BRAID_* settings"
+  done
   ;;
 ranks_ok)
   "$BRAIDRUN" -n 2 --timeout 30 "$DOCTOR" --ranks 2 --timeout 10 \
