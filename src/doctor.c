@@ -9,8 +9,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,7 +317,8 @@ static int cma_child(int *err) {
   close(from_child[1]);
   char c = 0;
   int rc = -1;
-  if (read(from_child[0], &c, 1) == 1) {
+  struct pollfd pf = {from_child[0], POLLIN, 0};
+  if (poll(&pf, 1, 5000) == 1 && read(from_child[0], &c, 1) == 1) {
     uint64_t got = 0;
     struct iovec l = {&got, sizeof got};
     struct iovec rv = {(void *)&word, sizeof word};
@@ -325,6 +328,8 @@ static int cma_child(int *err) {
   }
   close(to_child[1]);
   close(from_child[0]);
+  if (rc < 0)
+    kill(pid, SIGKILL); /* it did not answer in time */
   while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
     ;
   return rc;
@@ -674,6 +679,9 @@ braid_result doc_run(const doc_opts *o, doc_report *r) {
   check_shm(&s, r);
   check_cma(o, &s, r);
   doc_net(o, s.nranks, s.local, r);
+  /* before anything that may initialise CUDA in this process (libfabric's
+   * probe can): its IPC probe forks a child that uses CUDA */
+  doc_gpu(o, s.local, r);
   /* the transports' probes, once (libfabric's can take a second) */
   doc_probe p;
   memset(&p, 0, sizeof p);
@@ -681,7 +689,6 @@ braid_result doc_run(const doc_opts *o, doc_report *r) {
   p.ofi = ofi_probe_fast(p.prov, sizeof p.prov);
   check_limits(&s, &p, r);
   doc_rdma(o, &p, r);
-  doc_gpu(o, s.local, r);
   check_cores(&s, r);
   return r->oom ? BRAID_ERR_NOMEM : BRAID_SUCCESS;
 }
