@@ -29,7 +29,13 @@ typedef struct gen_desc {
   gen_fn fn;
   uint32_t colls; /* bit (1u << sched_coll) for each collective supported */
   uint32_t needs; /* GEN_NEEDS_* */
+  uint32_t flags; /* GEN_OPT_IN */
 } gen_desc;
+
+/* A generator the selector considers only where the algorithm filter
+ * (BRAID_ALGO, braid-topo --algo) names it: one whose cost the simulator
+ * does not model in full yet. */
+#define GEN_OPT_IN 1u
 
 /* What a generator needs from the view. */
 #define GEN_NEEDS_GRAPH 1u /* a graph with ranks on distinct vertices */

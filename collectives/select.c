@@ -161,8 +161,8 @@ static void ferr(char *err, size_t errlen, const char *fmt, const char *tok,
 }
 
 /* Parses "[^]name[,name...]" in [s, e) into a mask. */
-static int parse_list(const char *s, const char *e, uint32_t *mask, char *err,
-                      size_t errlen) {
+static int parse_list(const char *s, const char *e, uint32_t *mask,
+                      uint32_t *asked, char *err, size_t errlen) {
   uint32_t all = (ngens() >= 32) ? 0xffffffffu : ((1u << ngens()) - 1u);
   uint32_t m = 0;
   int neg = 0;
@@ -208,6 +208,7 @@ static int parse_list(const char *s, const char *e, uint32_t *mask, char *err,
     p = q + 1;
   }
   *mask = neg ? (all & ~m) : m;
+  *asked = neg ? 0 : m;
   return 0;
 }
 
@@ -233,13 +234,16 @@ int select_filter_parse(const char *text, select_filter *f, char *err,
                         size_t errlen) {
   uint32_t all = (ngens() >= 32) ? 0xffffffffu : ((1u << ngens()) - 1u);
   uint32_t per[SCHED_NUM_COLLS], set = 0, def = all;
+  uint32_t per_asked[SCHED_NUM_COLLS], def_asked = 0;
   int have_def = 0;
   if (!f)
     return -1;
   if (err && errlen)
     err[0] = '\0';
-  for (int c = 0; c < SCHED_NUM_COLLS; c++)
+  for (int c = 0; c < SCHED_NUM_COLLS; c++) {
     per[c] = all;
+    per_asked[c] = 0;
+  }
   const char *p = text ? text : "";
   const char *end = p + strlen(p);
   while (p <= end) {
@@ -250,7 +254,7 @@ int select_filter_parse(const char *text, select_filter *f, char *err,
     trim(&s, &e);
     if (s < e) {
       const char *colon = memchr(s, ':', (size_t)(e - s));
-      uint32_t mask;
+      uint32_t mask, asked;
       if (!colon) {
         if (have_def) {
           ferr(err, errlen,
@@ -258,9 +262,10 @@ int select_filter_parse(const char *text, select_filter *f, char *err,
                (size_t)(e - s));
           return -1;
         }
-        if (parse_list(s, e, &mask, err, errlen))
+        if (parse_list(s, e, &mask, &asked, err, errlen))
           return -1;
         def = mask;
+        def_asked = asked;
         have_def = 1;
       } else {
         const char *cs = s, *ce = colon;
@@ -283,22 +288,33 @@ int select_filter_parse(const char *text, select_filter *f, char *err,
                (size_t)(ce - cs));
           return -1;
         }
-        if (parse_list(colon + 1, e, &mask, err, errlen))
+        if (parse_list(colon + 1, e, &mask, &asked, err, errlen))
           return -1;
         set |= colls;
         for (int c = 0; c < SCHED_NUM_COLLS; c++)
-          if (colls & (1u << c))
+          if (colls & (1u << c)) {
             per[c] = mask;
+            per_asked[c] = asked;
+          }
       }
     }
     if (q >= end)
       break;
     p = q + 1;
   }
-  for (int c = 0; c < SCHED_NUM_COLLS; c++)
-    f->allow[c] = (set & (1u << c)) ? per[c] : def;
+  for (int c = 0; c < SCHED_NUM_COLLS; c++) {
+    int own = (set & (1u << c)) != 0;
+    f->allow[c] = own ? per[c] : def;
+    f->asked[c] = own ? per_asked[c] : def_asked;
+  }
   f->named = set;
   return 0;
+}
+
+void select_filter_all(select_filter *f) {
+  for (int c = 0; c < SCHED_NUM_COLLS; c++)
+    f->allow[c] = f->asked[c] = 0xffffffffu;
+  f->named = 0;
 }
 
 int select_filter_allows(const select_filter *f, sched_coll coll,
@@ -308,6 +324,8 @@ int select_filter_allows(const select_filter *f, sched_coll coll,
   int i = (int)(g - gen_table);
   if (i < 0 || i >= ngens() || i >= 32)
     return 0;
+  if (g->flags & GEN_OPT_IN)
+    return f ? (f->allow[coll] & f->asked[coll]) >> i & 1u : 0;
   return f ? (f->allow[coll] >> i) & 1u : 1;
 }
 
@@ -335,9 +353,9 @@ const gen_desc *select_algo_f(sched_coll coll, int nranks, size_t bytes,
   if (fin) {
     f = *fin;
   } else {
+    select_filter_all(&f);
     for (int c = 0; c < SCHED_NUM_COLLS; c++)
-      f.allow[c] = 0xffffffffu;
-    f.named = 0;
+      f.asked[c] = 0; /* no filter: the opt-in generators stay out */
   }
   /* A default entry that rules out every algorithm of this collective does
    * not apply to it (see select.h). */
@@ -403,10 +421,12 @@ int select_sim_table(sched_coll coll, int root, const sched_view *v,
     snprintf(err, errlen, "select_sim_table: bad arguments");
     return -1;
   }
+  /* no filter, or a default entry that leaves nothing for coll: every
+   * generator but the opt-in ones */
   select_filter all;
+  select_filter_all(&all);
   for (int c = 0; c < SCHED_NUM_COLLS; c++)
-    all.allow[c] = 0xffffffffu;
-  all.named = 0;
+    all.asked[c] = 0;
   const select_filter *use = f ? f : &all;
   if (f && !(f->named & (1u << coll))) {
     int any = 0;

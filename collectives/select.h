@@ -30,6 +30,9 @@ const select_model *select_model_get(int transport_class);
  * of gen_table. */
 typedef struct select_filter {
   uint32_t allow[SCHED_NUM_COLLS];
+  /* the entries named in a list that is not a "^" exclusion: the only
+   * opt-in generators (GEN_OPT_IN) the filter allows */
+  uint32_t asked[SCHED_NUM_COLLS];
   uint32_t named; /* bit (1u << coll) for collectives with their own entry */
 } select_filter;
 
@@ -46,8 +49,14 @@ typedef struct select_filter {
  * Returns 0, or -1 with a message naming the bad token in err. */
 int select_filter_parse(const char *text, select_filter *f, char *err,
                         size_t errlen);
+/* Whether f allows g for coll: g is among f's entries, and an opt-in
+ * generator (GEN_OPT_IN) is named by them. NULL is the empty filter (every
+ * generator but the opt-in ones), as no BRAID_ALGO. */
 int select_filter_allows(const select_filter *f, sched_coll coll,
                          const gen_desc *g);
+/* A filter that allows every generator, opt-in ones included (a tool that
+ * shows every candidate). */
+void select_filter_all(select_filter *f);
 
 /* Modelled time in microseconds of generator g for a call whose blocks are
  * `bytes` bytes (the call's count times the datatype size), or -1 when g
@@ -88,8 +97,9 @@ typedef struct select_cand {
 } select_cand;
 
 /* Builds and simulates the schedule of every generator that
- * gen_supports_view(coll, v) and the filter allows (NULL: all; a default
- * entry that leaves nothing for coll is ignored, as in select_algo_f), for
+ * gen_supports_view(coll, v) and the filter allows (NULL: all but the
+ * opt-in ones; a default entry that leaves nothing for coll is ignored, as
+ * in select_algo_f; select_filter_all: every one), for
  * blocks of `bytes` bytes, root `root` (rooted collectives), at most
  * max_channels channels for topology-aware generators (0: their default).
  * Fills out[0 .. return) in gen_table order, skipped ones included with

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/plan.h"
 #include "collectives/select.h"
 #include "src/comm_dev.h"
 #include "src/config.h"
@@ -218,7 +219,7 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
              cfg && cfg->name ? cfg->name : "comm");
   }
   if (c->nchannels <= 0)
-    c->nchannels = 2;
+    c->nchannels = PLAN_DEFAULT_CHANNELS;
   c->nslots = env->nslots;
   cfg_slots(env->buffsize, &c->slot_bytes, &c->slice_bytes);
   c->broken = BRAID_SUCCESS;
@@ -243,8 +244,8 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
   for (int i = 0, len = 0; i < c->ntp && len < (int)sizeof names; i++)
     len += snprintf(names + len, sizeof names - (size_t)len, "%s%s",
                     i ? ", " : "", c->tp[i]->name);
-  INFO(LOG_INIT, "comm %s: rank %d of %d, %d channels, transports: %s",
-       c->name, c->rank, c->nranks, c->nchannels, names[0] ? names : "none");
+  INFO(LOG_INIT, "comm %s: rank %d of %d, %d channels, transports: %s", c->name,
+       c->rank, c->nranks, c->nchannels, names[0] ? names : "none");
   *out = c;
   return BRAID_SUCCESS;
 }

@@ -162,14 +162,13 @@ tp_conn *comm_conn(braid_comm *c, int peer, int channel);
  * comm_view_free. */
 braid_result comm_view_setup(braid_comm *c);
 void comm_view_free(braid_comm *c);
-/* The generator for a call of `bytes` per block (a gen_desc *), or NULL with
- * a message: the simulator on the ranks' GPUs for device calls when
- * c->dev->view places them (view == that view), on the comm's view when
- * ranks span several hosts, the cost model otherwise; BRAID_ALGO filters
- * all. */
-const void *comm_select(braid_comm *c, sched_coll coll, size_t bytes,
-                        const struct sched_view *view, char *err,
-                        size_t errlen);
+/* The planner's request (collectives/plan.h) for a call of `bytes` per
+ * block on `view`: c->view, or the ranks' GPUs (c->dev->view) for device
+ * calls that plan there; the communicator's settings (BRAID_ALGO, slices,
+ * slots, channels) filled in. */
+struct plan_request;
+void comm_plan_request(braid_comm *c, sched_coll coll, int root, size_t bytes,
+                       const struct sched_view *view, struct plan_request *rq);
 /* The schedule BRAID_SCHEDULE_FILE gives for a call, or NULL. */
 sched *comm_file_sched(braid_comm *c, sched_coll coll, int root);
 

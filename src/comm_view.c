@@ -10,16 +10,17 @@
  * tcp model's bandwidth (collectives/select.c holds both models). On one
  * host the cost model of collectives/select.c decides as before. Device
  * calls whose ranks' GPUs the topology places (src/comm_dev.c) are
- * simulated on those GPUs instead.
+ * simulated on those GPUs instead. collectives/plan.c decides; this file
+ * hands it the communicator's request.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "collectives/generators.h"
+#include "collectives/plan.h"
 #include "collectives/sched_file.h"
 #include "collectives/select.h"
-#include "collectives/sim.h"
 #include "collectives/view.h"
 #include "src/comm.h"
 #include "src/comm_dev.h"
@@ -143,8 +144,6 @@ void comm_view_free(braid_comm *c) {
   c->nfile_scheds = 0;
 }
 
-#define SIM_SELECT_MAX_RANKS 256
-
 static int transport_class(braid_comm *c) {
   for (int i = 0; i < c->ntp; i++)
     if (c->tp[i] != &tp_shm && c->tp[i] != &tp_self)
@@ -152,37 +151,17 @@ static int transport_class(braid_comm *c) {
   return SELECT_TP_SHM;
 }
 
-const void *comm_select(braid_comm *c, sched_coll coll, size_t bytes,
-                        const sched_view *view, char *err, size_t errlen) {
-  const char *algo = c->algo[0] ? c->algo : NULL;
+void comm_plan_request(braid_comm *c, sched_coll coll, int root, size_t bytes,
+                       const sched_view *view, plan_request *rq) {
   int gpus = view != NULL && view != c->view; /* the ranks' GPUs, one host */
-  /* Simulating every candidate costs milliseconds at tens of ranks and
-   * seconds at a thousand: above SIM_SELECT_MAX_RANKS the cost model
-   * decides, as on one host. */
-  if (!gpus && (c->view == NULL || c->view->nhosts < 2 || c->view->g == NULL ||
-                c->nranks > SIM_SELECT_MAX_RANKS))
-    return select_algo(coll, c->nranks, bytes, transport_class(c), algo, err,
-                       errlen);
-  select_filter f;
-  if (select_filter_parse(algo, &f, err, errlen) != 0)
-    return NULL;
-  /* hybrid's host-routed share runs through pinned staging over shm
-   * (src/comm_dev.c): a CPU copy per message that the simulator's GPU
-   * model leaves out and that no GPU has measured yet, so it runs only
-   * where BRAID_ALGO names it */
-  const gen_desc *hybrid = gen_find("hybrid");
-  if (gpus && hybrid != NULL && (algo == NULL || !strcasestr(algo, "hybrid")))
-    for (int k = 0; k < SCHED_NUM_COLLS; k++)
-      f.allow[k] &= ~(1u << (hybrid - gen_table));
-  sim_params p;
-  if (gpus)
-    sim_params_gpu(&p);
-  else
-    sim_params_cpu(&p);
-  p.slice_bytes = gpus ? comm_dev_slice(c, SCHED_ROUTE_ANY) : c->slice_bytes;
-  p.slots = c->nslots;
-  return select_algo_view(coll, gpus ? view : c->view, bytes, &p, &f,
-                          c->nchannels, err, errlen);
+  plan_request_defaults(rq, coll, c->nranks, bytes, view, gpus);
+  rq->root = root;
+  rq->algo = c->algo[0] ? c->algo : NULL;
+  rq->transport_class = transport_class(c);
+  rq->sim.slice_bytes =
+      gpus ? comm_dev_slice(c, SCHED_ROUTE_ANY) : c->slice_bytes;
+  rq->sim.slots = c->nslots;
+  rq->max_channels = c->nchannels;
 }
 
 sched *comm_file_sched(braid_comm *c, sched_coll coll, int root) {

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "collectives/generators.h"
+#include "collectives/plan.h"
 #include "collectives/select.h"
 #include "src/config.h"
 #include "src/exec_int.h"
@@ -307,30 +308,27 @@ static braid_result get_sched(braid_comm *c, exec_op *op,
                               sched_cache_entry **out) {
   char err[256] = "";
   size_t bytes = coll_bytes(op);
-  int bucket = bytes == 0 ? 0 : 64 - __builtin_clzll((unsigned long long)bytes);
+  int bucket = plan_bucket(bytes);
   sched *fs = comm_file_sched(c, op->coll, op->root);
   /* device calls on GPUs the topology places plan on those GPUs */
   int on_gpus = op->dev >= 0 && c->dev != NULL && c->dev->view != NULL;
   const sched_view *view = on_gpus ? c->dev->view : c->view;
+  plan_request rq;
+  comm_plan_request(c, op->coll, op->root, bytes, view, &rq);
+  /* the planner picks once per size bucket (plan.h): cached per bucket */
   const gen_desc *g = fs ? NULL : c->sel_cache[on_gpus][op->coll][bucket];
   if (fs == NULL && g == NULL) {
-    /* picks are made for the bucket's lower bound, so every size in a
-     * bucket runs the same algorithm */
-    size_t at = bucket == 0 ? 0 : (size_t)1 << (bucket - 1);
-    g = comm_select(c, op->coll, at, view, err, sizeof err);
+    g = plan_select(&rq, err, sizeof err);
     if (g == NULL) {
       comm_set_error(c, "%s: no algorithm: %s", op->name, err);
       return BRAID_ERR_INVALID_ARG;
     }
     c->sel_cache[on_gpus][op->coll][bucket] = g;
   }
-  /* at least 256 KiB per channel: small calls use one */
-  int nch = (int)(bytes / ((size_t)256 << 10));
-  nch = nch < 1 ? 1 : nch > c->nchannels ? c->nchannels : nch;
+  gen_params p = plan_params(&rq);
+  int nch = fs ? fs->nchannels : p.nchannels;
   int root = op->root;
   const void *key = fs ? (const void *)fs : (const void *)g;
-  if (fs)
-    nch = fs->nchannels;
   for (int i = 0; i < c->ncache; i++) {
     sched_cache_entry *e = &c->cache[i];
     if (e->coll == op->coll && e->root == root && e->gen == key &&
@@ -339,7 +337,6 @@ static braid_result get_sched(braid_comm *c, exec_op *op,
       return BRAID_SUCCESS;
     }
   }
-  gen_params p = {op->coll, c->nranks, root, nch, view, bytes, c->nchannels};
   sched *s = fs ? fs : g->fn(&p);
   if (s == NULL) {
     comm_set_error(c, "%s: generator %s failed (out of memory?)", op->name,

@@ -20,6 +20,7 @@
 
 #include "braid.h"
 #include "collectives/generators.h"
+#include "collectives/plan.h"
 #include "collectives/sched_file.h"
 #include "collectives/select.h"
 #include "collectives/sim.h"
@@ -33,7 +34,7 @@
 typedef struct sopts {
   const char *machine, *file, *coll_s, *size_s, *algo, *dtype_s, *save, *render,
       *out;
-  int gpus[MAX_GPUS], ngpus, hosts;
+  int gpus[MAX_GPUS], ngpus, hosts, channels;
   double nic_bw;
   sched_coll coll;
   braid_dtype dt;
@@ -121,13 +122,14 @@ static int parse_gpus(const char *s, sopts *o) {
 static int parse_args(int argc, char **argv, sopts *o) {
   memset(o, 0, sizeof(*o));
   o->hosts = 1;
+  o->channels = PLAN_DEFAULT_CHANNELS;
   o->dt = BRAID_FLOAT32;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     static const char *const names[] = {
-        "--machine", "-m",     "--file",  "-f",       "--coll",
-        "--size",    "--algo", "--dtype", "--save",   "--render",
-        "-o",        "--gpus", "--hosts", "--nic-bw", "--output"};
+        "--machine", "-m",       "--file",   "-f",        "--coll", "--size",
+        "--algo",    "--dtype",  "--save",   "--render",  "-o",     "--gpus",
+        "--hosts",   "--nic-bw", "--output", "--channels"};
     size_t k = 0, nn = sizeof(names) / sizeof(names[0]);
     while (k < nn && strcmp(a, names[k]) != 0)
       k++;
@@ -139,7 +141,7 @@ static int parse_args(int argc, char **argv, sopts *o) {
     const char **dst[] = {&o->machine, &o->machine, &o->file, &o->file,
                           &o->coll_s,  &o->size_s,  &o->algo, &o->dtype_s,
                           &o->save,    &o->render,  &o->out,  NULL,
-                          NULL,        NULL,        &o->out};
+                          NULL,        NULL,        &o->out,  NULL};
     if (dst[k]) {
       *dst[k] = v;
       continue;
@@ -157,6 +159,11 @@ static int parse_args(int argc, char **argv, sopts *o) {
       if (d != (int)d || d > 4096)
         return bad("--hosts: bad value '%s'", v);
       o->hosts = (int)d;
+    } else if (!strcmp(a, "--channels")) {
+      if (d != (int)d || d > 32)
+        return bad("--channels: bad value '%s' (1 to 32, as BRAID_NCHANNELS)",
+                   v);
+      o->channels = (int)d;
     } else
       o->nic_bw = d;
   }
@@ -516,30 +523,34 @@ static int run(const sopts *o, topo_graph *g) {
   if (bound > 0)
     printf("bound %s\n", hb);
 
-  /* Every candidate is simulated once, by the selector's table helper
-   * (with --algo: that one alone); the pick is select_algo_view's rule, the
-   * lowest simulated time, ties to the earlier generator. */
+  /* The pick is the library's: the planner (collectives/plan.c) on the
+   * ranks' GPUs with the library's defaults, --algo as BRAID_ALGO and
+   * --channels as BRAID_NCHANNELS. Every candidate is simulated once for
+   * the table (with --algo: that one alone), opt-in ones included. */
+  plan_request rq;
+  plan_request_defaults(&rq, o->coll, n, bytes, v, 1);
+  rq.sim = sp;
+  rq.algo = o->algo;
+  rq.max_channels = o->channels;
+  const gen_desc *pick = plan_select(&rq, err, sizeof(err));
+  if (!pick)
+    printf("the library would refuse this call: %s\n", err);
   select_cand cand[32];
   int nc = 0;
-  const gen_desc *pick = NULL;
   if (o->algo) {
     memset(&cand[0], 0, sizeof(cand[0]));
     cand[0].gen = gen_find(o->algo);
     nc = 1;
   } else {
-    nc = select_sim_table(o->coll, 0, v, bytes, &sp, NULL, 0, cand, 32, err,
-                          sizeof(err));
+    select_filter every;
+    select_filter_all(&every);
+    nc = select_sim_table(o->coll, 0, v, bytes, &sp, &every, o->channels, cand,
+                          32, err, sizeof(err));
     if (nc < 0) {
       fprintf(stderr, "braid-topo schedule: %s\n", err);
       view_free(v);
       return 1;
     }
-    int best = -1;
-    for (int i = 0; i < nc; i++)
-      if (cand[i].ok &&
-          (best < 0 || cand[i].res.time_us < cand[best].res.time_us))
-        best = i;
-    pick = best >= 0 ? cand[best].gen : NULL;
   }
   row rows[32];
   int nr = 0;
@@ -550,7 +561,7 @@ static int run(const sopts *o, topo_graph *g) {
     row *w = &rows[nr++];
     memset(w, 0, sizeof(*w));
     w->g = gd;
-    gen_params gp = {o->coll, n, 0, SELECT_VIEW_CHANNELS, v, bytes, 0};
+    gen_params gp = plan_params(&rq); /* the runtime's parameters */
     w->s = gd->fn(&gp);
     if (!w->s) {
       snprintf(w->note, sizeof(w->note), "no schedule for this view");
@@ -581,11 +592,31 @@ static int run(const sopts *o, topo_graph *g) {
       char ht[32], hbd[32];
       human(w->res.time_us, ht, sizeof(ht));
       human(w->res.bound_us, hbd, sizeof(hbd));
-      printf("%12s %6.2f GB/s %6.2f GB/s %12s %5.1f%%%s\n", ht, w->res.algbw,
+      printf("%12s %6.2f GB/s %6.2f GB/s %12s %5.1f%%%s%s\n", ht, w->res.algbw,
              w->res.busbw, hbd, 100 * w->res.efficiency,
-             w->g == pick ? "  <- selected" : "");
+             w->g == pick ? "  <- selected" : "",
+             w->g != pick && (w->g->flags & GEN_OPT_IN)
+                 ? "  (opt-in: only with --algo/BRAID_ALGO naming it)"
+                 : "");
     } else
       printf("not simulated: %s\n", w->note);
+  }
+  if (pick) {
+    size_t lo = plan_bucket_bytes(bytes);
+    printf("\nbraid runs %s for this call: its planner's choice for blocks of "
+           "%zu to %zu bytes with BRAID_NCHANNELS=%d%s%s%s\n",
+           pick->name, lo, lo ? 2 * lo - 1 : 0, o->channels,
+           o->algo ? " and BRAID_ALGO=" : "", o->algo ? o->algo : "",
+           o->algo ? "" : " (BRAID_ALGO unset)");
+    int kernel_coll = o->coll == SCHED_ALLREDUCE || o->coll == SCHED_REDUCE ||
+                      o->coll == SCHED_BROADCAST ||
+                      o->coll == SCHED_ALLGATHER ||
+                      o->coll == SCHED_REDUCE_SCATTER;
+    if (kernel_coll && o->hosts == 1 && n <= 8)
+      printf("on device buffers over CUDA IPC, braid runs %s as collective "
+             "kernels instead (direct), unless BRAID_CUDA_KERNEL_MAX is below "
+             "the call's size (docs/CUDA.md)\n",
+             sched_coll_name(o->coll));
   }
   const row *chosen = NULL;
   for (int i = 0; i < nr; i++) {

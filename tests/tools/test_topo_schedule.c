@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "collectives/generators.h"
+#include "collectives/plan.h"
 #include "collectives/sched_file.h"
 #include "collectives/view.h"
 #include "topology/topo.h"
@@ -284,5 +285,82 @@ Test(topo_schedule, sizes_with_suffixes) {
   /* 1 GiB of output over 4 ranks of float32: 2^30 / 4 / 4 elements each */
   cr_assert_not_null(strstr(out, "(67108864 x float32 per rank and block)"),
                      "%s", out);
+  free(out);
+}
+
+/* The generator after "braid runs " in the tool's output, into name. */
+static int runs_line(const char *out, char *name, size_t n) {
+  const char *p = strstr(out, "\nbraid runs ");
+  if (!p)
+    return 0;
+  p += strlen("\nbraid runs ");
+  size_t k = strcspn(p, " ");
+  snprintf(name, n, "%.*s", (int)k, p);
+  return 1;
+}
+
+/* The tool and the library agree: on every shipped machine model, for every
+ * collective a topology-aware generator serves and sizes from 4 KiB to
+ * 256 MiB, the generator braid-topo says braid runs is the planner's
+ * choice for the library's defaults on those GPUs (plan_select, which
+ * src/executor.c calls for every call), the one marked selected in its
+ * table, and never an opt-in generator (hybrid) unless --algo names it. */
+Test(topo_schedule, tool_and_library_agree_on_every_model, .init = setup,
+     .fini = teardown, .timeout = 240) {
+  const sched_coll colls[] = {SCHED_ALLREDUCE, SCHED_ALLGATHER,
+                              SCHED_REDUCE_SCATTER, SCHED_BROADCAST};
+  const char *sizes[] = {"4K", "1M", "256M"};
+  const size_t sizes_b[] = {4096, 1u << 20, 256u << 20};
+  int checked = 0;
+  for (const char *const *m = topo_model_names(); *m; m++) {
+    char err[512] = "";
+    topo_graph *g = NULL;
+    cr_assert_eq(topo_model_load(*m, &g, err, sizeof err), BRAID_SUCCESS,
+                 "%s: %s", *m, err);
+    sched_view *v = view_gpus(g, NULL, 0, err, sizeof err);
+    if (v == NULL) { /* a model without GPUs (cpu-2socket) */
+      topo_graph_free(g);
+      continue;
+    }
+    for (size_t c = 0; c < sizeof colls / sizeof *colls; c++)
+      for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        int split =
+            colls[c] == SCHED_ALLGATHER || colls[c] == SCHED_REDUCE_SCATTER;
+        size_t bytes = sizes_b[s] / 4 / (split ? (size_t)v->nranks : 1) * 4;
+        plan_request rq;
+        plan_request_defaults(&rq, colls[c], v->nranks, bytes, v, 1);
+        const gen_desc *want = plan_select(&rq, err, sizeof err);
+        cr_assert_not_null(want, "%s %s %s: %s", *m, sched_coll_name(colls[c]),
+                           sizes[s], err);
+        cr_expect_eq(want->flags & GEN_OPT_IN, 0u,
+                     "%s: the planner chose opt-in %s unasked", *m, want->name);
+        char args[256], got[32] = "", row[256];
+        snprintf(args, sizeof args, "--machine %s --coll %s --size %s", *m,
+                 sched_coll_name(colls[c]), sizes[s]);
+        cr_assert_eq(tool(args), 0, "%s", args);
+        char *out = slurp(outp);
+        cr_assert(runs_line(out, got, sizeof got), "%s: no 'braid runs':\n%s",
+                  args, out);
+        cr_expect_str_eq(got, want->name,
+                         "%s: the tool says %s, the planner %s", args, got,
+                         want->name);
+        cr_expect(find_row(out, want->name, row, sizeof row) &&
+                      strstr(row, "<- selected"),
+                  "%s: %s not marked selected:\n%s", args, want->name, out);
+        free(out);
+        checked++;
+      }
+    view_free(v);
+    topo_graph_free(g);
+  }
+  cr_expect_geq(checked, 24, "only %d cases checked", checked);
+  /* with --algo naming it, the opt-in generator runs */
+  cr_assert_eq(tool("--machine dgx1-v100 --coll allreduce --size 64M --algo "
+                    "hybrid"),
+               0);
+  char *out = slurp(outp);
+  char got[32] = "";
+  cr_expect(runs_line(out, got, sizeof got) && !strcmp(got, "hybrid"),
+            "--algo hybrid: braid runs '%s':\n%s", got, out);
   free(out);
 }

@@ -1,0 +1,65 @@
+/*
+ * The planner: how one call runs, decided in one place for the runtime
+ * (src/executor.c, src/comm_view.c) and for braid-topo schedule, so that the
+ * tool shows what the library runs. A request says what the call is and
+ * what the communicator knows (view, settings); plan_select names the
+ * generator and plan_params gives it its parameters.
+ */
+#ifndef BRAID_COLLECTIVES_PLAN_H
+#define BRAID_COLLECTIVES_PLAN_H
+
+#include <stddef.h>
+
+#include "collectives/generators.h"
+#include "collectives/schedule.h"
+#include "collectives/sim.h"
+
+/* The library's channels per call when BRAID_NCHANNELS is unset. */
+#define PLAN_DEFAULT_CHANNELS 2
+/* A call takes one channel per this many bytes of a block, at least one. */
+#define PLAN_BYTES_PER_CHANNEL ((size_t)256 << 10)
+/* Above this many ranks, simulating every candidate costs too much (tens of
+ * milliseconds at tens of ranks, seconds at a thousand): the cost model
+ * decides. */
+#define PLAN_SIM_MAX_RANKS 256
+
+typedef struct plan_request {
+  sched_coll coll;
+  int root;
+  int nranks;
+  size_t bytes;           /* one block: count times the datatype's size */
+  const sched_view *view; /* where the ranks sit (NULL: unknown) */
+  int on_gpus;            /* view places the ranks on GPUs of one host */
+  const char *algo;       /* the algorithm filter (BRAID_ALGO); NULL: none */
+  int transport_class;    /* SELECT_TP_*: the cost model's, without a graph */
+  sim_params sim;         /* the simulator's, with a graph */
+  int max_channels;       /* the communicator's channels (BRAID_NCHANNELS) */
+} plan_request;
+
+/* A request for coll on view v with the library's defaults (no BRAID_*
+ * setting): GPU or CPU simulation parameters after on_gpus, shm's cost
+ * model, PLAN_DEFAULT_CHANNELS, no filter. */
+void plan_request_defaults(plan_request *rq, sched_coll coll, int nranks,
+                           size_t bytes, const sched_view *v, int on_gpus);
+
+/* The power-of-two bucket of a size (0 for 0), and its lower end: the
+ * selector decides once per bucket, at its lower end, so every size in a
+ * bucket runs the same generator. */
+int plan_bucket(size_t bytes);
+size_t plan_bucket_bytes(size_t bytes);
+
+/* The generator for the request, chosen for the lower end of rq->bytes'
+ * bucket: on a view with a graph (several hosts, or the ranks' GPUs) by
+ * simulating every candidate the filter allows (collectives/select.h:
+ * select_algo_view; opt-in generators only where the filter names them),
+ * elsewhere by the cost model (select_algo). NULL with a message. */
+const gen_desc *plan_select(const plan_request *rq, char *err, size_t errlen);
+
+/* The channels a call with blocks of `bytes` takes: one per
+ * PLAN_BYTES_PER_CHANNEL, from 1 to max_channels. */
+int plan_channels(size_t bytes, int max_channels);
+
+/* The generator's parameters for the request (channels by plan_channels). */
+gen_params plan_params(const plan_request *rq);
+
+#endif
