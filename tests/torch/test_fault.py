@@ -1,9 +1,11 @@
 """A rank killed with SIGKILL in the middle of a training-like loop:
 every survivor's pending operation raises a RuntimeError that names the
 killed rank within the group's timeout, later operations fail at once,
-and nothing hangs (the launcher's deadline would catch it).
+and nothing hangs (the launcher's deadline would catch it). With
+--mismatch: ranks that call different collectives under BRAID_CHECK=1
+each raise an error naming both calls.
 
-  test_fault.py --world-size N [--timeout S]
+  test_fault.py --world-size N [--timeout S] [--mismatch]
 """
 
 import argparse
@@ -54,11 +56,35 @@ def body(rank, size, limit_s, victim):
     raise AssertionError("no failure seen in 1000 iterations")
 
 
+def mismatch(rank, size):
+    t = torch.ones(4)
+    call = "allreduce #1" if rank == 0 else "broadcast #1"
+    try:
+        if rank == 0:
+            dist.all_reduce(t)
+        else:
+            dist.broadcast(t, 0)
+    except RuntimeError as e:
+        text = str(e)
+        for needle in ("braid: %s failed" % call.split()[0], "rank 0 called allreduce #1",
+                       "rank 1 called broadcast #1"):
+            assert needle in text, "%r not in %r" % (needle, text)
+        print("rank %d: %s" % (rank, text), flush=True)
+        return
+    raise AssertionError("rank %d: no error for mismatched collectives" % rank)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--world-size", type=int, default=3)
     ap.add_argument("--timeout", type=int, default=10)
+    ap.add_argument("--mismatch", action="store_true")
     a = ap.parse_args()
+    if a.mismatch:
+        os.environ["BRAID_CHECK"] = "1"
+        common.launch(mismatch, a.world_size, timeout_s=a.timeout,
+                      deadline_s=a.timeout * 3 + 30)
+        return
     victim = a.world_size - 1
     common.launch(body, a.world_size, init="tcp", timeout_s=a.timeout,
                   deadline_s=a.timeout * 3 + 30,
