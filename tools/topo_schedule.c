@@ -8,6 +8,7 @@
 #include "tools/topo_schedule.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -401,6 +402,107 @@ static int write_dot(FILE *f, const sched *s, const sched_view *v,
   return ferror(f) ? -1 : 0;
 }
 
+/* Plans with more edges than this are drawn one panel per channel. */
+#define RENDER_EDGES_ONE_PICTURE 16
+
+/* A large plan, legibly: a grid of panels, the first the machine's GPU
+ * links, then one per channel holding only that channel's edges, every
+ * panel with the ranks at the same places on a circle; each channel's
+ * weight and route in its panel's title instead of on every edge. */
+static int write_dot_panels(FILE *f, const sched *s, const sched_view *v,
+                            const char *title) {
+  const topo_graph *g = v->g;
+  int n = s->nranks, np = s->nchannels + 1, cols = 1;
+  while (cols * cols < np)
+    cols++;
+  const double side = 300, radius = 105;
+  fprintf(f, "digraph braid_schedule {\n");
+  fprintf(f,
+          "  graph [label=\"%s\", labelloc=t, fontname=\"Helvetica\", "
+          "fontsize=18, layout=neato, inputscale=72, splines=true];\n",
+          title);
+  fprintf(f, "  node [shape=box, style=filled, fontname=\"Helvetica\", "
+             "fontsize=10, width=0.5, height=0.3, fixedsize=true];\n");
+  fprintf(f, "  edge [arrowsize=0.6];\n");
+  int *t = malloc((size_t)n * sizeof(int));
+  if (!t)
+    return -1;
+  for (int p = 0; p < np; p++) {
+    double cx = (p % cols) * side, cy = -(p / cols) * side;
+    int c = p - 1;
+    const char *col =
+        c < 0 ? "#888888"
+              : palette[c % (int)(sizeof(palette) / sizeof(palette[0]))];
+    if (c < 0)
+      fprintf(f,
+              "  p0_title [shape=plaintext, style=\"\", width=2.5, "
+              "label=\"the machine's GPU links\", pos=\"%.0f,%.0f!\"];\n",
+              cx, cy + radius + 40);
+    else
+      fprintf(f,
+              "  p%d_title [shape=plaintext, style=\"\", width=2.5, "
+              "fontcolor=\"%s\", label=\"channel %d: weight %.3f, route "
+              "%s\", pos=\"%.0f,%.0f!\"];\n",
+              p, col, c, s->weights[c],
+              sched_route_name((sched_route)s->route[c]), cx, cy + radius + 40);
+    for (int r = 0; r < n; r++) {
+      double a = 2 * 3.14159265358979 * r / n;
+      fprintf(f,
+              "  p%d_r%d [label=\"%s\", fillcolor=\"#76b900\", "
+              "pos=\"%.0f,%.0f!\"];\n",
+              p, r, rname(v, r), cx + radius * sin(a), cy + radius * cos(a));
+    }
+    if (c < 0) { /* links between the ranks' GPUs, NVLink bonds thicker */
+      for (int l = 0; l < g->nl; l++) {
+        const topo_link *k = &g->links[l];
+        int ra = -1, rb = -1;
+        for (int r = 0; r < n; r++) {
+          if (v->vertex[r] == k->a)
+            ra = r;
+          if (v->vertex[r] == k->b)
+            rb = r;
+        }
+        if (ra >= 0 && rb >= 0)
+          fprintf(f,
+                  "  p0_r%d -> p0_r%d [dir=none, color=\"#888888\", "
+                  "penwidth=%d];\n",
+                  ra, rb, k->count > 1 ? 3 : 1);
+      }
+      continue;
+    }
+    for (int r = 0; r < n; r++) {
+      int nt = targets(s, r, c, t, n);
+      for (int i = 0; i < nt && i < n; i++)
+        fprintf(f, "  p%d_r%d -> p%d_r%d [color=\"%s\"];\n", p, r, p, t[i],
+                col);
+    }
+  }
+  free(t);
+  fprintf(f, "}\n");
+  return ferror(f) ? -1 : 0;
+}
+
+/* The plan's edges (sender, receiver, channel) counted. */
+static int count_edges(const sched *s) {
+  int n = s->nranks, total = 0;
+  int *t = malloc((size_t)n * sizeof(int));
+  if (!t)
+    return 0;
+  for (int c = 0; c < s->nchannels; c++)
+    for (int r = 0; r < n; r++)
+      total += targets(s, r, c, t, n);
+  free(t);
+  return total;
+}
+
+/* The picture of a plan: one for a small plan, panels for a large one. */
+static int write_plan(FILE *f, const sched *s, const sched_view *v,
+                      const char *title) {
+  return count_edges(s) > RENDER_EDGES_ONE_PICTURE
+             ? write_dot_panels(f, s, v, title)
+             : write_dot(f, s, v, title);
+}
+
 static int run_dot(const char *fmt, const char *in, const char *out) {
   char tflag[16];
   snprintf(tflag, sizeof(tflag), "-T%s", fmt);
@@ -444,7 +546,7 @@ static int render(const sopts *o, const sched *s, const sched_view *v) {
            sched_coll_name(s->coll), o->size_s, s->algo, s->nchannels);
   if (!strcmp(o->render, "dot")) {
     FILE *f = strcmp(o->out, "-") ? fopen(o->out, "w") : stdout;
-    int rc = !f || write_dot(f, s, v, title);
+    int rc = !f || write_plan(f, s, v, title);
     if (f && f != stdout && fclose(f))
       rc = 1;
     if (rc)
@@ -455,7 +557,7 @@ static int render(const sopts *o, const sched *s, const sched_view *v) {
   int fd = mkstemps(tmp, 4);
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   int rc;
-  if (!f || write_dot(f, s, v, title) || fclose(f)) {
+  if (!f || write_plan(f, s, v, title) || fclose(f)) {
     fprintf(stderr, "braid-topo schedule: cannot write a temporary file\n");
     rc = 1;
   } else

@@ -364,3 +364,44 @@ Test(topo_schedule, tool_and_library_agree_on_every_model, .init = setup,
             "--algo hybrid: braid runs '%s':\n%s", got, out);
   free(out);
 }
+
+/* A large plan (hybrid on 8 GPUs, 8 channels: 64 edges) is drawn as one
+ * panel per channel plus the machine's links, with no label on any edge:
+ * every channel's panel holds exactly that channel's ring steps. */
+Test(topo_schedule, render_large_plan_one_panel_per_channel, .init = setup,
+     .fini = teardown) {
+  char args[512], dot[192], js[192];
+  snprintf(dot, sizeof(dot), "%s/hybrid.dot", dir);
+  snprintf(js, sizeof(js), "%s/hybrid.json", dir);
+  snprintf(args, sizeof(args),
+           "--machine dgx1-v100 --coll allreduce --size 256M --algo hybrid "
+           "--channels 8 --save '%s' --render dot -o '%s'",
+           js, dot);
+  cr_assert_eq(tool(args), 0);
+  sched **s = NULL;
+  int n = 0;
+  char err[1024];
+  cr_assert_eq(sched_file_load(js, &s, &n, err, sizeof(err)), 0, "%s", err);
+  int nch = s[0]->nchannels, nr = s[0]->nranks;
+  cr_assert_geq(nch, 4, "hybrid made %d channels", nch);
+  char *text = slurp(dot);
+  cr_expect_null(strstr(text, "label=\"c0 "), "edges still labelled");
+  for (int p = 0; p <= nch; p++) {
+    char title[32], edge[32];
+    snprintf(title, sizeof title, "p%d_title", p);
+    cr_expect_not_null(strstr(text, title), "no panel %d", p);
+    if (p == 0)
+      continue;
+    /* a ring of nr ranks: nr edges in this panel, none elsewhere */
+    snprintf(edge, sizeof edge, "\n  p%d_r", p);
+    int edges = 0;
+    for (const char *q = text; (q = strstr(q, edge)); q++)
+      if (strstr(q, " -> ") && strstr(q, " -> ") < strchr(q + 1, '\n'))
+        edges++;
+    cr_expect_eq(edges, nr, "panel %d: %d edges, a ring of %d", p, edges, nr);
+  }
+  free(text);
+  for (int i = 0; i < n; i++)
+    sched_free(s[i]);
+  free(s);
+}
