@@ -252,6 +252,25 @@ ranks_ok)
   grep -q "^\[[01]\] error *ranks *--ranks 3 but the launcher (braidrun) says 2 ranks" \
     "$tmp/m.out" || fail "--ranks 3 under 2 ranks not reported"
   ;;
+gpu_emu)
+  # DOCTOR is braid-doctor on the emulated GPU (two devices)
+  export CUDA_EMU_BUSID=0000:e1:00.0,0000:e2:00.0
+  CUDA_MPS_PIPE_DIRECTORY=$tmp/no-mps "$DOCTOR" --local-ranks 4 \
+    >"$tmp/r.out" 2>"$tmp/r.err"
+  rc=$?
+  finding "$tmp/r.out" ok gpu "2 GPUs: GPU0 0000:e1:00.0, GPU1 0000:e2:00.0" ""
+  finding "$tmp/r.out" ok gpu "CUDA IPC works: a handle of GPU 0's memory opened in another process on GPU 1" ""
+  finding "$tmp/r.out" warning gpu "4 ranks on this host share 2 GPUs and no MPS control daemon was found at $tmp/no-mps/control" \
+    "nvidia-cuda-mps-control -d"
+  [ $rc -ge 1 ] || fail "exit $rc with a warning"
+  # an MPS daemon's pipe where braid looks for it
+  mkdir -p "$tmp/mps" && : >"$tmp/mps/control"
+  CUDA_MPS_PIPE_DIRECTORY=$tmp/mps "$DOCTOR" --local-ranks 4 >"$tmp/m.out" 2>&1
+  finding "$tmp/m.out" ok gpu "4 ranks share 2 GPUs under MPS" ""
+  # one rank per GPU: MPS is not needed, nothing said of it
+  "$DOCTOR" --local-ranks 2 >"$tmp/two.out" 2>&1
+  grep -q "MPS" "$tmp/two.out" && fail "MPS mentioned with one rank per GPU"
+  ;;
 *)
   echo "unknown case $case_"
   exit 2
