@@ -321,7 +321,7 @@ static void gpu_paths(int n, char *buf, size_t len) {
     for (int b = a + 1; b < m; b++) {
       const char *c =
           ids[a] < 0 || ids[b] < 0
-              ? "?"
+              ? "unknown (a bus id missing from the detected topology)"
               : topo_pclass_name(topo_path_class(g, ids[a], ids[b]));
       int w = snprintf(buf + at, len - at, "%sGPU%d-GPU%d %s", at ? ", " : "",
                        a, b, c);
