@@ -164,7 +164,8 @@ static unsigned long long shm_need(const shape *s, size_t buffsize) {
   if (s->local < 2)
     return 0;
   const cfg_env *env = cfg_get();
-  size_t slot = buffsize / (size_t)env->nslots & ~(size_t)63;
+  size_t slot, slice;
+  cfg_slots(buffsize, &slot, &slice);
   uint64_t seg =
       shm_segment_bytes(s->local - 1, s->channels, env->nslots, slot);
   return (unsigned long long)seg * (unsigned long long)s->local;
@@ -222,6 +223,8 @@ static void check_shm(const shape *s, doc_report *r) {
                   "/dev/shm)",
                   doc_bytes(want, b1, sizeof b1), (want >> 20) + 1,
                   (want >> 20) + 1);
+    if (n < 0 || n >= (int)sizeof fix)
+      n = (int)sizeof fix - 1;
     if (shm_need(s, b) <= avail / 2 && b < env->buffsize)
       snprintf(fix + n, sizeof fix - (size_t)n,
                ", or set BRAID_BUFFSIZE=%zuK (needs %s; smaller slots, "
