@@ -623,6 +623,12 @@ static int xop_finish(braid_comm *c, xop *x) {
     else if (div)
       red_div(op->out, x->E, op->dt, c->nranks);
   }
+  /* bool results are 0 or 1: with one rank a reduction is a copy, which
+   * no kernel normalised (with more, every element went through one) */
+  if (op->dt == BRAID_BOOL && c->nranks == 1 && x->E > 0 && x->dev < 0 &&
+      (op->coll == SCHED_ALLREDUCE || op->coll == SCHED_REDUCE_SCATTER ||
+       op->coll == SCHED_REDUCE))
+    red_bool_norm(op->out, x->E);
   x->done = 1;
   return r;
 }

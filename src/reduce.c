@@ -517,6 +517,12 @@ const char *red_isa(void) {
     }                                                                          \
   } while (0)
 
+void red_bool_norm(void *buf, size_t n) {
+  uint8_t *p = buf;
+  for (size_t i = 0; p != NULL && i < n; i++)
+    p[i] = p[i] != 0;
+}
+
 void red_div(void *buf, size_t n, braid_dtype dt, int divisor) {
   if (divisor <= 1 || buf == NULL)
     return; /* a rank count is >= 1; dividing by 1 changes nothing */

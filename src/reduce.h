@@ -28,6 +28,8 @@ typedef void (*red_fn)(void *dst, const void *a, const void *b, size_t n);
 red_fn red_get(braid_dtype dt, braid_op op);
 /* buf[i] /= divisor (integers: truncated toward zero) — for BRAID_AVG. */
 void red_div(void *buf, size_t n, braid_dtype dt, int divisor);
+/* buf[i] = buf[i] != 0: bool results where no kernel ran. */
+void red_bool_norm(void *buf, size_t n);
 /* The portable kernel (no ISA-specific code), same results as red_get's;
  * for tests that compare code paths. */
 red_fn red_get_scalar(braid_dtype dt, braid_op op);

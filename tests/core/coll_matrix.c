@@ -4,6 +4,12 @@
  * (integers stored in every dtype, chosen so that sums, products and averages
  * stay exact). Run as N ranks (braidrun -n N coll_matrix [--counts a,b,..]).
  * Exits non-zero on any wrong element, printing the first few.
+ *
+ * int16, bool and the bitwise ops (band, bor, bxor) run at every count up
+ * to --new-max (65539 by default) and, above it, in two pairs only (int16
+ * bxor, bool band): their kernels are the same templates at every size,
+ * and the matrix's time goes to its largest counts. alltoallv
+ * runs with uneven counts, zeros among them, and gaps between the blocks.
  */
 #include <math.h>
 #include <stdint.h>
@@ -56,7 +62,11 @@ static void put(void *buf, size_t i, braid_dtype dt, int64_t x) {
   switch (dt) {
   case BRAID_INT8:
   case BRAID_UINT8:
+  case BRAID_BOOL: /* raw bytes: any nonzero byte is true */
     ((uint8_t *)buf)[i] = (uint8_t)(uint64_t)x;
+    break;
+  case BRAID_INT16:
+    ((uint16_t *)buf)[i] = (uint16_t)(uint64_t)x;
     break;
   case BRAID_INT32:
   case BRAID_UINT32:
@@ -94,7 +104,10 @@ static double get(const void *buf, size_t i, braid_dtype dt) {
   case BRAID_INT8:
     return ((const int8_t *)buf)[i];
   case BRAID_UINT8:
+  case BRAID_BOOL:
     return ((const uint8_t *)buf)[i];
+  case BRAID_INT16:
+    return ((const int16_t *)buf)[i];
   case BRAID_INT32:
     return ((const int32_t *)buf)[i];
   case BRAID_UINT32:
@@ -128,9 +141,44 @@ static double as_dtype(int64_t x, braid_dtype dt) {
   return get(tmp, 0, dt);
 }
 
-/* Input of rank r, element i, for an op (0..4) or -1 for data movement. */
+/* Value ops: the reduction ops, then bool's three (logical or, and, xor),
+ * whose inputs hold zeros and nonzero bytes other than 1. */
+enum { VOP_LOR = BRAID_NUM_OPS, VOP_LAND, VOP_LXOR, NVOP };
+#define MAXPERIOD 256
+
+static int vop_of(braid_dtype dt, int op) {
+  if (dt != BRAID_BOOL || op < 0)
+    return op;
+  switch (op) {
+  case BRAID_PROD:
+  case BRAID_MIN:
+  case BRAID_BAND:
+    return VOP_LAND;
+  case BRAID_BXOR:
+    return VOP_LXOR;
+  default:
+    return VOP_LOR;
+  }
+}
+
+/* bool inputs: rank r's element i is true when bit r of i is set, so one
+ * period (2^ranks) holds every combination. */
+static size_t bool_period(void) { return (size_t)1 << (g_n < 8 ? g_n : 8); }
+
+/* Input of rank r, element i, for a value op (vop_of) or -1 for data
+ * movement. */
 static int64_t val(int r, size_t i, int op) {
   switch (op) {
+  case VOP_LOR:
+  case VOP_LAND:
+  case VOP_LXOR:
+    return ((i >> (r % 8)) & 1) ? (r % 2 ? 0x80 : 2 + r) : 0;
+  case BRAID_BAND: /* mostly set bits */
+    return 0x7f & ~((int64_t)1 << ((size_t)r + i) % 7);
+  case BRAID_BOR:
+    return (int64_t)1 << ((size_t)r * 3 + i) % 7;
+  case BRAID_BXOR:
+    return (int64_t)(((size_t)r * 5 + i) % 7) * 9 + 1;
   case BRAID_SUM:
     return (int64_t)((r + i) % 4) + 1;
   case BRAID_PROD:
@@ -149,9 +197,29 @@ static int64_t val(int r, size_t i, int op) {
 
 static int64_t reduce_expect_slow(size_t i, int op) {
   int64_t acc = val(0, i, op);
+  if (op >= VOP_LOR)
+    acc = acc != 0;
   for (int r = 1; r < g_n; r++) {
     int64_t v = val(r, i, op);
     switch (op) {
+    case VOP_LOR:
+      acc = acc || v;
+      break;
+    case VOP_LAND:
+      acc = acc && v;
+      break;
+    case VOP_LXOR:
+      acc = acc != (v != 0);
+      break;
+    case BRAID_BAND:
+      acc &= v;
+      break;
+    case BRAID_BOR:
+      acc |= v;
+      break;
+    case BRAID_BXOR:
+      acc ^= v;
+      break;
     case BRAID_SUM:
     case BRAID_AVG:
       acc += v;
@@ -172,37 +240,40 @@ static int64_t reduce_expect_slow(size_t i, int op) {
   return acc;
 }
 
-/* The inputs are periodic in i (periods 4, 3, 7, 7, 5): one period of
- * expected values per op, computed once. op is a reduction op: the callers
- * pass -1 (no op) only with a rank's own data, which a Release build's gcc
- * cannot see through fill(). */
+static size_t period_of(int op);
+
+/* The inputs are periodic in i (periods 4, 3, 7, 7, 5, 7, 7, 7, and
+ * bool_period()): one period of expected values per value op, computed
+ * once. op is a value op: the callers pass -1 (no op) only with a rank's
+ * own data, which a Release build's gcc cannot see through fill(). */
 static int64_t reduce_expect(size_t i, int op) {
-  static const int period[BRAID_NUM_OPS] = {4, 3, 7, 7, 5};
-  static int64_t table[BRAID_NUM_OPS][8];
-  static int ready[BRAID_NUM_OPS];
-  if (op < 0 || op >= BRAID_NUM_OPS) {
+  static int64_t table[NVOP][MAXPERIOD];
+  static int ready[NVOP];
+  if (op < 0 || op >= NVOP) {
     fprintf(stderr, "rank %d: no expected value without an op\n", g_rank);
     exit(3);
   }
+  size_t p = period_of(op);
   if (!ready[op]) {
-    for (int k = 0; k < period[op]; k++)
-      table[op][k] = reduce_expect_slow((size_t)k, op);
+    for (size_t k = 0; k < p; k++)
+      table[op][k] = reduce_expect_slow(k, op);
     ready[op] = 1;
   }
-  return table[op][i % (size_t)period[op]];
+  return table[op][i % p];
 }
 
 /* Expected values already converted to the dtype, one period at a time. */
 static double want_reduce(size_t i, int op, braid_dtype dt) {
-  static double table[BRAID_NUM_DTYPES][BRAID_NUM_OPS][8];
+  static double table[BRAID_NUM_DTYPES][BRAID_NUM_OPS][MAXPERIOD];
   static int ready[BRAID_NUM_DTYPES][BRAID_NUM_OPS];
-  static const int period[BRAID_NUM_OPS] = {4, 3, 7, 7, 5};
+  int v = vop_of(dt, op);
+  size_t p = period_of(v);
   if (!ready[dt][op]) {
-    for (int k = 0; k < period[op]; k++)
-      table[dt][op][k] = as_dtype(reduce_expect((size_t)k, op), dt);
+    for (size_t k = 0; k < p; k++)
+      table[dt][op][k] = as_dtype(reduce_expect(k, v), dt);
     ready[dt][op] = 1;
   }
-  return table[dt][op][i % (size_t)period[op]];
+  return table[dt][op][i % p];
 }
 
 /* val(r, i, -1) in the dtype: period 100 in i. */
@@ -230,7 +301,9 @@ static double want_data(int r, size_t i, braid_dtype dt) {
 #define EXPECT (-1) /* "rank" of the reduction's expected values */
 
 static size_t period_of(int op) {
-  static const size_t period[BRAID_NUM_OPS] = {4, 3, 7, 7, 5};
+  static const size_t period[BRAID_NUM_OPS] = {4, 3, 7, 7, 5, 7, 7, 7};
+  if (op >= VOP_LOR)
+    return bool_period();
   return op >= 0 ? period[op] : 100;
 }
 
@@ -238,6 +311,7 @@ static size_t period_of(int op) {
  * EXPECT, for k in [0, n). */
 static void fill(void *buf, size_t n, braid_dtype dt, int r, int op,
                  size_t i0) {
+  op = vop_of(dt, op);
   size_t es = braid_dtype_size(dt), p = period_of(op);
   size_t first = n < p ? n : p;
   for (size_t k = 0; k < first; k++)
@@ -442,9 +516,9 @@ static void t_reduce(braid_comm *c, braid_dtype dt, int op, size_t n,
       }
     } else if (!inplace && !matches(in, n, dt, g_rank, op, 0)) {
       for (size_t i = 0; i < n && !bad; i++) /* sendbuf untouched */
-        if (get(in, i, dt) != as_dtype(val(g_rank, i, op), dt))
+        if (get(in, i, dt) != as_dtype(val(g_rank, i, vop_of(dt, op)), dt))
           bad = report("reduce(sendbuf)", dt, op, n, inplace, i, get(in, i, dt),
-                       as_dtype(val(g_rank, i, op), dt));
+                       as_dtype(val(g_rank, i, vop_of(dt, op)), dt));
     }
     tally(bad, "reduce");
   }
@@ -618,10 +692,86 @@ static void t_sendrecv(braid_comm *c, braid_dtype dt, size_t n) {
   release(out);
 }
 
+/* alltoallv: rank i sends rank j cnt(i, j) elements, uneven and zero for
+ * some pairs (rank i's own block among them), from element j * 11 of its
+ * data; send blocks lie in reverse rank order, receive blocks in rank
+ * order, with gaps between them that must stay untouched. */
+static size_t a2av_cnt(int i, int j, size_t n) {
+  if (n == 0 || (i * 7 + j * 3) % 5 == 2 || (i == 1 && j == 1))
+    return 0; /* 1 -> 0, 2 -> 1, 3 -> 2, and rank 1's own block */
+  return n + (size_t)((i * 3 + j) % 5);
+}
+
+static void t_alltoallv(braid_comm *c, braid_dtype dt, size_t n) {
+  size_t es = braid_dtype_size(dt);
+  size_t *a = malloc(sizeof *a * 4 * (size_t)g_n);
+  if (a == NULL) {
+    fprintf(stderr, "rank %d: out of memory\n", g_rank);
+    exit(3);
+  }
+  size_t *sc = a, *sd = a + g_n, *rc = a + 2 * g_n, *rd = a + 3 * g_n;
+  size_t stot = 0, rtot = 0;
+  for (int j = g_n - 1; j >= 0; j--) {
+    sc[j] = a2av_cnt(g_rank, j, n);
+    sd[j] = stot;
+    stot += sc[j] + 1;
+  }
+  for (int j = 0; j < g_n; j++) {
+    rc[j] = a2av_cnt(j, g_rank, n);
+    rd[j] = rtot;
+    rtot += rc[j] + 2;
+  }
+  void *in = alloc(stot, dt), *out = alloc(rtot, dt);
+  for (int j = 0; j < g_n; j++)
+    fill((char *)in + sd[j] * es, sc[j], dt, g_rank, -1, (size_t)j * 11);
+  if (call_ok(braid_alltoallv(in, sc, sd, out, rc, rd, dt, c, NULL), c,
+              "alltoallv")) {
+    int bad = check_guard(out, rtot, dt, "alltoallv");
+    for (int j = 0; j < g_n && !bad; j++) {
+      const char *blk = (const char *)out + rd[j] * es;
+      if (!matches(blk, rc[j], dt, j, -1, (size_t)g_rank * 11))
+        for (size_t k = 0; k < rc[j] && !bad; k++) {
+          double w = want_data(j, (size_t)g_rank * 11 + k, dt),
+                 g = get(blk, k, dt);
+          if (g != w)
+            bad = report("alltoallv", dt, -1, n, 0, rd[j] + k, g, w);
+        }
+      for (size_t k = rc[j]; k < rc[j] + 2 && !bad; k++)
+        if (((const unsigned char *)blk)[k * es] != 0xa5) {
+          fprintf(stderr,
+                  "rank %d: alltoallv %s wrote into the gap after "
+                  "rank %d's block\n",
+                  g_rank, braid_dtype_name(dt), j);
+          bad = 1;
+        }
+    }
+    tally(bad, "alltoallv");
+  }
+  release(in);
+  release(out);
+  free(a);
+}
+
+/* int16, bool and the bitwise ops; above --new-max only a few pairs run. */
+static int is_new(braid_dtype dt, int op) {
+  return dt == BRAID_INT16 || dt == BRAID_BOOL || op >= BRAID_BAND;
+}
+static int large_pair(braid_dtype dt, int op) {
+  return (dt == BRAID_INT16 && op == BRAID_BXOR) ||
+         (dt == BRAID_BOOL && op == BRAID_BAND);
+}
+/* Pairs braid refuses (the scenarios check the refusal). */
+static int valid_pair(braid_dtype dt, int op) {
+  int flt = dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16 ||
+            dt == BRAID_FLOAT32 || dt == BRAID_FLOAT64;
+  return !(flt && op >= BRAID_BAND) && !(dt == BRAID_BOOL && op == BRAID_AVG);
+}
+
 int main(int argc, char **argv) {
   size_t counts[16] = {0, 1, 7, 1023, (1u << 20) + 3};
   int ncounts = 5;
   const char *only = NULL;
+  size_t new_max = 65539;
   for (int a = 1; a < argc; a++) {
     if (strcmp(argv[a], "--counts") == 0 && a + 1 < argc) {
       ncounts = 0;
@@ -630,8 +780,11 @@ int main(int argc, char **argv) {
         counts[ncounts++] = strtoull(t, NULL, 10);
     } else if (strcmp(argv[a], "--only") == 0 && a + 1 < argc) {
       only = argv[++a];
+    } else if (strcmp(argv[a], "--new-max") == 0 && a + 1 < argc) {
+      new_max = strtoull(argv[++a], NULL, 10);
     } else {
-      fprintf(stderr, "usage: coll_matrix [--counts a,b,...] [--only name]\n");
+      fprintf(stderr, "usage: coll_matrix [--counts a,b,...] [--only name] "
+                      "[--new-max count]\n");
       return 2;
     }
   }
@@ -648,10 +801,17 @@ int main(int argc, char **argv) {
 #define RUN(name) (only == NULL || strcmp(only, name) == 0)
   for (int ci = 0; ci < ncounts; ci++) {
     size_t n = counts[ci];
+    int large = n > new_max;
     for (int d = 0; d < BRAID_NUM_DTYPES; d++) {
       braid_dtype dt = (braid_dtype)d;
+      /* data movement of the new dtypes: int16 at every count, bool (bytes,
+       * as uint8) up to new_max */
+      int moves = !(large && dt == BRAID_BOOL);
       for (int ip = 0; ip < 2; ip++) {
         for (int op = 0; op < BRAID_NUM_OPS; op++) {
+          if (!valid_pair(dt, op) ||
+              (large && is_new(dt, op) && !large_pair(dt, op)))
+            continue;
           if (RUN("allreduce"))
             t_allreduce(c, dt, op, n, ip);
           if (RUN("reduce"))
@@ -659,6 +819,8 @@ int main(int argc, char **argv) {
           if (RUN("reduce_scatter"))
             t_reduce_scatter(c, dt, op, n, ip);
         }
+        if (!moves)
+          continue;
         if (RUN("broadcast"))
           t_broadcast(c, dt, n, ip, root);
         if (RUN("allgather"))
@@ -670,8 +832,11 @@ int main(int argc, char **argv) {
         if (RUN("alltoall"))
           t_alltoall(c, dt, n, ip);
       }
-      if (RUN("sendrecv"))
+      if (RUN("sendrecv") && moves)
         t_sendrecv(c, dt, n);
+      /* alltoallv: every dtype up to new_max, above it one */
+      if (RUN("alltoallv") && (!large || dt == BRAID_FLOAT32))
+        t_alltoallv(c, dt, n);
     }
     if (RUN("barrier"))
       tally(!call_ok(braid_barrier(c, NULL), c, "barrier"), "barrier");

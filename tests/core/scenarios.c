@@ -139,6 +139,58 @@ static int bad_args(braid_comm *c, int rank, int n) {
       c,
       braid_allreduce((char *)a + 1, b, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL),
       "aligned");
+  /* bitwise ops on float types, avg on bool: refused, naming both */
+  static const braid_dtype flts[] = {BRAID_FLOAT16, BRAID_BFLOAT16,
+                                     BRAID_FLOAT32, BRAID_FLOAT64};
+  for (int f = 0; f < 4; f++)
+    for (int op = BRAID_BAND; op <= BRAID_BXOR; op++) {
+      char want[80];
+      snprintf(want, sizeof want, "op %s is not defined on dtype %s",
+               braid_op_name((braid_op)op), braid_dtype_name(flts[f]));
+      e |= expect_invalid(
+          c, braid_allreduce(a, b, 4, flts[f], (braid_op)op, c, NULL), want);
+    }
+  e |= expect_invalid(
+      c, braid_reduce_scatter(a, b, 2, BRAID_FLOAT32, BRAID_BXOR, c, NULL),
+      "op bxor is not defined on dtype float32");
+  e |= expect_invalid(c,
+                      braid_reduce(a, b, 4, BRAID_BOOL, BRAID_AVG, 0, c, NULL),
+                      "op avg is not defined on dtype bool");
+  /* alltoallv's arguments */
+  size_t cnt[16], dsp[16], dsp2[16];
+  for (int j = 0; j < n; j++) {
+    cnt[j] = 2;
+    dsp[j] = (size_t)j * 2;
+    dsp2[j] = (size_t)j; /* blocks of 2 a step of 1 apart: overlapping */
+  }
+  e |= expect_invalid(
+      c, braid_alltoallv(a, NULL, dsp, b, cnt, dsp, BRAID_FLOAT32, c, NULL),
+      "sendcounts is NULL");
+  e |= expect_invalid(
+      c, braid_alltoallv(a, cnt, dsp, b, cnt, NULL, BRAID_FLOAT32, c, NULL),
+      "rdispls is NULL");
+  e |= expect_invalid(
+      c, braid_alltoallv(a, cnt, dsp, NULL, cnt, dsp, BRAID_FLOAT32, c, NULL),
+      "recvbuf is NULL");
+  e |= expect_invalid(
+      c, braid_alltoallv(a, cnt, dsp, b, cnt, dsp2, BRAID_FLOAT32, c, NULL),
+      "receive blocks overlap");
+  e |= expect_invalid(
+      c, braid_alltoallv(a, cnt, dsp, a, cnt, dsp, BRAID_FLOAT32, c, NULL),
+      "no in-place form");
+  e |= expect_invalid(
+      c, braid_alltoallv(a, cnt, dsp, b, cnt, dsp, (braid_dtype)42, c, NULL),
+      "dtype");
+  size_t cnt3[16];
+  memcpy(cnt3, cnt, sizeof cnt3);
+  cnt3[rank] = 3; /* its own block: sends 3, receives 2 */
+  e |= expect_invalid(
+      c, braid_alltoallv(a, cnt3, dsp, b, cnt, dsp, BRAID_FLOAT32, c, NULL),
+      "sends itself");
+  dsp[n - 1] = SIZE_MAX / 2;
+  e |= expect_invalid(
+      c, braid_alltoallv(a, cnt, dsp, b, cnt, dsp2, BRAID_FLOAT32, c, NULL),
+      "sdispls");
   /* a group's calls on two streams */
   braid_stream *s1 = NULL, *s2 = NULL;
   if (braid_stream_create(&s1) != BRAID_SUCCESS ||
@@ -485,6 +537,120 @@ Test(scenarios, streams_and_groups_tcp, .timeout = 120) {
   run_ranks(3, streams, 110, st);
   for (int r = 0; r < 3; r++)
     cr_expect_eq(st[r], 0, "rank %d exit %d", r, st[r]);
+}
+
+/* ---- alltoallv: streams, groups, mismatched counts ----------------------- */
+
+/* Rank i sends rank j (i + 2j) % 4 int16 elements (zeros among them),
+ * valued i * 100 + j * 10 + k. */
+static size_t a2av_n(int i, int j) { return (size_t)((i + 2 * j) % 4); }
+
+static int a2av_check(const int16_t *out, const size_t *rd, int rank, int n) {
+  for (int j = 0; j < n; j++)
+    for (size_t k = 0; k < a2av_n(j, rank); k++)
+      if (out[rd[j] + k] != (int16_t)(j * 100 + rank * 10 + (int)k)) {
+        fprintf(stderr, "rank %d: element %zu from rank %d is %d\n", rank, k, j,
+                out[rd[j] + k]);
+        return 1;
+      }
+  return 0;
+}
+
+static int a2av_streams(braid_comm *c, int rank, int n) {
+  size_t sc[8], sd[8], rc[8], rd[8];
+  int16_t in[64], out[2][64];
+  for (int j = 0, so = 0, ro = 0; j < n; j++) {
+    sc[j] = a2av_n(rank, j);
+    sd[j] = (size_t)so;
+    so += 4;
+    rc[j] = a2av_n(j, rank);
+    rd[j] = (size_t)ro;
+    ro += 5;
+    for (size_t k = 0; k < sc[j]; k++)
+      in[sd[j] + k] = (int16_t)(rank * 100 + j * 10 + (int)k);
+  }
+  /* on a host stream, twice (queued behind each other) */
+  braid_stream *s = NULL;
+  if (braid_stream_create(&s) != BRAID_SUCCESS)
+    return 70;
+  for (int t = 0; t < 2; t++)
+    if (braid_alltoallv(in, sc, sd, out[t], rc, rd, BRAID_INT16, c, s) !=
+        BRAID_SUCCESS)
+      return 71;
+  if (braid_stream_synchronize(s) != BRAID_SUCCESS ||
+      a2av_check(out[0], rd, rank, n) || a2av_check(out[1], rd, rank, n))
+    return 72;
+  braid_stream_destroy(s);
+  /* in a group, beside an allreduce of bool */
+  uint8_t x = rank == 1 ? 0x40 : 0, any = 9;
+  memset(out, 0, sizeof out);
+  braid_group_start();
+  braid_result r1 =
+      braid_alltoallv(in, sc, sd, out[0], rc, rd, BRAID_INT16, c, NULL);
+  braid_result r2 =
+      braid_allreduce(&x, &any, 1, BRAID_BOOL, BRAID_MAX, c, NULL);
+  if (braid_group_end() != BRAID_SUCCESS || r1 != BRAID_SUCCESS ||
+      r2 != BRAID_SUCCESS || any != 1 || a2av_check(out[0], rd, rank, n))
+    return 73;
+  braid_comm_finalize(c);
+  braid_comm_destroy(c);
+  return 0;
+}
+
+Test(scenarios, alltoallv_streams_and_groups, .timeout = 60) {
+  int st[3];
+  run_ranks(3, a2av_streams, 50, st);
+  for (int r = 0; r < 3; r++)
+    cr_expect_eq(st[r], 0, "rank %d exit %d", r, st[r]);
+}
+
+/* Rank 0 expects from rank 1 a count other than the one rank 1 sends:
+ * g_a2av_want, against 3 (both nonzero) or 0 (a block rank 1 does not
+ * send). Rank 0 fails with BRAID_ERR_MISMATCH naming both counts; rank 1
+ * returns (success or an error), nothing hangs. */
+static size_t g_a2av_want, g_a2av_send;
+
+static int a2av_mismatch(braid_comm *c, int rank, int n) {
+  (void)n;
+  float in[16] = {0}, out[16];
+  size_t sc[2] = {0, 0}, rc[2] = {0, 0}, d[2] = {0, 8};
+  if (rank == 1)
+    sc[0] = g_a2av_send;
+  else
+    rc[1] = g_a2av_want;
+  braid_result r =
+      braid_alltoallv(in, sc, d, out, rc, d, BRAID_FLOAT32, c, NULL);
+  const char *msg = braid_comm_last_error(c);
+  char want[64];
+  snprintf(want, sizeof want, "rank 1 sends %zu elements", g_a2av_send);
+  if (rank == 0 && (r != BRAID_ERR_MISMATCH || strstr(msg, want) == NULL ||
+                    strstr(msg, "expects") == NULL)) {
+    fprintf(stderr, "rank 0: %s: %s\n", braid_result_string(r), msg);
+    return 80;
+  }
+  braid_comm_abort(c);
+  return 0;
+}
+
+static void a2av_mismatch_on(const char *tp, size_t want, size_t send) {
+  setenv("BRAID_TRANSPORT", tp, 1);
+  setenv("BRAID_TIMEOUT", "5000", 1);
+  g_a2av_want = want;
+  g_a2av_send = send;
+  int st[2];
+  run_ranks(2, a2av_mismatch, 30, st);
+  unsetenv("BRAID_TIMEOUT");
+  for (int r = 0; r < 2; r++)
+    cr_expect_eq(st[r], 0, "%s want %zu send %zu: rank %d exit %d", tp, want,
+                 send, r, st[r]);
+}
+
+Test(scenarios, alltoallv_count_mismatch, .timeout = 120) {
+  a2av_mismatch_on("shm", 5, 3);
+  a2av_mismatch_on("shm", 0, 3);
+  a2av_mismatch_on("shm", 4, 0);
+  a2av_mismatch_on("tcp", 0, 3);
+  a2av_mismatch_on("tcp", 2, 3);
 }
 
 /* ---- many in a row, 8 ranks on 2 cores ----------------------------------- */
