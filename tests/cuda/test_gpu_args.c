@@ -3,8 +3,9 @@
  * was wrong, leaving the communicator usable: a buffer that runs past the
  * device memory mapped there (the GPU would fault, and a fault ends the
  * process's CUDA context), and a call on a stream being captured into a
- * CUDA graph. Forked ranks on one GPU; skips without one. (Buffers mixing
- * host and device memory: test_gpu_stream.c, mixing.)
+ * CUDA graph; reductions with int16, bool or a bitwise op, and alltoallv,
+ * on device buffers. Forked ranks on one GPU; skips without one. (Buffers
+ * mixing host and device memory: test_gpu_stream.c, mixing.)
  */
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
@@ -155,6 +156,90 @@ static int captured(braid_comm *c, int rank, int n) {
   cudaStreamDestroy(s);
   cudaFree(d);
   return rc;
+}
+
+/* int16, bool and the bitwise ops on device buffers: reductions refused
+ * with BRAID_ERR_UNSUPPORTED naming op and dtype (the device kernels lack
+ * them), alltoallv refused; data movement of int16 and bool runs (as
+ * bytes) and is exact, blocking and on a CUDA stream. */
+static int unsupported(braid_result r, braid_comm *c, int rank,
+                       const char *word, int code) {
+  const char *msg = braid_comm_last_error(c);
+  if (r == BRAID_ERR_UNSUPPORTED && strstr(msg, word) != NULL &&
+      strstr(msg, "device buffers") != NULL)
+    return 0;
+  fprintf(stderr, "rank %d: %s (%s), wanted unsupported naming '%s'\n", rank,
+          braid_result_string(r), msg, word);
+  return code;
+}
+
+static int new_dtypes(braid_comm *c, int rank, int n) {
+  enum { K = 1000 };
+  CK(cudaSetDevice(0));
+  float hf[K];
+  for (int i = 0; i < K; i++)
+    hf[i] = 0.0f;
+  float *d = NULL;
+  cudaStream_t s;
+  braid_stream *bs = NULL;
+  int rc = gpu_made_and_wrapped(rank, &d, hf, sizeof hf, &s, &bs);
+  if (rc)
+    return rc;
+  int16_t *d16 = (int16_t *)d;
+  uint8_t *db = (uint8_t *)d + K * 2;
+  rc =
+      unsupported(braid_allreduce(d16, d16, 8, BRAID_INT16, BRAID_SUM, c, NULL),
+                  c, rank, "op sum on dtype int16", 30);
+  if (rc == 0)
+    rc = unsupported(braid_allreduce(d, d, 8, BRAID_INT32, BRAID_BXOR, c, bs),
+                     c, rank, "op bxor on dtype int32", 31);
+  if (rc == 0)
+    rc = unsupported(braid_reduce(db, db, 8, BRAID_BOOL, BRAID_MAX, 0, c, NULL),
+                     c, rank, "op max on dtype bool", 32);
+  size_t cnt[8], dsp[8];
+  for (int j = 0; j < n; j++) {
+    cnt[j] = 2;
+    dsp[j] = (size_t)j * 2;
+  }
+  if (rc == 0)
+    rc = unsupported(braid_alltoallv(d16, cnt, dsp, d16 + 64, cnt, dsp,
+                                     BRAID_INT16, c, NULL),
+                     c, rank, "alltoallv", 33);
+  /* movement: root 0 broadcasts int16 values, then bool bytes */
+  int16_t h16[K];
+  uint8_t hb[K];
+  for (int i = 0; i < K; i++) {
+    h16[i] = rank == 0 ? (int16_t)(i * 37 - 9000) : 0;
+    hb[i] = rank == 0 ? (uint8_t)(i % 3 == 0 ? 0 : i % 251) : 0x5a;
+  }
+  CK(cudaMemcpy(d16, h16, sizeof h16, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice));
+  if (rc == 0 &&
+      (braid_broadcast(d16, d16, K, BRAID_INT16, 0, c, NULL) != BRAID_SUCCESS ||
+       braid_broadcast(db, db, K, BRAID_BOOL, 0, c, bs) != BRAID_SUCCESS ||
+       braid_stream_synchronize(bs) != BRAID_SUCCESS)) {
+    fprintf(stderr, "rank %d: broadcast of int16/bool: %s\n", rank,
+            braid_comm_last_error(c));
+    rc = 34;
+  }
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(h16, d16, sizeof h16, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hb, db, sizeof hb, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < K && rc == 0; i++)
+    if (h16[i] != (int16_t)(i * 37 - 9000) ||
+        hb[i] != (uint8_t)(i % 3 == 0 ? 0 : i % 251)) {
+      fprintf(stderr, "rank %d: element %d is %d / %d after broadcast\n", rank,
+              i, h16[i], hb[i]);
+      rc = 35;
+    }
+  braid_stream_destroy(bs);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+  return rc;
+}
+
+Test(gpu_args, new_dtypes_and_ops_on_device_buffers, .timeout = 120) {
+  gpu_run(new_dtypes, 2, "int16/bool on device");
 }
 
 Test(gpu_args, buffers_past_their_allocation_are_invalid, .timeout = 120) {
