@@ -534,7 +534,7 @@ static braid_result a2av_blocks(braid_comm *c, const size_t *counts,
                                 const char *cname, const char *dname,
                                 a2av_blk *b, int *nb) {
   *nb = 0;
-  for (int j = 0; j < c->nranks; j++) {
+  for (int j = 0; es > 0 && j < c->nranks; j++) {
     if (counts[j] == 0)
       continue;
     if (counts[j] > SIZE_MAX / es / 2 || displs[j] > SIZE_MAX / es / 2 ||
@@ -556,6 +556,8 @@ static braid_result a2av_check(braid_comm *c, const char *sb, const size_t *sc,
   const char *fn = "alltoallv";
   size_t es = braid_dtype_size(dt);
   int ns = 0, nr = 0;
+  if (es == 0) /* checked by the caller already */
+    return bad(c, fn, "dtype %d is not a braid_dtype", (int)dt);
   braid_result e = a2av_blocks(c, sc, sd, es, "sendcounts", "sdispls", s, &ns);
   if (e == BRAID_SUCCESS)
     e = a2av_blocks(c, rc, rd, es, "recvcounts", "rdispls", r, &nr);

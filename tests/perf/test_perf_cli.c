@@ -179,10 +179,9 @@ static void sweep_sizes(const char *nranks, const char *transport,
             "%s ranks over %s: wrong elements or no footer:\n%s", nranks,
             transport, oc.out);
   /* Every collective printed rows. */
-  static const char *colls[] = {"all_reduce", "all_gather",     "broadcast",
-                                "reduce",     "reduce_scatter", "gather",
-                                "scatter",    "alltoall",       "sendrecv",
-                                "alltoallv"};
+  static const char *colls[] = {
+      "all_reduce", "all_gather", "broadcast", "reduce",   "reduce_scatter",
+      "gather",     "scatter",    "alltoall",  "sendrecv", "alltoallv"};
   for (size_t i = 0; i < sizeof colls / sizeof colls[0]; i++) {
     char h[64];
     snprintf(h, sizeof h, "# collective %s\n", colls[i]);
