@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "collectives/plan.h"
 #include "collectives/select.h"
 #include "src/bootstrap.h"
 #include "src/comm.h"
@@ -150,7 +151,7 @@ static void job_shape(const doc_opts *o, shape *s) {
              "to say)",
              s->local);
   }
-  int nch = env->nchannels > 0 ? env->nchannels : 2;
+  int nch = env->nchannels > 0 ? env->nchannels : PLAN_DEFAULT_CHANNELS;
   s->channels = nch + 1; /* as src/comm.c sets the transports up */
   size_t slice;
   cfg_slots(env->buffsize, &s->slot, &slice);
