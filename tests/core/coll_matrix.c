@@ -760,6 +760,37 @@ static int large_pair(braid_dtype dt, int op) {
   return (dt == BRAID_INT16 && op == BRAID_BXOR) ||
          (dt == BRAID_BOOL && op == BRAID_BAND);
 }
+/* On device buffers (tests/cuda/test_gpu_matrix.h force-included), braid
+ * refuses reductions of int16 or bool or with a bitwise op
+ * (BRAID_ERR_UNSUPPORTED, docs/CUDA.md): the matrix checks the refusal
+ * instead; their data movement runs as everywhere. */
+#ifdef BRAID_TEST_GPU_MATRIX_H
+static int dev_refuses(braid_dtype dt, int op) { return is_new(dt, op); }
+#else
+static int dev_refuses(braid_dtype dt, int op) {
+  (void)dt;
+  (void)op;
+  return 0;
+}
+#endif
+
+static void t_refused(braid_comm *c, braid_dtype dt, int op, size_t n) {
+  void *in = alloc(n, dt), *out = alloc(n, dt);
+  fill(in, n, dt, g_rank, op, 0);
+  braid_result r = braid_allreduce(in, out, n, dt, (braid_op)op, c, NULL);
+  int bad = r != BRAID_ERR_UNSUPPORTED ||
+            strstr(braid_comm_last_error(c), "device buffers") == NULL;
+  if (bad && g_fail < 20)
+    fprintf(stderr,
+            "rank %d: allreduce %s %s on device buffers: %s (%s), expected "
+            "unsupported\n",
+            g_rank, braid_dtype_name(dt), braid_op_name((braid_op)op),
+            braid_result_string(r), braid_comm_last_error(c));
+  tally(bad, "refused");
+  release(in);
+  release(out);
+}
+
 /* Pairs braid refuses (the scenarios check the refusal). */
 static int valid_pair(braid_dtype dt, int op) {
   int flt = dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16 ||
@@ -812,6 +843,11 @@ int main(int argc, char **argv) {
           if (!valid_pair(dt, op) ||
               (large && is_new(dt, op) && !large_pair(dt, op)))
             continue;
+          if (dev_refuses(dt, op)) {
+            if (ip == 0 && n > 0 && !large && RUN("allreduce"))
+              t_refused(c, dt, op, n);
+            continue;
+          }
           if (RUN("allreduce"))
             t_allreduce(c, dt, op, n, ip);
           if (RUN("reduce"))
