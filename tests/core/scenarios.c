@@ -634,7 +634,7 @@ static int a2av_mismatch(braid_comm *c, int rank, int n) {
 
 static void a2av_mismatch_on(const char *tp, size_t want, size_t send) {
   setenv("BRAID_TRANSPORT", tp, 1);
-  setenv("BRAID_TIMEOUT", "5000", 1);
+  setenv("BRAID_TIMEOUT", "10", 1);
   g_a2av_want = want;
   g_a2av_send = send;
   int st[2];
@@ -643,6 +643,41 @@ static void a2av_mismatch_on(const char *tp, size_t want, size_t send) {
   for (int r = 0; r < 2; r++)
     cr_expect_eq(st[r], 0, "%s want %zu send %zu: rank %d exit %d", tp, want,
                  send, r, st[r]);
+}
+
+/* A rank that never calls alltoallv: the other's call ends with
+ * BRAID_ERR_TIMEOUT after the communicator's timeout, naming the rank. */
+static int a2av_lonely(braid_comm *c, int rank, int n) {
+  float in[8] = {0}, out[8];
+  size_t cnt[2] = {4, 4}, d[2] = {0, 4};
+  if (rank == 1) {
+    sleep(5); /* past rank 0's timeout, with room for a slow machine */
+    braid_comm_abort(c);
+    return 0;
+  }
+  (void)n;
+  double t0 = now_s();
+  braid_result r =
+      braid_alltoallv(in, cnt, d, out, cnt, d, BRAID_FLOAT32, c, NULL);
+  double dt = now_s() - t0;
+  const char *msg = braid_comm_last_error(c);
+  int rc = 0;
+  if (r != BRAID_ERR_TIMEOUT || dt > 4.5 || strstr(msg, "rank 1") == NULL) {
+    fprintf(stderr, "rank 0 after %.2f s: %s: %s\n", dt, braid_result_string(r),
+            msg);
+    rc = 90;
+  }
+  braid_comm_abort(c);
+  return rc;
+}
+
+Test(scenarios, alltoallv_bounded_by_timeout, .timeout = 60) {
+  setenv("BRAID_TIMEOUT", "1", 1);
+  int st[2];
+  run_ranks(2, a2av_lonely, 30, st);
+  unsetenv("BRAID_TIMEOUT");
+  cr_expect_eq(st[0], 0, "rank 0 exit %d", st[0]);
+  cr_expect_eq(st[1], 0);
 }
 
 Test(scenarios, alltoallv_count_mismatch, .timeout = 120) {
