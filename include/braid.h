@@ -74,9 +74,11 @@ typedef enum braid_dtype {
   BRAID_FLOAT32 = 8,
   BRAID_FLOAT64 = 9,
   BRAID_INT16 = 10,
-  /* One byte; a nonzero byte is true, results are 0 or 1. Reductions are
-   * logical: SUM and MAX or, PROD and MIN and, BAND/BOR/BXOR and, or, xor;
-   * AVG is refused (BRAID_ERR_INVALID_ARG). */
+  /* One byte; a nonzero byte is true. Reductions are logical and give 0
+   * or 1: SUM and MAX or, PROD and MIN and, BAND/BOR/BXOR and, or, xor;
+   * AVG is refused (BRAID_ERR_INVALID_ARG). Calls that only move data copy
+   * the bytes as they are. On device buffers, reductions of BRAID_INT16 and
+   * BRAID_BOOL are BRAID_ERR_UNSUPPORTED (docs/CUDA.md). */
   BRAID_BOOL = 11,
   BRAID_NUM_DTYPES = 12
 } braid_dtype;
@@ -88,7 +90,8 @@ typedef enum braid_op {
   BRAID_MAX = 3,
   BRAID_AVG = 4, /* sum divided by the rank count (integers: truncated) */
   /* Bitwise and, or, xor: integer dtypes and BRAID_BOOL only; on float16,
-   * bfloat16, float32 and float64 BRAID_ERR_INVALID_ARG, nothing sent. */
+   * bfloat16, float32 and float64 BRAID_ERR_INVALID_ARG, nothing sent. On
+   * device buffers BRAID_ERR_UNSUPPORTED (docs/CUDA.md). */
   BRAID_BAND = 5,
   BRAID_BOR = 6,
   BRAID_BXOR = 7,
