@@ -7,7 +7,10 @@ backend at one world size.
   run_upstream.py --backend gloo --world-size 2 --tests test_barrier,test_gather
 
 Each test spawns --world-size fresh ranks (torch's MultiProcessTestCase) that
-rendezvous through a file:// init method, as upstream's own runs do. One line
+rendezvous through a file:// init method, as upstream's own runs do. A
+backend other than torch's own is opted into torch's feature groups
+"plugin", "ddp" and "subgroup", and runs the few tests that torch gates to
+another backend by name only (upstream_suite.OPT_IN_REASONS). One line
 per test: PASS, FAIL or SKIP with the reason (a reason given inside a rank
 included), then a count.
 
@@ -24,6 +27,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import unittest
@@ -45,6 +49,14 @@ def parse_list(path, world_size):
             if str(world_size) in line[1:]:
                 names.append(line[0])
     return names
+
+
+def kill_ranks(test):
+    for p in getattr(test, "processes", []):
+        if p.is_alive():
+            test.killed = True
+            print(f"watchdog: killing rank pid {p.pid}", flush=True)
+            p.kill()
 
 
 def parse_subset(path):
@@ -69,6 +81,10 @@ def main():
     ap.add_argument("--timeout", type=int, default=180,
                     help="seconds one test may take (torch's harness kills it)")
     ap.add_argument("--names", action="store_true", help="print the test names")
+    ap.add_argument("--anysource", choices=("yes", "no"), default=None,
+                    help="whether the backend receives from any source; 'no' "
+                    "skips those tests as torch does for nccl (default: no "
+                    "for braid, which refuses recvAnysource, yes otherwise)")
     args = ap.parse_args()
 
     for p in reversed(args.pythonpath):
@@ -83,6 +99,8 @@ def main():
     os.environ["BACKEND"] = args.backend
     os.environ["WORLD_SIZE"] = str(args.world_size)
     os.environ["UPSTREAM_PLUGIN"] = plugin
+    anysource = args.anysource or ("no" if args.backend == "braid" else "yes")
+    os.environ["UPSTREAM_NO_ANYSOURCE"] = "1" if anysource == "no" else "0"
     os.environ["DISTRIBUTED_TESTS_DEFAULT_TIMEOUT"] = str(args.timeout)
     skip_dir = tempfile.mkdtemp(prefix="upstream-skips-")
     os.environ["UPSTREAM_SKIP_DIR"] = skip_dir
@@ -117,8 +135,12 @@ def main():
         names = [n for n in names if re.search(args.match, n)]
     missing = [n for n in names if n not in every]
 
-    print(f"torch {suite.dist.__name__} tests: backend {args.backend}, "
+    print(f"torch's distributed tests: backend {args.backend}, "
           f"world size {args.world_size}, {len(names)} tests", flush=True)
+    if suite.OPTED_IN:
+        print(f"{len(suite.OPTED_IN)} tests that torch gates to other backends "
+              f"by name run for {args.backend} (upstream_suite.OPT_IN_REASONS)",
+              flush=True)
     rows = []
     counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
     start = time.time()
@@ -132,10 +154,22 @@ def main():
                 continue
             result = unittest.TestResult()
             t0 = time.time()
+            test = suite.UpstreamDistTest(name)
+            # torch's harness gives up on a test after --timeout s, but it
+            # then waits for ranks it only SIGTERMed: a rank stuck in a
+            # crash handler would hold it for ever. Past --timeout + 30 s,
+            # its ranks are SIGKILLed.
+            watchdog = threading.Timer(args.timeout + 30, kill_ranks, (test,))
+            watchdog.daemon = True
+            watchdog.start()
             try:
-                suite.UpstreamDistTest(name).run(result)
+                test.run(result)
             except Exception:  # the harness itself broke
                 result.errors.append((name, traceback.format_exc()))
+            finally:
+                watchdog.cancel()
+            if getattr(test, "killed", False):
+                result.errors.append((name, f"ranks killed after {args.timeout + 30} s"))
             dt = time.time() - t0
             if result.failures or result.errors or result.unexpectedSuccesses:
                 text = "".join(t for _, t in result.failures + result.errors)
