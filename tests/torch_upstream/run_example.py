@@ -13,8 +13,9 @@ calls.
 torch 1.13's launcher cannot parse its default --redirects/--tee ("0")
 under Python 3.11 (IntFlag no longer iterates over the zero member, so
 Std.from_str returns None and the agent fails with "'NoneType' object has
-no attribute 'get'"); it is given --redirects 1 --tee 1: each worker's
-stdout goes to the launcher's log folder and to the console.
+no attribute 'get'"); it is given --redirects 9:1 --tee 9:1, a mapping
+for a local rank that does not exist, which leaves every worker's output
+as it is.
 """
 import argparse
 import os
@@ -51,8 +52,8 @@ def main():
         + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     with tempfile.TemporaryDirectory() as logs:
         cmd = ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node", str(args.nproc), "--redirects", "1",
-               "--tee", "1", "--log_dir", logs, os.path.abspath(EXAMPLE),
+               "--nproc_per_node", str(args.nproc), "--redirects", "9:1",
+               "--tee", "9:1", "--log_dir", logs, os.path.abspath(EXAMPLE),
                "--backend", args.backend] + extra
         print(" ".join(cmd), flush=True)
         try:

@@ -8,11 +8,13 @@ copying parameters by hand, and one process per worker instead of one GPU
 per worker:
 
   /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 2 \\
-      bindings/torch/examples/lenet_ddp.py --backend braid
+      --redirects 9:1 --tee 9:1 bindings/torch/examples/lenet_ddp.py --backend braid
   torchrun --standalone --nproc_per_node 2 lenet_ddp.py --backend gloo
 
 (`torchrun` is the same launcher; use the one of /usr/bin/python3, the
-interpreter that sees Debian's torch.) The package braid_torch must be
+interpreter that sees Debian's torch. Debian's torch 1.13 on Python 3.11
+needs `--redirects 9:1 --tee 9:1`: its launcher cannot parse the default
+"0" there, see docs/TORCH.md.) The package braid_torch must be
 importable for --backend braid: PYTHONPATH=build/python, or installed.
 
 Per epoch, rank 0 prints the mean training loss, the training and test
