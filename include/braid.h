@@ -111,7 +111,11 @@ typedef struct braid_unique_id {
 } braid_unique_id;
 
 /* Per-communicator settings. Initialise with braid_config_init(); a zero
- * field (or NULL) means "take the environment variable, else the default". */
+ * field (or NULL) means "take the environment variable, else the default".
+ * braid_comm_init and braid_comm_init_env refuse a config whose fields are
+ * out of range (a negative timeout, channels outside 0 to 32, check other
+ * than -1, 0 or 1, an unknown transport) with BRAID_ERR_INVALID_ARG and a
+ * WARN log line naming the field and its value. */
 typedef struct braid_config {
   size_t size;           /* sizeof(braid_config), set by braid_config_init */
   int timeout_ms;        /* bound on every wait (BRAID_TIMEOUT) */
@@ -134,7 +138,11 @@ BRAID_API const char *braid_op_name(braid_op op);
 /* ---- communicators ---------------------------------------------------- */
 
 BRAID_API braid_result braid_get_unique_id(braid_unique_id *id);
-/* Hex text of an id (2*BRAID_UNIQUE_ID_BYTES+1 bytes) and back. */
+/* Hex text of an id (2*BRAID_UNIQUE_ID_BYTES+1 bytes) and back; text that
+ * is not a braid id's (length, a non-hex digit, no braid magic) is refused
+ * with BRAID_ERR_INVALID_ARG and a WARN log line saying why. Functions that
+ * take no communicator log their bad arguments, having nowhere else to put
+ * them. */
 BRAID_API braid_result braid_unique_id_to_string(const braid_unique_id *id,
                                                  char *buf, size_t len);
 BRAID_API braid_result braid_unique_id_from_string(braid_unique_id *id,

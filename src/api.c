@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/bootstrap.h"
 #include "src/comm.h"
 #include "src/config.h"
 #include "src/exec_int.h"
@@ -103,16 +104,34 @@ static int hexval(char ch) {
   return -1;
 }
 
+/* No communicator to hold the message of a bad argument: the log has it. */
+#define NO_COMM_BAD(...) (WARN(LOG_INIT, __VA_ARGS__), BRAID_ERR_INVALID_ARG)
+
 braid_result braid_unique_id_from_string(braid_unique_id *id,
                                          const char *text) {
-  if (id == NULL || text == NULL || strlen(text) != 2 * BRAID_UNIQUE_ID_BYTES)
-    return BRAID_ERR_INVALID_ARG;
+  if (id == NULL)
+    return NO_COMM_BAD("braid_unique_id_from_string: id is NULL");
+  if (text == NULL)
+    return NO_COMM_BAD("braid_unique_id_from_string: text is NULL");
+  size_t len = strlen(text);
+  if (len != 2 * BRAID_UNIQUE_ID_BYTES)
+    return NO_COMM_BAD("braid_unique_id_from_string: text has %zu "
+                       "characters, a unique id %d hex digits",
+                       len, 2 * BRAID_UNIQUE_ID_BYTES);
+  braid_unique_id parsed;
   for (int i = 0; i < BRAID_UNIQUE_ID_BYTES; i++) {
     int hi = hexval(text[2 * i]), lo = hexval(text[2 * i + 1]);
     if (hi < 0 || lo < 0)
-      return BRAID_ERR_INVALID_ARG;
-    id->internal[i] = (char)(hi << 4 | lo);
+      return NO_COMM_BAD("braid_unique_id_from_string: character %d ('%c') "
+                         "is not a hex digit",
+                         hi < 0 ? 2 * i : 2 * i + 1,
+                         hi < 0 ? text[2 * i] : text[2 * i + 1]);
+    parsed.internal[i] = (char)(hi << 4 | lo);
   }
+  char why[128];
+  if (boot_id_valid(&parsed, why, sizeof why) != 0)
+    return NO_COMM_BAD("braid_unique_id_from_string: %s", why);
+  *id = parsed;
   return BRAID_SUCCESS;
 }
 

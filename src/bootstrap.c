@@ -122,6 +122,22 @@ static int id_decode(const braid_unique_id *id, struct sockaddr_storage *a,
   return 0;
 }
 
+int boot_id_valid(const braid_unique_id *id, char *err, size_t errlen) {
+  id_wire w;
+  memcpy(&w, id->internal, sizeof(w));
+  if (w.magic != BOOT_MAGIC)
+    snprintf(err, errlen, "not a braid unique id (no braid magic)");
+  else if (w.version != BOOT_VERSION)
+    snprintf(err, errlen, "a unique id of another braid version (%u, not %u)",
+             (unsigned)w.version, (unsigned)BOOT_VERSION);
+  else if (w.family != AF_INET && w.family != AF_INET6)
+    snprintf(err, errlen, "a unique id with an unknown address family %u",
+             (unsigned)w.family);
+  else
+    return 0;
+  return -1;
+}
+
 int boot_timeout_or_default(int timeout_ms) {
   if (timeout_ms > 0)
     return timeout_ms;

@@ -281,12 +281,42 @@ static void comm_free(braid_comm *c) {
   free(c);
 }
 
+/* A config's fields out of range, named (0 or NULL: the environment's). */
+static int config_invalid(const braid_config *cfg, char *why, size_t len) {
+  if (cfg == NULL)
+    return 0;
+  if (cfg->size != sizeof(braid_config))
+    snprintf(why, len, "cfg was not set up by braid_config_init (size %zu)",
+             cfg->size);
+  else if (cfg->timeout_ms < 0)
+    snprintf(why, len, "cfg->timeout_ms is %d (0: BRAID_TIMEOUT, else > 0)",
+             cfg->timeout_ms);
+  else if (cfg->nchannels < 0 || cfg->nchannels > 32)
+    snprintf(why, len,
+             "cfg->nchannels is %d (0: BRAID_NCHANNELS, else 1 to 32)",
+             cfg->nchannels);
+  else if (cfg->check < -1 || cfg->check > 1)
+    snprintf(why, len, "cfg->check is %d (1: on, -1: off, 0: BRAID_CHECK)",
+             cfg->check);
+  else if (cfg->transport != NULL && cfg->transport[0] != '\0' &&
+           comm_tp_by_name(cfg->transport) == NULL)
+    snprintf(why, len,
+             "cfg->transport \"%.40s\" is not a transport (shm, tcp, ofi, "
+             "ibverbs)",
+             cfg->transport);
+  else
+    return 0;
+  return 1;
+}
+
 braid_result braid_comm_init(braid_comm **comm, int nranks,
                              const braid_unique_id *id, int rank,
                              const braid_config *cfg) {
   const cfg_env *env = cfg_get();
-  if (comm == NULL)
+  if (comm == NULL) {
+    WARN(LOG_INIT, "braid_comm_init: comm is NULL");
     return BRAID_ERR_INVALID_ARG;
+  }
   *comm = NULL;
   if (id == NULL) {
     WARN(LOG_INIT, "braid_comm_init: id is NULL");
@@ -298,8 +328,9 @@ braid_result braid_comm_init(braid_comm **comm, int nranks,
          rank, nranks);
     return BRAID_ERR_INVALID_ARG;
   }
-  if (cfg != NULL && cfg->size != sizeof(braid_config)) {
-    WARN(LOG_INIT, "braid_comm_init: cfg was not set up by braid_config_init");
+  char bad[160];
+  if (config_invalid(cfg, bad, sizeof bad)) {
+    WARN(LOG_INIT, "braid_comm_init: %s", bad);
     return BRAID_ERR_INVALID_ARG;
   }
   int timeout = cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms : env->timeout_ms;
@@ -333,9 +364,16 @@ braid_result braid_comm_init(braid_comm **comm, int nranks,
 
 braid_result braid_comm_init_env(braid_comm **comm, const braid_config *cfg) {
   const cfg_env *env = cfg_get();
-  if (comm == NULL)
+  if (comm == NULL) {
+    WARN(LOG_INIT, "braid_comm_init_env: comm is NULL");
     return BRAID_ERR_INVALID_ARG;
+  }
   *comm = NULL;
+  char bad[160];
+  if (config_invalid(cfg, bad, sizeof bad)) {
+    WARN(LOG_INIT, "braid_comm_init_env: %s", bad);
+    return BRAID_ERR_INVALID_ARG;
+  }
   launch_info li;
   braid_unique_id id;
   char err[256] = "";
@@ -455,16 +493,29 @@ braid_result braid_comm_abort(braid_comm *c) {
   return BRAID_SUCCESS;
 }
 
+/* A NULL out-pointer of a query: named in the communicator's last error
+ * (a record of what went wrong, not of its state: set on a const one). */
+static braid_result null_out(const braid_comm *c, const char *fn,
+                             const char *arg) {
+  if (c == NULL) {
+    WARN(LOG_INIT, "%s: comm is NULL", fn);
+  } else {
+    comm_set_error((braid_comm *)c, "%s: %s is NULL", fn, arg);
+    WARN(LOG_INIT, "%s: %s is NULL", fn, arg);
+  }
+  return BRAID_ERR_INVALID_ARG;
+}
+
 braid_result braid_comm_rank(const braid_comm *c, int *rank) {
   if (c == NULL || rank == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return null_out(c, "braid_comm_rank", "rank");
   *rank = c->rank;
   return BRAID_SUCCESS;
 }
 
 braid_result braid_comm_size(const braid_comm *c, int *size) {
   if (c == NULL || size == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return null_out(c, "braid_comm_size", "size");
   *size = c->nranks;
   return BRAID_SUCCESS;
 }

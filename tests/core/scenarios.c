@@ -112,6 +112,8 @@ static int expect_invalid(braid_comm *c, braid_result r, const char *word) {
 static int bad_args(braid_comm *c, int rank, int n) {
   float a[64] = {0}, b[64] = {0};
   int e = 0;
+  e |= expect_invalid(c, braid_comm_rank(c, NULL), "rank is NULL");
+  e |= expect_invalid(c, braid_comm_size(c, NULL), "size is NULL");
   e |= expect_invalid(
       c, braid_allreduce(NULL, b, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL),
       "sendbuf");
@@ -223,6 +225,112 @@ Test(scenarios, bad_arguments_keep_comm_usable, .timeout = 60) {
   run_ranks(2, bad_args, 50, st);
   cr_expect_eq(st[0], 0, "rank 0 exit %d", st[0]);
   cr_expect_eq(st[1], 0, "rank 1 exit %d", st[1]);
+}
+
+/* Calls with no communicator to hold a message: refused, named in the log. */
+
+/* Runs f with stderr captured; 1 when the captured text holds every word. */
+static int log_names(braid_result (*f)(void), braid_result want,
+                  const char *const *words) {
+  fflush(stderr);
+  char path[] = "/tmp/braid-scen-log-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  int saved = dup(2);
+  dup2(fd, 2);
+  braid_result r = f();
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  char text[4096] = "";
+  ssize_t k = pread(fd, text, sizeof text - 1, 0);
+  close(fd);
+  unlink(path);
+  text[k > 0 ? k : 0] = '\0';
+  cr_expect_eq(r, want, "got %s, log:\n%s", braid_result_string(r), text);
+  for (const char *const *w = words; *w; w++)
+    if (strstr(text, *w) == NULL) {
+      cr_expect_fail("the log does not name '%s':\n%s", *w, text);
+      return 0;
+    }
+  return 1;
+}
+
+static braid_config cfg_bad;
+static braid_result init_with_cfg_bad(void) {
+  braid_unique_id id;
+  braid_comm *c = NULL;
+  braid_result r = braid_get_unique_id(&id);
+  if (r == BRAID_SUCCESS)
+    r = braid_comm_init(&c, 1, &id, 0, &cfg_bad);
+  if (c != NULL)
+    braid_comm_destroy(c);
+  return r;
+}
+
+static const char *id_text;
+static braid_result id_from_text(void) {
+  braid_unique_id id;
+  return braid_unique_id_from_string(&id, id_text);
+}
+
+Test(scenarios, bad_configs_and_ids_are_named, .timeout = 60) {
+  /* out-of-range config fields: refused before the rendezvous */
+  for (int k = 0; k < 5; k++) {
+    braid_config_init(&cfg_bad);
+    const char *what[2] = {NULL, NULL};
+    switch (k) {
+    case 0:
+      cfg_bad.timeout_ms = -5;
+      what[0] = "timeout_ms is -5";
+      break;
+    case 1:
+      cfg_bad.nchannels = -1;
+      what[0] = "nchannels is -1";
+      break;
+    case 2:
+      cfg_bad.nchannels = 33;
+      what[0] = "nchannels is 33";
+      break;
+    case 3:
+      cfg_bad.check = 7;
+      what[0] = "check is 7";
+      break;
+    default:
+      cfg_bad.transport = "tpc";
+      what[0] = "transport \"tpc\"";
+      break;
+    }
+    log_names(init_with_cfg_bad, BRAID_ERR_INVALID_ARG, what);
+  }
+  /* the same config made valid forms a communicator */
+  braid_config_init(&cfg_bad);
+  cfg_bad.timeout_ms = 5000;
+  cfg_bad.nchannels = 4;
+  cfg_bad.transport = "shm";
+  const char *none[] = {NULL};
+  log_names(init_with_cfg_bad, BRAID_SUCCESS, none);
+
+  /* ids: text that is not hex, of the wrong length, or hex that is no id */
+  char text[2 * BRAID_UNIQUE_ID_BYTES + 1];
+  memset(text, 'a', sizeof text - 1);
+  text[sizeof text - 1] = '\0';
+  id_text = text;
+  const char *no_magic[] = {"not a braid unique id", NULL};
+  log_names(id_from_text, BRAID_ERR_INVALID_ARG, no_magic);
+  text[7] = 'z';
+  const char *not_hex[] = {"character 7 ('z')", NULL};
+  log_names(id_from_text, BRAID_ERR_INVALID_ARG, not_hex);
+  id_text = "abcd";
+  const char *short_text[] = {"4 characters", NULL};
+  log_names(id_from_text, BRAID_ERR_INVALID_ARG, short_text);
+  /* a real id's text reads back */
+  braid_unique_id id, back;
+  cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+  cr_assert_eq(braid_unique_id_to_string(&id, text, sizeof text),
+               BRAID_SUCCESS);
+  cr_expect_eq(braid_unique_id_from_string(&back, text), BRAID_SUCCESS);
+  cr_expect_eq(memcmp(&id, &back, sizeof id), 0);
 }
 
 /* ---- a rank killed mid-collective --------------------------------------- */
