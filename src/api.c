@@ -94,16 +94,6 @@ braid_result braid_unique_id_to_string(const braid_unique_id *id, char *buf,
   return BRAID_SUCCESS;
 }
 
-static int hexval(char ch) {
-  if (ch >= '0' && ch <= '9')
-    return ch - '0';
-  if (ch >= 'a' && ch <= 'f')
-    return ch - 'a' + 10;
-  if (ch >= 'A' && ch <= 'F')
-    return ch - 'A' + 10;
-  return -1;
-}
-
 /* No communicator to hold the message of a bad argument: the log has it. */
 #define NO_COMM_BAD(...) (WARN(LOG_INIT, __VA_ARGS__), BRAID_ERR_INVALID_ARG)
 
@@ -113,25 +103,9 @@ braid_result braid_unique_id_from_string(braid_unique_id *id,
     return NO_COMM_BAD("braid_unique_id_from_string: id is NULL");
   if (text == NULL)
     return NO_COMM_BAD("braid_unique_id_from_string: text is NULL");
-  size_t len = strlen(text);
-  if (len != 2 * BRAID_UNIQUE_ID_BYTES)
-    return NO_COMM_BAD("braid_unique_id_from_string: text has %zu "
-                       "characters, a unique id %d hex digits",
-                       len, 2 * BRAID_UNIQUE_ID_BYTES);
-  braid_unique_id parsed;
-  for (int i = 0; i < BRAID_UNIQUE_ID_BYTES; i++) {
-    int hi = hexval(text[2 * i]), lo = hexval(text[2 * i + 1]);
-    if (hi < 0 || lo < 0)
-      return NO_COMM_BAD("braid_unique_id_from_string: character %d ('%c') "
-                         "is not a hex digit",
-                         hi < 0 ? 2 * i : 2 * i + 1,
-                         hi < 0 ? text[2 * i] : text[2 * i + 1]);
-    parsed.internal[i] = (char)(hi << 4 | lo);
-  }
   char why[128];
-  if (boot_id_valid(&parsed, why, sizeof why) != 0)
+  if (boot_id_from_text(text, id, why, sizeof why) != 0)
     return NO_COMM_BAD("braid_unique_id_from_string: %s", why);
-  *id = parsed;
   return BRAID_SUCCESS;
 }
 

@@ -122,19 +122,51 @@ static int id_decode(const braid_unique_id *id, struct sockaddr_storage *a,
   return 0;
 }
 
-int boot_id_valid(const braid_unique_id *id, char *err, size_t errlen) {
+static int hexval(char ch) {
+  if (ch >= '0' && ch <= '9')
+    return ch - '0';
+  if (ch >= 'a' && ch <= 'f')
+    return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F')
+    return ch - 'A' + 10;
+  return -1;
+}
+
+int boot_id_from_text(const char *text, braid_unique_id *id, char *err,
+                      size_t errlen) {
+  size_t len = strlen(text);
+  if (len != 2 * BRAID_UNIQUE_ID_BYTES) {
+    snprintf(err, errlen, "%zu characters, where a unique id has %d hex digits",
+             len, 2 * BRAID_UNIQUE_ID_BYTES);
+    return -1;
+  }
+  braid_unique_id parsed;
+  for (size_t i = 0; i < len; i++) {
+    int v = hexval(text[i]);
+    if (v < 0) {
+      snprintf(err, errlen, "character %zu ('%c') is not a hex digit", i,
+               text[i]);
+      return -1;
+    }
+    if (i % 2 == 0)
+      parsed.internal[i / 2] = (char)(v << 4);
+    else
+      parsed.internal[i / 2] = (char)(parsed.internal[i / 2] | v);
+  }
   id_wire w;
-  memcpy(&w, id->internal, sizeof(w));
+  memcpy(&w, parsed.internal, sizeof(w));
   if (w.magic != BOOT_MAGIC)
-    snprintf(err, errlen, "not a braid unique id (no braid magic)");
+    snprintf(err, errlen, "hex that is not a braid unique id (no braid magic)");
   else if (w.version != BOOT_VERSION)
     snprintf(err, errlen, "a unique id of another braid version (%u, not %u)",
              (unsigned)w.version, (unsigned)BOOT_VERSION);
   else if (w.family != AF_INET && w.family != AF_INET6)
     snprintf(err, errlen, "a unique id with an unknown address family %u",
              (unsigned)w.family);
-  else
+  else {
+    *id = parsed;
     return 0;
+  }
   return -1;
 }
 

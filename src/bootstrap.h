@@ -37,9 +37,11 @@ braid_result boot_unique_id_at(const char *host, int port,
                                const uint8_t secret[16], int is_root,
                                braid_unique_id *id, char *err, size_t errlen);
 
-/* Whether id is a braid unique id (its magic, version and address family),
- * else -1 with why. */
-int boot_id_valid(const braid_unique_id *id, char *err, size_t errlen);
+/* Reads braid_unique_id_to_string's text into *id (untouched on failure):
+ * 0, or -1 with why (length, a character that is not a hex digit, or hex
+ * that is no braid id: its magic, version and address family). */
+int boot_id_from_text(const char *text, braid_unique_id *id, char *err,
+                      size_t errlen);
 
 /* Collective over nranks: rendezvous, then the control mesh. */
 braid_result boot_init(const braid_unique_id *id, int rank, int nranks,

@@ -528,11 +528,12 @@ braid_result launch_detect(launch_info *li, braid_unique_id *id, int timeout_ms,
 
   const char *uid = env(own_vars[V_UNIQUE_ID]);
   if (uid != NULL) {
-    if (braid_unique_id_from_string(id, uid) != BRAID_SUCCESS) {
+    char why[128];
+    if (boot_id_from_text(uid, id, why, sizeof why) != 0) {
       seterr(err, errlen,
-             "BRAID_UNIQUE_ID is not the %d-hex-digit text of "
-             "braid_unique_id_to_string (got %zu characters)",
-             2 * BRAID_UNIQUE_ID_BYTES, strlen(uid));
+             "BRAID_UNIQUE_ID is not the text of braid_unique_id_to_string: "
+             "%s",
+             why);
       return BRAID_ERR_INVALID_ARG;
     }
     return BRAID_SUCCESS;

@@ -132,11 +132,13 @@ static void expect_err(result r, const char *needle) {
 }
 
 /* A fake id as BRAID_UNIQUE_ID=... text (static storage for putenv). */
+/* BRAID_UNIQUE_ID=<a real id's text> (each call a new id: its own random
+ * secret; seed kept for the callers' reading). */
 static const char *fake_id_env(braid_unique_id *id, int seed) {
   static char buf[4][2 * BRAID_UNIQUE_ID_BYTES + 32];
   static int next;
-  for (int i = 0; i < BRAID_UNIQUE_ID_BYTES; i++)
-    id->internal[i] = (char)(i * 7 + seed);
+  (void)seed;
+  cr_assert_eq(braid_get_unique_id(id), BRAID_SUCCESS);
   char *b = buf[next++ % 4];
   strcpy(b, "BRAID_UNIQUE_ID=");
   cr_assert_eq(braid_unique_id_to_string(id, b + strlen(b),
@@ -214,7 +216,14 @@ Test(launch_env, malformed_values_name_the_variable) {
   expect_err(detect(ENV("PMI_RANK=2", "PMI_SIZE=2", u)),
              "PMI_RANK=2 is not below PMI_SIZE=2");
   expect_err(detect(ENV("RANK=0", "WORLD_SIZE=2", "BRAID_UNIQUE_ID=abcd")),
-             "BRAID_UNIQUE_ID is not the 256-hex-digit text");
+             "BRAID_UNIQUE_ID is not the text of braid_unique_id_to_string: "
+             "4 characters");
+  /* hex of the right length that no braid_get_unique_id made */
+  static char junk[32 + 2 * BRAID_UNIQUE_ID_BYTES];
+  snprintf(junk, sizeof junk, "BRAID_UNIQUE_ID=");
+  memset(junk + strlen(junk), '7', 2 * BRAID_UNIQUE_ID_BYTES);
+  expect_err(detect(ENV("RANK=0", "WORLD_SIZE=2", junk)),
+             "not a braid unique id");
 }
 
 Test(launch_env, launcher_precedence) {
