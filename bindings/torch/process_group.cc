@@ -27,11 +27,15 @@ c10::intrusive_ptr<c10::ivalue::Future> make_future() {
       c10::ListType::create(c10::TensorType::get()));
 }
 
-/* A result of braid as the exception the Work carries. */
+/* A result of braid as the exception the Work carries. A timeout says
+ * "Timed out", as torch's own backends do (tools match on it). */
 std::exception_ptr braid_error(const char *what, braid_result r,
-                               braid_comm *comm) {
-  std::string msg = std::string("braid: ") + what +
-                    " failed: " + braid_result_string(r) + ": " +
+                               braid_comm *comm, int timeout_ms) {
+  std::string why = r == BRAID_ERR_TIMEOUT
+                        ? "Timed out (the group's timeout is " +
+                              std::to_string(timeout_ms) + " ms)"
+                        : std::string(braid_result_string(r));
+  std::string msg = std::string("braid: ") + what + " failed: " + why + ": " +
                     braid_comm_last_error(comm);
   return std::make_exception_ptr(std::runtime_error(msg));
 }
@@ -249,7 +253,7 @@ void ProcessGroupBraid::runBatch(std::vector<Op> &batch) {
       });
     }
     if (r != BRAID_SUCCESS) {
-      err = braid_error(failed, r, comm_);
+      err = braid_error(failed, r, comm_, timeout_ms_);
     } else {
       at::NoGradGuard no_grad;
       for (Op &op : batch)
