@@ -106,7 +106,7 @@ def rank_main(rank, args, tmp, out_path):
             dist.broadcast(a, 0, group=group)
 
     for coll in args.colls:
-        for size in args.sizes:
+        for k, size in enumerate(args.sizes):
             n = size // 4
             if coll in ("all_gather", "reduce_scatter"):
                 n -= n % ws
@@ -122,7 +122,9 @@ def rank_main(rank, args, tmp, out_path):
             row = {"coll": coll, "size": size, "iters": iters}
             for name in args.backends:
                 g = groups[name]
-                for _ in range(args.warmup):
+                # the first size of a collective warms up longer: a group's
+                # first calls set up what later calls reuse
+                for _ in range(args.warmup * 10 if k == 0 else min(args.warmup, iters)):
                     op(coll, name, g, bufs)
                 dist.barrier(group=g)
                 t0 = time.perf_counter()
@@ -183,6 +185,8 @@ def main():
     ap.add_argument("-b", "--minbytes", default="8")
     ap.add_argument("-e", "--maxbytes", default="256M")
     ap.add_argument("-f", "--stepfactor", type=int, default=2)
+    ap.add_argument("--sizes", help="comma-separated sizes instead of -b/-e/-f "
+                    "(braid-perf then runs -f 2 over their range)")
     ap.add_argument("--collectives", default=",".join(COLLS))
     ap.add_argument("--warmup", type=int, default=5, help="torch warm-up calls per size")
     ap.add_argument("--budget", default="256M",
@@ -194,8 +198,12 @@ def main():
     ap.add_argument("--md", help="also write the tables to this file")
     args = ap.parse_args()
     args.factor = args.stepfactor
-    args.sizes = sizes(parse_size(args.minbytes), parse_size(args.maxbytes),
-                       args.factor)
+    if args.sizes:
+        args.sizes = sorted(parse_size(x) for x in args.sizes.split(","))
+        args.factor = 2
+    else:
+        args.sizes = sizes(parse_size(args.minbytes), parse_size(args.maxbytes),
+                           args.factor)
     args.budget = parse_size(args.budget)
     args.colls = [c for c in args.collectives.split(",") if c]
     for c in args.colls:
@@ -227,11 +235,11 @@ def main():
             perf[c] = {}
             continue
         perf[c], cmd = braid_perf(args, c)
-        cmds.append(" ".join(os.path.relpath(x) if x.startswith("/") else x
-                             for x in cmd))
+        cmds.append(" ".join(x.replace(build, args.build) for x in cmd))
     head = [f"{started:%Y-%m-%d %H:%M} UTC, {args.ranks} ranks on "
             f"{os.cpu_count()} cores ({platform.node()}), torch {torch.__version__}, "
-            f"float32, blocking calls; torch: warm-up {args.warmup}, "
+            f"float32, blocking calls; torch: warm-up {args.warmup} "
+            f"({args.warmup * 10} at the first size), "
             f"timed calls 5 to 200 per size; braid-perf: -w {args.perf_warmup} "
             f"-n {args.perf_iters}.", "",
             "    " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])]
