@@ -40,6 +40,12 @@ def body(rank, size, limit_s, victim):
             assert "rank %d" % victim in text, "the error does not name rank %d: %s" % (victim, text)
             assert took < limit_s + 5, "the error came after %.1f s (timeout %d s)" % (took, limit_s)
             assert w.is_completed()
+            # its future failed with the same error
+            try:
+                w.get_future().wait()
+                raise AssertionError("the failed operation's future completed")
+            except RuntimeError as ef:
+                assert "rank %d" % victim in str(ef), str(ef)
             # later operations fail at once, naming the first failure
             t0 = time.monotonic()
             try:
