@@ -272,30 +272,6 @@ void ProcessGroupBraid::runBatch(std::vector<Op> &batch) {
 
 namespace {
 
-void check_count(const char *op, const char *what, size_t got, size_t want) {
-  TORCH_CHECK(got == want, "braid: ", op, ": ", what, " must hold ", want,
-              " tensor", want == 1 ? "" : "s", ", got ", got);
-}
-
-void check_root(const char *op, int64_t root, int size) {
-  TORCH_CHECK(root >= 0 && root < size, "braid: ", op, ": root ", root,
-              " is not a rank of the group (0..", size - 1, ")");
-}
-
-/* Same dtype and element count as `ref`. */
-void check_like(const char *op, const std::string &what, const at::Tensor &t,
-                const at::Tensor &ref, int64_t numel) {
-  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "braid: ", op, ": ", what,
-              " has dtype ", t.scalar_type(), ", the input ",
-              ref.scalar_type());
-  TORCH_CHECK(t.numel() == numel, "braid: ", op, ": ", what, " has ", t.numel(),
-              " elements, expected ", numel);
-}
-
-std::string nth(const char *what, size_t i) {
-  return std::string(what) + "[" + std::to_string(i) + "]";
-}
-
 /* Contiguous storage for an output: the tensor itself, or a buffer that
  * post() copies back. */
 struct Out {

@@ -208,6 +208,30 @@ Counts list_counts(const std::vector<at::Tensor> &ts, const Wire &w) {
   return c;
 }
 
+void check_count(const char *op, const char *what, size_t got, size_t want) {
+  TORCH_CHECK(got == want, "braid: ", op, ": ", what, " must hold ", want,
+              " tensor", want == 1 ? "" : "s", ", got ", got);
+}
+
+void check_root(const char *op, int64_t root, int size) {
+  TORCH_CHECK(root >= 0 && root < size, "braid: ", op, ": root ", root,
+              " is not a rank of the group (0..", size - 1, ")");
+}
+
+/* Same dtype and element count as `ref`. */
+void check_like(const char *op, const std::string &what, const at::Tensor &t,
+                const at::Tensor &ref, int64_t numel) {
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "braid: ", op, ": ", what,
+              " has dtype ", t.scalar_type(), ", the input ",
+              ref.scalar_type());
+  TORCH_CHECK(t.numel() == numel, "braid: ", op, ": ", what, " has ", t.numel(),
+              " elements, expected ", numel);
+}
+
+std::string nth(const char *what, size_t i) {
+  return std::string(what) + "[" + std::to_string(i) + "]";
+}
+
 void *data(const at::Tensor &t) {
   static double empty;
   if (!t.defined() || t.numel() == 0)

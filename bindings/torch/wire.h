@@ -32,6 +32,19 @@ struct Counts {
 /* A CPU, strided (dense) tensor, or an exception naming `what`. */
 void check_tensor(const char *op, const std::string &what, const at::Tensor &t);
 
+/* A list of `want` tensors (or an exception naming `what`). */
+void check_count(const char *op, const char *what, size_t got, size_t want);
+
+/* A root in 0..size-1. */
+void check_root(const char *op, int64_t root, int size);
+
+/* The dtype of `ref` and `numel` elements. */
+void check_like(const char *op, const std::string &what, const at::Tensor &t,
+                const at::Tensor &ref, int64_t numel);
+
+/* "what[i]" */
+std::string nth(const char *what, size_t i);
+
 /* For operations that only move data: any dtype. */
 Wire move_wire(const at::Tensor &t);
 
