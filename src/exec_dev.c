@@ -385,7 +385,9 @@ braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops) {
       d->known[i].bytes = ops[k].count * braid_dtype_size(ops[k].dt);
       d->known[i].need = need;
     }
-    most = need > most ? need : most;
+    /* ops run together, each in its own part (executor.c's
+     * scratch_layout): room for all of them */
+    most += (need + 63) & ~(size_t)63;
   }
   if (r == BRAID_SUCCESS)
     r = comm_dev_scratch(c, most, &p);

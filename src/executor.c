@@ -528,8 +528,10 @@ braid_result exec_dev_prepare_conns(braid_comm *c, exec_op *op) {
   return BRAID_SUCCESS;
 }
 
+/* part: this op's scratch when the caller laid out scratch for several ops
+ * (scratch_layout); NULL: the op reserves the communicator's own. */
 static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
-                                xchan *chans) {
+                                xchan *chans, void *part) {
   memset(x, 0, sizeof *x);
   x->chans = chans;
   x->op = op;
@@ -574,7 +576,9 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
   const uint8_t *vol = volatile_map(e, op, c->rank);
   x->K = s->chunks_per_block;
   x->me = c->rank;
-  if (s->scratch_blocks > 0) {
+  if (s->scratch_blocks > 0 && part != NULL) {
+    x->bufs[SCHED_BUF_SCRATCH] = part;
+  } else if (s->scratch_blocks > 0) {
     size_t bytes = (size_t)s->scratch_blocks * coll_bytes(op);
     if (x->dev >= 0) {
       void *p = NULL;
@@ -662,6 +666,37 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
   return exec_loop(c, ops, nops);
 }
 
+/* Scratch for ops that run together (a group): each its own part, all
+ * reserved before any op takes a pointer, since reserving per op would move
+ * an earlier op's part (realloc) or hand two ops the same bytes. Host ops'
+ * parts in c->scratch, device ops' in the device scratch; part[k] NULL for
+ * an op without scratch. */
+static braid_result scratch_layout(braid_comm *c, exec_op *ops, int nops,
+                                   void **part) {
+  size_t host = 0, dev = 0;
+  for (int k = 0; k < nops; k++) {
+    size_t need = 0;
+    CHECKR(exec_scratch_need(c, &ops[k], &need));
+    int on_dev = ops[k].dev >= 0 && !ops[k].is_barrier;
+    size_t *total = on_dev ? &dev : &host;
+    /* the offset for now; a pointer once the totals are reserved */
+    part[k] = need > 0 ? (void *)(uintptr_t)(*total + 1) : NULL;
+    *total += (need + 63) & ~(size_t)63;
+  }
+  void *dev_base = NULL;
+  if (host > 0)
+    CHECKR(scratch_reserve(c, host));
+  if (dev > 0)
+    CHECKR(comm_dev_scratch(c, dev, &dev_base));
+  for (int k = 0; k < nops; k++)
+    if (part[k] != NULL) {
+      int on_dev = ops[k].dev >= 0 && !ops[k].is_barrier;
+      part[k] =
+          (char *)(on_dev ? dev_base : c->scratch) + ((uintptr_t)part[k] - 1);
+    }
+  return BRAID_SUCCESS;
+}
+
 braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
   xop stackx[4];
   xop *xs = nops <= 4 ? stackx : calloc((size_t)nops, sizeof *xs);
@@ -679,12 +714,19 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
     c->xpool = p;
     c->xpool_cap = need;
   }
-  for (int k = 0; k < nops; k++) {
-    xchan *chans = (xchan *)c->xpool + (size_t)k * (size_t)c->nchannels;
-    res = xop_prepare(c, &xs[k], &ops[k], chans);
-    if (res != BRAID_SUCCESS)
-      goto out;
+  void *stack_parts[4], **parts = NULL;
+  if (nops > 1) { /* a group: every op's scratch apart, laid out at once */
+    parts = nops <= 4 ? stack_parts : calloc((size_t)nops, sizeof *parts);
+    res = parts == NULL ? BRAID_ERR_NOMEM : scratch_layout(c, ops, nops, parts);
   }
+  for (int k = 0; k < nops && res == BRAID_SUCCESS; k++) {
+    xchan *chans = (xchan *)c->xpool + (size_t)k * (size_t)c->nchannels;
+    res = xop_prepare(c, &xs[k], &ops[k], chans, parts ? parts[k] : NULL);
+  }
+  if (parts != stack_parts)
+    free(parts);
+  if (res != BRAID_SUCCESS)
+    goto out;
   const cfg_env *cfg = cfg_get();
   waiter w = {.last_progress = exec_now_us()};
   uint32_t seen[COMM_MAX_TRANSPORTS] = {0};
