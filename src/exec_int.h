@@ -119,8 +119,22 @@ int exec_dev_needs_setup(braid_comm *c, const exec_op *ops, int nops);
  * they are already there; exec_dev_reserve grows them (c->lock held). */
 int exec_dev_reserved(braid_comm *c, const exec_op *ops, int nops);
 braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops);
-/* Bytes of scratch op takes when it runs (c->lock held). */
+/* src/exec_sched.c: an op's schedule (from BRAID_SCHEDULE_FILE or the
+ * planner, cached in c->cache), its volatile-source map (per send step: 1
+ * where a later step overwrites what it reads), and scratch. All with
+ * c->lock held. */
+braid_result exec_get_sched(braid_comm *c, exec_op *op,
+                            sched_cache_entry **out);
+const uint8_t *exec_volatile_map(sched_cache_entry *e, const exec_op *op,
+                                 int rank);
+/* Bytes of scratch op takes when it runs. */
 braid_result exec_scratch_need(braid_comm *c, exec_op *op, size_t *bytes);
+/* Grows the communicator's host scratch to at least bytes. */
+braid_result exec_scratch_reserve(braid_comm *c, size_t bytes);
+/* Scratch for ops that run together: part[k] is op k's own (NULL without
+ * scratch), every part reserved before any is handed out. */
+braid_result exec_scratch_layout(braid_comm *c, exec_op *ops, int nops,
+                                 void **part);
 /* Readies the device connections op will use (tp_ops.prepare; c->lock
  * held). */
 braid_result exec_dev_prepare_conns(braid_comm *c, exec_op *op);

@@ -29,7 +29,6 @@
 #include <time.h>
 
 #include "collectives/generators.h"
-#include "collectives/plan.h"
 #include "collectives/select.h"
 #include "src/config.h"
 #include "src/exec_int.h"
@@ -299,87 +298,6 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
 
 /* ---- preparing an op --------------------------------------------------- */
 
-/* The selector's size: bytes of one block (count x datatype size). */
-static size_t coll_bytes(const exec_op *op) {
-  return op->count * braid_dtype_size(op->dt);
-}
-
-static braid_result get_sched(braid_comm *c, exec_op *op,
-                              sched_cache_entry **out) {
-  char err[256] = "";
-  size_t bytes = coll_bytes(op);
-  int bucket = plan_bucket(bytes);
-  sched *fs = comm_file_sched(c, op->coll, op->root);
-  /* device calls on GPUs the topology places plan on those GPUs */
-  int on_gpus = op->dev >= 0 && c->dev != NULL && c->dev->view != NULL;
-  const sched_view *view = on_gpus ? c->dev->view : c->view;
-  plan_request rq;
-  comm_plan_request(c, op->coll, op->root, bytes, view, &rq);
-  /* the planner picks once per size bucket (plan.h): cached per bucket */
-  const gen_desc *g = fs ? NULL : c->sel_cache[on_gpus][op->coll][bucket];
-  if (fs == NULL && g == NULL) {
-    g = plan_select(&rq, err, sizeof err);
-    if (g == NULL) {
-      comm_set_error(c, "%s: no algorithm: %s", op->name, err);
-      return BRAID_ERR_INVALID_ARG;
-    }
-    c->sel_cache[on_gpus][op->coll][bucket] = g;
-  }
-  gen_params p = plan_params(&rq);
-  int nch = fs ? fs->nchannels : p.nchannels;
-  int root = op->root;
-  const void *key = fs ? (const void *)fs : (const void *)g;
-  for (int i = 0; i < c->ncache; i++) {
-    sched_cache_entry *e = &c->cache[i];
-    if (e->coll == op->coll && e->root == root && e->gen == key &&
-        e->view == view && e->nchannels == nch) {
-      *out = e;
-      return BRAID_SUCCESS;
-    }
-  }
-  sched *s = fs ? fs : g->fn(&p);
-  if (s == NULL) {
-    comm_set_error(c, "%s: generator %s failed (out of memory?)", op->name,
-                   g->name);
-    return BRAID_ERR_NOMEM;
-  }
-  if (s->nchannels > c->nchannels) {
-    comm_set_error(c, "%s: generator %s made %d channels, the comm has %d",
-                   op->name, s->algo, s->nchannels, c->nchannels);
-    sched_free(s);
-    return BRAID_ERR_INTERNAL;
-  }
-  TRACE(LOG_SCHED, "%s on %d ranks: algorithm %s%s, %d channels", op->name,
-        c->nranks, fs ? "from BRAID_SCHEDULE_FILE: " : "", s->algo,
-        s->nchannels);
-  if (c->ncache == COMM_SCHED_CACHE) { /* evict the oldest */
-    if (!c->cache[0].borrowed)
-      sched_free(c->cache[0].s);
-    free(c->cache[0].volatile_src[0]);
-    free(c->cache[0].volatile_src[1]);
-    memmove(&c->cache[0], &c->cache[1],
-            sizeof c->cache[0] * (COMM_SCHED_CACHE - 1));
-    c->ncache--;
-  }
-  c->cache[c->ncache] = (sched_cache_entry){
-      op->coll, root, nch, key, view, s, {NULL, NULL}, fs != NULL};
-  *out = &c->cache[c->ncache++];
-  return BRAID_SUCCESS;
-}
-
-static braid_result scratch_reserve(braid_comm *c, size_t bytes) {
-  if (bytes <= c->scratch_bytes)
-    return BRAID_SUCCESS;
-  void *p = realloc(c->scratch, bytes);
-  if (p == NULL) {
-    comm_set_error(c, "cannot allocate %zu bytes of scratch", bytes);
-    return BRAID_ERR_NOMEM;
-  }
-  c->scratch = p;
-  c->scratch_bytes = bytes;
-  return BRAID_SUCCESS;
-}
-
 static void chan_init(braid_comm *c, xop *x, xchan *h, const sched_channel *sc,
                       int ch, int tch, int route, double w_lo, double w_hi) {
   memset(h, 0, offsetof(xchan, pend));
@@ -404,95 +322,6 @@ static void chan_init(braid_comm *c, xop *x, xchan *h, const sched_channel *sc,
     h->nslices = 0;
 }
 
-/* Where a chunk really lives: in place, input chunks alias output chunks
- * (NCCL's conventions), so both names map to one key. */
-static uint64_t canon(const exec_op *op, int rank, int K, uint8_t buf,
-                      uint32_t idx) {
-  if (op->inplace && buf == SCHED_BUF_IN) {
-    switch (op->coll) {
-    case SCHED_ALLREDUCE:
-    case SCHED_BROADCAST:
-    case SCHED_REDUCE:
-    case SCHED_ALLTOALL:
-      buf = SCHED_BUF_OUT;
-      break;
-    case SCHED_ALLGATHER:
-    case SCHED_GATHER:
-      buf = SCHED_BUF_OUT;
-      idx += (uint32_t)((op->coll == SCHED_GATHER ? op->root : rank) * K);
-      break;
-    default:
-      break;
-    }
-  } else if (op->inplace && buf == SCHED_BUF_OUT &&
-             (op->coll == SCHED_REDUCE_SCATTER || op->coll == SCHED_SCATTER)) {
-    buf = SCHED_BUF_IN;
-    idx += (uint32_t)((op->coll == SCHED_SCATTER ? op->root : rank) * K);
-  }
-  return (uint64_t)buf << 32 | idx;
-}
-
-static int writes(const sched_step *st) {
-  return st->prim != SCHED_P_SEND && st->dst.buf != SCHED_BUF_NONE;
-}
-
-/* Does a step after `i` overwrite a chunk that step i sends? */
-static int is_volatile(const exec_op *op, int rank, int K,
-                       const sched_channel *sc, int i) {
-  const sched_step *st = &sc->steps[i];
-  sched_chunks sent;
-  if (st->prim == SCHED_P_SEND)
-    sent = st->src;
-  else if (st->prim == SCHED_P_RECV_REDUCE_SEND ||
-           st->prim == SCHED_P_RECV_COPY_SEND)
-    sent = st->dst;
-  else
-    return 0;
-  for (int j = i + 1; j < sc->nsteps; j++) {
-    const sched_step *w = &sc->steps[j];
-    if (!writes(w))
-      continue;
-    for (uint32_t a = 0; a < sent.count; a++)
-      for (uint32_t b = 0; b < w->dst.count; b++)
-        if (canon(op, rank, K, sent.buf, sent.index + a) ==
-            canon(op, rank, K, w->dst.buf, w->dst.index + b))
-          return 1;
-  }
-  return 0;
-}
-
-static const uint8_t *volatile_map(sched_cache_entry *e, const exec_op *op,
-                                   int rank) {
-  int ip = op->inplace ? 1 : 0;
-  if (e->volatile_src[ip] != NULL)
-    return e->volatile_src[ip];
-  const sched *s = e->s;
-  size_t total = 0;
-  for (int ch = 0; ch < s->nchannels; ch++)
-    total += (size_t)sched_chan_c(s, rank, ch)->nsteps;
-  uint8_t *m = calloc(total + 1, 1);
-  if (m == NULL)
-    return NULL; /* everything counts as stable; hazards still protect */
-  size_t o = 0;
-  for (int ch = 0; ch < s->nchannels; ch++) {
-    const sched_channel *sc = sched_chan_c(s, rank, ch);
-    for (int i = 0; i < sc->nsteps; i++)
-      m[o++] = (uint8_t)is_volatile(op, rank, s->chunks_per_block, sc, i);
-  }
-  e->volatile_src[ip] = m;
-  return m;
-}
-
-braid_result exec_scratch_need(braid_comm *c, exec_op *op, size_t *bytes) {
-  *bytes = 0;
-  if (op->coll == SCHED_SEND || op->coll == SCHED_RECV || op->is_barrier)
-    return BRAID_SUCCESS;
-  sched_cache_entry *e = NULL;
-  CHECKR(get_sched(c, op, &e));
-  *bytes = (size_t)e->s->scratch_blocks * coll_bytes(op);
-  return BRAID_SUCCESS;
-}
-
 /* Readies the device connection to peer on a channel (tp_ops.prepare). */
 static braid_result prepare_conn(braid_comm *c, const exec_op *op, int peer,
                                  int channel, int route) {
@@ -515,7 +344,7 @@ braid_result exec_dev_prepare_conns(braid_comm *c, exec_op *op) {
   if (op->coll == SCHED_SEND || op->coll == SCHED_RECV) /* as xop_prepare */
     return prepare_conn(c, op, op->root, c->nchannels, SCHED_ROUTE_ANY);
   sched_cache_entry *e = NULL;
-  CHECKR(get_sched(c, op, &e));
+  CHECKR(exec_get_sched(c, op, &e));
   const sched *s = e->s;
   for (int ch = 0; ch < s->nchannels; ch++) {
     const sched_channel *sc = sched_chan_c(s, c->rank, ch);
@@ -570,22 +399,23 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
     return BRAID_SUCCESS;
   }
   sched_cache_entry *e = NULL;
-  CHECKR(get_sched(c, op, &e));
+  CHECKR(exec_get_sched(c, op, &e));
   x->s = e->s;
   const sched *s = x->s;
-  const uint8_t *vol = volatile_map(e, op, c->rank);
+  const uint8_t *vol = exec_volatile_map(e, op, c->rank);
   x->K = s->chunks_per_block;
   x->me = c->rank;
   if (s->scratch_blocks > 0 && part != NULL) {
     x->bufs[SCHED_BUF_SCRATCH] = part;
   } else if (s->scratch_blocks > 0) {
-    size_t bytes = (size_t)s->scratch_blocks * coll_bytes(op);
+    size_t bytes =
+        (size_t)s->scratch_blocks * op->count * braid_dtype_size(op->dt);
     if (x->dev >= 0) {
       void *p = NULL;
       CHECKR(comm_dev_scratch(c, bytes, &p));
       x->bufs[SCHED_BUF_SCRATCH] = p;
     } else {
-      CHECKR(scratch_reserve(c, bytes));
+      CHECKR(exec_scratch_reserve(c, bytes));
       x->bufs[SCHED_BUF_SCRATCH] = c->scratch;
     }
   }
@@ -666,37 +496,6 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
   return exec_loop(c, ops, nops);
 }
 
-/* Scratch for ops that run together (a group): each its own part, all
- * reserved before any op takes a pointer, since reserving per op would move
- * an earlier op's part (realloc) or hand two ops the same bytes. Host ops'
- * parts in c->scratch, device ops' in the device scratch; part[k] NULL for
- * an op without scratch. */
-static braid_result scratch_layout(braid_comm *c, exec_op *ops, int nops,
-                                   void **part) {
-  size_t host = 0, dev = 0;
-  for (int k = 0; k < nops; k++) {
-    size_t need = 0;
-    CHECKR(exec_scratch_need(c, &ops[k], &need));
-    int on_dev = ops[k].dev >= 0 && !ops[k].is_barrier;
-    size_t *total = on_dev ? &dev : &host;
-    /* the offset for now; a pointer once the totals are reserved */
-    part[k] = need > 0 ? (void *)(uintptr_t)(*total + 1) : NULL;
-    *total += (need + 63) & ~(size_t)63;
-  }
-  void *dev_base = NULL;
-  if (host > 0)
-    CHECKR(scratch_reserve(c, host));
-  if (dev > 0)
-    CHECKR(comm_dev_scratch(c, dev, &dev_base));
-  for (int k = 0; k < nops; k++)
-    if (part[k] != NULL) {
-      int on_dev = ops[k].dev >= 0 && !ops[k].is_barrier;
-      part[k] =
-          (char *)(on_dev ? dev_base : c->scratch) + ((uintptr_t)part[k] - 1);
-    }
-  return BRAID_SUCCESS;
-}
-
 braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
   xop stackx[4];
   xop *xs = nops <= 4 ? stackx : calloc((size_t)nops, sizeof *xs);
@@ -717,7 +516,8 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
   void *stack_parts[4], **parts = NULL;
   if (nops > 1) { /* a group: every op's scratch apart, laid out at once */
     parts = nops <= 4 ? stack_parts : calloc((size_t)nops, sizeof *parts);
-    res = parts == NULL ? BRAID_ERR_NOMEM : scratch_layout(c, ops, nops, parts);
+    res = parts == NULL ? BRAID_ERR_NOMEM
+                        : exec_scratch_layout(c, ops, nops, parts);
   }
   for (int k = 0; k < nops && res == BRAID_SUCCESS; k++) {
     xchan *chans = (xchan *)c->xpool + (size_t)k * (size_t)c->nchannels;

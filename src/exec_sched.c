@@ -1,0 +1,217 @@
+/*
+ * The executor's preparation of an op: the schedule it runs (asked of the
+ * planner, collectives/plan.c, and cached per communicator), which of its
+ * sends read chunks that a later step overwrites, and the scratch it takes,
+ * laid out at once for the ops of a group.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/generators.h"
+#include "collectives/plan.h"
+#include "src/exec_int.h"
+#include "src/log.h"
+#include "transports/cuda/cuda_dev.h"
+
+/* The selector's size: bytes of one block (count x datatype size). */
+static size_t coll_bytes(const exec_op *op) {
+  return op->count * braid_dtype_size(op->dt);
+}
+
+braid_result exec_get_sched(braid_comm *c, exec_op *op,
+                            sched_cache_entry **out) {
+  char err[256] = "";
+  size_t bytes = coll_bytes(op);
+  int bucket = plan_bucket(bytes);
+  sched *fs = comm_file_sched(c, op->coll, op->root);
+  /* device calls on GPUs the topology places plan on those GPUs */
+  int on_gpus = op->dev >= 0 && c->dev != NULL && c->dev->view != NULL;
+  const sched_view *view = on_gpus ? c->dev->view : c->view;
+  plan_request rq;
+  comm_plan_request(c, op->coll, op->root, bytes, view, &rq);
+  /* the planner picks once per size bucket (plan.h): cached per bucket */
+  const gen_desc *g = fs ? NULL : c->sel_cache[on_gpus][op->coll][bucket];
+  if (fs == NULL && g == NULL) {
+    g = plan_select(&rq, err, sizeof err);
+    if (g == NULL) {
+      comm_set_error(c, "%s: no algorithm: %s", op->name, err);
+      return BRAID_ERR_INVALID_ARG;
+    }
+    c->sel_cache[on_gpus][op->coll][bucket] = g;
+  }
+  gen_params p = plan_params(&rq);
+  int nch = fs ? fs->nchannels : p.nchannels;
+  int root = op->root;
+  const void *key = fs ? (const void *)fs : (const void *)g;
+  for (int i = 0; i < c->ncache; i++) {
+    sched_cache_entry *e = &c->cache[i];
+    if (e->coll == op->coll && e->root == root && e->gen == key &&
+        e->view == view && e->nchannels == nch) {
+      *out = e;
+      return BRAID_SUCCESS;
+    }
+  }
+  sched *s = fs ? fs : g->fn(&p);
+  if (s == NULL) {
+    comm_set_error(c, "%s: generator %s failed (out of memory?)", op->name,
+                   g->name);
+    return BRAID_ERR_NOMEM;
+  }
+  if (s->nchannels > c->nchannels) {
+    comm_set_error(c, "%s: generator %s made %d channels, the comm has %d",
+                   op->name, s->algo, s->nchannels, c->nchannels);
+    sched_free(s);
+    return BRAID_ERR_INTERNAL;
+  }
+  TRACE(LOG_SCHED, "%s on %d ranks: algorithm %s%s, %d channels", op->name,
+        c->nranks, fs ? "from BRAID_SCHEDULE_FILE: " : "", s->algo,
+        s->nchannels);
+  if (c->ncache == COMM_SCHED_CACHE) { /* evict the oldest */
+    if (!c->cache[0].borrowed)
+      sched_free(c->cache[0].s);
+    free(c->cache[0].volatile_src[0]);
+    free(c->cache[0].volatile_src[1]);
+    memmove(&c->cache[0], &c->cache[1],
+            sizeof c->cache[0] * (COMM_SCHED_CACHE - 1));
+    c->ncache--;
+  }
+  c->cache[c->ncache] = (sched_cache_entry){
+      op->coll, root, nch, key, view, s, {NULL, NULL}, fs != NULL};
+  *out = &c->cache[c->ncache++];
+  return BRAID_SUCCESS;
+}
+
+braid_result exec_scratch_reserve(braid_comm *c, size_t bytes) {
+  if (bytes <= c->scratch_bytes)
+    return BRAID_SUCCESS;
+  void *p = realloc(c->scratch, bytes);
+  if (p == NULL) {
+    comm_set_error(c, "cannot allocate %zu bytes of scratch", bytes);
+    return BRAID_ERR_NOMEM;
+  }
+  c->scratch = p;
+  c->scratch_bytes = bytes;
+  return BRAID_SUCCESS;
+}
+
+/* Where a chunk really lives: in place, input chunks alias output chunks
+ * (NCCL's conventions), so both names map to one key. */
+static uint64_t canon(const exec_op *op, int rank, int K, uint8_t buf,
+                      uint32_t idx) {
+  if (op->inplace && buf == SCHED_BUF_IN) {
+    switch (op->coll) {
+    case SCHED_ALLREDUCE:
+    case SCHED_BROADCAST:
+    case SCHED_REDUCE:
+    case SCHED_ALLTOALL:
+      buf = SCHED_BUF_OUT;
+      break;
+    case SCHED_ALLGATHER:
+    case SCHED_GATHER:
+      buf = SCHED_BUF_OUT;
+      idx += (uint32_t)((op->coll == SCHED_GATHER ? op->root : rank) * K);
+      break;
+    default:
+      break;
+    }
+  } else if (op->inplace && buf == SCHED_BUF_OUT &&
+             (op->coll == SCHED_REDUCE_SCATTER || op->coll == SCHED_SCATTER)) {
+    buf = SCHED_BUF_IN;
+    idx += (uint32_t)((op->coll == SCHED_SCATTER ? op->root : rank) * K);
+  }
+  return (uint64_t)buf << 32 | idx;
+}
+
+static int writes(const sched_step *st) {
+  return st->prim != SCHED_P_SEND && st->dst.buf != SCHED_BUF_NONE;
+}
+
+/* Does a step after `i` overwrite a chunk that step i sends? */
+static int is_volatile(const exec_op *op, int rank, int K,
+                       const sched_channel *sc, int i) {
+  const sched_step *st = &sc->steps[i];
+  sched_chunks sent;
+  if (st->prim == SCHED_P_SEND)
+    sent = st->src;
+  else if (st->prim == SCHED_P_RECV_REDUCE_SEND ||
+           st->prim == SCHED_P_RECV_COPY_SEND)
+    sent = st->dst;
+  else
+    return 0;
+  for (int j = i + 1; j < sc->nsteps; j++) {
+    const sched_step *w = &sc->steps[j];
+    if (!writes(w))
+      continue;
+    for (uint32_t a = 0; a < sent.count; a++)
+      for (uint32_t b = 0; b < w->dst.count; b++)
+        if (canon(op, rank, K, sent.buf, sent.index + a) ==
+            canon(op, rank, K, w->dst.buf, w->dst.index + b))
+          return 1;
+  }
+  return 0;
+}
+
+const uint8_t *exec_volatile_map(sched_cache_entry *e, const exec_op *op,
+                                 int rank) {
+  int ip = op->inplace ? 1 : 0;
+  if (e->volatile_src[ip] != NULL)
+    return e->volatile_src[ip];
+  const sched *s = e->s;
+  size_t total = 0;
+  for (int ch = 0; ch < s->nchannels; ch++)
+    total += (size_t)sched_chan_c(s, rank, ch)->nsteps;
+  uint8_t *m = calloc(total + 1, 1);
+  if (m == NULL)
+    return NULL; /* everything counts as stable; hazards still protect */
+  size_t o = 0;
+  for (int ch = 0; ch < s->nchannels; ch++) {
+    const sched_channel *sc = sched_chan_c(s, rank, ch);
+    for (int i = 0; i < sc->nsteps; i++)
+      m[o++] = (uint8_t)is_volatile(op, rank, s->chunks_per_block, sc, i);
+  }
+  e->volatile_src[ip] = m;
+  return m;
+}
+
+braid_result exec_scratch_need(braid_comm *c, exec_op *op, size_t *bytes) {
+  *bytes = 0;
+  if (op->coll == SCHED_SEND || op->coll == SCHED_RECV || op->is_barrier)
+    return BRAID_SUCCESS;
+  sched_cache_entry *e = NULL;
+  CHECKR(exec_get_sched(c, op, &e));
+  *bytes = (size_t)e->s->scratch_blocks * coll_bytes(op);
+  return BRAID_SUCCESS;
+}
+
+/* Scratch for ops that run together (a group): each its own part, all
+ * reserved before any op takes a pointer, since reserving per op would move
+ * an earlier op's part (realloc) or hand two ops the same bytes. Host ops'
+ * parts in c->scratch, device ops' in the device scratch; part[k] NULL for
+ * an op without scratch. */
+braid_result exec_scratch_layout(braid_comm *c, exec_op *ops, int nops,
+                                 void **part) {
+  size_t host = 0, dev = 0;
+  for (int k = 0; k < nops; k++) {
+    size_t need = 0;
+    CHECKR(exec_scratch_need(c, &ops[k], &need));
+    int on_dev = ops[k].dev >= 0 && !ops[k].is_barrier;
+    size_t *total = on_dev ? &dev : &host;
+    /* the offset for now; a pointer once the totals are reserved */
+    part[k] = need > 0 ? (void *)(uintptr_t)(*total + 1) : NULL;
+    *total += (need + 63) & ~(size_t)63;
+  }
+  void *dev_base = NULL;
+  if (host > 0)
+    CHECKR(exec_scratch_reserve(c, host));
+  if (dev > 0)
+    CHECKR(comm_dev_scratch(c, dev, &dev_base));
+  for (int k = 0; k < nops; k++)
+    if (part[k] != NULL) {
+      int on_dev = ops[k].dev >= 0 && !ops[k].is_barrier;
+      part[k] =
+          (char *)(on_dev ? dev_base : c->scratch) + ((uintptr_t)part[k] - 1);
+    }
+  return BRAID_SUCCESS;
+}
