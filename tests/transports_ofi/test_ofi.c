@@ -6,7 +6,9 @@
  * udp;ofi_rxd when named. A rank exits XCHG_SKIP when the provider is absent;
  * the test then skips, saying so.
  */
+#define _GNU_SOURCE /* dladdr */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -536,4 +538,25 @@ Test(transports_ofi, isend_copy_and_flush_tcp) {
   setenv("BRAID_OFI_PROVIDER", "tcp", 1);
   job j = {2, 1, 4, 1 << 20, body_copy, 0};
   expect_ok(&j, 60000);
+}
+
+/* Loading braid (and so libfabric and its PSM providers) leaves no signal
+ * handler of libinfinipath's in the process: it would write a backtrace
+ * file and exit() inside the handler (transports/ofi/ofi.c). */
+Test(transports_ofi, no_provider_signal_handlers) {
+  static const int sigs[] = {SIGINT, SIGILL, SIGABRT, SIGBUS, SIGSEGV, SIGTERM};
+  int checked = 0;
+  for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+    struct sigaction sa;
+    cr_assert_eq(sigaction(sigs[i], NULL, &sa), 0);
+    void *fn = (sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction
+                                          : (void *)sa.sa_handler;
+    Dl_info di;
+    if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN &&
+        dladdr(fn, &di) != 0 && di.dli_fname != NULL)
+      cr_expect_null(strstr(di.dli_fname, "libinfinipath"),
+                     "signal %d is handled by %s", sigs[i], di.dli_fname);
+    checked++;
+  }
+  cr_expect_eq(checked, 6);
 }
