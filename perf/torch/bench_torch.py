@@ -20,7 +20,7 @@ one backend right after the other, blocking float32 calls:
 Sizes follow braid-perf's (nccl-tests') meaning of -b/-e/-f. Each size: a
 few warm-up calls, the group's barrier, then N calls timed together; the
 time of a call is the mean over the ranks of their average, as braid-perf's
-default -a 1. Then braid-perf runs the same collectives and sizes with
+default -a 1; up to 4 MiB the median of --repeat such rounds. Then braid-perf runs the same collectives and sizes with
 blocking calls (`braidrun -n RANKS braid-perf COLL -b -e -f -y 1`), and the
 script prints a markdown table per collective: braid-perf's time, torch's
 over braid and over gloo, what torch adds to braid (microseconds and
@@ -120,20 +120,29 @@ def rank_main(rank, args, tmp, out_path):
                 bufs = (torch.zeros(max(n, 1)), None)
             iters = iters_for(size, args.budget)
             row = {"coll": coll, "size": size, "iters": iters}
+            # up to 4 MiB, --repeat rounds (the backends taking turns), and
+            # the median round: small calls on a busy 2-core machine are
+            # at the mercy of the scheduler
+            rounds = args.repeat if size <= 4 << 20 else 1
+            samples = {name: [] for name in args.backends}
+            for r in range(rounds):
+                for name in args.backends:
+                    g = groups[name]
+                    # the first size of a collective warms up longer: a
+                    # group's first calls set up what later calls reuse
+                    warm = args.warmup * 10 if k == 0 and r == 0 else min(args.warmup, iters)
+                    for _ in range(warm):
+                        op(coll, name, g, bufs)
+                    dist.barrier(group=g)
+                    t0 = time.perf_counter()
+                    for _ in range(iters):
+                        op(coll, name, g, bufs)
+                    dt = (time.perf_counter() - t0) / iters
+                    t = torch.tensor([dt], dtype=torch.float64)
+                    dist.all_reduce(t, group=groups["gloo"])
+                    samples[name].append(t.item() / ws * 1e6)
             for name in args.backends:
-                g = groups[name]
-                # the first size of a collective warms up longer: a group's
-                # first calls set up what later calls reuse
-                for _ in range(args.warmup * 10 if k == 0 else min(args.warmup, iters)):
-                    op(coll, name, g, bufs)
-                dist.barrier(group=g)
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    op(coll, name, g, bufs)
-                dt = (time.perf_counter() - t0) / iters
-                t = torch.tensor([dt], dtype=torch.float64)
-                dist.all_reduce(t, group=groups["gloo"])
-                row[name] = t.item() / ws * 1e6
+                row[name] = sorted(samples[name])[len(samples[name]) // 2]
             results.append(row)
             if rank == 0:
                 print(f"{coll:15s} {human(size):>9s} x{iters:<4d} " +
@@ -189,6 +198,8 @@ def main():
                     "(braid-perf then runs -f 2 over their range)")
     ap.add_argument("--collectives", default=",".join(COLLS))
     ap.add_argument("--warmup", type=int, default=5, help="torch warm-up calls per size")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="rounds per size up to 4 MiB; the median is shown")
     ap.add_argument("--budget", default="256M",
                     help="bytes per size that set the timed calls (5 to 200)")
     ap.add_argument("--perf-iters", type=int, default=20)
@@ -239,7 +250,8 @@ def main():
     head = [f"{started:%Y-%m-%d %H:%M} UTC, {args.ranks} ranks on "
             f"{os.cpu_count()} cores ({platform.node()}), torch {torch.__version__}, "
             f"float32, blocking calls; torch: warm-up {args.warmup} "
-            f"({args.warmup * 10} at the first size), "
+            f"({args.warmup * 10} at the first size), median of {args.repeat} "
+            f"rounds up to 4 MiB, "
             f"timed calls 5 to 200 per size; braid-perf: -w {args.perf_warmup} "
             f"-n {args.perf_iters}.", "",
             "    " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])]
