@@ -168,6 +168,17 @@ def main():
                 result.errors.append((name, traceback.format_exc()))
             finally:
                 watchdog.cancel()
+            # A rank that outlives its test (torch's harness SIGTERMs the
+            # others when one fails, and does not wait for them) would hold
+            # this process at exit, which joins its children.
+            left = [p for p in getattr(test, "processes", []) if p.is_alive()]
+            for p in left:
+                p.join(5)
+                if p.is_alive():
+                    print(f"{name}: rank pid {p.pid} still running after "
+                          "the test; killed", flush=True)
+                    p.kill()
+                    p.join(5)
             if getattr(test, "killed", False):
                 result.errors.append((name, f"ranks killed after {args.timeout + 30} s"))
             dt = time.time() - t0
