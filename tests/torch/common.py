@@ -6,7 +6,7 @@ Two ways:
     dist.init_process_group("braid", init_method=init) then fn(rank, size),
     and returns when all have exited; a rank that raises, exits non-zero or
     outlives the deadline fails the test (its traceback is on stderr).
-  * python3 common.py torchrun N script.py [args]: runs the script under
+  * /usr/bin/python3 common.py torchrun N script.py [args]: runs the script under
     torch.distributed.run with N processes on a free port (env://).
 """
 
