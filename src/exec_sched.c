@@ -29,11 +29,15 @@ braid_result exec_get_sched(braid_comm *c, exec_op *op,
   /* device calls on GPUs the topology places plan on those GPUs */
   int on_gpus = op->dev >= 0 && c->dev != NULL && c->dev->view != NULL;
   const sched_view *view = on_gpus ? c->dev->view : c->view;
+  /* the request is built only when the planner is asked (a repeated call
+   * finds its generator and schedule cached) */
   plan_request rq;
-  comm_plan_request(c, op->coll, op->root, bytes, view, &rq);
+  int have_rq = 0;
   /* the planner picks once per size bucket (plan.h): cached per bucket */
   const gen_desc *g = fs ? NULL : c->sel_cache[on_gpus][op->coll][bucket];
   if (fs == NULL && g == NULL) {
+    comm_plan_request(c, op->coll, op->root, bytes, view, &rq);
+    have_rq = 1;
     g = plan_select(&rq, err, sizeof err);
     if (g == NULL) {
       comm_set_error(c, "%s: no algorithm: %s", op->name, err);
@@ -41,8 +45,7 @@ braid_result exec_get_sched(braid_comm *c, exec_op *op,
     }
     c->sel_cache[on_gpus][op->coll][bucket] = g;
   }
-  gen_params p = plan_params(&rq);
-  int nch = fs ? fs->nchannels : p.nchannels;
+  int nch = fs ? fs->nchannels : plan_channels(bytes, c->nchannels);
   int root = op->root;
   const void *key = fs ? (const void *)fs : (const void *)g;
   for (int i = 0; i < c->ncache; i++) {
@@ -53,7 +56,13 @@ braid_result exec_get_sched(braid_comm *c, exec_op *op,
       return BRAID_SUCCESS;
     }
   }
-  sched *s = fs ? fs : g->fn(&p);
+  sched *s = fs;
+  if (s == NULL) {
+    if (!have_rq)
+      comm_plan_request(c, op->coll, op->root, bytes, view, &rq);
+    gen_params p = plan_params(&rq);
+    s = g->fn(&p);
+  }
   if (s == NULL) {
     comm_set_error(c, "%s: generator %s failed (out of memory?)", op->name,
                    g->name);
