@@ -14,6 +14,25 @@
 #ifndef BRAID_MACHINES_INSTALL_DIR
 #define BRAID_MACHINES_INSTALL_DIR ""
 #endif
+#ifndef BRAID_MACHINES_REL_DIR
+#define BRAID_MACHINES_REL_DIR "share/braid/machines"
+#endif
+
+/* <prefix>/share/braid/machines for the program running from <prefix>/bin:
+ * an installation found wherever its prefix is. "" when unknown. */
+static void beside_program(char *dir, size_t len) {
+  char exe[1024];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  dir[0] = '\0';
+  if (n <= 0)
+    return;
+  exe[n] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (slash == NULL)
+    return;
+  *slash = '\0'; /* <prefix>/bin */
+  snprintf(dir, len, "%s/../%s", exe, BRAID_MACHINES_REL_DIR);
+}
 
 static const char *const model_names[] = {
     "dgx1-v100", "dgx-a100", "dgx-h100", "pcie-4gpu", "cpu-2socket", NULL};
@@ -29,7 +48,10 @@ braid_result topo_model_load(const char *name, topo_graph **out, char *err,
   }
   if (strchr(name, '/') || strstr(name, ".topo") || strstr(name, ".xml"))
     return topo_load(name, TOPO_FMT_AUTO, out, err, errlen);
-  const char *dirs[] = {BRAID_MACHINES_SRC_DIR, BRAID_MACHINES_INSTALL_DIR};
+  char beside[1100];
+  beside_program(beside, sizeof(beside));
+  const char *dirs[] = {BRAID_MACHINES_SRC_DIR, beside,
+                        BRAID_MACHINES_INSTALL_DIR};
   for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
     if (!dirs[i][0])
       continue;
@@ -44,8 +66,8 @@ braid_result topo_model_load(const char *name, topo_graph **out, char *err,
     strncat(list, model_names[i], sizeof(list) - strlen(list) - 1);
   }
   topo_errf(err, errlen,
-            "no machine model '%s' (known: %s; searched %s and %s)", name, list,
-            BRAID_MACHINES_SRC_DIR, BRAID_MACHINES_INSTALL_DIR);
+            "no machine model '%s' (known: %s; searched %s, %s and %s)", name,
+            list, BRAID_MACHINES_SRC_DIR, beside, BRAID_MACHINES_INSTALL_DIR);
   return BRAID_ERR_INVALID_ARG;
 }
 

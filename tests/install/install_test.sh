@@ -12,6 +12,10 @@ libdir=$(ls -d "$prefix"/lib*/ | head -1)
 test -f "$libdir/libbraid.so" && test -f "$libdir/libbraid.a"
 test -f "$libdir/pkgconfig/braid.pc"
 test -f "$libdir/cmake/braid/braidConfig.cmake"
+# the machine models go under the prefix given to cmake --install, not the
+# configured one
+test -f "$prefix/share/braid/machines/dgx1-v100.topo" ||
+  { echo "the machine models were not installed under $prefix"; exit 1; }
 
 echo "-- pkg-config"
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
