@@ -284,45 +284,53 @@ static int cma_self(int *err) {
   return n == (ssize_t)sizeof got && got == word;
 }
 
+pid_t doc_fork_piped(int *in, int *out) {
+  int down[2], up[2]; /* parent -> child, child -> parent */
+  if (pipe2(down, O_CLOEXEC) != 0)
+    return -1;
+  if (pipe2(up, O_CLOEXEC) != 0) {
+    close(down[0]);
+    close(down[1]);
+    return -1;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(down[0]);
+    close(down[1]);
+    close(up[0]);
+    close(up[1]);
+    return -1;
+  }
+  close(pid == 0 ? down[1] : down[0]);
+  close(pid == 0 ? up[0] : up[1]);
+  *in = pid == 0 ? down[0] : up[0];
+  *out = pid == 0 ? up[1] : down[1];
+  return pid;
+}
+
 /* A read of a child's memory, as a rank reads a peer's: the child allows
  * any tracer (PR_SET_PTRACER_ANY, as braid's ranks do) and waits on a pipe
  * that the parent closes after the read (or that closes when the parent
  * dies). 1 readable, 0 not (*err the errno), -1 the probe could not run. */
 static int cma_child(int *err) {
   static volatile uint64_t word = 0;
-  int to_child[2], from_child[2];
-  if (pipe2(to_child, O_CLOEXEC) != 0)
+  int in, out;
+  pid_t pid = doc_fork_piped(&in, &out);
+  if (pid < 0)
     return -1;
-  if (pipe2(from_child, O_CLOEXEC) != 0) {
-    close(to_child[0]);
-    close(to_child[1]);
-    return -1;
-  }
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(to_child[0]);
-    close(to_child[1]);
-    close(from_child[0]);
-    close(from_child[1]);
-    return -1;
-  }
   if (pid == 0) { /* only async-signal-safe calls until _exit */
-    close(to_child[1]);
-    close(from_child[0]);
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     word = 0x646f63746f72636dull;
     char c = 1;
-    if (write(from_child[1], &c, 1) != 1)
+    if (write(out, &c, 1) != 1)
       _exit(1);
-    (void)!read(to_child[0], &c, 1); /* EOF when the parent is done */
+    (void)!read(in, &c, 1); /* EOF when the parent is done */
     _exit(0);
   }
-  close(to_child[0]);
-  close(from_child[1]);
   char c = 0;
   int rc = -1;
-  struct pollfd pf = {from_child[0], POLLIN, 0};
-  if (poll(&pf, 1, 5000) == 1 && read(from_child[0], &c, 1) == 1) {
+  struct pollfd pf = {in, POLLIN, 0};
+  if (poll(&pf, 1, 5000) == 1 && read(in, &c, 1) == 1) {
     uint64_t got = 0;
     struct iovec l = {&got, sizeof got};
     struct iovec rv = {(void *)&word, sizeof word};
@@ -330,8 +338,8 @@ static int cma_child(int *err) {
     *err = n < 0 ? errno : 0;
     rc = n == (ssize_t)sizeof got && got == 0x646f63746f72636dull;
   }
-  close(to_child[1]);
-  close(from_child[0]);
+  close(out);
+  close(in);
   if (rc < 0)
     kill(pid, SIGKILL); /* it did not answer in time */
   while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)

@@ -12,6 +12,7 @@
 #define BRAID_SRC_DOCTOR_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "braid.h"
 
@@ -83,5 +84,9 @@ void doc_rdma(const doc_opts *o, const doc_probe *p, doc_report *r);
 void doc_gpu(const doc_opts *o, int local, doc_report *r);
 /* Bytes as "64 MiB" into buf. */
 const char *doc_bytes(unsigned long long b, char *buf, size_t len);
+/* Forks a child joined to this process by two pipes (close-on-exec): *in
+ * reads what the other side writes to *out. 0 in the child, the child's pid
+ * in the parent, -1 when a pipe or the fork failed (nothing left open). */
+pid_t doc_fork_piped(int *in, int *out);
 
 #endif

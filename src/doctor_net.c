@@ -210,45 +210,29 @@ typedef struct ipc_child {
 } ipc_child;
 
 static int ipc_start(ipc_child *k) {
-  int to_child[2], from_child[2];
+  int in, out;
   k->pid = -1;
-  if (pipe(to_child) != 0)
+  pid_t pid = doc_fork_piped(&in, &out);
+  if (pid < 0)
     return -1;
-  if (pipe(from_child) != 0) {
-    close(to_child[0]);
-    close(to_child[1]);
-    return -1;
-  }
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(to_child[0]);
-    close(to_child[1]);
-    close(from_child[0]);
-    close(from_child[1]);
-    return -1;
-  }
   if (pid == 0) {
-    close(to_child[1]);
-    close(from_child[0]);
     unsigned char h[CUDEV_IPC_BYTES + sizeof(int)];
     char res = 0;
     void *base = NULL;
     int dev = 0;
-    if (read(to_child[0], h, sizeof h) == (ssize_t)sizeof h) {
+    if (read(in, h, sizeof h) == (ssize_t)sizeof h) {
       memcpy(&dev, h + CUDEV_IPC_BYTES, sizeof dev);
       res = cudev_set_device(dev) == BRAID_SUCCESS &&
             cudev_ipc_open(h, &base) == BRAID_SUCCESS;
-      (void)!write(from_child[1], &res, 1);
+      (void)!write(out, &res, 1);
       if (res)
         cudev_ipc_close(base);
     }
     _exit(0);
   }
-  close(to_child[0]);
-  close(from_child[1]);
   k->pid = pid;
-  k->to = to_child[1];
-  k->from = from_child[0];
+  k->to = out;
+  k->from = in;
   return 0;
 }
 
