@@ -23,7 +23,9 @@
 
 typedef int (*gpu_rank_fn)(braid_comm *c, int rank, int n);
 
-/* Visible CUDA devices, asked in a child; *why says why there are none. */
+/* Visible CUDA devices, asked in a child; *why says why there are none.
+ * -1 when the child itself failed (crashed, said nothing): a failure of
+ * the test, not a machine without a GPU. */
 static int gpu_probe(char *why, size_t len) {
   int p[2];
   cr_assert(pipe(p) == 0);
@@ -48,9 +50,14 @@ static int gpu_probe(char *why, size_t len) {
   int st = 0;
   waitpid(pid, &st, 0);
   int n = 0, off = 0;
-  if (got <= 0 || sscanf(buf, "%d %n", &n, &off) < 1) {
-    snprintf(why, len, "the probe process failed (status %d)", st);
-    return 0;
+  if (got <= 0 || sscanf(buf, "%d %n", &n, &off) < 1 || !WIFEXITED(st) ||
+      WEXITSTATUS(st) != 0) {
+    if (WIFSIGNALED(st))
+      snprintf(why, len, "the probe process died of signal %d", WTERMSIG(st));
+    else
+      snprintf(why, len, "the probe process exited %d having said '%s'",
+               WIFEXITED(st) ? WEXITSTATUS(st) : -1, buf);
+    return -1;
   }
   snprintf(why, len, "%s", buf + off);
   return n;
@@ -59,10 +66,10 @@ static int gpu_probe(char *why, size_t len) {
 #define GPU_REQUIRE()                                                          \
   do {                                                                         \
     char why_[256];                                                            \
-    if (gpu_probe(why_, sizeof why_) <= 0) {                                   \
-      fprintf(stderr, "SKIP: no CUDA device: %s\n", why_);                     \
+    int gpus_ = gpu_probe(why_, sizeof why_);                                  \
+    cr_assert(gpus_ >= 0, "asking for CUDA devices failed: %s", why_);         \
+    if (gpus_ == 0)                                                            \
       cr_skip_test("no CUDA device: %s", why_);                                \
-    }                                                                          \
   } while (0)
 
 static double gpu_now_s(void) {
