@@ -1,14 +1,12 @@
 /*
  * Schedule files (collectives/sched_file.c): round trips of every
  * topology-blind generator, malformed inputs with their file:line:column
- * messages, a broken schedule caught by the verifier, and the load time of
- * a big file.
+ * messages, a broken schedule caught by the verifier, and a big file.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "collectives/generators.h"
@@ -380,23 +378,20 @@ Test(sched_file, dropped_step_fails_the_verifier) {
   sched_free(s[1]);
 }
 
-Test(sched_file, big_file_loads_fast) {
+/* A large schedule (a 64-rank ring allreduce) loads whole and unchanged;
+ * no test asserts how long that takes. */
+Test(sched_file, big_file_loads) {
   gen_params p = {SCHED_ALLREDUCE, 64, 0, 2, NULL, 0, 0};
   sched *s = gen_ring(&p);
   cr_assert_not_null(s);
   const char *path = tmp_file(&s, 1);
-  struct timespec a, b;
-  clock_gettime(CLOCK_MONOTONIC, &a);
   sched **out = NULL;
   int n = 0;
   char err[1024] = "";
   int rc = sched_file_load(path, &out, &n, err, sizeof(err));
-  clock_gettime(CLOCK_MONOTONIC, &b);
-  double secs = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
   cr_assert_eq(rc, 0, "%s", err);
   cr_assert_eq(n, 1);
   same_sched(s, out[0], "ring 64");
-  cr_assert_lt(secs, 1.0, "64-rank ring allreduce took %.3f s to load", secs);
   free_all(out, n);
   sched_free(s);
   unlink(path);
