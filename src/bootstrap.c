@@ -102,74 +102,6 @@ static void fill_self(boot_peer *p, const struct sockaddr_storage *addr) {
   p->addr = *addr;
 }
 
-static int id_decode(const braid_unique_id *id, struct sockaddr_storage *a,
-                     uint8_t secret[16]) {
-  id_wire w;
-  memcpy(&w, id->internal, sizeof(w));
-  if (w.magic != BOOT_MAGIC || w.version != BOOT_VERSION ||
-      (w.family != AF_INET && w.family != AF_INET6))
-    return -1;
-  memset(a, 0, sizeof(*a));
-  a->ss_family = w.family;
-  if (w.family == AF_INET) {
-    memcpy(&((struct sockaddr_in *)a)->sin_addr, w.addr, 4);
-  } else {
-    memcpy(&((struct sockaddr_in6 *)a)->sin6_addr, w.addr, 16);
-    ((struct sockaddr_in6 *)a)->sin6_scope_id = w.scope_id;
-  }
-  sock_addr_set_port(a, w.port);
-  memcpy(secret, w.secret, 16);
-  return 0;
-}
-
-static int hexval(char ch) {
-  if (ch >= '0' && ch <= '9')
-    return ch - '0';
-  if (ch >= 'a' && ch <= 'f')
-    return ch - 'a' + 10;
-  if (ch >= 'A' && ch <= 'F')
-    return ch - 'A' + 10;
-  return -1;
-}
-
-int boot_id_from_text(const char *text, braid_unique_id *id, char *err,
-                      size_t errlen) {
-  size_t len = strlen(text);
-  if (len != 2 * BRAID_UNIQUE_ID_BYTES) {
-    snprintf(err, errlen, "%zu characters, where a unique id has %d hex digits",
-             len, 2 * BRAID_UNIQUE_ID_BYTES);
-    return -1;
-  }
-  braid_unique_id parsed;
-  for (size_t i = 0; i < len; i++) {
-    int v = hexval(text[i]);
-    if (v < 0) {
-      snprintf(err, errlen, "character %zu ('%c') is not a hex digit", i,
-               text[i]);
-      return -1;
-    }
-    if (i % 2 == 0)
-      parsed.internal[i / 2] = (char)(v << 4);
-    else
-      parsed.internal[i / 2] = (char)(parsed.internal[i / 2] | v);
-  }
-  id_wire w;
-  memcpy(&w, parsed.internal, sizeof(w));
-  if (w.magic != BOOT_MAGIC)
-    snprintf(err, errlen, "hex that is not a braid unique id (no braid magic)");
-  else if (w.version != BOOT_VERSION)
-    snprintf(err, errlen, "a unique id of another braid version (%u, not %u)",
-             (unsigned)w.version, (unsigned)BOOT_VERSION);
-  else if (w.family != AF_INET && w.family != AF_INET6)
-    snprintf(err, errlen, "a unique id with an unknown address family %u",
-             (unsigned)w.family);
-  else {
-    *id = parsed;
-    return 0;
-  }
-  return -1;
-}
-
 int boot_timeout_or_default(int timeout_ms) {
   if (timeout_ms > 0)
     return timeout_ms;
@@ -217,43 +149,60 @@ void boot_close(boot *b) {
   free(b);
 }
 
+/* The local address the kernel would use to reach `to` (a UDP connect
+ * sends nothing), port 0. */
+static int route_source(const struct sockaddr_storage *to,
+                        struct sockaddr_storage *local, char *err,
+                        size_t errlen) {
+  char as[80];
+  int s = socket(to->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  socklen_t l = sizeof(*local);
+  memset(local, 0, sizeof(*local));
+  if (s < 0 ||
+      connect(s, (const struct sockaddr *)to, sock_addr_len(to)) != 0 ||
+      getsockname(s, (struct sockaddr *)local, &l) != 0) {
+    snprintf(err, errlen, "no route to the bootstrap root at %s: %s",
+             sock_addr_str(to, as, sizeof(as)), strerror(errno));
+    if (s >= 0)
+      close(s);
+    return -1;
+  }
+  close(s);
+  sock_addr_set_port(local, 0);
+  return 0;
+}
+
 static braid_result rendezvous(const struct sockaddr_storage *root,
                                const uint8_t secret[16], int rank, int nranks,
                                int64_t deadline, boot *b, int *lfd, char *err,
                                size_t errlen) {
   char e[200], as[80];
   sock_addr_str(root, as, sizeof(as));
-  int fd;
-  int crc = sock_connect(root, deadline, 0, &fd, e, sizeof(e));
-  if (crc != 0) {
-    SETERR(err, errlen, "rank %d: cannot reach the bootstrap root: %s", rank,
-           e);
-    return crc == SOCK_TIMEOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_SYSTEM;
-  }
-  /* Listen on the address this host used to reach the root. */
+  /* Listen on the address this host uses to reach the root (the kernel's
+   * choice of source address for it). */
   struct sockaddr_storage local, bound;
-  socklen_t l = sizeof(local);
-  memset(&local, 0, sizeof(local));
-  getsockname(fd, (struct sockaddr *)&local, &l);
-  sock_addr_set_port(&local, 0);
-  if (sock_listen(&local, 0, 0, lfd, &bound, e, sizeof(e)) != 0) {
+  if (route_source(root, &local, e, sizeof(e)) != 0 ||
+      sock_listen(&local, 0, 0, lfd, &bound, e, sizeof(e)) != 0) {
     SETERR(err, errlen, "rank %d: control listener: %s", rank, e);
-    close(fd);
     return BRAID_ERR_SYSTEM;
   }
-  struct {
-    sock_auth a;
-    root_hello h;
-  } msg;
-  memset(&msg, 0, sizeof(msg));
-  sock_auth_fill(&msg.a, BOOT_MAGIC, KIND_ROOT, secret);
-  msg.h.rank = rank;
-  msg.h.nranks = nranks;
-  fill_self(&msg.h.me, &bound);
+  root_hello h;
+  memset(&h, 0, sizeof(h));
+  h.rank = rank;
+  h.nranks = nranks;
+  fill_self(&h.me, &bound);
+  int fd;
+  int crc = sock_connect_auth(root, deadline, 0, BOOT_MAGIC, KIND_ROOT, secret,
+                              &h, sizeof(h), &fd, e, sizeof(e));
+  if (crc != 0) {
+    SETERR(err, errlen, "rank %d: cannot join the bootstrap root: %s", rank, e);
+    close(*lfd);
+    return crc == SOCK_TIMEOUT   ? BRAID_ERR_TIMEOUT
+           : crc == SOCK_REFUSED ? BRAID_ERR_INVALID_ARG
+                                 : BRAID_ERR_SYSTEM;
+  }
   root_reply r;
-  int rc = sock_write_full(fd, &msg, sizeof(msg), deadline);
-  if (rc == 0)
-    rc = sock_read_full(fd, &r, sizeof(r), deadline);
+  int rc = sock_read_full(fd, &r, sizeof(r), deadline);
   if (rc == 0 && r.status == BRAID_SUCCESS) {
     if (r.nranks != nranks) {
       SETERR(err, errlen,
@@ -273,8 +222,8 @@ static braid_result rendezvous(const struct sockaddr_storage *root,
            "rank %d: rendezvous with the bootstrap root at %s failed: %s", rank,
            as,
            rc == SOCK_TIMEOUT ? "timed out waiting for the other ranks"
-           : rc == SOCK_EOF   ? "the root closed the connection (wrong "
-                                "secret, or the root already finished?)"
+           : rc == SOCK_EOF   ? "the root closed the connection (did it "
+                                "already finish?)"
                               : sock_strerror(rc, e, sizeof(e)));
     close(*lfd);
     return rc == SOCK_TIMEOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_REMOTE;
@@ -295,27 +244,15 @@ static braid_result build_mesh(boot *b, int lfd, int64_t deadline, char *err,
   char e[200], as[80];
   int rank = b->rank, n = b->nranks;
   for (int j = 0; j < rank; j++) {
+    mesh_hello h = {rank, n};
     int fd;
-    if (sock_connect(&b->peers[j].addr, deadline, 0, &fd, e, sizeof(e)) != 0) {
+    if (sock_connect_auth(&b->peers[j].addr, deadline, 0, BOOT_MAGIC, KIND_MESH,
+                          m->secret, &h, sizeof(h), &fd, e, sizeof(e)) != 0) {
       SETERR(err, errlen, "rank %d: control connection to rank %d: %s", rank, j,
              e);
       return BRAID_ERR_SYSTEM;
     }
     m->fds[j] = fd;
-    struct {
-      sock_auth a;
-      mesh_hello h;
-    } msg;
-    memset(&msg, 0, sizeof(msg));
-    sock_auth_fill(&msg.a, BOOT_MAGIC, KIND_MESH, m->secret);
-    msg.h.rank = rank;
-    msg.h.nranks = n;
-    if (sock_write_full(fd, &msg, sizeof(msg), deadline) != 0) {
-      SETERR(err, errlen, "rank %d: sending the greeting to rank %d (%s): %s",
-             rank, j, sock_addr_str(&b->peers[j].addr, as, sizeof(as)),
-             strerror(errno));
-      return BRAID_ERR_REMOTE;
-    }
   }
   char what[96];
   snprintf(what, sizeof(what), "control listener of rank %d", rank);
@@ -373,7 +310,7 @@ braid_result boot_init(const braid_unique_id *id, int rank, int nranks,
   }
   struct sockaddr_storage root;
   uint8_t secret[16];
-  if (id_decode(id, &root, secret) != 0) {
+  if (boot_id_decode(id, &root, secret) != 0) {
     SETERR(err, errlen,
            "boot_init: the unique id is not a braid id of this version "
            "(bad magic/version/address family)");

@@ -2,8 +2,11 @@
  * Bootstrap: rendezvous through the root named in the unique id, then a mesh
  * of control sockets (one per pair of ranks) that carries small blobs for
  * setup and tells a rank when a peer dies (EOF or reset on its socket).
- * Every connection first proves the id's secret; one that does not is logged
- * and dropped and never reaches the job.
+ * Every connection first proves the id's secret by a challenge-response
+ * (the secret never crosses the wire); one that does not, or not within a
+ * second, is logged and dropped and never reaches the job, and a flood of
+ * such connections neither delays the ranks nor exhausts descriptors
+ * (transports/sock_gate.c).
  */
 #ifndef BRAID_SRC_BOOTSTRAP_H
 #define BRAID_SRC_BOOTSTRAP_H

@@ -19,7 +19,7 @@
 #define BOOT_VERSION 1
 #define KIND_ROOT 1u /* greeting kind of a rank joining the root */
 #define KIND_MESH 2u /* greeting kind of a control-mesh connection */
-#define AUTH_MS 5000 /* a connection proves the secret within this */
+#define AUTH_MS 1000 /* a connection proves the secret within this */
 #define TEXT_LEN 256
 
 /* The unique id's content (inside braid_unique_id). */
@@ -54,6 +54,11 @@ typedef struct root_reply {
     if ((buf) && (len))                                                        \
       snprintf((buf), (len), __VA_ARGS__);                                     \
   } while (0)
+
+/* The root's address and the secret from an id: 0, or -1 when it is no
+ * braid id of this version. */
+int boot_id_decode(const braid_unique_id *id, struct sockaddr_storage *a,
+                   uint8_t secret[16]);
 
 /* timeout_ms when positive, else BRAID_TIMEOUT's value, else 300 s. */
 int boot_timeout_or_default(int timeout_ms);

@@ -5,7 +5,8 @@
  * that they agree on nranks and that no rank joins twice, forgets ranks that
  * leave before the rendezvous completes, and once all nranks ranks are in
  * sends every one of them the table of peers. At its timeout it tells the
- * ranks that came which ones are missing.
+ * ranks that came which ones are missing. The id's text form is read here
+ * too.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -220,6 +221,74 @@ static void id_encode(braid_unique_id *id, const struct sockaddr_storage *a,
   memcpy(w.secret, secret, 16);
   memset(id, 0, sizeof(*id));
   memcpy(id->internal, &w, sizeof(w));
+}
+
+int boot_id_decode(const braid_unique_id *id, struct sockaddr_storage *a,
+                   uint8_t secret[16]) {
+  id_wire w;
+  memcpy(&w, id->internal, sizeof(w));
+  if (w.magic != BOOT_MAGIC || w.version != BOOT_VERSION ||
+      (w.family != AF_INET && w.family != AF_INET6))
+    return -1;
+  memset(a, 0, sizeof(*a));
+  a->ss_family = w.family;
+  if (w.family == AF_INET) {
+    memcpy(&((struct sockaddr_in *)a)->sin_addr, w.addr, 4);
+  } else {
+    memcpy(&((struct sockaddr_in6 *)a)->sin6_addr, w.addr, 16);
+    ((struct sockaddr_in6 *)a)->sin6_scope_id = w.scope_id;
+  }
+  sock_addr_set_port(a, w.port);
+  memcpy(secret, w.secret, 16);
+  return 0;
+}
+
+static int hexval(char ch) {
+  if (ch >= '0' && ch <= '9')
+    return ch - '0';
+  if (ch >= 'a' && ch <= 'f')
+    return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F')
+    return ch - 'A' + 10;
+  return -1;
+}
+
+int boot_id_from_text(const char *text, braid_unique_id *id, char *err,
+                      size_t errlen) {
+  size_t len = strlen(text);
+  if (len != 2 * BRAID_UNIQUE_ID_BYTES) {
+    snprintf(err, errlen, "%zu characters, where a unique id has %d hex digits",
+             len, 2 * BRAID_UNIQUE_ID_BYTES);
+    return -1;
+  }
+  braid_unique_id parsed;
+  for (size_t i = 0; i < len; i++) {
+    int v = hexval(text[i]);
+    if (v < 0) {
+      snprintf(err, errlen, "character %zu ('%c') is not a hex digit", i,
+               text[i]);
+      return -1;
+    }
+    if (i % 2 == 0)
+      parsed.internal[i / 2] = (char)(v << 4);
+    else
+      parsed.internal[i / 2] = (char)(parsed.internal[i / 2] | v);
+  }
+  id_wire w;
+  memcpy(&w, parsed.internal, sizeof(w));
+  if (w.magic != BOOT_MAGIC)
+    snprintf(err, errlen, "hex that is not a braid unique id (no braid magic)");
+  else if (w.version != BOOT_VERSION)
+    snprintf(err, errlen, "a unique id of another braid version (%u, not %u)",
+             (unsigned)w.version, (unsigned)BOOT_VERSION);
+  else if (w.family != AF_INET && w.family != AF_INET6)
+    snprintf(err, errlen, "a unique id with an unknown address family %u",
+             (unsigned)w.family);
+  else {
+    *id = parsed;
+    return 0;
+  }
+  return -1;
 }
 
 static braid_result make_secret(uint8_t secret[16], char *err, size_t errlen) {

@@ -9,6 +9,7 @@
 #ifndef BRAID_TRANSPORTS_SOCK_UTIL_H
 #define BRAID_TRANSPORTS_SOCK_UTIL_H
 
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -17,6 +18,7 @@
 #define SOCK_TIMEOUT (-2) /* the deadline passed */
 #define SOCK_ERR (-3)     /* a system call failed (errno kept) */
 #define SOCK_RESET (-4)   /* ECONNRESET / EPIPE: the peer went away */
+#define SOCK_REFUSED (-5) /* the greeting's proof of the secret failed */
 
 /* Milliseconds on the monotonic clock. */
 int64_t sock_now_ms(void);
@@ -74,38 +76,78 @@ const char *sock_strerror(int code, char *buf, size_t len);
  * 1 dead, 0 alive (or data pending). */
 int sock_peer_dead(int fd);
 
-/* The greeting every braid connection opens with: a magic naming the kind
- * of connection and the job's secret. */
+/* The greeting every braid connection opens with (transports/sock_gate.c):
+ * a challenge-response over the job's secret, which never crosses the wire.
+ * The listener sends a sock_challenge with a fresh random nonce; the
+ * connecting side answers with a sock_auth (its own nonce and an
+ * HMAC-SHA256, keyed by the secret, of the magic, the kind, both nonces and
+ * the body that follows it) and the body; the listener answers with a
+ * sock_verdict, which when it admits carries the listener's own HMAC of the
+ * exchange. An answer recorded on one connection does not fit the nonce of
+ * another. */
+#define SOCK_NONCE 16
+#define SOCK_MAC 32
+typedef struct sock_challenge {
+  uint32_t magic, kind;
+  uint8_t nonce[SOCK_NONCE];
+} sock_challenge;
 typedef struct sock_auth {
-  uint32_t magic;
-  uint32_t kind;
-  uint8_t secret[16];
+  uint32_t magic, kind;
+  uint8_t nonce[SOCK_NONCE];
+  uint8_t mac[SOCK_MAC];
 } sock_auth;
-void sock_auth_fill(sock_auth *a, uint32_t magic, uint32_t kind,
-                    const uint8_t secret[16]);
+#define SOCK_VERDICT_OK 1u
+#define SOCK_VERDICT_REFUSED 2u /* the answer did not prove the secret */
+typedef struct sock_verdict {
+  uint32_t magic, status;
+  uint8_t mac[SOCK_MAC]; /* with SOCK_VERDICT_OK */
+} sock_verdict;
 
-/* An authenticating accept loop on a listener. Each accepted connection must
- * send a sock_auth matching (magic, kind, secret) followed by body_len bytes
- * within auth_ms; one that does not is logged with WARN (naming `what` and
- * the remote address) and closed, and the gate keeps serving. */
-#define SOCK_GATE_MAX_MSG 512 /* greeting + body */
+/* The connecting side's HMAC of a greeting (for sock_auth.mac). */
+void sock_auth_sign(const uint8_t secret[16], uint32_t magic, uint32_t kind,
+                    const uint8_t server_nonce[SOCK_NONCE],
+                    const uint8_t client_nonce[SOCK_NONCE], const void *body,
+                    size_t body_len, uint8_t mac[SOCK_MAC]);
+
+/* Connects to addr (as sock_connect) and proves the secret with the
+ * greeting (magic, kind) carrying body. A connection the listener drops
+ * before its verdict (it was flooded, or the answer came too late) is made
+ * again until deadline. 0 with *fd nonblocking once admitted; SOCK_REFUSED
+ * when the listener refused the proof (another job's secret) or did not
+ * prove the secret itself; SOCK_TIMEOUT; SOCK_ERR. err says which. */
+int sock_connect_auth(const struct sockaddr_storage *addr, int64_t deadline,
+                      size_t bufs, uint32_t magic, uint32_t kind,
+                      const uint8_t secret[16], const void *body,
+                      size_t body_len, int *fd, char *err, size_t errlen);
+
+/* An authenticating accept loop on a listener. It serves every pending
+ * greeting at once (poll over all of them), keeps at most
+ * SOCK_GATE_MAX_PENDING connections that have not proved the secret (a new
+ * one drops the oldest), and drops one that has not proved it within
+ * auth_ms of its accept. A dropped connection is logged (WARN for the first
+ * few, then counted) naming `what` and the remote address. */
+#define SOCK_GATE_MAX_MSG 512 /* sock_auth + body */
+#define SOCK_GATE_MAX_PENDING 256
 typedef struct sock_gate_conn sock_gate_conn;
 typedef struct sock_gate {
   int lfd;
-  sock_auth want;
+  uint32_t magic, kind;
+  uint8_t secret[16];
   size_t body_len;
   int auth_ms;
   char what[96];
   int npend, cap;
   sock_gate_conn *pend;
+  struct pollfd *pfd; /* cap + 1 */
+  unsigned long dropped;
 } sock_gate;
 void sock_gate_init(sock_gate *g, int lfd, uint32_t magic, uint32_t kind,
                     const uint8_t secret[16], size_t body_len, int auth_ms,
                     const char *what);
 /* body_len must be at most SOCK_GATE_MAX_MSG - sizeof(sock_auth). */
 /* Waits until deadline for the next connection that proves the secret:
- * 0 (with *fd nonblocking, body filled, *peer set), SOCK_TIMEOUT or
- * SOCK_ERR. */
+ * 0 (with *fd nonblocking, body filled, *peer set, the verdict sent),
+ * SOCK_TIMEOUT or SOCK_ERR. */
 int sock_gate_next(sock_gate *g, int64_t deadline, int *fd, void *body,
                    struct sockaddr_storage *peer);
 /* Closes the connections still pending (not the listener). */

@@ -15,7 +15,7 @@
 
 #define TCP_MAGIC 0x42524454u /* "BRDT" */
 #define TCP_KIND 1u
-#define TCP_AUTH_MS 5000
+#define TCP_AUTH_MS 1000
 #define TCP_DATA 1u
 #define TCP_BYE 2u /* "closing because rank (len - 1) failed" */
 #define TCP_LEN_MAX ((uint64_t)1 << 56)

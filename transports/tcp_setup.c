@@ -46,13 +46,15 @@ static int setup_fail(tp_setup *st, tcp_state *s, int code) {
 static int tcp_connect_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
                            const struct sockaddr_storage *addrs, size_t bufs,
                            const uint8_t *secret, int64_t deadline) {
-  char e[200], as[80];
+  char e[200];
   for (int p = st->rank + 1; p < st->nranks; p++) {
     if (!peers[p])
       continue;
     for (int ch = 0; ch < st->nchannels; ch++) {
+      tcp_hello h = {st->rank, ch, st->nranks, st->nchannels};
       int fd;
-      if (sock_connect(&addrs[p], deadline, bufs, &fd, e, sizeof(e)) != 0) {
+      if (sock_connect_auth(&addrs[p], deadline, bufs, TCP_MAGIC, TCP_KIND,
+                            secret, &h, sizeof(h), &fd, e, sizeof(e)) != 0) {
         SERR(s, "tcp: rank %d cannot connect to rank %d (channel %d): %.150s",
              st->rank, p, ch, e);
         return BRAID_ERR_SYSTEM;
@@ -61,19 +63,6 @@ static int tcp_connect_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
         close(fd);
         SERR(s, "tcp: out of memory");
         return BRAID_ERR_NOMEM;
-      }
-      struct {
-        sock_auth a;
-        tcp_hello h;
-      } msg;
-      memset(&msg, 0, sizeof(msg));
-      sock_auth_fill(&msg.a, TCP_MAGIC, TCP_KIND, secret);
-      msg.h = (tcp_hello){st->rank, ch, st->nranks, st->nchannels};
-      if (sock_write_full(fd, &msg, sizeof(msg), deadline) != 0) {
-        SERR(s, "tcp: rank %d cannot greet rank %d at %s (channel %d): %.150s",
-             st->rank, p, sock_addr_str(&addrs[p], as, sizeof(as)), ch,
-             strerror(errno));
-        return BRAID_ERR_REMOTE;
       }
     }
   }

@@ -144,14 +144,18 @@ int rogue_connect(const struct sockaddr_storage *addr, uint32_t magic,
     return -1;
   }
   if (secret) {
-    char greet[24 + 32];
-    uint32_t kind = 1;
-    memset(greet, 0, sizeof(greet));
-    memcpy(greet, &magic, 4);
-    memcpy(greet + 4, &kind, 4);
-    memcpy(greet + 8, secret, 16);
-    if (send(fd, greet, sizeof(greet), MSG_NOSIGNAL) !=
-        (ssize_t)sizeof(greet)) {
+    /* Answer at once, without waiting for the challenge (the listener may
+     * not serve yet): an answer signed with this secret over a nonce of
+     * zeros, followed by zeros longer than any greeting's body. */
+    uint8_t msg[sizeof(sock_auth) + SOCK_GATE_MAX_MSG], zero[SOCK_NONCE];
+    memset(msg, 0, sizeof(msg));
+    memset(zero, 0, sizeof(zero));
+    sock_auth a = {.magic = magic, .kind = 1};
+    memset(a.nonce, 0x11, sizeof(a.nonce));
+    sock_auth_sign((const uint8_t *)secret, magic, a.kind, zero, a.nonce,
+                   msg + sizeof(a), SOCK_GATE_MAX_MSG, a.mac);
+    memcpy(msg, &a, sizeof(a));
+    if (sock_write_full(fd, msg, sizeof(msg), sock_now_ms() + 5000) != 0) {
       close(fd);
       return -1;
     }
@@ -160,9 +164,15 @@ int rogue_connect(const struct sockaddr_storage *addr, uint32_t magic,
 }
 
 int closed_by_peer(int fd, int timeout_ms) {
-  char c[64];
-  int rc = sock_read_full(fd, c, sizeof(c), sock_now_ms() + timeout_ms);
-  return rc == SOCK_EOF || rc == SOCK_RESET;
+  int64_t end = sock_now_ms() + timeout_ms;
+  for (;;) {
+    char c[256];
+    int rc = sock_read_full(fd, c, sizeof(c), end);
+    if (rc == SOCK_EOF || rc == SOCK_RESET)
+      return 1;
+    if (rc != 0)
+      return 0;
+  }
 }
 
 int find_listener(pid_t pid, struct sockaddr_storage *out) {

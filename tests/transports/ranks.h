@@ -39,12 +39,13 @@ int wait_any(rank_proc *p, int n, int timeout_ms);
 int run_ranks(int nranks, const braid_unique_id *id, rank_fn fn, void *arg,
               int timeout_ms, rank_proc *out);
 
-/* Connects to addr and, when secret is not NULL, sends a greeting with this
- * magic and the 16 secret bytes (plus 32 zero bytes); returns the socket or
- * -1. */
+/* Connects to addr and, when secret is not NULL, sends at once a greeting
+ * answer (kind 1) with this magic and an HMAC keyed by these 16 bytes over a
+ * challenge it has not read (then zero bytes); returns the socket or -1. */
 int rogue_connect(const struct sockaddr_storage *addr, uint32_t magic,
                   const char *secret);
-/* Whether the other end closed fd (EOF or reset) within timeout_ms. */
+/* Whether the other end closed fd (EOF or reset) within timeout_ms; what it
+ * sends before is read and discarded. */
 int closed_by_peer(int fd, int timeout_ms);
 /* The IPv4 listening socket address of process pid that this process does
  * not share, from /proc: 0 found, -1 not (yet). */
