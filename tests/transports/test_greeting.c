@@ -287,6 +287,82 @@ Test(greeting, replayed_greeting_is_refused, .timeout = 60) {
   cr_assert_eq(run_ranks(2, &id2, rank_join, NULL, 30000, NULL), 0);
 }
 
+/* ---- the gate's cap and deadline ----------------------------------------- */
+
+typedef struct gate_run {
+  int lfd;
+  uint8_t secret[16];
+  int admitted;
+  uint64_t body;
+} gate_run;
+
+/* Serves a gate until nothing has been admitted for 3 s. */
+static void *gate_main(void *arg) {
+  gate_run *g = arg;
+  sock_gate gate;
+  sock_gate_init(&gate, g->lfd, 0x42524454u, 7, g->secret, sizeof(g->body),
+                 1000, "test gate");
+  int fd;
+  uint64_t body;
+  struct sockaddr_storage from;
+  while (sock_gate_next(&gate, sock_now_ms() + 3000, &fd, &body, &from) == 0) {
+    g->body = body;
+    g->admitted++;
+    close(fd);
+  }
+  sock_gate_free(&gate);
+  return NULL;
+}
+
+Test(greeting, gate_drops_the_oldest_and_keeps_a_short_deadline,
+     .timeout = 60) {
+  enum { SILENT = SOCK_GATE_MAX_PENDING + 40 };
+  gate_run g;
+  memset(&g, 0, sizeof(g));
+  test_secret(g.secret, 0x71);
+  char err[256] = "";
+  struct sockaddr_storage lo, addr;
+  cr_assert_eq(sock_resolve("127.0.0.1", 0, &lo, err, sizeof(err)), 0);
+  cr_assert_eq(sock_listen(&lo, 0, 0, &g.lfd, &addr, err, sizeof(err)), 0, "%s",
+               err);
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, gate_main, &g), 0);
+  static int silent[SILENT];
+  for (int i = 0; i < SILENT; i++) {
+    cr_assert_eq(sock_connect(&addr, sock_now_ms() + 5000, 0, &silent[i], err,
+                              sizeof(err)),
+                 0, "%s", err);
+    /* its challenge: the gate accepted it */
+    sock_challenge ch;
+    cr_assert_eq(
+        sock_read_full(silent[i], &ch, sizeof(ch), sock_now_ms() + 5000), 0,
+        "silent connection %d got no challenge", i);
+  }
+  /* the oldest were dropped to make room, the newest are still pending */
+  cr_assert(closed_by_peer(silent[0], 200), "the oldest was kept");
+  cr_assert(!closed_by_peer(silent[SILENT - 1], 100), "the newest was dropped");
+  uint64_t body = 0x0123456789abcdefull;
+  int fd;
+  int64_t t0 = sock_now_ms();
+  cr_assert_eq(sock_connect_auth(&addr, sock_now_ms() + 5000, 0, 0x42524454u, 7,
+                                 g.secret, &body, sizeof(body), &fd, err,
+                                 sizeof(err)),
+               0, "a real greeting beside %d silent ones: %s", SILENT, err);
+  close(fd);
+  fprintf(stderr, "gate: admitted in %lld ms beside %d silent connections\n",
+          (long long)(sock_now_ms() - t0), SOCK_GATE_MAX_PENDING);
+  /* every silent one is dropped within its own second, not one after another */
+  for (int i = 0; i < SILENT; i++)
+    cr_assert(closed_by_peer(silent[i], 2500),
+              "silent connection %d still open 2.5 s later", i);
+  pthread_join(th, NULL);
+  close(g.lfd);
+  cr_assert_eq(g.admitted, 1);
+  cr_assert_eq(g.body, body, "the body arrived changed");
+  for (int i = 0; i < SILENT; i++)
+    close(silent[i]);
+}
+
 /* ---- a flood beside the rendezvous --------------------------------------- */
 
 #define FLOODERS 2      /* processes: 500 silent connections each */
