@@ -1,5 +1,6 @@
 /*
- * Gloo (TCP) timing harness for perf/compare. See harness.h.
+ * Gloo (TCP) timing harness for perf/compare: the same loop, checks and
+ * output as braid_bench and mpi_bench (harness.c). See harness.h.
  *
  * Rank and size come from RANK and SIZE; the rendezvous is a
  * gloo::rendezvous::FileStore in GLOO_STORE_DIR (a fresh empty directory per
@@ -11,6 +12,8 @@
  */
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -24,9 +27,7 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
-extern "C" {
 #include "harness.h"
-}
 
 namespace {
 
@@ -42,81 +43,82 @@ void sum_double(void *c, const void *a, const void *b, size_t n) {
 
 struct Bench {
   std::shared_ptr<gloo::Context> ctx;
-  int coll;
-  float *s, *r;
   std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> rs;
+  float *rs_buf = nullptr;
   size_t rs_count = (size_t)-1;
-
-  void call(size_t cnt) {
-    int n = ctx->size;
-    if (cnt == 0)
-      return;
-    switch (coll) {
-    case H_ALLREDUCE: {
-      gloo::AllreduceOptions o(ctx);
-      o.setInput(s, cnt);
-      o.setOutput(r, cnt);
-      o.setReduceFunction(sum_float);
-      o.setTag(g_tag++);
-      gloo::allreduce(o);
-      break;
-    }
-    case H_ALLGATHER: {
-      gloo::AllgatherOptions o(ctx);
-      o.setInput(s, cnt);
-      o.setOutput(r, cnt * (size_t)n);
-      o.setTag(g_tag++);
-      gloo::allgather(o);
-      break;
-    }
-    case H_BROADCAST: {
-      gloo::BroadcastOptions o(ctx);
-      o.setOutput(r, cnt);
-      o.setRoot(0);
-      o.setTag(g_tag++);
-      gloo::broadcast(o);
-      break;
-    }
-    case H_REDUCE_SCATTER: {
-      /* Gloo's reduce-scatter is the older in-place algorithm object: the
-       * whole buffer is reduced and each rank keeps its block. */
-      if (rs_count != cnt) {
-        std::vector<float *> ptrs{s};
-        std::vector<int> elems((size_t)n, (int)cnt);
-        rs.reset(new gloo::ReduceScatterHalvingDoubling<float>(
-            ctx, ptrs, (int)(cnt * (size_t)n), elems));
-        rs_count = cnt;
-      }
-      rs->run();
-      break;
-    }
-    }
-  }
 };
 
-double mean_over_ranks(std::shared_ptr<gloo::Context> &ctx, double t) {
+void call(void *p, int coll, float *s, float *r, size_t cnt) {
+  Bench &b = *static_cast<Bench *>(p);
+  int n = b.ctx->size;
+  if (cnt == 0)
+    return;
+  switch (coll) {
+  case H_ALLREDUCE: {
+    gloo::AllreduceOptions o(b.ctx);
+    o.setInput(s, cnt);
+    o.setOutput(r, cnt);
+    o.setReduceFunction(sum_float);
+    o.setTag(g_tag++);
+    gloo::allreduce(o);
+    break;
+  }
+  case H_ALLGATHER: {
+    gloo::AllgatherOptions o(b.ctx);
+    o.setInput(s, cnt);
+    o.setOutput(r, cnt * (size_t)n);
+    o.setTag(g_tag++);
+    gloo::allgather(o);
+    break;
+  }
+  case H_BROADCAST: {
+    gloo::BroadcastOptions o(b.ctx);
+    o.setOutput(r, cnt);
+    o.setRoot(0);
+    o.setTag(g_tag++);
+    gloo::broadcast(o);
+    break;
+  }
+  case H_REDUCE_SCATTER: {
+    /* Gloo's reduce-scatter is the older in-place algorithm object: the
+     * whole buffer is reduced and each rank's block ends at its start
+     * (rs_in_place). */
+    if (b.rs_count != cnt || b.rs_buf != s) {
+      std::vector<float *> ptrs{s};
+      std::vector<int> elems((size_t)n, (int)cnt);
+      b.rs.reset(new gloo::ReduceScatterHalvingDoubling<float>(
+          b.ctx, ptrs, (int)(cnt * (size_t)n), elems));
+      b.rs_count = cnt;
+      b.rs_buf = s;
+    }
+    b.rs->run();
+    break;
+  }
+  }
+}
+
+void sum(void *p, double *v) {
+  Bench &b = *static_cast<Bench *>(p);
   double out = 0;
-  gloo::AllreduceOptions o(ctx);
-  o.setInput(&t, 1);
+  gloo::AllreduceOptions o(b.ctx);
+  o.setInput(v, 1);
   o.setOutput(&out, 1);
   o.setReduceFunction(sum_double);
   o.setTag(g_tag++);
   gloo::allreduce(o);
-  return out / ctx->size;
+  *v = out;
 }
 
-double now() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+void barrier(void *p) {
+  double zero = 0;
+  sum(p, &zero);
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
-  int coll, iters, warmup;
-  size_t minb, maxb;
-  if (h_args(argc, argv, &coll, &minb, &maxb, &iters, &warmup))
+  h_opts opts;
+  if (h_args(argc, argv, &opts))
     return 2;
   const char *rk = getenv("RANK"), *sz = getenv("SIZE");
   const char *dir = getenv("GLOO_STORE_DIR");
@@ -135,41 +137,16 @@ int main(int argc, char **argv) {
   ctx->setTimeout(std::chrono::seconds(300));
   ctx->connectFullMesh(prefix, dev);
 
-  size_t cap = maxb < 64 ? 64 : maxb;
   Bench b;
   b.ctx = ctx;
-  b.coll = coll;
-  b.s = static_cast<float *>(aligned_alloc(64, (cap + 63) / 64 * 64));
-  b.r = static_cast<float *>(aligned_alloc(64, (cap + 63) / 64 * 64));
-  for (size_t i = 0; i < cap / 4; i++) {
-    b.s[i] = (float)(rank + 1);
-    b.r[i] = 0;
-  }
-  if (rank == 0)
-    h_header(stdout, "gloo", coll, n);
-  std::shared_ptr<gloo::Context> base = ctx;
-  for (size_t bytes = minb; bytes <= maxb; bytes = bytes ? bytes * 2 : 1) {
-    size_t cnt = h_param_count(coll, bytes, n);
-    for (int i = 0; i < warmup; i++)
-      b.call(cnt);
-    mean_over_ranks(base, 0); /* a barrier */
-    double t0 = now();
-    for (int i = 0; i < iters; i++)
-      b.call(cnt);
-    double t = mean_over_ranks(base, (now() - t0) / iters);
-    if (rank == 0) {
-      double alg, bus;
-      h_bw(coll, cnt, t, n, &alg, &bus);
-      size_t shown = coll == H_ALLGATHER || coll == H_REDUCE_SCATTER
-                         ? cnt * (size_t)n * 4
-                         : cnt * 4;
-      printf("%zu %zu %.3f %.6g %.6g\n", shown, cnt, t * 1e6, alg, bus);
-      fflush(stdout);
-    }
-    if (bytes >= maxb)
-      break;
-  }
-  free(b.s);
-  free(b.r);
-  return 0;
+  h_lib lib = {};
+  lib.name = "gloo";
+  lib.rank = rank;
+  lib.nranks = n;
+  lib.rs_in_place = 1;
+  lib.ctx = &b;
+  lib.call = call;
+  lib.barrier = barrier;
+  lib.sum = sum;
+  return h_run(&lib, &opts);
 }

@@ -1,97 +1,86 @@
 /*
- * Shared conventions of the comparison harnesses (C and C++).
+ * Shared conventions and the one timing loop of the comparison harnesses
+ * (braid, Open MPI, Gloo). Each harness supplies its init, one blocking
+ * call, a barrier and a sum over ranks (h_lib); harness.c runs the same
+ * loop, checks and output for all of them.
  *
  * Every harness takes the same arguments:
- *   <collective> <minbytes> <maxbytes> <iters> <warmup>
+ *   <collective> <minbytes> <maxbytes> <iters> <warmup> [pattern]
  * with collective one of allreduce, allgather, reduce_scatter, broadcast,
  * sizes doubling from minbytes to maxbytes (K/M/G suffixes), float32 and
  * sum, and prints one line per size:
  *   size_bytes count time_us algbw_GBps busbw_GBps
  * with nccl-tests' size conventions (size = the larger buffer) and busbw
  * formulas, the time being the mean over ranks of the mean per call.
+ *
+ * The pattern (default warm) says how the calls are issued:
+ *   warm    <warmup> calls, a barrier, then <iters> timed calls in a row;
+ *   first   no warm-up and no barrier: each rank times its first <iters>
+ *           calls at each size as they come (right after init for the
+ *           first size); the line gets a 6th column, first_call_us, the
+ *           mean over ranks of the first call alone (<warmup> is ignored);
+ *   gap:G   as warm, but every call, warm-up and timed, follows G
+ *           microseconds of computation on the CPU (a training step's
+ *           compute); only the calls are timed, and summed.
+ * After the timed calls of each size, one more call on fresh inputs is
+ * spot-checked (first and last element, or each block's first); the exit
+ * status is 1 if any was wrong, 2 for a bad command line.
  */
 #ifndef BRAID_PERF_HARNESS_H
 #define BRAID_PERF_HARNESS_H
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 enum { H_ALLREDUCE, H_ALLGATHER, H_REDUCE_SCATTER, H_BROADCAST };
+enum { H_WARM, H_FIRST, H_GAP };
 
-static inline int h_coll(const char *s) {
-  if (!strcmp(s, "allreduce") || !strcmp(s, "all_reduce"))
-    return H_ALLREDUCE;
-  if (!strcmp(s, "allgather") || !strcmp(s, "all_gather"))
-    return H_ALLGATHER;
-  if (!strcmp(s, "reduce_scatter") || !strcmp(s, "reducescatter"))
-    return H_REDUCE_SCATTER;
-  if (!strcmp(s, "broadcast"))
-    return H_BROADCAST;
-  return -1;
-}
+typedef struct h_opts {
+  int coll;
+  size_t minb, maxb;
+  int iters, warmup;
+  int pattern; /* H_WARM, H_FIRST, H_GAP */
+  long gap_us; /* H_GAP: microseconds of computation before each call */
+} h_opts;
 
-static inline int h_size(const char *s, size_t *out) {
-  char *end;
-  double v = strtod(s, &end);
-  if (end == s || v < 0)
-    return -1;
-  double m = 1;
-  if (*end == 'K' || *end == 'k')
-    m = 1024.0, end++;
-  else if (*end == 'M' || *end == 'm')
-    m = 1048576.0, end++;
-  else if (*end == 'G' || *end == 'g')
-    m = 1073741824.0, end++;
-  if (*end)
-    return -1;
-  *out = (size_t)(v * m);
-  return 0;
-}
+/* What a library supplies. Every function is blocking and collective
+ * (but call is collective only with the same coll and cnt); a failure
+ * prints why and exits the process (nonzero). */
+typedef struct h_lib {
+  const char *name; /* in the header line: "braid", "openmpi", "gloo" */
+  int rank, nranks;
+  /* reduce_scatter leaves this rank's block at the start of sendbuf
+   * (Gloo's in-place algorithm) instead of in recvbuf. */
+  int rs_in_place;
+  void *ctx;
+  /* coll on float32 with sum; broadcast from rank 0, in place in r. */
+  void (*call)(void *ctx, int coll, float *s, float *r, size_t cnt);
+  void (*barrier)(void *ctx);
+  /* *v becomes the sum of *v over the ranks. */
+  void (*sum)(void *ctx, double *v);
+} h_lib;
 
+/* -1 for an unknown name. */
+int h_coll(const char *s);
+/* Bytes with an optional K/M/G suffix; -1 if not a size. */
+int h_size(const char *s, size_t *out);
+/* "warm", "first" or "gap:<us>"; -1 if none of them. */
+int h_pattern(const char *s, int *pattern, long *gap_us);
 /* Elements per call (the count argument) for a size in bytes of float32. */
-static inline size_t h_param_count(int coll, size_t bytes, int nranks) {
-  size_t count = bytes / 4;
-  if (coll == H_ALLGATHER || coll == H_REDUCE_SCATTER)
-    return count / (size_t)nranks;
-  return count;
-}
+size_t h_param_count(int coll, size_t bytes, int nranks);
+void h_bw(int coll, size_t param, double sec, int nranks, double *alg,
+          double *bus);
+/* Parses argv; prints the usage and returns -1 on a bad command line. */
+int h_args(int argc, char **argv, h_opts *o);
+/* Allocates the buffers, runs the sweep, prints the table on rank 0 and
+ * returns the exit status (0, or 1 when a spot check failed). */
+int h_run(const h_lib *lib, const h_opts *o);
 
-static inline void h_bw(int coll, size_t param, double sec, int nranks,
-                        double *alg, double *bus) {
-  double bytes = (double)param * 4.0;
-  double n = nranks;
-  if (coll == H_ALLGATHER || coll == H_REDUCE_SCATTER)
-    bytes *= n;
-  *alg = sec > 0 ? bytes / 1e9 / sec : 0;
-  double f = 1.0;
-  if (coll == H_ALLREDUCE)
-    f = 2.0 * (n - 1) / n;
-  else if (coll == H_ALLGATHER || coll == H_REDUCE_SCATTER)
-    f = (n - 1) / n;
-  *bus = *alg * f;
+#ifdef __cplusplus
 }
-
-static inline int h_args(int argc, char **argv, int *coll, size_t *minb,
-                         size_t *maxb, int *iters, int *warmup) {
-  if (argc != 6 || (*coll = h_coll(argv[1])) < 0 || h_size(argv[2], minb) ||
-      h_size(argv[3], maxb) || (*iters = atoi(argv[4])) < 1 ||
-      (*warmup = atoi(argv[5])) < 0 || *minb > *maxb) {
-    fprintf(stderr,
-            "usage: %s allreduce|allgather|reduce_scatter|broadcast "
-            "<minbytes> <maxbytes> <iters> <warmup>\n",
-            argv[0]);
-    return -1;
-  }
-  return 0;
-}
-
-static inline void h_header(FILE *f, const char *lib, int coll, int nranks) {
-  static const char *names[] = {"allreduce", "allgather", "reduce_scatter",
-                                "broadcast"};
-  fprintf(f, "# %s %s float32 sum, %d ranks\n", lib, names[coll], nranks);
-  fprintf(f, "# size_bytes count time_us algbw_GBps busbw_GBps\n");
-  fflush(f);
-}
+#endif
 
 #endif
