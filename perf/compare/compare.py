@@ -2,8 +2,8 @@
 """braid against Open MPI and Gloo, side by side in one run, with ceilings.
 
 Runs, for the same collectives, sizes, datatype (float32, sum) and rank count:
-  braid-shm   braid-perf over shared memory (BRAID_TRANSPORT=shm)
-  braid-tcp   braid-perf over TCP on loopback (BRAID_TRANSPORT=tcp)
+  braid-shm   braid over shared memory (BRAID_TRANSPORT=shm)
+  braid-tcp   braid over TCP on loopback (BRAID_TRANSPORT=tcp)
   ompi-shm    Open MPI, mpirun --mca pml ob1 --mca btl self,vader
   ompi-tcp    Open MPI, mpirun --mca pml ob1 --mca btl tcp,self
   gloo-tcp    Gloo over its TCP transport on loopback
@@ -17,13 +17,30 @@ Prints one table per collective (time, busbw, ratio braid/peer = peer time /
 braid time, so > 1 means braid is faster), writes compare.csv and
 compare.json, and draws compare.png (gnuplot) in --out.
 
+How the calls are issued (--pattern, harness.h): warm (the default: warm-up,
+barrier, timed calls in a row, nccl-tests' loop), first (each rank times its
+first calls after init; each size is its own run of 100 calls, scaled by
+--iters-scale), gap:G (G microseconds of computation before every call, only
+the calls timed). --busy K keeps K processes spinning on the CPU for the
+whole run (killed at the end, on errors and on ctrl-C). --real-use runs the
+standard set of these patterns instead (realuse.py) and prints one Markdown
+table for docs/PERFORMANCE.md.
+
+braid's harness: the default warm sweep runs braid-perf (nccl-tests' loop
+and options, as the published warm tables were made); every other pattern,
+--real-use and --braid-harness bench run braid-bench, which shares its loop
+code (harness.c) with the Open MPI and Gloo harnesses, so the three
+libraries are timed by the same lines between their calls.
+
 Python 3 standard library only. Every number keeps the command that made it
 (compare.json "commands").
 """
 import argparse
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -73,12 +90,17 @@ BANDS = [(0, 64 << 10, 1000, 100), ((64 << 10) + 1, 8 << 20, 50, 5),
 
 
 POINTS = None  # --points: measure only these sizes
+FIRST_CALLS = 100  # --pattern first: calls timed after init
 
 
-def bands(lo, hi, scale):
+def bands(lo, hi, scale, pattern="warm"):
     """(min, max, iters, warmup) sub-sweeps covering lo..hi (powers of 2),
-    or one run per size of --points."""
+    or one run per size of --points; for the first pattern one run per size
+    (only then are its calls the first after init)."""
     out = []
+    if pattern == "first":
+        return [(p, p, max(1, int(FIRST_CALLS * scale)), 0)
+                for p in (POINTS or sizes(lo, hi))]
     if POINTS:
         for p in POINTS:
             for blo, bhi, it, w in BANDS:
@@ -122,6 +144,81 @@ class Runner:
         self.log.write(p.stdout)
         self.log.flush()
         return p.returncode, p.stdout, text
+
+
+def harness_rows(out):
+    """(size, time_us, busbw, first_us or None) of the harnesses' lines
+    (harness.h), with or without braidrun's rank prefix."""
+    rows = []
+    for line in out.splitlines():
+        f = line.split()
+        if f and f[0].startswith("[") and f[0].endswith("]"):
+            f = f[1:]
+        if len(f) not in (5, 6) or not f[0].isdigit():
+            continue
+        try:
+            v = [float(x) for x in f]
+        except ValueError:
+            continue
+        rows.append((int(v[0]), v[2], v[4], v[5] if len(v) == 6 else None))
+    return rows
+
+
+def store_rows(res, coll, key, out, text):
+    for s, t, bus, first in harness_rows(out):
+        e = {"time_us": t, "busbw": bus, "cmd": text}
+        if first is not None:
+            e["first_us"] = first
+        keep_best(res[coll].setdefault(key, {}), s, e)
+
+
+def pattern_arg(pattern):
+    """The harnesses' 6th argument: none for warm (their 5-argument form)."""
+    return [] if pattern == "warm" else [pattern]
+
+
+class Busy:
+    """K processes spinning on the CPU at the benchmark's priority (nice 0)
+    from entry to exit. Each also ends by itself once this driver is gone,
+    so none outlives a killed run."""
+    LOOP = ("import os\np = os.getppid()\nwhile os.getppid() == p:\n"
+            "    for _ in range(100000):\n        pass\n")
+
+    def __init__(self, k, runner=None):
+        self.k, self.procs, self.runner = k, [], runner
+
+    def __enter__(self):
+        try:
+            for _ in range(self.k):
+                self.procs.append(subprocess.Popen(
+                    ["nice", "-n", "0", sys.executable, "-c", self.LOOP],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL))
+        except BaseException:
+            self.stop()
+            raise
+        if self.k and self.runner:
+            self.runner.log.write("# %d busy processes: %s\n" % (
+                self.k, " ".join(str(p.pid) for p in self.procs)))
+        if self.k:
+            time.sleep(0.3)  # on the CPU before the first run
+        return self
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs:
+            p.wait()
+        self.procs = []
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+def on_sigterm(_sig, _frame):
+    """SIGTERM and SIGHUP unwind like ctrl-C: busy processes are stopped."""
+    raise KeyboardInterrupt
 
 
 def parse_lines(out, ncols):
@@ -178,18 +275,41 @@ def mpirun_base(n):
 
 
 def keep_best(d, s, entry):
-    """Several repeats: keep the fastest (least disturbed) measurement."""
+    """Several repeats: keep the fastest (least disturbed) measurement; the
+    first call alone (first_us) is kept as its own best."""
     old = d.get(s)
+    firsts = [x["first_us"] for x in (old, entry) if x and "first_us" in x]
     if old is None or entry["time_us"] < old["time_us"]:
-        d[s] = entry
+        d[s] = old = dict(entry)
+    if firsts:
+        old["first_us"] = min(firsts)
 
 
-def run_braid(r, exe, launcher, coll, transport, lo, hi, n, scale, res):
+def run_bench_braid(r, exe, launcher, coll, transport, sweeps, n, res,
+                    pattern="warm"):
+    """braid-bench (the harness loop shared with the peers) over one
+    transport."""
+    key = "braid-" + transport
+    for blo, bhi, it, w in sweeps:
+        args = [exe, coll, str(blo), str(bhi), str(it), str(w)] + \
+            pattern_arg(pattern)
+        if launcher[0] == "braidrun":
+            cmd = [launcher[1], "-n", str(n)] + args
+        else:
+            cmd = mpirun_base(n) + ["-x", "BRAID_TRANSPORT"] + args
+        rc, out, text = r.run(cmd, env={"BRAID_TRANSPORT": transport})
+        if rc != 0:
+            res.setdefault("errors", []).append(
+                "%s %s: exit %d (%s)" % (key, coll, rc, text))
+        store_rows(res, coll, key, out, text)
+
+
+def run_braid(r, exe, launcher, coll, transport, sweeps, n, res):
     """braid-perf, out-of-place busbw, over one transport."""
     key = "braid-" + transport
     tmp = tempfile.mkdtemp(prefix="braid-compare-")
     try:
-        for blo, bhi, it, w in bands(lo, hi, scale):
+        for blo, bhi, it, w in sweeps:
             js = os.path.join(tmp, "r.json")
             perf = [exe, BRAID_NAME[coll], "-b", str(blo), "-e", str(bhi),
                     "-f", "2", "-n", str(it), "-w", str(w), "-c", "0",
@@ -223,13 +343,14 @@ def run_braid(r, exe, launcher, coll, transport, lo, hi, n, scale, res):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_ompi(r, exe, coll, btl, lo, hi, n, scale, res):
+def run_ompi(r, exe, coll, btl, sweeps, n, res, pattern="warm"):
     key = "ompi-shm" if "vader" in btl else "ompi-tcp"
-    for blo, bhi, it, w in bands(lo, hi, scale):
+    for blo, bhi, it, w in sweeps:
         cmd = mpirun_base(n) + ["--mca", "pml", "ob1", "--mca", "btl", btl]
         if "tcp" in btl:
             cmd += ["--mca", "btl_tcp_if_include", "lo"]
-        cmd += [exe, coll, str(blo), str(bhi), str(it), str(w)]
+        cmd += [exe, coll, str(blo), str(bhi), str(it), str(w)] + \
+            pattern_arg(pattern)
         rc, out, text = r.run(cmd)
         if rc != 0 and "vader" in btl:
             # Containers often forbid cross-memory attach: retry without it.
@@ -238,16 +359,15 @@ def run_ompi(r, exe, coll, btl, lo, hi, n, scale, res):
         if rc != 0:
             res.setdefault("errors", []).append(
                 "%s %s: exit %d (%s)" % (key, coll, rc, text))
-        for s, _c, t, _a, bus in parse_lines(out, 5):
-            keep_best(res[coll].setdefault(key, {}), int(s),
-                      {"time_us": t, "busbw": bus, "cmd": text})
+        store_rows(res, coll, key, out, text)
 
 
-def run_gloo(r, exe, coll, lo, hi, n, scale, res):
+def run_gloo(r, exe, coll, sweeps, n, res, pattern="warm"):
     key = "gloo-tcp"
-    for blo, bhi, it, w in bands(lo, hi, scale):
+    for blo, bhi, it, w in sweeps:
         store = tempfile.mkdtemp(prefix="gloo-store-")
-        args = [exe, coll, str(blo), str(bhi), str(it), str(w)]
+        args = [exe, coll, str(blo), str(bhi), str(it), str(w)] + \
+            pattern_arg(pattern)
         text = "RANK=<r> SIZE=%d GLOO_STORE_DIR=%s %s" % (
             n, store, " ".join(args))
         r.commands.append(text)
@@ -275,9 +395,7 @@ def run_gloo(r, exe, coll, lo, hi, n, scale, res):
         if rc != 0:
             res.setdefault("errors", []).append(
                 "%s %s: exit %s (%s)" % (key, coll, rc, text))
-        for s, _c, t, _a, bus in parse_lines(outs[0], 5):
-            keep_best(res[coll].setdefault(key, {}), int(s),
-                      {"time_us": t, "busbw": bus, "cmd": text})
+        store_rows(res, coll, key, outs[0], text)
 
 
 def run_ceilings(r, build, lo, hi, n, ceil):
@@ -513,9 +631,27 @@ def main():
                     help="which of braid,ompi,gloo,ceiling to run")
     ap.add_argument("--iters-scale", type=float, default=1.0,
                     help="scale the iteration counts (0.1 for a quick look)")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="run everything N times and keep the fastest time "
-                    "per size (tames a busy machine)")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="run everything N times, interleaved, and keep the "
+                    "fastest time per size (tames a busy machine; default 1 "
+                    "for the warm sweep, 3 with --pattern, --busy or "
+                    "--real-use)")
+    ap.add_argument("--pattern", default="warm",
+                    help="how the calls are issued: warm (default), first "
+                    "(the first calls after init), gap:G (G us of compute "
+                    "before each call); see harness.h")
+    ap.add_argument("--busy", type=int, default=0, metavar="K",
+                    help="keep K processes spinning on the CPU during the "
+                    "runs (nice 0), stopped at the end")
+    ap.add_argument("--braid-harness", choices=["perf", "bench"],
+                    default=None,
+                    help="braid's program: braid-perf (default for the "
+                    "warm pattern) or braid-bench (the peers' loop; always "
+                    "for the other patterns)")
+    ap.add_argument("--real-use", action="store_true",
+                    help="run the standard real-use set (realuse.py: warm, "
+                    "first 100 calls, gap:1000, busy K=1 and 2, 4 ranks, "
+                    "1 MiB) and print its Markdown table")
     ap.add_argument("--out", default="compare-out",
                     help="directory for compare.{csv,md,json,log,png}")
     ap.add_argument("--timeout", type=int, default=900,
@@ -540,6 +676,19 @@ def main():
     global POINTS
     if args.from_json:
         return rerender(args)
+    if not re.fullmatch(r"warm|first|gap:[0-9]+", args.pattern):
+        ap.error("--pattern takes warm, first or gap:<microseconds>")
+    if args.busy < 0 or args.nranks < 1:
+        ap.error("--busy and --nranks take counts")
+    if args.repeat is None:
+        plain = args.pattern == "warm" and not args.busy
+        args.repeat = 1 if plain and not args.real_use else 3
+    harness = args.braid_harness or (
+        "perf" if args.pattern == "warm" else "bench")
+    if harness == "perf" and args.pattern != "warm":
+        ap.error("braid-perf has no --pattern; use --braid-harness bench")
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGHUP, on_sigterm)
     if args.points:
         try:
             POINTS = sorted(parse_size(x) for x in args.points.split(",") if x)
@@ -552,54 +701,71 @@ def main():
         build = cand if os.path.exists(os.path.join(cand, "CMakeCache.txt")) \
             else os.path.join(here, "..", "..", "build")
     os.makedirs(args.out, exist_ok=True)
+    if args.real_use:
+        import realuse
+        return realuse.main(args, sys.modules[__name__], build)
     r = Runner(args)
     res = {c: {} for c in colls}
     ceil = {}
     n = args.nranks
 
-    perf = find_exe(build, ["braid-perf"])
+    perf = find_exe(build, ["braid-perf" if harness == "perf"
+                            else "braid-bench"])
     braidrun = find_exe(build, ["braidrun"])
     mpi = find_exe(build, ["braid-mpi-bench"])
     gloo = find_exe(build, ["braid-gloo-bench"])
     launcher = ("braidrun", braidrun) if braidrun else ("mpirun", None)
     skipped = []
     t0 = time.time()
-    for _rep, coll in [(k, c) for k in range(max(1, args.repeat))
-                       for c in colls]:
-        if "braid" in only:
-            if perf and (braidrun or shutil.which("mpirun")):
-                for tp in ("shm", "tcp"):
-                    run_braid(r, perf, launcher, coll, tp, args.min, args.max,
-                              n, args.iters_scale, res)
-            else:
-                skipped.append("braid (braid-perf or a launcher not found)")
-        if "ompi" in only:
-            if mpi and shutil.which("mpirun"):
-                for btl in ("self,vader", "tcp,self"):
-                    run_ompi(r, mpi, coll, btl, args.min, args.max, n,
-                             args.iters_scale, res)
-            else:
-                skipped.append("Open MPI (braid-mpi-bench not built)")
-        if "gloo" in only:
-            if gloo:
-                run_gloo(r, gloo, coll, args.min, args.max, n,
-                         args.iters_scale, res)
-            else:
-                skipped.append("Gloo (braid-gloo-bench not built)")
+    pat = args.pattern
+    sweeps = bands(args.min, args.max, args.iters_scale, pat)
+    with Busy(args.busy, r):
+        for _rep, coll in [(k, c) for k in range(max(1, args.repeat))
+                           for c in colls]:
+            if "braid" in only:
+                if perf and (braidrun or shutil.which("mpirun")):
+                    for tp in ("shm", "tcp"):
+                        if harness == "perf":
+                            run_braid(r, perf, launcher, coll, tp, sweeps, n,
+                                      res)
+                        else:
+                            run_bench_braid(r, perf, launcher, coll, tp,
+                                            sweeps, n, res, pat)
+                else:
+                    skipped.append("braid (braid-%s or a launcher not found)"
+                                   % harness)
+            if "ompi" in only:
+                if mpi and shutil.which("mpirun"):
+                    for btl in ("self,vader", "tcp,self"):
+                        run_ompi(r, mpi, coll, btl, sweeps, n, res, pat)
+                else:
+                    skipped.append("Open MPI (braid-mpi-bench not built)")
+            if "gloo" in only:
+                if gloo:
+                    run_gloo(r, gloo, coll, sweeps, n, res, pat)
+                else:
+                    skipped.append("Gloo (braid-gloo-bench not built)")
     if "ceiling" in only:
         for _rep in range(max(1, args.repeat)):
             run_ceilings(r, build, args.min, args.max, n, ceil)
 
     szs = POINTS or sizes(args.min, args.max)
     print("# braid vs Open MPI vs Gloo, %d ranks, host %s, %d CPUs, "
-          "%.0f s" % (n, os.uname().nodename, os.cpu_count() or 0,
-                      time.time() - t0))
+          "%.0f s, pattern %s, %d busy processes, best of %d" % (
+              n, os.uname().nodename, os.cpu_count() or 0,
+              time.time() - t0, pat, args.busy, args.repeat))
     for s in sorted(set(skipped)):
         print("# skipped: " + s)
     errors = res.pop("errors", [])
     for e in errors:
         print("# error: " + e)
     print_table(res, ceil, colls, szs, n, sys.stdout)
+    if pat == "first":
+        print("\n# the first call alone (first_call_us), mean over ranks:")
+        print_table({c: {lib: {s: dict(v, time_us=v.get("first_us", 0))
+                               for s, v in d.items()}
+                         for lib, d in res[c].items()} for c in colls},
+                    {}, colls, szs, n, sys.stdout)
     print("\n# ceilings (GB/s per process / per direction):")
     for k in sorted(ceil):
         pts = ", ".join("%s %.2f" % (human(s), ceil[k][s]["GBps"])
@@ -609,6 +775,7 @@ def main():
     write_csv(os.path.join(args.out, "compare.csv"), res, ceil, colls, szs, n)
     with open(os.path.join(args.out, "compare.json"), "w") as f:
         json.dump({"nranks": n, "dtype": "float32", "op": "sum",
+                   "pattern": pat, "busy": args.busy,
                    "host": os.uname().nodename, "cpus": os.cpu_count(),
                    "results": {c: {lib: {str(s): v for s, v in d.items()}
                                    for lib, d in res[c].items()}
