@@ -159,10 +159,8 @@ set(BRAID_EMU_MATRIX_COUNTS "0,1,7,1023,65539" CACHE STRING
 gpu_matrix_tests(emu_matrix "${BRAID_EMU_MATRIX_COUNTS}" "cuda;emu;matrix"
   braid_emu)
 
-# The same programs on the emulated GPU (the stream tests' hold is longer
-# there: on a loaded 2-core machine a call's return can take tens of ms).
+# The same programs on the emulated GPU.
 gpu_program(emu_gpu_stream test_gpu_stream.c braid_emu)
-target_compile_definitions(emu_gpu_stream PRIVATE SLEEP_MS=1000)
 gpu_program(emu_gpu_share test_gpu_share.c braid_emu)
 gpu_program(emu_gpu_args test_gpu_args.c braid_emu)
 # gates (BRAID_CUDA_GATE=1, off by default: docs/CUDA.md) on the emulated

@@ -182,8 +182,14 @@ static int destroy_first(braid_comm *c, int rank, int n) {
     blocks[j] = exk_blocks(sub[j]);
     if (j == 1)
       break;
-    if (rank != 0) /* still using it while rank 0 destroys its own */
-      usleep(1000 * 1000);
+    /* still using it until rank 0 has destroyed its own and looked */
+    if (rank != 0 && !gpu_wait_held(30000)) {
+      fprintf(stderr,
+              "rank %d: rank 0 did not destroy its communicator "
+              "in 30 s\n",
+              rank);
+      rc = 19;
+    }
     braid_comm_destroy(sub[0]);
     int waiting = cuda_release_sweep();
     if (rank == 0 && waiting != 1) {
@@ -193,6 +199,8 @@ static int destroy_first(braid_comm *c, int rank, int n) {
               waiting);
       rc = 14;
     }
+    if (rank == 0)
+      atomic_store(gpu_held_done, 1);
     if (braid_barrier(c, NULL) != BRAID_SUCCESS)
       return 15;
     if ((waiting = cuda_release_sweep()) != 0) {
