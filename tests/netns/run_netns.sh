@@ -2,7 +2,10 @@
 # ctest driver: two network-namespace hosts, one rank each, exchanging over
 # tp_tcp and tp_ofi (tcp;ofi_rxm), first on a clean link, then with a 1 Gbit/s
 # token bucket and 1% random loss on every host's egress. Every run is bounded
-# by timeout. Exit 77 (reported as skipped) when namespaces cannot be made.
+# by timeout. Exit 77 (reported as skipped) when namespaces cannot be made,
+# or when ofi is unavailable (tcp must always be: its exit 77 fails). An
+# exchange must say it checked every byte, and the impaired run must have
+# dropped packets and been rate-limited (the nft and tbf counters).
 #
 #   run_netns.sh NETNS_XFER [check|bench]
 #   run_netns.sh NETNS_XFER matrix BRAIDRUN COLL_MATRIX
@@ -38,15 +41,40 @@ run_pair() { # transport mode label [extra args]
   wait $p0
   s0=$?
   cat "$work/r0.out" "$work/r1.out" | sed "s/^/[$label $tp $md] /"
-  if [ $s0 = 77 ] || [ $s1 = 77 ]; then
+  # tcp is always there: its "unavailable" is a failure
+  if [ "$tp" != tcp ] && { [ $s0 = 77 ] || [ $s1 = 77 ]; }; then
     echo "[$label $tp $md] SKIP: transport $tp not available"
     return 77
   fi
   if [ $s0 != 0 ] || [ $s1 != 0 ]; then
-    echo "[$label $tp $md] FAILED: rank 0 exit $s0, rank 1 exit $s1 (124: timed out)"
+    echo "[$label $tp $md] FAILED: rank 0 exit $s0, rank 1 exit $s1 (124: timed out, 77: unavailable)"
     return 1
   fi
+  # an exchange that exchanged nothing fails: each rank says it checked
+  # every byte
+  if [ "$md" = check ]; then
+    for r in 0 1; do
+      grep -q "^rank $r: .* exchange ok$" "$work/r$r.out" || {
+        echo "[$label $tp $md] FAILED: rank $r exited 0 without saying its exchange was checked"
+        return 1
+      }
+    done
+  fi
   return 0
+}
+
+# run_checks LABEL: the check exchange over tcp, then ofi; fail=1 on a
+# failure, skipped_ofi set when ofi was unavailable.
+run_checks() {
+  for tp in tcp ofi; do
+    run_pair $tp check "$1"
+    r=$?
+    if [ $r = 77 ]; then
+      skipped_ofi="$skipped_ofi $1"
+    elif [ $r != 0 ]; then
+      fail=1
+    fi
+  done
 }
 
 "$netns" up 2 --prefix "$prefix"
@@ -91,30 +119,42 @@ if [ "$mode" = bench ]; then
 fi
 
 BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=NET run_pair ofi check clean | grep -E "uses provider|FAILED" | head -2
-for tp in tcp ofi; do
-  run_pair $tp check clean
-  r=$?
-  [ $r = 0 ] || [ $r = 77 ] || fail=1
-done
+skipped_ofi=
+run_checks clean
 
 "$netns" down --prefix "$prefix"
 "$netns" up 2 --prefix "$prefix" --rate 1gbit --loss 1 || {
   echo "FAILED: netns.sh up 2 --rate 1gbit --loss 1"
   exit 1
 }
-for tp in tcp ofi; do
-  run_pair $tp check impaired
-  r=$?
-  [ $r = 0 ] || [ $r = 77 ] || fail=1
-done
+run_checks impaired
+# The impairment must have happened: packets dropped by the loss rule and
+# packets held back by the token bucket (tbf's overlimits), summed over
+# both hosts.
+drops_all=0
+over_all=0
 for h in 0 1; do
   drops=$(ip netns exec "${prefix}h$h" nft list chain inet braid_loss out 2>/dev/null |
     sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
   echo "host $h: ${drops:-?} packets dropped by the 1% loss rule"
+  drops_all=$((drops_all + ${drops:-0}))
+  stats=$(ip netns exec "${prefix}h$h" tc -s qdisc show dev eth0 | sed -n '1,2p')
+  echo "$stats" | sed "s/^/host $h tbf: /"
+  over=$(echo "$stats" | sed -n 's/.*overlimits \([0-9]*\).*/\1/p' | head -1)
+  over_all=$((over_all + ${over:-0}))
 done
-for h in 0 1; do
-  ip netns exec "${prefix}h$h" tc -s qdisc show dev eth0 | sed -n '1,2p' |
-    sed "s/^/host $h tbf: /"
-done
-[ $fail = 0 ] && echo "netns: all exchanges exact"
-exit $fail
+if [ "$drops_all" -eq 0 ]; then
+  echo "FAILED: the impaired run dropped no packet (nft counters of the loss rule)"
+  fail=1
+fi
+if [ "$over_all" -eq 0 ]; then
+  echo "FAILED: the impaired run was never rate-limited (tbf overlimits 0)"
+  fail=1
+fi
+[ $fail = 0 ] || exit 1
+if [ -n "$skipped_ofi" ]; then
+  echo "SKIP: ofi (tcp;ofi_rxm) is not available in the namespaces (runs:$skipped_ofi); tcp's exchanges, clean and impaired, were exact"
+  exit 77
+fi
+echo "netns: all exchanges exact; $drops_all packets dropped, $over_all over the rate limit"
+exit 0
