@@ -154,6 +154,13 @@ target_include_directories(braid_emu PUBLIC ${PROJECT_SOURCE_DIR}
 target_compile_definitions(braid_emu PRIVATE _GNU_SOURCE BRAID_BUILD)
 target_link_libraries(braid_emu PUBLIC ${braid_obj_deps} Threads::Threads m)
 
+# Kernel registration and launch stubs for programs with CUDA kernels of
+# their own (tests/trainer_cuda): an object library, as nothing in braid_emu
+# refers to them.
+add_library(braid_emu_launch OBJECT ${gpu_dir}/emu/cuda_emu_launch.c)
+target_include_directories(braid_emu_launch PRIVATE ${PROJECT_SOURCE_DIR}
+  ${PROJECT_SOURCE_DIR}/include ${CUDAToolkit_INCLUDE_DIRS})
+
 set(BRAID_EMU_MATRIX_COUNTS "0,1,7,1023,65539" CACHE STRING
   "element counts of the correctness matrix on the emulated GPU")
 gpu_matrix_tests(emu_matrix "${BRAID_EMU_MATRIX_COUNTS}" "cuda;emu;matrix"

@@ -3,8 +3,9 @@
  * (trainer/lenet.h): one step's loss, right predictions and every gradient;
  * then the gradients averaged with braid_allreduce on device memory, ordered
  * on the model's CUDA stream, and an SGD step on the device, against the CPU
- * update. Without a GPU: creating a model fails with the CUDA call named,
- * and the GPU tests skip loudly.
+ * update (at one rank; the allreduce at two ranks: test_lenet_cuda_emu.c,
+ * on the emulated GPU). Without a GPU: creating a model fails with the CUDA
+ * call named, and the GPU tests skip loudly.
  */
 #include <criterion/criterion.h>
 #include <math.h>

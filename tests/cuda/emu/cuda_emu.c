@@ -455,6 +455,8 @@ cudaError_t cudaSetDevice(int device) {
   return cudaSuccess;
 }
 
+void emu_set_last_error(cudaError_t e) { emu_last_err = e; }
+
 cudaError_t cudaGetLastError(void) {
   cudaError_t e = emu_last_err;
   emu_last_err = cudaSuccess;

@@ -19,7 +19,9 @@
 #define EMU_FREE_DEADLINE_S 30.0
 
 extern _Thread_local char emu_msg[256]; /* the last error's words */
-extern _Thread_local int emu_device;    /* cudaSetDevice's */
+/* Sets what cudaGetLastError returns next (a failed kernel launch). */
+void emu_set_last_error(cudaError_t e);
+extern _Thread_local int emu_device; /* cudaSetDevice's */
 
 /* Bus id of device d into out, or -1 when there is no such device; the
  * number of devices for d < 0. */
