@@ -14,6 +14,7 @@
 #include "src/comm_dev.h"
 #include "src/config.h"
 #include "src/doctor.h"
+#include "src/exec_int.h"
 #include "src/launch_env.h"
 #include "src/log.h"
 #include "transports/ibverbs/ibverbs.h"
@@ -247,7 +248,10 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
   INFO(LOG_INIT, "comm %s: rank %d of %d, %d channels, transports: %s", c->name,
        c->rank, c->nranks, c->nchannels, names[0] ? names : "none");
   *out = c;
-  return BRAID_SUCCESS;
+  r = exec_wait_settle(c);
+  if (r != BRAID_SUCCESS)
+    WARN(LOG_INIT, "%s", c->last_error);
+  return r;
 }
 
 static void comm_free(braid_comm *c) {

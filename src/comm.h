@@ -97,6 +97,13 @@ struct braid_comm {
   /* executor state reused across calls (calls on a comm are serialised) */
   void *xpool;
   size_t xpool_cap;
+  /* how this rank waits (src/exec_wait.c): ranks on its host and CPUs it
+   * may run on (0: not counted yet), its last CPU, its moves since the
+   * last look, when it last moved */
+  struct {
+    int nlocal, ncpus, cpu, moves;
+    int64_t unstacked_us;
+  } wait;
 
   /* scratch for schedules that need it */
   void *scratch;

@@ -122,6 +122,8 @@ static void cfg_fill(cfg_env *c) {
   c->shm_cma = env_int("BRAID_SHM_CMA", 1, 0, 1);
   c->cma_threshold = env_size("BRAID_SHM_CMA_THRESHOLD", (size_t)64 << 10);
   c->spin_us = env_int("BRAID_SPIN_US", 50, 0, 1000000);
+  c->yield_us = env_int("BRAID_YIELD_US", 2000, 0, 10000000);
+  c->unstack = env_int("BRAID_UNSTACK", 1, 0, 1);
   /* measured on an H100 under MPS (docs/PERFORMANCE.md, "Figures"): the
    * collective kernels were the fastest path at every size from 8 B to 256
    * MiB; of the others, host memory was the faster up to 32 KiB */

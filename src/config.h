@@ -21,6 +21,8 @@ typedef struct cfg_env {
   int shm_cma;               /* BRAID_SHM_CMA: single-copy, default 1 */
   size_t cma_threshold;      /* BRAID_SHM_CMA_THRESHOLD */
   int spin_us;               /* BRAID_SPIN_US: spin before yielding */
+  int yield_us;              /* BRAID_YIELD_US: poll with yields, then sleep */
+  int unstack;               /* BRAID_UNSTACK: move off a peer's CPU */
   size_t cuda_host_max;      /* BRAID_CUDA_HOST_MAX, default 32K; 0 = off */
   size_t cuda_kernel_max;    /* BRAID_CUDA_KERNEL_MAX, default no limit */
   size_t cuda_kernel_slot;   /* BRAID_CUDA_KERNEL_SLOT, default 4M */

@@ -95,6 +95,27 @@ static inline void *x_state(braid_comm *c, const xop *x, const xchan *h,
 braid_result exec_loop(braid_comm *c, exec_op *ops, int nops);
 
 /* src/exec_wait.c */
+/* One wait of exec_loop: from the first pass in which nothing moved to the
+ * next that moves. */
+typedef struct exec_waiter {
+  int64_t idle_since; /* 0: not waiting */
+  int64_t last_check;
+  int64_t last_progress;
+  int64_t dead_seen; /* when a peer check first found a peer gone, or 0 */
+  int spin_us;       /* this wait's spinning budget (exec_wait_pass) */
+  int sleeps;
+} exec_waiter;
+/* A pass in which nothing moved: checks the peers and the timeout now and
+ * then, and spins, yields or sleeps (the policy is at the top of
+ * src/exec_wait.c). BRAID_SUCCESS, or the error that ends the call. */
+/* Notes the CPU this rank runs on where its peers can read it (shm), at the
+ * start of a call and of every wait, so a peer can tell it shares that CPU. */
+void exec_wait_note_cpu(braid_comm *c);
+/* The end of making a communicator whose host holds several of its ranks:
+ * a barrier, in which ranks the kernel put on one CPU move apart. */
+braid_result exec_wait_settle(braid_comm *c);
+braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
+                            const uint32_t *seen);
 braid_result exec_check_health(braid_comm *c, xop *xs, int nops);
 braid_result exec_remote_cause(braid_comm *c, xop *xs, int nops,
                                braid_result r);

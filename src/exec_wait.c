@@ -1,12 +1,16 @@
 /*
- * The executor's waiting side: health checks of the peers, the message of a
- * timeout, sleeping until a transport may have moved, and the final flush.
+ * The executor's waiting side: how a rank waits (spin, yield, sleep: the
+ * policy is described above exec_wait_pass), health checks of the peers, the
+ * message of a timeout, sleeping until a transport may have moved, and the
+ * final flush.
  * Device transports (c->dev) are checked and flushed like the host ones.
  */
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <time.h>
 
+#include "src/config.h"
 #include "src/exec_int.h"
 #include "src/log.h"
 
@@ -221,4 +225,206 @@ int exec_flush(braid_comm *c, const xop *xs, int nops) {
       return r;
   }
   return again ? TP_AGAIN : BRAID_SUCCESS;
+}
+
+/* ---- how a rank waits -----------------------------------------------------
+ *
+ * What the policy rests on, measured on a 2-core VM (docs/PERFORMANCE.md,
+ * "Waiting"): waking a rank asleep on a futex costs ~50 us there (its vCPU
+ * went idle); a sched_yield with nothing else to run returns in well under a
+ * microsecond; and the kernel often puts two ranks of a new job on one CPU
+ * (the rendezvous wakes each on the other's CPU) and left them there for
+ * thousands of calls while each spun out its budget before yielding to the
+ * other: 52 us per 8-byte allreduce instead of 0.6.
+ *
+ * So a rank that finds nothing to do:
+ *  1. spins (BRAID_SPIN_US) only where spinning can help: not when a peer it
+ *     waits on last noted this very CPU (shm peers note theirs), and not when
+ *     its host has more ranks than the CPUs it may use;
+ *  2. then polls with a sched_yield between passes (up to BRAID_YIELD_US of
+ *     idleness): nearly as quick as spinning when the CPU is its own, and
+ *     the CPU goes to whoever else wants it (a peer, the program's threads);
+ *  3. then sleeps on the doorbell or the sockets, the naps doubling from
+ *     50 us to ~12 ms, so a long wait costs no CPU.
+ * A rank that finds a peer on its CPU while its host has a CPU for every
+ * rank moves off that CPU (unstack), at most every 10 ms; it is not pinned.
+ * The last step of making a communicator is a few barriers (exec_wait_settle),
+ * so that this move, and the wake-up of the CPU it moves to (~50 us), is
+ * paid in braid_comm_init rather than in the first calls.
+ */
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+#define EXEC_UNSTACK_EVERY_US 10000
+
+/* Ranks on this host and CPUs this thread may use, counted once. */
+static void wait_count(braid_comm *c) {
+  int n = 0;
+  for (int q = 0; q < c->nranks; q++)
+    n += q == c->rank || boot_same_host(c->boot, c->rank, q);
+  cpu_set_t set;
+  int ncpus = 1;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    ncpus = CPU_COUNT(&set);
+  c->wait.nlocal = n;
+  c->wait.ncpus = ncpus > 0 ? ncpus : 1;
+  c->wait.cpu = -1;
+}
+
+static void note_cpu(braid_comm *c, int cpu) {
+  c->wait.cpu = cpu;
+  for (int i = 0; i < c->ntp; i++)
+    if (c->tp[i]->note_cpu != NULL)
+      c->tp[i]->note_cpu(c->tp_state[i], cpu);
+}
+
+/* Moves this thread off `cpu` without pinning it: narrowing the CPUs it may
+ * use to the others migrates it at once, and widening them back leaves it
+ * where the kernel put it. 1 if it moved. */
+static int unstack(int cpu) {
+  cpu_set_t all, others;
+  if (cpu < 0 || cpu >= CPU_SETSIZE ||
+      sched_getaffinity(0, sizeof all, &all) != 0 || !CPU_ISSET(cpu, &all) ||
+      CPU_COUNT(&all) < 2)
+    return 0;
+  others = all;
+  CPU_CLR(cpu, &others);
+  if (sched_setaffinity(0, sizeof others, &others) != 0)
+    return 0;
+  (void)sched_setaffinity(0, sizeof all, &all);
+  return 1;
+}
+
+/* A peer some channel waits on that last noted `cpu`, or -1. */
+static int peer_on_cpu(braid_comm *c, xop *xs, int nops, int cpu) {
+  for (int k = 0; k < nops; k++) {
+    if (xs[k].done || xs[k].dev >= 0)
+      continue;
+    for (int i = 0; i < xs[k].nch; i++) {
+      const xchan *h = &xs[k].chans[i];
+      if (h->done || h->wait_peer < 0 || h->wait_peer == c->rank)
+        continue;
+      const tp_ops *t = c->tp[c->peer_tp[h->wait_peer]];
+      if (t->peer_cpu != NULL &&
+          t->peer_cpu(c->tp_state[c->peer_tp[h->wait_peer]], h->wait_peer) ==
+              cpu)
+        return h->wait_peer;
+    }
+  }
+  return -1;
+}
+
+void exec_wait_note_cpu(braid_comm *c) {
+  if (c->wait.nlocal == 0)
+    wait_count(c);
+  int cpu = sched_getcpu();
+  if (cpu != c->wait.cpu)
+    note_cpu(c, cpu);
+}
+
+braid_result exec_wait_settle(braid_comm *c) {
+  if (!cfg_get()->unstack)
+    return BRAID_SUCCESS;
+  if (c->wait.nlocal == 0)
+    wait_count(c);
+  if (c->wait.nlocal < 2 || c->wait.nlocal > c->wait.ncpus)
+    return BRAID_SUCCESS;
+  /* Rounds of "did anyone move in the last round?" until one says no. A
+   * rank asleep in the first (the others still connecting) is woken ~50 us
+   * after the others leave it, and a rank that moves pays the wake-up of
+   * its new CPU: a round after the last move has every rank awake where
+   * it stays, so they leave it, and start their first calls, together. */
+  uint8_t any = 1;
+  for (int round = 0; round < 4 && (round < 2 || any); round++) {
+    uint8_t mine = c->wait.moves != 0;
+    c->wait.moves = 0;
+    braid_result r =
+        braid_allreduce(&mine, &any, 1, BRAID_UINT8, BRAID_MAX, c, NULL);
+    if (r != BRAID_SUCCESS)
+      return r;
+  }
+  return BRAID_SUCCESS;
+}
+
+/* The spinning budget of a wait that starts now. */
+static int wait_begin(braid_comm *c, xop *xs, int nops, int64_t now) {
+  const cfg_env *cfg = cfg_get();
+  if (c->wait.nlocal == 0)
+    wait_count(c);
+  if (c->wait.nlocal > c->wait.ncpus)
+    return 0; /* more ranks than CPUs: a spinning rank holds up another */
+  int cpu = sched_getcpu();
+  if (cpu != c->wait.cpu)
+    note_cpu(c, cpu);
+  int peer = cpu < 0 ? -1 : peer_on_cpu(c, xs, nops, cpu);
+  if (peer < 0)
+    return cfg->spin_us;
+  /* of two ranks on one CPU the higher moves: were both to move at once,
+   * they could land together again */
+  if (cfg->unstack && c->rank > peer &&
+      now - c->wait.unstacked_us > EXEC_UNSTACK_EVERY_US) {
+    c->wait.unstacked_us = now;
+    if (unstack(cpu)) {
+      c->wait.moves++;
+      note_cpu(c, sched_getcpu());
+      return cfg->spin_us;
+    }
+  }
+  return 0;
+}
+
+braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
+                            const uint32_t *seen) {
+  const cfg_env *cfg = cfg_get();
+  int64_t t = exec_now_us();
+  if (w->idle_since == 0) {
+    w->idle_since = t;
+    w->last_progress = t;
+    w->spin_us = wait_begin(c, xs, nops, t);
+  }
+  int64_t idle = t - w->idle_since;
+  if (t - w->last_check > 50000 && idle > 1000) {
+    w->last_check = t;
+    braid_result res = exec_check_health(c, xs, nops);
+    /* A peer that sent its last message of the call and left at once (its
+     * call done, its communicator gone) is seen gone by the check though
+     * its messages may still be coming in after the last poll: the first
+     * time, poll on; the next check (50 ms on) fails. Seen as "rank 1
+     * died ... during allreduce #12" on the slower rank of a test's last
+     * call. */
+    if (res == BRAID_ERR_REMOTE && w->dead_seen == 0) {
+      w->dead_seen = t;
+      res = BRAID_SUCCESS;
+    }
+    if (res != BRAID_SUCCESS)
+      return res;
+    if (idle > (int64_t)c->timeout_ms * 1000) {
+      char what[160];
+      exec_describe_wait(xs, nops, what, sizeof what);
+      const exec_op *op = first_pending(xs, nops);
+      comm_set_error(c, "%s #%llu timed out after %d ms on rank %d: %s",
+                     op->name, (unsigned long long)op->seq, c->timeout_ms,
+                     c->rank, what);
+      return BRAID_ERR_TIMEOUT;
+    }
+  }
+  if (idle < w->spin_us) {
+    /* a few pauses only: PAUSE costs ~140 cycles on recent x86 cores, and
+     * every pass of the loop is a chance to see the peer's message */
+    for (int i = 0; i < 2; i++)
+      cpu_relax();
+  } else if (idle < w->spin_us + cfg->yield_us) {
+    sched_yield();
+  } else {
+    int us = 50 << (w->sleeps < 8 ? w->sleeps : 8); /* up to ~12 ms */
+    w->sleeps++;
+    exec_sleep_once(c, xs, nops, seen, us);
+  }
+  return BRAID_SUCCESS;
 }

@@ -4,10 +4,10 @@
  * Every channel of every op is a resumable state machine over
  * (slice, step, chunk-in-range, phase). Nothing blocks: a transport call that
  * cannot finish returns TP_AGAIN and the channel keeps its place. When no
- * channel moves, the rank waits: it spins briefly, then yields, then sleeps on
- * the shm doorbell (a futex) or on the sockets, so more ranks than cores still
- * make progress. Every wait is bounded by the communicator's timeout, and
- * dead peers are noticed while waiting.
+ * channel moves, the rank waits (src/exec_wait.c: spins while that can help,
+ * polls with yields, then sleeps on the shm doorbell or the sockets), so more
+ * ranks than cores still make progress. Every wait is bounded by the
+ * communicator's timeout, and dead peers are noticed while waiting.
  *
  * A send may still read its source after the transport accepted it (TCP
  * queue, shm single-copy): such sends stay "pending" with their byte range,
@@ -21,7 +21,6 @@
  */
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,14 +33,6 @@
 #include "src/exec_int.h"
 #include "src/log.h"
 #include "transports/cuda/cuda_dev.h"
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
 
 /* ---- geometry ---------------------------------------------------------- */
 
@@ -467,16 +458,6 @@ static int xop_finish(braid_comm *c, xop *x) {
   return r;
 }
 
-/* ---- waiting ----------------------------------------------------------- */
-
-typedef struct waiter {
-  int64_t idle_since;
-  int64_t last_check;
-  int64_t last_progress;
-  int64_t dead_seen; /* when a peer check first found a peer gone, or 0 */
-  int sleeps;
-} waiter;
-
 /* ---- running ----------------------------------------------------------- */
 
 static int p2p_blocked(xop *xs, int k) {
@@ -527,8 +508,8 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
     free(parts);
   if (res != BRAID_SUCCESS)
     goto out;
-  const cfg_env *cfg = cfg_get();
-  waiter w = {.last_progress = exec_now_us()};
+  exec_wait_note_cpu(c);
+  exec_waiter w = {.last_progress = exec_now_us()};
   uint32_t seen[COMM_MAX_TRANSPORTS] = {0};
   for (;;) {
     for (int i = 0; i < c->ntp; i++)
@@ -582,55 +563,9 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
       w.sleeps = 0;
       continue;
     }
-    int64_t t = exec_now_us();
-    if (w.idle_since == 0) {
-      w.idle_since = t;
-      w.last_progress = t;
-    }
-    int64_t idle = t - w.idle_since;
-    if (t - w.last_check > 50000 && idle > 1000) {
-      w.last_check = t;
-      res = exec_check_health(c, xs, nops);
-      /* A peer that sent its last message of the call and left at once
-       * (its call done, its communicator gone) is seen gone by the check
-       * though its messages may still be coming in after the last poll:
-       * the first time, poll on; the next check (50 ms on) fails. Seen as
-       * "rank 1 died ... during allreduce #12" on the slower rank of a
-       * test's last call. */
-      if (res == BRAID_ERR_REMOTE && w.dead_seen == 0) {
-        w.dead_seen = t;
-        res = BRAID_SUCCESS;
-      }
-      if (res != BRAID_SUCCESS)
-        goto out;
-      if (idle > (int64_t)c->timeout_ms * 1000) {
-        char what[160];
-        exec_describe_wait(xs, nops, what, sizeof what);
-        const exec_op *op = xs[0].op;
-        for (int k = 0; k < nops; k++)
-          if (!xs[k].done) {
-            op = xs[k].op;
-            break;
-          }
-        comm_set_error(c, "%s #%llu timed out after %d ms on rank %d: %s",
-                       op->name, (unsigned long long)op->seq, c->timeout_ms,
-                       c->rank, what);
-        res = BRAID_ERR_TIMEOUT;
-        goto out;
-      }
-    }
-    if (idle < cfg->spin_us) {
-      /* a few pauses only: PAUSE costs ~140 cycles on recent x86 cores, and
-       * every pass of the loop is a chance to see the peer's message */
-      for (int i = 0; i < 2; i++)
-        cpu_relax();
-    } else if (idle < cfg->spin_us + 200) {
-      sched_yield();
-    } else {
-      int us = 50 << (w.sleeps < 8 ? w.sleeps : 8); /* up to ~12 ms */
-      w.sleeps++;
-      exec_sleep_once(c, xs, nops, seen, us);
-    }
+    res = exec_wait_pass(c, xs, nops, &w, seen);
+    if (res != BRAID_SUCCESS)
+      goto out;
   }
 out:
   if (xs != stackx)

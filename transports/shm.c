@@ -339,6 +339,21 @@ static void shm_bell_wait(void *state, uint32_t seen, int timeout_us) {
   atomic_fetch_sub_explicit(&st->me->sleeping, 1, memory_order_seq_cst);
 }
 
+static void shm_note_cpu(void *state, int cpu) {
+  shm_state *st = state;
+  if (st->me != NULL &&
+      atomic_load_explicit(&st->me->cpu, memory_order_relaxed) != cpu)
+    atomic_store_explicit(&st->me->cpu, cpu, memory_order_relaxed);
+}
+
+static int shm_peer_cpu(void *state, int peer) {
+  shm_state *st = state;
+  if (peer < 0 || peer >= st->nranks || st->lidx[peer] < 0)
+    return -1;
+  return atomic_load_explicit(&st->peers[st->lidx[peer]].hdr->cpu,
+                              memory_order_relaxed);
+}
+
 static int proc_gone(int pid) {
   char path[64], buf[256];
   snprintf(path, sizeof(path), "/proc/%d/stat", pid);
@@ -440,6 +455,8 @@ const tp_ops tp_shm = {
     .pollfd = shm_pollfd,
     .bell_read = shm_bell_read,
     .bell_wait = shm_bell_wait,
+    .note_cpu = shm_note_cpu,
+    .peer_cpu = shm_peer_cpu,
     .check_peers = shm_check_peers,
     .set_cause = shm_set_cause,
     .teardown = shm_teardown,

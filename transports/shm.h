@@ -72,6 +72,10 @@ typedef struct shm_hdr {
   uint64_t cma_addr;   /* address of cma_magic in the owner's memory */
   alignas(SHM_CL) _Atomic uint32_t bell;
   alignas(SHM_CL) _Atomic uint32_t sleeping;
+  /* The CPU this rank last waited on (-1: not yet): a peer that finds its
+   * own CPU here knows spinning cannot help (src/exec_wait.c). Written
+   * only when it changes. */
+  _Atomic int32_t cpu;
   /* The rank whose death made this rank give up (-1: none), so that peers
    * who see this rank leave afterwards name the first cause. */
   alignas(SHM_CL) _Atomic int32_t cause;

@@ -90,6 +90,11 @@ typedef struct tp_ops {
    * NULL for transports that wait through pollfd. */
   uint32_t (*bell_read)(void *state);
   void (*bell_wait)(void *state, uint32_t seen, int timeout_us);
+  /* Optional (shm): this rank is about to wait on `cpu`; the CPU a peer
+   * last noted, or -1. A waiter whose peer is on its own CPU yields at once
+   * instead of spinning (src/exec_wait.c). */
+  void (*note_cpu)(void *state, int cpu);
+  int (*peer_cpu)(void *state, int peer);
   /* Check the peers once (dead process, closed socket). BRAID_SUCCESS, or
    * BRAID_ERR_REMOTE with *dead_rank set. */
   int (*check_peers)(void *state, int *dead_rank);
