@@ -54,10 +54,17 @@ static void futex_wake(_Atomic uint32_t *w) {
   syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
+/* After publishing or releasing a slot: wakes the owner of h if it sleeps.
+ * The bell is touched only then, so a message between two ranks that are
+ * both awake moves no cache line but the slot's (and, every nslots, the
+ * tail's). The fence pairs with the one in shm_bell_wait: either this sees
+ * `sleeping`, or the sleeper's scan (shm_changed) sees what was published. */
 static void bell_ring(shm_hdr *h) {
-  atomic_fetch_add_explicit(&h->bell, 1, memory_order_seq_cst);
-  if (atomic_load_explicit(&h->sleeping, memory_order_seq_cst))
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&h->sleeping, memory_order_relaxed)) {
+    atomic_fetch_add_explicit(&h->bell, 1, memory_order_seq_cst);
     futex_wake(&h->bell);
+  }
 }
 
 static shm_slot *slot_at(char *base, uint64_t stride, uint64_t n,
@@ -95,7 +102,8 @@ static int tx_push(tp_conn *c) {
     if (n > c->tx_cap)
       n = c->tx_cap;
     if (n)
-      memcpy((char *)s + sizeof(shm_slot), c->pend_src + c->pend_off, n);
+      memcpy(n <= SHM_INLINE ? (char *)s->inl : (char *)s + sizeof(shm_slot),
+             c->pend_src + c->pend_off, n);
     tx_publish(c, s, c->pend_len, c->pend_off, 0, (uint32_t)n, SHM_KIND_DATA);
     c->pend_off += n;
     c->pend_frags--;
@@ -269,7 +277,8 @@ static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
                   c->peer, c->channel, s->kind, s->off, n, c->rx_off);
         break;
       }
-      const char *data = (const char *)s + sizeof(shm_slot);
+      const char *data = n <= SHM_INLINE ? (const char *)s->inl
+                                         : (const char *)s + sizeof(shm_slot);
       if (r && n)
         r->fn(dst + c->rx_off, src + c->rx_off, data, n / r->elem_size);
       else if (n)
@@ -323,6 +332,24 @@ static uint32_t shm_bell_read(void *state) {
   return atomic_load_explicit(&st->me->bell, memory_order_acquire);
 }
 
+/* 1 if a peer published a slot this rank has not read, or released slots
+ * since this rank last looked (then the look is recorded). */
+static int shm_changed(shm_state *st) {
+  for (int i = 0; i < st->npeers * st->nchannels; i++) {
+    tp_conn *c = &st->conns[i];
+    shm_slot *s = slot_at(c->rx_base, st->me->slot_bytes, (uint64_t)st->nslots,
+                          c->rx_cons);
+    if (atomic_load_explicit(&s->seq, memory_order_acquire) == c->rx_cons + 1)
+      return 1;
+    uint64_t t = atomic_load_explicit(&c->tx->tail, memory_order_acquire);
+    if (t != c->tx_tail) {
+      c->tx_tail = t;
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static void shm_bell_wait(void *state, uint32_t seen, int timeout_us) {
   shm_state *st = state;
   if (timeout_us <= 0)
@@ -333,9 +360,16 @@ static void shm_bell_wait(void *state, uint32_t seen, int timeout_us) {
     return;
   }
   atomic_fetch_add_explicit(&st->me->sleeping, 1, memory_order_seq_cst);
-  if (atomic_load_explicit(&st->me->bell, memory_order_seq_cst) == seen)
+  atomic_thread_fence(memory_order_seq_cst);
+  if (shm_changed(st)) {
+    /* published before `sleeping` was seen: nobody rang, so count the
+     * change here (a caller compares the bell with what it read) */
+    atomic_fetch_add_explicit(&st->me->bell, 1, memory_order_seq_cst);
+  } else if (atomic_load_explicit(&st->me->bell, memory_order_seq_cst) ==
+             seen) {
     syscall(SYS_futex, (uint32_t *)&st->me->bell, FUTEX_WAIT, seen, &ts, NULL,
             0);
+  }
   atomic_fetch_sub_explicit(&st->me->sleeping, 1, memory_order_seq_cst);
 }
 

@@ -8,8 +8,8 @@
  * each ring group), then one ring per (shm peer, channel). A ring is a
  * two-cache-line header (the consumer counter `tail` alone on the first)
  * followed by nslots slots; a slot is a 64-byte header (sequence word,
- * lengths, descriptor) followed by slot_data bytes (slot_bytes rounded up to
- * 64).
+ * lengths, descriptor, and a fragment of at most SHM_INLINE bytes) followed
+ * by slot_data bytes (slot_bytes rounded up to 64) for larger fragments.
  *
  * Send: the sender copies a message, or the next fragment of one larger than
  * a slot, into the next free slot and publishes it by storing the slot's
@@ -29,9 +29,11 @@
  * process_vm_readv (for reductions, in 64 KiB pieces through a buffer) and
  * releases the slot after the read, which completes the sender's send_done.
  *
- * Doorbell: a 32-bit counter in the owner's header that peers bump after
- * publishing or releasing a slot, with a FUTEX_WAKE only when the owner has
- * announced that it sleeps in bell_wait.
+ * Doorbell: a 32-bit counter in the owner's header that a peer bumps, with a
+ * FUTEX_WAKE, after publishing or releasing a slot when the owner has
+ * announced (`sleeping`) that it sleeps in bell_wait; the owner, having
+ * announced it, looks at its rings once more before it sleeps, so a slot
+ * published before the announcement is not slept through.
  *
  * Setup exchanges the segment names with the bootstrap, maps every peer's
  * segment, exchanges a status (so that every rank fails together), and then
@@ -53,6 +55,7 @@
 #define SHM_CL 64
 #define SHM_KIND_DATA 1u
 #define SHM_KIND_CMA 2u
+#define SHM_INLINE 24 /* bytes of data a slot header holds (shm_slot.inl) */
 #define SHM_PIECE (64 * 1024) /* CMA reduce: bytes read per piece */
 #define SHM_DEFAULT_CMA_THRESHOLD (64 * 1024)
 
@@ -94,6 +97,9 @@ typedef struct shm_slot {
   uint64_t addr;                        /* CMA: sender's address */
   uint32_t frag_len;
   uint32_t kind;
+  /* a fragment of at most SHM_INLINE bytes lives here, on the line of its
+   * sequence word: the receiver's one read brings both */
+  uint8_t inl[24];
 } shm_slot;
 
 _Static_assert(sizeof(shm_slot) == SHM_CL, "slot header is one cache line");
