@@ -102,6 +102,7 @@ struct braid_comm {
    * last look, when it last moved */
   struct {
     int nlocal, ncpus, cpu, moves;
+    int shared_host; /* some host holds several of the ranks */
     int64_t unstacked_us;
   } wait;
 

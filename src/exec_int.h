@@ -111,8 +111,9 @@ typedef struct exec_waiter {
 /* Notes the CPU this rank runs on where its peers can read it (shm), at the
  * start of a call and of every wait, so a peer can tell it shares that CPU. */
 void exec_wait_note_cpu(braid_comm *c);
-/* The end of making a communicator whose host holds several of its ranks:
- * a barrier, in which ranks the kernel put on one CPU move apart. */
+/* The end of making a communicator some host of which holds several of its
+ * ranks (collective): barrier rounds, in which ranks the kernel put on one
+ * CPU move apart. */
 braid_result exec_wait_settle(braid_comm *c);
 braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
                             const uint32_t *seen);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "collectives/view.h"
 #include "src/config.h"
 #include "src/exec_int.h"
 #include "src/log.h"
@@ -263,11 +264,16 @@ static inline void cpu_relax(void) {
 
 #define EXEC_UNSTACK_EVERY_US 10000
 
-/* Ranks on this host and CPUs this thread may use, counted once. */
+/* Ranks on this host (from the communicator's host map, which every rank
+ * shares), whether any host holds several, and the CPUs this thread may
+ * use; counted once. */
 static void wait_count(braid_comm *c) {
+  const sched_view *v = c->view;
   int n = 0;
   for (int q = 0; q < c->nranks; q++)
-    n += q == c->rank || boot_same_host(c->boot, c->rank, q);
+    n += v != NULL ? v->host[q] == v->host[c->rank]
+                   : q == c->rank || boot_same_host(c->boot, c->rank, q);
+  c->wait.shared_host = v != NULL && v->nhosts < c->nranks;
   cpu_set_t set;
   int ncpus = 1;
   if (sched_getaffinity(0, sizeof set, &set) == 0)
@@ -329,11 +335,11 @@ void exec_wait_note_cpu(braid_comm *c) {
 }
 
 braid_result exec_wait_settle(braid_comm *c) {
-  if (!cfg_get()->unstack)
-    return BRAID_SUCCESS;
   if (c->wait.nlocal == 0)
     wait_count(c);
-  if (c->wait.nlocal < 2 || c->wait.nlocal > c->wait.ncpus)
+  /* collective: every rank decides alike, from the host map alone (not from
+   * its CPUs or its BRAID_UNSTACK, which may differ between ranks) */
+  if (!c->wait.shared_host)
     return BRAID_SUCCESS;
   /* Rounds of "did anyone move in the last round?" until one says no. A
    * rank asleep in the first (the others still connecting) is woken ~50 us
@@ -341,6 +347,7 @@ braid_result exec_wait_settle(braid_comm *c) {
    * its new CPU: a round after the last move has every rank awake where
    * it stays, so they leave it, and start their first calls, together. */
   uint8_t any = 1;
+  uint64_t seq = c->coll_seq; /* a user's first call stays #1 */
   for (int round = 0; round < 4 && (round < 2 || any); round++) {
     uint8_t mine = c->wait.moves != 0;
     c->wait.moves = 0;
@@ -349,6 +356,7 @@ braid_result exec_wait_settle(braid_comm *c) {
     if (r != BRAID_SUCCESS)
       return r;
   }
+  c->coll_seq = seq;
   return BRAID_SUCCESS;
 }
 
