@@ -121,16 +121,13 @@ static void write_subset(const dataset *ds, const char *split, size_t n) {
 }
 
 static void need_gpu_and_data(void) {
-  if (lenet_cuda_devices() == 0) {
-    fprintf(stderr, "SKIP: no CUDA device: braid-trainer-cuda is trained "
-                    "only on a GPU\n");
-    cr_skip_test("SKIP: no CUDA device: cudaGetDeviceCount finds none on "
+  if (lenet_cuda_devices() == 0)
+    cr_skip_test("no CUDA device: cudaGetDeviceCount finds none on "
                  "this machine; braid-trainer-cuda is trained only on a GPU");
-  }
   if (!*BRAIDRUN_PATH)
-    cr_skip_test("SKIP: braidrun is not built");
+    cr_skip_test("braidrun is not built");
   if (access(DATA, R_OK) != 0)
-    cr_skip_test("SKIP: no Fashion-MNIST in " DATA
+    cr_skip_test("no Fashion-MNIST in " DATA
                  " (Debian package dataset-fashion-mnist)");
 }
 

@@ -44,11 +44,11 @@ static int gpu_count(void) {
 
 static void need_gpu(void) {
   if (!cudev_built())
-    cr_skip_test("SKIP: libbraid was built without CUDA (BRAID_CUDA=OFF or "
+    cr_skip_test("libbraid was built without CUDA (BRAID_CUDA=OFF or "
                  "no nvcc): tp_cuda cannot run");
   if (gpu_count() == 0)
-    cr_skip_test("SKIP: no CUDA device on this machine: tp_cuda exchanges "
-                 "need a GPU (they run on the GPU CI machine)");
+    cr_skip_test("no CUDA device on this machine: tp_cuda exchanges "
+                 "need a GPU (perf/cuda/device_kit.sh runs them on one)");
 }
 
 /* Runs send/recv on both connections of a rank until both are done. */

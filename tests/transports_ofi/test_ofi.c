@@ -129,7 +129,7 @@ static void expect_ok(const job *j, int timeout_ms) {
   run_job(j, codes, timeout_ms);
   for (int r = 0; r < j->n; r++)
     if (codes[r] == XCHG_SKIP)
-      cr_skip_test("SKIP: the libfabric provider %s is not available here",
+      cr_skip_test("the libfabric provider %s is not available here",
                    getenv("BRAID_OFI_PROVIDER") ? getenv("BRAID_OFI_PROVIDER")
                                                 : "(default)");
   for (int r = 0; r < j->n; r++)
@@ -457,7 +457,7 @@ Test(transports_ofi, killed_peer_is_remote_error) {
   int codes[MAXR];
   run_job(&j, codes, 30000);
   if (codes[0] == XCHG_SKIP)
-    cr_skip_test("SKIP: libfabric tcp provider not available");
+    cr_skip_test("libfabric tcp provider not available");
   cr_expect_eq(codes[0], 0, "surviving rank exited with %d", codes[0]);
   cr_expect_eq(codes[1], -SIGKILL, "rank 1 should have died by SIGKILL");
 }
