@@ -58,7 +58,7 @@ static int gpu_probe(char *why, size_t len) {
     if (WIFSIGNALED(st))
       snprintf(why, len, "the probe process died of signal %d", WTERMSIG(st));
     else
-      snprintf(why, len, "the probe process exited %d having said '%s'",
+      snprintf(why, len, "the probe process exited %d having said '%.160s'",
                WIFEXITED(st) ? WEXITSTATUS(st) : -1, buf);
     return -1;
   }

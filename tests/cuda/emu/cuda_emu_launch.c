@@ -26,6 +26,12 @@ void __cudaRegisterFatBinaryEnd(void **handle) { (void)handle; }
 
 void __cudaUnregisterFatBinary(void **handle) { (void)handle; }
 
+/* managed memory's module set-up (unoptimised builds call it) */
+char __cudaInitModule(void **handle) {
+  (void)handle;
+  return 1;
+}
+
 void __cudaRegisterFunction(void **handle, const char *host_fun,
                             char *device_fun, const char *device_name,
                             int thread_limit, void *tid, void *bid,
