@@ -111,8 +111,12 @@ function(gpu_matrix_tests prefix counts labels)
   # the CUDA stream by ranks 0 and 2 and on the internal stream by rank 1;
   # slots of 256 KiB: the largest calls take several chunks and 4 blocks
   # (2 on the emulated GPU, which says it holds only 12 of them).
+  # blocking_defaults_2, stream_defaults_2: with braid's defaults, the
+  # device path users take (collective kernels, small calls through host
+  # memory: src/config.c), nothing pinned.
   foreach(run blocking_1 blocking_2 blocking_4 stream_1 stream_2 stream_4
-          blocking_tcp_2 stream_small_3 stream_kernel_3)
+          blocking_tcp_2 stream_small_3 stream_kernel_3 blocking_defaults_2
+          stream_defaults_2)
     string(REGEX MATCH "^[a-z]+" mode ${run})
     string(REGEX MATCH "[0-9]+$" n ${run})
     set(env "BRAID_TIMEOUT=120")
@@ -128,7 +132,9 @@ function(gpu_matrix_tests prefix counts labels)
       list(APPEND env "GPU_MATRIX_BLOCKING_RANK=1")
       list(APPEND env "BRAID_TIMEOUT=120")
     endif()
-    gpu_pinned(env ${env})
+    if(NOT run MATCHES "_defaults_")
+      gpu_pinned(env ${env})
+    endif()
     add_test(NAME ${prefix}_${run}
       COMMAND $<TARGET_FILE:braidrun> -n ${n} --timeout 900
               $<TARGET_FILE:${prefix}_${mode}> --counts ${counts})
