@@ -1,5 +1,13 @@
 /*
- * BRAID_CHECK=1: before each collective, ranks compare its fingerprint
+ * Call fingerprints.
+ *
+ * Always: every collective's messages carry a compact fingerprint of the
+ * call (check_call_fp), which the receiving transport compares with its own
+ * call's (shm, tcp): a rank in another call, or in the same call with
+ * another op, dtype, root or count, is found at the first message instead
+ * of returning wrong data.
+ *
+ * BRAID_CHECK=1: before each collective, ranks compare its full fingerprint
  * (kind, count, dtype, op, root, sequence number) over the bootstrap and
  * report a mismatch by rank instead of hanging or corrupting data.
  */
@@ -30,6 +38,70 @@ static void describe(const fingerprint *f, char *buf, size_t len) {
     n += snprintf(buf + n, len - (size_t)n, ", root %d", f->root);
   if (n > 0 && (size_t)n < len)
     snprintf(buf + n, len - (size_t)n, ")");
+}
+
+/* ---- the compact fingerprint (64 bits) ----------------------------------
+ * bit 63: 1 | kind: 7 | dtype: 4 | op: 4 (15: no reduction, 14: barrier) |
+ * root mod 4096: 12 (4095: unrooted) | hash of the count: 12 | sequence
+ * number mod 2^24: 24 */
+
+#define FP_NOOP 15u
+#define FP_BARRIER 14u
+#define FP_NOROOT 4095u
+
+static int rooted(sched_coll k) {
+  return k == SCHED_BROADCAST || k == SCHED_REDUCE || k == SCHED_GATHER ||
+         k == SCHED_SCATTER;
+}
+
+static uint64_t count_hash(uint64_t n) {
+  return ((n + 1) * 0x9e3779b97f4a7c15ULL) >> 52;
+}
+
+uint64_t check_call_fp(const exec_op *op) {
+  if (op->coll == SCHED_SEND || op->coll == SCHED_RECV)
+    return 0;
+  uint64_t o = op->is_barrier            ? FP_BARRIER
+               : sched_reduces(op->coll) ? (uint64_t)op->op & 0xfu
+                                         : FP_NOOP;
+  uint64_t root =
+      rooted(op->coll) ? (uint64_t)op->root & 0xfffu : (uint64_t)FP_NOROOT;
+  return 1ULL << 63 | ((uint64_t)op->coll & 0x7fu) << 56 |
+         ((uint64_t)op->dt & 0xfu) << 52 | o << 48 | root << 36 |
+         count_hash(op->count) << 24 | (op->seq & 0xffffffu);
+}
+
+static void fp_describe(uint64_t fp, char *buf, size_t len) {
+  sched_coll k = (sched_coll)((fp >> 56) & 0x7fu);
+  unsigned o = (unsigned)(fp >> 48) & 0xfu;
+  unsigned root = (unsigned)(fp >> 36) & 0xfffu;
+  if (k >= SCHED_NUM_COLLS) {
+    snprintf(buf, len, "an unknown call (fingerprint %016llx)",
+             (unsigned long long)fp);
+    return;
+  }
+  int n = snprintf(buf, len, "%s #%llu (%s",
+                   o == FP_BARRIER ? "barrier" : sched_coll_name(k),
+                   (unsigned long long)(fp & 0xffffffu),
+                   braid_dtype_name((braid_dtype)((fp >> 52) & 0xfu)));
+  if (n > 0 && (size_t)n < len && o < FP_BARRIER)
+    n += snprintf(buf + n, len - (size_t)n, ", %s", braid_op_name((braid_op)o));
+  if (n > 0 && (size_t)n < len && root != FP_NOROOT)
+    n += snprintf(buf + n, len - (size_t)n, ", root %u", root);
+  if (n > 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, ")");
+}
+
+void tp_fp_mismatch(uint64_t theirs, uint64_t mine, int peer, char *buf,
+                    size_t len) {
+  char a[96], b[96];
+  fp_describe(theirs, a, sizeof a);
+  fp_describe(mine, b, sizeof b);
+  int counts = ((theirs ^ mine) >> 24 & 0xfffu) != 0;
+  snprintf(buf, len,
+           "collective mismatch: rank %d is in %s where this rank is in "
+           "%s%s (sequence numbers mod 2^24)",
+           peer, a, b, counts ? ", with another count" : "");
 }
 
 braid_result check_fingerprint(braid_comm *c, const exec_op *op) {

@@ -190,5 +190,7 @@ braid_result enq_drain(braid_comm *c);
 
 /* src/check.c: BRAID_CHECK fingerprint comparison (collective). */
 braid_result check_fingerprint(braid_comm *c, const exec_op *op);
+/* The compact fingerprint a collective's messages carry (0: send/recv). */
+uint64_t check_call_fp(const exec_op *op);
 
 #endif

@@ -66,7 +66,8 @@ typedef struct xop {
   int nch;
   int done;
   int is_p2p;
-  int dev; /* -1: host buffers; else device buffers, moved directly */
+  int dev;    /* -1: host buffers; else device buffers, moved directly */
+  int fp_set; /* the transports carry its fingerprint (tp_ops.set_fp) */
 } xop;
 
 int64_t exec_now_us(void);

@@ -525,6 +525,12 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
         if (coll_active) /* collectives of a group run one at a time */
           continue;
         coll_active = 1;
+        if (!x->fp_set) { /* its messages carry it, and expect it */
+          x->fp_set = 1;
+          for (int i = 0; x->dev < 0 && i < c->ntp; i++)
+            if (c->tp[i]->set_fp != NULL)
+              c->tp[i]->set_fp(c->tp_state[i], check_call_fp(x->op));
+        }
       } else if (p2p_blocked(xs, k)) {
         continue;
       }

@@ -82,10 +82,10 @@ static uint64_t tx_free(tp_conn *c) {
 
 /* Fills the next slot's header and publishes it. */
 static void tx_publish(tp_conn *c, shm_slot *s, uint64_t len, uint64_t off,
-                       uint64_t addr, uint32_t frag, uint32_t kind) {
+                       uint64_t fp, uint32_t frag, uint32_t kind) {
   s->msg_len = len;
   s->off = off;
-  s->addr = addr;
+  s->fp = fp;
   s->frag_len = frag;
   s->kind = kind;
   atomic_store_explicit(&s->seq, c->tx_prod + 1, memory_order_release);
@@ -102,9 +102,10 @@ static int tx_push(tp_conn *c) {
     if (n > c->tx_cap)
       n = c->tx_cap;
     if (n)
-      memcpy(n <= SHM_INLINE ? (char *)s->inl : (char *)s + sizeof(shm_slot),
+      memcpy(n <= SHM_INLINE ? (char *)s->u.inl : (char *)s + sizeof(shm_slot),
              c->pend_src + c->pend_off, n);
-    tx_publish(c, s, c->pend_len, c->pend_off, 0, (uint32_t)n, SHM_KIND_DATA);
+    tx_publish(c, s, c->pend_len, c->pend_off, c->pend_fp, (uint32_t)n,
+               SHM_KIND_DATA);
     c->pend_off += n;
     c->pend_frags--;
     pushed = 1;
@@ -132,6 +133,12 @@ static void cmaq_pop(tp_conn *c) {
   }
 }
 
+/* The fingerprint messages on c carry and expect: the call's on the
+ * collective channels, none on the last (send/recv). */
+static uint64_t conn_fp(const tp_conn *c) {
+  return c->channel < c->st->nchannels - 1 ? c->st->fp : 0;
+}
+
 static int shm_isend_mode(tp_conn *c, const void *src, size_t len,
                           uint64_t *ticket, int allow_cma) {
   if (!c || !ticket || (!src && len))
@@ -145,7 +152,8 @@ static int shm_isend_mode(tp_conn *c, const void *src, size_t len,
   if (allow_cma && c->tx_cma && len > 0 && len >= c->st->cma_threshold) {
     cmaq_pop(c); /* at most nslots - 1 remain: one slot is free */
     shm_slot *s = slot_at(c->tx_base, c->tx_stride, c->tx_nslots, c->tx_prod);
-    tx_publish(c, s, len, 0, (uint64_t)(uintptr_t)src, 0, SHM_KIND_CMA);
+    s->u.addr = (uint64_t)(uintptr_t)src;
+    tx_publish(c, s, len, 0, conn_fp(c), 0, SHM_KIND_CMA);
     shm_cmaq *q = &c->cmaq[(c->cmaq_head + c->cmaq_n) % c->tx_nslots];
     q->msgno = ++c->tx_msgno;
     q->slot_end = c->tx_prod;
@@ -160,6 +168,7 @@ static int shm_isend_mode(tp_conn *c, const void *src, size_t len,
   c->pend_off = 0;
   c->pend_frags = len == 0 ? 1 : (len + c->tx_cap - 1) / c->tx_cap;
   c->pend_msgno = ++c->tx_msgno;
+  c->pend_fp = conn_fp(c);
   if (!tx_push(c))
     c->st->pend[c->st->npend++] = c;
   *ticket = c->tx_msgno;
@@ -246,6 +255,14 @@ static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
     shm_slot *s = slot_at(c->rx_base, stride, nslots, c->rx_cons);
     if (atomic_load_explicit(&s->seq, memory_order_acquire) != c->rx_cons + 1)
       break;
+    uint64_t fp = conn_fp(c);
+    if (c->rx_off == 0 && fp != 0 && s->fp != 0 && s->fp != fp) {
+      char what[224];
+      tp_fp_mismatch(s->fp, fp, c->peer, what, sizeof what);
+      rc = CERR(c, BRAID_ERR_MISMATCH, "shm recv from rank %d channel %d: %s",
+                c->peer, c->channel, what);
+      break;
+    }
     if (s->msg_len != len) {
       rc = CERR(c, BRAID_ERR_MISMATCH,
                 "shm recv from rank %d channel %d: message has %" PRIu64
@@ -260,8 +277,8 @@ static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
                  "shm recv from rank %d: descriptor inside a message", c->peer);
         break;
       }
-      rc = r ? cma_reduce(c, src, dst, s->addr, len, r)
-             : cma_read(c, dst, s->addr, len);
+      rc = r ? cma_reduce(c, src, dst, s->u.addr, len, r)
+             : cma_read(c, dst, s->u.addr, len);
       if (rc)
         break;
       c->rx_off = len;
@@ -277,7 +294,7 @@ static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
                   c->peer, c->channel, s->kind, s->off, n, c->rx_off);
         break;
       }
-      const char *data = n <= SHM_INLINE ? (const char *)s->inl
+      const char *data = n <= SHM_INLINE ? (const char *)s->u.inl
                                          : (const char *)s + sizeof(shm_slot);
       if (r && n)
         r->fn(dst + c->rx_off, src + c->rx_off, data, n / r->elem_size);
@@ -371,6 +388,10 @@ static void shm_bell_wait(void *state, uint32_t seen, int timeout_us) {
             0);
   }
   atomic_fetch_sub_explicit(&st->me->sleeping, 1, memory_order_seq_cst);
+}
+
+static void shm_set_fp(void *state, uint64_t fp) {
+  ((shm_state *)state)->fp = fp;
 }
 
 static void shm_note_cpu(void *state, int cpu) {
@@ -489,6 +510,7 @@ const tp_ops tp_shm = {
     .pollfd = shm_pollfd,
     .bell_read = shm_bell_read,
     .bell_wait = shm_bell_wait,
+    .set_fp = shm_set_fp,
     .note_cpu = shm_note_cpu,
     .peer_cpu = shm_peer_cpu,
     .check_peers = shm_check_peers,

@@ -8,7 +8,8 @@
  * each ring group), then one ring per (shm peer, channel). A ring is a
  * two-cache-line header (the consumer counter `tail` alone on the first)
  * followed by nslots slots; a slot is a 64-byte header (sequence word,
- * lengths, descriptor, and a fragment of at most SHM_INLINE bytes) followed
+ * lengths, the sender's call fingerprint, a descriptor or a fragment of at
+ * most SHM_INLINE bytes) followed
  * by slot_data bytes (slot_bytes rounded up to 64) for larger fragments.
  *
  * Send: the sender copies a message, or the next fragment of one larger than
@@ -94,12 +95,15 @@ typedef struct shm_slot {
   alignas(SHM_CL) _Atomic uint64_t seq; /* absolute slot index + 1 */
   uint64_t msg_len;                     /* whole message */
   uint64_t off;                         /* fragment offset in the message */
-  uint64_t addr;                        /* CMA: sender's address */
+  uint64_t fp; /* the sender's call (tp_ops.set_fp), or 0 */
   uint32_t frag_len;
   uint32_t kind;
-  /* a fragment of at most SHM_INLINE bytes lives here, on the line of its
-   * sequence word: the receiver's one read brings both */
-  uint8_t inl[24];
+  union {
+    uint64_t addr; /* SHM_KIND_CMA: the sender's address */
+    /* SHM_KIND_DATA: a fragment of at most SHM_INLINE bytes lives here, on
+     * the line of its sequence word: the receiver's one read brings both */
+    uint8_t inl[24];
+  } u;
 } shm_slot;
 
 _Static_assert(sizeof(shm_slot) == SHM_CL, "slot header is one cache line");
@@ -125,7 +129,7 @@ struct tp_conn {
   int tx_cma;
   /* a message being pushed fragment by fragment */
   const char *pend_src;
-  uint64_t pend_len, pend_off, pend_frags, pend_msgno;
+  uint64_t pend_len, pend_off, pend_frags, pend_msgno, pend_fp;
   /* single-copy sends not yet acknowledged */
   shm_cmaq *cmaq;
   uint64_t cmaq_head, cmaq_n;
@@ -160,6 +164,7 @@ typedef struct shm_state {
   int npend;
   size_t cma_threshold;
   uint32_t lone_bell; /* bell when the rank has no segment */
+  uint64_t fp;        /* the call this rank runs (tp_ops.set_fp) */
   char err[256];
 } shm_state;
 

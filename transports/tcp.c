@@ -203,12 +203,19 @@ static int send_check(tp_conn *c, const void *src, size_t len,
   return c->qcount >= c->s->nslots ? TP_AGAIN : BRAID_SUCCESS;
 }
 
+/* The fingerprint messages on c carry and expect: the call's on the
+ * collective channels, none on the last (send/recv). */
+static uint64_t conn_fp(const tp_conn *c) {
+  return c->channel < c->s->nchannels - 1 ? c->s->fp : 0;
+}
+
 /* Queues the message in slot m (the next free one) and writes what the
  * socket takes. */
 static int send_queue(tp_conn *c, tcp_msg *m, const void *src, size_t len,
                       uint64_t *ticket) {
   tcp_state *s = c->s;
-  m->hdr = ((uint64_t)TCP_DATA << 56) | (uint64_t)len;
+  m->hdr[0] = ((uint64_t)TCP_DATA << 56) | (uint64_t)len;
+  m->hdr[1] = conn_fp(c);
   m->src = src;
   m->len = len;
   m->off = 0;
@@ -370,7 +377,7 @@ static int read_header(tp_conn *c, char *buf, size_t cap, size_t len,
     c->rhdr_got = sizeof(c->rhdr);
     c->rgot = (size_t)n - h;
   }
-  uint64_t type = c->rhdr >> 56, mlen = c->rhdr & (TCP_LEN_MAX - 1);
+  uint64_t type = c->rhdr[0] >> 56, mlen = c->rhdr[0] & (TCP_LEN_MAX - 1);
   if (type == TCP_BYE) {
     uint64_t d = mlen - 1;
     c->err = BRAID_ERR_REMOTE;
@@ -395,6 +402,14 @@ static int read_header(tp_conn *c, char *buf, size_t cap, size_t len,
     c->blame = c->peer;
     SERR(c->s, "tcp: garbage on the connection from rank %d (channel %d)",
          c->peer, c->channel);
+    return c->err;
+  }
+  uint64_t fp = conn_fp(c);
+  if (fp != 0 && c->rhdr[1] != 0 && c->rhdr[1] != fp) {
+    char what[224];
+    tp_fp_mismatch(c->rhdr[1], fp, c->peer, what, sizeof what);
+    c->err = BRAID_ERR_MISMATCH;
+    SERR(c->s, "tcp: channel %d from rank %d: %s", c->channel, c->peer, what);
     return c->err;
   }
   if (mlen != len) {
@@ -555,6 +570,10 @@ static int tcp_check_peers(void *state, int *dead_rank) {
   return BRAID_SUCCESS;
 }
 
+static void tcp_set_fp(void *state, uint64_t fp) {
+  ((tcp_state *)state)->fp = fp;
+}
+
 static const char *tcp_last_error(void *state) {
   tcp_state *s = state;
   return s ? s->err : "";
@@ -575,5 +594,6 @@ const tp_ops tp_tcp = {
     .check_peers = tcp_check_peers,
     .teardown = tcp_teardown,
     .last_error = tcp_last_error,
+    .set_fp = tcp_set_fp,
     .flush = tcp_flush,
 };

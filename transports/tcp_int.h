@@ -28,8 +28,10 @@ typedef struct tcp_hello {
 _Static_assert(sizeof(tcp_hello) + sizeof(sock_auth) <= SOCK_GATE_MAX_MSG,
                "greeting fits the gate");
 
+/* A message on the wire: a 16-byte header, (type << 56 | length) and the
+ * sender's call fingerprint (tp_ops.set_fp; 0: none), then the payload. */
 typedef struct tcp_msg {
-  uint64_t hdr;
+  uint64_t hdr[2];
   const char *src;
   size_t len;
   size_t off; /* bytes of header + payload already written */
@@ -54,7 +56,7 @@ struct tp_conn {
   size_t staged; /* bytes of queued copies */
   /* receive side: one message at a time */
   int rmode; /* 0 idle, 1 recv, 2 recv_reduce */
-  uint64_t rhdr;
+  uint64_t rhdr[2];
   size_t rhdr_got;
   size_t rlen, rgot, rdone;
   char *stage;
@@ -64,6 +66,7 @@ struct tp_conn {
 struct tcp_state {
   int rank, nranks, nchannels, nslots;
   size_t slot_bytes;
+  uint64_t fp;     /* the call this rank runs (tp_ops.set_fp) */
   tp_conn **conns; /* [peer * nchannels + channel] */
   tp_conn **flush; /* connections with queued sends */
   int nflush;

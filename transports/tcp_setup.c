@@ -233,8 +233,8 @@ void tcp_teardown(void *state) {
     if (c == NULL || c->err || c->peer == s->culprit ||
         (c->qcount > 0 && c->q[c->qhead].off != 0))
       continue;
-    uint64_t h = ((uint64_t)TCP_BYE << 56) | (uint64_t)(s->culprit + 1);
-    (void)send(c->fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+    uint64_t h[2] = {((uint64_t)TCP_BYE << 56) | (uint64_t)(s->culprit + 1), 0};
+    (void)send(c->fd, h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
   for (size_t i = 0; s->conns && i < nconn; i++) {
     tp_conn *c = s->conns[i];

@@ -90,6 +90,12 @@ typedef struct tp_ops {
    * NULL for transports that wait through pollfd. */
   uint32_t (*bell_read)(void *state);
   void (*bell_wait)(void *state, uint32_t seen, int timeout_us);
+  /* Optional (shm, tcp): the fingerprint of the collective this rank runs
+   * from now (src/check.c, check_call_fp; 0: none). Messages sent on the
+   * collective channels (all but the last, which carries send/recv) carry
+   * it, and a message that arrives there with another is refused with
+   * BRAID_ERR_MISMATCH and a message naming both calls (tp_fp_mismatch). */
+  void (*set_fp)(void *state, uint64_t fp);
   /* Optional (shm): this rank is about to wait on `cpu`; the CPU a peer
    * last noted, or -1. A waiter whose peer is on its own CPU yields at once
    * instead of spinning (src/exec_wait.c). */
@@ -118,6 +124,11 @@ typedef struct tp_ops {
    * NULL: nothing to make ahead. */
   int (*prepare)(tp_conn *c);
 } tp_ops;
+
+/* The error text of a message of call `theirs` from `peer` met by this
+ * rank's call `mine` (src/check.c). */
+void tp_fp_mismatch(uint64_t theirs, uint64_t mine, int peer, char *buf,
+                    size_t len);
 
 extern const tp_ops tp_self;
 extern const tp_ops tp_shm;
