@@ -105,7 +105,16 @@ typedef struct exec_waiter {
   int64_t dead_seen; /* when a peer check first found a peer gone, or 0 */
   int spin_us;       /* this wait's spinning budget (exec_wait_pass) */
   int sleeps;
+  /* a wait that lasted is noted where peers see it (tp_ops.note_wait):
+   * the transport it was noted on (-1: none), and for whom */
+  int noted_tp, noted_on;
+  /* a peer seen waiting for this rank in another call, nothing in flight:
+   * which, and its note's epoch (confirmed at the next check) */
+  int cycle_peer;
+  uint32_t cycle_epoch;
 } exec_waiter;
+/* Takes back a wait's note (exec_waiter.noted_tp) once the wait is over. */
+void exec_wait_done(braid_comm *c, exec_waiter *w);
 /* A pass in which nothing moved: checks the peers and the timeout now and
  * then, and spins, yields or sleeps (the policy is at the top of
  * src/exec_wait.c). BRAID_SUCCESS, or the error that ends the call. */

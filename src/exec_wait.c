@@ -387,6 +387,77 @@ static int wait_begin(braid_comm *c, xop *xs, int nops, int64_t now) {
   return 0;
 }
 
+/* ---- who waits for whom (shm peers) ---------------------------------------
+ * A wait that lasts (1 ms, then every health check) is noted in the rank's
+ * segment header: the rank it waits for and its call's fingerprint. A rank
+ * whose peer waits for it while it waits for the peer, with nothing in
+ * flight between them either way, in another call, is in a mismatch that no
+ * message will show (two ranks that each think they are the root of a
+ * reduce both wait to receive): seen at two checks in a row with the same
+ * note, it is BRAID_ERR_MISMATCH naming both calls. */
+
+/* The rank the first unfinished channel waits for, and its op. */
+static int waited_peer(xop *xs, int nops, const xop **op) {
+  for (int k = 0; k < nops; k++) {
+    if (xs[k].done)
+      continue;
+    for (int i = 0; i < xs[k].nch; i++)
+      if (!xs[k].chans[i].done && xs[k].chans[i].wait_peer >= 0) {
+        *op = &xs[k];
+        return xs[k].chans[i].wait_peer;
+      }
+  }
+  return -1;
+}
+
+void exec_wait_done(braid_comm *c, exec_waiter *w) {
+  if (w->noted_tp >= 0)
+    c->tp[w->noted_tp]->note_wait(c->tp_state[w->noted_tp], -1, 0);
+  w->noted_tp = -1;
+  w->cycle_peer = -1;
+}
+
+static braid_result wait_cycle(braid_comm *c, xop *xs, int nops,
+                               exec_waiter *w) {
+  const xop *x = NULL;
+  int p = waited_peer(xs, nops, &x);
+  if (p < 0 || p == c->rank || x->dev >= 0)
+    return BRAID_SUCCESS;
+  int ti = c->peer_tp[p];
+  const tp_ops *t = c->tp[ti];
+  void *st = c->tp_state[ti];
+  if (t->note_wait == NULL || t->peer_wait == NULL || t->quiet == NULL)
+    return BRAID_SUCCESS;
+  uint64_t fp = x->is_p2p ? 0 : check_call_fp(x->op);
+  if (w->noted_tp != ti || w->noted_on != p) {
+    if (w->noted_tp >= 0 && w->noted_tp != ti)
+      exec_wait_done(c, w);
+    t->note_wait(st, p, fp);
+    w->noted_tp = ti;
+    w->noted_on = p;
+  }
+  int on = -1;
+  uint64_t pfp = 0;
+  uint32_t epoch = 0;
+  if (fp == 0 || !t->peer_wait(st, p, &on, &pfp, &epoch) || on != c->rank ||
+      pfp == 0 || pfp == fp || !t->quiet(st, p)) {
+    w->cycle_peer = -1;
+    return BRAID_SUCCESS;
+  }
+  if (w->cycle_peer != p || w->cycle_epoch != epoch) {
+    w->cycle_peer = p; /* confirmed, or not, at the next check */
+    w->cycle_epoch = epoch;
+    return BRAID_SUCCESS;
+  }
+  char what[224];
+  tp_fp_mismatch(pfp, fp, p, what, sizeof what);
+  comm_set_error(c,
+                 "%s #%llu on rank %d: rank %d waits for this rank, and this "
+                 "rank for it, with nothing in flight between them: %s",
+                 x->op->name, (unsigned long long)x->op->seq, c->rank, p, what);
+  return BRAID_ERR_MISMATCH;
+}
+
 braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
                             const uint32_t *seen) {
   const cfg_env *cfg = cfg_get();
@@ -410,6 +481,8 @@ braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
       w->dead_seen = t;
       res = BRAID_SUCCESS;
     }
+    if (res == BRAID_SUCCESS)
+      res = wait_cycle(c, xs, nops, w);
     if (res != BRAID_SUCCESS)
       return res;
     if (idle > (int64_t)c->timeout_ms * 1000) {

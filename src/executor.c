@@ -478,6 +478,7 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
 }
 
 braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
+  exec_waiter w = {.noted_tp = -1, .cycle_peer = -1};
   xop stackx[4];
   xop *xs = nops <= 4 ? stackx : calloc((size_t)nops, sizeof *xs);
   if (xs == NULL)
@@ -509,7 +510,7 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
   if (res != BRAID_SUCCESS)
     goto out;
   exec_wait_note_cpu(c);
-  exec_waiter w = {.last_progress = exec_now_us()};
+  w.last_progress = exec_now_us();
   uint32_t seen[COMM_MAX_TRANSPORTS] = {0};
   for (;;) {
     for (int i = 0; i < c->ntp; i++)
@@ -567,6 +568,8 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
     if (moved) {
       w.idle_since = 0;
       w.sleeps = 0;
+      if (w.noted_tp >= 0)
+        exec_wait_done(c, &w);
       continue;
     }
     res = exec_wait_pass(c, xs, nops, &w, seen);
@@ -574,6 +577,8 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
       goto out;
   }
 out:
+  if (w.noted_tp >= 0)
+    exec_wait_done(c, &w);
   if (xs != stackx)
     free(xs);
   return res;

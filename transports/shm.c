@@ -394,6 +394,50 @@ static void shm_set_fp(void *state, uint64_t fp) {
   ((shm_state *)state)->fp = fp;
 }
 
+static void shm_note_wait(void *state, int on, uint64_t fp) {
+  shm_state *st = state;
+  if (st->me == NULL)
+    return;
+  atomic_store_explicit(&st->me->wait_on, -1, memory_order_release);
+  atomic_store_explicit(&st->me->wait_fp, fp, memory_order_relaxed);
+  atomic_fetch_add_explicit(&st->me->wait_epoch, 1, memory_order_relaxed);
+  atomic_store_explicit(&st->me->wait_on, on, memory_order_release);
+}
+
+static int shm_peer_wait(void *state, int peer, int *on, uint64_t *fp,
+                         uint32_t *epoch) {
+  shm_state *st = state;
+  if (peer < 0 || peer >= st->nranks || st->lidx[peer] < 0)
+    return 0;
+  shm_hdr *h = st->peers[st->lidx[peer]].hdr;
+  uint32_t e = atomic_load_explicit(&h->wait_epoch, memory_order_acquire);
+  int w = atomic_load_explicit(&h->wait_on, memory_order_acquire);
+  uint64_t f = atomic_load_explicit(&h->wait_fp, memory_order_relaxed);
+  if (w < 0 || atomic_load_explicit(&h->wait_epoch, memory_order_acquire) != e)
+    return 0;
+  *on = w;
+  *fp = f;
+  *epoch = e;
+  return 1;
+}
+
+static int shm_quiet(void *state, int peer) {
+  shm_state *st = state;
+  if (peer < 0 || peer >= st->nranks || st->lidx[peer] < 0)
+    return 0;
+  for (int ch = 0; ch < st->nchannels; ch++) {
+    tp_conn *c = &st->conns[st->lidx[peer] * st->nchannels + ch];
+    shm_slot *s = slot_at(c->rx_base, st->me->slot_bytes, (uint64_t)st->nslots,
+                          c->rx_cons);
+    if (c->pend_frags > 0 ||
+        atomic_load_explicit(&c->tx->tail, memory_order_acquire) !=
+            c->tx_prod ||
+        atomic_load_explicit(&s->seq, memory_order_acquire) == c->rx_cons + 1)
+      return 0;
+  }
+  return 1;
+}
+
 static void shm_note_cpu(void *state, int cpu) {
   shm_state *st = state;
   if (st->me != NULL &&
@@ -511,6 +555,9 @@ const tp_ops tp_shm = {
     .bell_read = shm_bell_read,
     .bell_wait = shm_bell_wait,
     .set_fp = shm_set_fp,
+    .note_wait = shm_note_wait,
+    .peer_wait = shm_peer_wait,
+    .quiet = shm_quiet,
     .note_cpu = shm_note_cpu,
     .peer_cpu = shm_peer_cpu,
     .check_peers = shm_check_peers,

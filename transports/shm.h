@@ -83,6 +83,12 @@ typedef struct shm_hdr {
   /* The rank whose death made this rank give up (-1: none), so that peers
    * who see this rank leave afterwards name the first cause. */
   alignas(SHM_CL) _Atomic int32_t cause;
+  /* A wait of this rank that lasted (src/exec_wait.c): the rank it waits
+   * for (-1: none), the fingerprint of its call, a count of such notes.
+   * Peers read it to name who waits for whom. */
+  alignas(SHM_CL) _Atomic int32_t wait_on;
+  _Atomic uint32_t wait_epoch;
+  _Atomic uint64_t wait_fp;
   alignas(SHM_CL) int32_t peer_rank[]; /* sender rank of each ring group */
 } shm_hdr;
 

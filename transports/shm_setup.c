@@ -191,6 +191,7 @@ static int seg_create(tp_setup *su, shm_state *st, boot *b) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   atomic_store(&h->cause, -1);
   atomic_store(&h->cpu, -1);
+  atomic_store(&h->wait_on, -1);
   h->cma_magic = SHM_MAGIC ^ ((uint64_t)ts.tv_nsec << 20) ^
                  (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
   h->cma_addr = (uint64_t)(uintptr_t)&h->cma_magic;

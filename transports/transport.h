@@ -96,6 +96,17 @@ typedef struct tp_ops {
    * it, and a message that arrives there with another is refused with
    * BRAID_ERR_MISMATCH and a message naming both calls (tp_fp_mismatch). */
   void (*set_fp)(void *state, uint64_t fp);
+  /* Optional (shm): a wait that lasted. note_wait records that this rank
+   * waits for rank `on` (-1: no longer waits) in call `fp`; peer_wait reads
+   * what `peer` recorded (1: it waits, for *on, in call *fp, its *epoch-th
+   * such note); quiet says 1 when no message is in flight between this
+   * rank and `peer`, either way. src/exec_wait.c names who waits for whom
+   * with them, and finds two ranks waiting for each other in different
+   * calls. */
+  void (*note_wait)(void *state, int on, uint64_t fp);
+  int (*peer_wait)(void *state, int peer, int *on, uint64_t *fp,
+                   uint32_t *epoch);
+  int (*quiet)(void *state, int peer);
   /* Optional (shm): this rank is about to wait on `cpu`; the CPU a peer
    * last noted, or -1. A waiter whose peer is on its own CPU yields at once
    * instead of spinning (src/exec_wait.c). */
