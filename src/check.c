@@ -71,10 +71,14 @@ uint64_t check_call_fp(const exec_op *op) {
          count_hash(op->count) << 24 | (op->seq & 0xffffffu);
 }
 
-static void fp_describe(uint64_t fp, char *buf, size_t len) {
+void tp_fp_describe(uint64_t fp, char *buf, size_t len) {
   sched_coll k = (sched_coll)((fp >> 56) & 0x7fu);
   unsigned o = (unsigned)(fp >> 48) & 0xfu;
   unsigned root = (unsigned)(fp >> 36) & 0xfffu;
+  if (fp == 0) {
+    snprintf(buf, len, "a send or receive");
+    return;
+  }
   if (k >= SCHED_NUM_COLLS) {
     snprintf(buf, len, "an unknown call (fingerprint %016llx)",
              (unsigned long long)fp);
@@ -95,8 +99,8 @@ static void fp_describe(uint64_t fp, char *buf, size_t len) {
 void tp_fp_mismatch(uint64_t theirs, uint64_t mine, int peer, char *buf,
                     size_t len) {
   char a[96], b[96];
-  fp_describe(theirs, a, sizeof a);
-  fp_describe(mine, b, sizeof b);
+  tp_fp_describe(theirs, a, sizeof a);
+  tp_fp_describe(mine, b, sizeof b);
   int counts = ((theirs ^ mine) >> 24 & 0xfffu) != 0;
   snprintf(buf, len,
            "collective mismatch: rank %d is in %s where this rank is in "

@@ -112,6 +112,7 @@ typedef struct exec_waiter {
    * which, and its note's epoch (confirmed at the next check) */
   int cycle_peer;
   uint32_t cycle_epoch;
+  int warned; /* a stopped rank was named in a warning */
 } exec_waiter;
 /* Takes back a wait's note (exec_waiter.noted_tp) once the wait is over. */
 void exec_wait_done(braid_comm *c, exec_waiter *w);

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "collectives/view.h"
@@ -458,6 +459,61 @@ static braid_result wait_cycle(braid_comm *c, xop *xs, int nops,
   return BRAID_ERR_MISMATCH;
 }
 
+/* 1 if rank r runs on this host and its process is stopped (SIGSTOP, a
+ * debugger): /proc/<pid>/stat's state after the command. */
+static int rank_stopped(braid_comm *c, int r, int *pid) {
+  const boot_peer *bp = boot_peer_info(c->boot, r);
+  if (bp == NULL || !boot_same_host(c->boot, c->rank, r))
+    return 0;
+  char path[48], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)bp->pid);
+  FILE *f = fopen(path, "re");
+  size_t n = f != NULL ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f != NULL)
+    fclose(f);
+  buf[n] = '\0';
+  const char *q = strrchr(buf, ')');
+  *pid = (int)bp->pid;
+  return q != NULL && (q[1] == ' ') && (q[2] == 'T' || q[2] == 't');
+}
+
+/* From rank p on, who waits for whom, as far as the notes of this host's
+ * ranks tell (tp_ops.peer_wait), into buf; returns the rank at the end of
+ * the chain (one that is not waiting in a collective, or the first seen
+ * twice). */
+static int wait_chain(braid_comm *c, int p, char *buf, size_t len) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int hops = 0; hops < c->nranks && p >= 0 && p != c->rank; hops++) {
+    const tp_ops *t = c->tp[c->peer_tp[p]];
+    int on = -1, pid = 0;
+    uint64_t fp = 0;
+    uint32_t epoch = 0;
+    if (t->peer_wait == NULL) /* another host: its notes are not seen */
+      break;
+    if (!t->peer_wait(c->tp_state[c->peer_tp[p]], p, &on, &fp, &epoch)) {
+      int stopped = rank_stopped(c, p, &pid);
+      char pids[32] = "";
+      if (stopped)
+        snprintf(pids, sizeof pids, " (pid %d)", pid);
+      snprintf(buf + n, len - n, "%srank %d%s is %s", n ? "; " : "", p, pids,
+               stopped ? "stopped (SIGSTOP or a debugger)"
+                       : "not waiting in a collective (busy elsewhere, or "
+                         "not at this call yet)");
+      return p;
+    }
+    char call[96];
+    tp_fp_describe(fp, call, sizeof call);
+    int k = snprintf(buf + n, len - n, "%srank %d waits for rank %d in %s",
+                     n ? "; " : "", p, on, call);
+    if (k < 0 || (size_t)k >= len - n)
+      break;
+    n += (size_t)k;
+    p = on;
+  }
+  return p;
+}
+
 braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
                             const uint32_t *seen) {
   const cfg_env *cfg = cfg_get();
@@ -485,13 +541,31 @@ braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
       res = wait_cycle(c, xs, nops, w);
     if (res != BRAID_SUCCESS)
       return res;
+    const xop *x = NULL;
+    int p = waited_peer(xs, nops, &x);
+    if (!w->warned && idle > 1000000 && p >= 0) {
+      /* a stopped rank is named at once; the wait goes on (it may resume) */
+      char chain[384];
+      int end = wait_chain(c, p, chain, sizeof chain);
+      int pid = 0;
+      if (end >= 0 && end != c->rank && rank_stopped(c, end, &pid)) {
+        WARN(LOG_COLL,
+             "%s #%llu on rank %d has waited %lld ms: %s; BRAID_TIMEOUT "
+             "(%d ms) ends the wait",
+             x->op->name, (unsigned long long)x->op->seq, c->rank,
+             (long long)(idle / 1000), chain, c->timeout_ms);
+        w->warned = 1;
+      }
+    }
     if (idle > (int64_t)c->timeout_ms * 1000) {
-      char what[160];
+      char what[160], chain[384] = "";
       exec_describe_wait(xs, nops, what, sizeof what);
+      if (p >= 0)
+        (void)wait_chain(c, p, chain, sizeof chain);
       const exec_op *op = first_pending(xs, nops);
-      comm_set_error(c, "%s #%llu timed out after %d ms on rank %d: %s",
+      comm_set_error(c, "%s #%llu timed out after %d ms on rank %d: %s%s%s",
                      op->name, (unsigned long long)op->seq, c->timeout_ms,
-                     c->rank, what);
+                     c->rank, what, chain[0] ? "; " : "", chain);
       return BRAID_ERR_TIMEOUT;
     }
   }

@@ -140,6 +140,8 @@ typedef struct tp_ops {
  * rank's call `mine` (src/check.c). */
 void tp_fp_mismatch(uint64_t theirs, uint64_t mine, int peer, char *buf,
                     size_t len);
+/* The call of fingerprint fp in words: "reduce #2 (float32, sum, root 1)". */
+void tp_fp_describe(uint64_t fp, char *buf, size_t len);
 
 extern const tp_ops tp_self;
 extern const tp_ops tp_shm;
