@@ -195,7 +195,8 @@ static braid_result rendezvous(const struct sockaddr_storage *root,
   int crc = sock_connect_auth(root, deadline, 0, BOOT_MAGIC, KIND_ROOT, secret,
                               &h, sizeof(h), &fd, e, sizeof(e));
   if (crc != 0) {
-    SETERR(err, errlen, "rank %d: cannot join the bootstrap root: %s", rank, e);
+    SETERR(err, errlen, "rank %d: %s the bootstrap root: %s", rank,
+           crc == SOCK_REFUSED ? "refused by" : "cannot reach", e);
     close(*lfd);
     return crc == SOCK_TIMEOUT   ? BRAID_ERR_TIMEOUT
            : crc == SOCK_REFUSED ? BRAID_ERR_INVALID_ARG
