@@ -174,6 +174,14 @@ BRAID_API braid_result braid_comm_destroy(braid_comm *comm);
 BRAID_API braid_result braid_comm_abort(braid_comm *comm);
 BRAID_API braid_result braid_comm_rank(const braid_comm *comm, int *rank);
 BRAID_API braid_result braid_comm_size(const braid_comm *comm, int *size);
+/* Writes the communicator's flight recorder (its last BRAID_FLIGHT_RECORDER
+ * calls: kind, sizes, state, the rank each waits for; docs/TRACE.md) to
+ * `path`, or, when path is NULL, to BRAID_FLIGHT_RECORDER_FILE's pattern
+ * (%h host, %p pid, %r rank, %c communicator name). Local; safe while
+ * calls run in other threads (a record changing meanwhile may show a mix of
+ * two states). BRAID_ERR_UNSUPPORTED when the recorder is off. */
+BRAID_API braid_result braid_comm_flight_dump(braid_comm *comm,
+                                              const char *path);
 /* The last error on this communicator, in words: what, which rank or peer. */
 BRAID_API const char *braid_comm_last_error(const braid_comm *comm);
 

@@ -13,6 +13,7 @@
 #include "src/comm.h"
 #include "src/config.h"
 #include "src/exec_int.h"
+#include "src/flight.h"
 #include "src/log.h"
 #include "transports/cuda/cuda_dev.h"
 
@@ -362,6 +363,7 @@ static braid_result issue(braid_comm *c, exec_op *op, int reduces) {
     return r;
   if (op->coll != SCHED_SEND && op->coll != SCHED_RECV)
     op->seq = ++c->coll_seq;
+  flight_queued(c, op);
   return enq_submit(c, op);
 }
 
@@ -506,6 +508,7 @@ braid_result braid_barrier(braid_comm *comm, braid_stream *stream) {
     return comm->broken;
   }
   o.seq = ++comm->coll_seq;
+  flight_queued(comm, &o);
   return enq_submit(comm, &o);
 }
 

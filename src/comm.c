@@ -15,6 +15,7 @@
 #include "src/config.h"
 #include "src/doctor.h"
 #include "src/exec_int.h"
+#include "src/flight.h"
 #include "src/launch_env.h"
 #include "src/log.h"
 #include "transports/ibverbs/ibverbs.h"
@@ -39,6 +40,12 @@ void comm_break(braid_comm *c, braid_result r) {
   memcpy(c->broken_why, c->last_error, sizeof c->broken_why);
   pthread_mutex_unlock(&c->err_lock);
   c->broken = r;
+  (void)flight_dump(c,
+                    r == BRAID_ERR_TIMEOUT    ? "timeout"
+                    : r == BRAID_ERR_REMOTE   ? "remote"
+                    : r == BRAID_ERR_MISMATCH ? "mismatch"
+                                              : "error",
+                    NULL);
 }
 
 const char *comm_broken_why(const braid_comm *c) {
@@ -249,6 +256,8 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
        c->rank, c->nranks, c->nchannels, names[0] ? names : "none");
   *out = c;
   r = exec_wait_settle(c);
+  if (r == BRAID_SUCCESS) /* after the settling rounds: a user's calls only */
+    r = flight_new(c);
   if (r != BRAID_SUCCESS)
     WARN(LOG_INIT, "%s", c->last_error);
   return r;
@@ -258,6 +267,7 @@ static void comm_free(braid_comm *c) {
   if (c == NULL)
     return;
   enq_shutdown(c);
+  flight_free(c);
   comm_dev_teardown(c); /* before the host transports: staged sends use them */
   comm_dev_loose_free(c);
   for (int i = 0; i < c->ntp; i++)
@@ -492,6 +502,8 @@ braid_result braid_comm_destroy(braid_comm *c) {
 braid_result braid_comm_abort(braid_comm *c) {
   if (c == NULL)
     return BRAID_ERR_INVALID_ARG;
+  if (c->broken == BRAID_SUCCESS && flight_unfinished(c))
+    (void)flight_dump(c, "abort", NULL); /* a broken one was dumped then */
   atomic_store(&c->aborted, 1);
   comm_free(c);
   return BRAID_SUCCESS;
@@ -508,6 +520,14 @@ static braid_result null_out(const braid_comm *c, const char *fn,
     WARN(LOG_INIT, "%s: %s is NULL", fn, arg);
   }
   return BRAID_ERR_INVALID_ARG;
+}
+
+braid_result braid_comm_flight_dump(braid_comm *c, const char *path) {
+  if (c == NULL) {
+    WARN(LOG_COLL, "braid_comm_flight_dump: comm is NULL");
+    return BRAID_ERR_INVALID_ARG;
+  }
+  return flight_dump(c, "api", path);
 }
 
 braid_result braid_comm_rank(const braid_comm *c, int *rank) {

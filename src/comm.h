@@ -40,6 +40,7 @@ typedef struct exec_op {
    * count_want and fails with BRAID_ERR_MISMATCH when they differ */
   int is_count;
   uint64_t count_msg, count_want;
+  uint64_t flight; /* its flight recorder record (src/flight.c), 0: none */
 } exec_op;
 
 /* A unit of work in the comm's queue: one op, or a group's ops. */
@@ -143,6 +144,9 @@ struct braid_comm {
    * while dev is set up (read by the issuing thread without the lock) */
   struct comm_dev *dev;
   atomic_int dev_up;
+
+  /* the last calls, for dumps (src/flight.c); NULL: BRAID_FLIGHT_RECORDER=0 */
+  struct flight *flight;
 
   /* state */
   atomic_int aborted;

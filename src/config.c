@@ -124,6 +124,11 @@ static void cfg_fill(cfg_env *c) {
   c->spin_us = env_int("BRAID_SPIN_US", 50, 0, 1000000);
   c->yield_us = env_int("BRAID_YIELD_US", 2000, 0, 10000000);
   c->unstack = env_int("BRAID_UNSTACK", 1, 0, 1);
+  c->flight_n = env_int("BRAID_FLIGHT_RECORDER", 256, 0, 1 << 20);
+  c->flight_file = env_str("BRAID_FLIGHT_RECORDER_FILE");
+  if (c->flight_file == NULL || c->flight_file[0] == '\0')
+    c->flight_file = "/tmp/braid-flight.%h.%p.%c.r%r.jsonl";
+  c->flight_signal = env_int("BRAID_FLIGHT_RECORDER_SIGNAL", 1, 0, 1);
   /* measured on an H100 under MPS (docs/PERFORMANCE.md, "Figures"): the
    * collective kernels were the fastest path at every size from 8 B to 256
    * MiB; of the others, host memory was the faster up to 32 KiB */

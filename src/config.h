@@ -23,6 +23,9 @@ typedef struct cfg_env {
   int spin_us;               /* BRAID_SPIN_US: spin before yielding */
   int yield_us;              /* BRAID_YIELD_US: poll with yields, then sleep */
   int unstack;               /* BRAID_UNSTACK: move off a peer's CPU */
+  int flight_n;              /* BRAID_FLIGHT_RECORDER: calls kept */
+  const char *flight_file;   /* BRAID_FLIGHT_RECORDER_FILE: dump pattern */
+  int flight_signal;         /* BRAID_FLIGHT_RECORDER_SIGNAL: SIGUSR1 */
   size_t cuda_host_max;      /* BRAID_CUDA_HOST_MAX, default 32K; 0 = off */
   size_t cuda_kernel_max;    /* BRAID_CUDA_KERNEL_MAX, default no limit */
   size_t cuda_kernel_slot;   /* BRAID_CUDA_KERNEL_SLOT, default 4M */

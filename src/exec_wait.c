@@ -14,6 +14,7 @@
 #include "collectives/view.h"
 #include "src/config.h"
 #include "src/exec_int.h"
+#include "src/flight.h"
 #include "src/log.h"
 
 /* The longest nap while a channel waits on a transport that can neither
@@ -397,14 +398,15 @@ static int wait_begin(braid_comm *c, xop *xs, int nops, int64_t now) {
  * reduce both wait to receive): seen at two checks in a row with the same
  * note, it is BRAID_ERR_MISMATCH naming both calls. */
 
-/* The rank the first unfinished channel waits for, and its op. */
-static int waited_peer(xop *xs, int nops, const xop **op) {
+/* The rank the first unfinished channel waits for, its op and channel. */
+static int waited_peer(xop *xs, int nops, const xop **op, const xchan **ch) {
   for (int k = 0; k < nops; k++) {
     if (xs[k].done)
       continue;
     for (int i = 0; i < xs[k].nch; i++)
       if (!xs[k].chans[i].done && xs[k].chans[i].wait_peer >= 0) {
         *op = &xs[k];
+        *ch = &xs[k].chans[i];
         return xs[k].chans[i].wait_peer;
       }
   }
@@ -421,8 +423,15 @@ void exec_wait_done(braid_comm *c, exec_waiter *w) {
 static braid_result wait_cycle(braid_comm *c, xop *xs, int nops,
                                exec_waiter *w) {
   const xop *x = NULL;
-  int p = waited_peer(xs, nops, &x);
-  if (p < 0 || p == c->rank || x->dev >= 0)
+  const xchan *h = NULL;
+  int p = waited_peer(xs, nops, &x, &h);
+  if (p < 0)
+    return BRAID_SUCCESS;
+  const sched_step *step =
+      h->step < h->sc->nsteps ? &h->sc->steps[h->step] : NULL;
+  flight_waiting(c, x->op, p, h->ch, h->step,
+                 step != NULL ? step->prim : -1);
+  if (p == c->rank || x->dev >= 0)
     return BRAID_SUCCESS;
   int ti = c->peer_tp[p];
   const tp_ops *t = c->tp[ti];
@@ -542,7 +551,8 @@ braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
     if (res != BRAID_SUCCESS)
       return res;
     const xop *x = NULL;
-    int p = waited_peer(xs, nops, &x);
+    const xchan *h = NULL;
+    int p = waited_peer(xs, nops, &x, &h);
     if (!w->warned && idle > 1000000 && p >= 0) {
       /* a stopped rank is named at once; the wait goes on (it may resume) */
       char chain[384];

@@ -31,6 +31,7 @@
 #include "collectives/select.h"
 #include "src/config.h"
 #include "src/exec_int.h"
+#include "src/flight.h"
 #include "src/log.h"
 #include "transports/cuda/cuda_dev.h"
 
@@ -471,10 +472,15 @@ static int p2p_blocked(xop *xs, int k) {
 }
 
 braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
+  int dev = 0;
+  for (int k = 0; k < nops; k++) {
+    flight_started(c, &ops[k]);
+    dev |= ops[k].dev >= 0 && !ops[k].is_barrier;
+  }
+  braid_result r = dev ? exec_dev_run(c, ops, nops) : exec_loop(c, ops, nops);
   for (int k = 0; k < nops; k++)
-    if (ops[k].dev >= 0 && !ops[k].is_barrier)
-      return exec_dev_run(c, ops, nops);
-  return exec_loop(c, ops, nops);
+    flight_done(c, &ops[k], r);
+  return r;
 }
 
 braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {

@@ -52,21 +52,36 @@ static unsigned parse_subsys(const char *s) {
   return exclude ? ~mask : mask;
 }
 
+void log_path(const char *pattern, int rank, const char *comm, char *out,
+              size_t len) {
+  char host[64] = "";
+  gethostname(host, sizeof host - 1);
+  size_t o = 0;
+  for (const char *p = pattern; *p != '\0' && o + 1 < len; p++) {
+    int k = -1;
+    if (p[0] == '%' && p[1] == 'h')
+      k = snprintf(out + o, len - o, "%s", host);
+    else if (p[0] == '%' && p[1] == 'p')
+      k = snprintf(out + o, len - o, "%d", (int)getpid());
+    else if (p[0] == '%' && p[1] == 'r' && rank >= 0)
+      k = snprintf(out + o, len - o, "%d", rank);
+    else if (p[0] == '%' && p[1] == 'c' && comm != NULL)
+      k = snprintf(out + o, len - o, "%s", comm);
+    if (k < 0) {
+      out[o++] = *p;
+      continue;
+    }
+    p++;
+    o += (size_t)k;
+    if (o >= len)
+      o = len - 1;
+  }
+  out[o] = '\0';
+}
+
 static void open_file(const char *pattern) {
   char path[512];
-  size_t o = 0;
-  for (const char *p = pattern; *p != '\0' && o + 32 < sizeof path; p++) {
-    if (p[0] == '%' && p[1] == 'h') {
-      o += (size_t)snprintf(path + o, sizeof path - o, "%s", g_host);
-      p++;
-    } else if (p[0] == '%' && p[1] == 'p') {
-      o += (size_t)snprintf(path + o, sizeof path - o, "%d", (int)getpid());
-      p++;
-    } else {
-      path[o++] = *p;
-    }
-  }
-  path[o] = '\0';
+  log_path(pattern, -1, NULL, path, sizeof path);
   g_file = fopen(path, "a");
   if (g_file == NULL)
     fprintf(stderr,

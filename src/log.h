@@ -5,6 +5,8 @@
 #ifndef BRAID_SRC_LOG_H
 #define BRAID_SRC_LOG_H
 
+#include <stddef.h>
+
 #include "braid.h"
 
 enum log_level { LOG_NONE = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_TRACE = 3 };
@@ -24,6 +26,10 @@ extern int log_level_now;
 void log_msg(int level, unsigned subsys, const char *file, int line,
              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 int log_enabled(int level, unsigned subsys);
+/* A file name from a pattern: %h the host name, %p the pid, and %r `rank`
+ * and %c `comm` when given (rank >= 0, comm not NULL; else kept as is). */
+void log_path(const char *pattern, int rank, const char *comm, char *out,
+              size_t len);
 /* Called once by cfg_get() with the BRAID_DEBUG* values. */
 void log_configure(const char *level, const char *subsys, const char *file);
 

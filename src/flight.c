@@ -1,0 +1,341 @@
+/*
+ * The flight recorder: a ring of the last N calls of a communicator, and its
+ * dump as JSON Lines (the format is in docs/TRACE.md; `braid-trace analyze`
+ * reads it).
+ *
+ * Recording costs a few stores per call: the issuing thread fills a record
+ * (flight_queued), the thread that runs the call updates its state. A
+ * record carries its call's index, so a call whose record newer calls have
+ * reused (more than N calls behind) leaves it alone. A dump reads the ring
+ * without stopping the calls: a record changing while it is written may
+ * show a mix of two states, never memory outside the ring.
+ *
+ * SIGUSR1 dumps every communicator of the process: the handler only writes
+ * a byte into a pipe, and a thread (started with the first recorder, when
+ * SIGUSR1 was left at its default action) does the writing.
+ */
+#include "src/flight.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "collectives/schedule.h"
+#include "src/config.h"
+#include "src/log.h"
+#include "src/stream.h"
+
+typedef enum { FL_QUEUED, FL_STARTED, FL_WAITING, FL_DONE, FL_FAILED } fl_state;
+
+static const char *state_name[] = {"queued", "started", "waiting", "done",
+                                   "failed"};
+
+static const char *result_name(int32_t r) {
+  static const char *names[] = {
+      "BRAID_SUCCESS",         "BRAID_ERR_INVALID_ARG", "BRAID_ERR_SYSTEM",
+      "BRAID_ERR_REMOTE",      "BRAID_ERR_TIMEOUT",     "BRAID_ERR_MISMATCH",
+      "BRAID_ERR_UNSUPPORTED", "BRAID_ERR_NOMEM",       "BRAID_ERR_INTERNAL",
+      "BRAID_IN_PROGRESS",     "BRAID_ERR_ABORTED"};
+  return r >= 0 && r < (int32_t)(sizeof names / sizeof names[0]) ? names[r]
+                                                                 : "unknown";
+}
+
+typedef struct flight_rec {
+  uint64_t index; /* 1 + the call's position in the communicator's calls */
+  uint64_t seq, count, fp;
+  int32_t coll, dt, op, root, barrier, stream;
+  int32_t state, waits_on, channel, step, prim, result;
+  int64_t t_queued, t_started, t_done; /* CLOCK_REALTIME, us */
+} flight_rec;
+
+struct flight {
+  int n;
+  uint64_t calls; /* calls recorded so far */
+  flight_rec *recs;
+};
+
+static int64_t now_real_us(void) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/* ---- the registry of communicators, and SIGUSR1 ----------------------- */
+
+#define FL_MAX_COMMS 256
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static braid_comm *reg[FL_MAX_COMMS];
+static int sig_pipe[2] = {-1, -1};
+static pid_t sig_pid; /* the process whose thread reads sig_pipe */
+
+static void on_usr1(int sig) {
+  (void)sig;
+  int e = errno;
+  char b = 1;
+  if (sig_pipe[1] >= 0)
+    (void)!write(sig_pipe[1], &b, 1);
+  errno = e;
+}
+
+static void *sig_thread(void *arg) {
+  (void)arg;
+  char b;
+  for (;;) {
+    ssize_t n = read(sig_pipe[0], &b, 1);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return NULL;
+    pthread_mutex_lock(&reg_lock);
+    for (int i = 0; i < FL_MAX_COMMS; i++)
+      if (reg[i] != NULL)
+        (void)flight_dump(reg[i], "signal", NULL);
+    pthread_mutex_unlock(&reg_lock);
+  }
+}
+
+/* Under reg_lock: the handler and its thread, once per process, when
+ * SIGUSR1 still has its default action (a program's own handler stays). */
+static void sig_setup(void) {
+  if (!cfg_get()->flight_signal || sig_pid == getpid())
+    return;
+  sig_pid = getpid();
+  struct sigaction old;
+  if (sigaction(SIGUSR1, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
+      (old.sa_flags & SA_SIGINFO))
+    return;
+  if (sig_pipe[0] >= 0) { /* a parent's, inherited across fork */
+    close(sig_pipe[0]);
+    close(sig_pipe[1]);
+  }
+  if (pipe2(sig_pipe, O_CLOEXEC) != 0) {
+    sig_pipe[0] = sig_pipe[1] = -1;
+    return;
+  }
+  pthread_t t;
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+  sigset_t all, was;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &was); /* the thread takes no signal */
+  int e = pthread_create(&t, &a, sig_thread, NULL);
+  pthread_sigmask(SIG_SETMASK, &was, NULL);
+  pthread_attr_destroy(&a);
+  if (e != 0)
+    return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  (void)sigaction(SIGUSR1, &sa, NULL);
+}
+
+braid_result flight_new(braid_comm *c) {
+  int n = cfg_get()->flight_n;
+  if (n <= 0)
+    return BRAID_SUCCESS;
+  struct flight *f = calloc(1, sizeof *f);
+  flight_rec *recs = calloc((size_t)n, sizeof *recs);
+  if (f == NULL || recs == NULL) {
+    free(f);
+    free(recs);
+    comm_set_error(c, "flight recorder: no memory for %d calls", n);
+    return BRAID_ERR_NOMEM;
+  }
+  f->n = n;
+  f->recs = recs;
+  c->flight = f;
+  pthread_mutex_lock(&reg_lock);
+  for (int i = 0; i < FL_MAX_COMMS; i++)
+    if (reg[i] == NULL) {
+      reg[i] = c;
+      break;
+    }
+  sig_setup();
+  pthread_mutex_unlock(&reg_lock);
+  return BRAID_SUCCESS;
+}
+
+void flight_free(braid_comm *c) {
+  if (c->flight == NULL)
+    return;
+  pthread_mutex_lock(&reg_lock);
+  for (int i = 0; i < FL_MAX_COMMS; i++)
+    if (reg[i] == c)
+      reg[i] = NULL;
+  pthread_mutex_unlock(&reg_lock);
+  free(c->flight->recs);
+  free(c->flight);
+  c->flight = NULL;
+}
+
+/* ---- recording --------------------------------------------------------- */
+
+/* The record of op, or NULL (no recorder, or reused by newer calls). */
+static flight_rec *rec_of(braid_comm *c, const exec_op *op) {
+  struct flight *f = c->flight;
+  if (f == NULL || op->flight == 0)
+    return NULL;
+  flight_rec *r = &f->recs[(op->flight - 1) % (uint64_t)f->n];
+  return r->index == op->flight ? r : NULL;
+}
+
+void flight_queued(braid_comm *c, exec_op *op) {
+  struct flight *f = c->flight;
+  if (f == NULL)
+    return;
+  uint64_t index = __atomic_add_fetch(&f->calls, 1, __ATOMIC_RELAXED);
+  flight_rec *r = &f->recs[(index - 1) % (uint64_t)f->n];
+  *r = (flight_rec){.index = index,
+                    .seq = op->seq,
+                    .count = op->count,
+                    .fp = check_call_fp(op),
+                    .coll = (int32_t)op->coll,
+                    .dt = (int32_t)op->dt,
+                    .op = (int32_t)op->op,
+                    .root = op->root,
+                    .barrier = op->is_barrier,
+                    .stream = op->stream == NULL         ? 0
+                              : op->stream->cuda == NULL ? 1
+                                                         : 2,
+                    .state = FL_QUEUED,
+                    .waits_on = -1,
+                    .channel = -1,
+                    .step = -1,
+                    .prim = -1,
+                    .t_queued = now_real_us()};
+  op->flight = index;
+}
+
+void flight_started(braid_comm *c, const exec_op *op) {
+  flight_rec *r = rec_of(c, op);
+  if (r != NULL && r->state == FL_QUEUED) {
+    r->state = FL_STARTED;
+    r->t_started = now_real_us();
+  }
+}
+
+void flight_waiting(braid_comm *c, const exec_op *op, int on, int channel,
+                    int step, int prim) {
+  flight_rec *r = rec_of(c, op);
+  if (r == NULL || r->state >= FL_DONE)
+    return;
+  r->waits_on = on;
+  r->channel = channel;
+  r->step = step;
+  r->prim = prim;
+  r->state = on >= 0 ? FL_WAITING : FL_STARTED;
+}
+
+void flight_done(braid_comm *c, const exec_op *op, braid_result res) {
+  flight_rec *r = rec_of(c, op);
+  if (r == NULL || r->state >= FL_DONE)
+    return;
+  if (r->t_started == 0)
+    r->t_started = now_real_us();
+  r->t_done = now_real_us();
+  r->result = (int32_t)res;
+  r->waits_on = res == BRAID_SUCCESS ? -1 : r->waits_on;
+  r->state = res == BRAID_SUCCESS ? FL_DONE : FL_FAILED;
+}
+
+int flight_unfinished(const braid_comm *c) {
+  const struct flight *f = c->flight;
+  if (f == NULL)
+    return 0;
+  for (int i = 0; i < f->n; i++)
+    if (f->recs[i].index != 0 && f->recs[i].state < FL_DONE)
+      return 1;
+  return 0;
+}
+
+/* ---- the dump ---------------------------------------------------------- */
+
+/* s as a JSON string body (quotes, backslashes and control bytes escaped). */
+static void put_str(FILE *out, const char *s) {
+  fputc('"', out);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fprintf(out, "\\%c", *p);
+    else if (*p < 0x20)
+      fprintf(out, "\\u%04x", *p);
+    else
+      fputc(*p, out);
+  }
+  fputc('"', out);
+}
+
+static void put_rec(FILE *out, const flight_rec *r) {
+  sched_coll k = (sched_coll)r->coll;
+  const char *kind = r->barrier ? "barrier" : sched_coll_name(k);
+  int rooted = k == SCHED_BROADCAST || k == SCHED_REDUCE || k == SCHED_GATHER ||
+               k == SCHED_SCATTER || k == SCHED_SEND || k == SCHED_RECV;
+  fprintf(out,
+          "{\"seq\":%llu,\"kind\":\"%s\",\"count\":%llu,\"dtype\":\"%s\","
+          "\"op\":\"%s\",\"root\":%d,\"stream\":\"%s\",\"state\":\"%s\","
+          "\"channel\":%d,\"step\":%d,\"prim\":\"%s\",\"waits_on\":%d,"
+          "\"fp\":\"0x%016llx\",\"t_queued_us\":%lld,\"t_started_us\":%lld,"
+          "\"t_done_us\":%lld,\"result\":\"%s\"}\n",
+          (unsigned long long)r->seq, kind, (unsigned long long)r->count,
+          braid_dtype_name((braid_dtype)r->dt),
+          sched_reduces(k) && !r->barrier ? braid_op_name((braid_op)r->op) : "",
+          rooted ? r->root : -1,
+          r->stream == 0   ? "none"
+          : r->stream == 1 ? "host"
+                           : "cuda",
+          state_name[r->state], r->channel, r->step,
+          r->prim >= 0 ? sched_prim_name((sched_prim)r->prim) : "", r->waits_on,
+          (unsigned long long)r->fp, (long long)r->t_queued,
+          (long long)r->t_started, (long long)r->t_done,
+          result_name(r->result));
+}
+
+braid_result flight_dump(braid_comm *c, const char *reason, const char *path) {
+  const struct flight *f = c->flight;
+  if (f == NULL) {
+    comm_set_error(c, "flight recorder: off (BRAID_FLIGHT_RECORDER=0)");
+    return BRAID_ERR_UNSUPPORTED;
+  }
+  char file[512];
+  log_path(path != NULL ? path : cfg_get()->flight_file, c->rank, c->name, file,
+           sizeof file);
+  FILE *out = fopen(file, "we");
+  if (out == NULL) {
+    comm_set_error(c, "flight recorder: cannot write %s: %s", file,
+                   strerror(errno));
+    WARN(LOG_COLL, "%s", c->last_error);
+    return BRAID_ERR_SYSTEM;
+  }
+  uint64_t calls = __atomic_load_n(&f->calls, __ATOMIC_RELAXED);
+  uint64_t first = calls > (uint64_t)f->n ? calls - (uint64_t)f->n : 0;
+  char host[64] = "";
+  gethostname(host, sizeof host - 1);
+  fprintf(out, "{\"braid_flight\":1,\"comm\":");
+  put_str(out, c->name);
+  fprintf(out, ",\"rank\":%d,\"nranks\":%d,\"host\":", c->rank, c->nranks);
+  put_str(out, host);
+  fprintf(out, ",\"pid\":%d,\"reason\":\"%s\",\"time_us\":%lld,\"error\":",
+          (int)getpid(), reason, (long long)now_real_us());
+  put_str(out, c->broken != BRAID_SUCCESS ? c->broken_why : "");
+  fprintf(out, ",\"ncalls\":%llu}\n", (unsigned long long)(calls - first));
+  for (uint64_t i = first; i < calls; i++)
+    put_rec(out, &f->recs[i % (uint64_t)f->n]);
+  int bad = ferror(out);
+  bad |= fclose(out) != 0;
+  if (bad) {
+    comm_set_error(c, "flight recorder: writing %s failed", file);
+    return BRAID_ERR_SYSTEM;
+  }
+  WARN(LOG_COLL, "flight recorder (%s): the last %llu calls of rank %d in %s",
+       reason, (unsigned long long)(calls - first), c->rank, file);
+  return BRAID_SUCCESS;
+}

@@ -1,0 +1,36 @@
+/*
+ * The flight recorder (docs/TRACE.md): the last BRAID_FLIGHT_RECORDER calls
+ * of each communicator, with their state, written to a file per rank on a
+ * failure, on abort with calls unfinished, on SIGUSR1 and by
+ * braid_comm_flight_dump. `braid-trace analyze` reads the files.
+ */
+#ifndef BRAID_SRC_FLIGHT_H
+#define BRAID_SRC_FLIGHT_H
+
+#include <stdint.h>
+
+#include "src/comm.h"
+
+/* Makes the communicator's recorder (none when BRAID_FLIGHT_RECORDER=0)
+ * and registers it for SIGUSR1; flight_free undoes both. */
+braid_result flight_new(braid_comm *c);
+void flight_free(braid_comm *c);
+
+/* The life of a call: issued (its op gets its record), running, waiting in
+ * a wait that lasted (for `on`, at channel/step), finished with r. Each is
+ * a few stores; a record that newer calls reused is left alone. */
+void flight_queued(braid_comm *c, exec_op *op);
+void flight_started(braid_comm *c, const exec_op *op);
+void flight_waiting(braid_comm *c, const exec_op *op, int on, int channel,
+                    int step, int prim);
+void flight_done(braid_comm *c, const exec_op *op, braid_result r);
+
+/* Writes the recorder to `path` (NULL: BRAID_FLIGHT_RECORDER_FILE's
+ * pattern) as JSON Lines; `reason` is timeout, remote, mismatch, abort,
+ * signal or api. BRAID_SUCCESS, or why not (a message in the comm's last
+ * error). */
+braid_result flight_dump(braid_comm *c, const char *reason, const char *path);
+/* 1 if a call of the communicator was issued and has not finished. */
+int flight_unfinished(const braid_comm *c);
+
+#endif

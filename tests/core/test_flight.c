@@ -1,0 +1,204 @@
+/*
+ * The flight recorder (src/flight.c, docs/TRACE.md): what a dump holds after
+ * calls that went well (the last BRAID_FLIGHT_RECORDER of them, in order),
+ * after a peer died (written by itself, the failed call waiting on the dead
+ * rank), and on SIGUSR1 while a call waits.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../transports/ranks.h"
+#include "src/bootstrap.h"
+
+static char dir[64];
+
+static void make_dir(void) {
+  snprintf(dir, sizeof dir, "/tmp/braid-flight-test.XXXXXX");
+  cr_assert(mkdtemp(dir) != NULL);
+  char pattern[128];
+  snprintf(pattern, sizeof pattern, "%s/auto.r%%r.jsonl", dir);
+  setenv("BRAID_FLIGHT_RECORDER_FILE", pattern, 1);
+}
+
+/* The file's text (at most 64 KiB), or "" when it is not there. */
+static char *slurp(const char *path) {
+  static char buf[65536];
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f)
+    fclose(f);
+  buf[n] = '\0';
+  return buf;
+}
+
+static int count_of(const char *s, const char *what) {
+  int n = 0;
+  for (const char *p = strstr(s, what); p; p = strstr(p + 1, what))
+    n++;
+  return n;
+}
+
+static braid_comm *init(int rank, int n, const braid_unique_id *id) {
+  braid_config cfg;
+  braid_config_init(&cfg);
+  cfg.transport = "shm";
+  cfg.timeout_ms = 20000;
+  braid_comm *c = NULL;
+  return braid_comm_init(&c, n, id, rank, &cfg) == BRAID_SUCCESS ? c : NULL;
+}
+
+/* ---- calls that went well ----------------------------------------------- */
+
+static int rank_calls(int rank, int n, const braid_unique_id *id, void *arg,
+                      char *msg, size_t len) {
+  (void)arg;
+  braid_comm *c = init(rank, n, id);
+  if (c == NULL)
+    return 1;
+  float buf[8] = {0};
+  for (int i = 0; i < 5; i++)
+    if (braid_allreduce(buf, buf, 8, BRAID_FLOAT32, BRAID_SUM, c, NULL))
+      return 2;
+  if (braid_broadcast(buf, buf, 8, BRAID_FLOAT32, 1, c, NULL))
+    return 3;
+  char path[128];
+  snprintf(path, sizeof path, "%s/api.r%d.jsonl", dir, rank);
+  braid_result r = braid_comm_flight_dump(c, path);
+  snprintf(msg, len, "%s", braid_comm_last_error(c));
+  braid_comm_destroy(c);
+  return r == BRAID_SUCCESS ? 0 : 4;
+}
+
+Test(flight, last_calls_in_order, .timeout = 60) {
+  make_dir();
+  setenv("BRAID_FLIGHT_RECORDER", "4", 1);
+  braid_unique_id id;
+  char err[256];
+  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(run_ranks(2, &id, rank_calls, NULL, 40000, NULL), 0);
+  for (int r = 0; r < 2; r++) {
+    char path[128], head[64];
+    snprintf(path, sizeof path, "%s/api.r%d.jsonl", dir, r);
+    const char *s = slurp(path);
+    snprintf(head, sizeof head, "\"rank\":%d,\"nranks\":2", r);
+    cr_expect(strncmp(s, "{\"braid_flight\":1,", 18) == 0, "%s", s);
+    cr_expect(strstr(s, head) != NULL, "%s", s);
+    cr_expect(strstr(s, "\"reason\":\"api\"") != NULL, "%s", s);
+    cr_expect(strstr(s, "\"ncalls\":4}") != NULL, "%s", s);
+    /* six calls, four kept: #3 .. #6, oldest first, all done */
+    cr_expect_eq(count_of(s, "\"seq\":"), 4, "%s", s);
+    const char *p3 = strstr(s, "\"seq\":3,"), *p6 = strstr(s, "\"seq\":6,");
+    cr_expect(p3 != NULL && p6 != NULL && p3 < p6, "%s", s);
+    cr_expect(strstr(s, "\"seq\":2,") == NULL, "%s", s);
+    cr_expect(strstr(s, "\"kind\":\"broadcast\",\"count\":8") != NULL, "%s", s);
+    cr_expect(strstr(s, "\"root\":1") != NULL, "%s", s);
+    cr_expect_eq(count_of(s, "\"state\":\"done\""), 4, "%s", s);
+    cr_expect_eq(count_of(s, "\"result\":\"BRAID_SUCCESS\""), 4, "%s", s);
+  }
+}
+
+/* ---- a peer that died --------------------------------------------------- */
+
+static int rank_dies(int rank, int n, const braid_unique_id *id, void *arg,
+                     char *msg, size_t len) {
+  (void)arg;
+  braid_comm *c = init(rank, n, id);
+  if (c == NULL)
+    return 1;
+  float buf[8] = {0};
+  if (braid_allreduce(buf, buf, 8, BRAID_FLOAT32, BRAID_SUM, c, NULL))
+    return 2;
+  if (rank == 1)
+    _exit(0); /* gone before the second call */
+  braid_result r =
+      braid_allreduce(buf, buf, 8, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  snprintf(msg, len, "%d", (int)r);
+  braid_comm_abort(c);
+  return r == BRAID_ERR_REMOTE ? 0 : 3;
+}
+
+Test(flight, written_when_a_peer_dies, .timeout = 60) {
+  make_dir();
+  braid_unique_id id;
+  char err[256];
+  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  rank_proc p[2];
+  run_ranks(2, &id, rank_dies, NULL, 40000, p);
+  cr_assert_eq(p[0].status, 0, "rank 0: %d %s", p[0].status, p[0].msg);
+  char path[128];
+  snprintf(path, sizeof path, "%s/auto.r0.jsonl", dir);
+  const char *s = slurp(path);
+  cr_expect(strstr(s, "\"reason\":\"remote\"") != NULL, "%s", s);
+  cr_expect(strstr(s, "rank 1 died") != NULL, "%s", s);
+  cr_expect(strstr(s, "\"seq\":2,") != NULL, "%s", s);
+  cr_expect(strstr(s, "\"state\":\"failed\"") != NULL, "%s", s);
+  cr_expect(strstr(s, "\"waits_on\":1,") != NULL, "%s", s);
+  cr_expect(strstr(s, "\"result\":\"BRAID_ERR_REMOTE\"") != NULL, "%s", s);
+}
+
+/* ---- SIGUSR1 ------------------------------------------------------------ */
+
+static int rank_signal(int rank, int n, const braid_unique_id *id, void *arg,
+                       char *msg, size_t len) {
+  (void)arg;
+  braid_comm *c = init(rank, n, id);
+  if (c == NULL)
+    return 1;
+  float buf[8] = {0};
+  char go[128], ready[128];
+  snprintf(go, sizeof go, "%s/go", dir);
+  snprintf(ready, sizeof ready, "%s/ready", dir);
+  if (rank == 0) { /* its handler is in place: the test may signal */
+    FILE *f = fopen(ready, "w");
+    if (f == NULL)
+      return 3;
+    fclose(f);
+  }
+  if (rank == 1) /* joins once the test saw rank 0's dump */
+    for (int i = 0; i < 3000 && access(go, F_OK) != 0; i++)
+      usleep(10000);
+  braid_result r =
+      braid_allreduce(buf, buf, 8, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  snprintf(msg, len, "%s", braid_comm_last_error(c));
+  braid_comm_destroy(c);
+  return r == BRAID_SUCCESS ? 0 : 2;
+}
+
+Test(flight, written_on_sigusr1, .timeout = 60) {
+  make_dir();
+  braid_unique_id id;
+  char err[256];
+  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  rank_proc p[2];
+  for (int r = 0; r < 2; r++)
+    spawn_rank(&p[r], r, 2, &id, rank_signal, NULL);
+  char path[128], go[128], ready[128];
+  snprintf(path, sizeof path, "%s/auto.r0.jsonl", dir);
+  snprintf(go, sizeof go, "%s/go", dir);
+  snprintf(ready, sizeof ready, "%s/ready", dir);
+  for (int i = 0; i < 3000 && access(ready, F_OK) != 0; i++)
+    usleep(10000);
+  cr_assert(access(ready, F_OK) == 0, "rank 0 did not start");
+  /* rank 0 waits in its allreduce for rank 1: ask until it answers */
+  const char *s = "";
+  for (int i = 0; i < 200 && strstr(s, "\"reason\":\"signal\"") == NULL; i++) {
+    kill(p[0].pid, SIGUSR1);
+    usleep(50000);
+    s = slurp(path);
+  }
+  cr_expect(strstr(s, "\"reason\":\"signal\"") != NULL, "no dump: %s", s);
+  cr_expect(strstr(s, "\"seq\":1,") != NULL, "%s", s);
+  cr_expect(strstr(s, "\"state\":\"done\"") == NULL, "%s", s);
+  FILE *f = fopen(go, "w");
+  cr_assert(f != NULL);
+  fclose(f);
+  wait_ranks(p, 2, 40000);
+  for (int r = 0; r < 2; r++)
+    cr_expect_eq(p[r].status, 0, "rank %d: %d %s", r, p[r].status, p[r].msg);
+}
