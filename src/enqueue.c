@@ -39,6 +39,7 @@
 #include "src/comm.h"
 #include "src/config.h"
 #include "src/exec_int.h"
+#include "src/flight.h"
 #include "src/log.h"
 #include "src/stream.h"
 #include "transports/cuda/cuda_dev.h"
@@ -218,6 +219,8 @@ static int may_launch(const exec_op *ops, int nops) {
 static braid_result kernel_done(braid_comm *c, qwork *q) {
   braid_result r = exk_finish(c, q->w.ops, q->ev, q->kseq, 0);
   cuda_held(-1);
+  for (int k = 0; k < q->w.nops; k++)
+    flight_done(c, &q->w.ops[k], r);
   if (is_fatal(r) || r == BRAID_ERR_MISMATCH) {
     pthread_mutex_lock(&c->lock);
     comm_break(c, r);
@@ -441,8 +444,12 @@ static braid_result kernel_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
     r = dev_select(c, ops[0].name, &mine);
   if (r != BRAID_SUCCESS)
     return r;
+  for (int k = 0; k < nops; k++)
+    flight_started(c, &ops[k]);
   r = exk_launch(c, ops, nops, s->user, &q->ev, &q->kseq);
   dev_restore(c, mine);
+  for (int k = 0; r != BRAID_SUCCESS && k < nops; k++)
+    flight_done(c, &ops[k], r);
   if (r == BRAID_SUCCESS)
     cuda_held(1); /* until kernel_done */
   return r;
