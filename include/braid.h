@@ -169,8 +169,12 @@ BRAID_API braid_result braid_comm_finalize(braid_comm *comm);
  * memory that a peer still maps, or that freeing while another call holds
  * a CUDA stream would wait for, is freed later (docs/CUDA.md). */
 BRAID_API braid_result braid_comm_destroy(braid_comm *comm);
-/* Stops every pending call with BRAID_ERR_ABORTED and frees the communicator.
- */
+/* Stops every pending and running call with BRAID_ERR_ABORTED and frees the
+ * communicator. Safe from any thread: a call blocked in another thread (a
+ * peer stopped, gone quiet) returns BRAID_ERR_ABORTED within a few
+ * milliseconds, and the communicator is freed only once no thread is inside
+ * a call; a thread whose call was aborted must not use the communicator
+ * again. Local: the peers see this rank leave. */
 BRAID_API braid_result braid_comm_abort(braid_comm *comm);
 BRAID_API braid_result braid_comm_rank(const braid_comm *comm, int *rank);
 BRAID_API braid_result braid_comm_size(const braid_comm *comm, int *size);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "collectives/plan.h"
 #include "collectives/select.h"
@@ -505,6 +506,17 @@ braid_result braid_comm_abort(braid_comm *c) {
   if (c->broken == BRAID_SUCCESS && flight_unfinished(c))
     (void)flight_dump(c, "abort", NULL); /* a broken one was dumped then */
   atomic_store(&c->aborted, 1);
+  /* a call in another thread sees the flag at its next pass through the
+   * wait (its naps are at most ~12 ms) and returns BRAID_ERR_ABORTED; the
+   * communicator is freed once no thread is inside a call */
+  for (int64_t ms = 0; atomic_load(&c->inflight) > 0; ms++) {
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+    if (ms > 0 && ms % 5000 == 0)
+      WARN(LOG_COLL,
+           "braid_comm_abort: %d calls of rank %d still inside after %lld s",
+           atomic_load(&c->inflight), c->rank, (long long)(ms / 1000));
+  }
   comm_free(c);
   return BRAID_SUCCESS;
 }

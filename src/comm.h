@@ -150,6 +150,7 @@ struct braid_comm {
 
   /* state */
   atomic_int aborted;
+  atomic_int inflight;  /* threads inside a call's submission (enqueue.c) */
   braid_result broken;  /* non-success once a remote/timeout error happened */
   char broken_why[512]; /* the message of that error (comm_break) */
   char last_error[512];

@@ -507,8 +507,23 @@ static int deferred_ended(braid_comm *c) {
 }
 
 /* Submit ops (copied) as one unit of work, blocking or on a stream. */
+static braid_result submit_in(braid_comm *c, exec_op *ops, int nops,
+                              braid_stream *s, const gate_ref *shared);
+
+/* Every call that runs or queues work goes through here: braid_comm_abort
+ * waits until none is inside before it frees the communicator. */
 static braid_result submit(braid_comm *c, exec_op *ops, int nops,
                            braid_stream *s, const gate_ref *shared) {
+  atomic_fetch_add(&c->inflight, 1);
+  braid_result r = atomic_load(&c->aborted)
+                       ? BRAID_ERR_ABORTED
+                       : submit_in(c, ops, nops, s, shared);
+  atomic_fetch_sub(&c->inflight, 1);
+  return r;
+}
+
+static braid_result submit_in(braid_comm *c, exec_op *ops, int nops,
+                              braid_stream *s, const gate_ref *shared) {
   /* No progress thread yet means nothing queued and nobody else running
    * work (calls on a comm come from one thread at a time): run here without
    * the locks. Only this thread starts the progress thread. */

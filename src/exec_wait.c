@@ -429,8 +429,7 @@ static braid_result wait_cycle(braid_comm *c, xop *xs, int nops,
     return BRAID_SUCCESS;
   const sched_step *step =
       h->step < h->sc->nsteps ? &h->sc->steps[h->step] : NULL;
-  flight_waiting(c, x->op, p, h->ch, h->step,
-                 step != NULL ? step->prim : -1);
+  flight_waiting(c, x->op, p, h->ch, h->step, step != NULL ? step->prim : -1);
   if (p == c->rank || x->dev >= 0)
     return BRAID_SUCCESS;
   int ti = c->peer_tp[p];
@@ -526,6 +525,10 @@ static int wait_chain(braid_comm *c, int p, char *buf, size_t len) {
 braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
                             const uint32_t *seen) {
   const cfg_env *cfg = cfg_get();
+  if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) {
+    comm_set_error(c, "the communicator was aborted");
+    return BRAID_ERR_ABORTED;
+  }
   int64_t t = exec_now_us();
   if (w->idle_since == 0) {
     w->idle_since = t;
