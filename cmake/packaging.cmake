@@ -2,7 +2,8 @@
 #   libbraid0            the shared library
 #   libbraid-dev         header, static library, pkg-config file, CMake package
 #   braid-tools          braidrun, braid-topo, braid-perf and its nccl-tests
-#                        names, braid-doctor, braid-trainer, the machine models
+#                        names, braid-doctor, braid-trace, braid-trainer, the
+#                        machine models
 #   python3-braid-torch  the torch.distributed backend (when it is built)
 # Each install rule names its component; one that names none is a tool's
 # (CMAKE_INSTALL_DEFAULT_COMPONENT_NAME). Dependencies on Debian's libraries
@@ -34,7 +35,7 @@ set(CPACK_COMPONENT_LIB_DESCRIPTION
 set(CPACK_COMPONENT_DEV_DESCRIPTION
   "braid: header, static library, pkg-config file and CMake package")
 set(CPACK_COMPONENT_TOOLS_DESCRIPTION
-  "braid: braidrun, braid-topo, braid-perf, braid-doctor, braid-trainer")
+  "braid: braidrun, braid-topo, braid-perf, braid-doctor, braid-trace, braid-trainer")
 set(CPACK_COMPONENT_TORCH_DESCRIPTION
   "braid: the torch.distributed backend \"braid\" (import braid_torch)")
 # The packages that use libbraid.so.0 depend on this very build of it;

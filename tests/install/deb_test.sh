@@ -52,7 +52,7 @@ has libbraid0 "$lib/libbraid.so.0"
 has libbraid-dev /usr/include/braid.h "$lib/libbraid.so" "$lib/libbraid.a" \
   "$lib/pkgconfig/braid.pc" "$lib/cmake/braid/braidConfig.cmake"
 has braid-tools /usr/bin/braidrun /usr/bin/braid-topo /usr/bin/braid-perf \
-  /usr/bin/all_reduce_perf /usr/bin/braid-doctor
+  /usr/bin/all_reduce_perf /usr/bin/braid-doctor /usr/bin/braid-trace
 deps=$(dpkg-deb -f "$scratch"/debs/braid-tools_*.deb Depends)
 grep -q 'libbraid0 (= ' <<<"$deps" || { echo "FAIL: braid-tools does not depend on libbraid0: $deps"; exit 1; }
 deps=$(dpkg-deb -f "$scratch"/debs/libbraid0_*.deb Depends)
@@ -73,6 +73,7 @@ for prog in "$scratch/hello_pc" "$scratch/outside/hello_shared"; do
   [ "$n" = 2 ] || { echo "FAIL: $prog under the installed braidrun:"; echo "$out"; exit 1; }
 done
 /usr/bin/braid-doctor --help >/dev/null || { echo "FAIL: the installed braid-doctor does not run"; exit 1; }
+/usr/bin/braid-trace --help >/dev/null || { echo "FAIL: the installed braid-trace does not run"; exit 1; }
 if [ -e "$scratch"/debs/python3-braid-torch_*.deb ]; then
   echo "-- python3-braid-torch: import braid_torch registers the backend"
   (cd / && env -i PATH=/usr/bin:/bin PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -c '
