@@ -269,16 +269,26 @@ typedef struct {
   size_t cap;
   int lineno;
   int warned; /* a warning already says why the file holds no dump */
+  int in_dir; /* found in a directory: a file that is no dump is left out */
 } reader;
 
-/* Parses one line into dumps; 0, or -1 after an error was printed. */
+/* Parses one line into dumps; 0, 1 to read no further (a file of a
+ * directory that is no dump), or -1 after an error was printed. */
 static int take_line(reader *r, char *s, size_t n, int ended) {
   char msg[256];
   line_vals lv;
   memset(&lv, 0, sizeof lv);
   trace_dump *cur = r->nout ? r->out[r->nout - 1] : NULL;
   int rc = tj_parse_line(s, n, on_member, &lv, msg, sizeof msg);
-  if (rc < 0 && !ended && cur != NULL) {
+  if (cur == NULL && r->in_dir &&
+      (rc == 0 ? !seen(&lv, "braid_flight") : ended)) {
+    fprintf(r->err,
+            "braid-trace: warning: %s: not a braid flight dump (its first "
+            "line has no \"braid_flight\"): left out\n",
+            r->path);
+    r->warned = 1;
+    rc = 2;
+  } else if (rc < 0 && !ended && cur != NULL) {
     /* the writer stopped inside the last line */
     snprintf(cur->truncated, sizeof cur->truncated,
              "the file ends inside line %d (%s)", r->lineno, msg);
@@ -327,7 +337,7 @@ static int take_line(reader *r, char *s, size_t n, int ended) {
   free(lv.h.comm), free(lv.h.host), free(lv.h.reason), free(lv.h.error);
   if (rc < 0)
     fprintf(r->err, "braid-trace: %s:%d: %s\n", r->path, r->lineno, msg);
-  return rc < 0 ? -1 : 0;
+  return rc < 0 ? -1 : rc == 2;
 }
 
 static int blank(const char *s, size_t n) {
@@ -337,8 +347,8 @@ static int blank(const char *s, size_t n) {
   return 1;
 }
 
-static int load_file(trace_set *set, const char *path, FILE *err) {
-  reader r = {path, fopen(path, "r"), err, NULL, 0, NULL, 0, 0, 0};
+static int load_file(trace_set *set, const char *path, int in_dir, FILE *err) {
+  reader r = {path, fopen(path, "r"), err, NULL, 0, NULL, 0, 0, 0, in_dir};
   int rc = 0;
   if (r.f == NULL) {
     fprintf(err, "braid-trace: %s: %s\n", path, strerror(errno));
@@ -361,6 +371,8 @@ static int load_file(trace_set *set, const char *path, FILE *err) {
       rc = take_line(&r, r.line, len, ended);
     }
   }
+  if (rc == 1) /* a file of a directory that is no dump */
+    rc = 0;
   if (rc == 0 && ferror(r.f)) {
     fprintf(err, "braid-trace: %s: %s\n", path, strerror(errno));
     rc = -1;
@@ -427,7 +439,7 @@ static int load_dir(trace_set *set, const char *dir, FILE *err) {
   for (int i = 0; i < n; i++) {
     struct stat st;
     if (stat(names[i], &st) == 0 && S_ISREG(st.st_mode))
-      errors += load_file(set, names[i], err);
+      errors += load_file(set, names[i], 1, err);
     free(names[i]);
   }
   free(names);
@@ -442,5 +454,5 @@ int trace_load(trace_set *set, const char *path, FILE *err) {
   }
   if (S_ISDIR(st.st_mode))
     return load_dir(set, path, err);
-  return load_file(set, path, err);
+  return load_file(set, path, 0, err);
 }

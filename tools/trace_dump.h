@@ -37,9 +37,10 @@ typedef struct {
   int n, cap;
 } trace_set;
 
-/* Reads a dump file, or every *.json and *.jsonl in a directory, into set.
- * Errors ("FILE:LINE: ...") and warnings go to err; returns the number of
- * errors (a file with an error adds nothing to set). */
+/* Reads a dump file, or every *.json and *.jsonl in a directory, into set
+ * (a directory's files whose first line is no dump are left out, with a
+ * warning). Errors ("FILE:LINE: ...") and warnings go to err; returns the
+ * number of errors (a file with an error adds nothing to set). */
 int trace_load(trace_set *set, const char *path, FILE *err);
 void trace_set_free(trace_set *set);
 
