@@ -351,6 +351,24 @@ static int verdict_cycle(const group *g, char *buf, size_t len) {
   return 1;
 }
 
+/* A call that failed while it waited for a rank (a peer that died): that
+ * rank, named by the first such call. */
+static int verdict_failed_wait(const group *g, char *buf, size_t len) {
+  for (int r = 0; r < g->nranks; r++)
+    for (int i = 0; g->by_rank[r] && i < g->by_rank[r]->ncall; i++) {
+      const trace_call *c = &g->by_rank[r]->calls[i];
+      if (!is_state(c, "failed") || c->waits_on < 0 || c->waits_on == r)
+        continue;
+      char name[96], res[64];
+      words_call(c, name, sizeof name);
+      words_clean(c->result, res, sizeof res);
+      say(buf, len, "rank %lld (rank %d's %s failed waiting for it: %s)",
+          c->waits_on, r, name, res);
+      return 1;
+    }
+  return 0;
+}
+
 /* The likely culprit, by the strongest evidence first (docs/TRACE.md). */
 static void verdict(const group *g, const disagreement *first, int ndis,
                     char *buf, size_t len) {
@@ -384,6 +402,8 @@ static void verdict(const group *g, const disagreement *first, int ndis,
     }
     goto found;
   }
+  if (verdict_failed_wait(g, what, sizeof what))
+    goto found;
   if (verdict_cycle(g, what, sizeof what))
     goto found;
   for (int r = 0; r < g->nranks; r++)
@@ -524,6 +544,19 @@ static void print_waits(const group *g) {
         printf("  rank %d waits in %s, on no rank it names (channel %lld, "
                "step %lld %s)\n",
                r, name, c->channel, c->step, prim);
+    }
+  for (int r = 0; r < g->nranks; r++)
+    for (int i = 0; g->by_rank[r] && i < g->by_rank[r]->ncall; i++) {
+      const trace_call *c = &g->by_rank[r]->calls[i];
+      if (!is_state(c, "failed") || c->waits_on < 0)
+        continue;
+      char res[64];
+      words_call(c, name, sizeof name);
+      words_clean(c->prim[0] ? c->prim : "?", prim, sizeof prim);
+      words_clean(c->result, res, sizeof res);
+      printf("  rank %d's %s failed waiting for rank %lld (channel %lld, "
+             "step %lld %s): %s\n",
+             r, name, c->waits_on, c->channel, c->step, prim, res);
     }
   if (!any) {
     printf("  no rank waits in braid\n");

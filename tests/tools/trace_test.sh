@@ -154,6 +154,15 @@ missing)
   line '  rank 5 has no dump: what it does is not known'
   line '  rank 1 waits for rank 0 in allreduce #3 (channel 1, step 2 RECV)'
   ;;
+dead)
+  # as the recorder writes it: rank 1 of 2 exited during allreduce #2;
+  # rank 0's call failed while it waited for rank 1
+  run 0 analyze "$DIR/dead"
+  verdict "likely culprit: rank 1 (rank 0's allreduce #2 failed waiting for it: BRAID_ERR_REMOTE)"
+  line "  rank 0's allreduce #2 failed waiting for rank 1 (channel 0, step 1 RECV_REDUCE): BRAID_ERR_REMOTE"
+  line 'warning: no dump from rank 1'
+  line '  rank 0: allreduce #2, failed (BRAID_ERR_REMOTE)'
+  ;;
 usage)
   run 2
   has "usage: braid-trace analyze DUMP..." "$tmp/err"
