@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "msccl.h"
 #include "sched_json.h"
 #include "verify.h"
 
@@ -486,6 +487,21 @@ int sched_file_parse(const char *buf, size_t len, const char *fname,
   *n = 0;
   if (!fname)
     fname = "<schedule>";
+  if (buf && msccl_is_xml(buf, len)) { /* an MSCCL XML schedule */
+    sched **one = calloc(1, sizeof(*one));
+    if (!one) {
+      if (err && errlen)
+        snprintf(err, errlen, "%s: out of memory", fname);
+      return -1;
+    }
+    if (msccl_import(buf, len, fname, one, NULL, err, errlen)) {
+      free(one);
+      return -1;
+    }
+    *out = one;
+    *n = 1;
+    return 0;
+  }
   sjson_doc d;
   size_t epos = 0;
   char jerr[256];
