@@ -6,10 +6,12 @@
  *   braid-topo render  --format svg|png|dot -o OUT [--file F | --machine M]
  *   braid-topo convert --from F --to G [--format nccl|hwloc|braid]
  *   braid-topo models
+ *   braid-topo import  PLAN.xml [-o out.json]  (MSCCL schedules)
  *
  * Without --file or --machine the machine is detected live. Subcommands are
  * rows of one table; a new one (e.g. `schedule`) is one more row.
  */
+#include "tools/topo_import.h"
 #include "tools/topo_schedule.h"
 #include "topology/topo.h"
 
@@ -311,6 +313,8 @@ static const subcmd cmds[] = {
     {"models", cmd_models, "models\n      the machine models braid ships"},
     /* reads its own options: tools/topo_schedule.c */
     {"schedule", NULL, TOPO_SCHEDULE_USAGE},
+    /* reads its own arguments: tools/topo_import.c */
+    {"import", NULL, TOPO_IMPORT_USAGE},
 };
 
 static void usage(FILE *f) {
@@ -328,7 +332,9 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
     if (!strcmp(argv[1], cmds[i].name)) {
       if (!cmds[i].run)
-        return topo_schedule_main(argc - 2, argv + 2);
+        return !strcmp(argv[1], "import")
+                   ? topo_import_main(argc - 2, argv + 2)
+                   : topo_schedule_main(argc - 2, argv + 2);
       opts o;
       if (parse_opts(argc - 2, argv + 2, &o))
         return 2;
