@@ -50,7 +50,7 @@ __attribute__((constructor)) static void gm_probe(void) {
   }
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
-  fprintf(stderr, "no CUDA device: %s\n",
+  fprintf(stderr, "SKIP: no CUDA device: %s\n",
           e != cudaSuccess ? cudaGetErrorString(e)
                            : "cudaGetDeviceCount found none");
   exit(77);
