@@ -140,7 +140,10 @@ static int read_algo(const rdr *r, msccl_info *info) {
     return xerr(r, pos, "proto=\"%s\": expected LL, LL128 or Simple", p);
   snprintf(info->proto, sizeof(info->proto), "%s", p ? p : "Simple");
   const char *nm = mxml_get(d, 0, "name", NULL);
-  snprintf(info->name, sizeof(info->name), "%s", nm ? nm : "msccl");
+  snprintf(info->name, sizeof(info->name), "%s", nm && *nm ? nm : "msccl");
+  for (char *q = info->name; *q; q++) /* a name for logs: printable ASCII */
+    if (*q < 0x20 || *q > 0x7e || *q == '"' || *q == '\\')
+      *q = '_';
   int blocks = sched_in_blocks(a->coll, a->ngpus);
   if (sched_out_blocks(a->coll, a->ngpus) > blocks)
     blocks = sched_out_blocks(a->coll, a->ngpus);

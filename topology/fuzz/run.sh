@@ -1,7 +1,8 @@
 #!/bin/sh
-# Builds the fuzz targets of the topology parsers and of the schedule file
-# parser ("sched") with clang (libFuzzer + ASan) in their own build directory
-# and runs each for a bounded time on the seed corpus.
+# Builds the fuzz targets of the topology parsers, of the schedule file
+# parser ("sched") and of the MSCCL XML importer ("msccl") with clang
+# (libFuzzer + ASan) in their own build directory and runs each for a
+# bounded time on the seed corpus.
 #   FUZZ_SECONDS    seconds per target (default 60)
 #   FUZZ_BUILD_DIR  build directory (default <repo>/build-fuzz)
 #   FUZZ_JOBS       build parallelism, and targets run at a time (default 2)
@@ -16,7 +17,7 @@ build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 secs=${FUZZ_SECONDS:-60}
 jobs=${FUZZ_JOBS:-2}
 seed=${FUZZ_SEED:-1}
-targets="nccl hwloc braid graphs sched"
+targets="nccl hwloc braid graphs sched msccl"
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja \
   -DBRAID_FUZZ=ON -DBRAID_TESTS=OFF -DBRAID_WERROR=ON >/dev/null
