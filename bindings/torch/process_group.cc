@@ -1,12 +1,11 @@
 /*
  * ProcessGroupBraid: argument checks, the mapping of torch's dtypes and
- * reduce ops onto braid's, the worker thread, and every operation.
+ * reduce ops onto braid's, the queue, and every operation (the runner that
+ * runs them is runner.cc).
  */
 #include "process_group.h"
 
 #include "wire.h"
-
-#include <Python.h>
 
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
@@ -20,76 +19,7 @@
 
 namespace braid_torch {
 
-namespace {
-
-/* Future values are lists of tensors, as DDP's communication hooks want. */
-c10::intrusive_ptr<c10::ivalue::Future> make_future() {
-  return c10::make_intrusive<c10::ivalue::Future>(
-      c10::ListType::create(c10::TensorType::get()));
-}
-
-/* A result of braid as the exception the Work carries. A timeout says
- * "Timed out", as torch's own backends do (tools match on it). */
-std::exception_ptr braid_error(const char *what, braid_result r,
-                               braid_comm *comm, int timeout_ms) {
-  std::string why = r == BRAID_ERR_TIMEOUT
-                        ? "Timed out (the group's timeout is " +
-                              std::to_string(timeout_ms) + " ms)"
-                        : std::string(braid_result_string(r));
-  std::string msg = std::string("braid: ") + what + " failed: " + why + ": " +
-                    braid_comm_last_error(comm);
-  return std::make_exception_ptr(std::runtime_error(msg));
-}
-
-/* braid_group_start ... braid_group_end around `body`, ended whatever
- * body returned (groups nest: an operation of a coalesced batch may make
- * its own). */
-template <typename F> braid_result in_group(F body) {
-  braid_result r = braid_group_start();
-  if (r != BRAID_SUCCESS)
-    return r;
-  r = body();
-  braid_result e = braid_group_end();
-  return r != BRAID_SUCCESS ? r : e;
-}
-
-} // namespace
-
-/* ---- WorkBraid ------------------------------------------------------ */
-
-WorkBraid::WorkBraid(int rank, c10d::OpType type,
-                     std::vector<at::Tensor> outputs, int source_rank)
-    : c10d::Work(rank, type), outputs_(std::move(outputs)),
-      future_(make_future()), source_rank_(source_rank) {}
-
-WorkBraid::~WorkBraid() = default;
-
-std::vector<at::Tensor> WorkBraid::result() { return outputs_; }
-
-c10::intrusive_ptr<c10::ivalue::Future> WorkBraid::getFuture() {
-  return future_;
-}
-
-int WorkBraid::sourceRank() const {
-  TORCH_CHECK(source_rank_ >= 0,
-              "braid: sourceRank() is only defined for a receive");
-  return source_rank_;
-}
-
-void WorkBraid::complete(const std::exception_ptr &e) {
-  finish(e);
-  /* The future's callbacks (DDP's hooks, .then chains) run here, in the
-   * worker thread; one that throws fails its own child future, not this. */
-  try {
-    if (e)
-      future_->setError(e);
-    else
-      future_->markCompleted(c10::IValue(outputs_));
-  } catch (...) {
-  }
-}
-
-/* ---- the group: rendezvous, worker, queue --------------------------- */
+/* ---- the group: rendezvous, queue ------------------------------------ */
 
 ProcessGroupBraid::ProcessGroupBraid(
     const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
@@ -108,6 +38,7 @@ ProcessGroupBraid::ProcessGroupBraid(
   std::string key = "braid_torch/unique_id/" + std::to_string(generation);
   braid_unique_id id;
   char text[2 * BRAID_UNIQUE_ID_BYTES + 1];
+  braid_comm *comm = nullptr;
   braid_result r;
   if (rank == 0) {
     r = braid_get_unique_id(&id);
@@ -130,43 +61,30 @@ ProcessGroupBraid::ProcessGroupBraid(
   braid_config_init(&cfg);
   cfg.timeout_ms = timeout_ms_;
   cfg.name = name_.c_str();
-  r = braid_comm_init(&comm_, size, &id, rank, &cfg);
+  r = braid_comm_init(&comm, size, &id, rank, &cfg);
   if (r != BRAID_SUCCESS) {
-    std::string why = comm_ != nullptr ? braid_comm_last_error(comm_)
-                                       : "BRAID_DEBUG=INFO tells more";
-    if (comm_ != nullptr)
-      braid_comm_destroy(comm_);
-    comm_ = nullptr;
+    std::string why = comm != nullptr ? braid_comm_last_error(comm)
+                                      : "BRAID_DEBUG=INFO tells more";
+    if (comm != nullptr)
+      braid_comm_destroy(comm);
     TORCH_CHECK(false, "braid: braid_comm_init (rank ", rank, " of ", size,
                 ", timeout ", timeout_ms_,
                 " ms) failed: ", braid_result_string(r), ": ", why);
   }
-  thread_ = std::thread([this] { worker(); });
+  runner_ = std::make_shared<Runner>(comm, timeout_ms_);
+  runner_->start();
 }
 
 ProcessGroupBraid::~ProcessGroupBraid() {
+  std::vector<Op> batch;
   {
     std::lock_guard<std::mutex> lk(mutex_);
-    if (!batch_.empty())
-      queue_.push_back(std::move(batch_));
-    stop_ = true;
+    batch = std::move(batch_);
+    batch_.clear();
   }
-  cv_.notify_all();
-  if (thread_.joinable()) {
-    /* The worker may be completing a future whose Python callback wants
-     * the GIL: let it have it while we wait. */
-    if (Py_IsInitialized() && PyGILState_Check()) {
-      PyThreadState *st = PyEval_SaveThread();
-      thread_.join();
-      PyEval_RestoreThread(st);
-    } else {
-      thread_.join();
-    }
-  }
-  /* Local: never waits for the peers (a finalize would, for the whole
-   * timeout if one of them is gone). */
-  if (comm_ != nullptr)
-    braid_comm_destroy(comm_);
+  if (!batch.empty())
+    runner_->push(std::move(batch));
+  runner_->stop();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(Op op) {
@@ -177,10 +95,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(Op op) {
       batch_.push_back(std::move(op));
       return work;
     }
-    queue_.emplace_back();
-    queue_.back().push_back(std::move(op));
   }
-  cv_.notify_one();
+  std::vector<Op> batch;
+  batch.push_back(std::move(op));
+  runner_->push(std::move(batch));
   return work;
 }
 
@@ -194,78 +112,16 @@ void ProcessGroupBraid::startCoalescing() {
 
 void ProcessGroupBraid::endCoalescing(
     std::vector<c10::intrusive_ptr<c10d::Work>> & /* reqs */) {
+  std::vector<Op> batch;
   {
     std::lock_guard<std::mutex> lk(mutex_);
     TORCH_CHECK(coalescing_, "braid: endCoalescing without startCoalescing");
     coalescing_ = false;
-    if (batch_.empty())
-      return;
-    queue_.push_back(std::move(batch_));
+    batch = std::move(batch_);
     batch_.clear();
   }
-  cv_.notify_one();
-}
-
-void ProcessGroupBraid::worker() {
-  for (;;) {
-    std::vector<Op> batch;
-    {
-      std::unique_lock<std::mutex> lk(mutex_);
-      cv_.wait(lk, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty())
-        return;
-      batch = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    runBatch(batch);
-  }
-}
-
-void ProcessGroupBraid::runBatch(std::vector<Op> &batch) {
-  std::exception_ptr err;
-  try {
-    braid_result r = BRAID_SUCCESS;
-    const char *failed = batch.front().name;
-    bool p2p = true;
-    for (const Op &op : batch)
-      p2p = p2p && op.p2p;
-    if (batch.size() == 1 || !p2p) {
-      /* One operation, or a batch with collectives in it: in issue order,
-       * one after the other, as every rank issues them. */
-      for (Op &op : batch) {
-        r = op.issue(comm_);
-        if (r != BRAID_SUCCESS) {
-          failed = op.name;
-          break;
-        }
-      }
-    } else {
-      /* A coalesced batch of sends and receives (batch_isend_irecv): one
-       * braid group, so that they run together and cannot deadlock. */
-      r = in_group([&] {
-        for (Op &op : batch) {
-          braid_result e = op.issue(comm_);
-          if (e != BRAID_SUCCESS) {
-            failed = op.name;
-            return e;
-          }
-        }
-        return BRAID_SUCCESS;
-      });
-    }
-    if (r != BRAID_SUCCESS) {
-      err = braid_error(failed, r, comm_, timeout_ms_);
-    } else {
-      at::NoGradGuard no_grad;
-      for (Op &op : batch)
-        if (op.post)
-          op.post();
-    }
-  } catch (...) {
-    err = std::current_exception();
-  }
-  for (Op &op : batch)
-    op.work->complete(err);
+  if (!batch.empty())
+    runner_->push(std::move(batch));
 }
 
 /* ---- operations ------------------------------------------------------ */

@@ -3,13 +3,17 @@
  *
  * Every operation checks its arguments in the calling thread (a bad one
  * throws there, and nothing is queued), then queues a closure on the
- * group's worker thread and returns a WorkBraid at once. The worker runs
- * the closures in issue order with braid's blocking calls (a communicator
- * takes calls from one thread at a time) and completes each Work and its
- * future: with the output tensors, or with the error braid reported.
+ * group's runner (runner.h) and returns a WorkBraid at once. The runner
+ * runs the closures in issue order with braid's blocking calls (a
+ * communicator takes calls from one thread at a time), in its worker
+ * thread or in the thread that waits for the operation, and completes
+ * each Work and its future: with the output tensors, or with the error
+ * braid reported.
  */
 #ifndef BRAID_TORCH_PROCESS_GROUP_H
 #define BRAID_TORCH_PROCESS_GROUP_H
+
+#include "runner.h"
 
 #include <braid.h>
 
@@ -17,49 +21,12 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace braid_torch {
-
-/* One operation's handle: wait(), isCompleted(), exception(), result() and
- * getFuture() concern this operation only. */
-class WorkBraid : public c10d::Work {
-public:
-  WorkBraid(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-            int source_rank = -1);
-  ~WorkBraid() override;
-
-  std::vector<at::Tensor> result() override;
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
-  int sourceRank() const override;
-
-  /* Marks the work done (e == nullptr) or failed, then completes the
-   * future; called once, by the worker thread. */
-  void complete(const std::exception_ptr &e);
-
-private:
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-  int source_rank_;
-};
-
-/* One operation as the worker runs it: issue() makes braid's calls (inside
- * braid_group_start/end when the operation is part of a coalesced batch),
- * then, once they all succeeded, post() copies results where the caller
- * wants them. */
-struct Op {
-  const char *name = "";
-  bool p2p = false; /* a send or a receive */
-  c10::intrusive_ptr<WorkBraid> work;
-  std::function<braid_result(braid_comm *)> issue;
-  std::function<void()> post;
-};
 
 class ProcessGroupBraid : public c10d::ProcessGroup {
 public:
@@ -136,24 +103,14 @@ public:
 
 private:
   c10::intrusive_ptr<c10d::Work> enqueue(Op op);
-  void worker();
-  void runBatch(std::vector<Op> &batch);
 
-  braid_comm *comm_ = nullptr;
   int timeout_ms_ = 0;
   std::string name_;
+  std::shared_ptr<Runner> runner_; /* owns the communicator */
 
   std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::vector<Op>> queue_;
-  bool stop_ = false;
   bool coalescing_ = false;
   std::vector<Op> batch_; /* operations issued while coalescing */
-  std::thread thread_;
-
-  /* Set by the worker after an error that leaves the communicator unusable
-   * (a peer gone, a timeout): later operations fail at once with it. */
-  std::string broken_;
 };
 
 } // namespace braid_torch

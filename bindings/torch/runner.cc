@@ -1,0 +1,262 @@
+/*
+ * The group's runner (runner.h): the queue, the worker thread, the waiter
+ * that runs its own operation, and WorkBraid.
+ */
+#include "runner.h"
+
+#include <Python.h>
+
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#include <sched.h>
+
+#include <cstdlib>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace braid_torch {
+
+namespace {
+
+/* Future values are lists of tensors, as DDP's communication hooks want
+ * (one type for all: making it is an allocation per operation). */
+c10::intrusive_ptr<c10::ivalue::Future> make_future() {
+  static const c10::TypePtr list =
+      c10::ListType::create(c10::TensorType::get());
+  return c10::make_intrusive<c10::ivalue::Future>(list);
+}
+
+/* A result of braid as the exception the Work carries. A timeout says
+ * "Timed out", as torch's own backends do (tools match on it). */
+std::exception_ptr braid_error(const char *what, braid_result r,
+                               braid_comm *comm, int timeout_ms) {
+  std::string why = r == BRAID_ERR_TIMEOUT
+                        ? "Timed out (the group's timeout is " +
+                              std::to_string(timeout_ms) + " ms)"
+                        : std::string(braid_result_string(r));
+  std::string msg = std::string("braid: ") + what + " failed: " + why + ": " +
+                    braid_comm_last_error(comm);
+  return std::make_exception_ptr(std::runtime_error(msg));
+}
+
+/* How long a waiter polls while another thread runs its operation:
+ * BRAID_YIELD_US, the budget of braid's own yielding waits (0 to 1 s,
+ * default 2000 us). */
+std::chrono::microseconds poll_budget() {
+  long us = 2000;
+  const char *s = std::getenv("BRAID_YIELD_US");
+  if (s != nullptr && *s != '\0') {
+    char *end = nullptr;
+    long v = std::strtol(s, &end, 10);
+    if (end != s && *end == '\0' && v >= 0 && v <= 1000000)
+      us = v;
+  }
+  return std::chrono::microseconds(us);
+}
+
+} // namespace
+
+/* ---- WorkBraid ------------------------------------------------------ */
+
+WorkBraid::WorkBraid(int rank, c10d::OpType type,
+                     std::vector<at::Tensor> outputs, int source_rank)
+    : c10d::Work(rank, type), outputs_(std::move(outputs)),
+      future_(make_future()), source_rank_(source_rank) {}
+
+WorkBraid::~WorkBraid() = default;
+
+bool WorkBraid::wait(std::chrono::milliseconds timeout) {
+  if (timeout == ::kNoTimeout && !done()) {
+    std::shared_ptr<Runner> r = runner_.lock();
+    if (r)
+      r->help(*this);
+  }
+  return c10d::Work::wait(timeout);
+}
+
+std::vector<at::Tensor> WorkBraid::result() { return outputs_; }
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkBraid::getFuture() {
+  return future_;
+}
+
+int WorkBraid::sourceRank() const {
+  TORCH_CHECK(source_rank_ >= 0,
+              "braid: sourceRank() is only defined for a receive");
+  return source_rank_;
+}
+
+void WorkBraid::complete(const std::exception_ptr &e) {
+  finish(e);
+  done_.store(true, std::memory_order_release);
+  /* The future's callbacks (DDP's hooks, .then chains) run here, in the
+   * thread that ran the operation; one that throws fails its own child
+   * future, not this. */
+  try {
+    if (e)
+      future_->setError(e);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+  } catch (...) {
+  }
+}
+
+/* ---- Runner ----------------------------------------------------------- */
+
+Runner::Runner(braid_comm *comm, int timeout_ms)
+    : comm_(comm), timeout_ms_(timeout_ms), poll_(poll_budget()) {}
+
+Runner::~Runner() = default;
+
+void Runner::start() {
+  thread_ = std::thread([this] { worker(); });
+}
+
+void Runner::push(std::vector<Op> batch) {
+  std::shared_ptr<Runner> self = shared_from_this();
+  for (Op &op : batch)
+    op.work->runner_ = self;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lk(mutex_);
+    queue_.push_back(std::move(batch));
+    /* A thread that runs a batch wakes the worker when it is done. */
+    if (asleep_ && !running_) {
+      asleep_ = false;
+      wake = true;
+    }
+  }
+  if (wake)
+    cv_.notify_one();
+}
+
+void Runner::help(const WorkBraid &w) {
+  using clock = std::chrono::steady_clock;
+  clock::time_point until = clock::now() + poll_;
+  std::unique_lock<std::mutex> lk(mutex_);
+  while (!w.done()) {
+    if (!running_ && !queue_.empty()) {
+      /* Nobody runs: the front batch is w's or one issued before it. */
+      runFront(lk);
+      continue;
+    }
+    if (!running_)
+      return; /* w is not queued (a coalesced batch not ended yet) */
+    lk.unlock();
+    /* Another thread runs: poll a while (its end is a store we see at
+     * once), then block on the Work. */
+    while (!w.done() && clock::now() < until)
+      sched_yield();
+    if (w.done() || clock::now() >= until)
+      return;
+    lk.lock();
+  }
+}
+
+void Runner::runFront(std::unique_lock<std::mutex> &lk) {
+  std::vector<Op> batch = std::move(queue_.front());
+  queue_.pop_front();
+  running_ = true;
+  lk.unlock();
+  runBatch(batch);
+  batch.clear(); /* the closures' tensors go now, outside the lock */
+  lk.lock();
+  running_ = false;
+  if (asleep_ && (!queue_.empty() || stop_)) {
+    asleep_ = false;
+    cv_.notify_one();
+  }
+}
+
+void Runner::worker() {
+  std::unique_lock<std::mutex> lk(mutex_);
+  for (;;) {
+    if (!running_ && !queue_.empty()) {
+      runFront(lk);
+      continue;
+    }
+    if (stop_ && !running_)
+      return; /* and the queue is empty */
+    asleep_ = true;
+    cv_.wait(lk);
+    asleep_ = false;
+  }
+}
+
+void Runner::stop() {
+  {
+    std::lock_guard<std::mutex> lk(mutex_);
+    stop_ = true;
+    asleep_ = false;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) {
+    /* The worker may be completing a future whose Python callback wants
+     * the GIL: let it have it while we wait. */
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      PyThreadState *st = PyEval_SaveThread();
+      thread_.join();
+      PyEval_RestoreThread(st);
+    } else {
+      thread_.join();
+    }
+  }
+  /* The worker left with the queue empty and nobody running; no batch
+   * comes after (the group is going). Local: never waits for the peers (a
+   * finalize would, for the whole timeout if one of them is gone). */
+  if (comm_ != nullptr)
+    braid_comm_destroy(comm_);
+  comm_ = nullptr;
+}
+
+void Runner::runBatch(std::vector<Op> &batch) {
+  std::exception_ptr err;
+  try {
+    braid_result r = BRAID_SUCCESS;
+    const char *failed = batch.front().name;
+    bool p2p = true;
+    for (const Op &op : batch)
+      p2p = p2p && op.p2p;
+    if (batch.size() == 1 || !p2p) {
+      /* One operation, or a batch with collectives in it: in issue order,
+       * one after the other, as every rank issues them. */
+      for (Op &op : batch) {
+        r = op.issue(comm_);
+        if (r != BRAID_SUCCESS) {
+          failed = op.name;
+          break;
+        }
+      }
+    } else {
+      /* A coalesced batch of sends and receives (batch_isend_irecv): one
+       * braid group, so that they run together and cannot deadlock. */
+      r = in_group([&] {
+        for (Op &op : batch) {
+          braid_result e = op.issue(comm_);
+          if (e != BRAID_SUCCESS) {
+            failed = op.name;
+            return e;
+          }
+        }
+        return BRAID_SUCCESS;
+      });
+    }
+    if (r != BRAID_SUCCESS) {
+      err = braid_error(failed, r, comm_, timeout_ms_);
+    } else {
+      at::NoGradGuard no_grad;
+      for (Op &op : batch)
+        if (op.post)
+          op.post();
+    }
+  } catch (...) {
+    err = std::current_exception();
+  }
+  for (Op &op : batch)
+    op.work->complete(err);
+}
+
+} // namespace braid_torch

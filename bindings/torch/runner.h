@@ -1,0 +1,137 @@
+/*
+ * The group's runner: the queue of operations, the worker thread that runs
+ * them, and a waiting caller's share of the work.
+ *
+ * Operations run in issue order, one batch at a time (a communicator takes
+ * calls from one thread at a time), by whichever thread comes first:
+ *  - the worker thread, woken when a batch is queued while it sleeps, so an
+ *    operation nobody waits for (async_op=True, DDP's buckets, a future's
+ *    .then chain) progresses on its own;
+ *  - a thread in Work::wait() without a timeout: while its operation is
+ *    queued and nobody runs, it runs the batches up to its own itself
+ *    (dist.all_reduce(t) is allreduce() then wait(): the call then costs no
+ *    hand-off to the worker and back, two thread wake-ups). When another
+ *    thread runs, the waiter polls with sched_yield for BRAID_YIELD_US
+ *    (default 2000 us, as braid's own waits) before it sleeps.
+ */
+#ifndef BRAID_TORCH_RUNNER_H
+#define BRAID_TORCH_RUNNER_H
+
+#include <braid.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace braid_torch {
+
+class Runner;
+
+/* One operation's handle: wait(), isCompleted(), exception(), result() and
+ * getFuture() concern this operation only. */
+class WorkBraid : public c10d::Work {
+public:
+  WorkBraid(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+            int source_rank = -1);
+  ~WorkBraid() override;
+
+  /* Without a timeout: runs the group's queued operations up to this one
+   * in the calling thread when nobody else runs them, polls a while when
+   * someone does, then blocks. With one: blocks, as torch's Work does. */
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  std::vector<at::Tensor> result() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  int sourceRank() const override;
+
+  /* Marks the work done (e == nullptr) or failed, then completes the
+   * future; called once, by the thread that ran the operation. */
+  void complete(const std::exception_ptr &e);
+
+  /* Set once the work is complete (after torch's own flag). */
+  bool done() const { return done_.load(std::memory_order_acquire); }
+
+private:
+  friend class Runner;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  int source_rank_;
+  std::atomic<bool> done_{false};
+  std::weak_ptr<Runner> runner_; /* set when queued */
+};
+
+/* One operation as it runs: issue() makes braid's calls (inside
+ * braid_group_start/end when the operation is part of a coalesced batch),
+ * then, once they all succeeded, post() copies results where the caller
+ * wants them. */
+struct Op {
+  const char *name = "";
+  bool p2p = false; /* a send or a receive */
+  c10::intrusive_ptr<WorkBraid> work;
+  std::function<braid_result(braid_comm *)> issue;
+  std::function<void()> post;
+};
+
+/* braid_group_start ... braid_group_end around `body`, ended whatever
+ * body returned (groups nest: an operation of a coalesced batch may make
+ * its own). */
+template <typename F> braid_result in_group(F body) {
+  braid_result r = braid_group_start();
+  if (r != BRAID_SUCCESS)
+    return r;
+  r = body();
+  braid_result e = braid_group_end();
+  return r != BRAID_SUCCESS ? r : e;
+}
+
+class Runner : public std::enable_shared_from_this<Runner> {
+public:
+  /* Takes the communicator; the worker starts with start(). */
+  Runner(braid_comm *comm, int timeout_ms);
+  ~Runner();
+  Runner(const Runner &) = delete;
+  Runner &operator=(const Runner &) = delete;
+
+  void start();
+  /* Queues a batch (run as one, in issue order after those before it) and
+   * wakes the worker if it sleeps. */
+  void push(std::vector<Op> batch);
+  /* The waiting side of WorkBraid::wait: returns once `w` is done, or once
+   * it is worth blocking (someone else runs and the polling budget is
+   * spent, or w is not queued). */
+  void help(const WorkBraid &w);
+  /* Runs what is queued, stops the worker, waits for a waiter that runs a
+   * batch, then destroys the communicator (locally: no peer is waited
+   * for). Called once, by the group's destructor. */
+  void stop();
+
+private:
+  void worker();
+  /* Pops the front batch and runs it with `lk` released; lk held on entry
+   * and on return. */
+  void runFront(std::unique_lock<std::mutex> &lk);
+  void runBatch(std::vector<Op> &batch);
+
+  braid_comm *comm_;
+  int timeout_ms_;
+  std::chrono::microseconds poll_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_; /* the worker sleeps here */
+  std::deque<std::vector<Op>> queue_;
+  bool running_ = false; /* a thread runs a batch */
+  bool asleep_ = false;  /* the worker sleeps on cv_ */
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+} // namespace braid_torch
+
+#endif
