@@ -144,6 +144,23 @@ struct Out {
   }
 };
 
+/* Whether two of the buffers share a byte. */
+bool any_overlap(const std::vector<Out> &outs) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> r;
+  for (const Out &o : outs) {
+    uintptr_t lo = reinterpret_cast<uintptr_t>(o.ptr());
+    r.emplace_back(lo, lo + o.buf.nbytes());
+  }
+  std::sort(r.begin(), r.end());
+  uintptr_t end = 0;
+  for (const auto &x : r) {
+    if (x.first < end)
+      return true;
+    end = std::max(end, x.second);
+  }
+  return false;
+}
+
 /* The elements of a flat buffer's block i as a tensor shaped like `like`. */
 at::Tensor block(const at::Tensor &flat, int64_t offset,
                  const at::Tensor &like) {
@@ -221,16 +238,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce_coalesced(
   Op x;
   x.name = op;
   x.work = BRAID_OP(ALLREDUCE_COALESCED, tensors);
-  /* One call after the other: every rank makes them in the same order. */
-  x.issue = [outs, wires, bop](braid_comm *c) {
-    for (size_t i = 0; i < outs.size(); i++) {
-      braid_result r =
-          braid_allreduce(outs[i].ptr(), outs[i].ptr(), wires[i].count,
-                          wires[i].dt, bop, c, nullptr);
-      if (r != BRAID_SUCCESS)
-        return r;
-    }
-    return BRAID_SUCCESS;
+  /* One braid group, whose calls run at once, when no two buffers share
+   * a byte; else (the same tensor twice, overlapping views) one call after
+   * the other, as the list says. Every rank decides alike: the tensors
+   * are alike on every rank. */
+  bool group = !any_overlap(outs);
+  x.issue = [outs, wires, bop, group](braid_comm *c) {
+    auto all = [&] {
+      for (size_t i = 0; i < outs.size(); i++) {
+        braid_result r =
+            braid_allreduce(outs[i].ptr(), outs[i].ptr(), wires[i].count,
+                            wires[i].dt, bop, c, nullptr);
+        if (r != BRAID_SUCCESS)
+          return r;
+      }
+      return BRAID_SUCCESS;
+    };
+    return group ? in_group(all) : all();
   };
   x.post = [outs] {
     for (const Out &o : outs)
@@ -349,14 +373,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(
   Op x;
   x.name = op;
   x.work = BRAID_OP(ALLGATHER_COALESCED, all);
+  /* One braid group: the outputs are buffers of their own. */
   x.issue = [srcs, flats, wires](braid_comm *c) {
-    for (size_t j = 0; j < srcs.size(); j++) {
-      braid_result r = braid_allgather(data(srcs[j]), data(flats[j]),
-                                       wires[j].count, wires[j].dt, c, nullptr);
-      if (r != BRAID_SUCCESS)
-        return r;
-    }
-    return BRAID_SUCCESS;
+    return in_group([&] {
+      for (size_t j = 0; j < srcs.size(); j++) {
+        braid_result r =
+            braid_allgather(data(srcs[j]), data(flats[j]), wires[j].count,
+                            wires[j].dt, c, nullptr);
+        if (r != BRAID_SUCCESS)
+          return r;
+      }
+      return BRAID_SUCCESS;
+    });
   };
   x.post = [flats, outs] {
     for (size_t r = 0; r < outs.size(); r++)
