@@ -6,17 +6,19 @@
  *
  *   allreduce       every rank receives every input and folds them in rank
  *                   order ((in0 + in1) + in2) + ... — the same order on every
- *                   rank, so the results are bitwise identical. Ranks > 0
- *                   fold the prefix that precedes their own input in one
- *                   scratch block (their input may alias out).
+ *                   rank, so the results are bitwise identical
+ *                   (gen_fold_rank_order: ranks > 0 fold the prefix that
+ *                   precedes their own input in one scratch block, as their
+ *                   input may alias out).
  *   allgather       send in to all, receive block q from rank q.
- *   reduce_scatter  send block q to rank q; fold the received blocks.
+ *   reduce_scatter  send block q to rank q; fold the blocks in rank order.
  *   alltoall        pairwise: in round k (0..nranks-1) rank r exchanges with
  *                   rank (k - r) mod nranks (send first, then receive: in
  *                   place is safe); the round where the partner is r itself
  *                   is a local copy.
  *   broadcast, reduce, gather, scatter
- *                   the root sends to / receives from every rank.
+ *                   the root sends to / receives from every rank; reduce's
+ *                   root folds in rank order.
  */
 #include "gen_util.h"
 
@@ -30,22 +32,8 @@ static int direct_allreduce(sched_channel *c, int n, int r) {
   int e = 0;
   for (int i = 1; i < n; i++)
     e |= sched_send(c, (r + i) % n, gen_in(0, 1));
-  if (r == 0) {
-    e |= sched_recv_reduce(c, 1, gen_in(0, 1), gen_out(0, 1));
-    for (int q = 2; q < n; q++)
-      e |= sched_recv_reduce(c, q, gen_out(0, 1), gen_out(0, 1));
-    return e;
-  }
-  e |= sched_recv(c, 0, gen_scr(0, 1));
-  for (int q = 1; q < r; q++)
-    e |= sched_recv_reduce(c, q, gen_scr(0, 1), gen_scr(0, 1));
-  e |= sched_reduce_local(c, gen_in(0, 1), gen_scr(0, 1));
-  if (r == n - 1)
-    return e | sched_copy(c, gen_scr(0, 1), gen_out(0, 1));
-  e |= sched_recv_reduce(c, r + 1, gen_scr(0, 1), gen_out(0, 1));
-  for (int q = r + 2; q < n; q++)
-    e |= sched_recv_reduce(c, q, gen_out(0, 1), gen_out(0, 1));
-  return e;
+  return e | gen_fold_rank_order(c, n, r, gen_in(0, 1), gen_scr(0, 1),
+                                 gen_out(0, 1));
 }
 
 static int direct_rank(sched_channel *c, sched_coll coll, int n, int root,
@@ -68,12 +56,8 @@ static int direct_rank(sched_channel *c, sched_coll coll, int n, int root,
       int q = (r + i) % n;
       e |= sched_send(c, q, gen_in((uint32_t)q, 1));
     }
-    for (int i = 1; i < n; i++) {
-      int q = (r - i + n) % n;
-      e |= sched_recv_reduce(
-          c, q, i == 1 ? gen_in((uint32_t)r, 1) : gen_out(0, 1), gen_out(0, 1));
-    }
-    return e;
+    return e | gen_fold_rank_order(c, n, r, gen_in((uint32_t)r, 1),
+                                   gen_scr(0, 1), gen_out(0, 1));
   case SCHED_ALLTOALL:
     for (int k = 0; k < n; k++) {
       int q = ((k - r) % n + n) % n;
@@ -94,10 +78,8 @@ static int direct_rank(sched_channel *c, sched_coll coll, int n, int root,
   case SCHED_REDUCE:
     if (r != root)
       return sched_send(c, root, gen_in(0, 1));
-    for (int i = 1; i < n; i++)
-      e |= sched_recv_reduce(
-          c, (r + i) % n, i == 1 ? gen_in(0, 1) : gen_out(0, 1), gen_out(0, 1));
-    return e;
+    return gen_fold_rank_order(c, n, r, gen_in(0, 1), gen_scr(0, 1),
+                               gen_out(0, 1));
   case SCHED_GATHER:
     if (r != root)
       return sched_send(c, root, gen_in(0, 1));
@@ -127,7 +109,7 @@ sched *gen_direct(const gen_params *p) {
   sched *s = sched_new(p->coll, n, p->root, 1, p->nchannels, "direct");
   if (!s)
     return NULL;
-  if (p->coll == SCHED_ALLREDUCE && n > 1)
+  if (sched_reduces(p->coll) && n > 1) /* the prefix before a rank's own */
     s->scratch_blocks = 1;
   int e = 0;
   for (int ch = 0; ch < p->nchannels; ch++)

@@ -37,6 +37,16 @@ static inline sched_chunks gen_scr(uint32_t i, uint32_t n) {
 int gen_exchange(sched_channel *c, int peer, sched_chunks snd, sched_chunks rcv,
                  sched_chunks rsrc);
 
+/* The rank-order fold of one chunk at rank r of n >= 2 (direct.c, det.c):
+ * dst = x0 op x1 op .. op x(n-1), folded left to right, where rank r's own
+ * operand is `mine` and every other rank q's arrives from q, received in
+ * rank order. Ranks r > 0 fold the operands before their own in `scr`
+ * (mine may alias dst in place); dst may be scr. Every rank that folds a
+ * chunk this way gets the same bits (collectives/verify.h,
+ * verify_rank_order). Returns 0 or -1. */
+int gen_fold_rank_order(sched_channel *c, int n, int r, sched_chunks mine,
+                        sched_chunks scr, sched_chunks dst);
+
 /* Ring steps (ring.c) for generators that choose their own ring orders
  * (multiring.c, hybrid.c). ring_sched_new makes a schedule of `nchannels`
  * channels for p's collective (allreduce, allgather, reduce_scatter,

@@ -28,7 +28,7 @@ const gen_desc gen_table[] = {
      B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER) |
          B(SCHED_ALLTOALL) | B(SCHED_BROADCAST) | B(SCHED_REDUCE) |
          B(SCHED_GATHER) | B(SCHED_SCATTER),
-     0, 0},
+     0, GEN_RANK_ORDER},
     {"linear", gen_linear,
      B(SCHED_SEND) | B(SCHED_RECV) | B(SCHED_GATHER) | B(SCHED_SCATTER) |
          B(SCHED_BROADCAST) | B(SCHED_REDUCE),
@@ -53,6 +53,11 @@ const gen_desc gen_table[] = {
     {"chaintree", gen_chaintree,
      B(SCHED_ALLREDUCE) | B(SCHED_BROADCAST) | B(SCHED_REDUCE), GEN_NEEDS_HOSTS,
      0},
+    /* opt-in outside BRAID_DETERMINISTIC, so that the default choices
+     * stay those measured in docs/PERFORMANCE.md */
+    {"det", gen_det,
+     B(SCHED_ALLREDUCE) | B(SCHED_REDUCE) | B(SCHED_REDUCE_SCATTER), 0,
+     GEN_OPT_IN | GEN_RANK_ORDER},
     {NULL, NULL, 0, 0, 0},
 };
 
@@ -146,5 +151,28 @@ int gen_exchange(sched_channel *c, int peer, sched_chunks snd, sched_chunks rcv,
       r += b;
     }
   }
+  return e ? -1 : 0;
+}
+
+int gen_fold_rank_order(sched_channel *c, int n, int r, sched_chunks mine,
+                        sched_chunks scr, sched_chunks dst) {
+  int e = 0;
+  if (r == 0) {
+    e |= sched_recv_reduce(c, 1, mine, dst);
+    for (int q = 2; q < n; q++)
+      e |= sched_recv_reduce(c, q, dst, dst);
+    return e ? -1 : 0;
+  }
+  e |= sched_recv(c, 0, scr);
+  for (int q = 1; q < r; q++)
+    e |= sched_recv_reduce(c, q, scr, scr);
+  e |= sched_reduce_local(c, mine, scr);
+  if (r == n - 1) {
+    int same = scr.buf == dst.buf && scr.index == dst.index;
+    return (e | (same ? 0 : sched_copy(c, scr, dst))) ? -1 : 0;
+  }
+  e |= sched_recv_reduce(c, r + 1, scr, dst);
+  for (int q = r + 2; q < n; q++)
+    e |= sched_recv_reduce(c, q, dst, dst);
   return e ? -1 : 0;
 }

@@ -29,13 +29,19 @@ typedef struct gen_desc {
   gen_fn fn;
   uint32_t colls; /* bit (1u << sched_coll) for each collective supported */
   uint32_t needs; /* GEN_NEEDS_* */
-  uint32_t flags; /* GEN_OPT_IN */
+  uint32_t flags; /* GEN_OPT_IN, GEN_RANK_ORDER */
 } gen_desc;
 
 /* A generator the selector considers only where the algorithm filter
  * (BRAID_ALGO, braid-topo --algo) names it: one whose cost the simulator
  * does not model in full yet. */
 #define GEN_OPT_IN 1u
+/* A generator whose reductions (allreduce, reduce, reduce_scatter) give
+ * every element as the serial fold x0 op x1 op .. op x(n-1) of the ranks'
+ * inputs in rank order, on every rank, for any channel count and slicing
+ * (verify_rank_order proves it of its schedules in the tests). Only these
+ * run reductions under BRAID_DETERMINISTIC=1 (collectives/plan.h). */
+#define GEN_RANK_ORDER 2u
 
 /* What a generator needs from the view. */
 #define GEN_NEEDS_GRAPH 1u /* a graph with ranks on distinct vertices */
@@ -58,6 +64,7 @@ sched *gen_binomial(const gen_params *p); /* binomial.c */
 sched *gen_rhd(const gen_params *p);    /* rhd.c: recursive halving/doubling */
 sched *gen_direct(const gen_params *p); /* direct.c: one-shot, every pair */
 sched *gen_linear(const gen_params *p); /* linear.c: root-centred, p2p */
+sched *gen_det(const gen_params *p);    /* det.c: rank-order reductions */
 /* Topology-aware (need p->view): */
 sched *gen_multiring(const gen_params *p); /* multiring.c: several rings */
 sched *gen_treepack(const gen_params *p);  /* treepack.c: spanning trees */

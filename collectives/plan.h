@@ -34,6 +34,9 @@ typedef struct plan_request {
   int transport_class;    /* SELECT_TP_*: the cost model's, without a graph */
   sim_params sim;         /* the simulator's, with a graph */
   int max_channels;       /* the communicator's channels (BRAID_NCHANNELS) */
+  /* BRAID_DETERMINISTIC: allreduce, reduce and reduce_scatter only by
+   * generators that fold in rank order (plan_det_filter) */
+  int deterministic;
 } plan_request;
 
 /* A request for coll on view v with the library's defaults (no BRAID_*
@@ -52,8 +55,21 @@ size_t plan_bucket_bytes(size_t bytes);
  * bucket: on a view with a graph (several hosts, or the ranks' GPUs) by
  * simulating every candidate the filter allows (collectives/select.h:
  * select_algo_view; opt-in generators only where the filter names them),
- * elsewhere by the cost model (select_algo). NULL with a message. */
+ * elsewhere by the cost model (select_algo); under rq->deterministic,
+ * reductions among plan_det_filter's. NULL with a message. */
 const gen_desc *plan_select(const plan_request *rq, char *err, size_t errlen);
+
+struct select_filter; /* collectives/select.h */
+/* The filter of a reducing collective under BRAID_DETERMINISTIC: what the
+ * algorithm filter text `algo` (NULL: none) allows among the generators
+ * that fold in rank order (GEN_RANK_ORDER; the opt-in "det" among them,
+ * without being named). Where only the filter's default entry applies and
+ * it leaves none of them, it is ignored for this collective (*ignored = 1
+ * when ignored is not NULL), as select.h ignores a default entry that
+ * leaves no algorithm; the collective's own entry ("allreduce:ring") that
+ * leaves none is an error. 0, or -1 with a message. */
+int plan_det_filter(const char *algo, sched_coll coll, struct select_filter *f,
+                    int *ignored, char *err, size_t errlen);
 
 /* The channels a call with blocks of `bytes` takes: one per
  * PLAN_BYTES_PER_CHANNEL, from 1 to max_channels. */

@@ -128,6 +128,16 @@ double select_cost(const gen_desc *g, sched_coll coll, int nranks, size_t bytes,
       cont = 2;
     return a + (n - 1) * (o + m * (b * cont + red));
   }
+  if (!strcmp(nm, "det")) {
+    /* reduce_scatter: direct's; else two bursts of n - 1 chunks of m / n
+     * (to the owners, then from them), the owners folding theirs */
+    double cont = 1 + 0.05 * (n - 2);
+    if (cont > 2)
+      cont = 2;
+    if (coll == SCHED_REDUCE_SCATTER)
+      return a + (n - 1) * (o + m * (b * cont + gm));
+    return 2 * a + 2 * (n - 1) * (o + m / n * b * cont) + (n - 1) * m / n * gm;
+  }
   if (!strcmp(nm, "linear")) {
     if (coll == SCHED_SEND || coll == SCHED_RECV)
       return a + m * b;

@@ -30,4 +30,16 @@ void verify_ws_free(verify_ws *w);
 int verify_sched_ws(const sched *s, int inplace, int slots, verify_ws *w,
                     char *err, size_t errlen);
 
+/* Does every reduction of s give the serial fold x0 op x1 op .. op x(n-1)
+ * of the ranks' inputs, left to right in rank order, in every chunk the
+ * collective promises (allreduce: every rank's output; reduce: the root's;
+ * reduce_scatter: each rank's block)? Then the results are the same bits
+ * whatever the channels and slicing, and those of a one-process loop
+ * (BRAID_DETERMINISTIC, GEN_RANK_ORDER). An operand order counts: a op b
+ * must extend the fold of ranks 0..k-1 (a) with rank k's input (b). Run
+ * verify_sched first: this checks the order only. 0 for collectives that
+ * do not reduce; else 0, or -1 with a message naming the rank, channel and
+ * chunk, and the first step that folds out of order. At most 512 ranks. */
+int verify_rank_order(const sched *s, int inplace, char *err, size_t errlen);
+
 #endif

@@ -1,0 +1,109 @@
+/*
+ * Deterministic generator ("det"): reductions whose every element is the
+ * serial fold x0 op x1 op .. op x(n-1) of the ranks' inputs in rank order,
+ * on every rank, whatever the channels, slicing, transport and size — the
+ * bits a one-process loop computes. BRAID_DETERMINISTIC=1 makes the planner
+ * choose among generators that fold this way (GEN_RANK_ORDER: this one for
+ * large messages, direct.c for small ones).
+ *
+ *   allreduce       K = nranks chunks per block; chunk j's owner is rank j.
+ *                   Phase 1: every rank sends chunk j to rank j, and rank j
+ *                   folds chunk j in rank order (gen_fold_rank_order).
+ *                   Phase 2: each owner sends its folded chunk to every
+ *                   rank (an allgather). Each rank moves 2 (n - 1) / n of a
+ *                   block each way, as a ring does, in two bursts.
+ *   reduce          phase 1 as allreduce (owners other than the root fold
+ *                   in scratch), then the owners send their chunks to the
+ *                   root.
+ *   reduce_scatter  every rank sends block q to rank q, which folds the
+ *                   blocks in rank order.
+ * A rank sends to its peers in the order r + 1, r + 2, .. (mod nranks), so
+ * that the first messages of different ranks go to different peers.
+ */
+#include "gen_util.h"
+
+#define DET_COLLS                                                              \
+  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_REDUCE) |                            \
+   (1u << SCHED_REDUCE_SCATTER))
+
+/* Phase 1 of allreduce and reduce: chunk j of every input to its owner j,
+ * folded there into `dst` (chunk r of the output, or of scratch). */
+static int det_fold_chunks(sched_channel *c, int n, int r, sched_chunks dst) {
+  int e = 0;
+  for (int i = 1; i < n; i++) {
+    uint32_t q = (uint32_t)((r + i) % n);
+    e |= sched_send(c, (int)q, gen_in(q, 1));
+  }
+  return e | gen_fold_rank_order(c, n, r, gen_in((uint32_t)r, 1),
+                                 gen_scr((uint32_t)r, 1), dst);
+}
+
+static int det_allreduce(sched_channel *c, int n, int r) {
+  int e = det_fold_chunks(c, n, r, gen_out((uint32_t)r, 1));
+  for (int i = 1; i < n; i++) /* phase 2: the owners' chunks to all */
+    e |= sched_send(c, (r + i) % n, gen_out((uint32_t)r, 1));
+  for (int i = 1; i < n; i++) {
+    uint32_t q = (uint32_t)((r - i + n) % n);
+    e |= sched_recv(c, (int)q, gen_out(q, 1));
+  }
+  return e;
+}
+
+static int det_reduce(sched_channel *c, int n, int r, int root) {
+  if (r != root) {
+    int e = det_fold_chunks(c, n, r, gen_scr((uint32_t)r, 1));
+    return e | sched_send(c, root, gen_scr((uint32_t)r, 1));
+  }
+  int e = det_fold_chunks(c, n, r, gen_out((uint32_t)r, 1));
+  for (int i = 1; i < n; i++) {
+    uint32_t q = (uint32_t)((r + i) % n);
+    e |= sched_recv(c, (int)q, gen_out(q, 1));
+  }
+  return e;
+}
+
+static int det_reduce_scatter(sched_channel *c, int n, int r) {
+  int e = 0;
+  for (int i = 1; i < n; i++) {
+    uint32_t q = (uint32_t)((r + i) % n);
+    e |= sched_send(c, (int)q, gen_in(q, 1));
+  }
+  return e | gen_fold_rank_order(c, n, r, gen_in((uint32_t)r, 1), gen_scr(0, 1),
+                                 gen_out(0, 1));
+}
+
+static int det_rank(sched_channel *c, const sched *s, int r) {
+  int n = s->nranks;
+  if (n == 1) /* one rank: the result is the input */
+    return sched_copy(c, gen_in(0, 1), gen_out(0, 1));
+  switch (s->coll) {
+  case SCHED_ALLREDUCE:
+    return det_allreduce(c, n, r);
+  case SCHED_REDUCE:
+    return det_reduce(c, n, r, s->root);
+  case SCHED_REDUCE_SCATTER:
+    return det_reduce_scatter(c, n, r);
+  default:
+    return -1;
+  }
+}
+
+sched *gen_det(const gen_params *p) {
+  if (gen_check(p, DET_COLLS))
+    return NULL;
+  int n = p->nranks;
+  int K = p->coll == SCHED_REDUCE_SCATTER ? 1 : n;
+  sched *s = sched_new(p->coll, n, p->root, K, p->nchannels, "det");
+  if (!s)
+    return NULL;
+  s->scratch_blocks = n > 1 ? 1 : 0;
+  int e = 0;
+  for (int ch = 0; ch < p->nchannels; ch++)
+    for (int r = 0; r < n; r++)
+      e |= det_rank(sched_chan(s, r, ch), s, r);
+  if (e) {
+    sched_free(s);
+    return NULL;
+  }
+  return s;
+}

@@ -1,0 +1,175 @@
+/*
+ * Deterministic reductions (BRAID_DETERMINISTIC): the generators marked
+ * GEN_RANK_ORDER fold every reduction in rank order on every rank, the
+ * rank-order check refuses schedules that do not, and the planner under
+ * the setting picks only marked generators and handles BRAID_ALGO as
+ * documented.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "collectives/plan.h"
+#include "collectives/select.h"
+#include "collectives/verify.h"
+
+static char err[512];
+
+static const sched_coll red_colls[] = {SCHED_ALLREDUCE, SCHED_REDUCE,
+                                       SCHED_REDUCE_SCATTER};
+
+static sched *make(const gen_desc *g, sched_coll coll, int n, int root,
+                   int nch) {
+  gen_params p = {coll, n, root, nch, NULL, 0, 0};
+  return g->fn(&p);
+}
+
+/* Both in and out of place: a correct schedule, and one in rank order. */
+static void check_sched(const sched *s, const char *what) {
+  for (int ip = 0; ip < 2; ip++) {
+    cr_assert(verify_sched(s, ip, 2, err, sizeof err) == 0, "%s ip=%d: %s",
+              what, ip, err);
+    cr_assert(verify_rank_order(s, ip, err, sizeof err) == 0, "%s ip=%d: %s",
+              what, ip, err);
+  }
+}
+
+Test(det, marked_generators_fold_in_rank_order) {
+  int nmarked = 0;
+  for (const gen_desc *g = gen_table; g->name; g++) {
+    if (!(g->flags & GEN_RANK_ORDER))
+      continue;
+    nmarked++;
+    for (size_t ci = 0; ci < 3; ci++) {
+      sched_coll coll = red_colls[ci];
+      cr_assert(gen_supports(g, coll, 4), "%s lacks %s", g->name,
+                sched_coll_name(coll));
+      for (int n = 1; n <= 17; n++)
+        for (int nch = 1; nch <= 3; nch++)
+          for (int root = 0; root < (coll == SCHED_REDUCE ? n : 1); root++) {
+            sched *s = make(g, coll, n, root, nch);
+            char what[96];
+            snprintf(what, sizeof what, "%s %s n=%d ch=%d root=%d", g->name,
+                     sched_coll_name(coll), n, nch, root);
+            cr_assert_not_null(s, "%s: no schedule", what);
+            check_sched(s, what);
+            sched_free(s);
+          }
+    }
+  }
+  cr_assert_eq(nmarked, 2, "direct and det are the marked generators");
+}
+
+/* The check can fail: ring and tree allreduce fold from a different rank
+ * per chunk, and the message names where. */
+Test(det, unmarked_generators_are_refused) {
+  const char *names[] = {"ring", "tree", "rhd", "binomial"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const gen_desc *g = gen_find(names[i]);
+    cr_assert_not_null(g);
+    cr_assert(!(g->flags & GEN_RANK_ORDER));
+    sched *s = make(g, SCHED_ALLREDUCE, 4, 0, 1);
+    cr_assert_not_null(s);
+    cr_assert(verify_sched(s, 0, 2, err, sizeof err) == 0, "%s", err);
+    cr_assert(verify_rank_order(s, 0, err, sizeof err) != 0, "%s passed",
+              names[i]);
+    cr_assert(strstr(err, "out[") != NULL, "%s: %s", names[i], err);
+    sched_free(s);
+  }
+}
+
+/* Operand order counts: rank 0 of two receives x1 into out and folds its
+ * own input into it, x1 op x0 — the right contributions, the wrong order. */
+Test(det, swapped_operands_are_refused) {
+  sched *s = sched_new(SCHED_REDUCE, 2, 0, 1, 1, "swapped");
+  cr_assert_not_null(s);
+  sched_channel *c0 = sched_chan(s, 0, 0), *c1 = sched_chan(s, 1, 0);
+  cr_assert(sched_recv(c0, 1, sched_ck(SCHED_BUF_OUT, 0, 1)) == 0);
+  cr_assert(sched_reduce_local(c0, sched_ck(SCHED_BUF_IN, 0, 1),
+                               sched_ck(SCHED_BUF_OUT, 0, 1)) == 0);
+  cr_assert(sched_send(c1, 0, sched_ck(SCHED_BUF_IN, 0, 1)) == 0);
+  cr_assert(verify_sched(s, 0, 2, err, sizeof err) == 0, "%s", err);
+  cr_assert(verify_rank_order(s, 0, err, sizeof err) != 0);
+  cr_assert(strstr(err, "first fold out of rank order: rank 0 channel 0 "
+                        "step 1 (REDUCE") != NULL,
+            "%s", err);
+  sched_free(s);
+}
+
+/* Collectives that do not reduce have nothing to fold. */
+Test(det, non_reducing_pass) {
+  sched *s = make(gen_find("ring"), SCHED_ALLGATHER, 4, 0, 2);
+  cr_assert_not_null(s);
+  cr_assert(verify_rank_order(s, 0, err, sizeof err) == 0, "%s", err);
+  sched_free(s);
+}
+
+Test(det, planner_picks_rank_order_only) {
+  size_t sizes[] = {0, 8, 4096, 65536, 1u << 20, 64u << 20};
+  const char *filters[] = {NULL, "", "ring", "^direct", "det,ring"};
+  for (int tp = 0; tp < SELECT_TP_NUM; tp++)
+    for (size_t ci = 0; ci < 3; ci++)
+      for (int n = 1; n <= 9; n++)
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+          for (size_t fi = 0; fi < sizeof filters / sizeof filters[0]; fi++) {
+            plan_request rq;
+            plan_request_defaults(&rq, red_colls[ci], n, sizes[si], NULL, 0);
+            rq.transport_class = tp;
+            rq.algo = filters[fi];
+            rq.deterministic = 1;
+            const gen_desc *g = plan_select(&rq, err, sizeof err);
+            cr_assert_not_null(g, "%s", err);
+            cr_assert(g->flags & GEN_RANK_ORDER, "%s picked for %s n=%d",
+                      g->name, sched_coll_name(red_colls[ci]), n);
+            if (filters[fi] && !strcmp(filters[fi], "^direct"))
+              cr_assert_str_eq(g->name, "det");
+          }
+  /* small allreduces in one step (direct), large ones through the owners
+   * (det); without the setting, det is never chosen */
+  plan_request rq;
+  plan_request_defaults(&rq, SCHED_ALLREDUCE, 4, 8, NULL, 0);
+  rq.deterministic = 1;
+  cr_assert_str_eq(plan_select(&rq, err, sizeof err)->name, "direct");
+  rq.bytes = 64u << 20;
+  cr_assert_str_eq(plan_select(&rq, err, sizeof err)->name, "det");
+  rq.deterministic = 0;
+  cr_assert_str_neq(plan_select(&rq, err, sizeof err)->name, "det");
+  /* collectives that do not reduce are not restricted */
+  plan_request_defaults(&rq, SCHED_ALLGATHER, 4, 64u << 20, NULL, 0);
+  rq.deterministic = 1;
+  rq.algo = "ring";
+  cr_assert_str_eq(plan_select(&rq, err, sizeof err)->name, "ring");
+}
+
+Test(det, filter_rules) {
+  select_filter f;
+  int ignored = -1;
+  /* a collective's own entry naming no rank-order generator: an error */
+  cr_assert(plan_det_filter("allreduce:ring", SCHED_ALLREDUCE, &f, &ignored,
+                            err, sizeof err) != 0);
+  cr_assert(strstr(err, "BRAID_DETERMINISTIC") && strstr(err, "allreduce") &&
+                strstr(err, "direct, det"),
+            "%s", err);
+  /* ... which leaves the other collectives alone */
+  cr_assert(plan_det_filter("allreduce:ring", SCHED_REDUCE, &f, &ignored, err,
+                            sizeof err) == 0,
+            "%s", err);
+  cr_assert_eq(ignored, 0);
+  /* a default entry naming none: ignored for the reductions */
+  cr_assert(plan_det_filter("ring", SCHED_REDUCE_SCATTER, &f, &ignored, err,
+                            sizeof err) == 0,
+            "%s", err);
+  cr_assert_eq(ignored, 1);
+  cr_assert(select_filter_allows(&f, SCHED_REDUCE_SCATTER, gen_find("det")));
+  cr_assert(select_filter_allows(&f, SCHED_REDUCE_SCATTER, gen_find("direct")));
+  cr_assert(!select_filter_allows(&f, SCHED_REDUCE_SCATTER, gen_find("ring")));
+  /* the filter still narrows the rank-order ones */
+  cr_assert(plan_det_filter("direct", SCHED_ALLREDUCE, &f, &ignored, err,
+                            sizeof err) == 0);
+  cr_assert_eq(ignored, 0);
+  cr_assert(!select_filter_allows(&f, SCHED_ALLREDUCE, gen_find("det")));
+  cr_assert(select_filter_allows(&f, SCHED_ALLREDUCE, gen_find("direct")));
+  /* a malformed filter is still refused */
+  cr_assert(plan_det_filter("nosuch", SCHED_ALLREDUCE, &f, &ignored, err,
+                            sizeof err) != 0);
+  cr_assert(strstr(err, "unknown algorithm"), "%s", err);
+}
