@@ -113,9 +113,10 @@ typedef struct braid_unique_id {
 /* Per-communicator settings. Initialise with braid_config_init(); a zero
  * field (or NULL) means "take the environment variable, else the default".
  * braid_comm_init and braid_comm_init_env refuse a config whose fields are
- * out of range (a negative timeout, channels outside 0 to 32, check other
- * than -1, 0 or 1, an unknown transport) with BRAID_ERR_INVALID_ARG and a
- * WARN log line naming the field and its value. */
+ * out of range (a negative timeout, channels outside 0 to 32, check or
+ * deterministic other than -1, 0 or 1, an unknown transport) with
+ * BRAID_ERR_INVALID_ARG and a WARN log line naming the field and its value.
+ */
 typedef struct braid_config {
   size_t size;           /* sizeof(braid_config), set by braid_config_init */
   int timeout_ms;        /* bound on every wait (BRAID_TIMEOUT) */
@@ -124,6 +125,10 @@ typedef struct braid_config {
   const char *transport; /* "shm", "tcp" (BRAID_TRANSPORT) */
   const char *algo;      /* NCCL-style algorithm filter (BRAID_ALGO) */
   const char *name;      /* a name for this communicator in logs */
+  /* 1: allreduce, reduce and reduce_scatter give the serial fold of the
+   * ranks' inputs in rank order, the same bits whatever the algorithm,
+   * channels, slicing, transport and size (BRAID_DETERMINISTIC); -1: off */
+  int deterministic;
 } braid_config;
 
 #define BRAID_SPLIT_NOCOLOR (-1)

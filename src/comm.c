@@ -209,6 +209,7 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
   if (parent != NULL) {
     c->timeout_ms = parent->timeout_ms;
     c->check = parent->check;
+    c->deterministic = parent->deterministic;
     c->nchannels = parent->nchannels;
     snprintf(c->algo, sizeof c->algo, "%s", parent->algo);
     snprintf(c->transport_forced, sizeof c->transport_forced, "%s",
@@ -218,6 +219,8 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
     c->timeout_ms =
         cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms : env->timeout_ms;
     c->check = cfg && cfg->check != 0 ? cfg->check > 0 : env->check;
+    c->deterministic = cfg && cfg->deterministic != 0 ? cfg->deterministic > 0
+                                                      : env->deterministic;
     c->nchannels = cfg && cfg->nchannels > 0 ? cfg->nchannels : env->nchannels;
     const char *algo = cfg && cfg->algo ? cfg->algo : env->algo;
     snprintf(c->algo, sizeof c->algo, "%s", algo ? algo : "");
@@ -313,6 +316,11 @@ static int config_invalid(const braid_config *cfg, char *why, size_t len) {
   else if (cfg->check < -1 || cfg->check > 1)
     snprintf(why, len, "cfg->check is %d (1: on, -1: off, 0: BRAID_CHECK)",
              cfg->check);
+  else if (cfg->deterministic < -1 || cfg->deterministic > 1)
+    snprintf(why, len,
+             "cfg->deterministic is %d (1: on, -1: off, 0: "
+             "BRAID_DETERMINISTIC)",
+             cfg->deterministic);
   else if (cfg->transport != NULL && cfg->transport[0] != '\0' &&
            comm_tp_by_name(cfg->transport) == NULL)
     snprintf(why, len,

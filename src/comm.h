@@ -73,7 +73,8 @@ struct braid_comm {
   char name[64];
   int timeout_ms;
   int check;
-  int nchannels; /* schedule channels (transport has one more for p2p) */
+  int deterministic; /* reductions in rank order (BRAID_DETERMINISTIC) */
+  int nchannels;     /* schedule channels (transport has one more for p2p) */
   int nslots;
   size_t slot_bytes;
   size_t slice_bytes;

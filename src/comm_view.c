@@ -11,7 +11,9 @@
  * host the cost model of collectives/select.c decides as before. Device
  * calls whose ranks' GPUs the topology places (src/comm_dev.c) are
  * simulated on those GPUs instead. collectives/plan.c decides; this file
- * hands it the communicator's request.
+ * hands it the communicator's request. Under BRAID_DETERMINISTIC it checks
+ * once that the filter and the schedule file leave reductions that fold in
+ * rank order.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 #include "collectives/plan.h"
 #include "collectives/sched_file.h"
 #include "collectives/select.h"
+#include "collectives/verify.h"
 #include "collectives/view.h"
 #include "src/comm.h"
 #include "src/comm_dev.h"
@@ -124,6 +127,49 @@ static braid_result load_schedules(braid_comm *c, const char *path) {
   return BRAID_SUCCESS;
 }
 
+/* BRAID_DETERMINISTIC against BRAID_ALGO and BRAID_SCHEDULE_FILE: a
+ * reducing collective's own filter entry that names no generator folding in
+ * rank order, or a schedule file's reduction that does not fold in rank
+ * order (verify_rank_order, in and out of place), is refused; a default
+ * filter entry that names none is ignored for the reducing collectives
+ * (docs/ENV.md). */
+static braid_result det_setup(braid_comm *c, const char *path) {
+  static const sched_coll colls[] = {SCHED_ALLREDUCE, SCHED_REDUCE,
+                                     SCHED_REDUCE_SCATTER};
+  char err[512] = "";
+  int warned = 0;
+  for (size_t i = 0; i < sizeof colls / sizeof colls[0]; i++) {
+    select_filter f;
+    int ignored = 0;
+    if (plan_det_filter(c->algo, colls[i], &f, &ignored, err, sizeof err)) {
+      comm_set_error(c, "%s", err);
+      return BRAID_ERR_INVALID_ARG;
+    }
+    if (ignored && !warned++)
+      WARN(LOG_INIT,
+           "BRAID_DETERMINISTIC=1: BRAID_ALGO=%s names no algorithm that "
+           "folds in rank order; ignored for allreduce, reduce and "
+           "reduce_scatter",
+           c->algo);
+  }
+  for (int i = 0; i < c->nfile_scheds; i++) {
+    const sched *s = c->file_scheds[i];
+    if (s->nranks != c->nranks || !sched_reduces(s->coll))
+      continue;
+    for (int ip = 0; ip < 2; ip++)
+      if (verify_rank_order(s, ip, err, sizeof err) != 0) {
+        comm_set_error(c,
+                       "BRAID_DETERMINISTIC=1: BRAID_SCHEDULE_FILE=%s: "
+                       "schedule %d (%s, %s) does not fold in rank order%s: "
+                       "%s",
+                       path, i, sched_coll_name(s->coll), s->algo,
+                       ip ? " in place" : "", err);
+        return BRAID_ERR_INVALID_ARG;
+      }
+  }
+  return BRAID_SUCCESS;
+}
+
 braid_result comm_view_setup(braid_comm *c) {
   braid_result r = build_view(c);
   if (r != BRAID_SUCCESS)
@@ -131,6 +177,8 @@ braid_result comm_view_setup(braid_comm *c) {
   const char *path = cfg_get()->schedule_file;
   if (path != NULL && path[0] != '\0')
     r = load_schedules(c, path);
+  if (r == BRAID_SUCCESS && c->deterministic)
+    r = det_setup(c, path);
   return r;
 }
 
@@ -162,6 +210,7 @@ void comm_plan_request(braid_comm *c, sched_coll coll, int root, size_t bytes,
       gpus ? comm_dev_slice(c, SCHED_ROUTE_ANY) : c->slice_bytes;
   rq->sim.slots = c->nslots;
   rq->max_channels = c->nchannels;
+  rq->deterministic = c->deterministic;
 }
 
 sched *comm_file_sched(braid_comm *c, sched_coll coll, int root) {

@@ -113,6 +113,7 @@ static void cfg_fill(cfg_env *c) {
   c->timeout_ms = env_int("BRAID_TIMEOUT", 300, 1, 86400) * 1000;
   c->nchannels = env_int("BRAID_NCHANNELS", 0, 0, 32);
   c->check = env_int("BRAID_CHECK", 0, 0, 1);
+  c->deterministic = env_int("BRAID_DETERMINISTIC", 0, 0, 1);
   c->transport = env_str("BRAID_TRANSPORT");
   c->algo = env_str("BRAID_ALGO");
   c->socket_ifname = env_str("BRAID_SOCKET_IFNAME");

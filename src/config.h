@@ -10,6 +10,7 @@ typedef struct cfg_env {
   int timeout_ms;        /* BRAID_TIMEOUT (seconds in the env), default 300 s */
   int nchannels;         /* BRAID_NCHANNELS, default 0 = auto */
   int check;             /* BRAID_CHECK, default 0 */
+  int deterministic;     /* BRAID_DETERMINISTIC, default 0 */
   const char *transport; /* BRAID_TRANSPORT, default NULL = auto */
   const char *algo;      /* BRAID_ALGO */
   const char *socket_ifname; /* BRAID_SOCKET_IFNAME */

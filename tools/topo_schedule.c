@@ -35,7 +35,7 @@
 typedef struct sopts {
   const char *machine, *file, *coll_s, *size_s, *algo, *dtype_s, *save, *render,
       *out;
-  int gpus[MAX_GPUS], ngpus, hosts, channels;
+  int gpus[MAX_GPUS], ngpus, hosts, channels, det;
   double nic_bw;
   sched_coll coll;
   braid_dtype dt;
@@ -128,9 +128,11 @@ static int parse_args(int argc, char **argv, sopts *o) {
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     static const char *const names[] = {
-        "--machine", "-m",       "--file",   "-f",        "--coll", "--size",
-        "--algo",    "--dtype",  "--save",   "--render",  "-o",     "--gpus",
-        "--hosts",   "--nic-bw", "--output", "--channels"};
+        "--machine",      "-m",       "--file",   "-f",
+        "--coll",         "--size",   "--algo",   "--dtype",
+        "--save",         "--render", "-o",       "--gpus",
+        "--hosts",        "--nic-bw", "--output", "--channels",
+        "--deterministic"};
     size_t k = 0, nn = sizeof(names) / sizeof(names[0]);
     while (k < nn && strcmp(a, names[k]) != 0)
       k++;
@@ -139,10 +141,10 @@ static int parse_args(int argc, char **argv, sopts *o) {
     if (i + 1 >= argc)
       return bad("%s needs a value", a);
     const char *v = argv[++i];
-    const char **dst[] = {&o->machine, &o->machine, &o->file, &o->file,
-                          &o->coll_s,  &o->size_s,  &o->algo, &o->dtype_s,
-                          &o->save,    &o->render,  &o->out,  NULL,
-                          NULL,        NULL,        &o->out,  NULL};
+    const char **dst[] = {
+        &o->machine, &o->machine, &o->file, &o->file,   &o->coll_s, &o->size_s,
+        &o->algo,    &o->dtype_s, &o->save, &o->render, &o->out,    NULL,
+        NULL,        NULL,        &o->out,  NULL,       NULL};
     if (dst[k]) {
       *dst[k] = v;
       continue;
@@ -165,6 +167,12 @@ static int parse_args(int argc, char **argv, sopts *o) {
         return bad("--channels: bad value '%s' (1 to 32, as BRAID_NCHANNELS)",
                    v);
       o->channels = (int)d;
+    } else if (!strcmp(a, "--deterministic")) {
+      if (d != 1)
+        return bad("--deterministic: bad value '%s' (1, as "
+                   "BRAID_DETERMINISTIC)",
+                   v);
+      o->det = 1;
     } else
       o->nic_bw = d;
   }
@@ -634,6 +642,7 @@ static int run(const sopts *o, topo_graph *g) {
   rq.sim = sp;
   rq.algo = o->algo;
   rq.max_channels = o->channels;
+  rq.deterministic = o->det;
   const gen_desc *pick = plan_select(&rq, err, sizeof(err));
   if (!pick)
     printf("the library would refuse this call: %s\n", err);
@@ -697,7 +706,8 @@ static int run(const sopts *o, topo_graph *g) {
       printf("%12s %6.2f GB/s %6.2f GB/s %12s %5.1f%%%s%s\n", ht, w->res.algbw,
              w->res.busbw, hbd, 100 * w->res.efficiency,
              w->g == pick ? "  <- selected" : "",
-             w->g != pick && (w->g->flags & GEN_OPT_IN)
+             w->g != pick && (w->g->flags & GEN_OPT_IN) &&
+                     !(o->det && (w->g->flags & GEN_RANK_ORDER))
                  ? "  (opt-in: only with --algo/BRAID_ALGO naming it)"
                  : "");
     } else
@@ -706,10 +716,11 @@ static int run(const sopts *o, topo_graph *g) {
   if (pick) {
     size_t lo = plan_bucket_bytes(bytes);
     printf("\nbraid runs %s for this call: its planner's choice for blocks of "
-           "%zu to %zu bytes with BRAID_NCHANNELS=%d%s%s%s\n",
+           "%zu to %zu bytes with BRAID_NCHANNELS=%d%s%s%s%s\n",
            pick->name, lo, lo ? 2 * lo - 1 : 0, o->channels,
            o->algo ? " and BRAID_ALGO=" : "", o->algo ? o->algo : "",
-           o->algo ? "" : " (BRAID_ALGO unset)");
+           o->algo ? "" : " (BRAID_ALGO unset)",
+           o->det ? " and BRAID_DETERMINISTIC=1" : "");
     int kernel_coll = o->coll == SCHED_ALLREDUCE || o->coll == SCHED_REDUCE ||
                       o->coll == SCHED_BROADCAST ||
                       o->coll == SCHED_ALLGATHER ||

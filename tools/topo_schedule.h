@@ -14,7 +14,8 @@ int topo_schedule_main(int argc, char **argv);
 #define TOPO_SCHEDULE_USAGE                                                    \
   "schedule --coll C --size S [--machine M | --file F] [--gpus 0,2,3]\n"       \
   "      [--hosts N [--nic-bw GBps]] [--algo NAME] [--dtype T]\n"              \
-  "      [--save out.json] [--render svg|png|dot -o OUT]\n"                    \
+  "      [--deterministic 1] [--save out.json] [--render svg|png|dot -o "      \
+  "OUT]\n"                                                                     \
   "      every generator's schedule for a collective of S bytes (K/M/G):\n"    \
   "      channels, verifier, predicted time, algbw, busbw, efficiency"
 
