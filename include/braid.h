@@ -167,6 +167,17 @@ BRAID_API braid_result braid_comm_init_env(braid_comm **comm,
  * key then by old rank. color == BRAID_SPLIT_NOCOLOR gives *out == NULL. */
 BRAID_API braid_result braid_comm_split(braid_comm *comm, int color, int key,
                                         braid_comm **out);
+/* A communicator of the ranks that are left (ULFM's MPI_Comm_shrink, NCCL's
+ * ncclCommShrink), made by them alone: no new unique id, no help from the
+ * excluded. excluded[0..nexcluded) are the ranks to leave out; with
+ * nexcluded == 0, the ranks whose processes are gone (their control
+ * connections closed). Collective over the ranks that are left; they agree
+ * on who that is (a rank one of them counts gone is out), and their new
+ * ranks keep the old order. An alive rank left out that calls it gets
+ * BRAID_ERR_INVALID_ARG ("excluded"). The old communicator stays as it
+ * was (broken, after a death): destroy it. */
+BRAID_API braid_result braid_comm_shrink(braid_comm *comm, const int *excluded,
+                                         int nexcluded, braid_comm **newcomm);
 /* Waits for every queued call, then quiesces (collective). */
 BRAID_API braid_result braid_comm_finalize(braid_comm *comm);
 /* Frees the communicator (local; call finalize first for a clean close).

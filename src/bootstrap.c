@@ -721,6 +721,13 @@ braid_result boot_split(boot *parent, const int *ranks, int nranks, int rank,
   return BRAID_SUCCESS;
 }
 
+int boot_peer_gone(boot *b, int p) {
+  if (b == NULL || p < 0 || p >= b->nranks || p == b->rank)
+    return 0;
+  int fd = peer_fd(b, p);
+  return fd >= 0 && sock_peer_dead(fd);
+}
+
 braid_result boot_check_peers(boot *b, int *dead) {
   if (b == NULL)
     return BRAID_ERR_INVALID_ARG;

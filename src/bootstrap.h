@@ -60,6 +60,8 @@ int boot_rank(const boot *b);
 int boot_nranks(const boot *b);
 const boot_peer *boot_peer_info(const boot *b, int rank);
 int boot_same_host(const boot *b, int a, int b_rank);
+/* 1 if rank p's control connection has closed (its process is gone). */
+int boot_peer_gone(boot *b, int p);
 /* The secret bytes from the id (transports authenticate with them too). */
 const uint8_t *boot_secret(const boot *b, size_t *len);
 

@@ -413,6 +413,28 @@ braid_result braid_comm_init_env(braid_comm **comm, const braid_config *cfg) {
   return r;
 }
 
+braid_result comm_sub(braid_comm *c, const int *ranks, int n, int me,
+                      const char *fn, braid_comm **out) {
+  char err[256] = "";
+  boot *b = NULL;
+  pthread_mutex_lock(&c->lock);
+  braid_result r = boot_split(c->boot, ranks, n, me, &b, err, sizeof err);
+  pthread_mutex_unlock(&c->lock);
+  if (r != BRAID_SUCCESS) {
+    comm_set_error(c, "%s: %s", fn, err);
+    return r;
+  }
+  braid_comm *nc = NULL;
+  r = comm_new(&nc, b, NULL, c);
+  if (r != BRAID_SUCCESS) {
+    comm_set_error(c, "%s: %s", fn, nc ? nc->last_error : "");
+    comm_free(nc);
+    return r;
+  }
+  *out = nc;
+  return BRAID_SUCCESS;
+}
+
 braid_result braid_comm_split(braid_comm *c, int color, int key,
                               braid_comm **out) {
   if (c == NULL || out == NULL) {
@@ -464,23 +486,7 @@ braid_result braid_comm_split(braid_comm *c, int color, int key,
   for (int i = 0; i < n; i++)
     if (ranks[i] == c->rank)
       me = i;
-  char err[256] = "";
-  boot *b = NULL;
-  pthread_mutex_lock(&c->lock);
-  r = boot_split(c->boot, ranks, n, me, &b, err, sizeof err);
-  pthread_mutex_unlock(&c->lock);
-  if (r != BRAID_SUCCESS) {
-    comm_set_error(c, "braid_comm_split: %s", err);
-    goto done;
-  }
-  braid_comm *nc = NULL;
-  r = comm_new(&nc, b, NULL, c);
-  if (r != BRAID_SUCCESS) {
-    comm_set_error(c, "braid_comm_split: %s", nc ? nc->last_error : "");
-    comm_free(nc);
-    goto done;
-  }
-  *out = nc;
+  r = comm_sub(c, ranks, n, me, "braid_comm_split", out);
 done:
   free(all);
   free(ranks);

@@ -159,6 +159,11 @@ struct braid_comm {
 };
 
 /* src/comm.c */
+/* A communicator of the ranks ranks[0..n) of c (this rank is ranks[me]),
+ * made by them alone over c's bootstrap: braid_comm_split's and
+ * braid_comm_shrink's last step; errors are named in c with fn. */
+braid_result comm_sub(braid_comm *c, const int *ranks, int n, int me,
+                      const char *fn, braid_comm **out);
 /* The transport BRAID_TRANSPORT names ("shm", "tcp", "ofi", "ibverbs" or
  * "ib"), NULL for anything else. */
 const tp_ops *comm_tp_by_name(const char *name);
