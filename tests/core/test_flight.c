@@ -2,7 +2,8 @@
  * The flight recorder (src/flight.c, docs/TRACE.md): what a dump holds after
  * calls that went well (the last BRAID_FLIGHT_RECORDER of them, in order),
  * after a peer died (written by itself, the failed call waiting on the dead
- * rank), and on SIGUSR1 while a call waits.
+ * rank), and on SIGUSR1 while a call waits; and braid-trace analyze naming
+ * the culprit from real dumps.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -201,4 +203,76 @@ Test(flight, written_on_sigusr1, .timeout = 60) {
   wait_ranks(p, 2, 40000);
   for (int r = 0; r < 2; r++)
     cr_expect_eq(p[r].status, 0, "rank %d: %d %s", r, p[r].status, p[r].msg);
+}
+
+/* ---- the recorder and braid-trace analyze, end to end --------------------
+ * Three ranks; in each case one goes wrong; the others' dumps (written by
+ * themselves when the communicator broke) go to braid-trace, whose verdict
+ * must name that rank. */
+
+typedef enum { BAD_STOPPED, BAD_SKIPS, BAD_OP } bad_kind;
+
+static int rank_bad(int rank, int n, const braid_unique_id *id, void *arg,
+                    char *msg, size_t len) {
+  bad_kind k = *(const bad_kind *)arg;
+  braid_config cfg;
+  braid_config_init(&cfg);
+  cfg.transport = "shm";
+  cfg.timeout_ms = 2000;
+  braid_comm *c = NULL;
+  if (braid_comm_init(&c, n, id, rank, &cfg) != BRAID_SUCCESS)
+    return 1;
+  float buf[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  if (braid_allreduce(buf, buf, 8, BRAID_FLOAT32, BRAID_SUM, c, NULL))
+    return 2;
+  braid_result r = BRAID_SUCCESS;
+  if (k == BAD_STOPPED && rank == 2)
+    raise(SIGSTOP);                /* until the test kills it */
+  if (k == BAD_SKIPS && rank != 2) /* rank 2 leaves the broadcast out */
+    r = braid_broadcast(buf, buf, 8, BRAID_FLOAT32, 0, c, NULL);
+  if (r == BRAID_SUCCESS)
+    r = braid_allreduce(buf, buf, 8, BRAID_FLOAT32,
+                        k == BAD_OP && rank == 2 ? BRAID_MAX : BRAID_SUM, c,
+                        NULL);
+  snprintf(msg, len, "%d|%s", (int)r, braid_comm_last_error(c));
+  braid_comm_abort(c);
+  return 0;
+}
+
+static void analyze(bad_kind k, const char *want) {
+  make_dir();
+  braid_unique_id id;
+  char err[256];
+  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  rank_proc p[3];
+  for (int r = 0; r < 3; r++)
+    spawn_rank(&p[r], r, 3, &id, rank_bad, &k);
+  wait_ranks(p, k == BAD_STOPPED ? 2 : 3, 30000);
+  if (k == BAD_STOPPED) {
+    kill(p[2].pid, SIGKILL);
+    waitpid(p[2].pid, NULL, 0);
+    close(p[2].fd);
+  }
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "%s analyze %s 2>&1", BRAID_TRACE, dir);
+  FILE *f = popen(cmd, "r");
+  cr_assert(f != NULL);
+  static char out[16384];
+  size_t got = fread(out, 1, sizeof out - 1, f);
+  out[got] = '\0';
+  int st = pclose(f);
+  cr_expect_eq(WEXITSTATUS(st), 0, "%s: %s", cmd, out);
+  cr_expect(strstr(out, want) != NULL, "no '%s' in:\n%s", want, out);
+}
+
+Test(flight, analyzer_names_a_stopped_rank, .timeout = 60) {
+  analyze(BAD_STOPPED, "likely culprit: rank 2");
+}
+
+Test(flight, analyzer_names_a_rank_that_skipped_a_call, .timeout = 60) {
+  analyze(BAD_SKIPS, "likely culprit: rank 2");
+}
+
+Test(flight, analyzer_names_a_mismatched_op, .timeout = 60) {
+  analyze(BAD_OP, "likely culprit: rank 2");
 }
