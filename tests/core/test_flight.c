@@ -20,12 +20,16 @@
 
 static char dir[64];
 
-static void make_dir(void) {
+/* A directory for this test's dumps (the ranks' own go there too), and a
+ * job id. */
+static void start(braid_unique_id *id) {
   snprintf(dir, sizeof dir, "/tmp/braid-flight-test.XXXXXX");
   cr_assert(mkdtemp(dir) != NULL);
   char pattern[128];
   snprintf(pattern, sizeof pattern, "%s/auto.r%%r.jsonl", dir);
   setenv("BRAID_FLIGHT_RECORDER_FILE", pattern, 1);
+  char err[256];
+  cr_assert_eq(boot_unique_id(id, err, sizeof err), BRAID_SUCCESS, "%s", err);
 }
 
 /* The file's text (at most 64 KiB), or "" when it is not there. */
@@ -78,11 +82,9 @@ static int rank_calls(int rank, int n, const braid_unique_id *id, void *arg,
 }
 
 Test(flight, last_calls_in_order, .timeout = 60) {
-  make_dir();
   setenv("BRAID_FLIGHT_RECORDER", "4", 1);
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  start(&id);
   cr_assert_eq(run_ranks(2, &id, rank_calls, NULL, 40000, NULL), 0);
   for (int r = 0; r < 2; r++) {
     char path[128], head[64];
@@ -126,10 +128,8 @@ static int rank_dies(int rank, int n, const braid_unique_id *id, void *arg,
 }
 
 Test(flight, written_when_a_peer_dies, .timeout = 60) {
-  make_dir();
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  start(&id);
   rank_proc p[2];
   run_ranks(2, &id, rank_dies, NULL, 40000, p);
   cr_assert_eq(p[0].status, 0, "rank 0: %d %s", p[0].status, p[0].msg);
@@ -173,10 +173,8 @@ static int rank_signal(int rank, int n, const braid_unique_id *id, void *arg,
 }
 
 Test(flight, written_on_sigusr1, .timeout = 60) {
-  make_dir();
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  start(&id);
   rank_proc p[2];
   for (int r = 0; r < 2; r++)
     spawn_rank(&p[r], r, 2, &id, rank_signal, NULL);
@@ -240,10 +238,8 @@ static int rank_bad(int rank, int n, const braid_unique_id *id, void *arg,
 }
 
 static void analyze(bad_kind k, const char *want) {
-  make_dir();
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  start(&id);
   rank_proc p[3];
   for (int r = 0; r < 3; r++)
     spawn_rank(&p[r], r, 3, &id, rank_bad, &k);
