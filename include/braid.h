@@ -129,6 +129,13 @@ typedef struct braid_config {
    * ranks' inputs in rank order, the same bits whatever the algorithm,
    * channels, slicing, transport and size (BRAID_DETERMINISTIC); -1: off */
   int deterministic;
+  /* 1 (braid_config_init's): braid_comm_init, braid_comm_init_env and
+   * braid_comm_split return once the communicator is made. 0: they return
+   * at once with BRAID_IN_PROGRESS and the communicator, made by a thread
+   * of braid's; poll braid_comm_get_async_error until it says
+   * BRAID_SUCCESS (or an error) before using it: calls on it return
+   * BRAID_IN_PROGRESS until then. Split communicators inherit it. */
+  int blocking;
 } braid_config;
 
 #define BRAID_SPLIT_NOCOLOR (-1)
@@ -192,6 +199,13 @@ BRAID_API braid_result braid_comm_destroy(braid_comm *comm);
  * a call; a thread whose call was aborted must not use the communicator
  * again. Local: the peers see this rank leave. */
 BRAID_API braid_result braid_comm_abort(braid_comm *comm);
+/* Without issuing a call: BRAID_IN_PROGRESS while a non-blocking init or
+ * split still makes the communicator, then BRAID_SUCCESS, or the error that
+ * stopped it, or the first error the communicator met since (a dead peer,
+ * a timeout: it is broken), in *async_error (as ncclCommGetAsyncError).
+ * Returns BRAID_SUCCESS, or BRAID_ERR_INVALID_ARG for a NULL argument. */
+BRAID_API braid_result braid_comm_get_async_error(braid_comm *comm,
+                                                  braid_result *async_error);
 BRAID_API braid_result braid_comm_rank(const braid_comm *comm, int *rank);
 BRAID_API braid_result braid_comm_size(const braid_comm *comm, int *size);
 /* Writes the communicator's flight recorder (its last BRAID_FLIGHT_RECORDER

@@ -79,6 +79,7 @@ void braid_config_init(braid_config *cfg) {
     return;
   memset(cfg, 0, sizeof *cfg);
   cfg->size = sizeof *cfg;
+  cfg->blocking = 1;
 }
 
 braid_result braid_unique_id_to_string(const braid_unique_id *id, char *buf,
@@ -352,7 +353,10 @@ static braid_result issue(braid_comm *c, exec_op *op, int reduces) {
     WARN(LOG_COLL, "%s: comm is NULL", op->name);
     return BRAID_ERR_INVALID_ARG;
   }
-  braid_result r = check_op(c, op, reduces);
+  braid_result r = comm_ready(c); /* before its sequence number */
+  if (r != BRAID_SUCCESS)
+    return r;
+  r = check_op(c, op, reduces);
   if (r == BRAID_SUCCESS && op->count > 0)
     r = classify(c, op);
   if (r == BRAID_SUCCESS && op->count > 0)
@@ -507,6 +511,9 @@ braid_result braid_barrier(braid_comm *comm, braid_stream *stream) {
                    braid_result_string(comm->broken));
     return comm->broken;
   }
+  braid_result ready = comm_ready(comm);
+  if (ready != BRAID_SUCCESS)
+    return ready;
   o.seq = ++comm->coll_seq;
   flight_queued(comm, &o);
   return enq_submit(comm, &o);

@@ -193,20 +193,33 @@ static braid_result setup_transports(braid_comm *c) {
   return BRAID_SUCCESS;
 }
 
-static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
-                             const braid_comm *parent) {
-  const cfg_env *env = cfg_get();
+braid_comm *comm_alloc(void) {
   braid_comm *c = calloc(1, sizeof *c);
   if (c == NULL)
-    return BRAID_ERR_NOMEM;
+    return NULL;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->qlock, NULL);
   pthread_cond_init(&c->qcond, NULL);
   pthread_mutex_init(&c->err_lock, NULL);
+  c->blocking = 1;
+  return c;
+}
+
+/* Makes a communicator on bootstrap b into `into` (a shell from
+ * comm_alloc, which braid_comm_init's non-blocking form has handed out
+ * already) or, when NULL, into a new one. *out is set even on failure
+ * (the caller frees it). */
+static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
+                             const braid_comm *parent, braid_comm *into) {
+  const cfg_env *env = cfg_get();
+  braid_comm *c = into != NULL ? into : comm_alloc();
+  if (c == NULL)
+    return BRAID_ERR_NOMEM;
   c->boot = b;
   c->rank = boot_rank(b);
   c->nranks = boot_nranks(b);
   if (parent != NULL) {
+    c->blocking = parent->blocking;
     c->timeout_ms = parent->timeout_ms;
     c->check = parent->check;
     c->deterministic = parent->deterministic;
@@ -216,6 +229,7 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
              parent->transport_forced);
     snprintf(c->name, sizeof c->name, "%.50s.split", parent->name);
   } else {
+    c->blocking = cfg == NULL || cfg->blocking != 0;
     c->timeout_ms =
         cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms : env->timeout_ms;
     c->check = cfg && cfg->check != 0 ? cfg->check > 0 : env->check;
@@ -267,7 +281,7 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
   return r;
 }
 
-static void comm_free(braid_comm *c) {
+void comm_free(braid_comm *c) {
   if (c == NULL)
     return;
   enq_shutdown(c);
@@ -316,6 +330,9 @@ static int config_invalid(const braid_config *cfg, char *why, size_t len) {
   else if (cfg->check < -1 || cfg->check > 1)
     snprintf(why, len, "cfg->check is %d (1: on, -1: off, 0: BRAID_CHECK)",
              cfg->check);
+  else if (cfg->blocking != 0 && cfg->blocking != 1)
+    snprintf(why, len, "cfg->blocking is %d (1: blocking, 0: non-blocking)",
+             cfg->blocking);
   else if (cfg->deterministic < -1 || cfg->deterministic > 1)
     snprintf(why, len,
              "cfg->deterministic is %d (1: on, -1: off, 0: "
@@ -332,10 +349,39 @@ static int config_invalid(const braid_config *cfg, char *why, size_t len) {
   return 1;
 }
 
+braid_result comm_init_into(braid_comm *shell, int nranks,
+                            const braid_unique_id *id, int rank,
+                            const braid_config *cfg) {
+  const cfg_env *env = cfg_get();
+  int timeout = cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms : env->timeout_ms;
+  char err[256] = "";
+  boot *b = NULL;
+  braid_result r = boot_init(id, rank, nranks, timeout, &b, err, sizeof err);
+  if (r != BRAID_SUCCESS) {
+    WARN(LOG_INIT, "braid_comm_init (rank %d of %d): %s", rank, nranks, err);
+    doc_init_failed(rank, nranks, NULL, err);
+    comm_set_error(shell, "braid_comm_init (rank %d of %d): %s", rank, nranks,
+                   err);
+    return r;
+  }
+  braid_comm *c = NULL;
+  r = comm_new(&c, b, cfg, NULL, shell);
+  if (r == BRAID_SUCCESS &&
+      (env->topo_file != NULL || env->topo_dump_file != NULL)) {
+    r = topo_for_comm(&c->topo, err, sizeof err);
+    if (r != BRAID_SUCCESS) {
+      comm_set_error(c, "topology: %s", err);
+      WARN(LOG_TOPO, "braid_comm_init (rank %d): topology: %s", rank, err);
+    }
+  }
+  if (r != BRAID_SUCCESS)
+    doc_init_failed(rank, nranks, c->boot, c->last_error);
+  return r;
+}
+
 braid_result braid_comm_init(braid_comm **comm, int nranks,
                              const braid_unique_id *id, int rank,
                              const braid_config *cfg) {
-  const cfg_env *env = cfg_get();
   if (comm == NULL) {
     WARN(LOG_INIT, "braid_comm_init: comm is NULL");
     return BRAID_ERR_INVALID_ARG;
@@ -356,28 +402,15 @@ braid_result braid_comm_init(braid_comm **comm, int nranks,
     WARN(LOG_INIT, "braid_comm_init: %s", bad);
     return BRAID_ERR_INVALID_ARG;
   }
-  int timeout = cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms : env->timeout_ms;
-  char err[256] = "";
-  boot *b = NULL;
-  braid_result r = boot_init(id, rank, nranks, timeout, &b, err, sizeof err);
+  if (cfg != NULL && cfg->blocking == 0)
+    return comm_start(
+        comm,
+        &(comm_job){.nranks = nranks, .rank = rank, .id = *id, .cfg = cfg});
+  braid_comm *c = comm_alloc();
+  if (c == NULL)
+    return BRAID_ERR_NOMEM;
+  braid_result r = comm_init_into(c, nranks, id, rank, cfg);
   if (r != BRAID_SUCCESS) {
-    WARN(LOG_INIT, "braid_comm_init (rank %d of %d): %s", rank, nranks, err);
-    doc_init_failed(rank, nranks, NULL, err);
-    return r;
-  }
-  braid_comm *c = NULL;
-  r = comm_new(&c, b, cfg, NULL);
-  if (r == BRAID_SUCCESS &&
-      (env->topo_file != NULL || env->topo_dump_file != NULL)) {
-    r = topo_for_comm(&c->topo, err, sizeof err);
-    if (r != BRAID_SUCCESS) {
-      comm_set_error(c, "topology: %s", err);
-      WARN(LOG_TOPO, "braid_comm_init (rank %d): topology: %s", rank, err);
-    }
-  }
-  if (r != BRAID_SUCCESS) {
-    doc_init_failed(rank, nranks, c != NULL ? c->boot : NULL,
-                    c != NULL ? c->last_error : "");
     comm_free(c);
     return r;
   }
@@ -386,7 +419,6 @@ braid_result braid_comm_init(braid_comm **comm, int nranks,
 }
 
 braid_result braid_comm_init_env(braid_comm **comm, const braid_config *cfg) {
-  const cfg_env *env = cfg_get();
   if (comm == NULL) {
     WARN(LOG_INIT, "braid_comm_init_env: comm is NULL");
     return BRAID_ERR_INVALID_ARG;
@@ -397,6 +429,22 @@ braid_result braid_comm_init_env(braid_comm **comm, const braid_config *cfg) {
     WARN(LOG_INIT, "braid_comm_init_env: %s", bad);
     return BRAID_ERR_INVALID_ARG;
   }
+  if (cfg != NULL && cfg->blocking == 0)
+    return comm_start(comm, &(comm_job){.env = 1, .cfg = cfg});
+  braid_comm *c = comm_alloc();
+  if (c == NULL)
+    return BRAID_ERR_NOMEM;
+  braid_result r = comm_init_env_into(c, cfg);
+  if (r != BRAID_SUCCESS) {
+    comm_free(c);
+    return r;
+  }
+  *comm = c;
+  return BRAID_SUCCESS;
+}
+
+braid_result comm_init_env_into(braid_comm *shell, const braid_config *cfg) {
+  const cfg_env *env = cfg_get();
   launch_info li;
   braid_unique_id id;
   char err[256] = "";
@@ -405,16 +453,19 @@ braid_result braid_comm_init_env(braid_comm **comm, const braid_config *cfg) {
   if (r != BRAID_SUCCESS) {
     WARN(LOG_INIT, "braid_comm_init_env: %s", err);
     doc_init_failed(-1, 0, NULL, err);
+    comm_set_error(shell, "braid_comm_init_env: %s", err);
     return r;
   }
   INFO(LOG_INIT, "launcher %s: rank %d of %d", li.source, li.rank, li.size);
-  r = braid_comm_init(comm, li.size, &id, li.rank, cfg);
+  shell->rank = li.rank;
+  shell->nranks = li.size;
+  r = comm_init_into(shell, li.size, &id, li.rank, cfg);
   launch_cleanup();
   return r;
 }
 
 braid_result comm_sub(braid_comm *c, const int *ranks, int n, int me,
-                      const char *fn, braid_comm **out) {
+                      const char *fn, braid_comm *into, braid_comm **out) {
   char err[256] = "";
   boot *b = NULL;
   pthread_mutex_lock(&c->lock);
@@ -425,10 +476,11 @@ braid_result comm_sub(braid_comm *c, const int *ranks, int n, int me,
     return r;
   }
   braid_comm *nc = NULL;
-  r = comm_new(&nc, b, NULL, c);
+  r = comm_new(&nc, b, NULL, c, into);
   if (r != BRAID_SUCCESS) {
     comm_set_error(c, "%s: %s", fn, nc ? nc->last_error : "");
-    comm_free(nc);
+    if (into == NULL)
+      comm_free(nc);
     return r;
   }
   *out = nc;
@@ -450,6 +502,15 @@ braid_result braid_comm_split(braid_comm *c, int color, int key,
                    color);
     return BRAID_ERR_INVALID_ARG;
   }
+  CHECKR(comm_ready(c));
+  if (!c->blocking)
+    return comm_start(out,
+                      &(comm_job){.parent = c, .color = color, .key = key});
+  return comm_split_into(c, color, key, NULL, out);
+}
+
+braid_result comm_split_into(braid_comm *c, int color, int key,
+                             braid_comm *into, braid_comm **out) {
   CHECKR(enq_drain(c));
   int32_t mine[2] = {color, key};
   int32_t *all = malloc(sizeof mine * (size_t)c->nranks);
@@ -486,7 +547,7 @@ braid_result braid_comm_split(braid_comm *c, int color, int key,
   for (int i = 0; i < n; i++)
     if (ranks[i] == c->rank)
       me = i;
-  r = comm_sub(c, ranks, n, me, "braid_comm_split", out);
+  r = comm_sub(c, ranks, n, me, "braid_comm_split", into, out);
 done:
   free(all);
   free(ranks);
@@ -496,6 +557,7 @@ done:
 braid_result braid_comm_finalize(braid_comm *c) {
   if (c == NULL)
     return BRAID_ERR_INVALID_ARG;
+  CHECKR(comm_ready(c));
   CHECKR(enq_drain(c));
   if (c->broken != BRAID_SUCCESS)
     return c->broken;
@@ -507,9 +569,25 @@ braid_result braid_comm_finalize(braid_comm *c) {
   return r;
 }
 
+/* Until no thread is inside a call of c, or makes a communicator from it
+ * (a non-blocking split). */
+static void comm_quiesce(braid_comm *c) {
+  for (int64_t ms = 0; atomic_load(&c->inflight) > 0; ms++) {
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+    if (ms > 0 && ms % 5000 == 0)
+      WARN(LOG_COLL,
+           "rank %d: %d calls of its communicator still inside after %lld s",
+           c->rank, atomic_load(&c->inflight), (long long)(ms / 1000));
+  }
+}
+
 braid_result braid_comm_destroy(braid_comm *c) {
   if (c == NULL)
     return BRAID_ERR_INVALID_ARG;
+  if (comm_orphan(c)) /* still being made: its maker frees it */
+    return BRAID_SUCCESS;
+  comm_quiesce(c);
   comm_free(c);
   return BRAID_SUCCESS;
 }
@@ -517,20 +595,15 @@ braid_result braid_comm_destroy(braid_comm *c) {
 braid_result braid_comm_abort(braid_comm *c) {
   if (c == NULL)
     return BRAID_ERR_INVALID_ARG;
+  if (comm_orphan(c)) /* still being made: its maker frees it */
+    return BRAID_SUCCESS;
   if (c->broken == BRAID_SUCCESS && flight_unfinished(c))
     (void)flight_dump(c, "abort", NULL); /* a broken one was dumped then */
   atomic_store(&c->aborted, 1);
   /* a call in another thread sees the flag at its next pass through the
    * wait (its naps are at most ~12 ms) and returns BRAID_ERR_ABORTED; the
    * communicator is freed once no thread is inside a call */
-  for (int64_t ms = 0; atomic_load(&c->inflight) > 0; ms++) {
-    struct timespec nap = {0, 1000000};
-    nanosleep(&nap, NULL);
-    if (ms > 0 && ms % 5000 == 0)
-      WARN(LOG_COLL,
-           "braid_comm_abort: %d calls of rank %d still inside after %lld s",
-           atomic_load(&c->inflight), c->rank, (long long)(ms / 1000));
-  }
+  comm_quiesce(c);
   comm_free(c);
   return BRAID_SUCCESS;
 }
@@ -553,12 +626,15 @@ braid_result braid_comm_flight_dump(braid_comm *c, const char *path) {
     WARN(LOG_COLL, "braid_comm_flight_dump: comm is NULL");
     return BRAID_ERR_INVALID_ARG;
   }
+  CHECKR(comm_ready(c));
   return flight_dump(c, "api", path);
 }
 
 braid_result braid_comm_rank(const braid_comm *c, int *rank) {
   if (c == NULL || rank == NULL)
     return null_out(c, "braid_comm_rank", "rank");
+  if (c->rank < 0) /* braid_comm_init_env's non-blocking form: not known yet */
+    return comm_ready((braid_comm *)c);
   *rank = c->rank;
   return BRAID_SUCCESS;
 }
@@ -566,6 +642,8 @@ braid_result braid_comm_rank(const braid_comm *c, int *rank) {
 braid_result braid_comm_size(const braid_comm *c, int *size) {
   if (c == NULL || size == NULL)
     return null_out(c, "braid_comm_size", "size");
+  if (c->nranks <= 0)
+    return comm_ready((braid_comm *)c);
   *size = c->nranks;
   return BRAID_SUCCESS;
 }

@@ -151,7 +151,15 @@ struct braid_comm {
 
   /* state */
   atomic_int aborted;
-  atomic_int inflight;  /* threads inside a call's submission (enqueue.c) */
+  atomic_int inflight; /* threads inside a call's submission (enqueue.c) */
+  int blocking;        /* 0: init and split return at once (comm_async.c) */
+  /* while a non-blocking init or split makes this communicator: its state
+   * (BRAID_IN_PROGRESS, then the result), and whether it was destroyed
+   * meanwhile (its maker frees it then) */
+  atomic_int made;
+  int orphaned;
+  pthread_t maker; /* the thread that makes it, once maker_set */
+  atomic_int maker_set;
   braid_result broken;  /* non-success once a remote/timeout error happened */
   char broken_why[512]; /* the message of that error (comm_break) */
   char last_error[512];
@@ -163,7 +171,43 @@ struct braid_comm {
  * made by them alone over c's bootstrap: braid_comm_split's and
  * braid_comm_shrink's last step; errors are named in c with fn. */
 braid_result comm_sub(braid_comm *c, const int *ranks, int n, int me,
-                      const char *fn, braid_comm **out);
+                      const char *fn, braid_comm *into, braid_comm **out);
+/* A zeroed communicator with its locks made: what braid_comm_init's
+ * non-blocking form hands out at once. */
+braid_comm *comm_alloc(void);
+void comm_free(braid_comm *c);
+/* The work of braid_comm_init, braid_comm_init_env and braid_comm_split
+ * into an allocated communicator (the *_into forms leave it to be freed on
+ * failure; split's with into NULL allocates, and *out stays NULL for
+ * BRAID_SPLIT_NOCOLOR). */
+braid_result comm_init_into(braid_comm *shell, int nranks,
+                            const braid_unique_id *id, int rank,
+                            const braid_config *cfg);
+braid_result comm_init_env_into(braid_comm *shell, const braid_config *cfg);
+braid_result comm_split_into(braid_comm *c, int color, int key,
+                             braid_comm *into, braid_comm **out);
+
+/* src/comm_async.c: the non-blocking forms (braid_config.blocking = 0). A
+ * job says which: env (init_env), parent (split: color, key), else init
+ * (nranks, rank, id); cfg is copied. comm_start hands out a shell at once
+ * (*out; NULL for a split with BRAID_SPLIT_NOCOLOR) and makes it in a
+ * thread: BRAID_IN_PROGRESS, or an error if it could not start. */
+typedef struct comm_job {
+  int env;
+  braid_comm *parent;
+  int color, key;
+  int nranks, rank;
+  braid_unique_id id;
+  const braid_config *cfg;
+} comm_job;
+braid_result comm_start(braid_comm **out, const comm_job *job);
+/* BRAID_SUCCESS when the communicator is made, BRAID_IN_PROGRESS while it
+ * is being made (with a message in its last error), or why it could not be
+ * made. */
+braid_result comm_ready(braid_comm *c);
+/* For braid_comm_destroy and _abort: 1 when the communicator is still being
+ * made; its maker then frees it when done. */
+int comm_orphan(braid_comm *c);
 /* The transport BRAID_TRANSPORT names ("shm", "tcp", "ofi", "ibverbs" or
  * "ib"), NULL for anything else. */
 const tp_ops *comm_tp_by_name(const char *name);

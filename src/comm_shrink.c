@@ -117,6 +117,9 @@ braid_result braid_comm_shrink(braid_comm *c, const int *excluded,
   }
   if (newcomm == NULL)
     return bad(c, "newcomm is NULL");
+  braid_result ready = comm_ready(c);
+  if (ready != BRAID_SUCCESS)
+    return ready;
   *newcomm = NULL;
   if (nexcluded < 0 || nexcluded > c->nranks)
     return bad(c, "nexcluded is %d (0 to %d)", nexcluded, c->nranks);
@@ -158,7 +161,7 @@ braid_result braid_comm_shrink(braid_comm *c, const int *excluded,
   if (r == BRAID_SUCCESS) {
     INFO(LOG_COLL, "braid_comm_shrink: rank %d of %d is rank %d of %d", c->rank,
          c->nranks, me, n);
-    r = comm_sub(c, ranks, n, me, "braid_comm_shrink", newcomm);
+    r = comm_sub(c, ranks, n, me, "braid_comm_shrink", NULL, newcomm);
   }
   free(gone);
   free(ranks);

@@ -514,10 +514,12 @@ static braid_result submit_in(braid_comm *c, exec_op *ops, int nops,
  * waits until none is inside before it frees the communicator. */
 static braid_result submit(braid_comm *c, exec_op *ops, int nops,
                            braid_stream *s, const gate_ref *shared) {
+  braid_result r = comm_ready(c);
+  if (r != BRAID_SUCCESS)
+    return r;
   atomic_fetch_add(&c->inflight, 1);
-  braid_result r = atomic_load(&c->aborted)
-                       ? BRAID_ERR_ABORTED
-                       : submit_in(c, ops, nops, s, shared);
+  r = atomic_load(&c->aborted) ? BRAID_ERR_ABORTED
+                               : submit_in(c, ops, nops, s, shared);
   atomic_fetch_sub(&c->inflight, 1);
   return r;
 }

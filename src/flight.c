@@ -301,8 +301,9 @@ static void put_rec(FILE *out, const flight_rec *r) {
 
 braid_result flight_dump(braid_comm *c, const char *reason, const char *path) {
   const struct flight *f = c->flight;
-  if (f == NULL) {
-    comm_set_error(c, "flight recorder: off (BRAID_FLIGHT_RECORDER=0)");
+  if (f == NULL) { /* off, or a communicator that broke while being made */
+    if (strcmp(reason, "api") == 0)
+      comm_set_error(c, "flight recorder: off (BRAID_FLIGHT_RECORDER=0)");
     return BRAID_ERR_UNSUPPORTED;
   }
   char file[512];
