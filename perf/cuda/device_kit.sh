@@ -256,12 +256,14 @@ run_tests() {
       ctest -R "^$n\$" --output-on-failure -V) >"$out/ctest.one" 2>&1 || r=$?
     pkill -KILL -f "^$BUILD/" 2>/dev/null || true
     cat "$out/ctest.one" >>"$out/ctest.log"
-    skipped=$(grep -c '\[SKIP\]' "$out/ctest.one" || true)
+    # a test program's skips: Criterion's verbose "[SKIP]" lines, or the
+    # "SKIP suite::test: why" lines tests/criterion_main.c prints
+    skipped=$(grep -cE '\[SKIP\]|^SKIP [^:]+::' "$out/ctest.one" || true)
     case $r in
     0) res=PASS
        if grep -q '\*\*\*Skipped' "$out/ctest.one"; then res=SKIP
        elif [ "$skipped" -gt 0 ]; then
-         res="PASS ($skipped of its tests skipped: $(grep -m1 '\[SKIP\]' "$out/ctest.one" | sed 's/^.*\[SKIP\] *//' | cut -c1-80))"
+         res="PASS ($skipped of its tests skipped: $(grep -m1 -E '\[SKIP\]|^SKIP [^:]+::' "$out/ctest.one" | sed -E 's/^.*\[SKIP\] *//; s/^SKIP //' | cut -c1-80))"
        fi ;;
     124 | 137) res="TIMEOUT (the kit's limit, $lim s)" ;;
     *) res="FAIL (ctest exit $r)" ;;
