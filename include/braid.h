@@ -113,8 +113,10 @@ typedef struct braid_unique_id {
 /* Per-communicator settings. Initialise with braid_config_init(); a zero
  * field (or NULL) means "take the environment variable, else the default".
  * braid_comm_init and braid_comm_init_env refuse a config whose fields are
- * out of range (a negative timeout, channels outside 0 to 32, check or
- * deterministic other than -1, 0 or 1, an unknown transport) with
+ * out of range (a size not set by braid_config_init, a negative timeout,
+ * channels outside 0 to 32, check or deterministic other than -1, 0 or 1,
+ * blocking other than 0 or 1, an unknown transport, an algo filter that
+ * does not parse) with
  * BRAID_ERR_INVALID_ARG and a WARN log line naming the field and its value.
  */
 typedef struct braid_config {
@@ -213,7 +215,8 @@ BRAID_API braid_result braid_comm_size(const braid_comm *comm, int *size);
  * `path`, or, when path is NULL, to BRAID_FLIGHT_RECORDER_FILE's pattern
  * (%h host, %p pid, %r rank, %c communicator name). Local; safe while
  * calls run in other threads (a record changing meanwhile may show a mix of
- * two states). BRAID_ERR_UNSUPPORTED when the recorder is off. */
+ * two states). BRAID_ERR_UNSUPPORTED when the recorder is off; an empty
+ * path is BRAID_ERR_INVALID_ARG. */
 BRAID_API braid_result braid_comm_flight_dump(braid_comm *comm,
                                               const char *path);
 /* The last error on this communicator, in words: what, which rank or peer. */

@@ -45,6 +45,9 @@ braid_result boot_unique_id_at(const char *host, int port,
  * that is no braid id: its magic, version and address family). */
 int boot_id_from_text(const char *text, braid_unique_id *id, char *err,
                       size_t errlen);
+/* 0 when id is a braid id of this version (magic, version, address
+ * family), else -1 with why, to follow "id": "has no braid magic ...". */
+int boot_id_check(const braid_unique_id *id, char *err, size_t errlen);
 
 /* Collective over nranks: rendezvous, then the control mesh. */
 braid_result boot_init(const braid_unique_id *id, int rank, int nranks,

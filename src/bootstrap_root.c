@@ -274,20 +274,29 @@ int boot_id_from_text(const char *text, braid_unique_id *id, char *err,
     else
       parsed.internal[i / 2] = (char)(parsed.internal[i / 2] | v);
   }
+  char why[96];
+  if (boot_id_check(&parsed, why, sizeof why) != 0) {
+    snprintf(err, errlen, "hex that %s", why);
+    return -1;
+  }
+  *id = parsed;
+  return 0;
+}
+
+int boot_id_check(const braid_unique_id *id, char *err, size_t errlen) {
   id_wire w;
-  memcpy(&w, parsed.internal, sizeof(w));
+  memcpy(&w, id->internal, sizeof(w));
   if (w.magic != BOOT_MAGIC)
-    snprintf(err, errlen, "hex that is not a braid unique id (no braid magic)");
+    snprintf(err, errlen, "has no braid magic: not a braid unique id");
   else if (w.version != BOOT_VERSION)
-    snprintf(err, errlen, "a unique id of another braid version (%u, not %u)",
+    snprintf(err, errlen,
+             "is a unique id of another braid version (%u, not %u)",
              (unsigned)w.version, (unsigned)BOOT_VERSION);
   else if (w.family != AF_INET && w.family != AF_INET6)
-    snprintf(err, errlen, "a unique id with an unknown address family %u",
+    snprintf(err, errlen, "has an unknown address family %u",
              (unsigned)w.family);
-  else {
-    *id = parsed;
+  else
     return 0;
-  }
   return -1;
 }
 

@@ -34,6 +34,19 @@ void comm_set_error(braid_comm *c, const char *fmt, ...) {
   INFO(LOG_COLL, "%s", buf);
 }
 
+braid_result comm_arg_bad(braid_comm *c, const char *fmt, ...) {
+  (void)cfg_get(); /* BRAID_DEBUG_FILE and the level, before the first log */
+  char buf[sizeof c->last_error];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (c != NULL)
+    comm_set_error(c, "%s", buf);
+  WARN(c != NULL ? LOG_COLL : LOG_INIT, "%s", buf);
+  return BRAID_ERR_INVALID_ARG;
+}
+
 void comm_break(braid_comm *c, braid_result r) {
   if (r == BRAID_SUCCESS || c->broken != BRAID_SUCCESS)
     return;
@@ -55,7 +68,7 @@ const char *comm_broken_why(const braid_comm *c) {
 
 const char *braid_comm_last_error(const braid_comm *c) {
   if (c == NULL)
-    return "comm is NULL";
+    return "braid_comm_last_error: comm is NULL";
   return c->last_error[0] ? c->last_error : "no error";
 }
 
@@ -317,9 +330,13 @@ void comm_free(braid_comm *c) {
 static int config_invalid(const braid_config *cfg, char *why, size_t len) {
   if (cfg == NULL)
     return 0;
+  select_filter f;
+  char perr[200] = "";
   if (cfg->size != sizeof(braid_config))
-    snprintf(why, len, "cfg was not set up by braid_config_init (size %zu)",
-             cfg->size);
+    snprintf(why, len,
+             "cfg->size is %zu, not sizeof(braid_config) = %zu: cfg was not "
+             "set up by braid_config_init",
+             cfg->size, sizeof(braid_config));
   else if (cfg->timeout_ms < 0)
     snprintf(why, len, "cfg->timeout_ms is %d (0: BRAID_TIMEOUT, else > 0)",
              cfg->timeout_ms);
@@ -344,6 +361,9 @@ static int config_invalid(const braid_config *cfg, char *why, size_t len) {
              "cfg->transport \"%.40s\" is not a transport (shm, tcp, ofi, "
              "ibverbs)",
              cfg->transport);
+  else if (cfg->algo != NULL &&
+           select_filter_parse(cfg->algo, &f, perr, sizeof perr) != 0)
+    snprintf(why, len, "cfg->algo is \"%.60s\": %s", cfg->algo, perr);
   else
     return 0;
   return 1;
@@ -382,26 +402,24 @@ braid_result comm_init_into(braid_comm *shell, int nranks,
 braid_result braid_comm_init(braid_comm **comm, int nranks,
                              const braid_unique_id *id, int rank,
                              const braid_config *cfg) {
-  if (comm == NULL) {
-    WARN(LOG_INIT, "braid_comm_init: comm is NULL");
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (comm == NULL)
+    return comm_arg_bad(NULL, "braid_comm_init: comm is NULL");
   *comm = NULL;
-  if (id == NULL) {
-    WARN(LOG_INIT, "braid_comm_init: id is NULL");
-    return BRAID_ERR_INVALID_ARG;
-  }
-  if (nranks < 1 || rank < 0 || rank >= nranks) {
-    WARN(LOG_INIT,
-         "braid_comm_init: rank %d and nranks %d (need 0 <= rank < nranks)",
-         rank, nranks);
-    return BRAID_ERR_INVALID_ARG;
-  }
-  char bad[160];
-  if (config_invalid(cfg, bad, sizeof bad)) {
-    WARN(LOG_INIT, "braid_comm_init: %s", bad);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (nranks < 1)
+    return comm_arg_bad(NULL, "braid_comm_init: nranks is %d (at least 1)",
+                        nranks);
+  if (rank < 0 || rank >= nranks)
+    return comm_arg_bad(NULL,
+                        "braid_comm_init: rank is %d, nranks is %d (a rank is "
+                        "0..%d)",
+                        rank, nranks, nranks - 1);
+  char bad[320];
+  if (id == NULL)
+    return comm_arg_bad(NULL, "braid_comm_init: id is NULL");
+  if (boot_id_check(id, bad, sizeof bad) != 0)
+    return comm_arg_bad(NULL, "braid_comm_init: id %s", bad);
+  if (config_invalid(cfg, bad, sizeof bad))
+    return comm_arg_bad(NULL, "braid_comm_init: %s", bad);
   if (cfg != NULL && cfg->blocking == 0)
     return comm_start(
         comm,
@@ -419,16 +437,12 @@ braid_result braid_comm_init(braid_comm **comm, int nranks,
 }
 
 braid_result braid_comm_init_env(braid_comm **comm, const braid_config *cfg) {
-  if (comm == NULL) {
-    WARN(LOG_INIT, "braid_comm_init_env: comm is NULL");
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (comm == NULL)
+    return comm_arg_bad(NULL, "braid_comm_init_env: comm is NULL");
   *comm = NULL;
-  char bad[160];
-  if (config_invalid(cfg, bad, sizeof bad)) {
-    WARN(LOG_INIT, "braid_comm_init_env: %s", bad);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  char bad[320];
+  if (config_invalid(cfg, bad, sizeof bad))
+    return comm_arg_bad(NULL, "braid_comm_init_env: %s", bad);
   if (cfg != NULL && cfg->blocking == 0)
     return comm_start(comm, &(comm_job){.env = 1, .cfg = cfg});
   braid_comm *c = comm_alloc();
@@ -489,19 +503,16 @@ braid_result comm_sub(braid_comm *c, const int *ranks, int n, int me,
 
 braid_result braid_comm_split(braid_comm *c, int color, int key,
                               braid_comm **out) {
-  if (c == NULL || out == NULL) {
-    if (c != NULL)
-      comm_set_error(c, "braid_comm_split: out is NULL");
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (c == NULL)
+    return comm_arg_bad(NULL, "braid_comm_split: comm is NULL");
+  if (out == NULL)
+    return comm_arg_bad(c, "braid_comm_split: out is NULL");
   *out = NULL;
-  if (color < BRAID_SPLIT_NOCOLOR) {
-    comm_set_error(c,
-                   "braid_comm_split: color %d is negative (only "
-                   "BRAID_SPLIT_NOCOLOR = -1 is allowed)",
-                   color);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (color < BRAID_SPLIT_NOCOLOR)
+    return comm_arg_bad(c,
+                        "braid_comm_split: color is %d (a color is 0 or more, "
+                        "or BRAID_SPLIT_NOCOLOR = -1)",
+                        color);
   CHECKR(comm_ready(c));
   if (!c->blocking)
     return comm_start(out,
@@ -556,7 +567,7 @@ done:
 
 braid_result braid_comm_finalize(braid_comm *c) {
   if (c == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return comm_arg_bad(NULL, "braid_comm_finalize: comm is NULL");
   CHECKR(comm_ready(c));
   CHECKR(enq_drain(c));
   if (c->broken != BRAID_SUCCESS)
@@ -584,7 +595,7 @@ static void comm_quiesce(braid_comm *c) {
 
 braid_result braid_comm_destroy(braid_comm *c) {
   if (c == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return comm_arg_bad(NULL, "braid_comm_destroy: comm is NULL");
   if (comm_orphan(c)) /* still being made: its maker frees it */
     return BRAID_SUCCESS;
   comm_quiesce(c);
@@ -594,7 +605,7 @@ braid_result braid_comm_destroy(braid_comm *c) {
 
 braid_result braid_comm_abort(braid_comm *c) {
   if (c == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return comm_arg_bad(NULL, "braid_comm_abort: comm is NULL");
   if (comm_orphan(c)) /* still being made: its maker frees it */
     return BRAID_SUCCESS;
   if (c->broken == BRAID_SUCCESS && flight_unfinished(c))
@@ -612,20 +623,17 @@ braid_result braid_comm_abort(braid_comm *c) {
  * (a record of what went wrong, not of its state: set on a const one). */
 static braid_result null_out(const braid_comm *c, const char *fn,
                              const char *arg) {
-  if (c == NULL) {
-    WARN(LOG_INIT, "%s: comm is NULL", fn);
-  } else {
-    comm_set_error((braid_comm *)c, "%s: %s is NULL", fn, arg);
-    WARN(LOG_INIT, "%s: %s is NULL", fn, arg);
-  }
-  return BRAID_ERR_INVALID_ARG;
+  if (c == NULL)
+    return comm_arg_bad(NULL, "%s: comm is NULL", fn);
+  return comm_arg_bad((braid_comm *)c, "%s: %s is NULL", fn, arg);
 }
 
 braid_result braid_comm_flight_dump(braid_comm *c, const char *path) {
-  if (c == NULL) {
-    WARN(LOG_COLL, "braid_comm_flight_dump: comm is NULL");
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (c == NULL)
+    return comm_arg_bad(NULL, "braid_comm_flight_dump: comm is NULL");
+  if (path != NULL && path[0] == '\0')
+    return comm_arg_bad(c, "braid_comm_flight_dump: path is \"\" (a file name, "
+                           "or NULL for BRAID_FLIGHT_RECORDER_FILE)");
   CHECKR(comm_ready(c));
   return flight_dump(c, "api", path);
 }
@@ -651,7 +659,7 @@ braid_result braid_comm_size(const braid_comm *c, int *size) {
 braid_result braid_get_unique_id(braid_unique_id *id) {
   (void)cfg_get();
   if (id == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return comm_arg_bad(NULL, "braid_get_unique_id: id is NULL");
   char err[256] = "";
   braid_result r = boot_unique_id(id, err, sizeof err);
   if (r != BRAID_SUCCESS)

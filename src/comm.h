@@ -213,6 +213,12 @@ int comm_orphan(braid_comm *c);
 const tp_ops *comm_tp_by_name(const char *name);
 void comm_set_error(braid_comm *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* A bad argument, in words that name the function, the argument and its
+ * value ("braid_x: root is 7, ..."): set as c's last error and logged at
+ * WARN; with c NULL (a call with no communicator to hold it) only logged,
+ * logging set up first. Returns BRAID_ERR_INVALID_ARG. */
+braid_result comm_arg_bad(braid_comm *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Marks the communicator broken by r (the first time only) and keeps the
  * current error message as the reason later calls repeat. */
 void comm_break(braid_comm *c, braid_result r);

@@ -45,9 +45,7 @@ static braid_result bad(braid_comm *c, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  comm_set_error(c, "braid_comm_shrink: %s", msg);
-  WARN(LOG_COLL, "%s", c->last_error);
-  return BRAID_ERR_INVALID_ARG;
+  return comm_arg_bad(c, "braid_comm_shrink: %s", msg);
 }
 
 /* Rounds until the survivors' views agree; gone[] is this rank's. */
@@ -111,10 +109,8 @@ static braid_result agree(braid_comm *c, uint8_t *gone) {
 
 braid_result braid_comm_shrink(braid_comm *c, const int *excluded,
                                int nexcluded, braid_comm **newcomm) {
-  if (c == NULL) {
-    WARN(LOG_COLL, "braid_comm_shrink: comm is NULL");
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (c == NULL)
+    return comm_arg_bad(NULL, "braid_comm_shrink: comm is NULL");
   if (newcomm == NULL)
     return bad(c, "newcomm is NULL");
   braid_result ready = comm_ready(c);
@@ -138,7 +134,8 @@ braid_result braid_comm_shrink(braid_comm *c, const int *excluded,
   for (int i = 0; i < nexcluded && r == BRAID_SUCCESS; i++) {
     int e = excluded[i];
     if (e < 0 || e >= c->nranks)
-      r = bad(c, "excluded[%d] is %d: not a rank", i, e);
+      r = bad(c, "excluded[%d] is %d, the communicator has %d ranks (0..%d)", i,
+              e, c->nranks, c->nranks - 1);
     else if (e == c->rank)
       r = bad(c, "excluded[%d] is this rank (%d)", i, e);
     else
