@@ -69,14 +69,16 @@ const char *braid_result_string(braid_result r) {
 
 braid_result braid_get_version(int *version) {
   if (version == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return comm_arg_bad(NULL, "braid_get_version: version is NULL");
   *version = BRAID_VERSION_CODE;
   return BRAID_SUCCESS;
 }
 
 void braid_config_init(braid_config *cfg) {
-  if (cfg == NULL)
+  if (cfg == NULL) {
+    (void)comm_arg_bad(NULL, "braid_config_init: cfg is NULL");
     return;
+  }
   memset(cfg, 0, sizeof *cfg);
   cfg->size = sizeof *cfg;
   cfg->blocking = 1;
@@ -84,8 +86,14 @@ void braid_config_init(braid_config *cfg) {
 
 braid_result braid_unique_id_to_string(const braid_unique_id *id, char *buf,
                                        size_t len) {
-  if (id == NULL || buf == NULL || len < 2 * BRAID_UNIQUE_ID_BYTES + 1)
-    return BRAID_ERR_INVALID_ARG;
+  const char *fn = "braid_unique_id_to_string";
+  if (id == NULL)
+    return comm_arg_bad(NULL, "%s: id is NULL", fn);
+  if (buf == NULL)
+    return comm_arg_bad(NULL, "%s: buf is NULL", fn);
+  if (len < 2 * BRAID_UNIQUE_ID_BYTES + 1)
+    return comm_arg_bad(NULL, "%s: len is %zu, the text needs %d bytes", fn,
+                        len, 2 * BRAID_UNIQUE_ID_BYTES + 1);
   static const char hex[] = "0123456789abcdef";
   for (int i = 0; i < BRAID_UNIQUE_ID_BYTES; i++) {
     unsigned char b = (unsigned char)id->internal[i];
@@ -96,18 +104,17 @@ braid_result braid_unique_id_to_string(const braid_unique_id *id, char *buf,
   return BRAID_SUCCESS;
 }
 
-/* No communicator to hold the message of a bad argument: the log has it. */
-#define NO_COMM_BAD(...) (WARN(LOG_INIT, __VA_ARGS__), BRAID_ERR_INVALID_ARG)
-
 braid_result braid_unique_id_from_string(braid_unique_id *id,
                                          const char *text) {
+  const char *fn = "braid_unique_id_from_string";
   if (id == NULL)
-    return NO_COMM_BAD("braid_unique_id_from_string: id is NULL");
+    return comm_arg_bad(NULL, "%s: id is NULL", fn);
   if (text == NULL)
-    return NO_COMM_BAD("braid_unique_id_from_string: text is NULL");
+    return comm_arg_bad(NULL, "%s: text is NULL", fn);
   char why[128];
   if (boot_id_from_text(text, id, why, sizeof why) != 0)
-    return NO_COMM_BAD("braid_unique_id_from_string: %s", why);
+    return comm_arg_bad(NULL, "%s: text \"%.16s%s\": %s", fn, text,
+                        strlen(text) > 16 ? "..." : "", why);
   return BRAID_SUCCESS;
 }
 
@@ -116,15 +123,15 @@ braid_result braid_unique_id_from_string(braid_unique_id *id,
 static braid_result bad(braid_comm *c, const char *fn, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* fn is the call's short name ("allreduce"); the message names the public
+ * function (braid_allreduce). */
 static braid_result bad(braid_comm *c, const char *fn, const char *fmt, ...) {
   char msg[400];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  comm_set_error(c, "%s: %s", fn, msg);
-  WARN(LOG_COLL, "%s: %s", fn, msg);
-  return BRAID_ERR_INVALID_ARG;
+  return comm_arg_bad(c, "braid_%s: %s", fn, msg);
 }
 
 static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
@@ -144,9 +151,11 @@ static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
     return c->broken;
   }
   if ((unsigned)op->dt >= BRAID_NUM_DTYPES)
-    return bad(c, fn, "dtype %d is not a braid_dtype", (int)op->dt);
+    return bad(c, fn, "dtype is %d, not a braid_dtype (0..%d)", (int)op->dt,
+               BRAID_NUM_DTYPES - 1);
   if (reduces && (unsigned)op->op >= BRAID_NUM_OPS)
-    return bad(c, fn, "op %d is not a braid_op", (int)op->op);
+    return bad(c, fn, "op is %d, not a braid_op (0..%d)", (int)op->op,
+               BRAID_NUM_OPS - 1);
   int flt = op->dt == BRAID_FLOAT16 || op->dt == BRAID_BFLOAT16 ||
             op->dt == BRAID_FLOAT32 || op->dt == BRAID_FLOAT64;
   int bitwise =
@@ -163,18 +172,18 @@ static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
   int n = c->nranks, me = c->rank;
   int rooted = op->coll == SCHED_BROADCAST || op->coll == SCHED_REDUCE ||
                op->coll == SCHED_GATHER || op->coll == SCHED_SCATTER;
-  if (rooted && (op->root < 0 || op->root >= n))
-    return bad(c, fn, "root %d is not a rank of this communicator (0..%d)",
-               op->root, n - 1);
-  if ((op->coll == SCHED_SEND || op->coll == SCHED_RECV) &&
-      (op->root < 0 || op->root >= n))
-    return bad(c, fn, "peer %d is not a rank of this communicator (0..%d)",
-               op->root, n - 1);
+  int p2p = op->coll == SCHED_SEND || op->coll == SCHED_RECV;
+  if ((rooted || p2p) && (op->root < 0 || op->root >= n))
+    return bad(c, fn, "%s is %d, the communicator has %d ranks (0..%d)",
+               rooted ? "root" : "peer", op->root, n, n - 1);
   size_t es = braid_dtype_size(op->dt);
   int ib = sched_in_blocks(op->coll, n), ob = sched_out_blocks(op->coll, n);
   int blocks = ib > ob ? ib : ob;
   if (op->count > SIZE_MAX / es / (size_t)blocks / 2)
-    return bad(c, fn, "count %zu overflows the buffer size", op->count);
+    return bad(c, fn,
+               "count is %zu, which overflows the buffer size (%d blocks of "
+               "%zu-byte %s)",
+               op->count, blocks, es, braid_dtype_name(op->dt));
   int use_in = sched_uses_in(op->coll, op->root, me) && ib > 0;
   int use_out = sched_uses_out(op->coll, op->root, me) && ob > 0;
   if (op->count == 0)
@@ -243,8 +252,10 @@ static braid_result check_overlap(braid_comm *c, exec_op *op) {
   }
   if (overlap(in, inlen, out, outlen))
     return bad(c, fn,
-               "sendbuf and recvbuf overlap without being in place (NCCL's "
-               "in-place conventions: see braid.h)");
+               "sendbuf %p (%zu bytes) and recvbuf %p (%zu bytes) overlap "
+               "without being in place (NCCL's in-place conventions: see "
+               "braid.h)",
+               (const void *)in, inlen, (const void *)out, outlen);
   return BRAID_SUCCESS;
 }
 
@@ -349,10 +360,8 @@ static braid_result dev_dtype(braid_comm *c, exec_op *op, int reduces) {
 }
 
 static braid_result issue(braid_comm *c, exec_op *op, int reduces) {
-  if (c == NULL) {
-    WARN(LOG_COLL, "%s: comm is NULL", op->name);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (c == NULL)
+    return bad(NULL, op->name, "comm is NULL");
   braid_result r = comm_ready(c); /* before its sequence number */
   if (r != BRAID_SUCCESS)
     return r;
@@ -496,7 +505,7 @@ braid_result braid_recv(void *recvbuf, size_t count, braid_dtype dt, int peer,
 
 braid_result braid_barrier(braid_comm *comm, braid_stream *stream) {
   if (comm == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return bad(NULL, "barrier", "comm is NULL");
   OP_INIT(o, SCHED_ALLREDUCE, "barrier", stream);
   o.count = 1;
   o.dt = BRAID_UINT8;
@@ -560,7 +569,7 @@ static braid_result a2av_check(braid_comm *c, const char *sb, const size_t *sc,
   size_t es = braid_dtype_size(dt);
   int ns = 0, nr = 0;
   if (es == 0) /* checked by the caller already */
-    return bad(c, fn, "dtype %d is not a braid_dtype", (int)dt);
+    return bad(c, fn, "dtype is %d, not a braid_dtype", (int)dt);
   braid_result e = a2av_blocks(c, sc, sd, es, "sendcounts", "sdispls", s, &ns);
   if (e == BRAID_SUCCESS)
     e = a2av_blocks(c, rc, rd, es, "recvcounts", "rdispls", r, &nr);
@@ -644,10 +653,8 @@ braid_result braid_alltoallv(const void *sendbuf, const size_t *sendcounts,
                              braid_dtype dt, braid_comm *comm,
                              braid_stream *stream) {
   const char *fn = "alltoallv";
-  if (comm == NULL) {
-    WARN(LOG_COLL, "%s: comm is NULL", fn);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (comm == NULL)
+    return bad(NULL, fn, "comm is NULL");
   /* the communicator's state and the dtype, as for any call */
   OP_INIT(probe, SCHED_SEND, fn, stream);
   probe.dt = dt;

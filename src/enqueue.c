@@ -662,7 +662,7 @@ braid_result braid_group_start(void) {
 
 braid_result braid_group_end(void) {
   if (g_group.depth <= 0)
-    return BRAID_ERR_INVALID_ARG;
+    return comm_arg_bad(NULL, "braid_group_end: no group is open");
   if (--g_group.depth > 0)
     return BRAID_SUCCESS;
   group_state g = g_group;
@@ -682,12 +682,11 @@ braid_result braid_group_end(void) {
    * would be neither counted nor ordered on theirs. */
   for (int i = 1; i < g.n && !blocking; i++)
     if (g.ops[i].stream != g.ops[0].stream) {
-      comm_set_error(g.comms[i],
-                     "group: %s (call %d of the group) is on another stream "
-                     "than its first call: a group's calls must all be on one "
-                     "stream, or be blocking (stream NULL)",
-                     g.ops[i].name, i + 1);
-      res = BRAID_ERR_INVALID_ARG;
+      res = comm_arg_bad(g.comms[i],
+                         "braid_group_end: %s (call %d of the group) is on "
+                         "another stream than its first call: a group's "
+                         "calls must all be on one stream, or be blocking",
+                         g.ops[i].name, i + 1);
       goto out;
     }
   int ncomm = 0;

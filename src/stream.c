@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/comm.h"
 #include "src/config.h"
 #include "src/exec_int.h"
 #include "src/log.h"
@@ -85,7 +86,7 @@ void stream_gate_end(braid_stream *s, uint32_t seq) {
 
 braid_result braid_stream_create(braid_stream **stream) {
   if (stream == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return comm_arg_bad(NULL, "braid_stream_create: stream is NULL");
   braid_stream *s = calloc(1, sizeof *s);
   if (s == NULL)
     return BRAID_ERR_NOMEM;
@@ -97,7 +98,7 @@ braid_result braid_stream_create(braid_stream **stream) {
 
 braid_result braid_stream_synchronize(braid_stream *s) {
   if (s == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return comm_arg_bad(NULL, "braid_stream_synchronize: stream is NULL");
   pthread_mutex_lock(&s->lock);
   while (s->completed < s->submitted)
     pthread_cond_wait(&s->cond, &s->lock);
@@ -109,7 +110,7 @@ braid_result braid_stream_synchronize(braid_stream *s) {
 
 braid_result braid_stream_query(braid_stream *s) {
   if (s == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return comm_arg_bad(NULL, "braid_stream_query: stream is NULL");
   pthread_mutex_lock(&s->lock);
   braid_result r =
       s->completed < s->submitted ? BRAID_IN_PROGRESS : s->first_error;
@@ -237,7 +238,7 @@ static void retire(braid_stream *s) {
 
 braid_result braid_stream_destroy(braid_stream *s) {
   if (s == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return comm_arg_bad(NULL, "braid_stream_destroy: stream is NULL");
   braid_result r = braid_stream_synchronize(s);
   retire(s);
   free(s->ended);
@@ -251,10 +252,8 @@ braid_result braid_stream_destroy(braid_stream *s) {
 
 braid_result braid_stream_from_cuda(void *cuda_stream, braid_stream **stream) {
   (void)cfg_get(); /* logging configured for the messages below */
-  if (stream == NULL) {
-    WARN(LOG_COLL, "braid_stream_from_cuda: stream is NULL");
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (stream == NULL)
+    return comm_arg_bad(NULL, "braid_stream_from_cuda: stream is NULL");
   *stream = NULL;
   if (!cudev_built()) {
     WARN(LOG_COLL, "braid_stream_from_cuda: unsupported: this braid was built "
