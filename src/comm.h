@@ -104,7 +104,8 @@ struct braid_comm {
    * last look, when it last moved */
   struct {
     int nlocal, ncpus, cpu, moves;
-    int shared_host; /* some host holds several of the ranks */
+    int useless, probe; /* waits whose spin did not help in a row */
+    int shared_host;    /* some host holds several of the ranks */
     int64_t unstacked_us;
   } wait;
 

@@ -114,6 +114,9 @@ typedef struct exec_waiter {
   uint32_t cycle_epoch;
   int warned; /* a stopped rank was named in a warning */
 } exec_waiter;
+/* A wait is over (something moved): what it took tells whether spinning
+ * helps (src/exec_wait.c). */
+void exec_wait_end(braid_comm *c, const exec_waiter *w);
 /* Takes back a wait's note (exec_waiter.noted_tp) once the wait is over. */
 void exec_wait_done(braid_comm *c, exec_waiter *w);
 /* A pass in which nothing moved: checks the peers and the timeout now and

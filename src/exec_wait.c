@@ -242,8 +242,11 @@ int exec_flush(braid_comm *c, const xop *xs, int nops) {
  *
  * So a rank that finds nothing to do:
  *  1. spins (BRAID_SPIN_US) only where spinning can help: not when a peer it
- *     waits on last noted this very CPU (shm peers note theirs), and not when
- *     its host has more ranks than the CPUs it may use;
+ *     waits on last noted this very CPU (shm peers note theirs), not when
+ *     its host has more ranks than the CPUs it may use, and not when its
+ *     last waits spun out the budget and ended just after it, at the first
+ *     yields (the peer needed this CPU: a tcp peer leaves no note), but for
+ *     one wait in 64 that spins again to see;
  *  2. then polls with a sched_yield between passes (up to BRAID_YIELD_US of
  *     idleness): nearly as quick as spinning when the CPU is its own, and
  *     the CPU goes to whoever else wants it (a peer, the program's threads);
@@ -265,6 +268,12 @@ static inline void cpu_relax(void) {
 }
 
 #define EXEC_UNSTACK_EVERY_US 10000
+/* Waits in a row that spun out their budget and ended within
+ * EXEC_AFTER_SPIN_US of it, after which waits skip the spin but for one in
+ * EXEC_SPIN_PROBE. */
+#define EXEC_USELESS_SPINS 3
+#define EXEC_AFTER_SPIN_US 20
+#define EXEC_SPIN_PROBE 64
 
 /* Ranks on this host (from the communicator's host map, which every rank
  * shares), whether any host holds several, and the CPUs this thread may
@@ -373,8 +382,15 @@ static int wait_begin(braid_comm *c, xop *xs, int nops, int64_t now) {
   if (cpu != c->wait.cpu)
     note_cpu(c, cpu);
   int peer = cpu < 0 ? -1 : peer_on_cpu(c, xs, nops, cpu);
-  if (peer < 0)
+  if (peer < 0) {
+    /* no note says so (a tcp peer, or one that moved), but the last waits
+     * spun out their budget and ended right after the first yields: the
+     * peer needed this CPU; spin again only now and then to see */
+    if (c->wait.useless >= EXEC_USELESS_SPINS &&
+        ++c->wait.probe % EXEC_SPIN_PROBE != 0)
+      return 0;
     return cfg->spin_us;
+  }
   /* of two ranks on one CPU the higher moves: were both to move at once,
    * they could land together again */
   if (cfg->unstack && c->rank > peer &&
@@ -411,6 +427,16 @@ static int waited_peer(xop *xs, int nops, const xop **op, const xchan **ch) {
       }
   }
   return -1;
+}
+
+void exec_wait_end(braid_comm *c, const exec_waiter *w) {
+  if (w->spin_us <= 0)
+    return; /* it did not spin: nothing learnt */
+  int64_t after = exec_now_us() - w->idle_since - w->spin_us;
+  if (after < 0)
+    c->wait.useless = 0; /* the spin caught the peer: it helps */
+  else if (after <= EXEC_AFTER_SPIN_US && c->wait.useless < (1 << 20))
+    c->wait.useless++;
 }
 
 void exec_wait_done(braid_comm *c, exec_waiter *w) {

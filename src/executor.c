@@ -572,6 +572,8 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
         break;
     }
     if (moved) {
+      if (w.idle_since != 0)
+        exec_wait_end(c, &w);
       w.idle_since = 0;
       w.sleeps = 0;
       if (w.noted_tp >= 0)
