@@ -739,3 +739,39 @@ void comm_dev_order_mark(braid_comm *c, void *stream) {
        c->rank, cudev_error());
   d->order_set = 0;
 }
+
+/* ---- the GPU current while a call puts work on a user's stream -------- */
+
+/* The GPU of a call's work on a user's stream: the communicator's, or before
+ * its device side is set up (a send or receive first) the call's buffers'. */
+int comm_dev_of(const braid_comm *c, const exec_op *op) {
+  return c->dev != NULL ? c->dev->device : op->dev;
+}
+
+/* Makes GPU dev current while a call puts work on a user's stream; *mine:
+ * the caller's, which comm_dev_restore(_of) gives back. */
+braid_result comm_dev_select_of(braid_comm *c, const char *name, int dev,
+                                int *mine) {
+  *mine = -1;
+  if (dev < 0) /* no buffers (a barrier) before the device side is set up */
+    return BRAID_SUCCESS;
+  *mine = cudev_get_device();
+  braid_result r = *mine == dev ? BRAID_SUCCESS : cudev_set_device(dev);
+  if (r != BRAID_SUCCESS)
+    comm_set_error(c, "%s on rank %d: selecting GPU %d: %s", name, c->rank, dev,
+                   cudev_error());
+  return r;
+}
+
+braid_result comm_dev_select(braid_comm *c, const char *name, int *mine) {
+  return comm_dev_select_of(c, name, c->dev->device, mine);
+}
+
+void comm_dev_restore_of(int dev, int mine) {
+  if (mine >= 0 && mine != dev)
+    (void)cudev_set_device(mine);
+}
+
+void comm_dev_restore(const braid_comm *c, int mine) {
+  comm_dev_restore_of(c->dev->device, mine);
+}

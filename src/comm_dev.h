@@ -114,4 +114,15 @@ braid_result comm_dev_order_after(braid_comm *c, const char *name,
                                   void *stream);
 void comm_dev_order_mark(braid_comm *c, void *stream);
 
+/* The GPU of a call's work on a user's stream: the communicator's, or
+ * before its device side is set up, the call's buffers'. comm_dev_select
+ * (_of) makes it (or dev) current, *mine the caller's, which
+ * comm_dev_restore(_of) gives back (src/enqueue.c). */
+int comm_dev_of(const braid_comm *c, const exec_op *op);
+braid_result comm_dev_select_of(braid_comm *c, const char *name, int dev,
+                                int *mine);
+braid_result comm_dev_select(braid_comm *c, const char *name, int *mine);
+void comm_dev_restore_of(int dev, int mine);
+void comm_dev_restore(const braid_comm *c, int mine);
+
 #endif

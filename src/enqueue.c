@@ -306,40 +306,6 @@ static void push_locked(braid_comm *c, exec_work *w) {
   pthread_cond_broadcast(&c->qcond);
 }
 
-/* The GPU of a call's work on a user's stream: the communicator's, or before
- * its device side is set up (a send or receive first) the call's buffers'. */
-static int dev_of(const braid_comm *c, const exec_op *op) {
-  return c->dev != NULL ? c->dev->device : op->dev;
-}
-
-/* Makes GPU dev current while a call puts work on a user's stream; *mine:
- * the caller's, which dev_restore(_of) gives back. */
-static braid_result dev_select_of(braid_comm *c, const char *name, int dev,
-                                  int *mine) {
-  *mine = -1;
-  if (dev < 0) /* no buffers (a barrier) before the device side is set up */
-    return BRAID_SUCCESS;
-  *mine = cudev_get_device();
-  braid_result r = *mine == dev ? BRAID_SUCCESS : cudev_set_device(dev);
-  if (r != BRAID_SUCCESS)
-    comm_set_error(c, "%s on rank %d: selecting GPU %d: %s", name, c->rank, dev,
-                   cudev_error());
-  return r;
-}
-
-static braid_result dev_select(braid_comm *c, const char *name, int *mine) {
-  return dev_select_of(c, name, c->dev->device, mine);
-}
-
-static void dev_restore_of(int dev, int mine) {
-  if (mine >= 0 && mine != dev)
-    (void)cudev_set_device(mine);
-}
-
-static void dev_restore(const braid_comm *c, int mine) {
-  dev_restore_of(c->dev->device, mine);
-}
-
 /* Enqueues the gate of a call on a CUDA stream (shared: a group's gate,
  * already enqueued). */
 static braid_result gate_enqueue(braid_comm *c, const exec_op *op,
@@ -353,14 +319,14 @@ static braid_result gate_enqueue(braid_comm *c, const exec_op *op,
   g->left = NULL;
   /* the stream's GPU current (the kernel that stands in for the stream
    * memory operations launches on the current device) */
-  int mine = -1, dev = dev_of(c, op);
-  braid_result r = dev_select_of(c, op->name, dev, &mine);
+  int mine = -1, dev = comm_dev_of(c, op);
+  braid_result r = comm_dev_select_of(c, op->name, dev, &mine);
   if (r != BRAID_SUCCESS)
     return r;
   g->seq = ++s->gate_seq;
   cuda_held(1); /* until stream_gate_end opens it */
   r = cudev_gate_enqueue(s->gate, g->seq);
-  dev_restore_of(dev, mine);
+  comm_dev_restore_of(dev, mine);
   if (r != BRAID_SUCCESS) {
     /* Its number stays used (part of the gate may be on the stream: a
      * later "reached" must not be this one's) and ends here. */
@@ -413,7 +379,7 @@ static int small_plan(braid_comm *c, braid_stream *s, const exec_op *ops,
 static braid_result small_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
                                   const qwork *q, gate_ref *g) {
   int mine = -1;
-  braid_result r = dev_select(c, ops[0].name, &mine);
+  braid_result r = comm_dev_select(c, ops[0].name, &mine);
   if (r == BRAID_SUCCESS)
     r = exec_dev_stream_in(c, ops, q->st, q->nst, s->host, s->user);
   if (r == BRAID_SUCCESS)
@@ -429,7 +395,7 @@ static braid_result small_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
       g->s = NULL;
     }
   }
-  dev_restore(c, mine);
+  comm_dev_restore(c, mine);
   return r;
 }
 
@@ -441,13 +407,13 @@ static braid_result kernel_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
   int mine = -1;
   braid_result r = broken(c);
   if (r == BRAID_SUCCESS)
-    r = dev_select(c, ops[0].name, &mine);
+    r = comm_dev_select(c, ops[0].name, &mine);
   if (r != BRAID_SUCCESS)
     return r;
   for (int k = 0; k < nops; k++)
     flight_started(c, &ops[k]);
   r = exk_launch(c, ops, nops, s->user, &q->ev, &q->kseq);
-  dev_restore(c, mine);
+  comm_dev_restore(c, mine);
   for (int k = 0; r != BRAID_SUCCESS && k < nops; k++)
     flight_done(c, &ops[k], r);
   if (r == BRAID_SUCCESS)
@@ -462,8 +428,8 @@ static braid_result kernel_enqueue(braid_comm *c, braid_stream *s, exec_op *ops,
  * No braid work waits behind a held stream (src/config.h, cuda_gate). */
 static braid_result stream_reached(braid_comm *c, const exec_op *op,
                                    braid_stream *s) {
-  int mine = -1, dev = dev_of(c, op);
-  braid_result r = dev_select_of(c, op->name, dev, &mine);
+  int mine = -1, dev = comm_dev_of(c, op);
+  braid_result r = comm_dev_select_of(c, op->name, dev, &mine);
   if (r != BRAID_SUCCESS)
     return r;
   r = comm_dev_order_after(c, op->name, s->user);
@@ -476,7 +442,7 @@ static braid_result stream_reached(braid_comm *c, const exec_op *op,
                    "%s on rank %d: cannot mark the call on its CUDA "
                    "stream: %s",
                    op->name, c->rank, cudev_error());
-  dev_restore_of(dev, mine);
+  comm_dev_restore_of(dev, mine);
   if (r == BRAID_SUCCESS) {
     TRACE(LOG_COLL,
           "%s #%llu: waiting for the CUDA stream to reach it "
