@@ -80,7 +80,18 @@ typedef enum braid_dtype {
    * the bytes as they are. On device buffers, reductions of BRAID_INT16 and
    * BRAID_BOOL are BRAID_ERR_UNSUPPORTED (docs/CUDA.md). */
   BRAID_BOOL = 11,
-  BRAID_NUM_DTYPES = 12
+  /* 8-bit floats (NCCL's ncclFloat8e4m3 and ncclFloat8e5m2, torch's
+   * float8_e4m3fn and float8_e5m2). E4M3: 4 exponent bits, 3 mantissa bits,
+   * no infinities, NaN S.1111.111, largest finite 448. E5M2: 5 exponent
+   * bits, 2 mantissa bits, infinities and NaNs, largest finite 57344. Each
+   * reduction step widens both operands to float, applies the op and
+   * rounds back to nearest even, saturating: a result beyond the largest
+   * finite (an infinity included) gives the largest finite of its sign, as
+   * NCCL's conversions (__NV_SATFINITE) do. Bitwise ops are refused as on
+   * the other floats. docs/DTYPES.md. */
+  BRAID_FLOAT8_E4M3 = 12,
+  BRAID_FLOAT8_E5M2 = 13,
+  BRAID_NUM_DTYPES = 14
 } braid_dtype;
 
 typedef enum braid_op {
@@ -89,8 +100,8 @@ typedef enum braid_op {
   BRAID_MIN = 2,
   BRAID_MAX = 3,
   BRAID_AVG = 4, /* sum divided by the rank count (integers: truncated) */
-  /* Bitwise and, or, xor: integer dtypes and BRAID_BOOL only; on float16,
-   * bfloat16, float32 and float64 BRAID_ERR_INVALID_ARG, nothing sent. On
+  /* Bitwise and, or, xor: integer dtypes and BRAID_BOOL only; on the
+   * float dtypes BRAID_ERR_INVALID_ARG, nothing sent. On
    * device buffers BRAID_ERR_UNSUPPORTED (docs/CUDA.md). */
   BRAID_BAND = 5,
   BRAID_BOR = 6,

@@ -19,11 +19,12 @@
 
 /* ---- small public helpers --------------------------------------------- */
 
-static const size_t dtype_sizes[BRAID_NUM_DTYPES] = {1, 1, 4, 4, 8, 8,
-                                                     2, 2, 4, 8, 2, 1};
+static const size_t dtype_sizes[BRAID_NUM_DTYPES] = {1, 1, 4, 4, 8, 8, 2,
+                                                     2, 4, 8, 2, 1, 1, 1};
 static const char *dtype_names[BRAID_NUM_DTYPES] = {
-    "int8",    "uint8",    "int32",   "uint32",  "int64", "uint64",
-    "float16", "bfloat16", "float32", "float64", "int16", "bool"};
+    "int8",   "uint8",   "int32",       "uint32",     "int64",
+    "uint64", "float16", "bfloat16",    "float32",    "float64",
+    "int16",  "bool",    "float8_e4m3", "float8_e5m2"};
 static const char *op_names[BRAID_NUM_OPS] = {"sum", "prod", "min", "max",
                                               "avg", "band", "bor", "bxor"};
 
@@ -157,7 +158,8 @@ static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
     return bad(c, fn, "op is %d, not a braid_op (0..%d)", (int)op->op,
                BRAID_NUM_OPS - 1);
   int flt = op->dt == BRAID_FLOAT16 || op->dt == BRAID_BFLOAT16 ||
-            op->dt == BRAID_FLOAT32 || op->dt == BRAID_FLOAT64;
+            op->dt == BRAID_FLOAT32 || op->dt == BRAID_FLOAT64 ||
+            op->dt == BRAID_FLOAT8_E4M3 || op->dt == BRAID_FLOAT8_E5M2;
   int bitwise =
       op->op == BRAID_BAND || op->op == BRAID_BOR || op->op == BRAID_BXOR;
   if (reduces && bitwise && flt)

@@ -33,6 +33,8 @@
 
 #include <string.h>
 
+#include "fp8.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #define RED_X86 1
 #include <immintrin.h>
@@ -152,6 +154,16 @@ static inline uint16_t f2bf(float f) { return bf16_round(f2u(f)); }
 #define OP_HMAX(T, U, u, v)                                                    \
   OP_NARROW(OP_FMAX, red_half_to_float, red_float_to_half, u, v)
 
+/* 8-bit floats (src/fp8.h): widened to float, reduced, rounded back. */
+#define OP_E4SUM(T, U, u, v) (T) fp8_op(FP8_SUM, u, v, 0)
+#define OP_E4PROD(T, U, u, v) (T) fp8_op(FP8_PROD, u, v, 0)
+#define OP_E4MIN(T, U, u, v) (T) fp8_op(FP8_MIN, u, v, 0)
+#define OP_E4MAX(T, U, u, v) (T) fp8_op(FP8_MAX, u, v, 0)
+#define OP_E5SUM(T, U, u, v) (T) fp8_op(FP8_SUM, u, v, 1)
+#define OP_E5PROD(T, U, u, v) (T) fp8_op(FP8_PROD, u, v, 1)
+#define OP_E5MIN(T, U, u, v) (T) fp8_op(FP8_MIN, u, v, 1)
+#define OP_E5MAX(T, U, u, v) (T) fp8_op(FP8_MAX, u, v, 1)
+
 /* Buffers not aligned to their element size (a packed struct, a byte offset)
  * go through an aligned bounce buffer in blocks, so that no element is
  * accessed at a misaligned address. Blocks are read before they are
@@ -247,6 +259,11 @@ static void red_misaligned(red_fn aligned, size_t es, void *dst, const void *a,
   DEF_KERNEL(NAME##_prod, VAR, uint16_t, uint16_t, OP_##P##PROD)               \
   DEF_KERNEL(NAME##_min, VAR, uint16_t, uint16_t, OP_##P##MIN)                 \
   DEF_KERNEL(NAME##_max, VAR, uint16_t, uint16_t, OP_##P##MAX)
+#define DEF_FP8(NAME, VAR, P)                                                  \
+  DEF_KERNEL(NAME##_sum, VAR, uint8_t, uint8_t, OP_##P##SUM)                   \
+  DEF_KERNEL(NAME##_prod, VAR, uint8_t, uint8_t, OP_##P##PROD)                 \
+  DEF_KERNEL(NAME##_min, VAR, uint8_t, uint8_t, OP_##P##MIN)                   \
+  DEF_KERNEL(NAME##_max, VAR, uint8_t, uint8_t, OP_##P##MAX)
 
 #define DEF_ALL(VAR)                                                           \
   DEF_INT(i8, VAR, int8_t, uint8_t)                                            \
@@ -259,7 +276,9 @@ static void red_misaligned(red_fn aligned, size_t es, void *dst, const void *a,
   DEF_FLT(f32, VAR, float)                                                     \
   DEF_FLT(f64, VAR, double)                                                    \
   DEF_INT(i16, VAR, int16_t, uint16_t)                                         \
-  DEF_BOOL(bool, VAR)
+  DEF_BOOL(bool, VAR)                                                          \
+  DEF_FP8(e4m3, VAR, E4)                                                       \
+  DEF_FP8(e5m2, VAR, E5)
 
 DEF_ALL(base)
 DEF_NARROW(f16, base, H)
@@ -287,7 +306,8 @@ DEF_NARROW(f16, base, H)
   {                                                                            \
     ROW(i8, VAR), ROW(u8, VAR), ROW(i32, VAR), ROW(u32, VAR), ROW(i64, VAR),   \
         ROW(u64, VAR), ROWF(f16, F16VAR), ROWF(bf16, BF16VAR), ROWF(f32, VAR), \
-        ROWF(f64, VAR), ROW(i16, VAR), ROWB(VAR)                               \
+        ROWF(f64, VAR), ROW(i16, VAR), ROWB(VAR), ROWF(e4m3, VAR),             \
+        ROWF(e5m2, VAR)                                                        \
   }
 
 static const red_fn tab_base[BRAID_NUM_DTYPES][RED_COLS] =
@@ -561,7 +581,63 @@ void red_div(void *buf, size_t n, braid_dtype dt, int divisor) {
   case BRAID_INT16:
     DIV_LOOP(int16_t, (int16_t)(u / divisor));
     break;
+  case BRAID_FLOAT8_E4M3:
+  case BRAID_FLOAT8_E5M2:
+    DIV_LOOP(uint8_t, fp8_div(u, divisor, dt == BRAID_FLOAT8_E5M2));
+    break;
   default:
     break;
+  }
+}
+
+/* ---- pre-multiplied sum ------------------------------------------------ */
+
+#define MUL_LOOP(T, EXPR)                                                      \
+  do {                                                                         \
+    T *d = dst, s;                                                             \
+    const T *x = src;                                                          \
+    memcpy(&s, scalar, sizeof s);                                              \
+    for (size_t i = 0; i < n; i++) {                                           \
+      T u = x[i];                                                              \
+      d[i] = EXPR;                                                             \
+    }                                                                          \
+  } while (0)
+
+int red_premul(void *dst, const void *src, size_t n, braid_dtype dt,
+               const void *scalar) {
+  switch (dt) {
+  case BRAID_INT8:
+  case BRAID_UINT8:
+    MUL_LOOP(uint8_t, (uint8_t)(u * s));
+    return 0;
+  case BRAID_INT16:
+    MUL_LOOP(uint16_t, (uint16_t)((uint32_t)u * s));
+    return 0;
+  case BRAID_INT32:
+  case BRAID_UINT32:
+    MUL_LOOP(uint32_t, u * s);
+    return 0;
+  case BRAID_INT64:
+  case BRAID_UINT64:
+    MUL_LOOP(uint64_t, u * s);
+    return 0;
+  case BRAID_FLOAT16:
+    MUL_LOOP(uint16_t, OP_HPROD(T, U, u, s));
+    return 0;
+  case BRAID_BFLOAT16:
+    MUL_LOOP(uint16_t, OP_BPROD(T, U, u, s));
+    return 0;
+  case BRAID_FLOAT32:
+    MUL_LOOP(float, u *s);
+    return 0;
+  case BRAID_FLOAT64:
+    MUL_LOOP(double, u *s);
+    return 0;
+  case BRAID_FLOAT8_E4M3:
+  case BRAID_FLOAT8_E5M2:
+    MUL_LOOP(uint8_t, fp8_mul(u, s, dt == BRAID_FLOAT8_E5M2));
+    return 0;
+  default:
+    return -1;
   }
 }

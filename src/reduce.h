@@ -10,7 +10,8 @@
  *  - float min/max propagate NaN: a NaN in a gives a, else a NaN in b gives
  *    b; for operands that compare equal (+0, -0) the result is b;
  *  - float16/bfloat16 are widened to float, reduced, and rounded to nearest
- *    even (subnormals kept, overflow to infinity, NaN made quiet).
+ *    even (subnormals kept, overflow to infinity, NaN made quiet);
+ *  - float8 e4m3/e5m2 likewise, saturating at the largest finite (src/fp8.h).
  * dst may equal a and/or b exactly (no partial overlap); buffers need no
  * particular alignment.
  */
@@ -28,6 +29,11 @@ typedef void (*red_fn)(void *dst, const void *a, const void *b, size_t n);
 red_fn red_get(braid_dtype dt, braid_op op);
 /* buf[i] /= divisor (integers: truncated toward zero) — for BRAID_AVG. */
 void red_div(void *buf, size_t n, braid_dtype dt, int divisor);
+/* dst[i] = src[i] * *scalar (one element of dt), rounded to dt once
+ * (integers wrap): the pre-multiplied sum's local step. dst may equal src.
+ * 0, or -1 for a dtype without it (bool). */
+int red_premul(void *dst, const void *src, size_t n, braid_dtype dt,
+               const void *scalar);
 /* buf[i] = buf[i] != 0: bool results where no kernel ran. */
 void red_bool_norm(void *buf, size_t n);
 /* The portable kernel (no ISA-specific code), same results as red_get's;

@@ -16,6 +16,8 @@
  *    nearest even; subnormals kept, overflow to infinity, a NaN made quiet
  *    with its payload truncated. On the device, float16 uses the hardware
  *    conversions (exact, round to nearest even) for everything but NaN.
+ *  - float8 e4m3/e5m2: src/fp8.h's functions, shared with the CPU kernels
+ *    (widened to float, reduced, rounded to nearest even, saturating);
  *  - division (BRAID_AVG): integers truncate toward zero; floats divide in the
  *    type (float16/bfloat16 in float), a NaN stays that NaN, quieted.
  */
@@ -26,6 +28,7 @@
 #include <string.h>
 
 #include "braid.h"
+#include "src/fp8.h"
 
 #ifdef __CUDACC__
 #define ROP_HD __host__ __device__ __forceinline__
@@ -258,6 +261,20 @@ ROP_NARROW(BRAID_FLOAT16, rop_half_to_float, rop_float_to_half)
 ROP_NARROW(BRAID_BFLOAT16, rop_bf16_to_float, rop_float_to_bf16)
 #undef ROP_NARROW
 
+/* ROP_SUM..ROP_MAX are FP8_SUM..FP8_MAX */
+#define ROP_FP8(DT, E5)                                                        \
+  template <> struct rop_type<DT> {                                            \
+    typedef uint8_t T;                                                         \
+    template <int OP> static ROP_HD T op(T u, T v) {                           \
+      return fp8_op(OP, u, v, E5);                                             \
+    }                                                                          \
+    static ROP_HD T div(T u, int d) { return fp8_div(u, d, E5); }              \
+  };
+
+ROP_FP8(BRAID_FLOAT8_E4M3, 0)
+ROP_FP8(BRAID_FLOAT8_E5M2, 1)
+#undef ROP_FP8
+
 /* ---- sixteen bytes at a time ------------------------------------------ */
 
 /* Sixteen bytes of elements as four 32-bit words: a uint4's layout, what the
@@ -430,6 +447,10 @@ template <int DT> ROP_HD void rop_div_dt(void *p, int d) {
     CALL(BRAID_FLOAT32);                                                       \
   case BRAID_FLOAT64:                                                          \
     CALL(BRAID_FLOAT64);                                                       \
+  case BRAID_FLOAT8_E4M3:                                                      \
+    CALL(BRAID_FLOAT8_E4M3);                                                   \
+  case BRAID_FLOAT8_E5M2:                                                      \
+    CALL(BRAID_FLOAT8_E5M2);                                                   \
   default:                                                                     \
     break;                                                                     \
   }
