@@ -9,7 +9,8 @@
  * otherwise).
  *
  * Inputs are small integers chosen per (collective, op) so that the result is
- * exact in every datatype, including float16 and bfloat16: sums stay below
+ * exact in every datatype, including float16, bfloat16 and the 8-bit floats
+ * (integers exact up to 16 in e4m3, 8 in e5m2): sums stay below
  * the largest integer the type holds exactly, products are powers of two
  * that cannot overflow, and averages have exactly one non-zero contribution
  * that is a multiple of the rank count.
@@ -23,6 +24,8 @@ size_t perf_dtype_size(braid_dtype dt) {
   case BRAID_INT8:
   case BRAID_UINT8:
   case BRAID_BOOL:
+  case BRAID_FLOAT8_E4M3:
+  case BRAID_FLOAT8_E5M2:
     return 1;
   case BRAID_FLOAT16:
   case BRAID_BFLOAT16:
@@ -43,7 +46,8 @@ size_t perf_dtype_size(braid_dtype dt) {
 
 int perf_pair_valid(braid_dtype dt, braid_op op) {
   int flt = dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16 ||
-            dt == BRAID_FLOAT32 || dt == BRAID_FLOAT64;
+            dt == BRAID_FLOAT32 || dt == BRAID_FLOAT64 ||
+            dt == BRAID_FLOAT8_E4M3 || dt == BRAID_FLOAT8_E5M2;
   if (flt && (op == BRAID_BAND || op == BRAID_BOR || op == BRAID_BXOR))
     return 0;
   return !(dt == BRAID_BOOL && op == BRAID_AVG);
@@ -146,6 +150,32 @@ static uint16_t half_from_int(int64_t v) {
   return (uint16_t)(sign | (uint16_t)((e + 15) << 10) | mant);
 }
 
+/* An integer as an 8-bit float, to nearest even (exact up to 16 for e4m3
+ * and 8 for e5m2; the min/max patterns round larger ones, which keeps
+ * their order). */
+static uint8_t fp8_from_int(int64_t v, int e5m2) {
+  uint64_t a = (uint64_t)(v < 0 ? -v : v);
+  uint8_t sign = v < 0 ? 0x80 : 0;
+  if (a == 0)
+    return sign;
+  int mb = e5m2 ? 2 : 3, e = 63 - __builtin_clzll(a);
+  uint64_t q = a >> (e > mb ? e - mb : 0), rem = 0, half = 0;
+  if (e > mb) {
+    rem = a & ((1ull << (e - mb)) - 1);
+    half = 1ull << (e - mb - 1);
+  } else {
+    q = a << (mb - e);
+  }
+  if (e > mb && (rem > half || (rem == half && (q & 1))))
+    q++;
+  if (q >> (mb + 1)) { /* rounded up to the next power of two */
+    q >>= 1;
+    e++;
+  }
+  int bias = e5m2 ? 15 : 7;
+  return (uint8_t)(sign | (e + bias) << mb | (q & ((1u << mb) - 1)));
+}
+
 static uint16_t bf16_from_int(int64_t v) {
   float f = (float)v;
   uint32_t bits;
@@ -191,6 +221,10 @@ void perf_store(braid_dtype dt, void *buf, size_t i, int64_t v) {
   case BRAID_BOOL:
     ((uint8_t *)buf)[i] = v != 0;
     break;
+  case BRAID_FLOAT8_E4M3:
+  case BRAID_FLOAT8_E5M2:
+    ((uint8_t *)buf)[i] = fp8_from_int(v, dt == BRAID_FLOAT8_E5M2);
+    break;
   default:
     break;
   }
@@ -209,9 +243,17 @@ static int64_t exact_limit(braid_dtype dt) {
     return 256;
   case BRAID_INT16:
     return 32767;
+  case BRAID_FLOAT8_E4M3:
+    return 16;
+  case BRAID_FLOAT8_E5M2:
+    return 8;
   default:
     return (int64_t)1 << 24;
   }
+}
+
+static int fp8(braid_dtype dt) {
+  return dt == BRAID_FLOAT8_E4M3 || dt == BRAID_FLOAT8_E5M2;
 }
 
 static int is_signed(braid_dtype dt) {
@@ -236,7 +278,7 @@ int perf_exact_max_ranks(braid_dtype dt, braid_op op) {
     r = l; /* values 0/1 at worst */
     break;
   case BRAID_AVG:
-    r = l / 3;
+    r = fp8(dt) ? 8 : l / 3;
     break;
   default:
     r = 1 << 30;
@@ -265,9 +307,9 @@ static int64_t red_value(braid_dtype dt, braid_op op, int rank, int nranks,
     int64_t v = plain_value(rank, idx, seed);
     return is_signed(dt) ? v - 50 : v;
   }
-  case BRAID_AVG:
+  case BRAID_AVG: /* 8-bit floats: n or 2n, exact up to 8 ranks */
     return ((idx + (size_t)rank + seed) % (size_t)nranks == 0)
-               ? (int64_t)nranks * (int64_t)(1 + idx % 3)
+               ? (int64_t)nranks * (int64_t)(1 + idx % (fp8(dt) ? 2 : 3))
                : 0;
   case BRAID_BAND: /* mostly set bits, so that the and is not always 0 */
     return 0x7f & ~(int64_t)(1 << ((idx + (size_t)rank + seed) % 7));

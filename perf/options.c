@@ -24,8 +24,9 @@ const perf_coll_info perf_colls[COLL_COUNT] = {
 };
 
 static const char *const dtype_names[BRAID_NUM_DTYPES] = {
-    "int8",    "uint8",    "int32",   "uint32",  "int64", "uint64",
-    "float16", "bfloat16", "float32", "float64", "int16", "bool"};
+    "int8",   "uint8",   "int32",       "uint32",     "int64",
+    "uint64", "float16", "bfloat16",    "float32",    "float64",
+    "int16",  "bool",    "float8_e4m3", "float8_e5m2"};
 static const char *const op_names[BRAID_NUM_OPS] = {
     "sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
 
@@ -41,12 +42,21 @@ int perf_dtype_from_name(const char *s) {
     const char *alias;
     int dt;
   } aliases[] = {
-      {"char", BRAID_INT8},      {"int", BRAID_INT32},
-      {"half", BRAID_FLOAT16},   {"float", BRAID_FLOAT32},
-      {"double", BRAID_FLOAT64}, {"bf16", BRAID_BFLOAT16},
-      {"fp16", BRAID_FLOAT16},   {"fp32", BRAID_FLOAT32},
-      {"fp64", BRAID_FLOAT64},   {"uint", BRAID_UINT32},
+      {"char", BRAID_INT8},
+      {"int", BRAID_INT32},
+      {"half", BRAID_FLOAT16},
+      {"float", BRAID_FLOAT32},
+      {"double", BRAID_FLOAT64},
+      {"bf16", BRAID_BFLOAT16},
+      {"fp16", BRAID_FLOAT16},
+      {"fp32", BRAID_FLOAT32},
+      {"fp64", BRAID_FLOAT64},
+      {"uint", BRAID_UINT32},
       {"short", BRAID_INT16},
+      {"f8e4m3", BRAID_FLOAT8_E4M3},
+      {"f8e5m2", BRAID_FLOAT8_E5M2},
+      {"fp8_e4m3", BRAID_FLOAT8_E4M3},
+      {"fp8_e5m2", BRAID_FLOAT8_E5M2},
   };
   for (int i = 0; i < BRAID_NUM_DTYPES; i++)
     if (strcasecmp(s, dtype_names[i]) == 0)
@@ -166,7 +176,7 @@ void perf_usage(FILE *f, const char *prog) {
       "  -d,--datatype <t|all>     int8 uint8 int16 int32 uint32 int64 "
       "uint64\n"
       "                            float16 bfloat16 float32 float64 bool "
-      "(float32)\n"
+      "float8_e4m3\n                            float8_e5m2 (float32)\n"
       "                            (all: pairs braid refuses, bitwise ops on "
       "floats\n"
       "                            and avg on bool, are skipped)\n"
@@ -421,8 +431,8 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
       if (parse_list_dtype(a, o)) {
         fprintf(err,
                 "%s: unknown datatype '%s' (expected int8, uint8, int32, "
-                "uint32, int64, uint64, float16, bfloat16, float32, float64 "
-                "or all)\n",
+                "uint32, int64, uint64, float16, bfloat16, float32, float64, "
+                "float8_e4m3, float8_e5m2 or all)\n",
                 prog, a);
         return -1;
       }

@@ -212,9 +212,12 @@ int main(int argc, char **argv) {
   printf("| dtype | op | reduce GB/s | reduce / memcpy | reduce_fwd GB/s | "
          "reduce_fwd / memcpy |\n");
   printf("|---|---|---:|---:|---:|---:|\n");
-  /* the device's kernels: float64 and avg are the last dtype and op they
-   * take (int16, bool and the bitwise ops are host-only, docs/CUDA.md) */
-  for (int d = 0; d <= BRAID_FLOAT64; d++) {
+  /* the device's kernels: int8 to float64 and the 8-bit floats, avg the
+   * last op they take (int16, bool and the bitwise ops are host-only,
+   * docs/CUDA.md) */
+  for (int d = 0; d < BRAID_NUM_DTYPES; d++) {
+    if (d > BRAID_FLOAT64 && d != BRAID_FLOAT8_E4M3 && d != BRAID_FLOAT8_E5M2)
+      continue;
     for (int o = 0; o <= BRAID_AVG; o++) {
       if (!all_ops && o != BRAID_SUM && o != BRAID_MAX)
         continue;

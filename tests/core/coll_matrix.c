@@ -58,6 +58,26 @@ static float h2f(uint16_t h) {
   return v.f;
 }
 
+/* 8-bit floats: the nearest value (ties to even; the data patterns' larger
+ * integers round, the reductions' values are exact), and back. */
+static double f82d(uint8_t x, int e5m2) {
+  int mb = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+  int e = (x & 0x7f) >> mb, m = x & ((1 << mb) - 1);
+  double v = e ? ldexp((1 << mb) + m, e - bias - mb) : ldexp(m, 1 - bias - mb);
+  return (x & 0x80) ? -v : v;
+}
+
+static uint8_t f2f8(double v, int e5m2) {
+  uint8_t best = 0, top = e5m2 ? 0x7b : 0x7e;
+  for (uint8_t p = 1; p <= top; p++) {
+    double d = fabs(f82d(p, e5m2) - fabs(v)),
+           db = fabs(f82d(best, e5m2) - fabs(v));
+    if (d < db || (d == db && !(p & 1)))
+      best = p;
+  }
+  return (uint8_t)(best | (v < 0 ? 0x80 : 0));
+}
+
 static void put(void *buf, size_t i, braid_dtype dt, int64_t x) {
   switch (dt) {
   case BRAID_INT8:
@@ -92,6 +112,10 @@ static void put(void *buf, size_t i, braid_dtype dt, int64_t x) {
     break;
   case BRAID_FLOAT64:
     ((double *)buf)[i] = (double)x;
+    break;
+  case BRAID_FLOAT8_E4M3:
+  case BRAID_FLOAT8_E5M2:
+    ((uint8_t *)buf)[i] = f2f8((double)x, dt == BRAID_FLOAT8_E5M2);
     break;
   default:
     break;
@@ -129,6 +153,9 @@ static double get(const void *buf, size_t i, braid_dtype dt) {
     return ((const float *)buf)[i];
   case BRAID_FLOAT64:
     return ((const double *)buf)[i];
+  case BRAID_FLOAT8_E4M3:
+  case BRAID_FLOAT8_E5M2:
+    return f82d(((const uint8_t *)buf)[i], dt == BRAID_FLOAT8_E5M2);
   default:
     return NAN;
   }
@@ -143,10 +170,17 @@ static double as_dtype(int64_t x, braid_dtype dt) {
 
 /* Value ops: the reduction ops, then bool's three (logical or, and, xor),
  * whose inputs hold zeros and nonzero bytes other than 1. */
-enum { VOP_LOR = BRAID_NUM_OPS, VOP_LAND, VOP_LXOR, NVOP };
+enum { VOP_LOR = BRAID_NUM_OPS, VOP_LAND, VOP_LXOR, VOP_FSUM, VOP_FAVG, NVOP };
 #define MAXPERIOD 256
 
+static int is_fp8(braid_dtype dt) {
+  return dt == BRAID_FLOAT8_E4M3 || dt == BRAID_FLOAT8_E5M2;
+}
+
 static int vop_of(braid_dtype dt, int op) {
+  /* 8-bit floats hold few integers: a sum has one nonzero input */
+  if (is_fp8(dt) && (op == BRAID_SUM || op == BRAID_AVG))
+    return op == BRAID_SUM ? VOP_FSUM : VOP_FAVG;
   if (dt != BRAID_BOOL || op < 0)
     return op;
   switch (op) {
@@ -173,6 +207,11 @@ static int64_t val(int r, size_t i, int op) {
   case VOP_LAND:
   case VOP_LXOR:
     return ((i >> (r % 8)) & 1) ? (r % 2 ? 0x80 : 2 + r) : 0;
+  case VOP_FSUM: /* rank i % n gives 1 to 4, the others 0: exact anyhow */
+    return (size_t)r == i % (size_t)g_n ? (int64_t)(i % 4) + 1 : 0;
+  case VOP_FAVG: /* n or 2n from rank i % n: n to 16, even above 8 */
+    return (size_t)r == i % (size_t)g_n ? (int64_t)g_n * (int64_t)(1 + i % 2)
+                                        : 0;
   case BRAID_BAND: /* mostly set bits */
     return 0x7f & ~((int64_t)1 << ((size_t)r + i) % 7);
   case BRAID_BOR:
@@ -197,7 +236,7 @@ static int64_t val(int r, size_t i, int op) {
 
 static int64_t reduce_expect_slow(size_t i, int op) {
   int64_t acc = val(0, i, op);
-  if (op >= VOP_LOR)
+  if (op >= VOP_LOR && op <= VOP_LXOR)
     acc = acc != 0;
   for (int r = 1; r < g_n; r++) {
     int64_t v = val(r, i, op);
@@ -222,6 +261,8 @@ static int64_t reduce_expect_slow(size_t i, int op) {
       break;
     case BRAID_SUM:
     case BRAID_AVG:
+    case VOP_FSUM:
+    case VOP_FAVG:
       acc += v;
       break;
     case BRAID_PROD:
@@ -235,7 +276,7 @@ static int64_t reduce_expect_slow(size_t i, int op) {
       break;
     }
   }
-  if (op == BRAID_AVG)
+  if (op == BRAID_AVG || op == VOP_FAVG)
     acc /= g_n;
   return acc;
 }
@@ -302,6 +343,10 @@ static double want_data(int r, size_t i, braid_dtype dt) {
 
 static size_t period_of(int op) {
   static const size_t period[BRAID_NUM_OPS] = {4, 3, 7, 7, 5, 7, 7, 7};
+  if (op == VOP_FSUM)
+    return (size_t)g_n * 4; /* a multiple of lcm(n, 4) */
+  if (op == VOP_FAVG)
+    return (size_t)g_n * 2;
   if (op >= VOP_LOR)
     return bool_period();
   return op >= 0 ? period[op] : 100;
@@ -757,7 +802,8 @@ static int is_new(braid_dtype dt, int op) {
   return dt == BRAID_INT16 || dt == BRAID_BOOL || op >= BRAID_BAND;
 }
 static int large_pair(braid_dtype dt, int op) {
-  return (dt == BRAID_INT16 && op == BRAID_BXOR) ||
+  return (dt == BRAID_FLOAT8_E4M3 && op == BRAID_SUM) ||
+         (dt == BRAID_INT16 && op == BRAID_BXOR) ||
          (dt == BRAID_BOOL && op == BRAID_BAND);
 }
 /* On device buffers (tests/cuda/test_gpu_matrix.h force-included), braid
@@ -794,7 +840,7 @@ static void t_refused(braid_comm *c, braid_dtype dt, int op, size_t n) {
 /* Pairs braid refuses (the scenarios check the refusal). */
 static int valid_pair(braid_dtype dt, int op) {
   int flt = dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16 ||
-            dt == BRAID_FLOAT32 || dt == BRAID_FLOAT64;
+            dt == BRAID_FLOAT32 || dt == BRAID_FLOAT64 || is_fp8(dt);
   return !(flt && op >= BRAID_BAND) && !(dt == BRAID_BOOL && op == BRAID_AVG);
 }
 
@@ -841,7 +887,7 @@ int main(int argc, char **argv) {
       for (int ip = 0; ip < 2; ip++) {
         for (int op = 0; op < BRAID_NUM_OPS; op++) {
           if (!valid_pair(dt, op) ||
-              (large && is_new(dt, op) && !large_pair(dt, op)))
+              (large && (is_new(dt, op) || is_fp8(dt)) && !large_pair(dt, op)))
             continue;
           if (dev_refuses(dt, op)) {
             if (ip == 0 && n > 0 && !large && RUN("allreduce"))

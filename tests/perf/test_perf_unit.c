@@ -247,6 +247,16 @@ static double load(braid_dtype dt, const void *buf, size_t i) {
     return ((const int16_t *)buf)[i];
   case BRAID_BOOL:
     return ((const uint8_t *)buf)[i];
+  case BRAID_FLOAT8_E4M3:
+  case BRAID_FLOAT8_E5M2: { /* sign, exponent, mantissa: no NaN here */
+    uint8_t x = ((const uint8_t *)buf)[i];
+    int mb = dt == BRAID_FLOAT8_E5M2 ? 2 : 3;
+    int bias = dt == BRAID_FLOAT8_E5M2 ? 15 : 7;
+    int e = (x & 0x7f) >> mb, m = x & ((1 << mb) - 1);
+    double v =
+        e ? ldexp((1 << mb) + m, e - bias - mb) : ldexp(m, 1 - bias - mb);
+    return (x & 0x80) ? -v : v;
+  }
   default:
     return 0;
   }
@@ -357,6 +367,32 @@ static int64_t simulate(perf_coll c, braid_dtype dt, braid_op op, int n,
   free(in);
   free(out);
   return wrong;
+}
+
+/* Integers as 8-bit floats: exact where the format holds them, else the
+ * nearest (ties to even), checked with this file's decoder. */
+Test(perf_data, float8_encodings) {
+  static const braid_dtype dts[2] = {BRAID_FLOAT8_E4M3, BRAID_FLOAT8_E5M2};
+  for (int k = 0; k < 2; k++)
+    for (int v = -100; v <= 100; v++) {
+      uint8_t b = 0;
+      perf_store(dts[k], &b, 0, v);
+      double got = load(dts[k], &b, 0);
+      int lim = k ? 8 : 16;
+      if (v >= -lim && v <= lim)
+        cr_expect_eq(got, (double)v, "%s %d stored as %g",
+                     perf_dtype_str(dts[k]), v, got);
+      else
+        cr_expect(fabs(got - v) <= fabs((double)v) / (k ? 8 : 16),
+                  "%s %d stored as %g", perf_dtype_str(dts[k]), v, got);
+    }
+  uint8_t b = 0;
+  perf_store(BRAID_FLOAT8_E4M3, &b, 0, 9); /* 9: exact, 1.001 x 8 */
+  cr_expect_eq(b, 0x51);
+  perf_store(BRAID_FLOAT8_E5M2, &b, 0, 9); /* tie between 8 and 10: 8 */
+  cr_expect_eq(b, 0x48);
+  perf_store(BRAID_FLOAT8_E5M2, &b, 0, 5);
+  cr_expect_eq(b, 0x45);
 }
 
 Test(perf_data, every_collective_dtype_op_is_exact) {
