@@ -233,6 +233,32 @@ BRAID_API braid_result braid_comm_flight_dump(braid_comm *comm,
 /* The last error on this communicator, in words: what, which rank or peer. */
 BRAID_API const char *braid_comm_last_error(const braid_comm *comm);
 
+/* ---- reduction ops ---------------------------------------------------- */
+
+/* A pre-multiplied sum (NCCL's ncclRedOpCreatePreMulSum; torch's
+ * PREMUL_SUM): a reducing call (allreduce, reduce, reduce_scatter) with
+ * *op gives, element by element, the sum over the ranks r of
+ * scalar_r * x_r, where each rank multiplies its own input by its own
+ * scalar (rounded to dt; integers wrap) before the sum, which then goes as
+ * BRAID_SUM's. scalar points to one element of dt: host memory, read now
+ * (scalar_on_device 0), or device memory, read each time a call with the op
+ * runs (1; it must stay valid while the op is used). The op belongs to
+ * comm and to dt: another dtype, or another communicator, is
+ * BRAID_ERR_INVALID_ARG, as are bool and unknown dtypes. Calls on device
+ * buffers: BRAID_ERR_UNSUPPORTED for now (docs/DTYPES.md). The handle is
+ * a braid_op value beyond the built-in ones; braid_op_name gives
+ * "premul_sum". */
+BRAID_API braid_result braid_op_create_premul_sum(braid_op *op,
+                                                  const void *scalar,
+                                                  braid_dtype dt,
+                                                  int scalar_on_device,
+                                                  braid_comm *comm);
+/* Frees an op made by braid_op_create_premul_sum. A call queued on a
+ * stream that uses it and has not finished, a built-in op, an op already
+ * destroyed or another communicator's: BRAID_ERR_INVALID_ARG with the
+ * reason in braid_comm_last_error. */
+BRAID_API braid_result braid_op_destroy(braid_op op, braid_comm *comm);
+
 /* ---- collectives ------------------------------------------------------ */
 
 BRAID_API braid_result braid_allreduce(const void *sendbuf, void *recvbuf,

@@ -15,6 +15,7 @@
 #include "src/exec_int.h"
 #include "src/flight.h"
 #include "src/log.h"
+#include "src/premul.h"
 #include "transports/cuda/cuda_dev.h"
 
 /* ---- small public helpers --------------------------------------------- */
@@ -37,7 +38,9 @@ const char *braid_dtype_name(braid_dtype dt) {
 }
 
 const char *braid_op_name(braid_op op) {
-  return (unsigned)op < BRAID_NUM_OPS ? op_names[op] : "invalid";
+  return (unsigned)op < BRAID_NUM_OPS ? op_names[op]
+         : premul_is_op(op)           ? "premul_sum"
+                                      : "invalid";
 }
 
 const char *braid_result_string(braid_result r) {
@@ -367,9 +370,18 @@ static braid_result issue(braid_comm *c, exec_op *op, int reduces) {
   braid_result r = comm_ready(c); /* before its sequence number */
   if (r != BRAID_SUCCESS)
     return r;
-  r = check_op(c, op, reduces);
+  r = reduces ? premul_resolve(c, op) : BRAID_SUCCESS;
+  if (r == BRAID_SUCCESS)
+    r = check_op(c, op, reduces);
   if (r == BRAID_SUCCESS && op->count > 0)
     r = classify(c, op);
+  if (r == BRAID_SUCCESS && op->count > 0 && op->premul != NULL &&
+      op->dev >= 0) {
+    bad(c, op->name,
+        "the pre-multiplied sum takes host buffers (device buffers are not "
+        "supported yet; docs/DTYPES.md)");
+    r = BRAID_ERR_UNSUPPORTED;
+  }
   if (r == BRAID_SUCCESS && op->count > 0)
     r = dev_dtype(c, op, reduces);
   if (r == BRAID_SUCCESS && op->count > 0)

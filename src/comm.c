@@ -19,6 +19,7 @@
 #include "src/flight.h"
 #include "src/launch_env.h"
 #include "src/log.h"
+#include "src/premul.h"
 #include "transports/ibverbs/ibverbs.h"
 #include "transports/ofi/ofi.h"
 
@@ -319,6 +320,7 @@ void comm_free(braid_comm *c) {
   free(c->conns);
   free(c->scratch);
   free(c->xpool);
+  premul_free(c);
   pthread_mutex_destroy(&c->lock);
   pthread_mutex_destroy(&c->qlock);
   pthread_cond_destroy(&c->qcond);

@@ -41,6 +41,9 @@ typedef struct exec_op {
   int is_count;
   uint64_t count_msg, count_want;
   uint64_t flight; /* its flight recorder record (src/flight.c), 0: none */
+  /* a pre-multiplied sum (src/premul.h): op is BRAID_SUM and each rank's
+   * input is first multiplied by this op's scalar */
+  const struct premul_op *premul;
 } exec_op;
 
 /* A unit of work in the comm's queue: one op, or a group's ops. */
@@ -126,6 +129,7 @@ struct braid_comm {
   pthread_mutex_t qlock;
   pthread_cond_t qcond;
   exec_work *qhead, *qtail;
+  struct premul_tab *premul; /* braid_op_create_premul_sum's ops */
   int qlen;
   /* queued calls that may launch collective kernels when they run: a call
    * on a CUDA stream launches its own only when there is none (src/

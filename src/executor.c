@@ -33,6 +33,7 @@
 #include "src/exec_int.h"
 #include "src/flight.h"
 #include "src/log.h"
+#include "src/premul.h"
 #include "transports/cuda/cuda_dev.h"
 
 /* ---- geometry ---------------------------------------------------------- */
@@ -477,7 +478,16 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
     flight_started(c, &ops[k]);
     dev |= ops[k].dev >= 0 && !ops[k].is_barrier;
   }
-  braid_result r = dev ? exec_dev_run(c, ops, nops) : exec_loop(c, ops, nops);
+  /* a pre-multiplied sum reads a copy of its input times the scalar */
+  const void *stack_saved[4], **saved = stack_saved;
+  if (nops > 4 && (saved = calloc((size_t)nops, sizeof *saved)) == NULL)
+    return BRAID_ERR_NOMEM;
+  braid_result r = premul_begin(c, ops, nops, saved);
+  if (r == BRAID_SUCCESS)
+    r = dev ? exec_dev_run(c, ops, nops) : exec_loop(c, ops, nops);
+  premul_end(ops, nops, saved);
+  if (saved != stack_saved)
+    free(saved);
   for (int k = 0; k < nops; k++)
     flight_done(c, &ops[k], r);
   return r;

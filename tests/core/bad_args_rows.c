@@ -112,8 +112,10 @@ static void m_text_nomagic(args *a) { memset(a->e->text, 'a', 2 * 128); }
 static void m_buf_null(args *a) { a->buf = NULL; }
 static void m_len_short(args *a) { a->len = 10; }
 static void m_value99(args *a) { a->value = 99; }
+static void m_value1(args *a) { a->value = 1; }
 static void m_value_neg(args *a) { a->value = -1; }
 static void m_group_streams(args *a) { a->variant = 1; }
+static void m_pop_null(args *a) { a->variant = 3; }
 static void m_dt42_group(args *a) { a->dt = (braid_dtype)42, a->variant = 2; }
 
 /* ---- the public functions ----------------------------------------------- */
@@ -245,6 +247,12 @@ static long c_comm_size(args *a) { return braid_comm_size(a->comm, a->pint); }
 static long c_comm_flight_dump(args *a) {
   return braid_comm_flight_dump(a->comm, a->path);
 }
+static long c_op_create_premul_sum(args *a) {
+  static braid_op made;
+  return braid_op_create_premul_sum(a->variant == 3 ? NULL : &made, a->in,
+                                    a->dt, a->value, a->comm);
+}
+static long c_op_destroy(args *a) { return braid_op_destroy(a->op, a->comm); }
 static long c_comm_last_error(args *a) {
   return strstr(braid_comm_last_error(a->comm), "comm is NULL") != NULL;
 }
@@ -260,7 +268,8 @@ static long c_comm_last_error(args *a) {
       X(broadcast), X(allgather), X(reduce_scatter), X(gather), X(scatter),    \
       X(alltoall), X(alltoallv), X(send), X(recv), X(barrier), X(group_start), \
       X(group_end), X(stream_create), X(stream_destroy),                       \
-      X(stream_synchronize), X(stream_query), X(stream_from_cuda)
+      X(stream_synchronize), X(stream_query), X(stream_from_cuda),             \
+      X(op_create_premul_sum), X(op_destroy)
 #define C(f)                                                                   \
   { #f, c_##f }
 const bad_caller bad_callers[] = {CALLERS(C)};
@@ -469,5 +478,17 @@ const row bad_rows[] = {
     {"stream_query", "stream", "stream is NULL", L, m_stream_null},
     {"stream_from_cuda", "stream", "stream is NULL", L, m_pstream_null},
     {"stream_from_cuda", "cuda_stream", NULL, CU, m_none},
+    /* reduction ops */
+    {"op_create_premul_sum", "op", "op is NULL", E, m_pop_null},
+    {"op_create_premul_sum", "scalar", "scalar is NULL", E, m_in_null},
+    {"op_create_premul_sum", "dt", "dt is 42", E, m_dt42},
+    {"op_create_premul_sum", "scalar_on_device", "scalar_on_device is 99", E,
+     m_value99},
+    {"op_create_premul_sum", "scalar_on_device",
+     "scalar_on_device is 1 but scalar", E, m_value1},
+    COMM_ROW("op_create_premul_sum"),
+    {"op_destroy", "op", "op 0x9 is neither", E, m_op9},
+    {"op_destroy", "op", "is a built-in op", E, m_none},
+    COMM_ROW("op_destroy"),
 };
 const int bad_nrows = (int)(sizeof bad_rows / sizeof bad_rows[0]);
