@@ -7,9 +7,6 @@
 #include "transports/shm.h"
 
 #include <errno.h>
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -229,31 +226,6 @@ static int cma_read(tp_conn *c, void *dst, uint64_t raddr, size_t len) {
   return BRAID_SUCCESS;
 }
 
-/* memcpy whose stores bypass the cache where the CPU has them (x86: the
- * destination's lines are not read for ownership before being overwritten,
- * and the copied data does not evict what the caller works on). */
-static void copy_streaming(char *dst, const char *src, size_t n) {
-#if defined(__x86_64__)
-  size_t i = 0;
-  if (((uintptr_t)dst & 15) == 0 && ((uintptr_t)src & 15) == 0) {
-    for (; i + 64 <= n; i += 64) {
-      __m128i a = _mm_load_si128((const __m128i *)(src + i));
-      __m128i b = _mm_load_si128((const __m128i *)(src + i + 16));
-      __m128i c2 = _mm_load_si128((const __m128i *)(src + i + 32));
-      __m128i d = _mm_load_si128((const __m128i *)(src + i + 48));
-      _mm_stream_si128((__m128i *)(dst + i), a);
-      _mm_stream_si128((__m128i *)(dst + i + 16), b);
-      _mm_stream_si128((__m128i *)(dst + i + 32), c2);
-      _mm_stream_si128((__m128i *)(dst + i + 48), d);
-    }
-    _mm_sfence();
-  }
-  memcpy(dst + i, src + i, n - i);
-#else
-  memcpy(dst, src, n);
-#endif
-}
-
 static int cma_reduce(tp_conn *c, const char *src, char *dst, uint64_t raddr,
                       size_t len, const tp_reducer *r) {
   if (!c->bounce && !(c->bounce = aligned_alloc(SHM_CL, SHM_PIECE)))
@@ -265,15 +237,7 @@ static int cma_reduce(tp_conn *c, const char *src, char *dst, uint64_t raddr,
     int rc = cma_read(c, c->bounce, raddr + off, n);
     if (rc)
       return rc;
-    if (dst == src) {
-      r->fn(dst + off, src + off, c->bounce, n / r->elem_size);
-    } else {
-      /* out of place: the result goes to the bounce (in cache), then to dst
-       * with streaming stores, so dst's lines are not read first to be
-       * overwritten (an extra pass over memory: docs/PERFORMANCE.md) */
-      r->fn(c->bounce, src + off, c->bounce, n / r->elem_size);
-      copy_streaming(dst + off, c->bounce, n);
-    }
+    r->fn(dst + off, src + off, c->bounce, n / r->elem_size);
   }
   return BRAID_SUCCESS;
 }
