@@ -137,6 +137,20 @@ static int writes(const sched_step *st) {
   return st->prim != SCHED_P_SEND && st->dst.buf != SCHED_BUF_NONE;
 }
 
+/* A copy onto itself: in place, a COPY from a chunk of IN to the chunk of
+ * OUT it aliases writes nothing (the executor skips it). Counted as a
+ * write, it made the root's send of an in-place broadcast "volatile", and
+ * so copied through the slots instead of read by its peer directly. */
+static int noop_copy(const exec_op *op, int rank, int K, const sched_step *w) {
+  if (w->prim != SCHED_P_COPY || w->src.count != w->dst.count)
+    return 0;
+  for (uint32_t a = 0; a < w->src.count; a++)
+    if (canon(op, rank, K, w->src.buf, w->src.index + a) !=
+        canon(op, rank, K, w->dst.buf, w->dst.index + a))
+      return 0;
+  return 1;
+}
+
 /* Does a step after `i` overwrite a chunk that step i sends? */
 static int is_volatile(const exec_op *op, int rank, int K,
                        const sched_channel *sc, int i) {
@@ -151,7 +165,7 @@ static int is_volatile(const exec_op *op, int rank, int K,
     return 0;
   for (int j = i + 1; j < sc->nsteps; j++) {
     const sched_step *w = &sc->steps[j];
-    if (!writes(w))
+    if (!writes(w) || noop_copy(op, rank, K, w))
       continue;
     for (uint32_t a = 0; a < sent.count; a++)
       for (uint32_t b = 0; b < w->dst.count; b++)
