@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "collectives/schedule.h"
@@ -60,10 +60,13 @@ struct flight {
   flight_rec *recs;
 };
 
+/* The coarse clock (a tick, 1 to 4 ms): three reads per call of the
+ * precise one cost 0.08 us of a 0.4 us call, and which call hung when
+ * needs no finer. */
 static int64_t now_real_us(void) {
-  struct timeval tv;
-  gettimeofday(&tv, NULL);
-  return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* ---- the registry of communicators, and SIGUSR1 ----------------------- */
