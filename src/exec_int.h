@@ -112,6 +112,7 @@ typedef struct exec_waiter {
    * which, and its note's epoch (confirmed at the next check) */
   int cycle_peer;
   uint32_t cycle_epoch;
+  int64_t cycle_since;
   int warned; /* a stopped rank was named in a warning */
 } exec_waiter;
 /* A wait is over (something moved): what it took tells whether spinning

@@ -268,6 +268,11 @@ static inline void cpu_relax(void) {
 }
 
 #define EXEC_UNSTACK_EVERY_US 10000
+/* How long two ranks must be seen waiting for each other in different
+ * calls, the same note all along, before it is called a mismatch: a rank
+ * the scheduler left off its CPU that long is rare; one about to see a
+ * message is not. */
+#define EXEC_CYCLE_US 1000000
 /* Waits in a row that spun out their budget and ended within
  * EXEC_AFTER_SPIN_US of it, after which waits skip the spin but for one in
  * EXEC_SPIN_PROBE. */
@@ -446,6 +451,8 @@ void exec_wait_done(braid_comm *c, exec_waiter *w) {
   w->cycle_peer = -1;
 }
 
+static int rank_stopped(braid_comm *c, int r, int *pid);
+
 static braid_result wait_cycle(braid_comm *c, xop *xs, int nops,
                                exec_waiter *w) {
   const xop *x = NULL;
@@ -474,16 +481,25 @@ static braid_result wait_cycle(braid_comm *c, xop *xs, int nops,
   int on = -1;
   uint64_t pfp = 0;
   uint32_t epoch = 0;
+  /* The same call number only: a peer one call behind that waits for this
+   * rank is most likely about to see a release this rank has made (the
+   * acknowledgment of a single-copy send it has not looked at yet) */
+  int pid = 0;
   if (fp == 0 || !t->peer_wait(st, p, &on, &pfp, &epoch) || on != c->rank ||
-      pfp == 0 || pfp == fp || !t->quiet(st, p)) {
+      pfp == 0 || pfp == fp || ((pfp ^ fp) & 0xffffffu) != 0 ||
+      !t->quiet(st, p) || rank_stopped(c, p, &pid)) {
     w->cycle_peer = -1;
     return BRAID_SUCCESS;
   }
+  int64_t now = exec_now_us();
   if (w->cycle_peer != p || w->cycle_epoch != epoch) {
-    w->cycle_peer = p; /* confirmed, or not, at the next check */
+    w->cycle_peer = p; /* confirmed, or not, a second later */
     w->cycle_epoch = epoch;
+    w->cycle_since = now;
     return BRAID_SUCCESS;
   }
+  if (now - w->cycle_since < EXEC_CYCLE_US)
+    return BRAID_SUCCESS;
   char what[224];
   tp_fp_mismatch(pfp, fp, p, what, sizeof what);
   comm_set_error(c,
