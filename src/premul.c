@@ -99,7 +99,7 @@ braid_result braid_op_create_premul_sum(braid_op *op, const void *scalar,
     snprintf(why, sizeof why,
              "scalar_on_device is 1 but scalar %p is not device memory",
              scalar);
-  if (why[0]) {
+  if (why[0] || op == NULL || scalar == NULL) { /* (the last two: said) */
     comm_set_error(comm, "%s: %s", fn, why);
     WARN(LOG_COLL, "%s: %s", fn, why);
     return BRAID_ERR_INVALID_ARG;
