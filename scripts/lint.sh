@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-files=$(git ls-files '*.c' '*.h' '*.cc' 2>/dev/null || find include src collectives transports topology tools perf trainer tests -name '*.[ch]')
+files=$(git ls-files '*.c' '*.h' '*.cc' 2>/dev/null || find include src collectives transports device topology tools perf trainer tests -name '*.[ch]')
 echo "== clang-format ($(echo "$files" | wc -l) files)"
 # one process for all files (one per file spent 20 s starting them); the
 # findings name file and line
@@ -13,7 +13,7 @@ echo "== clang-format ($(echo "$files" | wc -l) files)"
 clang-format --dry-run -Werror $files || { echo "run: clang-format -i <file>"; exit 1; }
 
 # clang-tidy on the library and tools (the code users run).
-lib=$(git ls-files 'src/*.c' 'collectives/*.c' 'transports/*.c' 'transports/*/*.c' \
+lib=$(git ls-files 'src/*.c' 'collectives/*.c' 'transports/*.c' 'transports/*/*.c' 'device/*.c' \
   'topology/*.c' 'tools/*.c' 2>/dev/null)
 # A source built into several targets (the library and a test that compiles
 # it directly) has one entry per target in compile_commands.json, and

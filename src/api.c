@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/cuda_dev.h"
 #include "src/bootstrap.h"
 #include "src/comm.h"
 #include "src/config.h"
@@ -16,7 +17,6 @@
 #include "src/flight.h"
 #include "src/log.h"
 #include "src/premul.h"
-#include "transports/cuda/cuda_dev.h"
 
 /* ---- small public helpers --------------------------------------------- */
 

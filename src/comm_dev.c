@@ -49,10 +49,10 @@
 #include <unistd.h>
 
 #include "collectives/view.h"
+#include "device/cuda_dev.h"
 #include "src/config.h"
 #include "src/exec_int.h"
 #include "src/log.h"
-#include "transports/cuda/cuda_dev.h"
 #include "transports/cuda/cuda_tp.h"
 
 /* A buffer outgrown during an operation, freed at teardown (see

@@ -142,7 +142,7 @@ static void cfg_fill(cfg_env *c) {
            c->cuda_kernel_slot);
     c->cuda_kernel_slot = (size_t)4 << 20;
   }
-  /* at most CUDEV_KA_BLOCKS (transports/cuda/cuda_dev.h); 0: by the ranks
+  /* at most CUDEV_KA_BLOCKS (device/cuda_dev.h); 0: by the ranks
    * sharing the GPU (src/exec_kernel.c, blocks_for) */
   c->cuda_kernel_blocks = env_int("BRAID_CUDA_KERNEL_BLOCKS", 0, 0, 128);
   c->cuda_buffsize = env_size("BRAID_CUDA_BUFFSIZE", 0);

@@ -20,10 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "device/cuda_dev.h"
 #include "src/config.h"
 #include "src/launch_env.h"
 #include "topology/topo.h"
-#include "transports/cuda/cuda_dev.h"
 #include "transports/sock_util.h"
 
 /* ---- TCP interface ------------------------------------------------------- */

@@ -36,13 +36,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "device/cuda_dev.h"
 #include "src/comm.h"
 #include "src/config.h"
 #include "src/exec_int.h"
 #include "src/flight.h"
 #include "src/log.h"
 #include "src/stream.h"
-#include "transports/cuda/cuda_dev.h"
 #include "transports/cuda/cuda_tp.h"
 
 /* The gate a queued unit of work waits for. A group over several
@@ -156,11 +156,11 @@ static braid_result reach_wait(braid_comm *c, const exec_op *op,
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (long polls = 0;; polls++) {
     int q = g != NULL ? (cudev_gate_reached(g->s->gate, g->seq) ? BRAID_SUCCESS
-                                                                : TP_AGAIN)
+                                                                : CUDEV_AGAIN)
                       : cudev_event_query(ev);
     if (q == BRAID_SUCCESS)
       return BRAID_SUCCESS;
-    if (q != TP_AGAIN) {
+    if (q != CUDEV_AGAIN) {
       comm_set_error(c,
                      "%s #%llu on rank %d: waiting for the CUDA stream to "
                      "reach the call: %s; the call did not run",

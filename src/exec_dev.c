@@ -39,9 +39,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/cuda_dev.h"
 #include "src/exec_int.h"
 #include "src/log.h"
-#include "transports/cuda/cuda_dev.h"
 #include "transports/cuda/cuda_tp.h"
 
 /* ---- local steps on the internal stream -------------------------------- */

@@ -7,7 +7,7 @@
  * reduction that a host thread issues and whose event it polls: about 14 us
  * per hand-over under MPS on an H200 (docs/PERFORMANCE.md), so an 8-byte
  * allreduce of 2 ranks takes tens of microseconds. Here a call runs as one
- * kernel per rank (cudev_kernel_coll, transports/cuda/cuda_dev.h): each
+ * kernel per rank (cudev_kernel_coll, device/cuda_dev.h): each
  * rank copies its input into an area of its device memory that every rank
  * maps through CUDA IPC, raises a flag in every peer's area, waits for the
  * peers' flags in its own, and makes its output from the ranks' inputs (the
@@ -57,11 +57,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "device/cuda_dev.h"
 #include "src/comm_dev.h"
 #include "src/config.h"
 #include "src/exec_int.h"
 #include "src/log.h"
-#include "transports/cuda/cuda_dev.h"
 #include "transports/cuda/cuda_tp.h"
 
 #define EXK_EVENTS_MAX 4096
@@ -327,7 +327,7 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
 static int last_ended(const exk *x, int ms) {
   int ended = x->last_ev == NULL;
   for (int i = 0; !ended && i <= ms; i++) {
-    ended = cudev_event_query(x->last_ev) != TP_AGAIN;
+    ended = cudev_event_query(x->last_ev) != CUDEV_AGAIN;
     struct timespec nap = {0, 1000000};
     if (!ended && i < ms)
       nanosleep(&nap, NULL);
@@ -554,7 +554,7 @@ braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
   int q;
   long dead_ms = -1;
   braid_result r = BRAID_SUCCESS;
-  for (long polls = 0; (q = cudev_event_query(ev)) == TP_AGAIN; polls++) {
+  for (long polls = 0; (q = cudev_event_query(ev)) == CUDEV_AGAIN; polls++) {
     if (polls < 2000)
       continue;
     if (polls < 4000) {

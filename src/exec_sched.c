@@ -11,9 +11,9 @@
 
 #include "collectives/generators.h"
 #include "collectives/plan.h"
+#include "device/cuda_dev.h"
 #include "src/exec_int.h"
 #include "src/log.h"
-#include "transports/cuda/cuda_dev.h"
 
 /* The selector's size: bytes of one block (count x datatype size). */
 static size_t coll_bytes(const exec_op *op) {

@@ -29,12 +29,12 @@
 
 #include "collectives/generators.h"
 #include "collectives/select.h"
+#include "device/cuda_dev.h"
 #include "src/config.h"
 #include "src/exec_int.h"
 #include "src/flight.h"
 #include "src/log.h"
 #include "src/premul.h"
-#include "transports/cuda/cuda_dev.h"
 
 /* ---- geometry ---------------------------------------------------------- */
 

@@ -2,7 +2,7 @@
  * The 8-bit floats BRAID_FLOAT8_E4M3 and BRAID_FLOAT8_E5M2: conversions to
  * and from float and the reductions' element operations, written once for
  * the CPU kernels (src/reduce.c) and the CUDA kernels
- * (transports/cuda/reduce_ops.cuh), so that both give the same bits.
+ * (device/reduce_ops.cuh), so that both give the same bits.
  *
  *  - e4m3 ("fn"): sign, 4 exponent bits (bias 7), 3 mantissa bits; no
  *    infinities; S.1111.111 is NaN; largest finite 448; subnormals down to

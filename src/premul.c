@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/cuda_dev.h"
 #include "src/log.h"
 #include "src/reduce.h"
-#include "transports/cuda/cuda_dev.h"
 
 /* handle: bit 30 | tag (10 bits: the communicator) | generation (8) | slot
  * (12) */

@@ -164,7 +164,7 @@ static int retired_done(retired *r) {
   r->gate = NULL;
   if (r->host != NULL && r->done != NULL) {
     int q = cudev_event_query(r->done);
-    if (q == TP_AGAIN)
+    if (q == CUDEV_AGAIN)
       return 0;
     cudev_event_destroy(r->done);
     r->done = NULL;

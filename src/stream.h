@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "braid.h"
-#include "transports/cuda/cuda_dev.h"
+#include "device/cuda_dev.h"
 
 struct braid_stream {
   pthread_mutex_t lock;

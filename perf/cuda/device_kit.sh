@@ -180,7 +180,7 @@ profile_narrow() {
       --kernel-name "regex:k_vecINS_5red_fILi${dt%%:*}ELi0EEELb0E" --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section MemoryWorkloadAnalysis \
-      "$BUILD/perf/cuda/reduce_bench" -b 64M -n 2 >>"$log" 2>&1 || echo "(ncu exit $?)" >>"$log"
+      "$BUILD/device/bench/reduce_bench" -b 64M -n 2 >>"$log" 2>&1 || echo "(ncu exit $?)" >>"$log"
   done
   grep -E "^===|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Duration|ncu exit" "$log" || true
 }

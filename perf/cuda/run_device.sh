@@ -88,7 +88,7 @@ mkdir -p "$LOG_DIR"
 
 PERF=$BUILD/perf/braid-perf
 RUN=$BUILD/tools/braidrun
-RB=$BUILD/perf/cuda/reduce_bench
+RB=$BUILD/device/bench/reduce_bench
 
 # ---- 1. reduction kernels against memcpy ----
 log "== reduce_bench -b $SIZE"
@@ -327,7 +327,7 @@ GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader \
   -i 0 2>/dev/null | head -1 || true)
 echo "### Device buffers: measured $(date -u +%Y-%m-%d) on ${GPU:-GPU 0}"
 echo
-echo "Reduction kernels, $SIZE per buffer (\`perf/cuda/reduce_bench\`);"
+echo "Reduction kernels, $SIZE per buffer (\`device/bench/reduce_bench\`);"
 echo "cudaMemcpy device to device: **$B GB/s** (B, counting read + write)."
 echo
 grep '^|' "$LOG_DIR/reduce_bench.txt"

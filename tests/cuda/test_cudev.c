@@ -1,5 +1,5 @@
 /*
- * The device layer (transports/cuda/cuda_dev.h) in a build with CUDA.
+ * The device layer (device/cuda_dev.h) in a build with CUDA.
  * Without a GPU (or driver): no devices, host pointers are host memory, and
  * calls fail with a message naming the CUDA call. With one: the reduction
  * kernels against the CPU kernels for every dtype x op, size, alignment and
@@ -14,9 +14,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "device/cuda_dev.h"
+#include "device/dev_int.h"
 #include "src/reduce.h"
-#include "transports/cuda/cuda_dev.h"
-#include "transports/cuda/dev_int.h"
 
 #define NO_GPU_SKIP()                                                          \
   do {                                                                         \

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "braid.h"
-#include "transports/cuda/cuda_dev.h"
+#include "device/cuda_dev.h"
 
 #define GM_GUARD 64
 #define GM_GUARD_BYTE 0x5a

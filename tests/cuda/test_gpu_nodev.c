@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "braid.h"
-#include "transports/cuda/cuda_dev.h"
+#include "device/cuda_dev.h"
 
 static void read_file(const char *path, char *buf, size_t len) {
   buf[0] = '\0';

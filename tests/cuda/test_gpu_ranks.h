@@ -20,9 +20,9 @@
 
 #include "../test_fork.h"
 #include "braid.h"
+#include "device/cuda_dev.h"
 #include "src/config.h"
 #include "src/exec_int.h"
-#include "transports/cuda/cuda_dev.h"
 
 typedef int (*gpu_rank_fn)(braid_comm *c, int rank, int n);
 

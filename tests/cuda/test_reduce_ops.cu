@@ -1,5 +1,5 @@
 /*
- * The CUDA kernels' element functions (transports/cuda/reduce_ops.cuh), run
+ * The CUDA kernels' element functions (device/reduce_ops.cuh), run
  * on the host, against the CPU kernels (src/reduce.h) bit for bit: every
  * dtype x op on thousands of random operands mixed with the values that
  * break reductions (NaN with payloads, signalling NaN, +-0, +-inf,
@@ -15,7 +15,7 @@
 extern "C" {
 #include "src/reduce.h"
 }
-#include "transports/cuda/reduce_ops.cuh"
+#include "device/reduce_ops.cuh"
 
 /* The device's kernels take the first ten dtypes and five ops; int16, bool
  * and the bitwise ops are refused on device buffers (docs/CUDA.md). */

@@ -17,10 +17,10 @@ check() { # description command...
 
 # A configured build directory (used as it is) whose ninja targets exist.
 B=$T/build
-mkdir -p "$B/tools" "$B/perf/cuda" "$T/bin"
+mkdir -p "$B/tools" "$B/device/bench" "$T/bin"
 echo "CMAKE_BUILD_TYPE:STRING=Release" >"$B/CMakeCache.txt"
 printf 'rule nop\n  command = true\nbuild braid-perf braidrun reduce_bench: nop\n' >"$B/build.ninja"
-cat >"$B/perf/cuda/reduce_bench" <<'EOF'
+cat >"$B/device/bench/reduce_bench" <<'EOF'
 #!/usr/bin/env bash
 [ -z "${FAKE_NO_GPU:-}" ] || { echo "reduce_bench: no CUDA device"; exit 2; }
 echo "# cudaMemcpy device to device: 4200.0 GB/s"
@@ -52,7 +52,7 @@ cat >"$T/bin/mps-ctl" <<'EOF'
 #!/usr/bin/env bash
 if [ "$1" = -d ]; then echo "start $CUDA_MPS_PIPE_DIRECTORY" >>"$FAKE_MPS_LOG"; else echo "$(cat)" >>"$FAKE_MPS_LOG"; fi
 EOF
-chmod +x "$B/perf/cuda/reduce_bench" "$B/tools/braidrun" "$T/bin/mps-ctl"
+chmod +x "$B/device/bench/reduce_bench" "$B/tools/braidrun" "$T/bin/mps-ctl"
 
 run() { # name, then environment assignments; status in $T/<name>.rc
   local n=$1

@@ -1,5 +1,5 @@
 /*
- * A stand-in for the device layer (transports/cuda/cuda_dev.h) made of host
+ * A stand-in for the device layer (device/cuda_dev.h) made of host
  * memory, so that tp_cuda's own code -- setup over the bootstrap, IPC
  * mapping, slot offsets, liveness, teardown -- runs between rank processes
  * on a machine without a GPU. "Device memory" is a POSIX shm segment whose
@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "transports/cuda/cuda_dev.h"
+#include "device/cuda_dev.h"
 #include "transports/transport.h"
 
 #define FAKE_MAX 64
@@ -66,7 +66,7 @@ int cudev_event_query(void *event) {
   fev *e = event;
   if (e->queries_left > 0) {
     e->queries_left--;
-    return TP_AGAIN;
+    return CUDEV_AGAIN;
   }
   return BRAID_SUCCESS;
 }

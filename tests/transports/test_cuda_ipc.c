@@ -14,11 +14,11 @@
 #include <unistd.h>
 
 #include "../test_fork.h"
+#include "device/cuda_dev.h"
 #include "ranks.h"
 #include "src/bootstrap.h"
 #include "src/comm.h"
 #include "src/comm_dev.h"
-#include "transports/cuda/cuda_dev.h"
 #include "transports/cuda/cuda_tp.h"
 #include "transports/transport.h"
 

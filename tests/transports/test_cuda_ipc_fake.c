@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device/cuda_dev.h"
 #include "ranks.h"
 #include "src/bootstrap.h"
-#include "transports/cuda/cuda_dev.h"
 #include "transports/cuda/cuda_tp.h"
 #include "transports/transport.h"
 

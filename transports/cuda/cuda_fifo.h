@@ -3,7 +3,7 @@
  * device memory whose counters live in host shared memory, the bookkeeping
  * of slots, credits and publications, and liveness. Copies and reductions go
  * through a copy engine (a table of functions): the transports hand it the
- * device layer (transports/cuda/cuda_dev.h), the unit tests a fake that
+ * device layer (device/cuda_dev.h), the unit tests a fake that
  * runs memcpy when the test says so. Nothing here includes CUDA.
  *
  * Layout. Each rank owns one host shm segment per communicator with the

@@ -17,9 +17,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "device/cuda_dev.h"
 #include "src/bootstrap.h"
 #include "src/log.h"
-#include "transports/cuda/cuda_dev.h"
 #include "transports/cuda/cuda_fifo.h"
 #include "transports/cuda/cuda_tp.h"
 
@@ -43,7 +43,10 @@ static int eng_event_new(void **ev) { return cudev_event_create(ev); }
 static int eng_record(void *ev, void *stream) {
   return cudev_event_record(ev, stream);
 }
-static int eng_query(void *ev) { return cudev_event_query(ev); }
+static int eng_query(void *ev) {
+  int q = cudev_event_query(ev);
+  return q == CUDEV_AGAIN ? TP_AGAIN : q;
+}
 static void eng_event_free(void *ev) { cudev_event_destroy(ev); }
 
 const cuf_engine cuf_cuda_engine = {

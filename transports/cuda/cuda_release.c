@@ -40,8 +40,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "device/cuda_dev.h"
 #include "src/log.h"
-#include "transports/cuda/cuda_dev.h"
 #include "transports/cuda/cuda_tp.h"
 
 typedef struct held_mem {

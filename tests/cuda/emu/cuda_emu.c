@@ -2,7 +2,7 @@
  * An emulated GPU, for running braid's device path on machines without one.
  *
  * One "device" made of host memory implements both the device layer
- * (transports/cuda/cuda_dev.h) and the part of the CUDA runtime API that the
+ * (device/cuda_dev.h) and the part of the CUDA runtime API that the
  * device-buffer tests call (declared by the toolkit's cuda_runtime_api.h).
  * Linked with libbraid's other objects into the test library braid_emu, in
  * place of dev.c, kernels.cu and the CUDA runtime, it lets the executor's

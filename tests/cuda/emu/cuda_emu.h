@@ -2,7 +2,7 @@
  * What the emulated GPU's files share (test code only, see cuda_emu.c):
  * cuda_emu.c models the devices, streams and events; cuda_emu_mem.c device
  * and pinned memory, copies and IPC handles; cuda_emu_dev.c braid's device
- * layer (transports/cuda/cuda_dev.h) on top of both.
+ * layer (device/cuda_dev.h) on top of both.
  */
 #ifndef BRAID_CUDA_EMU_H
 #define BRAID_CUDA_EMU_H
@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "transports/cuda/cuda_dev.h"
+#include "device/cuda_dev.h"
 
 /* How long a call that would hang a real process waits before it aborts,
  * saying so. */

@@ -1,5 +1,5 @@
 /*
- * braid's device layer (transports/cuda/cuda_dev.h) on the emulated GPU
+ * braid's device layer (device/cuda_dev.h) on the emulated GPU
  * (see cuda_emu.c): the same calls as dev.c, made to the emulated CUDA
  * runtime. The collective kernel is in emu_kernel.c.
  */
@@ -101,7 +101,7 @@ braid_result cudev_event_record(void *event, void *stream) {
 }
 
 int cudev_event_query(void *event) {
-  return cudaEventQuery(event) == cudaSuccess ? BRAID_SUCCESS : TP_AGAIN;
+  return cudaEventQuery(event) == cudaSuccess ? BRAID_SUCCESS : CUDEV_AGAIN;
 }
 
 void cudev_event_destroy(void *event) {

@@ -19,9 +19,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "device/cuda_dev.h"
 #include "src/reduce.h"
 #include "tests/cuda/emu/cuda_emu.h"
-#include "transports/cuda/cuda_dev.h"
 
 typedef struct ka_call {
   cudev_ka k;

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "../../test_fork.h"
-#include "transports/cuda/cuda_dev.h"
+#include "device/cuda_dev.h"
 
 /* The signal that ended fn run in a child (0: it exited). */
 static int dies_of(void (*fn)(void)) {

@@ -23,9 +23,9 @@
  */
 #include <cuda_runtime.h>
 
-#include "cuda_dev.h"
-#include "dev_int.h"
-#include "reduce_ops.cuh"
+#include "device/cuda_dev.h"
+#include "device/dev_int.h"
+#include "device/reduce_ops.cuh"
 
 namespace {
 

@@ -19,6 +19,10 @@
 
 #include "braid.h"
 
+/* "Not yet, ask again": the value the transports call TP_AGAIN
+ * (transports/transport.h checks that they agree). */
+#define CUDEV_AGAIN (-1)
+
 int cudev_built(void); /* 1 when the library was built with CUDA */
 int cudev_count(void); /* visible devices; 0 without CUDA, driver or GPU */
 /* The message of the last failed call on this thread. */
@@ -55,7 +59,7 @@ braid_result cudev_stream_sync(void *stream);
 int cudev_stream_capturing(void *stream);
 braid_result cudev_event_create(void **event);
 braid_result cudev_event_record(void *event, void *stream);
-/* BRAID_SUCCESS when done, TP_AGAIN (-1) while pending, else an error. */
+/* BRAID_SUCCESS when done, CUDEV_AGAIN while pending, else an error. */
 int cudev_event_query(void *event);
 void cudev_event_destroy(void *event);
 

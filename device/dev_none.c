@@ -5,7 +5,7 @@
  */
 #include <stdio.h>
 
-#include "transports/cuda/cuda_dev.h"
+#include "device/cuda_dev.h"
 
 #include <stdint.h>
 

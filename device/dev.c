@@ -29,7 +29,7 @@
  * Both words start at 0, so gate numbers start at 1; cudev_gate_free
  * releases the last gate first, so a stream never waits on freed memory.
  */
-#include "transports/cuda/cuda_dev.h"
+#include "device/cuda_dev.h"
 
 #include <ctype.h>
 #include <cuda.h>
@@ -40,8 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transports/cuda/dev_int.h"
-#include "transports/transport.h"
+#include "device/dev_int.h"
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == CUDEV_IPC_BYTES,
                "CUDA IPC handle size");
@@ -192,7 +191,7 @@ int cudev_event_query(void *event) {
   if (e == cudaErrorNotReady) {
     if (cudaPeekAtLastError() == cudaErrorNotReady)
       (void)cudaGetLastError();
-    return TP_AGAIN;
+    return CUDEV_AGAIN;
   }
   return dev_fail("cudaEventQuery", e);
 }

@@ -27,8 +27,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "device/cuda_dev.h"
 #include "perf.h"
-#include "transports/cuda/cuda_dev.h"
 
 enum { EXIT_USAGE = 2, EXIT_RUNTIME = 3, REPS = 5 };
 
