@@ -16,7 +16,7 @@
  *    nearest even; subnormals kept, overflow to infinity, a NaN made quiet
  *    with its payload truncated. On the device, float16 uses the hardware
  *    conversions (exact, round to nearest even) for everything but NaN.
- *  - float8 e4m3/e5m2: src/fp8.h's functions, shared with the CPU kernels
+ *  - float8 e4m3/e5m2: device/fp8.h's functions, shared with the CPU kernels
  *    (widened to float, reduced, rounded to nearest even, saturating);
  *  - division (BRAID_AVG): integers truncate toward zero; floats divide in the
  *    type (float16/bfloat16 in float), a NaN stays that NaN, quieted.
@@ -28,7 +28,8 @@
 #include <string.h>
 
 #include "braid.h"
-#include "src/fp8.h"
+#include "device/fp8.h"
+#include "device/half.h"
 
 #ifdef __CUDACC__
 #define ROP_HD __host__ __device__ __forceinline__
@@ -86,54 +87,12 @@ ROP_HD double rop_quiet(double x) {
   return rop_u2d(rop_d2u(x) | 0x8000000000000ull);
 }
 
-/* ---- float16 / bfloat16 conversions (software, exact) ------------------ */
+/* ---- float16 / bfloat16 conversions: device/half.h in software (exact,
+ * shared with the CPU kernels), the hardware's for numbers on the device - */
 
-ROP_HD float rop_half_to_float_sw(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t e = (h >> 10) & 0x1fu;
-  uint32_t m = h & 0x3ffu;
-  if (e == 0x1f) /* Inf, or NaN made quiet */
-    return rop_u2f(sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0));
-  if (e == 0) {
-    if (m == 0)
-      return rop_u2f(sign);
-    uint32_t fe = 113; /* exponent of 2^-14 in float's bias */
-    while (!(m & 0x400u)) {
-      m <<= 1;
-      fe--;
-    }
-    return rop_u2f(sign | (fe << 23) | ((m & 0x3ffu) << 13));
-  }
-  return rop_u2f(sign | ((e + 112u) << 23) | (m << 13));
-}
+ROP_HD float rop_half_to_float_sw(uint16_t h) { return half_to_float(h); }
 
-ROP_HD uint16_t rop_float_to_half_sw(float f) {
-  uint32_t x = rop_f2u(f);
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-  uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) /* NaN: quiet, payload truncated */
-    return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-  if (ax >= 0x477ff000u) /* >= 65520 rounds to infinity */
-    return (uint16_t)(sign | 0x7c00u);
-  if (ax < 0x38800000u) {  /* below 2^-14: subnormal half (or zero) */
-    if (ax <= 0x33000000u) /* <= 2^-25: ties to even give zero */
-      return sign;
-    uint32_t e = ax >> 23;
-    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126u - e; /* value in units of 2^-24 is m >> shift */
-    uint32_t q = m >> shift;
-    uint32_t rem = m & ((1u << shift) - 1u);
-    uint32_t half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (q & 1u)))
-      q++;
-    return (uint16_t)(sign | q);
-  }
-  uint32_t hb = (ax >> 13) - (112u << 10);
-  uint32_t rem = ax & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (hb & 1u)))
-    hb++;
-  return (uint16_t)(sign | hb);
-}
+ROP_HD uint16_t rop_float_to_half_sw(float f) { return half_from_float(f); }
 
 /* float16 <-> float for numbers (not NaN): the hardware conversions on the
  * device, which are exact and round to nearest even. */
@@ -173,16 +132,9 @@ ROP_HD uint16_t rop_float_to_half(float f) {
   return rop_float_to_half_sw(f);
 }
 
-ROP_HD float rop_bf16_to_float(uint16_t h) {
-  return rop_u2f((uint32_t)h << 16);
-}
+ROP_HD float rop_bf16_to_float(uint16_t h) { return bf16_to_float(h); }
 
-ROP_HD uint16_t rop_float_to_bf16(float f) {
-  uint32_t x = rop_f2u(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u)
-    return (uint16_t)((x >> 16) | 0x40u);
-  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
+ROP_HD uint16_t rop_float_to_bf16(float f) { return bf16_from_float(f); }
 
 /* ---- element operations ------------------------------------------------ */
 

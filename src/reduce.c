@@ -33,7 +33,8 @@
 
 #include <string.h>
 
-#include "fp8.h"
+#include "device/fp8.h"
+#include "device/half.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define RED_X86 1
@@ -50,77 +51,14 @@
 
 /* ---- scalar conversions ------------------------------------------------ */
 
-static inline uint32_t f2u(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
+/* float16 and bfloat16: device/half.h, shared with the CUDA kernels. */
+float red_half_to_float(uint16_t h) { return half_to_float(h); }
+uint16_t red_float_to_half(float f) { return half_from_float(f); }
+float red_bf16_to_float(uint16_t h) { return bf16_to_float(h); }
+uint16_t red_float_to_bf16(float f) { return bf16_from_float(f); }
 
-static inline float u2f(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-float red_half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t e = (h >> 10) & 0x1fu;
-  uint32_t m = h & 0x3ffu;
-  if (e == 0x1f) /* Inf, or NaN made quiet */
-    return u2f(sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0));
-  if (e == 0) {
-    if (m == 0)
-      return u2f(sign);
-    uint32_t fe = 113; /* exponent of 2^-14 in float's bias */
-    while (!(m & 0x400u)) {
-      m <<= 1;
-      fe--;
-    }
-    return u2f(sign | (fe << 23) | ((m & 0x3ffu) << 13));
-  }
-  return u2f(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-uint16_t red_float_to_half(float f) {
-  uint32_t x = f2u(f);
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-  uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) /* NaN: quiet, payload truncated */
-    return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-  if (ax >= 0x477ff000u) /* >= 65520 rounds to infinity */
-    return (uint16_t)(sign | 0x7c00u);
-  if (ax < 0x38800000u) {  /* below 2^-14: subnormal half (or zero) */
-    if (ax <= 0x33000000u) /* <= 2^-25: ties to even give zero */
-      return sign;
-    uint32_t e = ax >> 23;
-    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126u - e; /* value in units of 2^-24 is m >> shift */
-    uint32_t q = m >> shift;
-    uint32_t rem = m & ((1u << shift) - 1u);
-    uint32_t half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (q & 1u)))
-      q++;
-    return (uint16_t)(sign | q);
-  }
-  uint32_t hb = (ax >> 13) - (112u << 10);
-  uint32_t rem = ax & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (hb & 1u)))
-    hb++;
-  return (uint16_t)(sign | hb);
-}
-
-float red_bf16_to_float(uint16_t h) { return u2f((uint32_t)h << 16); }
-
-static inline uint16_t bf16_round(uint32_t x) {
-  if ((x & 0x7fffffffu) > 0x7f800000u)
-    return (uint16_t)((x >> 16) | 0x40u);
-  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-uint16_t red_float_to_bf16(float f) { return bf16_round(f2u(f)); }
-
-static inline float bf2f(uint16_t h) { return u2f((uint32_t)h << 16); }
-static inline uint16_t f2bf(float f) { return bf16_round(f2u(f)); }
+static inline float bf2f(uint16_t h) { return bf16_to_float(h); }
+static inline uint16_t f2bf(float f) { return bf16_from_float(f); }
 
 /* ---- element operations ------------------------------------------------ */
 
@@ -154,7 +92,7 @@ static inline uint16_t f2bf(float f) { return bf16_round(f2u(f)); }
 #define OP_HMAX(T, U, u, v)                                                    \
   OP_NARROW(OP_FMAX, red_half_to_float, red_float_to_half, u, v)
 
-/* 8-bit floats (src/fp8.h): widened to float, reduced, rounded back. */
+/* 8-bit floats (device/fp8.h): widened to float, reduced, rounded back. */
 #define OP_E4SUM(T, U, u, v) (T) fp8_op(FP8_SUM, u, v, 0)
 #define OP_E4PROD(T, U, u, v) (T) fp8_op(FP8_PROD, u, v, 0)
 #define OP_E4MIN(T, U, u, v) (T) fp8_op(FP8_MIN, u, v, 0)
@@ -319,8 +257,9 @@ DEF_ALL(avx2)
 /* float16 and bfloat16 with explicit vectors: VL elements per iteration
  * are widened to float (F16C / AVX-512 conversions for float16, a shift for
  * bfloat16), reduced, and rounded back (the hardware's round-to-nearest-even
- * for float16, the integer rounding of bf16_round for bfloat16). The tail
- * goes through a zero-padded block so it uses the very same instructions. */
+ * for float16, the integer rounding of bf16_round_bits (device/half.h) for
+ * bfloat16). The tail goes through a zero-padded block so it uses the very same
+ * instructions. */
 #define DEF_HW(PFX, OP, VAR, VL, V, HV, LOAD, STORE, TOF, TOH)                 \
   ATTR_##VAR static void PFX##_##OP##_##VAR(void *dst, const void *a,          \
                                             const void *b, size_t n) {         \

@@ -1,5 +1,5 @@
 /*
- * The 8-bit floats (src/fp8.h, the CPU kernels of src/reduce.c): every
+ * The 8-bit floats (device/fp8.h, the CPU kernels of src/reduce.c): every
  * e4m3 and e5m2 value decoded against a decoder written here from the
  * formats' definitions, encoding against a nearest-value search (ties to
  * the even pattern, saturation at the largest finite), rounding and
@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "src/fp8.h"
+#include "device/fp8.h"
 #include "src/reduce.h"
 
 /* ---- independent reference ---------------------------------------------- */

@@ -27,8 +27,8 @@
  * NaN made by the operation itself (inf - inf, 0 * inf) is the positive
  * canonical NaN (e5m2 0x7e), so that CPUs and GPUs agree.
  */
-#ifndef BRAID_SRC_FP8_H
-#define BRAID_SRC_FP8_H
+#ifndef BRAID_DEVICE_FP8_H
+#define BRAID_DEVICE_FP8_H
 
 #include <stdint.h>
 #include <string.h>
