@@ -14,6 +14,8 @@
 #include <climits>
 #include <cstring>
 #include <exception>
+#include <map>
+#include <memory>
 #include <stdexcept>
 #include <utility>
 
@@ -209,14 +211,18 @@ ProcessGroupBraid::allreduce(std::vector<at::Tensor> &tensors,
   const char *op = "allreduce";
   check_count(op, "the tensor list", tensors.size(), 1);
   check_tensor(op, "tensor", tensors[0]);
-  braid_op bop;
-  Wire w = reduce_wire(op, tensors[0], opts.reduceOp, &bop);
+  RedOp rop;
+  Wire w = reduce_wire(op, tensors[0], opts.reduceOp, &rop);
   Out o(tensors[0], true);
   Op x;
   x.name = op;
   x.work = BRAID_OP(ALLREDUCE, tensors);
-  x.issue = [o, w, bop](braid_comm *c) {
-    return braid_allreduce(o.ptr(), o.ptr(), w.count, w.dt, bop, c, nullptr);
+  x.issue = [o, w, rop](braid_comm *c) {
+    CallOp bop(c, rop, w.dt);
+    if (bop.result() != BRAID_SUCCESS)
+      return bop.result();
+    return braid_allreduce(o.ptr(), o.ptr(), w.count, w.dt, bop.op(), c,
+                           nullptr);
   };
   x.post = [o] { o.back(); };
   return enqueue(std::move(x));
@@ -229,10 +235,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce_coalesced(
   TORCH_CHECK(!tensors.empty(), "braid: ", op, ": the tensor list is empty");
   std::vector<Out> outs;
   std::vector<Wire> wires;
-  braid_op bop = BRAID_SUM;
+  RedOp rop;
   for (size_t i = 0; i < tensors.size(); i++) {
     check_tensor(op, nth("tensors", i), tensors[i]);
-    wires.push_back(reduce_wire(op, tensors[i], opts.reduceOp, &bop));
+    wires.push_back(reduce_wire(op, tensors[i], opts.reduceOp, &rop));
     outs.emplace_back(tensors[i], true);
   }
   Op x;
@@ -243,12 +249,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce_coalesced(
    * the other, as the list says. Every rank decides alike: the tensors
    * are alike on every rank. */
   bool group = !any_overlap(outs);
-  x.issue = [outs, wires, bop, group](braid_comm *c) {
+  x.issue = [outs, wires, rop, group](braid_comm *c) {
+    /* One op per dtype (a pre-multiplied sum belongs to one), made before
+     * the group and destroyed after it ran. */
+    std::map<braid_dtype, std::unique_ptr<CallOp>> bops;
+    for (size_t i = 0; i < wires.size(); i++) {
+      std::unique_ptr<CallOp> &b = bops[wires[i].dt];
+      if (!b) {
+        RedOp r = rop;
+        r.st = outs[i].buf.scalar_type();
+        b = std::make_unique<CallOp>(c, r, wires[i].dt);
+      }
+      if (b->result() != BRAID_SUCCESS)
+        return b->result();
+    }
     auto all = [&] {
       for (size_t i = 0; i < outs.size(); i++) {
         braid_result r =
             braid_allreduce(outs[i].ptr(), outs[i].ptr(), wires[i].count,
-                            wires[i].dt, bop, c, nullptr);
+                            wires[i].dt, bops[wires[i].dt]->op(), c, nullptr);
         if (r != BRAID_SUCCESS)
           return r;
       }
@@ -271,8 +290,8 @@ ProcessGroupBraid::reduce(std::vector<at::Tensor> &tensors,
   check_root(op, opts.rootRank, size_);
   TORCH_CHECK(opts.rootTensor == 0, "braid: reduce: rootTensor must be 0");
   check_tensor(op, "tensor", tensors[0]);
-  braid_op bop;
-  Wire w = reduce_wire(op, tensors[0], opts.reduceOp, &bop);
+  RedOp rop;
+  Wire w = reduce_wire(op, tensors[0], opts.reduceOp, &rop);
   int root = static_cast<int>(opts.rootRank);
   bool at_root = root == rank_;
   /* Only the root's tensor receives the result; the others' stay as they
@@ -281,9 +300,12 @@ ProcessGroupBraid::reduce(std::vector<at::Tensor> &tensors,
   Op x;
   x.name = op;
   x.work = BRAID_OP(REDUCE, tensors);
-  x.issue = [o, w, bop, root, at_root](braid_comm *c) {
+  x.issue = [o, w, rop, root, at_root](braid_comm *c) {
+    CallOp bop(c, rop, w.dt);
+    if (bop.result() != BRAID_SUCCESS)
+      return bop.result();
     return braid_reduce(o.ptr(), at_root ? o.ptr() : nullptr, w.count, w.dt,
-                        bop, root, c, nullptr);
+                        bop.op(), root, c, nullptr);
   };
   if (at_root)
     x.post = [o] { o.back(); };
@@ -494,15 +516,18 @@ ProcessGroupBraid::reduce_scatter(std::vector<at::Tensor> &outputs,
     check_tensor(op, nth("input", i), inputs[0][i]);
     check_like(op, nth("input", i), inputs[0][i], out, out.numel());
   }
-  braid_op bop;
-  Wire w = reduce_wire(op, out, opts.reduceOp, &bop);
+  RedOp rop;
+  Wire w = reduce_wire(op, out, opts.reduceOp, &rop);
   at::Tensor flat = flat_of(inputs[0], out);
   Out o(out);
   Op x;
   x.name = op;
   x.work = BRAID_OP(REDUCE_SCATTER, outputs);
-  x.issue = [flat, o, w, bop](braid_comm *c) {
-    return braid_reduce_scatter(data(flat), o.ptr(), w.count, w.dt, bop, c,
+  x.issue = [flat, o, w, rop](braid_comm *c) {
+    CallOp bop(c, rop, w.dt);
+    if (bop.result() != BRAID_SUCCESS)
+      return bop.result();
+    return braid_reduce_scatter(data(flat), o.ptr(), w.count, w.dt, bop.op(), c,
                                 nullptr);
   };
   x.post = [o] { o.back(); };
@@ -516,15 +541,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_reduce_scatter_base(
   check_tensor(op, "input", input);
   check_tensor(op, "output", output);
   check_like(op, "input", input, output, output.numel() * size_);
-  braid_op bop;
-  Wire w = reduce_wire(op, output, opts.reduceOp, &bop);
+  RedOp rop;
+  Wire w = reduce_wire(op, output, opts.reduceOp, &rop);
   at::Tensor src = input.is_contiguous() ? input : input.contiguous();
   Out o(output);
   Op x;
   x.name = op;
   x.work = BRAID_OP(_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{output});
-  x.issue = [src, o, w, bop](braid_comm *c) {
-    return braid_reduce_scatter(data(src), o.ptr(), w.count, w.dt, bop, c,
+  x.issue = [src, o, w, rop](braid_comm *c) {
+    CallOp bop(c, rop, w.dt);
+    if (bop.result() != BRAID_SUCCESS)
+      return bop.result();
+    return braid_reduce_scatter(data(src), o.ptr(), w.count, w.dt, bop.op(), c,
                                 nullptr);
   };
   x.post = [o] { o.back(); };

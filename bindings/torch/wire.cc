@@ -4,7 +4,10 @@
  */
 #include "wire.h"
 
+#include <ATen/Functions.h>
 #include <c10/util/Exception.h>
+
+#include <cstring>
 
 namespace braid_torch {
 
@@ -83,7 +86,71 @@ const char *op_name(c10d::ReduceOp::RedOpType op) {
   }
 }
 
+/* PREMUL_SUM's factor, from the supplement torch's
+ * _make_nccl_premul_sum attaches: a double, or a list of one tensor of
+ * one element on the CPU (one per device for NCCL; the braid backend has
+ * one device). Complex and bool tensors are refused. */
+void premul_factor(const char *op, const at::Tensor &t,
+                   const c10d::ReduceOp &rop, RedOp *red) {
+  at::ScalarType st = t.scalar_type();
+  TORCH_CHECK(!t.is_complex() && st != at::kBool, "braid: ", op,
+              ": ReduceOp.PREMUL_SUM is not supported on ", st,
+              " tensors (real floating and integer dtypes only)");
+  const auto *sup = dynamic_cast<const c10d::NCCLPreMulSumSupplement *>(
+      rop.supplement_.get());
+  TORCH_CHECK(sup != nullptr, "braid: ", op,
+              ": ReduceOp.PREMUL_SUM has no factor (make it with "
+              "torch.distributed._make_nccl_premul_sum(factor))");
+  red->premul = true;
+  red->st = st;
+  red->factor = sup->double_factor;
+  if (sup->tensor_factors.empty())
+    return;
+  TORCH_CHECK(sup->tensor_factors.size() == 1, "braid: ", op,
+              ": ReduceOp.PREMUL_SUM's factor is a list of ",
+              sup->tensor_factors.size(),
+              " tensors: the braid backend takes one (one device per rank)");
+  const at::Tensor &f = sup->tensor_factors[0];
+  TORCH_CHECK(f.defined(), "braid: ", op,
+              ": ReduceOp.PREMUL_SUM's factor is an undefined tensor");
+  TORCH_CHECK(f.device().is_cpu() && f.layout() == at::kStrided, "braid: ", op,
+              ": ReduceOp.PREMUL_SUM's factor tensor is on ", f.device(),
+              " (layout ", f.layout(), "): it must be a dense CPU tensor");
+  TORCH_CHECK(f.numel() == 1, "braid: ", op,
+              ": ReduceOp.PREMUL_SUM's factor tensor has ", f.numel(),
+              " elements: it must have one");
+  TORCH_CHECK(!f.is_complex(), "braid: ", op,
+              ": ReduceOp.PREMUL_SUM's factor tensor is ", f.scalar_type(),
+              ": it must be real");
+  red->factor_t = f;
+}
+
 } // namespace
+
+CallOp::CallOp(braid_comm *comm, const RedOp &rop, braid_dtype dt)
+    : comm_(comm), op_(rop.op) {
+  if (!rop.premul)
+    return;
+  /* The factor in the call's dtype, as torch converts it (a tensor factor
+   * is read now, when the call runs). */
+  at::Tensor f =
+      rop.factor_t.defined()
+          ? rop.factor_t.detach().reshape({}).to(rop.st).contiguous()
+          : at::scalar_tensor(rop.factor, at::TensorOptions().dtype(rop.st));
+  unsigned char scalar[8] = {0};
+  size_t es = braid_dtype_size(dt);
+  TORCH_CHECK(static_cast<size_t>(f.element_size()) == es && es <= 8,
+              "braid: PREMUL_SUM's factor has ", f.element_size(),
+              " bytes, braid's dtype ", es);
+  std::memcpy(scalar, f.data_ptr(), es);
+  result_ = braid_op_create_premul_sum(&op_, scalar, dt, 0, comm);
+  made_ = result_ == BRAID_SUCCESS;
+}
+
+CallOp::~CallOp() {
+  if (made_)
+    braid_op_destroy(op_, comm_);
+}
 
 void check_tensor(const char *op, const std::string &what,
                   const at::Tensor &t) {
@@ -109,9 +176,11 @@ Wire move_wire(const at::Tensor &t) {
 }
 
 Wire reduce_wire(const char *op, const at::Tensor &t, const c10d::ReduceOp &rop,
-                 braid_op *out) {
+                 RedOp *red) {
   c10d::ReduceOp::RedOpType r = rop.op_;
   const char *name = op_name(r);
+  *red = RedOp();
+  braid_op *out = &red->op;
   switch (r) {
   case c10d::ReduceOp::SUM:
     *out = BRAID_SUM;
@@ -137,10 +206,14 @@ Wire reduce_wire(const char *op, const at::Tensor &t, const c10d::ReduceOp &rop,
   case c10d::ReduceOp::BXOR:
     *out = BRAID_BXOR;
     break;
+  case c10d::ReduceOp::PREMUL_SUM:
+    *out = BRAID_SUM;
+    premul_factor(op, t, rop, red);
+    break;
   default:
     TORCH_CHECK(false, "braid: ", op, ": ReduceOp.", name,
                 " is not supported by the braid backend (it supports SUM, "
-                "PRODUCT, MIN, MAX, AVG, BAND, BOR and BXOR)");
+                "PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR and PREMUL_SUM)");
   }
   at::ScalarType st = t.scalar_type();
   Wire w;

@@ -48,11 +48,45 @@ std::string nth(const char *what, size_t i);
 /* For operations that only move data: any dtype. */
 Wire move_wire(const at::Tensor &t);
 
+/* A torch ReduceOp as braid runs it: a built-in op, or for PREMUL_SUM a
+ * pre-multiplied sum whose factor is a double or a one-element CPU tensor
+ * (read, in the call's dtype, when the call runs). */
+struct RedOp {
+  braid_op op = BRAID_SUM; /* built-in ops; BRAID_SUM for PREMUL_SUM */
+  bool premul = false;
+  double factor = 0.0; /* PREMUL_SUM, unless factor_t is defined */
+  at::Tensor factor_t;
+  at::ScalarType st = at::kFloat; /* the call's dtype */
+};
+
 /* For reductions: the dtype and op must make sense together (complex: SUM
  * and AVG only, as pairs of reals; bitwise ops: integers and bool; no AVG
- * of bool; no PREMUL_SUM), else an exception that names them. */
+ * of bool; PREMUL_SUM: real dtypes, a factor that is a double or one
+ * one-element CPU tensor), else an exception that names them. */
 Wire reduce_wire(const char *op, const at::Tensor &t, const c10d::ReduceOp &rop,
-                 braid_op *out);
+                 RedOp *out);
+
+/* The op one call runs with, made in the thread that runs it: a built-in
+ * op as it is, or a braid pre-multiplied sum for the call's dtype with the
+ * factor's value now, destroyed when the CallOp goes (once the calls that
+ * use it returned: the binding's calls are blocking). */
+class CallOp {
+public:
+  CallOp(braid_comm *comm, const RedOp &rop, braid_dtype dt);
+  ~CallOp();
+  CallOp(const CallOp &) = delete;
+  CallOp &operator=(const CallOp &) = delete;
+  /* BRAID_SUCCESS, or why the op could not be made (the communicator's
+   * last error says more). */
+  braid_result result() const { return result_; }
+  braid_op op() const { return op_; }
+
+private:
+  braid_comm *comm_;
+  braid_op op_ = BRAID_SUM;
+  bool made_ = false;
+  braid_result result_ = BRAID_SUCCESS;
+};
 
 /* all_to_all_single's split sizes (rows of dim 0; empty: equal blocks). */
 Counts split_counts(const char *op, const char *what, const at::Tensor &t,
