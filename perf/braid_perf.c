@@ -167,7 +167,8 @@ static int64_t sum_wrong(bench *b, int64_t w) {
 typedef struct call {
   perf_coll c;
   braid_dtype dt;
-  braid_op op;
+  braid_op op;  /* braid-perf's op (data, checks, output) */
+  braid_op bop; /* the op the calls take: op, or a pre-multiplied sum */
   int root;
   perf_counts pc;
   size_t es;
@@ -234,7 +235,7 @@ static void run_one(bench *b, const call *k, int inplace, perf_result *res) {
   pointers(b, k, inplace, &s, &r);
   if (o->check)
     prepare(b, k, inplace, 99);
-  braid_result e = issue(b, k->c, s, r, k->pc.param, k->dt, k->op, k->root);
+  braid_result e = issue(b, k->c, s, r, k->pc.param, k->dt, k->bop, k->root);
   if (e != BRAID_SUCCESS)
     die(b, perf_colls[k->c].name, e);
   sync_stream(b);
@@ -246,7 +247,7 @@ static void run_one(bench *b, const call *k, int inplace, perf_result *res) {
     if (o->agg > 1 && (e = braid_group_start()) != BRAID_SUCCESS)
       die(b, "braid_group_start", e);
     for (int a = 0; a < o->agg; a++) {
-      e = issue(b, k->c, s, r, k->pc.param, k->dt, k->op, k->root);
+      e = issue(b, k->c, s, r, k->pc.param, k->dt, k->bop, k->root);
       if (e != BRAID_SUCCESS)
         die(b, perf_colls[k->c].name, e);
     }
@@ -269,7 +270,7 @@ static void run_one(bench *b, const call *k, int inplace, perf_result *res) {
     for (int ci = 0; ci < o->check; ci++) {
       uint64_t seed = ++b->rep;
       prepare(b, k, inplace, seed);
-      e = issue(b, k->c, s, r, k->pc.param, k->dt, k->op, k->root);
+      e = issue(b, k->c, s, r, k->pc.param, k->dt, k->bop, k->root);
       if (e != BRAID_SUCCESS)
         die(b, perf_colls[k->c].name, e);
       sync_stream(b);
@@ -288,7 +289,7 @@ static void warmup(bench *b, const call *k0, size_t bytes) {
   perf_get_counts(k.c, bytes / k.es, b->nranks, &k.pc);
   for (int i = 0; i < b->o->warmup; i++) {
     braid_result e =
-        issue(b, k.c, b->sendbuf, b->recvbuf, k.pc.param, k.dt, k.op, k.root);
+        issue(b, k.c, b->sendbuf, b->recvbuf, k.pc.param, k.dt, k.bop, k.root);
     if (e != BRAID_SUCCESS)
       die(b, perf_colls[k.c].name, e);
   }
@@ -528,6 +529,14 @@ int main(int argc, char **argv) {
             printf("# collective %s\n", info->name);
             printed_header = 1;
           }
+          k.bop = k.op;
+          if (k.op == PERF_OP_PREMULSUM) {
+            unsigned char scalar[8] = {0};
+            perf_store(k.dt, scalar, 0, perf_premul_scalar(b.rank));
+            e = braid_op_create_premul_sum(&k.bop, scalar, k.dt, 0, b.comm);
+            if (e != BRAID_SUCCESS)
+              die(&b, "braid_op_create_premul_sum", e);
+          }
           warmup(&b, &k, o.maxbytes);
           warmup(&b, &k, o.minbytes);
           for (size_t size = o.minbytes; size <= o.maxbytes;) {
@@ -566,6 +575,9 @@ int main(int argc, char **argv) {
               break;
             size = next;
           }
+          if (k.op == PERF_OP_PREMULSUM &&
+              (e = braid_op_destroy(k.bop, b.comm)) != BRAID_SUCCESS)
+            die(&b, "braid_op_destroy", e);
         }
       }
     }

@@ -13,7 +13,9 @@
  * (integers exact up to 16 in e4m3, 8 in e5m2): sums stay below
  * the largest integer the type holds exactly, products are powers of two
  * that cannot overflow, and averages have exactly one non-zero contribution
- * that is a multiple of the rank count.
+ * that is a multiple of the rank count. Pre-multiplied sums take the sum's
+ * values for twice the ranks (each rank's scalar is 1 or 2), so that the
+ * sum of the products stays exact.
  */
 #include <string.h>
 
@@ -50,7 +52,7 @@ int perf_pair_valid(braid_dtype dt, braid_op op) {
             dt == BRAID_FLOAT8_E4M3 || dt == BRAID_FLOAT8_E5M2;
   if (flt && (op == BRAID_BAND || op == BRAID_BOR || op == BRAID_BXOR))
     return 0;
-  return !(dt == BRAID_BOOL && op == BRAID_AVG);
+  return !(dt == BRAID_BOOL && (op == BRAID_AVG || op == PERF_OP_PREMULSUM));
 }
 
 int perf_dev_valid(perf_coll c, braid_dtype dt, braid_op op) {
@@ -59,7 +61,7 @@ int perf_dev_valid(perf_coll c, braid_dtype dt, braid_op op) {
   if (c != COLL_ALL_REDUCE && c != COLL_REDUCE && c != COLL_REDUCE_SCATTER)
     return 1;
   return dt != BRAID_INT16 && dt != BRAID_BOOL && op != BRAID_BAND &&
-         op != BRAID_BOR && op != BRAID_BXOR;
+         op != BRAID_BOR && op != BRAID_BXOR && op != PERF_OP_PREMULSUM;
 }
 
 void perf_get_counts(perf_coll c, size_t count, int nranks, perf_counts *pc) {
@@ -270,12 +272,17 @@ static int64_t sum_mod(braid_dtype dt, int nranks) {
   return m;
 }
 
+int64_t perf_premul_scalar(int rank) { return 1 + rank % 2; }
+
 int perf_exact_max_ranks(braid_dtype dt, braid_op op) {
   int64_t l = exact_limit(dt);
   int64_t r;
   switch (op) {
   case BRAID_SUM:
     r = l; /* values 0/1 at worst */
+    break;
+  case PERF_OP_PREMULSUM:
+    r = l / 2; /* values 0/1 times 1 or 2 at worst */
     break;
   case BRAID_AVG:
     r = fp8(dt) ? 8 : l / 3;
@@ -300,6 +307,9 @@ static int64_t red_value(braid_dtype dt, braid_op op, int rank, int nranks,
   case BRAID_SUM:
     return (int64_t)((idx * 7 + (size_t)rank * 3 + seed) %
                      (uint64_t)sum_mod(dt, nranks));
+  case PERF_OP_PREMULSUM:
+    return (int64_t)((idx * 7 + (size_t)rank * 3 + seed) %
+                     (uint64_t)sum_mod(dt, 2 * nranks));
   case BRAID_PROD:
     return (rank < 3 && (idx + (size_t)rank + seed) % 2 == 0) ? 2 : 1;
   case BRAID_MIN:
@@ -338,8 +348,12 @@ static int64_t bool_combine(braid_op op, int64_t acc, int64_t v) {
 static int64_t red_expected(braid_dtype dt, braid_op op, int nranks, size_t idx,
                             uint64_t seed) {
   int64_t acc = red_value(dt, op, 0, nranks, idx, seed);
+  if (op == PERF_OP_PREMULSUM)
+    acc *= perf_premul_scalar(0);
   for (int r = 1; r < nranks; r++) {
     int64_t v = red_value(dt, op, r, nranks, idx, seed);
+    if (op == PERF_OP_PREMULSUM)
+      v *= perf_premul_scalar(r);
     if (dt == BRAID_BOOL) {
       acc = bool_combine(op, acc, v);
       continue;
@@ -347,6 +361,7 @@ static int64_t red_expected(braid_dtype dt, braid_op op, int nranks, size_t idx,
     switch (op) {
     case BRAID_SUM:
     case BRAID_AVG:
+    case PERF_OP_PREMULSUM:
       acc += v;
       break;
     case BRAID_PROD:

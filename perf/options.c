@@ -27,14 +27,14 @@ static const char *const dtype_names[BRAID_NUM_DTYPES] = {
     "int8",   "uint8",   "int32",       "uint32",     "int64",
     "uint64", "float16", "bfloat16",    "float32",    "float64",
     "int16",  "bool",    "float8_e4m3", "float8_e5m2"};
-static const char *const op_names[BRAID_NUM_OPS] = {
-    "sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
+static const char *const op_names[PERF_NUM_OPS] = {
+    "sum", "prod", "min", "max", "avg", "band", "bor", "bxor", "premulsum"};
 
 const char *perf_dtype_str(int dt) {
   return dt >= 0 && dt < BRAID_NUM_DTYPES ? dtype_names[dt] : "?";
 }
 const char *perf_op_str(int op) {
-  return op >= 0 && op < BRAID_NUM_OPS ? op_names[op] : "?";
+  return op >= 0 && op < PERF_NUM_OPS ? op_names[op] : "?";
 }
 
 int perf_dtype_from_name(const char *s) {
@@ -68,9 +68,11 @@ int perf_dtype_from_name(const char *s) {
 }
 
 int perf_op_from_name(const char *s) {
-  for (int i = 0; i < BRAID_NUM_OPS; i++)
+  for (int i = 0; i < PERF_NUM_OPS; i++)
     if (strcasecmp(s, op_names[i]) == 0)
       return i;
+  if (strcasecmp(s, "mulsum") == 0) /* nccl-tests' name */
+    return (int)PERF_OP_PREMULSUM;
   return -1;
 }
 
@@ -172,7 +174,9 @@ void perf_usage(FILE *f, const char *prog) {
       "(1)\n"
       "  -c,--check <n>            check iterations; 0 disables (1)\n"
       "  -o,--op <op|all>          sum prod min max avg band bor bxor "
-      "(sum)\n"
+      "premulsum\n"
+      "                            (also mulsum: each rank's scalar is 1 "
+      "or 2) (sum)\n"
       "  -d,--datatype <t|all>     int8 uint8 int16 int32 uint32 int64 "
       "uint64\n"
       "                            float16 bfloat16 float32 float64 bool "
@@ -220,9 +224,9 @@ static int parse_list_dtype(const char *s, perf_opts *o) {
 
 static int parse_list_op(const char *s, perf_opts *o) {
   if (strcasecmp(s, "all") == 0) {
-    for (int i = 0; i < BRAID_NUM_OPS; i++)
+    for (int i = 0; i < PERF_NUM_OPS; i++)
       o->ops[i] = i;
-    o->nops = BRAID_NUM_OPS;
+    o->nops = PERF_NUM_OPS;
     return 0;
   }
   int op = perf_op_from_name(s);
@@ -422,7 +426,7 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
       if (parse_list_op(a, o)) {
         fprintf(err,
                 "%s: unknown reduction op '%s' (expected sum, prod, min, "
-                "max, avg or all)\n",
+                "max, avg, band, bor, bxor, premulsum (mulsum) or all)\n",
                 prog, a);
         return -1;
       }

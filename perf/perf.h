@@ -51,6 +51,12 @@ enum { AVG_RANK0 = 0, AVG_MEAN = 1, AVG_MIN = 2, AVG_MAX = 3 };
 
 #define PERF_MAX_LIST 16
 
+/* braid-perf's reduction ops: braid's (braid_op values), then the
+ * pre-multiplied sum (nccl-tests' mulsum): each rank makes it with
+ * braid_op_create_premul_sum and its scalar perf_premul_scalar(rank). */
+#define PERF_OP_PREMULSUM ((braid_op)BRAID_NUM_OPS)
+#define PERF_NUM_OPS (BRAID_NUM_OPS + 1)
+
 typedef struct perf_opts {
   int colls[COLL_COUNT]; /* which collectives, in order */
   int ncolls;
@@ -59,7 +65,7 @@ typedef struct perf_opts {
   int iters, warmup, agg, check, blocking, stream_null, average;
   int dtypes[BRAID_NUM_DTYPES];
   int ndtypes;
-  int ops[BRAID_NUM_OPS];
+  int ops[PERF_NUM_OPS]; /* braid_op values or PERF_OP_PREMULSUM */
   int nops;
   int root;         /* -1: every root */
   int timeout_s;    /* -T: 0 = library default */
@@ -92,7 +98,7 @@ int perf_coll_from_name(const char *s);
 const char *perf_dtype_str(int dt);
 const char *perf_op_str(int op);
 /* 0 for the (dtype, op) pairs braid refuses: a bitwise op on a float type,
- * avg on bool. */
+ * avg or a pre-multiplied sum on bool. */
 int perf_pair_valid(braid_dtype dt, braid_op op);
 /* 0 for what braid refuses on device buffers (BRAID_ERR_UNSUPPORTED):
  * alltoallv, and reductions of int16 or bool or with a bitwise op. */
@@ -126,6 +132,9 @@ void perf_fill_input(perf_coll c, braid_dtype dt, braid_op op, int rank,
 int64_t perf_check_output(perf_coll c, braid_dtype dt, braid_op op, int rank,
                           int nranks, int root, uint64_t seed,
                           const perf_counts *pc, const void *got);
+/* The scalar rank `rank` multiplies its input by in a pre-multiplied sum:
+ * 1 on even ranks, 2 on odd ones (exact in every dtype). */
+int64_t perf_premul_scalar(int rank);
 /* Largest rank count for which every value of (dt, op) stays exact. */
 int perf_exact_max_ranks(braid_dtype dt, braid_op op);
 

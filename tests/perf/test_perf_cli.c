@@ -195,6 +195,30 @@ static void sweep(const char *nranks, const char *transport,
   sweep_sizes(nranks, transport, dtypes, "8", "4K");
 }
 
+/* Pre-multiplied sums on 3 ranks (scalars 1, 2, 1) under nccl-tests'
+ * name, every dtype, the reducing collectives, every root: exact. */
+Test(perf_cli, premulsum_3_ranks, .timeout = 150) {
+  char *const env[] = {"BRAID_TIMEOUT=30", NULL};
+  /* clang-format off */
+  char *const argv[] = {
+      BRAIDRUN_EXE, "-n", "3", BRAID_PERF_EXE, "all", "-d", "all",
+      "-o", "mulsum", "-r", "all", "-b", "8", "-e", "64K", "-f", "64",
+      "-n", "1", "-w", "1", "-c", "1", "-T", "30", NULL};
+  /* clang-format on */
+  outcome oc = run(argv, env, 120);
+  cr_expect_eq(oc.status, 0, "exit %d\n%s", oc.status, oc.out);
+  cr_expect(strstr(oc.out, "# Out of bounds values : 0 OK"), "%s", oc.out);
+  static const char *colls[] = {"all_reduce", "reduce", "reduce_scatter"};
+  for (size_t i = 0; i < sizeof colls / sizeof colls[0]; i++) {
+    char h[64];
+    snprintf(h, sizeof h, "# collective %s\n", colls[i]);
+    cr_expect(strstr(oc.out, h), "no rows for %s:\n%s", colls[i], oc.out);
+  }
+  cr_expect(strstr(oc.out, "bfloat16  premulsum"), "no premulsum rows:\n%s",
+            oc.out);
+  free(oc.out);
+}
+
 Test(perf_cli, sweep_every_collective_1_rank, .timeout = 150) {
   sweep("1", "shm", "all");
 }

@@ -74,7 +74,8 @@ Test(perf_options, full_command_line) {
   cr_expect_eq(o.warmup, 3);
   cr_expect_eq(o.agg, 4);
   cr_expect_eq(o.check, 2);
-  cr_expect_eq(o.nops, BRAID_NUM_OPS);
+  cr_expect_eq(o.nops, PERF_NUM_OPS);
+  cr_expect_eq(o.ops[PERF_NUM_OPS - 1], PERF_OP_PREMULSUM);
   cr_expect_eq(o.ndtypes, BRAID_NUM_DTYPES);
   cr_expect_eq(o.root, -1);
   cr_expect_eq(o.blocking, 1);
@@ -342,7 +343,13 @@ static int64_t simulate(perf_coll c, braid_dtype dt, braid_op op, int n,
       default:
         break;
       }
-      if (reduce) {
+      if (reduce && op == PERF_OP_PREMULSUM) {
+        /* each rank's input times its scalar, then summed */
+        v = 0;
+        for (int q = 0; q < n; q++)
+          v += (double)perf_premul_scalar(q) * load(dt, in[q], idx);
+        perf_store(dt, out[r], i, (int64_t)v);
+      } else if (reduce) {
         v = load(dt, in[0], idx);
         for (int q = 1; q < n; q++)
           v = reduce2(dt, op, v, load(dt, in[q], idx));
@@ -398,7 +405,7 @@ Test(perf_data, float8_encodings) {
 Test(perf_data, every_collective_dtype_op_is_exact) {
   static const int ranks[] = {1, 2, 3, 4, 8};
   for (int c = 0; c < COLL_COUNT; c++) {
-    int nops = perf_colls[c].has_op ? BRAID_NUM_OPS : 1;
+    int nops = perf_colls[c].has_op ? PERF_NUM_OPS : 1;
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
       for (int op = 0; op < nops; op++) {
         if (perf_colls[c].has_op &&
@@ -425,7 +432,7 @@ Test(perf_data, every_collective_dtype_op_is_exact) {
 Test(perf_data, reductions_are_not_trivial) {
   /* The inputs differ between ranks, so a collective that returned its own
    * input would be caught. */
-  for (int op = 0; op < BRAID_NUM_OPS; op++) {
+  for (int op = 0; op < PERF_NUM_OPS; op++) {
     if (!perf_pair_valid(BRAID_FLOAT32, (braid_op)op))
       continue;
     perf_counts pc;
@@ -458,6 +465,39 @@ Test(perf_data, bitwise_and_bool_reductions_are_not_trivial) {
     }
 }
 
+/* A pre-multiplied sum that ignored the scalars (a plain sum of the same
+ * inputs) fails the check; the scalars differ between ranks. */
+Test(perf_data, premulsum_checks_the_scalars) {
+  cr_expect_eq(perf_premul_scalar(0), 1);
+  cr_expect_eq(perf_premul_scalar(1), 2);
+  cr_expect_eq(perf_premul_scalar(2), 1);
+  static const braid_dtype dts[] = {BRAID_FLOAT32, BRAID_BFLOAT16,
+                                    BRAID_FLOAT8_E4M3, BRAID_INT32};
+  for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+    braid_dtype dt = dts[d];
+    enum { N = 64, R = 3 };
+    unsigned char in[R][N * 8], out[N * 8];
+    for (int r = 0; r < R; r++)
+      perf_fill_input(COLL_ALL_REDUCE, dt, PERF_OP_PREMULSUM, r, R, 0, 1, in[r],
+                      0, N);
+    for (size_t i = 0; i < N; i++) {
+      double v = 0;
+      for (int r = 0; r < R; r++)
+        v += load(dt, in[r], i);
+      perf_store(dt, out, i, (int64_t)v);
+    }
+    perf_counts pc;
+    perf_get_counts(COLL_ALL_REDUCE, N, R, &pc);
+    int64_t w = perf_check_output(COLL_ALL_REDUCE, dt, PERF_OP_PREMULSUM, 0, R,
+                                  0, 1, &pc, out);
+    cr_expect_gt(w, 0, "%s: a sum without the scalars passes",
+                 perf_dtype_str(dt));
+  }
+  cr_expect(!perf_pair_valid(BRAID_BOOL, PERF_OP_PREMULSUM));
+  cr_expect(perf_pair_valid(BRAID_FLOAT8_E5M2, PERF_OP_PREMULSUM));
+  cr_expect_eq(perf_exact_max_ranks(BRAID_BFLOAT16, PERF_OP_PREMULSUM), 128);
+}
+
 Test(perf_options, new_dtypes_ops_and_alltoallv) {
   static const char *dts[] = {"int16", "bool", "short"};
   static const int dtv[] = {BRAID_INT16, BRAID_BOOL, BRAID_INT16};
@@ -468,6 +508,10 @@ Test(perf_options, new_dtypes_ops_and_alltoallv) {
     cr_expect_eq(perf_op_from_name(ops[i]), BRAID_BAND + i, "%s", ops[i]);
   cr_expect_str_eq(perf_dtype_str(BRAID_BOOL), "bool");
   cr_expect_str_eq(perf_op_str(BRAID_BXOR), "bxor");
+  cr_expect_eq(perf_op_from_name("premulsum"), PERF_OP_PREMULSUM);
+  cr_expect_eq(perf_op_from_name("mulsum"), PERF_OP_PREMULSUM);
+  cr_expect_eq(perf_op_from_name("PreMulSum"), PERF_OP_PREMULSUM);
+  cr_expect_str_eq(perf_op_str(PERF_OP_PREMULSUM), "premulsum");
   cr_expect_eq(perf_coll_from_name("alltoallv"), COLL_ALLTOALLV);
   cr_expect_eq(perf_coll_from_name("alltoallv_perf"), COLL_ALLTOALLV);
   char *const a[] = {"braid-perf", "alltoallv", "-d", "bool",
