@@ -4,7 +4,10 @@
  * dtype x op on thousands of random operands mixed with the values that
  * break reductions (NaN with payloads, signalling NaN, +-0, +-inf,
  * subnormals, integer extremes, equal operands), the division of BRAID_AVG,
- * and the float16/bfloat16 conversions. Needs no GPU.
+ * and the float16/bfloat16 conversions; for float8_e4m3 and float8_e5m2
+ * every pair of 8-bit values for each op (element and vector functions,
+ * against src/fp8.h and the CPU kernels), every division and every
+ * product with a scalar (the pre-multiplied sum). Needs no GPU.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -340,5 +343,117 @@ Test(reduce_ops, half_and_bf16_conversions) {
                  sp32[i]);
     cr_assert_eq(rop_float_to_bf16(f), red_float_to_bf16(f), "float %08x",
                  sp32[i]);
+  }
+}
+
+/* ---- the 8-bit floats -------------------------------------------------- */
+
+/* Every pair of 8-bit values (a = i >> 8, b = i & 0xff) of an fp8 dtype. */
+enum { PAIRS = 1 << 16 };
+static void fp8_pairs(uint8_t *a, uint8_t *b) {
+  for (int i = 0; i < PAIRS; i++) {
+    a[i] = (uint8_t)(i >> 8);
+    b[i] = (uint8_t)i;
+  }
+}
+
+/* Every pair through the host branch of reduce_ops.cuh's element function,
+ * bit for bit against src/fp8.h's reference (fp8_op; avg reduces as a sum)
+ * and the CPU kernels (red_get's and the portable ones, src/reduce.c). */
+Test(reduce_ops, fp8_every_pair_against_fp8_h_and_cpu) {
+  static uint8_t a[PAIRS], b[PAIRS], cpu[PAIRS], port[PAIRS];
+  static const braid_dtype dts[2] = {BRAID_FLOAT8_E4M3, BRAID_FLOAT8_E5M2};
+  fp8_pairs(a, b);
+  for (int k = 0; k < 2; k++) {
+    braid_dtype dt = dts[k];
+    for (int op = 0; op < DEV_OPS; op++) {
+      int fop = op == BRAID_AVG ? FP8_SUM : op; /* FP8_* are BRAID_* */
+      red_get(dt, (braid_op)op)(cpu, a, b, PAIRS);
+      red_get_scalar(dt, (braid_op)op)(port, a, b, PAIRS);
+      int differ = 0;
+      for (int i = 0; i < PAIRS && differ < 5; i++) {
+        /* 8-byte operands: rop_apply's dispatch reaches every width */
+        uint8_t g8[8] = {0xa5}, x8[8] = {a[i]}, y8[8] = {b[i]};
+        uint8_t ref = fp8_op(fop, a[i], b[i], k);
+        cr_assert_eq(rop_apply(dt, op, g8, x8, y8), 0);
+        uint8_t got = g8[0];
+        if (got != ref || got != cpu[i] || got != port[i]) {
+          differ++;
+          cr_expect_fail("%s %s: %02x op %02x: reduce_ops.cuh %02x, fp8_op "
+                         "%02x, red_get %02x, portable %02x",
+                         k ? "e5m2" : "e4m3", oname[op], a[i], b[i], got, ref,
+                         cpu[i], port[i]);
+        }
+      }
+    }
+  }
+}
+
+/* Sixteen pairs at a time through rop_vec (what the kernels' vector loop
+ * runs), against the element function: every pair, each in every lane. */
+Test(reduce_ops, fp8_vectors_against_elements) {
+  static uint8_t a[PAIRS], b[PAIRS];
+  static const braid_dtype dts[2] = {BRAID_FLOAT8_E4M3, BRAID_FLOAT8_E5M2};
+  fp8_pairs(a, b);
+  for (int k = 0; k < 2; k++)
+    for (int op = 0; op < DEV_OPS; op++)
+      for (int rot = 0; rot < 16; rot += 5) /* a pair in several lanes */
+        for (int v = 0; v < PAIRS / 16; v++) {
+          uint8_t x[16], y[16], got[16], want[16];
+          for (int j = 0; j < 16; j++) {
+            int i = v * 16 + (j + rot) % 16;
+            uint8_t g8[8] = {0}, x8[8] = {a[i]}, y8[8] = {b[i]};
+            x[j] = a[i];
+            y[j] = b[i];
+            cr_assert_eq(rop_apply(dts[k], op, g8, x8, y8), 0);
+            want[j] = g8[0];
+          }
+          cr_assert_eq(rop_vec_apply(dts[k], op, got, x, y), 0);
+          if (memcmp(got, want, 16) != 0)
+            for (int j = 0; j < 16; j++)
+              cr_assert_eq(got[j], want[j],
+                           "%s %s lane %d: %02x op %02x: vector %02x, "
+                           "element %02x",
+                           k ? "e5m2" : "e4m3", oname[op], j, x[j], y[j],
+                           got[j], want[j]);
+        }
+}
+
+/* avg's division and the pre-multiplied sum's product: every value (and
+ * every scalar) against red_div and red_premul, bit for bit. */
+Test(reduce_ops, fp8_division_and_scaling_against_cpu) {
+  static const int divisors[] = {2, 3, 4, 7, 8, 100, 127, 128, 200, 1000};
+  static const braid_dtype dts[2] = {BRAID_FLOAT8_E4M3, BRAID_FLOAT8_E5M2};
+  for (int k = 0; k < 2; k++) {
+    braid_dtype dt = dts[k];
+    uint8_t all[256], want[256];
+    for (int v = 0; v < 256; v++)
+      all[v] = (uint8_t)v;
+    for (size_t d = 0; d < sizeof divisors / sizeof divisors[0]; d++) {
+      memcpy(want, all, 256);
+      red_div(want, 256, dt, divisors[d]);
+      for (int v = 0; v < 256; v++) {
+        uint8_t x8[8] = {(uint8_t)v};
+        cr_assert_eq(rop_div(dt, x8, divisors[d]), 0);
+        uint8_t x = x8[0];
+        cr_expect_eq(x, want[v],
+                     "%s: %02x / %d: reduce_ops.cuh %02x, "
+                     "red_div %02x",
+                     k ? "e5m2" : "e4m3", v, divisors[d], x, want[v]);
+      }
+    }
+    for (int s = 0; s < 256; s++) {
+      uint8_t sc = (uint8_t)s;
+      cr_assert_eq(red_premul(want, all, 256, dt, &sc), 0);
+      for (int v = 0; v < 256; v++) {
+        uint8_t g8[8] = {0xa5}, x8[8] = {(uint8_t)v}, s8[8] = {sc};
+        cr_assert_eq(rop_apply(dt, BRAID_PROD, g8, x8, s8), 0);
+        uint8_t got = g8[0];
+        if (got != want[v])
+          cr_assert_fail("%s: %02x x scalar %02x: reduce_ops.cuh %02x, "
+                         "red_premul %02x",
+                         k ? "e5m2" : "e4m3", v, s, got, want[v]);
+      }
+    }
   }
 }
