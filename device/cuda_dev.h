@@ -85,6 +85,14 @@ braid_result cudev_reduce_fwd(void *dst, void *fwd, const void *a,
                               braid_op op, void *stream);
 braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
                        void *stream);
+/* The pre-multiplied sum's local step on `stream`: dst[i] = src[i] x
+ * scalar, one element of dt rounded once as src/reduce.c's red_premul
+ * rounds it (dst may equal src). scalar_on_device 0: host memory, read
+ * now; 1: device memory, read on the GPU when the kernel runs. The dtypes
+ * of cudev_reduce. */
+braid_result cudev_scale(void *dst, const void *src, size_t n, braid_dtype dt,
+                         const void *scalar, int scalar_on_device,
+                         void *stream);
 
 /* Collectives in one kernel (src/exec_kernel.c): allreduce, reduce,
  * broadcast, allgather and reduce_scatter of up to CUDEV_KA_RANKS ranks of

@@ -311,6 +311,30 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
   return BRAID_SUCCESS;
 }
 
+braid_result cudev_scale(void *dst, const void *src, size_t n, braid_dtype dt,
+                         const void *scalar, int scalar_on_device,
+                         void *stream) {
+  unsigned sms;
+  braid_result r = dev_check("cudev_scale", dt, BRAID_PROD);
+  if (r == BRAID_SUCCESS && scalar == NULL) {
+    snprintf(dev_msg, sizeof dev_msg, "cudev_scale: scalar is NULL");
+    r = BRAID_ERR_INVALID_ARG;
+  }
+  if (r != BRAID_SUCCESS || n == 0)
+    return r;
+  if ((r = cudev_preload()) != BRAID_SUCCESS ||
+      (r = dev_sms(&sms)) != BRAID_SUCCESS)
+    return r;
+  uint64_t imm = 0;
+  if (!scalar_on_device)
+    memcpy(&imm, scalar, braid_dtype_size(dt));
+  DEV_CALL("scaling kernel launch",
+           (cudaError_t)cuk_scale(dst, src, n, (int)dt,
+                                  scalar_on_device ? scalar : NULL, imm, sms,
+                                  stream));
+  return BRAID_SUCCESS;
+}
+
 braid_result cudev_kernel_coll_room(int *blocks, int *sms_out) {
   unsigned sms;
   int per = 0;
@@ -517,6 +541,8 @@ braid_result cudev_preload(void) {
     return BRAID_SUCCESS;
   DEV_CALL("cudaFuncGetAttributes (loading the kernels)",
            (cudaError_t)cuk_preload());
+  DEV_CALL("cudaFuncGetAttributes (loading the scaling kernels)",
+           (cudaError_t)cuk_scale_preload());
   if (dev >= 0 && dev < DEV_MAX)
     __atomic_store_n(&dev_preloaded[dev], 1, __ATOMIC_RELEASE);
   return BRAID_SUCCESS;

@@ -23,6 +23,13 @@ int cuk_reduce(void *dst, void *fwd, const void *a, const void *b, size_t n,
 /* buf[i] /= divisor. */
 int cuk_div(void *buf, size_t n, int dt, int divisor, unsigned sms,
             void *stream);
+/* dst[i] = src[i] x scalar (reduce_ops.cuh's product) for n elements of
+ * dtype dt: scalar read from dscalar (device memory) when the kernel runs,
+ * or, dscalar NULL, the element in the low bytes of imm (scale.cu). */
+int cuk_scale(void *dst, const void *src, size_t n, int dt, const void *dscalar,
+              uint64_t imm, unsigned sms, void *stream);
+/* Loads the scaling kernels on the current device (as cuk_preload). */
+int cuk_scale_preload(void);
 /* The gate without stream memory operations: one thread that stores seq to
  * *reached and waits until (int32_t)(*released - seq) >= 0 (device pointers
  * of mapped pinned host memory). */

@@ -125,6 +125,19 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
   return none("cudev_div");
 }
 
+braid_result cudev_scale(void *dst, const void *src, size_t n, braid_dtype dt,
+                         const void *scalar, int scalar_on_device,
+                         void *stream) {
+  (void)dst;
+  (void)src;
+  (void)n;
+  (void)dt;
+  (void)scalar;
+  (void)scalar_on_device;
+  (void)stream;
+  return none("cudev_scale");
+}
+
 braid_result cudev_kernel_coll_room(int *blocks, int *sms) {
   *blocks = 0;
   *sms = 0;

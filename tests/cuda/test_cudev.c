@@ -76,6 +76,13 @@ Test(cudev, bad_dtype_or_op_is_invalid_arg) {
                BRAID_ERR_UNSUPPORTED);
   cr_assert(strstr(cudev_error(), "band") != NULL, "%s", cudev_error());
   cr_assert_eq(cudev_div(buf, 1, BRAID_BOOL, 2, NULL), BRAID_ERR_UNSUPPORTED);
+  cr_assert_eq(cudev_scale(buf, buf, 1, BRAID_INT16, buf, 0, NULL),
+               BRAID_ERR_UNSUPPORTED);
+  cr_assert(strstr(cudev_error(), "cudev_scale") != NULL, "%s", cudev_error());
+  cr_assert_eq(cudev_scale(buf, buf, 1, BRAID_FLOAT32, NULL, 0, NULL),
+               BRAID_ERR_INVALID_ARG);
+  cr_assert(strstr(cudev_error(), "scalar is NULL") != NULL, "%s",
+            cudev_error());
   char small[4];
   cr_assert_eq(cudev_busid(0, small, sizeof small), BRAID_ERR_INVALID_ARG);
 }
@@ -437,6 +444,67 @@ Test(cudev, gpu_div_every_dtype_against_red_div) {
       }
   cudev_stream_destroy(s);
   cudev_free(d);
+  free(h);
+  free(want);
+  free(got);
+}
+
+/* The pre-multiplied sum's product (cudev_scale) against red_premul: every
+ * dtype of the kernels, random inputs and scalars, the scalar in host
+ * memory and in device memory (the latter changed between two launches on
+ * one stream: each reads its own), aligned, offset by an element and
+ * offset by a byte (elements assembled from bytes), in place and not. */
+Test(cudev, gpu_scale_every_dtype_against_red_premul) {
+  NO_GPU_SKIP();
+  const size_t n = 65539;
+  static const braid_dtype dts[] = {
+      BRAID_INT8,    BRAID_UINT8,   BRAID_INT32,       BRAID_UINT32,
+      BRAID_INT64,   BRAID_UINT64,  BRAID_FLOAT16,     BRAID_BFLOAT16,
+      BRAID_FLOAT32, BRAID_FLOAT64, BRAID_FLOAT8_E4M3, BRAID_FLOAT8_E5M2};
+  unsigned char *h = malloc(n * 8), *want = malloc(n * 8), *got = malloc(n * 8);
+  unsigned char *d = dmalloc(2 * n * 8 + 64), *ds = dmalloc(16);
+  void *s = NULL;
+  cr_assert_eq(cudev_stream_create(&s), BRAID_SUCCESS, "%s", cudev_error());
+  for (size_t t = 0; t < sizeof dts / sizeof dts[0]; t++)
+    for (int mode = 0; mode < 6; mode++) {
+      braid_dtype dt = dts[t];
+      size_t es = braid_dtype_size(dt);
+      int on_device = mode & 1, off = (mode >> 1) == 2 ? 1 : (int)es;
+      if (mode < 2)
+        off = 0;
+      unsigned char *src = d + off, *dst = mode == 4 ? src : d + n * 8 + off;
+      unsigned char sc[8];
+      uint64_t r = rnd();
+      memcpy(sc, &r, 8);
+      if (dt == BRAID_FLOAT32 || dt == BRAID_FLOAT64 || dt == BRAID_FLOAT16 ||
+          dt == BRAID_BFLOAT16) /* a scalar of every class now and then */
+        fill(dt, sc, 1);
+      fill(dt < DEV_DTYPES ? dt : BRAID_UINT8, h, n);
+      unsigned char sc0[8];
+      memcpy(sc0, sc, sizeof sc0);
+      cr_assert_eq(red_premul(want, h, n, dt, sc), 0);
+      h2d(src, h, n * es, s);
+      h2d(ds, sc, es, s);
+      cr_assert_eq(
+          cudev_scale(dst, src, n, dt, on_device ? ds : sc, on_device, s),
+          BRAID_SUCCESS, "%s", cudev_error());
+      if (on_device) { /* the next launch reads the new value */
+        memset(sc, 0, sizeof sc);
+        h2d(ds, sc, es, s);
+      }
+      h2d(got, dst, n * es, s);
+      sync_s(s);
+      for (size_t i = 0; i < n; i++) {
+        int ok = dt < DEV_DTYPES ? same(dt, BRAID_PROD, h + i * es, sc0,
+                                        got + i * es, want + i * es)
+                                 : got[i] == want[i];
+        cr_assert(ok, "%s, mode %d: element %zu differs", braid_dtype_name(dt),
+                  mode, i);
+      }
+    }
+  cudev_stream_destroy(s);
+  cudev_free(d);
+  cudev_free(ds);
   free(h);
   free(want);
   free(got);

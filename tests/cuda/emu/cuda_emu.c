@@ -199,6 +199,10 @@ static void op_run(emu_op *o) {
   case OP_DIV:
     red_div(emu_view(o->dst), o->n, o->dt, o->value);
     break;
+  case OP_SCALE:
+    red_premul(emu_view(o->dst), emu_view(o->a), o->n, o->dt,
+               o->b != NULL ? emu_view(o->b) : o->imm);
+    break;
   case OP_HOSTFN:
     o->fn(o->arg);
     break;

@@ -49,6 +49,7 @@ enum emu_kind {
   OP_SET,
   OP_REDUCE,
   OP_DIV,
+  OP_SCALE, /* dst = a x scalar: b (device memory, read as it runs) or imm */
   OP_HOSTFN,
   OP_EVREC,
   OP_EVWAIT,
@@ -66,6 +67,7 @@ typedef struct emu_op {
   int value;
   braid_dtype dt;
   braid_op op;
+  unsigned char imm[8]; /* OP_SCALE's host scalar */
   cudaHostFn_t fn;
   void *arg;
   struct CUevent_st *ev;

@@ -185,6 +185,29 @@ braid_result cudev_div(void *buf, size_t n, braid_dtype dt, int divisor,
   return BRAID_SUCCESS;
 }
 
+braid_result cudev_scale(void *dst, const void *src, size_t n, braid_dtype dt,
+                         const void *scalar, int scalar_on_device,
+                         void *stream) {
+  braid_result r = dev_check("cudev_scale", dt, BRAID_PROD);
+  if (r == BRAID_SUCCESS && scalar == NULL) {
+    snprintf(emu_msg, sizeof emu_msg, "cudev_scale: scalar is NULL");
+    r = BRAID_ERR_INVALID_ARG;
+  }
+  if (r != BRAID_SUCCESS || n == 0)
+    return r;
+  emu_kernel_reaches("cudev_scale", "dst", dst);
+  emu_kernel_reaches("cudev_scale", "src", src);
+  emu_op o = {.kind = OP_SCALE, .dst = dst, .a = src, .n = n, .dt = dt};
+  if (scalar_on_device) {
+    emu_kernel_reaches("cudev_scale", "scalar", scalar);
+    o.b = scalar;
+  } else {
+    memcpy(o.imm, scalar, braid_dtype_size(dt));
+  }
+  DEV("scaling kernel launch", emu_stream_push(stream, &o));
+  return BRAID_SUCCESS;
+}
+
 braid_result cudev_ipc_get(void *base, void *handle) {
   cudaIpcMemHandle_t h;
   DEV("cudaIpcGetMemHandle", cudaIpcGetMemHandle(&h, base));
