@@ -61,7 +61,7 @@ int perf_dev_valid(perf_coll c, braid_dtype dt, braid_op op) {
   if (c != COLL_ALL_REDUCE && c != COLL_REDUCE && c != COLL_REDUCE_SCATTER)
     return 1;
   return dt != BRAID_INT16 && dt != BRAID_BOOL && op != BRAID_BAND &&
-         op != BRAID_BOR && op != BRAID_BXOR && op != PERF_OP_PREMULSUM;
+         op != BRAID_BOR && op != BRAID_BXOR;
 }
 
 void perf_get_counts(perf_coll c, size_t count, int nranks, perf_counts *pc) {

@@ -375,13 +375,6 @@ static braid_result issue(braid_comm *c, exec_op *op, int reduces) {
     r = check_op(c, op, reduces);
   if (r == BRAID_SUCCESS && op->count > 0)
     r = classify(c, op);
-  if (r == BRAID_SUCCESS && op->count > 0 && op->premul != NULL &&
-      op->dev >= 0) {
-    bad(c, op->name,
-        "the pre-multiplied sum takes host buffers (device buffers are not "
-        "supported yet; docs/DTYPES.md)");
-    r = BRAID_ERR_UNSUPPORTED;
-  }
   if (r == BRAID_SUCCESS && op->count > 0)
     r = dev_dtype(c, op, reduces);
   if (r == BRAID_SUCCESS && op->count > 0)

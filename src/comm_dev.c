@@ -492,6 +492,7 @@ void comm_dev_teardown(braid_comm *c) {
     tp_cuda.teardown(p->cuda_state);
   cuda_free_later(d->scratch, 0);
   cuda_free_later(d->stage, 1);
+  cuda_free_later(d->premul, 0);
   list_release(&p->retired);
   if (d->stream != NULL)
     cudev_stream_destroy(d->stream);
@@ -641,6 +642,18 @@ braid_result comm_dev_stage(braid_comm *c, size_t bytes, void **out) {
   }
   *out = d->stage;
   return BRAID_SUCCESS;
+}
+
+braid_result comm_dev_premul(braid_comm *c, size_t bytes, void **out) {
+  if (c == NULL || c->dev == NULL || out == NULL)
+    return BRAID_ERR_INVALID_ARG;
+  comm_dev *d = c->dev;
+  braid_result r = BRAID_SUCCESS;
+  if (bytes > d->premul_bytes)
+    r = grow(c, &((dev_priv *)d)->retired, &d->premul, &d->premul_bytes, bytes,
+             0, d->device);
+  *out = d->premul;
+  return r;
 }
 
 /* ---- loose: device sends and receives before the device side is set up ----

@@ -38,6 +38,10 @@ typedef struct comm_dev {
   size_t scratch_bytes; /* written under c->lock, read atomically */
   void *stage;
   size_t stage_bytes; /* the same */
+  /* pre-multiplied sums' products of device inputs (src/premul.c), grown
+   * the same way */
+  void *premul;
+  size_t premul_bytes;
   /* scratch needs the issuing thread knows (src/exec_dev.c), by call */
   struct {
     int coll, root;
@@ -90,9 +94,11 @@ int comm_dev_transports(braid_comm *c, int i, const tp_ops **ops, void **state);
 /* The pipeline slice of a device call's channel routed `route` (see
  * slice_bytes above); c->slice_bytes before the device side is set up. */
 size_t comm_dev_slice(const braid_comm *c, int route);
-/* Device scratch / pinned staging of at least `bytes`. */
+/* Device scratch / pinned staging / the products of pre-multiplied sums
+ * (device memory), of at least `bytes`. */
 braid_result comm_dev_scratch(braid_comm *c, size_t bytes, void **p);
 braid_result comm_dev_stage(braid_comm *c, size_t bytes, void **p);
+braid_result comm_dev_premul(braid_comm *c, size_t bytes, void **p);
 /* Loose staging: device sends and receives before the device side is set
  * up (setup is collective, they are not) stage through pinned memory and a
  * stream of GPU `dev` that the communicator keeps until it ends (src/

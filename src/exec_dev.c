@@ -42,6 +42,7 @@
 #include "device/cuda_dev.h"
 #include "src/exec_int.h"
 #include "src/log.h"
+#include "src/premul.h"
 #include "transports/cuda/cuda_tp.h"
 
 /* ---- local steps on the internal stream -------------------------------- */
@@ -394,12 +395,9 @@ braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops) {
   return r;
 }
 
-static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
-  const exec_op *first = NULL;
-  int dev = -1;
-  braid_result r = prepare(c, ops, nops, &first, &dev);
-  if (r != BRAID_SUCCESS)
-    return r;
+static braid_result run_prepared(braid_comm *c, exec_op *ops, int nops,
+                                 const exec_op *first, int dev) {
+  braid_result r;
   if (exk_takes(c, ops, nops)) { /* src/exec_kernel.c */
     void *ev = NULL;
     uint64_t seq = 0;
@@ -468,6 +466,25 @@ static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
 out:
   free(run);
   free(st);
+  return r;
+}
+
+static braid_result run_on_device(braid_comm *c, exec_op *ops, int nops) {
+  const exec_op *first = NULL;
+  int dev = -1;
+  braid_result r = prepare(c, ops, nops, &first, &dev);
+  if (r != BRAID_SUCCESS)
+    return r;
+  /* pre-multiplied sums read their inputs' products (src/premul.c) */
+  const void *stack_saved[4], **saved = stack_saved;
+  if (nops > 4 && (saved = calloc((size_t)nops, sizeof *saved)) == NULL)
+    return BRAID_ERR_NOMEM;
+  r = premul_dev_begin(c, ops, nops, saved);
+  if (r == BRAID_SUCCESS)
+    r = run_prepared(c, ops, nops, first, dev);
+  premul_dev_end(ops, nops, saved);
+  if (saved != stack_saved)
+    free(saved);
   return r;
 }
 

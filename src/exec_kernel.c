@@ -399,7 +399,8 @@ int exk_coll(sched_coll coll) { return kc_coll(coll) >= 0; }
 int exk_op(const braid_comm *c, const exec_op *op) {
   const comm_dev *d = c->dev;
   if (d == NULL || d->exk == NULL || kc_coll(op->coll) < 0 || op->is_barrier ||
-      op->dev != d->device || op->count == 0 || c->check)
+      op->dev != d->device || op->count == 0 || c->check ||
+      op->premul != NULL) /* its product is made first (src/premul.c) */
     return 0;
   /* the call's largest buffer on any rank (as braid-perf reports sizes,
    * and as exec_dev_small measures) */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "device/cuda_dev.h"
+#include "src/comm_dev.h"
 #include "src/log.h"
 #include "src/reduce.h"
 
@@ -207,22 +208,30 @@ static size_t pm_elems(const braid_comm *c, const exec_op *op) {
   return op->count * (size_t)sched_in_blocks(op->coll, c->nranks);
 }
 
+/* Whether op is a pre-multiplied sum that reads its input on this rank. */
+static int pm_reads(const braid_comm *c, const exec_op *op) {
+  return op->premul != NULL && op->count > 0 && op->in != NULL &&
+         sched_uses_in(op->coll, op->root, c->rank);
+}
+
 braid_result premul_begin(braid_comm *c, exec_op *ops, int nops,
                           const void **saved) {
   for (int k = 0; k < nops; k++)
     saved[k] = NULL;
   for (int k = 0; k < nops; k++) {
     exec_op *op = &ops[k];
-    if (op->premul == NULL || op->count == 0 || op->in == NULL ||
-        !sched_uses_in(op->coll, op->root, c->rank))
+    if (!pm_reads(c, op) || op->dev >= 0) /* device: premul_dev_begin */
       continue;
     const premul_op *p = op->premul;
     size_t es = braid_dtype_size(op->dt), n = pm_elems(c, op);
     unsigned char s[8];
     if (p->on_device) { /* read now, as the call runs */
-      braid_result r = cudev_memcpy(s, p->dscalar, es, NULL);
+      /* on the internal stream when there is one: the legacy default
+       * stream would wait for a user's stream that a gate holds */
+      void *st = c->dev != NULL ? c->dev->stream : NULL;
+      braid_result r = cudev_memcpy(s, p->dscalar, es, st);
       if (r == BRAID_SUCCESS)
-        r = cudev_stream_sync(NULL);
+        r = cudev_stream_sync(st);
       if (r != BRAID_SUCCESS) {
         comm_set_error(c,
                        "%s: reading the pre-multiplied sum's device "
@@ -253,6 +262,62 @@ void premul_end(exec_op *ops, int nops, const void **saved) {
       continue;
     free((void *)ops[k].in);
     ops[k].in = saved[k];
+    saved[k] = NULL;
+  }
+}
+
+braid_result premul_dev_begin(braid_comm *c, exec_op *ops, int nops,
+                              const void **saved) {
+  size_t total = 0, at[4], *off = nops <= 4 ? at : malloc(sizeof *off * nops);
+  if (off == NULL)
+    return BRAID_ERR_NOMEM;
+  for (int k = 0; k < nops; k++) {
+    saved[k] = NULL;
+    off[k] = total;
+    if (pm_reads(c, &ops[k]) && ops[k].dev >= 0)
+      total += (pm_elems(c, &ops[k]) * braid_dtype_size(ops[k].dt) + 255) &
+               ~(size_t)255;
+  }
+  char *buf = NULL;
+  braid_result r = BRAID_SUCCESS;
+  if (total > 0)
+    r = comm_dev_premul(c, total, (void **)&buf);
+  for (int k = 0; k < nops && total > 0 && r == BRAID_SUCCESS; k++) {
+    exec_op *op = &ops[k];
+    if (!pm_reads(c, op) || op->dev < 0)
+      continue;
+    const premul_op *p = op->premul;
+    r = cudev_scale(buf + off[k], op->in, pm_elems(c, op), op->dt,
+                    p->on_device ? p->dscalar : p->scalar, p->on_device,
+                    c->dev->stream);
+    if (r != BRAID_SUCCESS) {
+      comm_set_error(c,
+                     "%s: multiplying the input by the pre-multiplied sum's "
+                     "scalar on GPU %d: %s",
+                     op->name, c->dev->device, cudev_error());
+      break;
+    }
+    saved[k] = op->in;
+    op->in = buf + off[k];
+    op->inplace = 0; /* the product is apart from recvbuf */
+  }
+  /* the products are made before anything reads them, on any stream or
+   * from another process */
+  if (r == BRAID_SUCCESS && total > 0 &&
+      (r = cudev_stream_sync(c->dev->stream)) != BRAID_SUCCESS)
+    comm_set_error(c, "%s: multiplying by the pre-multiplied sum's scalar: %s",
+                   ops[0].name, cudev_error());
+  if (r != BRAID_SUCCESS)
+    premul_dev_end(ops, nops, saved);
+  if (off != at)
+    free(off);
+  return r;
+}
+
+void premul_dev_end(exec_op *ops, int nops, const void **saved) {
+  for (int k = 0; k < nops; k++) {
+    if (saved[k] != NULL)
+      ops[k].in = saved[k];
     saved[k] = NULL;
   }
 }

@@ -27,11 +27,19 @@ int premul_is_op(braid_op op);
  * BRAID_ERR_INVALID_ARG with the reason. */
 braid_result premul_resolve(braid_comm *c, exec_op *op);
 /* Before a call runs (src/executor.c): each op with a pre-multiplied sum
- * reads from a copy of its input multiplied by the scalar (saved[k]: its
- * own input, to give back with premul_end). */
+ * and a host input reads from a copy of its input multiplied by the scalar
+ * (saved[k]: its own input, to give back with premul_end). */
 braid_result premul_begin(braid_comm *c, exec_op *ops, int nops,
                           const void **saved);
 void premul_end(exec_op *ops, int nops, const void **saved);
+/* The same for ops on device buffers, once the call's device is selected
+ * and set up (src/exec_dev.c): each input is multiplied on the GPU
+ * (cudev_scale, on the internal stream, which is then synchronised; a
+ * device scalar is read there) into the communicator's device buffer for
+ * products (comm_dev_premul). premul_begin leaves these ops alone. */
+braid_result premul_dev_begin(braid_comm *c, exec_op *ops, int nops,
+                              const void **saved);
+void premul_dev_end(exec_op *ops, int nops, const void **saved);
 void premul_free(braid_comm *c);
 
 #endif

@@ -78,6 +78,9 @@ gpu_test(gpu_stream_kernel test_gpu_stream BRAID_CUDA_KERNEL_MAX=64K)
 gpu_test(gpu_share test_gpu_share)
 gpu_test(gpu_share_kernel test_gpu_share BRAID_CUDA_KERNEL_MAX=64K)
 gpu_test(gpu_args test_gpu_args)
+# Pre-multiplied sums on device buffers (test_gpu_premul.c).
+gpu_program(test_gpu_premul test_gpu_premul.c braid_internal ${gpu_cudart})
+gpu_test(gpu_premul test_gpu_premul)
 
 # The correctness matrix of tests/core on device buffers: coll_matrix.c,
 # unchanged, with test_gpu_matrix.h force-included (its wrappers move every
@@ -213,6 +216,14 @@ gpu_pinned(env BRAID_TIMEOUT=60 BRAID_CUDA_KERNEL_MAX=64K
 set_tests_properties(emu_gpu_share_blocks PROPERTIES TIMEOUT 120
   LABELS "cuda;emu" ENVIRONMENT "${env}")
 gpu_test(emu_gpu_args emu_gpu_args)
+# Pre-multiplied sums on device buffers: through the executor's device
+# paths; small calls staged through pinned host memory (blocking and on the
+# stream); sizes that would go as collective kernels, which pre-multiplied
+# sums do not take.
+gpu_program(emu_gpu_premul test_gpu_premul.c braid_emu)
+gpu_test(emu_gpu_premul emu_gpu_premul)
+gpu_test(emu_gpu_premul_small emu_gpu_premul BRAID_CUDA_HOST_MAX=8M)
+gpu_test(emu_gpu_premul_kernel emu_gpu_premul BRAID_CUDA_KERNEL_MAX=64K)
 
 add_executable(emu_cuda_ipc ${PROJECT_SOURCE_DIR}/tests/transports/test_cuda_ipc.c
   ${PROJECT_SOURCE_DIR}/tests/transports/ranks.c)
@@ -274,6 +285,13 @@ if(TARGET braidrun)
             -c 1 -d all)
   # braid-perf exits 1 on a wrong element, 3 on a runtime error
   set_tests_properties(emu_perf_device PROPERTIES TIMEOUT 300
+    LABELS "cuda;emu;perf")
+  # pre-multiplied sums on device buffers, every dtype, checked exactly
+  add_test(NAME emu_perf_device_premul
+    COMMAND $<TARGET_FILE:braidrun> -n 3 --timeout 300
+            $<TARGET_FILE:emu_braid_perf> all -G 1 -b 8 -e 256K -f 32 -n 1
+            -w 1 -c 1 -d all -o premulsum -r all)
+  set_tests_properties(emu_perf_device_premul PROPERTIES TIMEOUT 300
     LABELS "cuda;emu;perf")
 endif()
 

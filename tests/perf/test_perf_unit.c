@@ -495,6 +495,8 @@ Test(perf_data, premulsum_checks_the_scalars) {
   }
   cr_expect(!perf_pair_valid(BRAID_BOOL, PERF_OP_PREMULSUM));
   cr_expect(perf_pair_valid(BRAID_FLOAT8_E5M2, PERF_OP_PREMULSUM));
+  cr_expect(
+      perf_dev_valid(COLL_REDUCE_SCATTER, BRAID_BFLOAT16, PERF_OP_PREMULSUM));
   cr_expect_eq(perf_exact_max_ranks(BRAID_BFLOAT16, PERF_OP_PREMULSUM), 128);
 }
 
