@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/fp8.h"
+#include "device/fp8.h"
 #include "src/reduce.h"
 #include "test_gpu_ranks.h"
 

@@ -6,7 +6,7 @@
  * subnormals, integer extremes, equal operands), the division of BRAID_AVG,
  * and the float16/bfloat16 conversions; for float8_e4m3 and float8_e5m2
  * every pair of 8-bit values for each op (element and vector functions,
- * against src/fp8.h and the CPU kernels), every division and every
+ * against device/fp8.h and the CPU kernels), every division and every
  * product with a scalar (the pre-multiplied sum). Needs no GPU.
  */
 #include <criterion/criterion.h>
@@ -358,7 +358,7 @@ static void fp8_pairs(uint8_t *a, uint8_t *b) {
 }
 
 /* Every pair through the host branch of reduce_ops.cuh's element function,
- * bit for bit against src/fp8.h's reference (fp8_op; avg reduces as a sum)
+ * bit for bit against device/fp8.h's reference (fp8_op; avg reduces as a sum)
  * and the CPU kernels (red_get's and the portable ones, src/reduce.c). */
 Test(reduce_ops, fp8_every_pair_against_fp8_h_and_cpu) {
   static uint8_t a[PAIRS], b[PAIRS], cpu[PAIRS], port[PAIRS];
