@@ -7,6 +7,12 @@
  * another op, dtype, root or count, is found at the first message instead
  * of returning wrong data.
  *
+ * A rank that breaks on such a mismatch tells every other rank at once
+ * (tp_ops.tell_mismatch: a word in each shm peer's segment, a frame on each
+ * tcp peer's control connection), so that their pending and later calls
+ * fail with BRAID_ERR_MISMATCH naming both calls and the rank that found
+ * it, instead of waiting for the timeout.
+ *
  * BRAID_CHECK=1: before each collective, ranks compare its full fingerprint
  * (kind, count, dtype, op, root, sequence number) over the bootstrap and
  * report a mismatch by rank instead of hanging or corrupting data.
@@ -106,6 +112,40 @@ void tp_fp_mismatch(uint64_t theirs, uint64_t mine, int peer, char *buf,
            "collective mismatch: rank %d is in %s where this rank is in "
            "%s%s (sequence numbers mod 2^24)",
            peer, a, b, counts ? ", with another count" : "");
+}
+
+void tp_fp_told(const tp_mismatch *m, int me, char *buf, size_t len) {
+  if (m->by == me) {
+    tp_fp_mismatch(m->theirs, m->mine, m->peer, buf, len);
+    return;
+  }
+  char a[96], b[96];
+  tp_fp_describe(m->theirs, a, sizeof a);
+  tp_fp_describe(m->mine, b, sizeof b);
+  snprintf(buf, len,
+           "collective mismatch: rank %d is in %s where rank %d is in %s "
+           "(found by rank %d, which told every rank; sequence numbers mod "
+           "2^24)",
+           (int)m->peer, a, (int)m->by, b, (int)m->by);
+}
+
+void check_tell_mismatch(braid_comm *c, const tp_mismatch *m) {
+  for (int i = 0; i < c->ntp; i++)
+    if (c->tp[i]->tell_mismatch != NULL)
+      c->tp[i]->tell_mismatch(c->tp_state[i], m);
+  INFO(LOG_COLL, "rank %d told every rank of the mismatch with rank %d",
+       c->rank, (int)m->peer);
+}
+
+void check_broke(braid_comm *c) {
+  for (int i = 0; i < c->ntp; i++) {
+    tp_mismatch m;
+    if (c->tp[i]->mismatch != NULL && c->tp[i]->mismatch(c->tp_state[i], &m) &&
+        m.by == c->rank) {
+      check_tell_mismatch(c, &m);
+      return;
+    }
+  }
 }
 
 braid_result check_fingerprint(braid_comm *c, const exec_op *op) {

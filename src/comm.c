@@ -55,6 +55,8 @@ void comm_break(braid_comm *c, braid_result r) {
   memcpy(c->broken_why, c->last_error, sizeof c->broken_why);
   pthread_mutex_unlock(&c->err_lock);
   c->broken = r;
+  if (r == BRAID_ERR_MISMATCH)
+    check_broke(c);
   (void)flight_dump(c,
                     r == BRAID_ERR_TIMEOUT    ? "timeout"
                     : r == BRAID_ERR_REMOTE   ? "remote"

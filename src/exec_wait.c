@@ -63,8 +63,17 @@ braid_result exec_check_health(braid_comm *c, xop *xs, int nops) {
   }
   for (int i = 0; i < c->ntp; i++) {
     int dead = -1;
-    if (c->tp[i]->check_peers != NULL &&
-        c->tp[i]->check_peers(c->tp_state[i], &dead) != BRAID_SUCCESS)
+    int r = c->tp[i]->check_peers != NULL
+                ? c->tp[i]->check_peers(c->tp_state[i], &dead)
+                : BRAID_SUCCESS;
+    if (r == BRAID_ERR_MISMATCH) { /* a peer told of one */
+      const exec_op *op = first_pending(xs, nops);
+      comm_set_error(c, "%s #%llu on rank %d: %s", op->name,
+                     (unsigned long long)op->seq, c->rank,
+                     c->tp[i]->last_error(c->tp_state[i]));
+      return BRAID_ERR_MISMATCH;
+    }
+    if (r != BRAID_SUCCESS)
       return dead_peer(c, xs, nops, c->tp[i], c->tp_state[i], dead);
   }
   const tp_ops *t = NULL;
@@ -485,7 +494,7 @@ static braid_result wait_cycle(braid_comm *c, xop *xs, int nops,
    * rank is most likely about to see a release this rank has made (the
    * acknowledgment of a single-copy send it has not looked at yet) */
   int pid = 0;
-  if (fp == 0 || !t->peer_wait(st, p, &on, &pfp, &epoch) || on != c->rank ||
+  if (fp == 0 || t->peer_wait(st, p, &on, &pfp, &epoch) != 1 || on != c->rank ||
       pfp == 0 || pfp == fp || ((pfp ^ fp) & 0xffffffu) != 0 ||
       !t->quiet(st, p) || rank_stopped(c, p, &pid)) {
     w->cycle_peer = -1;
@@ -502,6 +511,8 @@ static braid_result wait_cycle(braid_comm *c, xop *xs, int nops,
     return BRAID_SUCCESS;
   char what[224];
   tp_fp_mismatch(pfp, fp, p, what, sizeof what);
+  tp_mismatch m = {c->rank, p, pfp, fp};
+  check_tell_mismatch(c, &m);
   comm_set_error(c,
                  "%s #%llu on rank %d: rank %d waits for this rank, and this "
                  "rank for it, with nothing in flight between them: %s",
@@ -541,8 +552,11 @@ static int wait_chain(braid_comm *c, int p, char *buf, size_t len) {
     uint32_t epoch = 0;
     if (t->peer_wait == NULL) /* another host: its notes are not seen */
       break;
-    if (!t->peer_wait(c->tp_state[c->peer_tp[p]], p, &on, &fp, &epoch)) {
+    int known = t->peer_wait(c->tp_state[c->peer_tp[p]], p, &on, &fp, &epoch);
+    if (known != 1) {
       int stopped = rank_stopped(c, p, &pid);
+      if (known < 0 && !stopped) /* its note went to another rank */
+        break;
       char pids[32] = "";
       if (stopped)
         snprintf(pids, sizeof pids, " (pid %d)", pid);

@@ -259,6 +259,9 @@ static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
     if (c->rx_off == 0 && fp != 0 && s->fp != 0 && s->fp != fp) {
       char what[224];
       tp_fp_mismatch(s->fp, fp, c->peer, what, sizeof what);
+      if (!c->st->mm_set)
+        c->st->mm = (tp_mismatch){c->st->rank, c->peer, s->fp, fp};
+      c->st->mm_set = 1;
       rc = CERR(c, BRAID_ERR_MISMATCH, "shm recv from rank %d channel %d: %s",
                 c->peer, c->channel, what);
       break;
@@ -483,6 +486,8 @@ static int rx_waiting(shm_state *st, int i) {
 
 static int shm_check_peers(void *state, int *dead_rank) {
   shm_state *st = state;
+  if (shm_told(st))
+    return BRAID_ERR_MISMATCH;
   for (int i = 0; i < st->npeers; i++) {
     shm_peer *p = &st->peers[i];
     if (!p->pid_ok)
@@ -562,6 +567,8 @@ const tp_ops tp_shm = {
     .peer_cpu = shm_peer_cpu,
     .check_peers = shm_check_peers,
     .set_cause = shm_set_cause,
+    .mismatch = shm_mismatch,
+    .tell_mismatch = shm_tell_mismatch,
     .teardown = shm_teardown,
     .last_error = shm_last_error,
 };

@@ -89,6 +89,13 @@ typedef struct shm_hdr {
   alignas(SHM_CL) _Atomic int32_t wait_on;
   _Atomic uint32_t wait_epoch;
   _Atomic uint64_t wait_fp;
+  /* A collective mismatch a peer found and told this rank of
+   * (tp_ops.tell_mismatch, transports/shm_told.c): the first teller claims
+   * told_claim (0 -> 1), writes the record, then sets told_ready. */
+  alignas(SHM_CL) _Atomic uint32_t told_claim;
+  _Atomic uint32_t told_ready;
+  int32_t told_by, told_peer;
+  uint64_t told_theirs, told_mine;
   alignas(SHM_CL) int32_t peer_rank[]; /* sender rank of each ring group */
 } shm_hdr;
 
@@ -171,6 +178,9 @@ typedef struct shm_state {
   size_t cma_threshold;
   uint32_t lone_bell; /* bell when the rank has no segment */
   uint64_t fp;        /* the call this rank runs (tp_ops.set_fp) */
+  /* the mismatch this rank met or was told of (tp_ops.mismatch) */
+  tp_mismatch mm;
+  int mm_set;
   char err[256];
 } shm_state;
 
@@ -183,6 +193,13 @@ uint64_t shm_segment_bytes(int npeers, int nchannels, int nslots,
                            size_t slot_bytes);
 int shm_setup(tp_setup *su, const uint8_t *peers, void **state);
 void shm_teardown(void *state);
+
+/* transports/shm_told.c: mismatches told between the ranks (tp_shm's
+ * mismatch and tell_mismatch), and shm_told: 1 when a peer told this rank
+ * of one (st->err then names it). */
+int shm_mismatch(void *state, tp_mismatch *m);
+void shm_tell_mismatch(void *state, const tp_mismatch *m);
+int shm_told(shm_state *st);
 
 /* Overrides BRAID_SHM_CMA for setups that follow: -1 (default) follows the
  * configuration, 0 forces copies, 1 allows single-copy where the probe works.

@@ -408,6 +408,9 @@ static int read_header(tp_conn *c, char *buf, size_t cap, size_t len,
   if (fp != 0 && c->rhdr[1] != 0 && c->rhdr[1] != fp) {
     char what[224];
     tp_fp_mismatch(c->rhdr[1], fp, c->peer, what, sizeof what);
+    if (!c->s->mm_set)
+      c->s->mm = (tp_mismatch){c->s->rank, c->peer, c->rhdr[1], fp};
+    c->s->mm_set = 1;
     c->err = BRAID_ERR_MISMATCH;
     SERR(c->s, "tcp: channel %d from rank %d: %s", c->channel, c->peer, what);
     return c->err;
@@ -533,6 +536,8 @@ static int tcp_check_peers(void *state, int *dead_rank) {
   tcp_state *s = state;
   if (s == NULL || s->npfd == 0)
     return BRAID_SUCCESS;
+  if (tcp_ctl_check(s))
+    return BRAID_ERR_MISMATCH;
   for (int i = 0; i < s->npfd; i++) {
     tp_conn *c = s->conns[s->pfd_conn[i]];
     if (c->err == BRAID_ERR_REMOTE) {
@@ -595,5 +600,10 @@ const tp_ops tp_tcp = {
     .teardown = tcp_teardown,
     .last_error = tcp_last_error,
     .set_fp = tcp_set_fp,
+    .note_wait = tcp_note_wait,
+    .peer_wait = tcp_peer_wait,
+    .quiet = tcp_quiet,
+    .mismatch = tcp_mismatch,
+    .tell_mismatch = tcp_tell_mismatch,
     .flush = tcp_flush,
 };

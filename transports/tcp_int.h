@@ -7,6 +7,7 @@
 #define BRAID_TRANSPORTS_TCP_INT_H
 
 #include <poll.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,34 @@
 #define TCP_BYE 2u /* "closing because rank (len - 1) failed" */
 #define TCP_LEN_MAX ((uint64_t)1 << 56)
 #define TCP_IOV_MAX 32
+
+/* Frames on a control connection (transports/tcp_ctl.c) */
+#define TCP_CTL_MAGIC 0x4252434cu /* "BRCL" */
+#define TCP_CTL_NOTE 3u     /* a wait: a = on (-1: over), b = epoch, x = fp */
+#define TCP_CTL_MISMATCH 4u /* a = by, b = peer, x = theirs, y = mine */
+
+typedef struct tcp_frame {
+  uint32_t magic, type;
+  int32_t a, b;
+  uint64_t x, y;
+} tcp_frame;
+
+/* The control connection to one peer, beside its data channels (channel
+ * number nchannels at setup): wait notes and mismatches told, read whole by
+ * a health check, never behind data. Everything here is under
+ * tcp_state.ctl_lock. */
+typedef struct tcp_ctl {
+  int fd;   /* -1: no such peer */
+  int gone; /* end of file or an error seen: no longer read */
+  tcp_frame in;
+  size_t in_got;
+  char out[8 * sizeof(tcp_frame)]; /* what the socket did not take yet */
+  size_t out_len;
+  int noted; /* a note from it is held */
+  int32_t note_on;
+  uint32_t note_epoch;
+  uint64_t note_fp;
+} tcp_ctl;
 
 typedef struct tcp_hello {
   int32_t rank, channel, nranks, nchannels;
@@ -77,6 +106,15 @@ struct tcp_state {
   int npfd;
   int culprit; /* the rank this side blamed first, -1 before any failure */
   int timeout_ms;
+  /* control connections (transports/tcp_ctl.c) */
+  tcp_ctl *ctl; /* per rank */
+  pthread_mutex_t ctl_lock;
+  int noted_peer; /* the rank this rank's last wait note went to, or -1 */
+  uint32_t note_epoch;
+  tp_mismatch mm; /* met here (by == rank) or told */
+  int mm_set;
+  tp_mismatch told; /* the first a peer told of */
+  int told_set;
   char err[256];
 };
 
@@ -87,5 +125,19 @@ int tcp_setup(tp_setup *st, const uint8_t *peers, void **state);
 void tcp_teardown(void *state);
 /* transports/tcp.c: writes what the sockets take of every queued send */
 int tcp_flush(void *state);
+
+/* transports/tcp_ctl.c: the control connections. tcp_ctl_init before
+ * setup connects them (ctl fds -1), tcp_ctl_stop before they close.
+ * tcp_ctl_check reads what arrived: 1 when a peer told of a mismatch
+ * (s->err then names it). */
+int tcp_ctl_init(tcp_state *s);
+void tcp_ctl_stop(tcp_state *s);
+int tcp_ctl_check(tcp_state *s);
+int tcp_mismatch(void *state, tp_mismatch *m);
+void tcp_tell_mismatch(void *state, const tp_mismatch *m);
+void tcp_note_wait(void *state, int on, uint64_t fp);
+int tcp_peer_wait(void *state, int peer, int *on, uint64_t *fp,
+                  uint32_t *epoch);
+int tcp_quiet(void *state, int peer);
 
 #endif

@@ -1,9 +1,10 @@
 /*
  * tcp transport, setup and teardown (transports/tcp.c has the rest): every
- * pair of ranks connects nchannels sockets, the higher rank to the lower
- * one's listener, each proving the job's secret before its greeting (rank,
- * channel) is believed. Teardown lets queued copies go out, tells the peers
- * which rank this side blamed after a failure, and closes everything.
+ * pair of ranks connects nchannels sockets and a control connection
+ * (transports/tcp_ctl.c), the higher rank to the lower one's listener, each
+ * proving the job's secret before its greeting (rank, channel) is believed.
+ * Teardown lets queued copies go out, tells the peers which rank this side
+ * blamed after a failure, and closes everything.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -37,6 +38,23 @@ static tp_conn *conn_new(tcp_state *s, int peer, int channel, int fd) {
   return c;
 }
 
+/* A new connection: data channel `channel`, or the control connection
+ * (channel nchannels, transports/tcp_ctl.c). 0, or -1 out of memory. */
+static int conn_add(tcp_state *s, int peer, int channel, int fd) {
+  if (channel == s->nchannels) {
+    s->ctl[peer].fd = fd;
+    return 0;
+  }
+  return conn_new(s, peer, channel, fd) != NULL ? 0 : -1;
+}
+
+/* Whether the connection (peer, channel) is made already. */
+static int conn_made(const tcp_state *s, int peer, int channel) {
+  return channel == s->nchannels
+             ? s->ctl[peer].fd >= 0
+             : s->conns[peer * s->nchannels + channel] != NULL;
+}
+
 static int setup_fail(tp_setup *st, tcp_state *s, int code) {
   snprintf(st->errbuf, sizeof(st->errbuf), "%s", s->err);
   tcp_teardown(s);
@@ -50,7 +68,7 @@ static int tcp_connect_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
   for (int p = st->rank + 1; p < st->nranks; p++) {
     if (!peers[p])
       continue;
-    for (int ch = 0; ch < st->nchannels; ch++) {
+    for (int ch = 0; ch <= st->nchannels; ch++) { /* and the control one */
       tcp_hello h = {st->rank, ch, st->nranks, st->nchannels};
       int fd;
       if (sock_connect_auth(&addrs[p], deadline, bufs, TCP_MAGIC, TCP_KIND,
@@ -59,7 +77,7 @@ static int tcp_connect_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
              st->rank, p, ch, e);
         return BRAID_ERR_SYSTEM;
       }
-      if (conn_new(s, p, ch, fd) == NULL) {
+      if (conn_add(s, p, ch, fd) != 0) {
         close(fd);
         SERR(s, "tcp: out of memory");
         return BRAID_ERR_NOMEM;
@@ -73,7 +91,7 @@ static int tcp_accept_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
                           int lfd, const uint8_t *secret, int64_t deadline) {
   int need = 0;
   for (int p = 0; p < st->rank; p++)
-    need += peers[p] ? st->nchannels : 0;
+    need += peers[p] ? st->nchannels + 1 : 0;
   char what[64], as[80];
   snprintf(what, sizeof(what), "tcp listener of rank %d", st->rank);
   sock_gate g;
@@ -88,8 +106,8 @@ static int tcp_accept_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
     if (rc != 0) {
       int miss = -1;
       for (int p = 0; p < st->rank && miss < 0; p++)
-        for (int ch = 0; peers[p] && ch < st->nchannels; ch++)
-          if (s->conns[p * st->nchannels + ch] == NULL) {
+        for (int ch = 0; peers[p] && ch <= st->nchannels; ch++)
+          if (!conn_made(s, p, ch)) {
             miss = p;
             break;
           }
@@ -102,8 +120,7 @@ static int tcp_accept_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
     }
     if (h.nranks != st->nranks || h.nchannels != st->nchannels || h.rank < 0 ||
         h.rank >= st->rank || !peers[h.rank] || h.channel < 0 ||
-        h.channel >= st->nchannels ||
-        s->conns[h.rank * st->nchannels + h.channel] != NULL) {
+        h.channel > st->nchannels || conn_made(s, h.rank, h.channel)) {
       WARN(LOG_NET,
            "%s: rejected connection from %s claiming rank %d channel %d "
            "(nranks %d, nchannels %d): not an expected peer connection",
@@ -112,7 +129,7 @@ static int tcp_accept_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
       close(fd);
       continue;
     }
-    if (conn_new(s, h.rank, h.channel, fd) == NULL) {
+    if (conn_add(s, h.rank, h.channel, fd) != 0) {
       close(fd);
       SERR(s, "tcp: out of memory");
       res = BRAID_ERR_NOMEM;
@@ -151,7 +168,8 @@ int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
   s->flush = calloc(nconn, sizeof(tp_conn *));
   struct sockaddr_storage *addrs =
       calloc((size_t)st->nranks, sizeof(struct sockaddr_storage));
-  if (s->conns == NULL || s->flush == NULL || addrs == NULL) {
+  if (s->conns == NULL || s->flush == NULL || addrs == NULL ||
+      tcp_ctl_init(s) != 0) {
     free(addrs);
     SERR(s, "tcp setup: out of memory");
     return setup_fail(st, s, BRAID_ERR_NOMEM);
@@ -200,7 +218,10 @@ int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
       s->pfd[s->npfd].events = POLLIN;
       s->pfd_conn[s->npfd++] = (int)i;
     }
-  INFO(LOG_NET, "tcp: rank %d connected %d socket(s)", st->rank, s->npfd);
+  INFO(LOG_NET,
+       "tcp: rank %d connected %d socket(s) and a control connection "
+       "to each peer",
+       st->rank, s->npfd);
   *state = s;
   return BRAID_SUCCESS;
 }
@@ -236,6 +257,7 @@ void tcp_teardown(void *state) {
     uint64_t h[2] = {((uint64_t)TCP_BYE << 56) | (uint64_t)(s->culprit + 1), 0};
     (void)send(c->fd, h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
+  tcp_ctl_stop(s);
   for (size_t i = 0; s->conns && i < nconn; i++) {
     tp_conn *c = s->conns[i];
     if (c == NULL)

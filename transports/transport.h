@@ -45,6 +45,14 @@ static inline const tp_dev_reducer *tp_reducer_dev(const tp_reducer *r) {
 
 struct tp_bootstrap; /* src/bootstrap.h */
 
+/* A collective mismatch: rank `by` met a message, or a wait, of call
+ * `theirs` (a fingerprint, src/check.c) from rank `peer` where it runs call
+ * `mine`. */
+typedef struct tp_mismatch {
+  int32_t by, peer;
+  uint64_t theirs, mine;
+} tp_mismatch;
+
 typedef struct tp_conn tp_conn; /* one per (peer, channel), transport-owned */
 
 /* What a transport needs from the communicator at setup. */
@@ -96,13 +104,14 @@ typedef struct tp_ops {
    * it, and a message that arrives there with another is refused with
    * BRAID_ERR_MISMATCH and a message naming both calls (tp_fp_mismatch). */
   void (*set_fp)(void *state, uint64_t fp);
-  /* Optional (shm): a wait that lasted. note_wait records that this rank
-   * waits for rank `on` (-1: no longer waits) in call `fp`; peer_wait reads
-   * what `peer` recorded (1: it waits, for *on, in call *fp, its *epoch-th
-   * such note); quiet says 1 when no message is in flight between this
-   * rank and `peer`, either way. src/exec_wait.c names who waits for whom
-   * with them, and finds two ranks waiting for each other in different
-   * calls. */
+  /* Optional (shm, tcp): a wait that lasted. note_wait records that this
+   * rank waits for rank `on` (-1: no longer waits) in call `fp`; peer_wait
+   * reads what `peer` recorded (1: it waits, for *on, in call *fp, its
+   * *epoch-th such note; 0: it does not wait; -1: not known here: tcp
+   * passes a note only to the rank waited for); quiet says 1 when no
+   * message is in flight between this rank and `peer`, either way.
+   * src/exec_wait.c names who waits for whom with them, and finds two
+   * ranks waiting for each other in different calls. */
   void (*note_wait)(void *state, int on, uint64_t fp);
   int (*peer_wait)(void *state, int peer, int *on, uint64_t *fp,
                    uint32_t *epoch);
@@ -112,12 +121,20 @@ typedef struct tp_ops {
    * instead of spinning (src/exec_wait.c). */
   void (*note_cpu)(void *state, int cpu);
   int (*peer_cpu)(void *state, int peer);
-  /* Check the peers once (dead process, closed socket). BRAID_SUCCESS, or
-   * BRAID_ERR_REMOTE with *dead_rank set. */
+  /* Check the peers once (dead process, closed socket). BRAID_SUCCESS,
+   * BRAID_ERR_REMOTE with *dead_rank set, or BRAID_ERR_MISMATCH when a peer
+   * told of a collective mismatch (tell_mismatch; last_error names it). */
   int (*check_peers)(void *state, int *dead_rank);
   /* Optional: this rank gives up because dead_rank died; peers that see this
    * rank leave next should name dead_rank as the cause. */
   void (*set_cause)(void *state, int dead_rank);
+  /* Optional (shm, tcp): collective mismatches told to every rank.
+   * mismatch: 1 with *m when this state met one (a message of another
+   * call) or a peer told of one, else 0. tell_mismatch: this rank broke on
+   * mismatch m: tells every peer of this state without waiting; their
+   * check_peers then returns BRAID_ERR_MISMATCH naming it. */
+  int (*mismatch)(void *state, tp_mismatch *m);
+  void (*tell_mismatch)(void *state, const tp_mismatch *m);
   void (*teardown)(void *state);
   /* Error text of the last failure on this state (names the peer). */
   const char *(*last_error)(void *state);
@@ -140,6 +157,9 @@ typedef struct tp_ops {
  * rank's call `mine` (src/check.c). */
 void tp_fp_mismatch(uint64_t theirs, uint64_t mine, int peer, char *buf,
                     size_t len);
+/* A mismatch that rank m->by found, in words for rank `me` (which found it,
+ * or was told). */
+void tp_fp_told(const tp_mismatch *m, int me, char *buf, size_t len);
 /* The call of fingerprint fp in words: "reduce #2 (float32, sum, root 1)". */
 void tp_fp_describe(uint64_t fp, char *buf, size_t len);
 

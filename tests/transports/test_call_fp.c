@@ -5,9 +5,17 @@
  * BRAID_ERR_MISMATCH and a message naming both. Each case runs two ranks
  * whose second call differs in one thing (kind, op, dtype of the same size,
  * count, root); no rank may return success from a call whose data it then
- * got wrong, and none may hang. Over shm, ranks also see each other's long
- * waits (src/exec_wait.c): two that each wait for the other in different
- * calls (a reduce whose root they disagree on) are a mismatch too.
+ * got wrong, and none may hang. Ranks also see each other's long waits
+ * (src/exec_wait.c; shm: segment headers, tcp: notes on the control
+ * connections): two that each wait for the other in different calls (a
+ * reduce whose root they disagree on) are a mismatch too.
+ *
+ * With three or four ranks, one differing from the rest, the rank that
+ * finds the mismatch tells every other rank (tp_ops.tell_mismatch): ranks
+ * that never met a message of the odd call fail with it too, naming both
+ * calls and the rank that found it, while the finders stay in the
+ * communicator. With BRAID_TIMEOUT at 60 s, BRAID_ERR_MISMATCH rather than
+ * BRAID_ERR_TIMEOUT on every rank shows that nobody waited for the timeout.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -35,9 +43,6 @@ typedef struct fp_case {
    * they are the root of a broadcast both send, and nobody reads) */
   int later;
   const char *words[2]; /* in the message of a rank that saw it */
-  /* shows only where ranks see each other's waits (shm): two ranks that
-   * each wait for the other to send, nothing in flight */
-  int shm_only;
 } fp_case;
 
 static braid_result run_call(const call *k, braid_comm *c, void *buf) {
@@ -131,46 +136,38 @@ static const fp_case cases[] = {
      "",
      {AR(F32, BRAID_SUM, 16), AR(F32, BRAID_MAX, 16)},
      0,
-     {"sum", "max"},
-     0},
+     {"sum", "max"}},
     {"dtype of the same size",
      "",
      {AR(F32, BRAID_SUM, 16), AR(BRAID_INT32, BRAID_SUM, 16)},
      0,
-     {"float32", "int32"},
-     0},
+     {"float32", "int32"}},
     {"count",
      "",
      {AR(F32, BRAID_SUM, 16), AR(F32, BRAID_SUM, 12)},
      0,
-     {"another count", "allreduce"},
-     0},
+     {"another count", "allreduce"}},
     {"kind",
      "",
      {AR(F32, BRAID_SUM, 16), {K_BROADCAST, F32, BRAID_SUM, 16, 0}},
      0,
-     {"broadcast", "allreduce"},
-     0},
+     {"broadcast", "allreduce"}},
     {"root of reduce",
      "",
      {{K_REDUCE, F32, BRAID_SUM, 16, 0}, {K_REDUCE, F32, BRAID_SUM, 16, 1}},
      0,
-     {"root 1", "root 0"},
-     1},
+     {"root 1", "root 0"}},
     {"root of broadcast",
      "",
      {{K_BROADCAST, F32, BRAID_SUM, 16, 0},
       {K_BROADCAST, F32, BRAID_SUM, 16, 1}},
      1,
-     {"broadcast", "allreduce"},
-     0},
+     {"broadcast", "allreduce"}},
 };
 
 static void run_all(const char *tp) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     fp_case t = cases[i];
-    if (t.shm_only && strcmp(tp, "shm") != 0)
-      continue;
     t.tp = tp;
     run_case(&t);
   }
@@ -183,3 +180,115 @@ Test(call_fp, differing_calls_found_over_shm, .timeout = 240) {
 Test(call_fp, differing_calls_found_over_tcp, .timeout = 240) {
   run_all("tcp");
 }
+
+/* ---- several ranks: the others are told ------------------------------- */
+
+typedef struct told_case {
+  const char *name, *tp;
+  const char *algo; /* ring: ranks 2 and 3 never receive from rank 0 */
+  int nranks;
+  call odd, rest; /* rank 0's differing call, and everyone else's */
+  const char *words[2];
+  braid_unique_id side; /* a second communicator's, to wait for the rest */
+} told_case;
+
+/* "<differing call>|<the call after>|<the last error>". The finders stay
+ * in the communicator until every rank has its answer (a barrier on a
+ * second communicator), so nobody learns of the mismatch by seeing a rank
+ * leave. */
+static int rank_told(int rank, int nranks, const braid_unique_id *id, void *arg,
+                     char *msg, size_t len) {
+  const told_case *t = arg;
+  braid_config cfg;
+  braid_config_init(&cfg);
+  cfg.transport = t->tp;
+  cfg.timeout_ms = 60000;
+  cfg.check = -1;
+  cfg.algo = t->algo;
+  braid_comm *c = NULL, *side = NULL;
+  braid_result r = braid_comm_init(&c, nranks, id, rank, &cfg);
+  if (r == BRAID_SUCCESS)
+    r = braid_comm_init(&side, nranks, &t->side, rank, &cfg);
+  if (r != BRAID_SUCCESS) {
+    snprintf(msg, len, "init: %s", braid_result_string(r));
+    return 1;
+  }
+  float buf[64] = {0};
+  r = braid_allreduce(buf, buf, 16, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  if (r != BRAID_SUCCESS) {
+    snprintf(msg, len, "first call: %s", braid_comm_last_error(c));
+    return 2;
+  }
+  braid_result r1 = run_call(rank == 0 ? &t->odd : &t->rest, c, buf);
+  /* a later call: fails at once once the communicator is broken */
+  braid_result r2 =
+      braid_allreduce(buf, buf, 16, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  snprintf(msg, len, "%d|%d|%s", (int)r1, (int)r2, braid_comm_last_error(c));
+  r = braid_barrier(side, NULL);
+  braid_comm_abort(c);
+  braid_comm_destroy(side);
+  return r == BRAID_SUCCESS ? 0 : 3;
+}
+
+static void run_told(told_case *t) {
+  braid_unique_id id;
+  char err[256];
+  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&t->side, err, sizeof(err)), BRAID_SUCCESS, "%s",
+               err);
+  rank_proc p[4];
+  int bad = run_ranks(t->nranks, &id, rank_told, t, 120000, p);
+  cr_assert_eq(bad, 0, "%s over %s: a rank failed or hung", t->name, t->tp);
+  int told = 0;
+  for (int r = 0; r < t->nranks; r++) {
+    int r1 = -1, r2 = -1;
+    cr_assert(sscanf(p[r].msg, "%d|%d|", &r1, &r2) == 2,
+              "%s over %s, rank %d: %s", t->name, t->tp, r, p[r].msg);
+    const char *text = strchr(strchr(p[r].msg, '|') + 1, '|') + 1;
+    /* a rank whose part of the differing call is legitimately done (it
+     * sent its data to the root it knows) fails in the call after */
+    int first = r1 != BRAID_SUCCESS ? r1 : r2;
+    cr_expect_eq(first, BRAID_ERR_MISMATCH,
+                 "%s over %s, rank %d: results %d, %d (not a mismatch): %s",
+                 t->name, t->tp, r, r1, r2, text);
+    cr_expect_eq(r2, BRAID_ERR_MISMATCH, "%s over %s, rank %d: %s", t->name,
+                 t->tp, r, text);
+    for (int w = 0; w < 2; w++)
+      cr_expect(strstr(text, t->words[w]) != NULL,
+                "%s over %s, rank %d: no '%s' in: %s", t->name, t->tp, r,
+                t->words[w], text);
+    cr_expect(strstr(text, "collective mismatch: rank ") != NULL,
+              "%s over %s, rank %d: %s", t->name, t->tp, r, text);
+    told += strstr(text, "which told every rank") != NULL;
+  }
+  /* somebody learnt it only from the rank that found it */
+  cr_expect(told >= 1, "%s over %s: no rank was told of the mismatch", t->name,
+            t->tp);
+}
+
+static void run_told_all(const char *tp) {
+  told_case cases4[] = {
+      {"op, 4 ranks",
+       tp,
+       "ring",
+       4,
+       AR(F32, BRAID_MAX, 16),
+       AR(F32, BRAID_SUM, 16),
+       {"sum", "max"},
+       {{0}}},
+      {"root of reduce, 3 ranks",
+       tp,
+       NULL,
+       3,
+       {K_REDUCE, F32, BRAID_SUM, 16, 0},
+       {K_REDUCE, F32, BRAID_SUM, 16, 1},
+       {"root 0", "root 1"},
+       {{0}}},
+  };
+  for (size_t i = 0; i < sizeof cases4 / sizeof cases4[0]; i++)
+    run_told(&cases4[i]);
+}
+
+Test(call_fp, every_rank_told_over_shm, .timeout = 300) { run_told_all("shm"); }
+
+Test(call_fp, every_rank_told_over_tcp, .timeout = 300) { run_told_all("tcp"); }
