@@ -114,6 +114,9 @@ typedef struct exec_waiter {
   uint32_t cycle_epoch;
   int64_t cycle_since;
   int warned; /* a stopped rank was named in a warning */
+  /* a peer that left a heartbeat unanswered (tp_ops.heartbeat) for hb_ms
+   * (0: none seen), and whether a warning named it */
+  int hb_peer, hb_ms, hb_warned;
 } exec_waiter;
 /* A wait is over (something moved): what it took tells whether spinning
  * helps (src/exec_wait.c). */

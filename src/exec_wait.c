@@ -578,6 +578,46 @@ static int wait_chain(braid_comm *c, int p, char *buf, size_t len) {
   return p;
 }
 
+/* A wait that has lasted a heartbeat interval: the transports exchange
+ * heartbeats (tp_ops.heartbeat); a peer that leaves one unanswered for two
+ * intervals (stopped, or its host gone) is named in buf and, once, in a
+ * warning. The wait goes on: a stopped rank may resume. */
+static void heartbeats(braid_comm *c, exec_waiter *w, const xop *x,
+                       int64_t idle, char *buf, size_t len) {
+  int every = cfg_get()->heartbeat_ms;
+  buf[0] = '\0';
+  if (every <= 0 || idle < (int64_t)every * 1000)
+    return;
+  int peer = -1, ms = 0;
+  for (int i = 0; i < c->ntp; i++) {
+    int m = 0;
+    int q = c->tp[i]->heartbeat != NULL
+                ? c->tp[i]->heartbeat(c->tp_state[i], &m)
+                : -1;
+    if (q >= 0 && m > ms) {
+      peer = q;
+      ms = m;
+    }
+  }
+  w->hb_peer = peer;
+  w->hb_ms = peer >= 0 ? ms : 0;
+  if (peer < 0)
+    return;
+  const boot_peer *bp = boot_peer_info(c->boot, peer);
+  snprintf(buf, len,
+           "rank %d (host %s) has not answered a heartbeat for %.1f s "
+           "(stopped or unreachable)",
+           peer, bp != NULL ? bp->host : "?", ms / 1000.0);
+  if (!w->hb_warned && x != NULL) {
+    WARN(LOG_COLL,
+         "%s #%llu on rank %d has waited %lld ms: %s; BRAID_TIMEOUT (%d ms) "
+         "ends the wait",
+         x->op->name, (unsigned long long)x->op->seq, c->rank,
+         (long long)(idle / 1000), buf, c->timeout_ms);
+    w->hb_warned = 1;
+  }
+}
+
 braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
                             const uint32_t *seen) {
   const cfg_env *cfg = cfg_get();
@@ -612,6 +652,8 @@ braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
     const xop *x = NULL;
     const xchan *h = NULL;
     int p = waited_peer(xs, nops, &x, &h);
+    char hb[160];
+    heartbeats(c, w, x, idle, hb, sizeof hb);
     if (!w->warned && idle > 1000000 && p >= 0) {
       /* a stopped rank is named at once; the wait goes on (it may resume) */
       char chain[384];
@@ -632,9 +674,10 @@ braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
       if (p >= 0)
         (void)wait_chain(c, p, chain, sizeof chain);
       const exec_op *op = first_pending(xs, nops);
-      comm_set_error(c, "%s #%llu timed out after %d ms on rank %d: %s%s%s",
+      comm_set_error(c, "%s #%llu timed out after %d ms on rank %d: %s%s%s%s%s",
                      op->name, (unsigned long long)op->seq, c->timeout_ms,
-                     c->rank, what, chain[0] ? "; " : "", chain);
+                     c->rank, what, chain[0] ? "; " : "", chain,
+                     hb[0] ? "; " : "", hb);
       return BRAID_ERR_TIMEOUT;
     }
   }

@@ -605,5 +605,6 @@ const tp_ops tp_tcp = {
     .quiet = tcp_quiet,
     .mismatch = tcp_mismatch,
     .tell_mismatch = tcp_tell_mismatch,
+    .heartbeat = tcp_heartbeat,
     .flush = tcp_flush,
 };

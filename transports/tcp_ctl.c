@@ -2,29 +2,40 @@
  * tcp transport, the control connections: one per peer beside the data
  * channels, carrying small fixed frames (tcp_frame) that never wait behind
  * data:
+ *  - heartbeats: a rank whose wait has lasted BRAID_HEARTBEAT_MS sends a
+ *    PING to every peer it has not heard from for an interval; a thread of
+ *    each rank answers with a PONG at once, also while the program computes
+ *    outside braid. A peer that leaves one unanswered for two intervals is
+ *    stopped (SIGSTOP, a debugger) or unreachable (its host gone): the wait
+ *    names it (src/exec_wait.c) long before BRAID_TIMEOUT.
  *  - wait notes (tp_ops.note_wait): a rank that waits long for a peer tells
  *    that peer, in which call; two ranks each waiting for the other in
  *    different calls with nothing in flight are a mismatch no message shows
  *    (a reduce whose root they disagree on).
  *  - mismatches told (tp_ops.tell_mismatch): the rank that found one tells
  *    every peer, whose next health check fails its call with it.
- * The frames are read by the health checks; everything is under ctl_lock.
+ * The frames are read by the heartbeat thread when it runs, else by the
+ * health checks; everything is under ctl_lock.
  */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "src/config.h"
 #include "src/log.h"
 #include "transports/sock_util.h"
 #include "transports/tcp_int.h"
 
 int tcp_ctl_init(tcp_state *s) {
+  s->stop_fd = -1;
   s->noted_peer = -1;
   s->ctl = calloc((size_t)s->nranks, sizeof(tcp_ctl));
   if (s->ctl == NULL)
@@ -68,7 +79,11 @@ static void ctl_send(tcp_state *s, int p, uint32_t type, int32_t a, int32_t b,
 
 static void ctl_frame(tcp_state *s, int p, const tcp_frame *f) {
   tcp_ctl *o = &s->ctl[p];
+  o->heard_ms = sock_now_ms();
   switch (f->type) {
+  case TCP_CTL_PING:
+    ctl_send(s, p, TCP_CTL_PONG, 0, 0, f->x, 0);
+    break;
   case TCP_CTL_NOTE:
     o->noted = 1;
     o->note_on = f->a;
@@ -81,7 +96,7 @@ static void ctl_frame(tcp_state *s, int p, const tcp_frame *f) {
       s->told_set = 1;
     }
     break;
-  default:
+  default: /* PONG: heard_ms is all it says */
     break;
   }
 }
@@ -119,9 +134,74 @@ static void ctl_drain(tcp_state *s) {
   }
 }
 
+static void *hb_main(void *arg) {
+  tcp_state *s = arg;
+  struct pollfd *fds = calloc((size_t)s->nranks + 1, sizeof *fds);
+  if (fds == NULL)
+    return NULL;
+  for (;;) {
+    int n = 0, pending = 0;
+    pthread_mutex_lock(&s->ctl_lock);
+    for (int p = 0; p < s->nranks; p++)
+      if (s->ctl[p].fd >= 0 && !s->ctl[p].gone) {
+        fds[n++] = (struct pollfd){s->ctl[p].fd, POLLIN, 0};
+        pending |= s->ctl[p].out_len > 0;
+      }
+    pthread_mutex_unlock(&s->ctl_lock);
+    fds[n++] = (struct pollfd){s->stop_fd, POLLIN, 0};
+    if (poll(fds, (nfds_t)n, pending ? 10 : -1) < 0 && errno != EINTR)
+      break;
+    if (fds[n - 1].revents)
+      break;
+    pthread_mutex_lock(&s->ctl_lock);
+    ctl_drain(s);
+    pthread_mutex_unlock(&s->ctl_lock);
+  }
+  free(fds);
+  return NULL;
+}
+
+int tcp_ctl_start(tcp_state *s) {
+  int any = 0;
+  for (int p = 0; p < s->nranks; p++)
+    any |= s->ctl[p].fd >= 0;
+  s->hb_ms = cfg_get()->heartbeat_ms;
+  if (!any || s->hb_ms <= 0) {
+    s->hb_ms = 0;
+    return 0;
+  }
+  s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s->stop_fd < 0) {
+    SERR(s, "tcp: eventfd for the heartbeat thread: %s", strerror(errno));
+    return -1;
+  }
+  /* the thread takes no signal: the program's handlers run elsewhere */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int r = pthread_create(&s->hb_tid, NULL, hb_main, s);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (r != 0) {
+    SERR(s, "tcp: cannot start the heartbeat thread: %s", strerror(r));
+    return -1;
+  }
+  s->hb_thread = 1;
+  return 0;
+}
+
 void tcp_ctl_stop(tcp_state *s) {
   if (s->ctl == NULL)
     return;
+  if (s->hb_thread) {
+    uint64_t one = 1;
+    ssize_t n = write(s->stop_fd, &one, sizeof one);
+    (void)n;
+    pthread_join(s->hb_tid, NULL);
+    s->hb_thread = 0;
+  }
+  if (s->stop_fd >= 0)
+    close(s->stop_fd);
+  s->stop_fd = -1;
   for (int p = 0; p < s->nranks; p++)
     if (s->ctl[p].fd >= 0)
       close(s->ctl[p].fd);
@@ -134,7 +214,8 @@ int tcp_ctl_check(tcp_state *s) {
   if (s->ctl == NULL)
     return 0;
   pthread_mutex_lock(&s->ctl_lock);
-  ctl_drain(s);
+  if (!s->hb_thread)
+    ctl_drain(s);
   int told = s->told_set;
   tp_mismatch m = s->told;
   pthread_mutex_unlock(&s->ctl_lock);
@@ -191,7 +272,8 @@ int tcp_peer_wait(void *state, int peer, int *on, uint64_t *fp,
   if (s == NULL || s->ctl == NULL || peer < 0 || peer >= s->nranks)
     return -1;
   pthread_mutex_lock(&s->ctl_lock);
-  ctl_drain(s);
+  if (!s->hb_thread)
+    ctl_drain(s);
   const tcp_ctl *o = &s->ctl[peer];
   int known = o->noted && o->note_on >= 0;
   if (known) {
@@ -219,4 +301,35 @@ int tcp_quiet(void *state, int peer) {
       return 0;
   }
   return 1;
+}
+
+int tcp_heartbeat(void *state, int *silent_ms) {
+  tcp_state *s = state;
+  if (s == NULL || s->ctl == NULL || !s->hb_thread)
+    return -1;
+  int64_t now = sock_now_ms(), every = s->hb_ms;
+  int worst = -1;
+  int64_t longest = 0;
+  pthread_mutex_lock(&s->ctl_lock);
+  for (int p = 0; p < s->nranks; p++) {
+    tcp_ctl *o = &s->ctl[p];
+    if (o->fd < 0 || o->gone)
+      continue;
+    if (o->ping_ms != 0 && o->heard_ms >= o->ping_ms)
+      o->ping_ms = 0; /* answered */
+    int64_t last = o->heard_ms > o->sent_ms ? o->heard_ms : o->sent_ms;
+    if (o->ping_ms == 0 && now - last >= every) {
+      ctl_send(s, p, TCP_CTL_PING, 0, 0, (uint64_t)now, 0);
+      o->ping_ms = o->sent_ms = now;
+    }
+    if (o->ping_ms != 0 && now - o->ping_ms >= 2 * every &&
+        now - o->ping_ms > longest) {
+      worst = p;
+      longest = now - o->ping_ms;
+    }
+  }
+  pthread_mutex_unlock(&s->ctl_lock);
+  if (worst >= 0 && silent_ms != NULL)
+    *silent_ms = longest > 0x7fffffff ? 0x7fffffff : (int)longest;
+  return worst;
 }

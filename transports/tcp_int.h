@@ -24,6 +24,8 @@
 
 /* Frames on a control connection (transports/tcp_ctl.c) */
 #define TCP_CTL_MAGIC 0x4252434cu /* "BRCL" */
+#define TCP_CTL_PING 1u           /* x = the sender's clock */
+#define TCP_CTL_PONG 2u           /* the answer: x as in the PING */
 #define TCP_CTL_NOTE 3u     /* a wait: a = on (-1: over), b = epoch, x = fp */
 #define TCP_CTL_MISMATCH 4u /* a = by, b = peer, x = theirs, y = mine */
 
@@ -34,9 +36,9 @@ typedef struct tcp_frame {
 } tcp_frame;
 
 /* The control connection to one peer, beside its data channels (channel
- * number nchannels at setup): wait notes and mismatches told, read whole by
- * a health check, never behind data. Everything here is under
- * tcp_state.ctl_lock. */
+ * number nchannels at setup): heartbeats, wait notes and mismatches told,
+ * read whole by the heartbeat thread or a health check, never behind data.
+ * Everything here is under tcp_state.ctl_lock. */
 typedef struct tcp_ctl {
   int fd;   /* -1: no such peer */
   int gone; /* end of file or an error seen: no longer read */
@@ -44,7 +46,10 @@ typedef struct tcp_ctl {
   size_t in_got;
   char out[8 * sizeof(tcp_frame)]; /* what the socket did not take yet */
   size_t out_len;
-  int noted; /* a note from it is held */
+  int64_t heard_ms; /* the last frame from the peer */
+  int64_t ping_ms;  /* the first unanswered heartbeat sent to it, 0: none */
+  int64_t sent_ms;  /* the last heartbeat sent to it */
+  int noted;        /* a note from it is held */
   int32_t note_on;
   uint32_t note_epoch;
   uint64_t note_fp;
@@ -109,6 +114,10 @@ struct tcp_state {
   /* control connections (transports/tcp_ctl.c) */
   tcp_ctl *ctl; /* per rank */
   pthread_mutex_t ctl_lock;
+  int hb_ms;     /* heartbeat interval, 0: off (no thread) */
+  int hb_thread; /* the thread runs */
+  pthread_t hb_tid;
+  int stop_fd;    /* eventfd that stops it */
   int noted_peer; /* the rank this rank's last wait note went to, or -1 */
   uint32_t note_epoch;
   tp_mismatch mm; /* met here (by == rank) or told */
@@ -127,10 +136,12 @@ void tcp_teardown(void *state);
 int tcp_flush(void *state);
 
 /* transports/tcp_ctl.c: the control connections. tcp_ctl_init before
- * setup connects them (ctl fds -1), tcp_ctl_stop before they close.
- * tcp_ctl_check reads what arrived: 1 when a peer told of a mismatch
- * (s->err then names it). */
+ * setup connects them (ctl fds -1), tcp_ctl_start once they are (the
+ * heartbeat thread, when BRAID_HEARTBEAT_MS > 0), tcp_ctl_stop before they
+ * close. tcp_ctl_check reads what arrived (when no thread does): 1 when a
+ * peer told of a mismatch (s->err then names it). */
 int tcp_ctl_init(tcp_state *s);
+int tcp_ctl_start(tcp_state *s);
 void tcp_ctl_stop(tcp_state *s);
 int tcp_ctl_check(tcp_state *s);
 int tcp_mismatch(void *state, tp_mismatch *m);
@@ -139,5 +150,6 @@ void tcp_note_wait(void *state, int on, uint64_t fp);
 int tcp_peer_wait(void *state, int peer, int *on, uint64_t *fp,
                   uint32_t *epoch);
 int tcp_quiet(void *state, int peer);
+int tcp_heartbeat(void *state, int *silent_ms);
 
 #endif

@@ -218,6 +218,8 @@ int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
       s->pfd[s->npfd].events = POLLIN;
       s->pfd_conn[s->npfd++] = (int)i;
     }
+  if (tcp_ctl_start(s) != 0)
+    return setup_fail(st, s, BRAID_ERR_SYSTEM);
   INFO(LOG_NET,
        "tcp: rank %d connected %d socket(s) and a control connection "
        "to each peer",

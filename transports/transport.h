@@ -135,6 +135,13 @@ typedef struct tp_ops {
    * check_peers then returns BRAID_ERR_MISMATCH naming it. */
   int (*mismatch)(void *state, tp_mismatch *m);
   void (*tell_mismatch)(void *state, const tp_mismatch *m);
+  /* Optional (tcp): called at each health check of a wait that has lasted
+   * BRAID_HEARTBEAT_MS: sends a heartbeat to every peer that has none
+   * unanswered and was not heard from for an interval (a thread of each
+   * rank answers them, also while the program computes); returns a peer
+   * that has left one unanswered for two intervals or more (the longest
+   * silence, *silent_ms), or -1. */
+  int (*heartbeat)(void *state, int *silent_ms);
   void (*teardown)(void *state);
   /* Error text of the last failure on this state (names the peer). */
   const char *(*last_error)(void *state);
