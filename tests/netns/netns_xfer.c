@@ -4,23 +4,31 @@
  * host.
  *
  *   netns_xfer --rank R --nranks 2 --idfile F --transport tcp|ofi
- *              [--mode check|bench|rawtcp] [--bytes N] [--reps K]
+ *              [--mode check|bench|rawtcp|stuck] [--bytes N] [--reps K]
  *
  * Rank 0 makes the unique id and writes it to F (then renames it into
  * place); the other ranks wait for F. check: both directions, two channels,
  * sizes 0/1/7/4096/1 MiB+3, every byte compared. bench: rank 0 streams N
  * bytes (1 MiB messages) to rank 1 over the transport, K times, and rank 1
  * prints the throughput. rawtcp: the same over one plain TCP socket, the
- * ceiling of the path. Exit: 0 ok, 77 transport unavailable, else failure.
+ * ceiling of the path. stuck: a communicator over tcp; after one allreduce
+ * rank 1 stops itself (SIGSTOP), and rank 0's next allreduce must end at its
+ * 4 s timeout naming rank 1 as a rank that has not answered a heartbeat
+ * (the caller sets BRAID_HEARTBEAT_MS): across hosts nothing else shows a
+ * stopped process. Rank 0 then kills rank 1 (the namespaces share one pid
+ * namespace) and prints "rank 0: stuck ok: <the message>". Exit: 0 ok, 77
+ * transport unavailable, else failure.
  */
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "src/bootstrap.h"
+#include "src/comm.h"
 #include "transports/sock_util.h"
 #include "transports/transport.h"
 #include "xchg.h"
@@ -190,6 +198,43 @@ static int bench_raw(boot *b, int rank, size_t bytes, int reps) {
   return boot_barrier(b) == BRAID_SUCCESS ? 0 : 7;
 }
 
+static int stuck(int rank, const braid_unique_id *id) {
+  braid_config cfg;
+  braid_config_init(&cfg);
+  cfg.transport = "tcp";
+  cfg.timeout_ms = 4000;
+  braid_comm *c = NULL;
+  braid_result r = braid_comm_init(&c, 2, id, rank, &cfg);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: braid_comm_init: %s\n", rank,
+            braid_result_string(r));
+    return 3;
+  }
+  float buf[4] = {1, 2, 3, 4};
+  r = braid_allreduce(buf, buf, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: first allreduce: %s\n", rank,
+            braid_comm_last_error(c));
+    return 3;
+  }
+  if (rank == 1) {
+    fflush(NULL);
+    raise(SIGSTOP); /* until rank 0 kills it */
+    return 0;
+  }
+  r = braid_allreduce(buf, buf, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  const char *msg = braid_comm_last_error(c);
+  int ok = r == BRAID_ERR_TIMEOUT && strstr(msg, "rank 1 (host ") != NULL &&
+           strstr(msg, "has not answered a heartbeat") != NULL;
+  const boot_peer *p1 = boot_peer_info(c->boot, 1);
+  if (p1 != NULL && p1->pid > 0)
+    kill(p1->pid, SIGKILL);
+  printf("rank 0: stuck %s (result %d): %s\n", ok ? "ok" : "FAILED", (int)r,
+         msg);
+  braid_comm_abort(c);
+  return ok ? 0 : 4;
+}
+
 int main(int argc, char **argv) {
   int rank = -1, nranks = 2, reps = 3;
   const char *idfile = NULL, *tpname = "tcp", *mode = "check";
@@ -217,7 +262,7 @@ int main(int argc, char **argv) {
   if (rank < 0 || nranks != 2 || rank >= nranks || idfile == NULL ||
       bytes == 0 || reps < 1) {
     fprintf(stderr, "usage: netns_xfer --rank R --nranks 2 --idfile F "
-                    "--transport tcp|ofi [--mode check|bench|rawtcp] "
+                    "--transport tcp|ofi [--mode check|bench|rawtcp|stuck] "
                     "[--bytes N] [--reps K]\n");
     return 2;
   }
@@ -234,6 +279,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rank %d: no id in %s after 30 s\n", rank, idfile);
     return 2;
   }
+  if (!strcmp(mode, "stuck"))
+    return stuck(rank, &id);
   boot *b = NULL;
   if (boot_init(&id, rank, nranks, TIMEOUT_MS, &b, err, sizeof(err)) !=
       BRAID_SUCCESS) {

@@ -2,7 +2,8 @@
 # ctest driver: two network-namespace hosts, one rank each, exchanging over
 # tp_tcp and tp_ofi (tcp;ofi_rxm), first on a clean link, then with a 1 Gbit/s
 # token bucket and 1% random loss on every host's egress. Every run is bounded
-# by timeout. Exit 77 (reported as skipped) when namespaces cannot be made,
+# by timeout. A stopped rank on the other host must be named by its tcp
+# heartbeat (run_stuck). Exit 77 (reported as skipped) when namespaces cannot be made,
 # or when ofi is unavailable (tcp must always be: its exit 77 fails). An
 # exchange must say it checked every byte, and the impaired run must have
 # dropped packets and been rate-limited (the nft and tbf counters).
@@ -59,6 +60,30 @@ run_pair() { # transport mode label [extra args]
         return 1
       }
     done
+  fi
+  return 0
+}
+
+# run_stuck: a communicator over tcp between the hosts whose rank 1 stops
+# itself (SIGSTOP); rank 0 must name it by its unanswered heartbeat when its
+# call times out (netns_xfer --mode stuck), then kills it.
+run_stuck() {
+  idf="$work/id.stuck"
+  rm -f "$idf"
+  BRAID_HEARTBEAT_MS=300 timeout -k 5 60 ip netns exec "${prefix}h1" "$xfer" \
+    --rank 1 --nranks 2 --idfile "$idf" --transport tcp --mode stuck \
+    >"$work/s1.out" 2>&1 &
+  p1=$!
+  BRAID_HEARTBEAT_MS=300 timeout -k 5 60 ip netns exec "${prefix}h0" "$xfer" \
+    --rank 0 --nranks 2 --idfile "$idf" --transport tcp --mode stuck \
+    >"$work/s0.out" 2>&1
+  s0=$?
+  wait $p1
+  cat "$work/s0.out" "$work/s1.out" | grep -v "flight recorder" |
+    sed "s/^/[stuck tcp] /"
+  if [ $s0 != 0 ] || ! grep -q "^rank 0: stuck ok" "$work/s0.out"; then
+    echo "[stuck tcp] FAILED: rank 0 exit $s0 without naming the stopped rank 1 by its heartbeat"
+    return 1
   fi
   return 0
 }
@@ -121,6 +146,7 @@ fi
 BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=NET run_pair ofi check clean | grep -E "uses provider|FAILED" | head -2
 skipped_ofi=
 run_checks clean
+run_stuck || fail=1
 
 "$netns" down --prefix "$prefix"
 "$netns" up 2 --prefix "$prefix" --rate 1gbit --loss 1 || {
