@@ -220,6 +220,10 @@ typedef struct cudev_kcall {
                      reduce_scatter: a rank's output) */
   braid_dtype dt;
   braid_op op; /* reductions */
+  /* BRAID_DETERMINISTIC: every fold step rounds to dt, as on the other
+   * paths (else float16, bfloat16 and fp8 sums fold in float and round
+   * once: device/kcoll_chunk.h, kc_wide) */
+  int det;
 } cudev_kcall;
 /* Whether a collective folds the ranks' inputs with its op; whether it has
  * a root. */

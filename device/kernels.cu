@@ -25,6 +25,7 @@
 
 #include "device/cuda_dev.h"
 #include "device/dev_int.h"
+#include "device/kcoll_chunk.h"
 #include "device/reduce_ops.cuh"
 
 namespace {
@@ -329,10 +330,10 @@ __device__ __forceinline__ void ka_wait(const cudev_ka &k, char *const *area,
                                         volatile int *stop) {
   int t = threadIdx.x;
   if (t < k.nranks && t != k.rank) {
-    volatile uint64_t *f = ka_word(area, k.rank, CUDEV_KA_READY(b, t));
+    volatile uint64_t *f = ka_word(area, k.rank, kc_ready_at(b, t));
     volatile uint64_t *status = k.status;
     uint64_t t0 = ka_now(), w;
-    for (unsigned polls = 1; (w = *f) >> 16 < s; polls++) {
+    for (unsigned polls = 1; !kc_ready_reached(w = *f, s); polls++) {
       if (*stop)
         break;
 #if __CUDA_ARCH__ >= 700
@@ -353,7 +354,7 @@ __device__ __forceinline__ void ka_wait(const cudev_ka &k, char *const *area,
         *stop = 1;
       }
     }
-    if (!*stop && w >> 16 == s && (w & 0xffff) != fp) {
+    if (!*stop && kc_ready_other(w, s, fp)) {
       ka_fail(k, CUDEV_KA_STATUS(CUDEV_KA_MISMATCH, t, s));
       __threadfence_system();
       *stop = 1;
@@ -363,38 +364,60 @@ __device__ __forceinline__ void ka_wait(const cudev_ka &k, char *const *area,
   __syncthreads();
 }
 
-/* Writes out[i + d0] for the elements i in [a, b) of the chunk in slot
- * offset `off`: the ranks' elements folded in rank order (src < 0; avg:
- * then divided by their number), or rank src's element. Peers' slots are
- * read through L2 (ld.global.cg, volatile for single elements): never a
- * stale L1 line of the chunk two before. 16-byte loads (the slots are
- * 256-byte aligned); 16-byte stores where out + d0 is 16-byte aligned,
- * else element by element (bytes where not even element-aligned). d0 may be
- * negative (reduce_scatter): only out[i + d0] for i in [a, b) is touched. */
+/* Writes job jb of the chunk in slot offset `off` (kcoll_chunk.h: out[i +
+ * d0] for the elements i in [a, e) of the chunk, the ranks' elements folded
+ * in rank order or rank src's). A wide fold (kc_wide) widens every rank's
+ * element to float and rounds once (kc_widen, kc_wide_op, kc_wide_end);
+ * else each step is the dtype's operation. Peers' slots are read through
+ * L2 (ld.global.cg, volatile for single elements): never a stale L1 line
+ * of the chunk two before. 16-byte loads (the slots are 256-byte aligned);
+ * 16-byte stores where out + d0 is 16-byte aligned, else element by
+ * element (bytes where not even element-aligned). d0 may be negative
+ * (reduce_scatter): only out[i + d0] for i in [a, e) is touched. */
 template <int DT, int OP>
 __device__ __forceinline__ void ka_emit(char *const *area, size_t off, int nr,
-                                        int me, int src, int avg, void *out,
-                                        ptrdiff_t d0, size_t a, size_t b) {
+                                        int me, const kc_job &jb, void *out) {
   typedef typename rop_type<DT>::T T;
   const int V = 16 / sizeof(T);
+  const size_t a = jb.a, b = jb.e;
+  const int avg = jb.avg, wop = OP == ROP_PROD ? BRAID_PROD : BRAID_SUM;
   if (a >= b)
     return;
-  const uintptr_t ob = (uintptr_t)out + (uintptr_t)(d0 * (ptrdiff_t)sizeof(T));
+  const uintptr_t ob =
+      (uintptr_t)out + (uintptr_t)(jb.d0 * (ptrdiff_t)sizeof(T));
   unsigned char *o8 = reinterpret_cast<unsigned char *>(ob);
   const bool o16 = ob % 16 == 0, oel = ob % sizeof(T) == 0;
-  const int q0 = src < 0 ? 0 : src, q1 = src < 0 ? nr : src + 1;
+  int q0, q1;
+  kc_job_ranks(&jb, nr, &q0, &q1);
   const size_t va = (a + V - 1) / V, vb = b / V;
   /* elements one by one: [a, h1) and [t0, b), vectors between */
   const size_t h1 = va < vb ? va * V : b, t0 = va < vb ? vb * V : b;
   for (size_t v = va + threadIdx.x; v < vb; v += blockDim.x) {
     vec16<T> acc;
-    for (int q = q0; q < q1; q++) {
-      const uint4 *p = reinterpret_cast<const uint4 *>(area[q] + off);
-      uint4 x = q == me ? p[v] : __ldcg(p + v);
-      acc.v = q == q0 ? x : red_f<DT, OP>().vec(acc.v, x);
+    if (kc_narrow_dt(DT) && jb.wide) {
+      float f[V];
+      for (int q = q0; q < q1; q++) {
+        const uint4 *p = reinterpret_cast<const uint4 *>(area[q] + off);
+        vec16<T> x;
+        x.v = q == me ? p[v] : __ldcg(p + v);
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+          float w = kc_widen(DT, (uint32_t)x.e[e]);
+          f[e] = q == q0 ? w : kc_wide_op(DT, wop, f[e], w);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < V; e++)
+        acc.e[e] = (T)kc_wide_end(DT, avg, nr, f[e]);
+    } else {
+      for (int q = q0; q < q1; q++) {
+        const uint4 *p = reinterpret_cast<const uint4 *>(area[q] + off);
+        uint4 x = q == me ? p[v] : __ldcg(p + v);
+        acc.v = q == q0 ? x : red_f<DT, OP>().vec(acc.v, x);
+      }
+      if (avg)
+        acc.v = div_f<DT>{nr}.vec(acc.v, acc.v);
     }
-    if (avg)
-      acc.v = div_f<DT>{nr}.vec(acc.v, acc.v);
     if (o16) {
       reinterpret_cast<uint4 *>(ob)[v] = acc.v;
     } else {
@@ -407,12 +430,22 @@ __device__ __forceinline__ void ka_emit(char *const *area, size_t off, int nr,
     const size_t e0 = part ? t0 : a, e1 = part ? b : h1;
     for (size_t i = e0 + threadIdx.x; i < e1; i += blockDim.x) {
       T acc = T();
-      for (int q = q0; q < q1; q++) {
-        T x = reinterpret_cast<const volatile T *>(area[q] + off)[i];
-        acc = q == q0 ? x : rop_type<DT>::template op<OP>(acc, x);
+      if (kc_narrow_dt(DT) && jb.wide) {
+        float f = 0.0f;
+        for (int q = q0; q < q1; q++) {
+          T x = reinterpret_cast<const volatile T *>(area[q] + off)[i];
+          float w = kc_widen(DT, (uint32_t)x);
+          f = q == q0 ? w : kc_wide_op(DT, wop, f, w);
+        }
+        acc = (T)kc_wide_end(DT, avg, nr, f);
+      } else {
+        for (int q = q0; q < q1; q++) {
+          T x = reinterpret_cast<const volatile T *>(area[q] + off)[i];
+          acc = q == q0 ? x : rop_type<DT>::template op<OP>(acc, x);
+        }
+        if (avg)
+          acc = rop_type<DT>::div(acc, nr);
       }
-      if (avg)
-        acc = rop_type<DT>::div(acc, nr);
       if (oel)
         reinterpret_cast<T *>(ob)[i] = acc;
       else
@@ -421,11 +454,12 @@ __device__ __forceinline__ void ka_emit(char *const *area, size_t off, int nr,
   }
 }
 
-/* Block b's part of each chunk (see cuda_dev.h): copies its part of the
- * input into this rank's slot (16-byte loads and stores where the input is
- * 16-byte aligned, else element by element), raises and waits for the
- * ready flags, then makes its part of the output with ka_emit. nin: the
- * elements of a rank's input (cudev_kc_elems). */
+/* Block b's part of each chunk (see cuda_dev.h; what it handles, the flags
+ * and the jobs: kcoll_chunk.h): copies its part of the input into this
+ * rank's slot (16-byte loads and stores where the input is 16-byte
+ * aligned, else element by element), raises and waits for the ready flags,
+ * then makes its part of the output with ka_emit. nin: the elements of a
+ * rank's input (cudev_kc_elems). */
 template <int DT, int OP>
 __global__ void __launch_bounds__(CUDEV_KA_THREADS)
     k_coll(cudev_ka k, uint64_t seq, uint64_t fp, cudev_kcall c, size_t nin) {
@@ -436,17 +470,10 @@ __global__ void __launch_bounds__(CUDEV_KA_THREADS)
   const int t = threadIdx.x, me = k.rank, nr = k.nranks, b = blockIdx.x;
   const size_t ce = k.slot / sizeof(T); /* elements of a chunk */
   const T *in = static_cast<const T *>(c.in);
-  const bool copies = c.coll != CUDEV_KC_BROADCAST || me == c.root;
+  const bool copies = kc_copies(&c, me);
   const bool in16 = (uintptr_t)in % 16 == 0;
   const bool in_el = (uintptr_t)in % sizeof(T) == 0;
-  /* divides only where it folds (src < 0 below): in a reduction */
-  const int avg = c.op == BRAID_AVG;
-  /* reduce_scatter: this rank's range of the input */
-  const size_t r0 = (size_t)me * c.count, r1 = r0 + c.count;
-  const bool ag = c.coll == CUDEV_KC_ALLGATHER;
-  const bool rs = c.coll == CUDEV_KC_REDUCE_SCATTER;
-  /* allgather in place: this rank's input is its block of out */
-  const bool ag_inplace = ag && in == static_cast<T *>(c.out) + r0;
+  const int ag_inplace = kc_ag_inplace(&c, me, sizeof(T));
   if (t == 0)
     stop = *reinterpret_cast<volatile uint64_t *>(k.status) != 0;
 #pragma unroll
@@ -454,14 +481,11 @@ __global__ void __launch_bounds__(CUDEV_KA_THREADS)
     if (t == q)
       area[q] = static_cast<char *>(k.area[q]);
   __syncthreads();
-  for (size_t j = 0; !stop && j * ce < nin; j++) {
-    const uint64_t s = seq + j;
-    const size_t c0 = j * ce;
-    size_t lo, hi;
-    cudev_ka_part(nin, ce, gridDim.x, V, j, (size_t)b, &lo, &hi);
-    const size_t off = CUDEV_KA_FLAGS + (size_t)(s % 2) * k.slot;
-    T *mine = reinterpret_cast<T *>(area[me] + off);
-    const T *src = in + c0;
+  for (size_t j = 0; !stop && j < kc_chunks(nin, ce); j++) {
+    const kc_chunk ch = kc_chunk_at(&k, seq, nin, ce, gridDim.x, V, j, b);
+    const size_t lo = ch.lo, hi = ch.hi;
+    T *mine = reinterpret_cast<T *>(area[me] + ch.off);
+    const T *src = in + ch.c0;
     /* copy in: 16-byte vectors [vlo, vhi), then elements [tail, hi); lo
      * is a multiple of V unless the part is empty (lo == hi: the chunk's
      * end) */
@@ -481,32 +505,20 @@ __global__ void __launch_bounds__(CUDEV_KA_THREADS)
                 : ld<T, true>(reinterpret_cast<const unsigned char *>(src), i);
     }
     __syncthreads();
-    ka_raise(k, area, CUDEV_KA_READY(b, me), CUDEV_KA_FLAG(s, fp));
-    ka_wait(k, area, b, s, fp, &stop);
+    ka_raise(k, area, kc_ready_at(b, me), kc_ready_value(ch.s, fp));
+    ka_wait(k, area, b, ch.s, fp, &stop);
     if (stop)
       break;
     /* what this rank makes of the chunk (one ka_emit call site: each is
-     * a large inlined loop): job q takes rank src's elements (src < 0: all
-     * ranks' folded) [a, e) of the chunk into out[i + d0]; an allgather has
-     * a job per rank, a reduce off the root none */
-    const int nj = ag ? nr : c.coll == CUDEV_KC_REDUCE && me != c.root ? 0 : 1;
+     * a large inlined loop) */
+    const int nj = kc_jobs(&c, me, nr);
     for (int q = 0; q < nj; q++) {
-      if (ag && q == me && ag_inplace)
-        continue;
-      const int src = ag ? q : c.coll == CUDEV_KC_BROADCAST ? c.root : -1;
-      /* reduce_scatter: [r0, r1) of the input, as indices of this chunk,
-       * within the part */
-      const size_t a = rs && r0 > c0 + lo ? r0 - c0 : lo;
-      const size_t e = !rs || r1 >= c0 + hi ? hi : r1 > c0 ? r1 - c0 : 0;
-      const ptrdiff_t d0 =
-          (ptrdiff_t)c0 + (ag   ? (ptrdiff_t)((size_t)q * c.count)
-                           : rs ? -(ptrdiff_t)r0
-                                : 0);
-      ka_emit<DT, OP>(area, off, nr, me, src, src < 0 ? avg : 0, c.out, d0, a,
-                      e);
+      kc_job jb;
+      if (kc_job_at(&c, me, nr, ag_inplace, q, &ch, &jb))
+        ka_emit<DT, OP>(area, ch.off, nr, me, jb, c.out);
     }
     __syncthreads();
-    ka_raise(k, area, CUDEV_KA_DONE(b, me), s);
+    ka_raise(k, area, kc_done_at(b, me), kc_done_value(ch.s));
   }
 }
 

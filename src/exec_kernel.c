@@ -387,10 +387,11 @@ static int kc_coll(sched_coll coll) {
   }
 }
 
-/* The op as the kernel's call. */
-static cudev_kcall kc_call(const exec_op *op) {
+/* The op as the kernel's call (det: the communicator's
+ * BRAID_DETERMINISTIC). */
+static cudev_kcall kc_call(const braid_comm *c, const exec_op *op) {
   cudev_kcall k = {kc_coll(op->coll), op->root, op->out, op->in,
-                   op->count,         op->dt,   op->op};
+                   op->count,         op->dt,   op->op,  c->deterministic};
   return k;
 }
 
@@ -461,7 +462,7 @@ braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,
   for (int k = 0; k < nops && r == BRAID_SUCCESS; k++) {
     const exec_op *op = &ops[k];
     what = "launching the kernel";
-    cudev_kcall call = kc_call(op);
+    cudev_kcall call = kc_call(c, op);
     size_t bytes = cudev_kc_elems(&call, c->nranks) * braid_dtype_size(op->dt);
     r = cudev_kernel_coll(&x->k, x->seq + 1, &call, stream);
     if (r != BRAID_SUCCESS)

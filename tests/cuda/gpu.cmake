@@ -30,27 +30,19 @@ function(gpu_program program source)
   target_include_directories(${program} PRIVATE ${gpu_dir})
   target_link_libraries(${program} PRIVATE ${ARGN} PkgConfig::CRITERION)
 endfunction()
-# gpu_pinned(<out> [VAR=value...]): the variables given, after
-# BRAID_CUDA_HOST_MAX=0 and BRAID_CUDA_KERNEL_MAX=0 where they do not set
-# these. A test names the device path it runs: by default small calls go
-# through host memory and allreduce, reduce, broadcast, allgather and
-# reduce_scatter as collective kernels (src/config.c), which would take
-# over every call of the tests of the other paths.
-function(gpu_pinned out)
-  set(env ${ARGN})
-  foreach(var BRAID_CUDA_HOST_MAX BRAID_CUDA_KERNEL_MAX)
-    if(NOT "${ARGN}" MATCHES "${var}=")
-      list(INSERT env 0 ${var}=0)
-    endif()
-  endforeach()
-  set(${out} "${env}" PARENT_SCOPE)
-endfunction()
+# Tests run with braid's defaults, the device path users take: allreduce,
+# reduce, broadcast, allgather and reduce_scatter as collective kernels,
+# the other collectives' small calls through pinned host memory
+# (src/config.c). A test of another path says which in its environment:
+# ${gpu_direct} for the direct (and staged) path, BRAID_CUDA_KERNEL_MAX=0
+# with a BRAID_CUDA_HOST_MAX for the host path, a BRAID_CUDA_KERNEL_MAX
+# for kernels up to a size and the direct path above it.
+set(gpu_direct BRAID_CUDA_KERNEL_MAX=0 BRAID_CUDA_HOST_MAX=0)
 # gpu_test(<test> <program> [VAR=value...]): the ctest that runs <program>
-# one test at a time with BRAID_TIMEOUT=60 and the variables given (the
-# device path pinned: gpu_pinned); on the emulated GPU for emu_* programs,
-# else on a GPU (skipped without one).
+# one test at a time with BRAID_TIMEOUT=60 and the variables given; on the
+# emulated GPU for emu_* programs, else on a GPU (skipped without one).
 function(gpu_test test program)
-  gpu_pinned(env BRAID_TIMEOUT=60 ${ARGN})
+  set(env BRAID_TIMEOUT=60 ${ARGN})
   add_test(NAME ${test} COMMAND ${program} --jobs 1)
   set_tests_properties(${test} PROPERTIES TIMEOUT 300 ENVIRONMENT "${env}")
   if(program MATCHES "^emu_")
@@ -60,27 +52,39 @@ function(gpu_test test program)
   endif()
 endfunction()
 
-# Stream order (test_gpu_stream.c): plainly; with its calls small enough to
-# go through pinned host memory; with every stream on one hardware queue
-# (gated calls then wait in the calling thread: BRAID_CUDA_GATE's default
-# there, docs/CUDA.md); with calls up to 64 KiB as collective kernels
-# (src/exec_kernel.c). Sharing a GPU (test_gpu_share.c: more streams than
-# hardware queues, two communicators with kernels at once), plainly and as
-# collective kernels. Calls refused on device buffers (test_gpu_args.c:
-# past their allocation, on a capturing stream).
+# Stream order (test_gpu_stream.c) of the calls braid runs on its own
+# stream (the direct path: gates, waits for the user's stream); with its
+# calls small enough to go through pinned host memory (the host path);
+# with every stream on one hardware queue (direct: gated calls then wait in
+# the calling thread, BRAID_CUDA_GATE's default there, docs/CUDA.md); with
+# calls up to 64 KiB as collective kernels (src/exec_kernel.c) and the
+# larger ones direct. Sharing a GPU (test_gpu_share.c: more streams than
+# hardware queues, two communicators with kernels at once) on the direct
+# path and with the defaults (collective kernels). Calls refused on device
+# buffers (test_gpu_args.c: past their allocation, on a capturing stream),
+# with the defaults.
 gpu_program(test_gpu_stream test_gpu_stream.c braid_internal ${gpu_cudart})
 gpu_program(test_gpu_share test_gpu_share.c braid_internal ${gpu_cudart})
 gpu_program(test_gpu_args test_gpu_args.c braid_internal ${gpu_cudart})
-gpu_test(gpu_stream test_gpu_stream)
-gpu_test(gpu_stream_small test_gpu_stream BRAID_CUDA_HOST_MAX=8M)
-gpu_test(gpu_stream_one_queue test_gpu_stream CUDA_DEVICE_MAX_CONNECTIONS=1)
-gpu_test(gpu_stream_kernel test_gpu_stream BRAID_CUDA_KERNEL_MAX=64K)
-gpu_test(gpu_share test_gpu_share)
-gpu_test(gpu_share_kernel test_gpu_share BRAID_CUDA_KERNEL_MAX=64K)
+gpu_test(gpu_stream test_gpu_stream ${gpu_direct})
+gpu_test(gpu_stream_small test_gpu_stream BRAID_CUDA_KERNEL_MAX=0
+  BRAID_CUDA_HOST_MAX=8M)
+gpu_test(gpu_stream_one_queue test_gpu_stream ${gpu_direct}
+  CUDA_DEVICE_MAX_CONNECTIONS=1)
+gpu_test(gpu_stream_kernel test_gpu_stream BRAID_CUDA_KERNEL_MAX=64K
+  BRAID_CUDA_HOST_MAX=0)
+gpu_test(gpu_share test_gpu_share ${gpu_direct})
+gpu_test(gpu_share_kernel test_gpu_share)
 gpu_test(gpu_args test_gpu_args)
 # Pre-multiplied sums on device buffers (test_gpu_premul.c).
 gpu_program(test_gpu_premul test_gpu_premul.c braid_internal ${gpu_cudart})
-gpu_test(gpu_premul test_gpu_premul)
+gpu_test(gpu_premul test_gpu_premul ${gpu_direct})
+
+# The collective kernel in one process against a reference computed on the
+# host (test_gpu_kcoll.c): gpu_kcoll runs kernels.cu, emu_kcoll (below) the
+# emulated GPU's kernel, on the same inputs and expected bytes.
+gpu_program(test_gpu_kcoll test_gpu_kcoll.c braid_internal ${gpu_cudart})
+gpu_test(gpu_kcoll test_gpu_kcoll)
 
 # The correctness matrix of tests/core on device buffers: coll_matrix.c,
 # unchanged, with test_gpu_matrix.h force-included (its wrappers move every
@@ -114,29 +118,32 @@ function(gpu_matrix_tests prefix counts labels)
   # the CUDA stream by ranks 0 and 2 and on the internal stream by rank 1;
   # slots of 256 KiB: the largest calls take several chunks and 4 blocks
   # (2 on the emulated GPU, which says it holds only 12 of them).
-  # blocking_defaults_2, stream_defaults_2: with braid's defaults, the
-  # device path users take (collective kernels, small calls through host
-  # memory: src/config.c), nothing pinned.
+  # {blocking,stream}_{1,2,4}: braid's defaults, the device path users
+  # take (collective kernels, small calls of the other collectives through
+  # host memory: src/config.c); {blocking,stream}_direct_{2,4}: the direct
+  # path (gpu_direct), kernels and the host path off; blocking_tcp_2: staged
+  # over tcp (no collective kernels without the cuda transport; pinned off
+  # all the same).
   foreach(run blocking_1 blocking_2 blocking_4 stream_1 stream_2 stream_4
-          blocking_tcp_2 stream_small_3 stream_kernel_3 blocking_defaults_2
-          stream_defaults_2)
+          blocking_direct_2 blocking_direct_4 stream_direct_2
+          stream_direct_4 blocking_tcp_2 stream_small_3 stream_kernel_3)
     string(REGEX MATCH "^[a-z]+" mode ${run})
     string(REGEX MATCH "[0-9]+$" n ${run})
     set(env "BRAID_TIMEOUT=120")
     if(run MATCHES "_tcp_")
-      set(env "BRAID_TRANSPORT=tcp;BRAID_TIMEOUT=120")
+      set(env "BRAID_TRANSPORT=tcp;BRAID_TIMEOUT=120;${gpu_direct}")
+    elseif(run MATCHES "_direct_")
+      set(env "BRAID_TIMEOUT=120;${gpu_direct}")
     elseif(run MATCHES "_small_")
+      # the host path: kernels off
       set(env "BRAID_CUDA_HOST_MAX=4K;GPU_MATRIX_BLOCKING_RANK=1")
-      list(APPEND env "BRAID_TIMEOUT=120")
+      list(APPEND env "BRAID_CUDA_KERNEL_MAX=0;BRAID_TIMEOUT=120")
     elseif(run MATCHES "_kernel_")
       # the emulated GPU holds 12 kernel blocks: 2 per call for 3 ranks
       set(env "BRAID_CUDA_KERNEL_MAX=1M;BRAID_CUDA_KERNEL_SLOT=256K")
-      list(APPEND env "CUDA_EMU_KERNEL_ROOM=12")
+      list(APPEND env "CUDA_EMU_KERNEL_ROOM=12;BRAID_CUDA_HOST_MAX=0")
       list(APPEND env "GPU_MATRIX_BLOCKING_RANK=1")
       list(APPEND env "BRAID_TIMEOUT=120")
-    endif()
-    if(NOT run MATCHES "_defaults_")
-      gpu_pinned(env ${env})
     endif()
     add_test(NAME ${prefix}_${run}
       COMMAND $<TARGET_FILE:braidrun> -n ${n} --timeout 900
@@ -154,7 +161,9 @@ gpu_matrix_tests(gpu_matrix "${BRAID_GPU_MATRIX_COUNTS}" "cuda;gpu;matrix"
 # kernels.cu and libcudart, and the matrix and stream tests above run on it
 # in every build with the CUDA toolkit (CI included). They check braid's
 # own device-side code (classification, the executor's device path, stream
-# gates, the cuda IPC transport, staging over tcp), not CUDA or the kernels.
+# gates, the cuda IPC transport, staging over tcp) and the collective
+# kernel's per-chunk logic (device/kcoll_chunk.h, which emu_kernel.c runs
+# as kernels.cu does), not CUDA or the GPU code itself.
 add_library(braid_emu STATIC $<TARGET_OBJECTS:braid_obj>
   ${gpu_dir}/emu/cuda_emu.c ${gpu_dir}/emu/cuda_emu_mem.c
   ${gpu_dir}/emu/cuda_emu_dev.c ${gpu_dir}/emu/emu_kernel.c)
@@ -181,15 +190,18 @@ gpu_program(emu_gpu_share test_gpu_share.c braid_emu)
 gpu_program(emu_gpu_args test_gpu_args.c braid_emu)
 # gates (BRAID_CUDA_GATE=1, off by default: docs/CUDA.md) on the emulated
 # GPU, whose streams each have a hardware queue of their own
-gpu_test(emu_gpu_stream emu_gpu_stream BRAID_CUDA_GATE=1)
-gpu_test(emu_gpu_stream_small emu_gpu_stream BRAID_CUDA_HOST_MAX=8M)
-gpu_test(emu_gpu_stream_kernel emu_gpu_stream BRAID_CUDA_KERNEL_MAX=64K)
+gpu_test(emu_gpu_stream emu_gpu_stream ${gpu_direct} BRAID_CUDA_GATE=1)
+gpu_test(emu_gpu_stream_small emu_gpu_stream BRAID_CUDA_KERNEL_MAX=0
+  BRAID_CUDA_HOST_MAX=8M)
+gpu_test(emu_gpu_stream_kernel emu_gpu_stream BRAID_CUDA_KERNEL_MAX=64K
+  BRAID_CUDA_HOST_MAX=0)
 # Every stream on one hardware queue (the emulated GPU runs their work in
 # issue order, an operation that waits holding the rest): calls that braid
 # runs on its own stream wait for the user's stream in the calling thread
 # instead of holding it at a gate (BRAID_CUDA_GATE=0, the default). With
 # gates forced on (BRAID_CUDA_GATE=1) the same tests time out.
-gpu_test(emu_gpu_stream_one_queue emu_gpu_stream CUDA_DEVICE_MAX_CONNECTIONS=1)
+gpu_test(emu_gpu_stream_one_queue emu_gpu_stream ${gpu_direct}
+  CUDA_DEVICE_MAX_CONNECTIONS=1)
 # A call on a CUDA stream that goes as collective kernels while host-stream
 # calls that may launch theirs are queued, with every stream on one
 # hardware queue and gates forced on: it must wait for them and launch on
@@ -197,33 +209,37 @@ gpu_test(emu_gpu_stream_one_queue emu_gpu_stream CUDA_DEVICE_MAX_CONNECTIONS=1)
 # held queue would never run: BRAID_TIMEOUT).
 add_test(NAME emu_gpu_stream_deferred_kernel COMMAND emu_gpu_stream --jobs 1
   --filter "gpu_stream/host_and_cuda_streams_interleaved")
-gpu_pinned(env BRAID_TIMEOUT=20 BRAID_CUDA_KERNEL_MAX=64K
+set(env BRAID_TIMEOUT=20 BRAID_CUDA_KERNEL_MAX=64K BRAID_CUDA_HOST_MAX=0
   CUDA_DEVICE_MAX_CONNECTIONS=1 BRAID_CUDA_GATE=1)
 set_tests_properties(emu_gpu_stream_deferred_kernel PROPERTIES TIMEOUT 120
   LABELS "cuda;emu" ENVIRONMENT "${env}")
-gpu_test(emu_gpu_share emu_gpu_share BRAID_CUDA_GATE=1)
-# kernels of at most 6 blocks (BRAID_CUDA_KERNEL_BLOCKS): two_comms wants
-# 6 for both communicators where their room alone gives 16 and 8
-gpu_test(emu_gpu_share_kernel emu_gpu_share BRAID_CUDA_KERNEL_MAX=64K
-  BRAID_CUDA_KERNEL_BLOCKS=6)
+# gates of shared hardware queues: the direct path
+gpu_test(emu_gpu_share emu_gpu_share ${gpu_direct} BRAID_CUDA_GATE=1)
+# the defaults (collective kernels) with kernels of at most 6 blocks
+# (BRAID_CUDA_KERNEL_BLOCKS): two_comms wants 6 for both communicators where
+# their room alone gives 16 and 8
+gpu_test(emu_gpu_share_kernel emu_gpu_share BRAID_CUDA_KERNEL_BLOCKS=6)
 # BRAID_CUDA_KERNEL_BLOCKS unset: two ranks on one GPU share its SMs (132
 # on the emulated GPU), 64 blocks each (the power of two within 66) for
 # both communicators where a room of 1056 blocks would allow 264 and 132
 add_test(NAME emu_gpu_share_blocks COMMAND emu_gpu_share --jobs 1
   --filter "gpu_share/two_communicators_share_the_gpu")
-gpu_pinned(env BRAID_TIMEOUT=60 BRAID_CUDA_KERNEL_MAX=64K
-  CUDA_EMU_KERNEL_ROOM=1056)
+set(env BRAID_TIMEOUT=60 CUDA_EMU_KERNEL_ROOM=1056)
 set_tests_properties(emu_gpu_share_blocks PROPERTIES TIMEOUT 120
   LABELS "cuda;emu" ENVIRONMENT "${env}")
 gpu_test(emu_gpu_args emu_gpu_args)
 # Pre-multiplied sums on device buffers: through the executor's device
 # paths; small calls staged through pinned host memory (blocking and on the
 # stream); sizes that would go as collective kernels, which pre-multiplied
-# sums do not take.
+# sums do not take. Each names its path.
 gpu_program(emu_gpu_premul test_gpu_premul.c braid_emu)
-gpu_test(emu_gpu_premul emu_gpu_premul)
-gpu_test(emu_gpu_premul_small emu_gpu_premul BRAID_CUDA_HOST_MAX=8M)
-gpu_test(emu_gpu_premul_kernel emu_gpu_premul BRAID_CUDA_KERNEL_MAX=64K)
+gpu_test(emu_gpu_premul emu_gpu_premul ${gpu_direct})
+gpu_test(emu_gpu_premul_small emu_gpu_premul BRAID_CUDA_KERNEL_MAX=0
+  BRAID_CUDA_HOST_MAX=8M)
+gpu_test(emu_gpu_premul_kernel emu_gpu_premul BRAID_CUDA_KERNEL_MAX=64K
+  BRAID_CUDA_HOST_MAX=0)
+gpu_program(emu_kcoll test_gpu_kcoll.c braid_emu)
+gpu_test(emu_kcoll emu_kcoll)
 
 add_executable(emu_cuda_ipc ${PROJECT_SOURCE_DIR}/tests/transports/test_cuda_ipc.c
   ${PROJECT_SOURCE_DIR}/tests/transports/ranks.c)
@@ -250,7 +266,8 @@ target_compile_definitions(emu_place PRIVATE
   BRAID_MACHINES_DIR="${PROJECT_SOURCE_DIR}/topology/machines")
 target_link_libraries(emu_place PRIVATE braid_emu PkgConfig::CRITERION)
 add_test(NAME emu_place COMMAND emu_place --jobs 1)
-gpu_pinned(env)
+# the direct path: its schedule file's channels are what it checks
+set(env ${gpu_direct})
 set_tests_properties(emu_place PROPERTIES TIMEOUT 120 LABELS "cuda;emu"
   ENVIRONMENT "${env}")
 
@@ -267,7 +284,8 @@ if(TARGET braidrun)
     COMMAND ${gpu_dir}/emu/run_gpu_view.sh $<TARGET_FILE:braidrun>
             $<TARGET_FILE:emu_matrix_blocking> $<TARGET_FILE:emu_matrix_stream>
             ${PROJECT_SOURCE_DIR}/topology/machines ${gpu_view_large})
-  gpu_pinned(env)
+  # the direct path: the planner's channels on the GPUs are what it checks
+  set(env ${gpu_direct})
   set_tests_properties(emu_gpu_view PROPERTIES TIMEOUT 600
     LABELS "cuda;emu;matrix" ENVIRONMENT "${env}")
 endif()
@@ -300,6 +318,8 @@ target_include_directories(emu_faults PRIVATE ${gpu_dir})
 target_link_libraries(emu_faults PRIVATE braid_emu PkgConfig::CRITERION)
 # two at a time: most of its time is timeouts being waited out
 add_test(NAME emu_faults COMMAND emu_faults --jobs 2)
-gpu_pinned(env)
+# the direct path unless a test sets BRAID_CUDA_HOST_MAX or
+# BRAID_CUDA_KERNEL_MAX itself (each path has tests of its own there)
+set(env ${gpu_direct})
 set_tests_properties(emu_faults PROPERTIES TIMEOUT 400 LABELS "cuda;emu"
   ENVIRONMENT "${env}")

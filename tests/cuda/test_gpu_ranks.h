@@ -309,15 +309,20 @@ static inline int gpu_while_held(braid_comm *c, int rank, int n, float *d,
 }
 
 /* Whether the size variable name (BRAID_CUDA_HOST_MAX, BRAID_CUDA_KERNEL_MAX)
- * is set to other than 0. The tests' ctest environment sets both to 0
- * unless a test names a value (gpu.cmake, gpu_pinned). */
+ * sends the tests' small calls its way: set to other than 0, or, for
+ * BRAID_CUDA_KERNEL_MAX, unset (braid's default: no limit, src/config.c).
+ * A test of another path than the default sets these variables in its
+ * ctest environment (gpu.cmake); BRAID_CUDA_HOST_MAX unset (32K by default)
+ * is off here: its tests' calls are larger or run as kernels. */
 static inline int env_on(const char *name) {
   const char *v = getenv(name);
-  return v != NULL && strcmp(v, "0") != 0;
+  if (v == NULL)
+    return strcmp(name, "BRAID_CUDA_KERNEL_MAX") == 0;
+  return strcmp(v, "0") != 0;
 }
 
-/* With BRAID_CUDA_KERNEL_MAX set (and above the calls' size), whether
- * `calls` calls on the streams ran as collective kernels, and none without. */
+/* With BRAID_CUDA_KERNEL_MAX unset or above the calls' size, whether
+ * `calls` calls on the streams ran as collective kernels; with 0, none. */
 static inline int gpu_kernel_calls(int rank, braid_stream **bs, int nbs,
                                    uint64_t calls) {
   const char *k = getenv("BRAID_CUDA_KERNEL_MAX");

@@ -1,15 +1,18 @@
 /*
  * The emulated GPU's collective kernel (cudev_kernel_coll, cuda_dev.h):
- * the protocol of kernels.cu's k_coll run by the stream's worker
- * thread, as a host function on the stream, over the areas' host memory
- * (memfd mappings shared between the ranks' processes, see cuda_emu.c):
- * the same chunks, the same parts per block and the same flags, the blocks
- * one after the other, each trailing the one before by two chunks (every
- * rank goes through them in the same order, so their waits pair up). Flags are
- * C11 atomics with release / acquire order where the kernel has its system-wide
- * fences; the fold uses the CPU kernels (src/reduce.h), whose results the GPU
- * kernels match bit for bit. It checks braid's side of the kernel path (setup,
- * chunk numbers, slots, ordering, errors, teardown), not the kernel's memory
+ * kernels.cu's k_coll run by the stream's worker thread, as a host function
+ * on the stream, over the areas' host memory (memfd mappings shared between
+ * the ranks' processes, see cuda_emu.c). What a block does of each chunk
+ * (its chunk, slot and part, the flags it raises and waits for, its jobs and
+ * how the ranks' elements fold) comes from device/kcoll_chunk.h, the source
+ * k_coll compiles too; this file has the rest: the blocks one after the
+ * other, each trailing the one before by two chunks (every rank goes
+ * through them in the same order, so their waits pair up), flags as C11
+ * atomics with release / acquire order where the kernel has its system-wide
+ * fences, polling with naps, and the fold steps of src/reduce.h's CPU
+ * kernels, whose results the GPU kernels match bit for bit. It checks
+ * braid's side of the kernel path (setup, chunk numbers, slots, ordering,
+ * errors, teardown) and the per-chunk logic, not the kernel's memory
  * ordering on a GPU.
  */
 #include <cuda_runtime_api.h>
@@ -20,6 +23,7 @@
 #include <time.h>
 
 #include "device/cuda_dev.h"
+#include "device/kcoll_chunk.h"
 #include "src/reduce.h"
 #include "tests/cuda/emu/cuda_emu.h"
 
@@ -42,11 +46,12 @@ static uint64_t now_ns(void) {
 /* 0, or the status the kernel stores */
 static uint64_t wait_peer(const cudev_ka *k, int b, int q, uint64_t s,
                           uint64_t fp) {
-  _Atomic uint64_t *f = flag(k, k->rank, CUDEV_KA_READY(b, q));
+  _Atomic uint64_t *f = flag(k, k->rank, kc_ready_at(b, q));
   _Atomic uint64_t *status = (_Atomic uint64_t *)k->status;
   uint64_t t0 = now_ns(), w;
   for (unsigned polls = 0;
-       (w = atomic_load_explicit(f, memory_order_acquire)) >> 16 < s; polls++) {
+       !kc_ready_reached(w = atomic_load_explicit(f, memory_order_acquire), s);
+       polls++) {
     int why = atomic_load((_Atomic uint32_t *)k->abort) || atomic_load(status)
                   ? CUDEV_KA_ABORTED
               : now_ns() - t0 > k->timeout_ns ? CUDEV_KA_TIMEOUT
@@ -56,78 +61,92 @@ static uint64_t wait_peer(const cudev_ka *k, int b, int q, uint64_t s,
     struct timespec nap = {0, polls < 100 ? 1000 : 50000};
     nanosleep(&nap, NULL);
   }
-  return w >> 16 == s && (w & 0xffff) != fp
-             ? CUDEV_KA_STATUS(CUDEV_KA_MISMATCH, q, s)
-             : 0;
+  return kc_ready_other(w, s, fp) ? CUDEV_KA_STATUS(CUDEV_KA_MISMATCH, q, s)
+                                  : 0;
 }
 
-static void raise_all(const cudev_ka *k, size_t off, uint64_t s) {
+static void raise_all(const cudev_ka *k, size_t off, uint64_t v) {
   for (int q = 0; q < k->nranks; q++)
     if (q != k->rank)
-      atomic_store_explicit(flag(k, q, off), s, memory_order_release);
+      atomic_store_explicit(flag(k, q, off), v, memory_order_release);
 }
 
-/* out[i + d0] for the elements i in [lo, hi) of the chunk at slot offset
- * off: the ranks' elements folded in rank order (src < 0) or rank src's. */
-static void emit(const ka_call *a, size_t off, int src, char *acc, ptrdiff_t d0,
-                 size_t lo, size_t hi) {
+static uint32_t load_bits(const char *p, size_t es) {
+  uint16_t h;
+  if (es == 1)
+    return (uint8_t)*p;
+  memcpy(&h, p, sizeof h);
+  return h;
+}
+
+static void store_bits(char *p, size_t es, uint32_t x) {
+  uint16_t h = (uint16_t)x;
+  if (es == 1)
+    *p = (char)(uint8_t)x;
+  else
+    memcpy(p, &h, sizeof h);
+}
+
+/* Job jb of the chunk at slot offset off (kcoll_chunk.h): a wide fold
+ * element by element in float, else the CPU kernels' steps over the
+ * range; acc: room for a slot. */
+static void emit(const ka_call *a, size_t off, const kc_job *jb, char *acc) {
   const cudev_ka *k = &a->k;
+  const cudev_kcall *c = &a->c;
+  size_t lo = jb->a, hi = jb->e;
   if (lo >= hi)
     return;
-  size_t es = braid_dtype_size(a->c.dt), len = (hi - lo) * es;
-  const char *first = (char *)k->area[src < 0 ? 0 : src] + off + lo * es;
-  memcpy(acc, first, len); /* out may be in */
-  if (src < 0) {
-    red_fn f = red_get(a->c.dt, a->c.op);
-    for (int q = 1; q < k->nranks; q++)
-      f(acc, acc, (char *)k->area[q] + off + lo * es, hi - lo);
-    if (a->c.op == BRAID_AVG)
-      red_div(acc, hi - lo, a->c.dt, k->nranks);
+  int q0, q1;
+  kc_job_ranks(jb, k->nranks, &q0, &q1);
+  size_t es = braid_dtype_size(c->dt), len = (hi - lo) * es;
+  if (jb->wide) {
+    int op = c->op == BRAID_PROD ? BRAID_PROD : BRAID_SUM;
+    for (size_t i = lo; i < hi; i++) {
+      float f = 0.0f;
+      for (int q = q0; q < q1; q++) {
+        float w = kc_widen((int)c->dt,
+                           load_bits((char *)k->area[q] + off + i * es, es));
+        f = q == q0 ? w : kc_wide_op((int)c->dt, op, f, w);
+      }
+      store_bits(acc + (i - lo) * es, es,
+                 kc_wide_end((int)c->dt, jb->avg, k->nranks, f));
+    }
+  } else {
+    memcpy(acc, (char *)k->area[q0] + off + lo * es, len); /* out may be in */
+    if (q1 - q0 > 1) {
+      red_fn f = red_get(c->dt, c->op);
+      for (int q = q0 + 1; q < q1; q++)
+        f(acc, acc, (char *)k->area[q] + off + lo * es, hi - lo);
+    }
+    if (jb->avg)
+      red_div(acc, hi - lo, c->dt, k->nranks);
   }
-  memcpy((char *)a->c.out + ((ptrdiff_t)lo + d0) * (ptrdiff_t)es, acc, len);
+  memcpy((char *)c->out + ((ptrdiff_t)lo + jb->d0) * (ptrdiff_t)es, acc, len);
 }
 
-/* Block b's part [lo, hi) of chunk s (elements from c0); 0 or a status. */
-static uint64_t part(const ka_call *a, int b, uint64_t s, size_t c0, size_t lo,
-                     size_t hi, char *acc) {
+/* Block b's part of chunk ch; 0 or a status. */
+static uint64_t part(const ka_call *a, int b, const kc_chunk *ch, char *acc) {
   const cudev_ka *k = &a->k;
   const cudev_kcall *c = &a->c;
   int me = k->rank;
-  size_t es = braid_dtype_size(c->dt), len = (hi - lo) * es;
-  size_t off = CUDEV_KA_FLAGS + (size_t)(s % 2) * k->slot;
-  if (c->coll != CUDEV_KC_BROADCAST || me == c->root)
-    memcpy((char *)k->area[me] + off + lo * es,
-           (const char *)c->in + (c0 + lo) * es, len);
+  size_t es = braid_dtype_size(c->dt), len = (ch->hi - ch->lo) * es;
+  if (kc_copies(c, me))
+    memcpy((char *)k->area[me] + ch->off + ch->lo * es,
+           (const char *)c->in + (ch->c0 + ch->lo) * es, len);
   uint64_t fp = cudev_kc_fp(c);
-  raise_all(k, CUDEV_KA_READY(b, me), CUDEV_KA_FLAG(s, fp));
+  raise_all(k, kc_ready_at(b, me), kc_ready_value(ch->s, fp));
   for (int q = 0; q < k->nranks; q++) {
-    uint64_t st = q != me ? wait_peer(k, b, q, s, fp) : 0;
+    uint64_t st = q != me ? wait_peer(k, b, q, ch->s, fp) : 0;
     if (st != 0)
       return st;
   }
-  ptrdiff_t pc0 = (ptrdiff_t)c0;
-  size_t r0 = (size_t)me * c->count, r1 = r0 + c->count;
-  switch (c->coll) {
-  case CUDEV_KC_ALLREDUCE:
-    emit(a, off, -1, acc, pc0, lo, hi);
-    break;
-  case CUDEV_KC_REDUCE:
-    if (me == c->root)
-      emit(a, off, -1, acc, pc0, lo, hi);
-    break;
-  case CUDEV_KC_REDUCE_SCATTER:
-    emit(a, off, -1, acc, pc0 - (ptrdiff_t)r0, r0 > c0 + lo ? r0 - c0 : lo,
-         r1 < c0 + hi ? (r1 > c0 ? r1 - c0 : 0) : hi);
-    break;
-  case CUDEV_KC_BROADCAST:
-    emit(a, off, c->root, acc, pc0, lo, hi);
-    break;
-  default: /* allgather */
-    for (int q = 0; q < k->nranks; q++)
-      emit(a, off, q, acc, (ptrdiff_t)((size_t)q * c->count) + pc0, lo, hi);
-    break;
+  int ag_inplace = kc_ag_inplace(c, me, es);
+  for (int q = 0; q < kc_jobs(c, me, k->nranks); q++) {
+    kc_job jb;
+    if (kc_job_at(c, me, k->nranks, ag_inplace, q, ch, &jb))
+      emit(a, ch->off, &jb, acc);
   }
-  raise_all(k, CUDEV_KA_DONE(b, me), s);
+  raise_all(k, kc_done_at(b, me), kc_done_value(ch->s));
   return 0;
 }
 
@@ -152,15 +171,16 @@ static void run(void *arg) {
    * a GPU may (a block waits only for the same block of the peers), so a
    * block that rewrote a slot where another block still reads would show
    * here as wrong results. The same order on every rank. */
-  size_t nch = CUDEV_KA_CHUNKS(nin, ce), lag = 2;
+  size_t nch = kc_chunks(nin, ce), lag = 2;
   for (size_t t = 0; st == 0 && t < nch + lag * (size_t)(nb - 1); t++)
     for (int b = 0; st == 0 && b < nb; b++) {
       size_t behind = lag * (size_t)(a->seq % 2 ? nb - 1 - b : b);
-      size_t j = t - behind, lo, hi;
+      size_t j = t - behind;
       if (t < behind || j >= nch)
         continue;
-      cudev_ka_part(nin, ce, (size_t)nb, 16 / es, j, (size_t)b, &lo, &hi);
-      st = part(a, b, a->seq + j, j * ce, lo, hi, acc);
+      kc_chunk ch =
+          kc_chunk_at(k, a->seq, nin, ce, (size_t)nb, 16 / es, j, (size_t)b);
+      st = part(a, b, &ch, acc);
     }
   if (st != 0) {
     uint64_t zero = 0;
