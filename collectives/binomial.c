@@ -20,10 +20,6 @@
  */
 #include "gen_util.h"
 
-#define BINOMIAL_COLLS                                                         \
-  ((1u << SCHED_BROADCAST) | (1u << SCHED_REDUCE) | (1u << SCHED_GATHER) |     \
-   (1u << SCHED_SCATTER) | (1u << SCHED_ALLREDUCE))
-
 static int lowbit(int v) { return v & -v; }
 
 /* Highest power of two strictly below the limit of v's children: the
@@ -157,7 +153,7 @@ static int scatter(sched_channel *c, const bctx *b, int v) {
 }
 
 sched *gen_binomial(const gen_params *p) {
-  if (gen_check(p, BINOMIAL_COLLS))
+  if (gen_check(p, &gen_binomial_desc))
     return NULL;
   int n = p->nranks, K = 1;
   int root = p->coll == SCHED_ALLREDUCE ? 0 : p->root;
@@ -218,3 +214,28 @@ sched *gen_binomial(const gen_params *p) {
   }
   return s;
 }
+
+/* L rounds; gather and scatter move n - 1 blocks through the root. */
+static double binomial_cost(const gen_cost_in *c) {
+  double L = c->L, m = c->m, a = c->a, b = c->b;
+  switch (c->coll) {
+  case SCHED_ALLREDUCE:
+    return 2 * L * a + L * m * (2 * b + c->gm);
+  case SCHED_GATHER:
+  case SCHED_SCATTER:
+    return L * a + (c->n - 1) * m * b;
+  default:
+    return L * (a + m * (b + c->red));
+  }
+}
+
+const gen_desc gen_binomial_desc = {
+    .name = "binomial",
+    .fn = gen_binomial,
+    .colls =
+        ((1u << SCHED_BROADCAST) | (1u << SCHED_REDUCE) | (1u << SCHED_GATHER) |
+         (1u << SCHED_SCATTER) | (1u << SCHED_ALLREDUCE)),
+    .needs = 0,
+    .flags = 0,
+    .cost = binomial_cost,
+};

@@ -29,9 +29,6 @@
 
 #include "gen_util.h"
 
-#define CT_COLLS                                                               \
-  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_BROADCAST) | (1u << SCHED_REDUCE))
-
 typedef struct ctree {
   const gen_hosts *L;
   int root;    /* rooted collectives: the root; allreduce: 0 */
@@ -185,11 +182,14 @@ static int ct_rank(sched_channel *c, sched_coll coll, const ctree *t, int r,
 }
 
 sched *gen_chaintree(const gen_params *p) {
-  if (gen_check(p, CT_COLLS))
+  if (gen_check(p, &gen_chaintree_desc) ||
+      gen_check_view(p, &gen_chaintree_desc))
     return NULL;
   gen_hosts L;
   if (gen_hosts_init(&L, p))
-    return NULL;
+    return gen_refuse(
+        p, "chaintree: the view puts every rank on one host or names "
+           "a host it does not have");
   int n = p->nranks, nch = p->nchannels, H = L.H;
   int K = nch % 2 == 1 ? 2 : 1;
   int root = p->coll == SCHED_ALLREDUCE ? 0 : p->root;
@@ -223,3 +223,13 @@ sched *gen_chaintree(const gen_params *p) {
   }
   return s;
 }
+
+const gen_desc gen_chaintree_desc = {
+    .name = "chaintree",
+    .fn = gen_chaintree,
+    .colls = ((1u << SCHED_ALLREDUCE) | (1u << SCHED_BROADCAST) |
+              (1u << SCHED_REDUCE)),
+    .needs = GEN_NEEDS_HOSTS,
+    .flags = 0,
+    .cost = NULL,
+};

@@ -22,10 +22,6 @@
  */
 #include "gen_util.h"
 
-#define DET_COLLS                                                              \
-  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_REDUCE) |                            \
-   (1u << SCHED_REDUCE_SCATTER))
-
 /* Phase 1 of allreduce and reduce: chunk j of every input to its owner j,
  * folded there into `dst` (chunk r of the output, or of scratch). */
 static int det_fold_chunks(sched_channel *c, int n, int r, sched_chunks dst) {
@@ -89,7 +85,7 @@ static int det_rank(sched_channel *c, const sched *s, int r) {
 }
 
 sched *gen_det(const gen_params *p) {
-  if (gen_check(p, DET_COLLS))
+  if (gen_check(p, &gen_det_desc))
     return NULL;
   int n = p->nranks;
   int K = p->coll == SCHED_REDUCE_SCATTER ? 1 : n;
@@ -107,3 +103,23 @@ sched *gen_det(const gen_params *p) {
   }
   return s;
 }
+
+/* reduce_scatter: direct's; else two bursts of n - 1 chunks of m / n (to
+ * the owners, then from them), the owners folding theirs. */
+static double det_cost(const gen_cost_in *c) {
+  double n = c->n, m = c->m, cont = gen_cost_contention(n);
+  if (c->coll == SCHED_REDUCE_SCATTER)
+    return c->a + (n - 1) * (c->o + m * (c->b * cont + c->gm));
+  return 2 * c->a + 2 * (n - 1) * (c->o + m / n * c->b * cont) +
+         (n - 1) * m / n * c->gm;
+}
+
+const gen_desc gen_det_desc = {
+    .name = "det",
+    .fn = gen_det,
+    .colls = ((1u << SCHED_ALLREDUCE) | (1u << SCHED_REDUCE) |
+              (1u << SCHED_REDUCE_SCATTER)),
+    .needs = 0,
+    .flags = GEN_OPT_IN | GEN_RANK_ORDER,
+    .cost = det_cost,
+};

@@ -22,12 +22,6 @@
  */
 #include "gen_util.h"
 
-#define DIRECT_COLLS                                                           \
-  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |                         \
-   (1u << SCHED_REDUCE_SCATTER) | (1u << SCHED_ALLTOALL) |                     \
-   (1u << SCHED_BROADCAST) | (1u << SCHED_REDUCE) | (1u << SCHED_GATHER) |     \
-   (1u << SCHED_SCATTER))
-
 static int direct_allreduce(sched_channel *c, int n, int r) {
   int e = 0;
   for (int i = 1; i < n; i++)
@@ -103,7 +97,7 @@ static int direct_rank(sched_channel *c, sched_coll coll, int n, int root,
 }
 
 sched *gen_direct(const gen_params *p) {
-  if (gen_check(p, DIRECT_COLLS))
+  if (gen_check(p, &gen_direct_desc))
     return NULL;
   int n = p->nranks;
   sched *s = sched_new(p->coll, n, p->root, 1, p->nchannels, "direct");
@@ -126,3 +120,23 @@ sched *gen_direct(const gen_params *p) {
   }
   return s;
 }
+
+/* One burst of n - 1 messages, contended (gen_cost_contention). */
+static double direct_cost(const gen_cost_in *c) {
+  double n = c->n, m = c->m;
+  if (c->coll == SCHED_ALLTOALL)
+    return (n - 1) * (c->a + m * c->b);
+  return c->a + (n - 1) * (c->o + m * (c->b * gen_cost_contention(n) + c->red));
+}
+
+const gen_desc gen_direct_desc = {
+    .name = "direct",
+    .fn = gen_direct,
+    .colls = ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |
+              (1u << SCHED_REDUCE_SCATTER) | (1u << SCHED_ALLTOALL) |
+              (1u << SCHED_BROADCAST) | (1u << SCHED_REDUCE) |
+              (1u << SCHED_GATHER) | (1u << SCHED_SCATTER)),
+    .needs = 0,
+    .flags = GEN_RANK_ORDER,
+    .cost = direct_cost,
+};

@@ -15,9 +15,27 @@
 #define GEN_MAX_RANKS 65536
 #define GEN_MAX_CHANNELS 64
 
-/* Validates p for `coll_mask` (bits of supported collectives); returns 0 when
- * usable. */
-int gen_check(const gen_params *p, uint32_t coll_mask);
+/* Validates p for generator d (its collectives, the rank and channel
+ * counts, the root); returns 0 when usable, else -1 with the reason in
+ * p->why (gen_refuse). */
+int gen_check(const gen_params *p, const gen_desc *d);
+
+/* Checks that p's view gives what d needs (d->needs: GEN_NEEDS_GRAPH,
+ * GEN_NEEDS_HOSTS): 0, or -1 with the reason in p->why. */
+int gen_check_view(const gen_params *p, const gen_desc *d);
+
+/* A generator's refusal: writes the reason into p->why (when p has one and
+ * no reason is there yet) and returns NULL. */
+void *gen_refuse(const gen_params *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* The cost model's contention of n - 1 simultaneous streams into or out of
+ * one rank (incast, cache and memory traffic): 5% more per byte for every
+ * stream beyond the first, at most twice the time (direct.c, det.c). */
+static inline double gen_cost_contention(double n) {
+  double cont = 1 + 0.05 * (n - 2);
+  return cont > 2 ? 2 : cont;
+}
 
 /* Chunk range shorthands. */
 static inline sched_chunks gen_in(uint32_t i, uint32_t n) {

@@ -3,6 +3,8 @@
  */
 #include "generators.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -11,62 +13,42 @@
 
 #define B(c) (1u << (c))
 
-const gen_desc gen_table[] = {
-    {"ring", gen_ring,
-     B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER) |
-         B(SCHED_BROADCAST) | B(SCHED_REDUCE),
-     0, 0},
-    {"tree", gen_tree,
-     B(SCHED_ALLREDUCE) | B(SCHED_BROADCAST) | B(SCHED_REDUCE), 0, 0},
-    {"binomial", gen_binomial,
-     B(SCHED_BROADCAST) | B(SCHED_REDUCE) | B(SCHED_GATHER) | B(SCHED_SCATTER) |
-         B(SCHED_ALLREDUCE),
-     0, 0},
-    {"rhd", gen_rhd,
-     B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER), 0, 0},
-    {"direct", gen_direct,
-     B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER) |
-         B(SCHED_ALLTOALL) | B(SCHED_BROADCAST) | B(SCHED_REDUCE) |
-         B(SCHED_GATHER) | B(SCHED_SCATTER),
-     0, GEN_RANK_ORDER},
-    {"linear", gen_linear,
-     B(SCHED_SEND) | B(SCHED_RECV) | B(SCHED_GATHER) | B(SCHED_SCATTER) |
-         B(SCHED_BROADCAST) | B(SCHED_REDUCE),
-     0, 0},
-    {"multiring", gen_multiring,
-     B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER) |
-         B(SCHED_BROADCAST) | B(SCHED_REDUCE),
-     GEN_NEEDS_GRAPH, 0},
-    {"treepack", gen_treepack,
-     B(SCHED_ALLREDUCE) | B(SCHED_BROADCAST) | B(SCHED_REDUCE), GEN_NEEDS_GRAPH,
-     0},
-    /* opt-in: its host-routed share runs through pinned staging over shm
-     * (src/comm_dev.c), a CPU copy per message that the simulator's GPU
-     * model leaves out and that no GPU has measured yet */
-    {"hybrid", gen_hybrid,
-     B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER),
-     GEN_NEEDS_GRAPH, GEN_OPT_IN},
-    {"hier", gen_hier,
-     B(SCHED_ALLREDUCE) | B(SCHED_ALLGATHER) | B(SCHED_REDUCE_SCATTER) |
-         B(SCHED_BROADCAST) | B(SCHED_REDUCE),
-     GEN_NEEDS_HOSTS, 0},
-    {"chaintree", gen_chaintree,
-     B(SCHED_ALLREDUCE) | B(SCHED_BROADCAST) | B(SCHED_REDUCE), GEN_NEEDS_HOSTS,
-     0},
-    /* opt-in outside BRAID_DETERMINISTIC, so that the default choices
-     * stay those measured in docs/PERFORMANCE.md */
-    {"det", gen_det,
-     B(SCHED_ALLREDUCE) | B(SCHED_REDUCE) | B(SCHED_REDUCE_SCATTER), 0,
-     GEN_OPT_IN | GEN_RANK_ORDER},
-    {NULL, NULL, 0, 0, 0},
+/* The order matters where two generators model the same time: the earlier
+ * wins (collectives/select.c). */
+const gen_desc *const gen_table[] = {
+    &gen_ring_desc,
+    &gen_tree_desc,
+    &gen_binomial_desc,
+    &gen_rhd_desc,
+    &gen_direct_desc,
+    &gen_linear_desc,
+    &gen_multiring_desc,
+    &gen_treepack_desc,
+    &gen_hybrid_desc,
+    &gen_hier_desc,
+    &gen_chaintree_desc,
+    &gen_det_desc,
+    NULL,
 };
+
+int gen_count(void) {
+  return (int)(sizeof gen_table / sizeof gen_table[0]) - 1;
+}
+
+int gen_index(const gen_desc *g) {
+  for (int i = 0; g != NULL && gen_table[i] != NULL; i++)
+    if (gen_table[i] == g)
+      return i;
+  return -1;
+}
 
 const gen_desc *gen_find(const char *name) {
   if (!name)
     return NULL;
-  for (const gen_desc *g = gen_table; g->name; g++)
+  GEN_FOREACH (g) {
     if (strcasecmp(g->name, name) == 0)
       return g;
+  }
   return NULL;
 }
 
@@ -100,28 +82,116 @@ int gen_supports_view(const gen_desc *g, sched_coll coll, int nranks,
   return 1;
 }
 
-int gen_check(const gen_params *p, uint32_t coll_mask) {
-  if (!p || (int)p->coll < 0 || p->coll >= SCHED_NUM_COLLS)
+sched *gen_build(const gen_desc *g, const gen_params *p, char *why,
+                 size_t whylen, int *refused) {
+  char none[160];
+  if (why == NULL || whylen == 0) {
+    why = none;
+    whylen = sizeof none;
+  }
+  why[0] = '\0';
+  if (refused != NULL)
+    *refused = 1;
+  if (g == NULL || p == NULL) {
+    snprintf(why, whylen, "no generator or no parameters");
+    return NULL;
+  }
+  gen_params q = *p;
+  q.why = why;
+  q.whylen = whylen;
+  sched *s = g->fn(&q);
+  if (s == NULL && why[0] == '\0') {
+    if (refused != NULL)
+      *refused = 0;
+    snprintf(why, whylen, "%s: out of memory", g->name);
+  }
+  return s;
+}
+
+void *gen_refuse(const gen_params *p, const char *fmt, ...) {
+  if (p == NULL || p->why == NULL || p->whylen == 0 || p->why[0] != '\0')
+    return NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(p->why, p->whylen, fmt, ap);
+  va_end(ap);
+  return NULL;
+}
+
+int gen_check_view(const gen_params *p, const gen_desc *d) {
+  if (!p || !d)
     return -1;
-  if (!(coll_mask & B(p->coll)))
+  const sched_view *v = p->view;
+  if (d->needs == 0)
+    return 0;
+  if (v == NULL) {
+    gen_refuse(p, "%s needs to know where the ranks sit (no topology view)",
+               d->name);
     return -1;
-  if (p->nranks < 1 || p->nranks > GEN_MAX_RANKS)
+  }
+  if (v->nranks != p->nranks) {
+    gen_refuse(p, "%s: the view has %d ranks, the call %d", d->name, v->nranks,
+               p->nranks);
     return -1;
-  if (p->nchannels < 1 || p->nchannels > GEN_MAX_CHANNELS)
+  }
+  if ((d->needs & GEN_NEEDS_HOSTS) && v->nhosts < 2) {
+    gen_refuse(p, "%s needs ranks on two hosts or more (the view has %d)",
+               d->name, v->nhosts);
     return -1;
-  if (p->root < 0 || p->root >= p->nranks) {
-    /* Only rooted collectives and p2p read the root. */
-    switch (p->coll) {
-    case SCHED_BROADCAST:
-    case SCHED_REDUCE:
-    case SCHED_GATHER:
-    case SCHED_SCATTER:
-    case SCHED_SEND:
-    case SCHED_RECV:
-      return -1;
-    default:
-      break;
-    }
+  }
+  if ((d->needs & GEN_NEEDS_GRAPH) && v->g == NULL) {
+    gen_refuse(p, "%s needs a topology graph (the view has none)", d->name);
+    return -1;
+  }
+  if ((d->needs & GEN_NEEDS_GRAPH) && mr_view_check(v, p->nranks) != 0) {
+    gen_refuse(p,
+               "%s needs every rank on its own vertex of the topology graph "
+               "(two ranks share one, or one is off the graph)",
+               d->name);
+    return -1;
+  }
+  return 0;
+}
+
+static int rooted(sched_coll coll) {
+  switch (coll) {
+  case SCHED_BROADCAST:
+  case SCHED_REDUCE:
+  case SCHED_GATHER:
+  case SCHED_SCATTER:
+  case SCHED_SEND:
+  case SCHED_RECV:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+int gen_check(const gen_params *p, const gen_desc *d) {
+  if (!p || !d)
+    return -1;
+  if ((int)p->coll < 0 || p->coll >= SCHED_NUM_COLLS) {
+    gen_refuse(p, "%s: unknown collective %d", d->name, (int)p->coll);
+    return -1;
+  }
+  if (!(d->colls & B(p->coll))) {
+    gen_refuse(p, "%s does not generate %s", d->name, sched_coll_name(p->coll));
+    return -1;
+  }
+  if (p->nranks < 1 || p->nranks > GEN_MAX_RANKS) {
+    gen_refuse(p, "%s: %d ranks (1 to %d)", d->name, p->nranks, GEN_MAX_RANKS);
+    return -1;
+  }
+  if (p->nchannels < 1 || p->nchannels > GEN_MAX_CHANNELS) {
+    gen_refuse(p, "%s: %d channels (1 to %d)", d->name, p->nchannels,
+               GEN_MAX_CHANNELS);
+    return -1;
+  }
+  /* Only rooted collectives and p2p read the root. */
+  if ((p->root < 0 || p->root >= p->nranks) && rooted(p->coll)) {
+    gen_refuse(p, "%s: root %d is not a rank of %d", d->name, p->root,
+               p->nranks);
+    return -1;
   }
   return 0;
 }

@@ -20,16 +20,44 @@ typedef struct gen_params {
   const struct sched_view *view;
   size_t bytes;
   int max_channels;
+  /* Where a generator that returns NULL says why (gen_refuse), in words
+   * the user sees; NULL: nowhere. gen_build sets it. */
+  char *why;
+  size_t whylen;
 } gen_params;
 
 typedef sched *(*gen_fn)(const gen_params *p);
 
+/* What a cost function sees of a call (collectives/select.c fills it from
+ * the transport class's model): times in microseconds, sizes in bytes. */
+typedef struct gen_cost_in {
+  sched_coll coll;
+  int nranks; /* >= 2 */
+  double n;   /* nranks */
+  double m;   /* bytes of one block */
+  double a;   /* alpha: latency of one message step */
+  double b;   /* beta: time per byte moved */
+  double gm;  /* gamma: time per byte reduced */
+  double o;   /* overhead of each message posted in a burst */
+  double red; /* gm when the collective reduces, else 0 */
+  int L;      /* ceil(log2(nranks)) */
+  double S;   /* slices of a pipelined algorithm (64 KiB each, 1..64) */
+} gen_cost_in;
+
+/* Modelled time of a collective the generator supports, microseconds. */
+typedef double (*gen_cost_fn)(const gen_cost_in *in);
+
+/* One algorithm, described by its own file: collectives/<name>.c exports
+ * gen_<name>_desc. */
 typedef struct gen_desc {
   const char *name; /* "ring", "tree", "binomial", "rhd", "direct", ... */
   gen_fn fn;
   uint32_t colls; /* bit (1u << sched_coll) for each collective supported */
   uint32_t needs; /* GEN_NEEDS_* */
   uint32_t flags; /* GEN_OPT_IN, GEN_RANK_ORDER */
+  /* the cost model's time (collectives/select.h, select_cost); NULL: no
+   * model, a pessimistic guess stands in */
+  gen_cost_fn cost;
 } gen_desc;
 
 /* A generator the selector considers only where the algorithm filter
@@ -47,8 +75,30 @@ typedef struct gen_desc {
 #define GEN_NEEDS_GRAPH 1u /* a graph with ranks on distinct vertices */
 #define GEN_NEEDS_HOSTS 2u /* ranks on >= 2 hosts */
 
-/* All generators, terminated by an entry with name == NULL. */
-extern const gen_desc gen_table[];
+/* The descriptors, one per algorithm file: */
+extern const gen_desc gen_ring_desc;     /* ring.c */
+extern const gen_desc gen_tree_desc;     /* tree.c: double binary tree */
+extern const gen_desc gen_binomial_desc; /* binomial.c */
+extern const gen_desc gen_rhd_desc;      /* rhd.c: recursive halving/doubling */
+extern const gen_desc gen_direct_desc;   /* direct.c: one-shot, every pair */
+extern const gen_desc gen_linear_desc;   /* linear.c: root-centred, p2p */
+extern const gen_desc gen_multiring_desc; /* multiring.c: several rings */
+extern const gen_desc gen_treepack_desc;  /* treepack.c: spanning trees */
+extern const gen_desc gen_hybrid_desc;    /* hybrid.c: NVLink + PCIe */
+extern const gen_desc gen_hier_desc;      /* hier.c: intra/inter host */
+extern const gen_desc gen_chaintree_desc; /* chaintree.c: trees of chains */
+extern const gen_desc gen_det_desc;       /* det.c: rank-order reductions */
+
+/* All generators, in the selector's order of preference among equals,
+ * terminated by NULL (generators.c). */
+extern const gen_desc *const gen_table[];
+/* Every generator g of gen_table in order: GEN_FOREACH(g) { ... } */
+#define GEN_FOREACH(g)                                                         \
+  for (const gen_desc *const *g##_at = gen_table, *g; ((g) = *g##_at) != NULL; \
+       g##_at++)
+/* Entries of gen_table, and g's index there (-1: not there). */
+int gen_count(void);
+int gen_index(const gen_desc *g);
 const gen_desc *gen_find(const char *name);
 /* Does generator g support collective `coll` on `nranks` ranks without a
  * view? (Topology-aware generators: no; see gen_supports_view.) */
@@ -56,20 +106,26 @@ int gen_supports(const gen_desc *g, sched_coll coll, int nranks);
 /* The same, and the view gives what g needs (v may be NULL). */
 int gen_supports_view(const gen_desc *g, sched_coll coll, int nranks,
                       const struct sched_view *v);
+/* Runs g on p; where g builds no schedule, why[0..whylen) says why: the
+ * generator's reason, or that memory ran out when it gave none (*refused
+ * is then 0; 1 when the generator refused with a reason; refused may be
+ * NULL). */
+sched *gen_build(const gen_desc *g, const gen_params *p, char *why,
+                 size_t whylen, int *refused);
 
-/* One entry per file: */
-sched *gen_ring(const gen_params *p);     /* ring.c */
-sched *gen_tree(const gen_params *p);     /* tree.c: double binary tree */
-sched *gen_binomial(const gen_params *p); /* binomial.c */
-sched *gen_rhd(const gen_params *p);    /* rhd.c: recursive halving/doubling */
-sched *gen_direct(const gen_params *p); /* direct.c: one-shot, every pair */
-sched *gen_linear(const gen_params *p); /* linear.c: root-centred, p2p */
-sched *gen_det(const gen_params *p);    /* det.c: rank-order reductions */
+/* The generator functions (each file's descriptor names its own): */
+sched *gen_ring(const gen_params *p);
+sched *gen_tree(const gen_params *p);
+sched *gen_binomial(const gen_params *p);
+sched *gen_rhd(const gen_params *p);
+sched *gen_direct(const gen_params *p);
+sched *gen_linear(const gen_params *p);
+sched *gen_det(const gen_params *p);
 /* Topology-aware (need p->view): */
-sched *gen_multiring(const gen_params *p); /* multiring.c: several rings */
-sched *gen_treepack(const gen_params *p);  /* treepack.c: spanning trees */
-sched *gen_hybrid(const gen_params *p);    /* hybrid.c: NVLink + PCIe */
-sched *gen_hier(const gen_params *p);      /* hier.c: intra/inter host */
-sched *gen_chaintree(const gen_params *p); /* chaintree.c: trees of chains */
+sched *gen_multiring(const gen_params *p);
+sched *gen_treepack(const gen_params *p);
+sched *gen_hybrid(const gen_params *p);
+sched *gen_hier(const gen_params *p);
+sched *gen_chaintree(const gen_params *p);
 
 #endif

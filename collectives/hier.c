@@ -43,11 +43,6 @@
 #include "gen_util.h"
 #include "view.h"
 
-#define HIER_COLLS                                                             \
-  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |                         \
-   (1u << SCHED_REDUCE_SCATTER) | (1u << SCHED_BROADCAST) |                    \
-   (1u << SCHED_REDUCE))
-
 /* ---- host layout (declared in gen_util.h) ---- */
 
 void gen_hosts_free(gen_hosts *h) {
@@ -385,11 +380,12 @@ static int hier_reduce(sched_channel *c, const hctx *x, int r, int root) {
 }
 
 sched *gen_hier(const gen_params *p) {
-  if (gen_check(p, HIER_COLLS))
+  if (gen_check(p, &gen_hier_desc) || gen_check_view(p, &gen_hier_desc))
     return NULL;
   gen_hosts L;
   if (gen_hosts_init(&L, p))
-    return NULL;
+    return gen_refuse(p, "hier: the view puts every rank on one host or names "
+                         "a host it does not have");
   long Kl = p->coll == SCHED_ALLREDUCE ? (long)L.P * L.H : 1;
   if (Kl > GEN_MAX_RANKS) {
     gen_hosts_free(&L);
@@ -439,3 +435,14 @@ sched *gen_hier(const gen_params *p) {
   }
   return s;
 }
+
+const gen_desc gen_hier_desc = {
+    .name = "hier",
+    .fn = gen_hier,
+    .colls = ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |
+              (1u << SCHED_REDUCE_SCATTER) | (1u << SCHED_BROADCAST) |
+              (1u << SCHED_REDUCE)),
+    .needs = GEN_NEEDS_HOSTS,
+    .flags = 0,
+    .cost = NULL,
+};

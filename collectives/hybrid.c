@@ -32,9 +32,6 @@
 #include "route.h"
 #include "view.h"
 
-#define HY_COLLS                                                               \
-  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |                         \
-   (1u << SCHED_REDUCE_SCATTER))
 /* Ring orders the PCIe plan tries (all of them up to 9 ranks). */
 #define HY_MAX_PERMS 50000L
 
@@ -145,20 +142,26 @@ static double pcie_ring(const sched_view *v, int *best) {
 }
 
 sched *gen_hybrid(const gen_params *p) {
-  if (!p || (int)p->coll < 0 || p->coll >= SCHED_NUM_COLLS ||
-      !(HY_COLLS & (1u << p->coll)) || p->nranks < 2 ||
-      p->nranks > GEN_MAX_RANKS || mr_view_check(p->view, p->nranks))
+  if (!p)
     return NULL;
+  gen_params q = *p;
+  q.nchannels = 1; /* the plans decide the channels */
+  if (gen_check(&q, &gen_hybrid_desc) || gen_check_view(p, &gen_hybrid_desc))
+    return NULL;
+  if (p->nranks < 2)
+    return gen_refuse(p, "hybrid needs two ranks or more");
   const sched_view *v = p->view;
   int n = p->nranks;
   for (int r = 0; r < n; r++)
     if (v->g->v[v->vertex[r]].type != TOPO_GPU)
-      return NULL;
+      return gen_refuse(p, "hybrid needs every rank on a GPU (rank %d is not)",
+                        r);
   int maxc = p->max_channels > 0 && p->max_channels <= GEN_MAX_CHANNELS
                  ? p->max_channels
                  : GEN_MAX_CHANNELS;
-  if (maxc < 2)
-    return NULL; /* one channel per plan at least */
+  if (maxc < 2) /* one channel per plan at least */
+    return gen_refuse(p, "hybrid needs two channels or more (%d allowed)",
+                      maxc);
   int npcie = maxc >= 3 ? 2 : 1;
   ring_plan nvl, all;
   if (multiring_plan(v, maxc - npcie, &nvl))
@@ -194,3 +197,13 @@ sched *gen_hybrid(const gen_params *p) {
   ring_plan_free(&nvl);
   return s;
 }
+
+const gen_desc gen_hybrid_desc = {
+    .name = "hybrid",
+    .fn = gen_hybrid,
+    .colls = ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |
+              (1u << SCHED_REDUCE_SCATTER)),
+    .needs = GEN_NEEDS_GRAPH,
+    .flags = GEN_OPT_IN,
+    .cost = NULL,
+};

@@ -19,10 +19,6 @@
  */
 #include "gen_util.h"
 
-#define LINEAR_COLLS                                                           \
-  ((1u << SCHED_SEND) | (1u << SCHED_RECV) | (1u << SCHED_GATHER) |            \
-   (1u << SCHED_SCATTER) | (1u << SCHED_BROADCAST) | (1u << SCHED_REDUCE))
-
 static int linear_rank(sched_channel *c, sched_coll coll, int n, int root,
                        int r) {
   int e = 0, first = 1;
@@ -90,7 +86,7 @@ static int linear_rank(sched_channel *c, sched_coll coll, int n, int root,
 }
 
 sched *gen_linear(const gen_params *p) {
-  if (gen_check(p, LINEAR_COLLS))
+  if (gen_check(p, &gen_linear_desc))
     return NULL;
   int n = p->nranks;
   sched *s = sched_new(p->coll, n, p->root, 1, p->nchannels, "linear");
@@ -113,3 +109,21 @@ sched *gen_linear(const gen_params *p) {
   }
   return s;
 }
+
+/* The root talks to each rank in turn; send/recv is one message. */
+static double linear_cost(const gen_cost_in *c) {
+  if (c->coll == SCHED_SEND || c->coll == SCHED_RECV)
+    return c->a + c->m * c->b;
+  return (c->n - 1) * (c->a + c->m * (c->b + c->red));
+}
+
+const gen_desc gen_linear_desc = {
+    .name = "linear",
+    .fn = gen_linear,
+    .colls = ((1u << SCHED_SEND) | (1u << SCHED_RECV) | (1u << SCHED_GATHER) |
+              (1u << SCHED_SCATTER) | (1u << SCHED_BROADCAST) |
+              (1u << SCHED_REDUCE)),
+    .needs = 0,
+    .flags = 0,
+    .cost = linear_cost,
+};

@@ -37,10 +37,6 @@
 #include "gen_util.h"
 #include "view.h"
 
-#define MR_COLLS                                                               \
-  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |                         \
-   (1u << SCHED_REDUCE_SCATTER) | (1u << SCHED_BROADCAST) |                    \
-   (1u << SCHED_REDUCE))
 /* Nodes the cycle searches may visit (bounds the time on large views). */
 #define MR_BUDGET 2000000L
 /* Channels on an NVSwitch (see above). */
@@ -559,17 +555,28 @@ sched *ring_plan_sched(const gen_params *p, const ring_plan *pl,
 }
 
 sched *gen_multiring(const gen_params *p) {
-  if (!p || (int)p->coll < 0 || p->coll >= SCHED_NUM_COLLS ||
-      !(MR_COLLS & (1u << p->coll)) || p->nranks < 1 ||
-      p->nranks > GEN_MAX_RANKS || mr_view_check(p->view, p->nranks))
+  if (!p)
     return NULL;
-  if ((p->coll == SCHED_BROADCAST || p->coll == SCHED_REDUCE) &&
-      (p->root < 0 || p->root >= p->nranks))
+  gen_params q = *p;
+  q.nchannels = 1; /* the rings decide the channels */
+  if (gen_check(&q, &gen_multiring_desc) ||
+      gen_check_view(p, &gen_multiring_desc))
     return NULL;
   ring_plan pl;
   if (multiring_plan(p->view, p->max_channels, &pl))
-    return NULL;
+    return gen_refuse(p, "multiring: no ring through every rank's vertex");
   sched *s = ring_plan_sched(p, &pl, NULL, "multiring");
   ring_plan_free(&pl);
   return s;
 }
+
+const gen_desc gen_multiring_desc = {
+    .name = "multiring",
+    .fn = gen_multiring,
+    .colls = ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |
+              (1u << SCHED_REDUCE_SCATTER) | (1u << SCHED_BROADCAST) |
+              (1u << SCHED_REDUCE)),
+    .needs = GEN_NEEDS_GRAPH,
+    .flags = 0,
+    .cost = NULL,
+};

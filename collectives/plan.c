@@ -44,13 +44,13 @@ int plan_det_filter(const char *algo, sched_coll coll, select_filter *f,
   uint32_t det = 0;
   char names[96] = "";
   size_t o = 0;
-  for (int i = 0; gen_table[i].name != NULL && i < 32; i++)
-    if ((gen_table[i].flags & GEN_RANK_ORDER) &&
-        (gen_table[i].colls & (1u << coll))) {
+  for (int i = 0; gen_table[i] != NULL && i < 32; i++)
+    if ((gen_table[i]->flags & GEN_RANK_ORDER) &&
+        (gen_table[i]->colls & (1u << coll))) {
       det |= 1u << i;
       if (o < sizeof names)
         o += (size_t)snprintf(names + o, sizeof names - o, "%s%s",
-                              o ? ", " : "", gen_table[i].name);
+                              o ? ", " : "", gen_table[i]->name);
     }
   uint32_t allow = f->allow[coll] & det;
   if (allow == 0 && (f->named & (1u << coll))) {
@@ -101,9 +101,13 @@ int plan_channels(size_t bytes, int max_channels) {
 }
 
 gen_params plan_params(const plan_request *rq) {
-  return (gen_params){
-      rq->coll,        rq->nranks,
-      rq->root,        plan_channels(rq->bytes, rq->max_channels),
-      rq->view,        rq->bytes,
-      rq->max_channels};
+  return (gen_params){rq->coll,
+                      rq->nranks,
+                      rq->root,
+                      plan_channels(rq->bytes, rq->max_channels),
+                      rq->view,
+                      rq->bytes,
+                      rq->max_channels,
+                      NULL,
+                      0};
 }

@@ -23,10 +23,6 @@
  */
 #include "gen_util.h"
 
-#define RHD_COLLS                                                              \
-  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |                         \
-   (1u << SCHED_REDUCE_SCATTER))
-
 typedef struct rhd {
   int n, p2, rem;
 } rhd;
@@ -150,7 +146,7 @@ static int rhd_reduce_scatter(sched_channel *c, const rhd *h, int r) {
 }
 
 sched *gen_rhd(const gen_params *p) {
-  if (gen_check(p, RHD_COLLS))
+  if (gen_check(p, &gen_rhd_desc))
     return NULL;
   rhd h;
   h.n = p->nranks;
@@ -193,3 +189,38 @@ sched *gen_rhd(const gen_params *p) {
   }
   return s;
 }
+
+/* Recursive halving/doubling over the largest power of two p2 <= n, the
+ * other ranks folded in first. Exchanges go in bursts of GEN_BURST chunks:
+ * distance d moves d chunks (or blocks) each way in ceil(d / GEN_BURST)
+ * round trips. */
+static double rhd_cost(const gen_cost_in *c) {
+  int p2 = 1;
+  while (p2 * 2 <= c->nranks)
+    p2 *= 2;
+  double l2 = 0;
+  for (int d = 1; d < p2; d *= 2)
+    l2 += (d + GEN_BURST - 1) / GEN_BURST;
+  double P = p2, fold = c->nranks != p2, n = c->n, m = c->m, a = c->a;
+  double b = c->b, gm = c->gm;
+  switch (c->coll) {
+  case SCHED_ALLREDUCE:
+    return 2 * l2 * a + (P - 1) / P * m * (2 * b + gm) +
+           fold * (2 * a + m * (2 * b + gm));
+  case SCHED_ALLGATHER:
+    return l2 * a + (n - 1) * m * b + fold * (2 * a + n * m * b);
+  default: /* reduce_scatter */
+    return l2 * a + (n - 1) * m * (b + gm) +
+           fold * (2 * a + n * m * (b + gm) + m * b);
+  }
+}
+
+const gen_desc gen_rhd_desc = {
+    .name = "rhd",
+    .fn = gen_rhd,
+    .colls = ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |
+              (1u << SCHED_REDUCE_SCATTER)),
+    .needs = 0,
+    .flags = 0,
+    .cost = rhd_cost,
+};

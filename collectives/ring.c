@@ -17,11 +17,6 @@
 
 #include <stdlib.h>
 
-#define RING_COLLS                                                             \
-  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |                         \
-   (1u << SCHED_REDUCE_SCATTER) | (1u << SCHED_BROADCAST) |                    \
-   (1u << SCHED_REDUCE))
-
 /* A ring: rank order 0, 1, .. n-1 forwards (dir > 0) or backwards, or, when
  * ord is set, the order ord[0..n) (pos its inverse: pos[ord[p]] == p). */
 typedef struct ring {
@@ -161,7 +156,7 @@ static int ring_fill(sched *s, int ch, const ring *g) {
 
 sched *ring_sched_new(const gen_params *p, int nchannels, const char *algo) {
   if (!p || (int)p->coll < 0 || p->coll >= SCHED_NUM_COLLS ||
-      !(RING_COLLS & (1u << p->coll)) || p->nranks < 1 ||
+      !(gen_ring_desc.colls & (1u << p->coll)) || p->nranks < 1 ||
       p->nranks > GEN_MAX_RANKS || nchannels < 1 ||
       nchannels > GEN_MAX_CHANNELS)
     return NULL;
@@ -201,7 +196,7 @@ int ring_build_channel(sched *s, int ch, const int *order) {
 }
 
 sched *gen_ring(const gen_params *p) {
-  if (gen_check(p, RING_COLLS))
+  if (gen_check(p, &gen_ring_desc))
     return NULL;
   sched *s = ring_sched_new(p, p->nchannels, "ring");
   if (!s)
@@ -215,3 +210,30 @@ sched *gen_ring(const gen_params *p) {
   }
   return s;
 }
+
+/* Allreduce: reduce-scatter then allgather, 2 (n - 1) steps of m / n;
+ * allgather, reduce_scatter: n - 1 steps of a block; broadcast, reduce: a
+ * chain pipelined in S slices. */
+static double ring_cost(const gen_cost_in *c) {
+  double n = c->n, m = c->m, a = c->a, b = c->b;
+  switch (c->coll) {
+  case SCHED_ALLREDUCE:
+    return 2 * (n - 1) * (a + m / n * b) + (n - 1) * m / n * c->gm;
+  case SCHED_ALLGATHER:
+  case SCHED_REDUCE_SCATTER:
+    return (n - 1) * (a + m * (b + c->red));
+  default: /* broadcast, reduce: pipelined chain */
+    return (n - 1 + c->S - 1) * (a + m / c->S * (b + c->red));
+  }
+}
+
+const gen_desc gen_ring_desc = {
+    .name = "ring",
+    .fn = gen_ring,
+    .colls = ((1u << SCHED_ALLREDUCE) | (1u << SCHED_ALLGATHER) |
+              (1u << SCHED_REDUCE_SCATTER) | (1u << SCHED_BROADCAST) |
+              (1u << SCHED_REDUCE)),
+    .needs = 0,
+    .flags = 0,
+    .cost = ring_cost,
+};

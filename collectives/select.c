@@ -1,41 +1,18 @@
 /*
  * Algorithm selection: cost model and BRAID_ALGO filters (see select.h).
  *
- * Cost model. A message step costs alpha + bytes * beta, a reduced byte
- * gamma more; pipelined chains and trees cut a block into S slices so that
- * their depth costs (depth + S - 1) slice times instead of depth block times.
- * Numbers (measured orders of magnitude on current x86 servers, stated here
- * as the model's assumptions):
- *   shm  alpha 0.8 us (flag handshake through a shared slot, futex wake-up
- *        amortised), beta 0.15 ns/B (two memcpys through the slot, about
- *        6.7 GB/s end to end), gamma 0.1 ns/B (vectorised reduction, 10 GB/s)
- *   tcp  alpha 30 us (send/recv system calls and one network hop),
- *        beta 0.8 ns/B (about 1.25 GB/s: 10 GbE), gamma 0.1 ns/B
- * A burst of messages to different peers costs alpha once plus a posting
- * overhead of alpha / 4 per message; the direct algorithms' n - 1
- * simultaneous streams pay 5% more per byte for every stream beyond the
- * first (at most twice).
+ * Cost model. The parameters per transport class are in cost_model.c; each
+ * generator's file holds its own formula (its descriptor's cost function).
+ * Pipelined chains and trees cut a block into S slices so that their depth
+ * costs (depth + S - 1) slice times instead of depth block times.
  */
 #include "select.h"
-
-#include "gen_util.h"
 
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-
-static const select_model models[SELECT_TP_NUM] = {
-    {0.8, 0.15, 0.1, 0.2}, /* shm */
-    {30.0, 0.8, 0.1, 7.5}, /* tcp */
-};
-
-const select_model *select_model_get(int transport_class) {
-  if (transport_class < 0 || transport_class >= SELECT_TP_NUM)
-    return NULL;
-  return &models[transport_class];
-}
 
 static int ceil_log2(int n) {
   int l = 0;
@@ -59,103 +36,30 @@ double select_cost(const gen_desc *g, sched_coll coll, int nranks, size_t bytes,
   const select_model *md = select_model_get(transport_class);
   if (!md || !gen_supports(g, coll, nranks))
     return -1;
-  double n = nranks, m = (double)bytes, a = md->alpha_us;
   double b = md->beta_ns * 1e-3, gm = md->gamma_ns * 1e-3; /* us per byte */
-  double o = md->overhead_us;
-  double red = sched_reduces(coll) ? gm : 0;
-  int L = ceil_log2(nranks);
-  double S = slices(m);
+  gen_cost_in in = {.coll = coll,
+                    .nranks = nranks,
+                    .n = nranks,
+                    .m = (double)bytes,
+                    .a = md->alpha_us,
+                    .b = b,
+                    .gm = gm,
+                    .o = md->overhead_us,
+                    .red = sched_reduces(coll) ? gm : 0,
+                    .L = ceil_log2(nranks),
+                    .S = slices((double)bytes)};
   if (nranks == 1)
-    return m * b; /* one local copy, whatever the algorithm */
-  const char *nm = g->name;
-  if (!strcmp(nm, "ring")) {
-    switch (coll) {
-    case SCHED_ALLREDUCE:
-      return 2 * (n - 1) * (a + m / n * b) + (n - 1) * m / n * gm;
-    case SCHED_ALLGATHER:
-    case SCHED_REDUCE_SCATTER:
-      return (n - 1) * (a + m * (b + red));
-    default: /* broadcast, reduce: pipelined chain */
-      return (n - 1 + S - 1) * (a + m / S * (b + red));
-    }
-  }
-  if (!strcmp(nm, "tree")) {
-    double D = L + 1; /* the top rank adds one level */
-    if (coll == SCHED_ALLREDUCE)
-      return 2 * (D + S - 1) * (a + m / S * b) + m * gm;
-    return (D + S - 1) * (a + m / S * (b + red));
-  }
-  if (!strcmp(nm, "binomial")) {
-    switch (coll) {
-    case SCHED_ALLREDUCE:
-      return 2 * L * a + L * m * (2 * b + gm);
-    case SCHED_GATHER:
-    case SCHED_SCATTER:
-      return L * a + (n - 1) * m * b;
-    default:
-      return L * (a + m * (b + red));
-    }
-  }
-  if (!strcmp(nm, "rhd")) {
-    int p2 = 1;
-    while (p2 * 2 <= nranks)
-      p2 *= 2;
-    /* Exchanges go in bursts of GEN_BURST chunks: distance d moves d chunks
-     * (or blocks) each way in ceil(d / GEN_BURST) round trips. */
-    double l2 = 0;
-    for (int d = 1; d < p2; d *= 2)
-      l2 += (d + GEN_BURST - 1) / GEN_BURST;
-    double P = p2, fold = nranks != p2;
-    switch (coll) {
-    case SCHED_ALLREDUCE:
-      return 2 * l2 * a + (P - 1) / P * m * (2 * b + gm) +
-             fold * (2 * a + m * (2 * b + gm));
-    case SCHED_ALLGATHER:
-      return l2 * a + (n - 1) * m * b + fold * (2 * a + n * m * b);
-    default: /* reduce_scatter */
-      return l2 * a + (n - 1) * m * (b + gm) +
-             fold * (2 * a + n * m * (b + gm) + m * b);
-    }
-  }
-  if (!strcmp(nm, "direct")) {
-    if (coll == SCHED_ALLTOALL)
-      return (n - 1) * (a + m * b);
-    /* n - 1 simultaneous streams into or out of one rank contend (incast,
-     * cache and memory traffic): 5% more per byte for every extra stream,
-     * at most twice the time. */
-    double cont = 1 + 0.05 * (n - 2);
-    if (cont > 2)
-      cont = 2;
-    return a + (n - 1) * (o + m * (b * cont + red));
-  }
-  if (!strcmp(nm, "det")) {
-    /* reduce_scatter: direct's; else two bursts of n - 1 chunks of m / n
-     * (to the owners, then from them), the owners folding theirs */
-    double cont = 1 + 0.05 * (n - 2);
-    if (cont > 2)
-      cont = 2;
-    if (coll == SCHED_REDUCE_SCATTER)
-      return a + (n - 1) * (o + m * (b * cont + gm));
-    return 2 * a + 2 * (n - 1) * (o + m / n * b * cont) + (n - 1) * m / n * gm;
-  }
-  if (!strcmp(nm, "linear")) {
-    if (coll == SCHED_SEND || coll == SCHED_RECV)
-      return a + m * b;
-    return (n - 1) * (a + m * (b + red));
-  }
+    return in.m * b; /* one local copy, whatever the algorithm */
+  if (g->cost != NULL)
+    return g->cost(&in);
   /* A generator without a model: a pessimistic guess, so that a modelled
    * one is preferred. */
-  return 10 * (n - 1) * (a + m * (b + red));
+  return 10 * (in.n - 1) * (in.a + in.m * (b + in.red));
 }
 
 /* ---- filters ---- */
 
-static int ngens(void) {
-  int k = 0;
-  while (gen_table[k].name)
-    k++;
-  return k;
-}
+static int ngens(void) { return gen_count(); }
 
 static void trim(const char **s, const char **e) {
   while (*s < *e && isspace((unsigned char)**s))
@@ -196,16 +100,16 @@ static int parse_list(const char *s, const char *e, uint32_t *mask,
       return -1;
     }
     int found = -1;
-    for (int i = 0; gen_table[i].name; i++)
-      if (strlen(gen_table[i].name) == (size_t)(te - ts) &&
-          strncasecmp(gen_table[i].name, ts, (size_t)(te - ts)) == 0)
+    for (int i = 0; gen_table[i] != NULL; i++)
+      if (strlen(gen_table[i]->name) == (size_t)(te - ts) &&
+          strncasecmp(gen_table[i]->name, ts, (size_t)(te - ts)) == 0)
         found = i;
     if (found < 0) {
       char known[160] = "";
       size_t o = 0;
-      for (int i = 0; gen_table[i].name && o < sizeof(known); i++)
+      for (int i = 0; gen_table[i] != NULL && o < sizeof(known); i++)
         o += (size_t)snprintf(known + o, sizeof(known) - o, "%s%s",
-                              i ? ", " : "", gen_table[i].name);
+                              i ? ", " : "", gen_table[i]->name);
       if (err && errlen)
         snprintf(err, errlen,
                  "BRAID_ALGO: unknown algorithm \"%.*s\" (known: %s)",
@@ -331,8 +235,8 @@ int select_filter_allows(const select_filter *f, sched_coll coll,
                          const gen_desc *g) {
   if (!g || (int)coll < 0 || coll >= SCHED_NUM_COLLS)
     return 0;
-  int i = (int)(g - gen_table);
-  if (i < 0 || i >= ngens() || i >= 32)
+  int i = gen_index(g);
+  if (i < 0 || i >= 32)
     return 0;
   if (g->flags & GEN_OPT_IN)
     return f ? (f->allow[coll] & f->asked[coll]) >> i & 1u : 0;
@@ -371,14 +275,14 @@ const gen_desc *select_algo_f(sched_coll coll, int nranks, size_t bytes,
    * not apply to it (see select.h). */
   if (!(f.named & (1u << coll))) {
     int any = 0;
-    for (const gen_desc *g = gen_table; g->name; g++)
+    GEN_FOREACH (g)
       any |= gen_supports(g, coll, nranks) && select_filter_allows(&f, coll, g);
     if (!any)
       f.allow[coll] = 0xffffffffu;
   }
   const gen_desc *best = NULL;
   double best_cost = 0;
-  for (const gen_desc *g = gen_table; g->name; g++) {
+  GEN_FOREACH (g) {
     if (!gen_supports(g, coll, nranks) || !select_filter_allows(&f, coll, g))
       continue;
     double c = select_cost(g, coll, nranks, bytes, transport_class);
@@ -392,10 +296,13 @@ const gen_desc *select_algo_f(sched_coll coll, int nranks, size_t bytes,
   if (!best && err && errlen) {
     char sup[160] = "";
     size_t o = 0;
-    for (const gen_desc *g = gen_table; g->name && o < sizeof(sup); g++)
+    GEN_FOREACH (g) {
+      if (o >= sizeof(sup))
+        break;
       if (gen_supports(g, coll, nranks))
         o += (size_t)snprintf(sup + o, sizeof(sup) - o, "%s%s", o ? ", " : "",
                               g->name);
+    }
     snprintf(err, errlen,
              "the algorithm filter leaves no algorithm for %s on %d ranks "
              "(algorithms that support it: %s)",
@@ -440,14 +347,16 @@ int select_sim_table(sched_coll coll, int root, const sched_view *v,
   const select_filter *use = f ? f : &all;
   if (f && !(f->named & (1u << coll))) {
     int any = 0;
-    for (const gen_desc *g = gen_table; g->name; g++)
+    GEN_FOREACH (g)
       any |= gen_supports_view(g, coll, v->nranks, v) &&
              select_filter_allows(f, coll, g);
     if (!any)
       use = &all;
   }
   int n = 0;
-  for (const gen_desc *g = gen_table; g->name && n < max; g++) {
+  GEN_FOREACH (g) {
+    if (n >= max)
+      break;
     if (!gen_supports_view(g, coll, v->nranks, v) ||
         !select_filter_allows(use, coll, g))
       continue;
@@ -455,12 +364,11 @@ int select_sim_table(sched_coll coll, int root, const sched_view *v,
     memset(c, 0, sizeof *c);
     c->gen = g;
     gen_params gp = {coll, v->nranks, root < 0 ? 0 : root, SELECT_VIEW_CHANNELS,
-                     v,    bytes,     max_channels};
-    sched *s = g->fn(&gp);
-    if (!s) {
-      snprintf(c->note, sizeof c->note, "no schedule for this view");
-      continue;
-    }
+                     v,    bytes,     max_channels,        NULL,
+                     0};
+    sched *s = gen_build(g, &gp, c->note, sizeof c->note, NULL);
+    if (!s)
+      continue; /* why in c->note */
     c->nchannels = s->nchannels;
     char why[160];
     if (sim_run(s, v, bytes, p, &c->res, why, sizeof why) == 0)

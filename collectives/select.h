@@ -10,24 +10,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cost_model.h"
 #include "generators.h"
 #include "sim.h"
 
-/* Transport classes of the cost model. */
-enum { SELECT_TP_SHM = 0, SELECT_TP_TCP = 1, SELECT_TP_NUM };
-
-/* Cost model parameters of one transport class. */
-typedef struct select_model {
-  double alpha_us;    /* latency of one message step, microseconds */
-  double beta_ns;     /* time per byte moved, nanoseconds */
-  double gamma_ns;    /* time per byte reduced, nanoseconds */
-  double overhead_us; /* extra cost of each message posted in a burst */
-} select_model;
-
-const select_model *select_model_get(int transport_class);
-
 /* A parsed filter: for every collective, a bit (1u << i) per allowed entry i
- * of gen_table. */
+ * of gen_table (gen_index). */
 typedef struct select_filter {
   uint32_t allow[SCHED_NUM_COLLS];
   /* the entries named in a list that is not a "^" exclusion: the only
@@ -59,8 +47,9 @@ int select_filter_allows(const select_filter *f, sched_coll coll,
 void select_filter_all(select_filter *f);
 
 /* Modelled time in microseconds of generator g for a call whose blocks are
- * `bytes` bytes (the call's count times the datatype size), or -1 when g
- * does not support the collective. */
+ * `bytes` bytes (the call's count times the datatype size): g's own cost
+ * function on the transport class's model, or -1 when g does not support
+ * the collective. */
 double select_cost(const gen_desc *g, sched_coll coll, int nranks, size_t bytes,
                    int transport_class);
 
@@ -103,7 +92,7 @@ typedef struct select_cand {
  * blocks of `bytes` bytes, root `root` (rooted collectives), at most
  * max_channels channels for topology-aware generators (0: their default).
  * Fills out[0 .. return) in gen_table order, skipped ones included with
- * ok = 0 (a generator that returns NULL: not applicable here). Returns the
+ * ok = 0 (a generator that builds no schedule: its reason in note). Returns the
  * count, or -1 with a message. */
 int select_sim_table(sched_coll coll, int root, const sched_view *v,
                      size_t bytes, const sim_params *p, const select_filter *f,

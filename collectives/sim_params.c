@@ -3,7 +3,7 @@
  * nccl-tests conventions its results follow (sim_bus_factor,
  * sim_size_bytes); the simulation itself is sim.c.
  */
-#include "select.h"
+#include "cost_model.h"
 #include "sim.h"
 #include "sim_int.h"
 
@@ -17,7 +17,7 @@
  * network (a proxy's work request); both are assumptions of the same order
  * as NCCL's per-peer costs, and what makes one-shot algorithms pay for
  * their n - 1 messages. CPUs: the selector's cost model
- * (collectives/select.c, SELECT_TP_SHM and SELECT_TP_TCP), so that both
+ * (collectives/cost_model.c, SELECT_TP_SHM and SELECT_TP_TCP), so that both
  * models of the runtime agree. Slices and slots: the executor's defaults
  * (src/config.c and src/comm.c: BRAID_BUFFSIZE 4 MiB / BRAID_NSLOTS 8 =
  * 512 KiB slices, 8 slots). */

@@ -29,9 +29,6 @@
 
 #include "gen_util.h"
 
-#define TREE_COLLS                                                             \
-  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_BROADCAST) | (1u << SCHED_REDUCE))
-
 typedef struct btree {
   int *parent; /* -1 at the top */
   int *kid;    /* 2 per rank, -1 when absent */
@@ -174,7 +171,7 @@ static int tree_rank(sched_channel *c, const gen_params *p, const btree *t,
 }
 
 sched *gen_tree(const gen_params *p) {
-  if (gen_check(p, TREE_COLLS))
+  if (gen_check(p, &gen_tree_desc))
     return NULL;
   int n = p->nranks, nch = p->nchannels;
   int K = (nch % 2 == 1 && n > 1) ? 2 : 1;
@@ -209,3 +206,22 @@ sched *gen_tree(const gen_params *p) {
   }
   return s;
 }
+
+/* Pipelined trees of depth L + 1 (the top rank adds one level); allreduce
+ * goes up and down. */
+static double tree_cost(const gen_cost_in *c) {
+  double D = c->L + 1, S = c->S, m = c->m;
+  if (c->coll == SCHED_ALLREDUCE)
+    return 2 * (D + S - 1) * (c->a + m / S * c->b) + m * c->gm;
+  return (D + S - 1) * (c->a + m / S * (c->b + c->red));
+}
+
+const gen_desc gen_tree_desc = {
+    .name = "tree",
+    .fn = gen_tree,
+    .colls = ((1u << SCHED_ALLREDUCE) | (1u << SCHED_BROADCAST) |
+              (1u << SCHED_REDUCE)),
+    .needs = 0,
+    .flags = 0,
+    .cost = tree_cost,
+};

@@ -54,8 +54,6 @@
 #include "route.h"
 #include "view.h"
 
-#define TREEPACK_COLLS                                                         \
-  ((1u << SCHED_ALLREDUCE) | (1u << SCHED_BROADCAST) | (1u << SCHED_REDUCE))
 #define TREEPACK_MAX_TREES 48 /* TPK_KMAX of treepack_pack.c */
 #define TREEPACK_CHANNELS 16  /* channels when trees are replicated */
 #define TREEPACK_AR_K 128     /* allreduce chunks per block */
@@ -599,9 +597,14 @@ sched *gen_treepack(const gen_params *p) {
     return NULL;
   gen_params q = *p;
   q.nchannels = 1; /* the trees decide the channels */
-  if (gen_check(&q, TREEPACK_COLLS) || !p->view || !p->view->g ||
-      p->view->nranks != p->nranks)
+  if (gen_check(&q, &gen_treepack_desc))
     return NULL;
+  if (!p->view || !p->view->g)
+    return gen_refuse(p, "treepack needs a topology graph (%s)",
+                      p->view ? "the view has none" : "no topology view");
+  if (p->view->nranks != p->nranks)
+    return gen_refuse(p, "treepack: the view has %d ranks, the call %d",
+                      p->view->nranks, p->nranks);
   int n = p->nranks;
   if (n == 1) {
     sched *s = sched_new(p->coll, 1, p->root, 1, 1, "treepack");
@@ -643,3 +646,13 @@ out:
   free(par);
   return s;
 }
+
+const gen_desc gen_treepack_desc = {
+    .name = "treepack",
+    .fn = gen_treepack,
+    .colls = ((1u << SCHED_ALLREDUCE) | (1u << SCHED_BROADCAST) |
+              (1u << SCHED_REDUCE)),
+    .needs = GEN_NEEDS_GRAPH,
+    .flags = 0,
+    .cost = NULL,
+};

@@ -61,12 +61,13 @@ braid_result exec_get_sched(braid_comm *c, exec_op *op,
     if (!have_rq)
       comm_plan_request(c, op->coll, op->root, bytes, view, &rq);
     gen_params p = plan_params(&rq);
-    s = g->fn(&p);
-  }
-  if (s == NULL) {
-    comm_set_error(c, "%s: generator %s failed (out of memory?)", op->name,
-                   g->name);
-    return BRAID_ERR_NOMEM;
+    int refused = 0;
+    s = gen_build(g, &p, err, sizeof err, &refused);
+    if (s == NULL) {
+      comm_set_error(c, "%s: algorithm %s cannot run this call: %s", op->name,
+                     g->name, err);
+      return refused ? BRAID_ERR_INVALID_ARG : BRAID_ERR_NOMEM;
+    }
   }
   if (s->nchannels > c->nchannels) {
     comm_set_error(c, "%s: generator %s made %d channels, the comm has %d",

@@ -615,9 +615,13 @@ static int run(const sopts *o, topo_graph *g) {
   }
   size_t bytes = count * es;
   if (o->algo && !gen_supports_view(gen_find(o->algo), o->coll, n, v)) {
+    /* the generator's own reason, where it gives one */
+    char why[160] = "";
+    gen_params gp = {o->coll, n, 0, 1, v, bytes, o->channels, NULL, 0};
+    sched_free(gen_build(gen_find(o->algo), &gp, why, sizeof(why), NULL));
     view_free(v);
-    return bad("algorithm '%s' does not support %s on this view", o->algo,
-               sched_coll_name(o->coll));
+    return bad("algorithm '%s' does not support %s on this view%s%s", o->algo,
+               sched_coll_name(o->coll), why[0] ? ": " : "", why);
   }
   sim_params sp;
   sim_params_gpu(&sp);
@@ -673,11 +677,9 @@ static int run(const sopts *o, topo_graph *g) {
     memset(w, 0, sizeof(*w));
     w->g = gd;
     gen_params gp = plan_params(&rq); /* the runtime's parameters */
-    w->s = gd->fn(&gp);
-    if (!w->s) {
-      snprintf(w->note, sizeof(w->note), "no schedule for this view");
-      continue;
-    }
+    w->s = gen_build(gd, &gp, w->note, sizeof(w->note), NULL);
+    if (!w->s)
+      continue; /* why in w->note */
     w->verified = !verify_sched(w->s, 0, 2, w->verr, sizeof(w->verr)) &&
                   !verify_sched(w->s, 1, 2, w->verr, sizeof(w->verr));
     if (o->algo)

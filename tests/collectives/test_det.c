@@ -19,7 +19,7 @@ static const sched_coll red_colls[] = {SCHED_ALLREDUCE, SCHED_REDUCE,
 
 static sched *make(const gen_desc *g, sched_coll coll, int n, int root,
                    int nch) {
-  gen_params p = {coll, n, root, nch, NULL, 0, 0};
+  gen_params p = {coll, n, root, nch, NULL, 0, 0, NULL, 0};
   return g->fn(&p);
 }
 
@@ -35,7 +35,7 @@ static void check_sched(const sched *s, const char *what) {
 
 Test(det, marked_generators_fold_in_rank_order) {
   int nmarked = 0;
-  for (const gen_desc *g = gen_table; g->name; g++) {
+  GEN_FOREACH (g) {
     if (!(g->flags & GEN_RANK_ORDER))
       continue;
     nmarked++;

@@ -9,6 +9,7 @@
 #include "collectives/gen_util.h"
 #include "collectives/generators.h"
 #include "collectives/verify.h"
+#include "collectives/view.h"
 
 /* One verifier workspace for the whole test process (verify.h). */
 static verify_ws *test_ws(void) {
@@ -41,7 +42,8 @@ static int matrix(const char *name, int maxn, int slots) {
         if (dup)
           continue;
         for (int nch = 1; nch <= 3; nch++) {
-          gen_params p = {(sched_coll)c, n, roots[ri], nch, NULL, 0, 0};
+          gen_params p = {(sched_coll)c, n, roots[ri], nch, NULL, 0, 0,
+                          NULL,          0};
           sched *s = g->fn(&p);
           cr_assert_not_null(s, "%s %s n=%d root=%d nch=%d: no schedule", name,
                              sched_coll_name(c), n, roots[ri], nch);
@@ -89,14 +91,14 @@ Test(generators, table_and_support) {
   /* Every collective has at least one generator. */
   for (int c = 0; c < SCHED_NUM_COLLS; c++) {
     int any = 0;
-    for (const gen_desc *g = gen_table; g->name; g++)
+    GEN_FOREACH (g)
       any |= gen_supports(g, (sched_coll)c, 5);
     cr_assert(any, "no generator for %s", sched_coll_name(c));
   }
   /* A generator refuses what it does not support, and bad parameters. */
-  for (const gen_desc *g = gen_table; g->name; g++)
+  GEN_FOREACH (g)
     for (int c = 0; c < SCHED_NUM_COLLS; c++) {
-      gen_params p = {(sched_coll)c, 4, 0, 1, NULL, 0, 0};
+      gen_params p = {(sched_coll)c, 4, 0, 1, NULL, 0, 0, NULL, 0};
       sched *s = g->fn(&p);
       if (!gen_supports(g, (sched_coll)c, 4))
         cr_assert_null(s, "%s accepted %s", g->name, sched_coll_name(c));
@@ -106,14 +108,80 @@ Test(generators, table_and_support) {
       cr_assert_eq(gen_supports(g, (sched_coll)c, 0), 0);
     }
   gen_params bad[] = {
-      {SCHED_BROADCAST, 4, 4, 1, NULL, 0, 0},  /* root out of range */
-      {SCHED_BROADCAST, 4, -1, 1, NULL, 0, 0}, /* negative root */
-      {SCHED_ALLREDUCE, 0, 0, 1, NULL, 0, 0},  /* no ranks */
-      {SCHED_ALLREDUCE, 4, 0, 0, NULL, 0, 0},  /* no channels */
+      {SCHED_BROADCAST, 4, 4, 1, NULL, 0, 0, NULL, 0},  /* root out of range */
+      {SCHED_BROADCAST, 4, -1, 1, NULL, 0, 0, NULL, 0}, /* negative root */
+      {SCHED_ALLREDUCE, 0, 0, 1, NULL, 0, 0, NULL, 0},  /* no ranks */
+      {SCHED_ALLREDUCE, 4, 0, 0, NULL, 0, 0, NULL, 0},  /* no channels */
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-    for (const gen_desc *g = gen_table; g->name; g++)
+    GEN_FOREACH (g)
       cr_assert_null(g->fn(&bad[i]), "%s accepted bad params %zu", g->name, i);
+}
+
+/* A generator that cannot build a schedule says why (gen_build), naming
+ * itself and what was wrong: a collective its descriptor does not list, a
+ * root out of range, a view it needs and lacks. */
+Test(generators, refusals_say_why) {
+  char why[160];
+  int refused = -1, n = 0;
+  GEN_FOREACH (g)
+    for (int c = 0; c < SCHED_NUM_COLLS; c++) {
+      if (g->colls & (1u << c))
+        continue;
+      gen_params p = {(sched_coll)c, 4, 0, 1, NULL, 0, 0, NULL, 0};
+      refused = -1;
+      cr_assert_null(gen_build(g, &p, why, sizeof why, &refused), "%s %s",
+                     g->name, sched_coll_name(c));
+      cr_assert_eq(refused, 1, "%s %s: %s", g->name, sched_coll_name(c), why);
+      cr_assert_not_null(strstr(why, g->name), "%s", why);
+      cr_assert_not_null(strstr(why, sched_coll_name(c)), "%s", why);
+      n++;
+    }
+  cr_assert_gt(n, 20);
+  gen_params root = {SCHED_BROADCAST, 4, 7, 1, NULL, 0, 0, NULL, 0};
+  cr_assert_null(gen_build(gen_find("ring"), &root, why, sizeof why, NULL));
+  cr_assert_not_null(strstr(why, "root 7"), "%s", why);
+  /* the topology-aware ones without a view, and hier on one host */
+  static const char *const aware[] = {"multiring", "treepack", "hybrid", "hier",
+                                      "chaintree"};
+  for (size_t i = 0; i < sizeof aware / sizeof aware[0]; i++) {
+    const gen_desc *g = gen_find(aware[i]);
+    cr_assert_neq(g->needs, 0u, "%s needs nothing", aware[i]);
+    gen_params p = {SCHED_ALLREDUCE, 4, 0, 1, NULL, 0, 0, NULL, 0};
+    cr_assert_null(gen_build(g, &p, why, sizeof why, &refused));
+    cr_assert_eq(refused, 1);
+    cr_assert_not_null(strstr(why, "no topology view"), "%s: %s", aware[i],
+                       why);
+  }
+  char err[256];
+  sched_view *one = view_hosts(NULL, 4, NULL, err, sizeof err);
+  cr_assert_not_null(one, "%s", err);
+  gen_params p = {SCHED_ALLREDUCE, 4, 0, 1, one, 0, 0, NULL, 0};
+  cr_assert_null(gen_build(gen_find("hier"), &p, why, sizeof why, NULL));
+  cr_assert_not_null(strstr(why, "two hosts"), "%s", why);
+  /* what succeeds leaves no reason behind */
+  sched *s = gen_build(gen_find("ring"), &p, why, sizeof why, &refused);
+  cr_assert_not_null(s, "%s", why);
+  cr_assert_str_empty(why);
+  sched_free(s);
+  view_free(one);
+}
+
+/* The table lists every descriptor once, in gen_index order, and each
+ * reducing generator of the cost model has a cost for what it generates. */
+Test(generators, descriptors) {
+  int i = 0;
+  GEN_FOREACH (g) {
+    cr_assert_eq(gen_index(g), i, "%s", g->name);
+    cr_assert_eq(gen_find(g->name), g);
+    cr_assert_not_null(g->fn);
+    cr_assert_neq(g->colls, 0u, "%s generates nothing", g->name);
+    cr_assert(g->needs != 0 || g->cost != NULL, "%s: no cost function",
+              g->name);
+    i++;
+  }
+  cr_assert_eq(i, gen_count());
+  cr_assert_eq(gen_index(NULL), -1);
 }
 
 /* Double binary tree: apart from the top rank (interior in both) and, for
@@ -122,7 +190,7 @@ Test(generators, table_and_support) {
  * broadcast phase. */
 Test(generators, tree_complementary) {
   for (int n = 3; n <= 64; n++) {
-    gen_params p = {SCHED_BROADCAST, n, 0, 2, NULL, 0, 0};
+    gen_params p = {SCHED_BROADCAST, n, 0, 2, NULL, 0, 0, NULL, 0};
     sched *s = gen_tree(&p);
     cr_assert_not_null(s);
     cr_assert_eq(s->nchannels, 2);
@@ -147,7 +215,7 @@ Test(generators, tree_complementary) {
   /* An odd channel count is kept: blocks are cut in two chunks and the last
    * channel runs both trees, one per chunk. */
   for (int nch = 1; nch <= 3; nch += 2) {
-    gen_params p = {SCHED_ALLREDUCE, 8, 0, nch, NULL, 0, 0};
+    gen_params p = {SCHED_ALLREDUCE, 8, 0, nch, NULL, 0, 0, NULL, 0};
     sched *s = gen_tree(&p);
     cr_assert_eq(s->nchannels, nch);
     cr_assert_eq(s->chunks_per_block, 2);
@@ -159,7 +227,7 @@ Test(generators, tree_complementary) {
 
 /* Ring channels alternate direction. */
 Test(generators, ring_directions) {
-  gen_params p = {SCHED_ALLGATHER, 5, 0, 2, NULL, 0, 0};
+  gen_params p = {SCHED_ALLGATHER, 5, 0, 2, NULL, 0, 0, NULL, 0};
   sched *s = gen_ring(&p);
   cr_assert_eq(sched_chan_c(s, 0, 0)->steps[0].peer, 1);
   cr_assert_eq(sched_chan_c(s, 0, 1)->steps[0].peer, 4);
@@ -172,7 +240,7 @@ Test(generators, ring_directions) {
 Test(generators, reduce_scratch) {
   const char *gens[] = {"ring", "tree", "binomial", "direct", "linear"};
   for (size_t i = 0; i < sizeof(gens) / sizeof(gens[0]); i++) {
-    gen_params p = {SCHED_REDUCE, 9, 4, 1, NULL, 0, 0};
+    gen_params p = {SCHED_REDUCE, 9, 4, 1, NULL, 0, 0, NULL, 0};
     sched *s = gen_find(gens[i])->fn(&p);
     for (int r = 0; r < 9; r++) {
       if (r == 4)

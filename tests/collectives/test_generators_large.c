@@ -25,7 +25,7 @@ static void check(const char *name, sched_coll coll, int n, int root,
                   const sched_view *v) {
   const gen_desc *g = gen_find(name);
   cr_assert_not_null(g, "%s", name);
-  gen_params p = {coll, n, root, 2, v, 0, 0};
+  gen_params p = {coll, n, root, 2, v, 0, 0, NULL, 0};
   sched *s = g->fn(&p);
   cr_assert_not_null(s, "%s %s n=%d: no schedule", name, sched_coll_name(coll),
                      n);

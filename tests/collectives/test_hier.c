@@ -166,7 +166,7 @@ static int matrix(const char *name, int slots, int maxn) {
         for (int nch = 1; nch <= 3; nch++) {
           if (nch == 3 && n > 16)
             continue;
-          gen_params p = {(sched_coll)c, n, roots[ri], nch, &v, 0, 0};
+          gen_params p = {(sched_coll)c, n, roots[ri], nch, &v, 0, 0, NULL, 0};
           sched *s = g->fn(&p);
           cr_assert_not_null(s, "%s %s %s root=%d nch=%d: no schedule", name,
                              sched_coll_name(c), m->name, roots[ri], nch);
@@ -211,7 +211,7 @@ Test(hier, refuses_bad_views) {
   const char *names[] = {"hier", "chaintree"};
   for (int i = 0; i < 2; i++) {
     const gen_desc *g = gen_find(names[i]);
-    gen_params p = {SCHED_ALLREDUCE, 4, 0, 1, NULL, 0, 0};
+    gen_params p = {SCHED_ALLREDUCE, 4, 0, 1, NULL, 0, 0, NULL, 0};
     cr_assert_null(g->fn(&p), "%s without a view", names[i]);
     p.view = &one;
     cr_assert_null(g->fn(&p), "%s on one host", names[i]);
@@ -265,7 +265,7 @@ Test(hier, allreduce_traffic) {
       cnt[m->host[r]]++;
     for (int h = 0; h < m->nhosts; h++)
       H += cnt[h] > 0;
-    gen_params p = {SCHED_ALLREDUCE, m->n, 0, 2, &v, 0, 0};
+    gen_params p = {SCHED_ALLREDUCE, m->n, 0, 2, &v, 0, 0, NULL, 0};
     sched *s = gen_hier(&p);
     cr_assert_not_null(s);
     long K = s->chunks_per_block;
@@ -296,7 +296,7 @@ Test(hier, allreduce_traffic) {
   /* 8 hosts x 8 ranks: each rank sends 2*7/64 of a block across hosts. */
   hmap m = modmap(64, 8);
   sched_view v = mkview(&m, vertex);
-  gen_params p = {SCHED_ALLREDUCE, 64, 0, 1, &v, 0, 0};
+  gen_params p = {SCHED_ALLREDUCE, 64, 0, 1, &v, 0, 0, NULL, 0};
   sched *s = gen_hier(&p);
   long k = sent_across(s, &m, 5, 0);
   cr_assert_eq(k * 64, 14L * s->chunks_per_block);
@@ -316,7 +316,7 @@ Test(hier, allgather_traffic) {
     for (int k = 1; k <= 8; k *= 2) {
       hmap m = modmap(H * k, H);
       sched_view v = mkview(&m, vertex);
-      gen_params p = {SCHED_ALLGATHER, H * k, 0, 1, &v, 0, 0};
+      gen_params p = {SCHED_ALLGATHER, H * k, 0, 1, &v, 0, 0, NULL, 0};
       sched *s = gen_hier(&p);
       cr_assert_not_null(s);
       for (int r = 0; r < H * k; r++)
@@ -409,7 +409,7 @@ Test(chaintree, depth_grows_like_log) {
       sz[h] = per;
     hmap m = sizes(sz, H);
     sched_view v = mkview(&m, vertex);
-    gen_params p = {SCHED_ALLREDUCE, m.n, 0, 2, &v, 0, 0};
+    gen_params p = {SCHED_ALLREDUCE, m.n, 0, 2, &v, 0, 0, NULL, 0};
     sched *s = gen_chaintree(&p);
     cr_assert_not_null(s);
     int d = hops(s, &m), L = ceil_log2(H);
@@ -424,7 +424,7 @@ Test(chaintree, depth_grows_like_log) {
       cr_assert_lt(d, 2 * (H - 1));
     sched_free(s);
     for (int root = 0; root < m.n; root += m.n / 2 + 1) {
-      gen_params b = {SCHED_BROADCAST, m.n, root, 2, &v, 0, 0};
+      gen_params b = {SCHED_BROADCAST, m.n, root, 2, &v, 0, 0, NULL, 0};
       s = gen_chaintree(&b);
       cr_assert_leq(hops(s, &m), L + 1, "bcast H=%d root %d", H, root);
       sched_free(s);

@@ -59,7 +59,7 @@ static void mkview(tview *t, topo_graph *g, const int *gpus, int n) {
 
 static sched *gen(const char *name, sched_coll c, int n, int root,
                   const sched_view *v, int maxch) {
-  gen_params p = {c, n, root, 1, v, (size_t)1 << 20, maxch};
+  gen_params p = {c, n, root, 1, v, (size_t)1 << 20, maxch, NULL, 0};
   return gen_find(name)->fn(&p);
 }
 
@@ -383,7 +383,7 @@ Test(multiring, max_channels) {
 }
 
 Test(multiring, needs_a_view) {
-  gen_params p = {SCHED_ALLREDUCE, 8, 0, 2, NULL, 0, 0};
+  gen_params p = {SCHED_ALLREDUCE, 8, 0, 2, NULL, 0, 0, NULL, 0};
   cr_assert_null(gen_multiring(&p));
   cr_assert_null(gen_hybrid(&p));
   topo_graph *g = load("dgx1-v100");

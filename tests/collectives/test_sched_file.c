@@ -86,7 +86,7 @@ static void free_all(sched **s, int n) {
 Test(sched_file, round_trip_every_generator) {
   static const int ns[] = {1, 2, 3, 5, 8, 13};
   int trips = 0;
-  for (const gen_desc *g = gen_table; g->name; g++) {
+  GEN_FOREACH (g) {
     if (g->needs)
       continue;
     for (int c = 0; c < SCHED_NUM_COLLS; c++)
@@ -96,7 +96,8 @@ Test(sched_file, round_trip_every_generator) {
           continue;
         for (int nch = 1; nch <= 3; nch += 2) {
           gen_params p = {
-              (sched_coll)c, n, rooted(c) ? n - 1 : 0, nch, NULL, 0, 0};
+              (sched_coll)c, n, rooted(c) ? n - 1 : 0, nch, NULL, 0, 0,
+              NULL,          0};
           sched *s = g->fn(&p);
           if (!s)
             continue; /* e.g. send/recv need two ranks */
@@ -126,8 +127,8 @@ Test(sched_file, round_trip_every_generator) {
 }
 
 Test(sched_file, array_of_schedules) {
-  gen_params p1 = {SCHED_ALLREDUCE, 4, 0, 2, NULL, 0, 0};
-  gen_params p2 = {SCHED_BROADCAST, 5, 3, 1, NULL, 0, 0};
+  gen_params p1 = {SCHED_ALLREDUCE, 4, 0, 2, NULL, 0, 0, NULL, 0};
+  gen_params p2 = {SCHED_BROADCAST, 5, 3, 1, NULL, 0, 0, NULL, 0};
   sched *s[2] = {gen_ring(&p1), gen_tree(&p2)};
   cr_assert(s[0] && s[1]);
   s[0]->route[1] = SCHED_ROUTE_HOST;
@@ -330,7 +331,7 @@ static const char *tmp_file(sched *const *s, int n) {
 }
 
 Test(sched_file, dropped_step_fails_the_verifier) {
-  gen_params p = {SCHED_ALLREDUCE, 6, 0, 2, NULL, 0, 0};
+  gen_params p = {SCHED_ALLREDUCE, 6, 0, 2, NULL, 0, 0, NULL, 0};
   sched *s[2] = {gen_ring(&p), gen_ring(&p)};
   cr_assert(s[0] && s[1]);
   /* schedule 1, rank 3, channel 1: drop step 4 */
@@ -381,7 +382,7 @@ Test(sched_file, dropped_step_fails_the_verifier) {
 /* A large schedule (a 64-rank ring allreduce) loads whole and unchanged;
  * no test asserts how long that takes. */
 Test(sched_file, big_file_loads) {
-  gen_params p = {SCHED_ALLREDUCE, 64, 0, 2, NULL, 0, 0};
+  gen_params p = {SCHED_ALLREDUCE, 64, 0, 2, NULL, 0, 0, NULL, 0};
   sched *s = gen_ring(&p);
   cr_assert_not_null(s);
   const char *path = tmp_file(&s, 1);

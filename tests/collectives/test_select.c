@@ -50,7 +50,7 @@ Test(select, picks_verify) {
       const gen_desc *g = select_algo((sched_coll)c, n, 1 << 20, SELECT_TP_TCP,
                                       NULL, err, sizeof(err));
       cr_assert_not_null(g, "%s", err);
-      gen_params p = {(sched_coll)c, n, n - 1, 1, NULL, 0, 0};
+      gen_params p = {(sched_coll)c, n, n - 1, 1, NULL, 0, 0, NULL, 0};
       sched *s = g->fn(&p);
       cr_assert_not_null(s);
       cr_assert_eq(verify_sched(s, 0, 8, verr, sizeof(verr)), 0, "%s", verr);

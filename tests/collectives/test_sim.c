@@ -44,7 +44,7 @@ static sched *gen(const char *name, sched_coll coll, const sched_view *v,
                   int root, int nch, size_t bytes) {
   const gen_desc *d = gen_find(name);
   cr_assert_not_null(d, "%s", name);
-  gen_params gp = {coll, v->nranks, root, nch, v, bytes, 0};
+  gen_params gp = {coll, v->nranks, root, nch, v, bytes, 0, NULL, 0};
   sched *s = d->fn(&gp);
   cr_assert_not_null(s, "%s %s on %d ranks", name, sched_coll_name(coll),
                      v->nranks);
@@ -391,7 +391,7 @@ Test(sim, rejects_bad_input) {
   cr_assert_not_null(v, "%s", err);
   sim_params p;
   sim_params_gpu(&p);
-  gen_params gp = {SCHED_ALLREDUCE, 4, 0, 1, NULL, 0, 0};
+  gen_params gp = {SCHED_ALLREDUCE, 4, 0, 1, NULL, 0, 0, NULL, 0};
   sched *s = gen_ring(&gp);
   sim_result r;
   cr_assert_eq(sim_run(s, v, 1024, &p, &r, err, sizeof err), -1);

@@ -244,7 +244,7 @@ Test(treepack, rate_and_verify_all_machines, .timeout = 240) {
     for (int k = 0; k < 3; k++) {
       int roots[2] = {0, n - 1};
       for (int ri = 0; ri < (colls[k] == SCHED_ALLREDUCE ? 1 : 2); ri++) {
-        gen_params p = {colls[k], n, roots[ri], 1, v, 0, 0};
+        gen_params p = {colls[k], n, roots[ri], 1, v, 0, 0, NULL, 0};
         sched *s = gen_treepack(&p);
         char what[160];
         snprintf(what, sizeof(what), "%s %s root=%d", name,
@@ -286,7 +286,7 @@ Test(treepack, max_channels_respected) {
   sched_view *v = load_view(&full, &g);
   for (int k = 0; k < 3; k++)
     for (int m = 1; m <= 4; m++) {
-      gen_params p = {colls[k], v->nranks, 3, 1, v, 0, m};
+      gen_params p = {colls[k], v->nranks, 3, 1, v, 0, m, NULL, 0};
       sched *s = gen_treepack(&p);
       char what[96];
       snprintf(what, sizeof(what), "dgx1 %s max_channels=%d",
@@ -309,7 +309,7 @@ Test(treepack, one_rank_and_no_view) {
   topo_graph *g = NULL;
   sched_view *v = load_view(&one, &g);
   for (int k = 0; k < 3; k++) {
-    gen_params p = {colls[k], 1, 0, 1, v, 0, 0};
+    gen_params p = {colls[k], 1, 0, 1, v, 0, 0, NULL, 0};
     sched *s = gen_treepack(&p);
     cr_assert_not_null(s);
     cr_assert_eq(s->nchannels, 1);
@@ -339,7 +339,7 @@ Test(treepack, shared_vertex_and_disconnected) {
   sched_view v = {g, 5, vert, host, 1, 1, 0};
   for (int k = 0; k < 3; k++) {
     for (int root = 0; root < 5; root += 2) {
-      gen_params p = {colls[k], 5, root, 1, &v, 0, 0};
+      gen_params p = {colls[k], 5, root, 1, &v, 0, 0, NULL, 0};
       sched *s = gen_treepack(&p);
       cr_assert_not_null(s, "islands %s root=%d", sched_coll_name(colls[k]),
                          root);
@@ -395,7 +395,7 @@ Test(treepack, dgx1_fragments_beat_rings, .timeout = 240) {
     char name[64];
     case_name(&tc, name, sizeof(name));
     for (int k = 0; k < 2; k++) {
-      gen_params p = {two[k], n, 0, 2, v, bytes, 0};
+      gen_params p = {two[k], n, 0, 2, v, bytes, 0, NULL, 0};
       char what[128];
       snprintf(what, sizeof(what), "%s %s", name, sched_coll_name(two[k]));
       double tp = sim_algbw(gen_treepack(&p), v, bytes, what);
@@ -439,7 +439,7 @@ Test(treepack, two_hosts, .timeout = 120) {
   sched_view *v = view_gpus(g, NULL, 0, err, sizeof(err));
   cr_assert_not_null(v, "%s", err);
   for (int k = 0; k < 3; k++) {
-    gen_params p = {colls[k], v->nranks, 5, 1, v, (size_t)64 << 20, 4};
+    gen_params p = {colls[k], v->nranks, 5, 1, v, (size_t)64 << 20, 4, NULL, 0};
     sched *s = gen_treepack(&p);
     char what[96];
     snprintf(what, sizeof(what), "2 x dgx1 %s", sched_coll_name(colls[k]));

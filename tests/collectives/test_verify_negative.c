@@ -21,7 +21,7 @@ static verify_ws *test_ws(void) {
 static char err[1024];
 
 static sched *gen(const char *name, sched_coll c, int n, int root, int nch) {
-  gen_params p = {c, n, root, nch, NULL, 0, 0};
+  gen_params p = {c, n, root, nch, NULL, 0, 0, NULL, 0};
   sched *s = gen_find(name)->fn(&p);
   cr_assert_not_null(s);
   cr_assert_eq(verify_sched(s, 0, 8, err, sizeof(err)), 0, "%s", err);
@@ -302,7 +302,7 @@ Test(verify_negative, wrong_result_semantics) {
 }
 
 Test(verify_negative, p2p) {
-  gen_params p = {SCHED_SEND, 4, 2, 2, NULL, 0, 0};
+  gen_params p = {SCHED_SEND, 4, 2, 2, NULL, 0, 0, NULL, 0};
   sched *s = gen_linear(&p);
   cr_assert_eq(verify_sched(s, 0, 8, err, sizeof(err)), 0, "%s", err);
   sched_chan(s, 1, 1)->steps[0].peer = 3;

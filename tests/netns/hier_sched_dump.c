@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
       continue;
     int rooted = c == SCHED_BROADCAST || c == SCHED_REDUCE;
     for (int root = 0; root < (rooted ? n : 1) && !rc; root++) {
-      gen_params p = {(sched_coll)c, n, root, nch, &v, 0, 0};
+      gen_params p = {(sched_coll)c, n, root, nch, &v, 0, 0, NULL, 0};
       sched *s = g->fn(&p);
       if (!s || verify_sched(s, 0, 2, err, sizeof err) ||
           verify_sched(s, 1, 2, err, sizeof err)) {

@@ -107,7 +107,7 @@ static void check_table(const char *gpus_arg, const int *gpus, int ngpus,
   sched_view *v = view_gpus(g, gpus, ngpus, e, sizeof(e));
   cr_assert_not_null(v, "%s", e);
   int rows = 0;
-  for (const gen_desc *gd = gen_table; gd->name; gd++) {
+  GEN_FOREACH (gd) {
     if (!gen_supports_view(gd, coll, v->nranks, v))
       continue;
     char row[256];
@@ -269,6 +269,23 @@ Test(topo_schedule, bad_arguments) {
              "unknown option '--bogus'");
   expect_bad("--machine pcie-4gpu --coll allgather --size 1M --algo treepack",
              "'treepack' does not support allgather");
+}
+
+/* A generator that cannot plan the call says why, and the tool prints it:
+ * hier on one host, hybrid for a collective it does not generate. */
+Test(topo_schedule, refused_algorithm_says_why) {
+  cr_assert_eq(
+      tool("--machine dgx1-v100 --coll allreduce --size 1M --algo hier"), 2);
+  char *err = slurp(errp);
+  cr_assert_not_null(strstr(err, "hier needs ranks on two hosts or more"), "%s",
+                     err);
+  free(err);
+  cr_assert_eq(
+      tool("--machine dgx1-v100 --coll broadcast --size 1M --algo hybrid"), 2);
+  err = slurp(errp);
+  cr_assert_not_null(strstr(err, "hybrid does not generate broadcast"), "%s",
+                     err);
+  free(err);
 }
 
 Test(topo_schedule, sizes_with_suffixes) {
