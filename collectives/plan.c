@@ -4,6 +4,7 @@
  */
 #include "collectives/plan.h"
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "collectives/select.h"
@@ -110,4 +111,51 @@ gen_params plan_params(const plan_request *rq) {
                       rq->max_channels,
                       NULL,
                       0};
+}
+
+const char *plan_path_name(plan_path p) {
+  static const char *const names[PLAN_PATH_NUM] = {"host", "device", "staged",
+                                                   "kernel"};
+  return (int)p >= 0 && p < PLAN_PATH_NUM ? names[p] : "unknown";
+}
+
+int plan_kernel_coll(sched_coll coll) {
+  switch (coll) {
+  case SCHED_ALLREDUCE:
+  case SCHED_REDUCE:
+  case SCHED_BROADCAST:
+  case SCHED_ALLGATHER:
+  case SCHED_REDUCE_SCATTER:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+size_t plan_call_bytes(sched_coll coll, int nranks, size_t bytes) {
+  int ib = sched_in_blocks(coll, nranks);
+  int ob = sched_out_blocks(coll, nranks);
+  size_t blocks = (size_t)(ib > ob ? ib : ob);
+  if (blocks < 1)
+    blocks = 1;
+  return bytes > SIZE_MAX / blocks ? SIZE_MAX : bytes * blocks;
+}
+
+plan_path plan_device_path(sched_coll coll, int nranks, size_t bytes,
+                           size_t kernel_max, size_t host_max,
+                           const char **why) {
+  size_t most = plan_call_bytes(coll, nranks, bytes);
+  const char *w = "larger than BRAID_CUDA_HOST_MAX: the schedule moves the "
+                  "device buffers";
+  plan_path p = PLAN_PATH_DEVICE;
+  if (plan_kernel_coll(coll) && bytes > 0 && most <= kernel_max) {
+    p = PLAN_PATH_KERNEL;
+    w = "a collective the kernels run, at most BRAID_CUDA_KERNEL_MAX";
+  } else if (host_max > 0 && most <= host_max) {
+    p = PLAN_PATH_STAGED;
+    w = "at most BRAID_CUDA_HOST_MAX: through pinned host memory";
+  }
+  if (why != NULL)
+    *why = w;
+  return p;
 }

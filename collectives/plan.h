@@ -78,4 +78,42 @@ int plan_channels(size_t bytes, int max_channels);
 /* The generator's parameters for the request (channels by plan_channels). */
 gen_params plan_params(const plan_request *rq);
 
+/* ---- the path of a call ------------------------------------------------ */
+
+/* How a call runs. */
+typedef enum plan_path {
+  PLAN_PATH_HOST = 0, /* host buffers: the schedule over the host transports */
+  PLAN_PATH_DEVICE,   /* device buffers: the schedule over device transports */
+  PLAN_PATH_STAGED,   /* device buffers copied through pinned host memory,
+                       * the schedule over the host transports */
+  PLAN_PATH_KERNEL,   /* device buffers: collective kernels, no schedule */
+  PLAN_PATH_NUM
+} plan_path;
+
+/* "host", "device", "staged", "kernel". */
+const char *plan_path_name(plan_path p);
+
+/* BRAID_CUDA_HOST_MAX's default (src/config.c, docs/ENV.md). */
+#define PLAN_CUDA_HOST_MAX_DEFAULT ((size_t)32 << 10)
+
+/* Whether the collective kernels run coll (allreduce, reduce, broadcast,
+ * allgather, reduce_scatter). */
+int plan_kernel_coll(sched_coll coll);
+
+/* The largest buffer of a call on any rank: blocks of `bytes` (count x
+ * datatype size) times the most blocks of its input or output (at least
+ * one); SIZE_MAX where that overflows. */
+size_t plan_call_bytes(sched_coll coll, int nranks, size_t bytes);
+
+/* The size rule of a device-buffer call whose blocks are `bytes` (> 0):
+ * PLAN_PATH_KERNEL when the kernels run coll and the call's largest buffer
+ * (plan_call_bytes) is at most kernel_max; else PLAN_PATH_STAGED when it is
+ * at most host_max (0: never); else PLAN_PATH_DEVICE. *why (when not NULL)
+ * says which rule decided, in static text. The runtime (src/exec_plan.c)
+ * applies it where the device side allows each path; braid-topo schedule
+ * prints it. */
+plan_path plan_device_path(sched_coll coll, int nranks, size_t bytes,
+                           size_t kernel_max, size_t host_max,
+                           const char **why);
+
 #endif

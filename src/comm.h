@@ -60,7 +60,7 @@ typedef struct sched_cache_entry {
   sched_coll coll;
   int root;
   int nchannels;
-  const void *gen;  /* gen_desc* */
+  const void *key;  /* the gen_desc that made s, or the file's schedule */
   const void *view; /* the sched_view it was generated on */
   sched *s;
   /* Per step of this rank's channels (channel after channel): does a later
@@ -97,7 +97,10 @@ struct braid_comm {
 
   /* the selector's picks, per collective and power-of-two size: [0] on
    * c->view, [1] on the ranks' GPUs (c->dev->view) for device calls */
-  const void *sel_cache[2][SCHED_NUM_COLLS][65];
+  const struct gen_desc *sel_cache[2][SCHED_NUM_COLLS][65];
+  /* paths logged at BRAID_TRACE, a bit per plan_path, per collective and
+   * power-of-two size (src/exec_plan.c) */
+  uint8_t plan_logged[SCHED_NUM_COLLS][65];
 
   /* executor state reused across calls (calls on a comm are serialised) */
   void *xpool;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/plan.h"
 #include "log.h"
 
 static cfg_env g_cfg;
@@ -134,7 +135,8 @@ static void cfg_fill(cfg_env *c) {
   /* measured on an H100 under MPS (docs/PERFORMANCE.md, "Figures"): the
    * collective kernels were the fastest path at every size from 8 B to 256
    * MiB; of the others, host memory was the faster up to 32 KiB */
-  c->cuda_host_max = env_size("BRAID_CUDA_HOST_MAX", (size_t)32 << 10);
+  c->cuda_host_max =
+      env_size("BRAID_CUDA_HOST_MAX", PLAN_CUDA_HOST_MAX_DEFAULT);
   c->cuda_kernel_max = env_size("BRAID_CUDA_KERNEL_MAX", SIZE_MAX);
   c->cuda_kernel_slot = env_size("BRAID_CUDA_KERNEL_SLOT", (size_t)4 << 20);
   if (c->cuda_kernel_slot < 256) {

@@ -40,6 +40,7 @@
 #include "src/comm.h"
 #include "src/config.h"
 #include "src/exec_int.h"
+#include "src/exec_plan.h"
 #include "src/flight.h"
 #include "src/log.h"
 #include "src/stream.h"
@@ -207,7 +208,8 @@ static void gate_done(const gate_ref *g) {
 /* ---- calls launched as kernels (src/exec_kernel.c) ---------------------- */
 
 /* Whether a queued call may launch kernels when it runs: a superset of
- * exk_takes that needs no device side yet (a call that sets it up). */
+ * exec_plan_kernels that needs no device side yet (a call that sets it
+ * up). */
 static int may_launch(const exec_op *ops, int nops) {
   for (int k = 0; k < nops; k++)
     if (ops[k].dev < 0 || ops[k].is_barrier || !exk_coll(ops[k].coll))
@@ -505,7 +507,7 @@ static braid_result submit_in(braid_comm *c, exec_op *ops, int nops,
       return r;
     /* as kernels, launched now, once queued calls that may launch theirs
      * have ended */
-    kernel = exk_takes(c, ops, nops) && deferred_ended(c);
+    kernel = exec_plan_kernels(c, ops, nops) && deferred_ended(c);
     if (!kernel)
       nst = small_plan(c, s, ops, nops, &st);
     if (!kernel && nst == 0 && !cfg_get()->cuda_gate) {

@@ -4,7 +4,7 @@
  * The first call with device buffers that is not a send or a receive sets
  * the communicator's device side up (comm_dev_setup: collective, so every
  * rank must pass device buffers in that call, as every rank must in every
- * call). Then, per op:
+ * call). Then, per op (the planner's path, src/exec_plan.c):
  *
  *  - direct: every peer the op talks to has a device transport
  *    (comm_dev_ops): the op runs in the executor with device pointers;
@@ -41,6 +41,7 @@
 
 #include "device/cuda_dev.h"
 #include "src/exec_int.h"
+#include "src/exec_plan.h"
 #include "src/log.h"
 #include "src/premul.h"
 #include "transports/cuda/cuda_tp.h"
@@ -77,22 +78,8 @@ int exec_dev_div(braid_comm *c, const xop *x) {
   return r;
 }
 
-/* ---- choosing direct or staged ----------------------------------------- */
-
 static int is_p2p(const exec_op *op) {
   return op->coll == SCHED_SEND || op->coll == SCHED_RECV;
-}
-
-static int can_direct(braid_comm *c, const exec_op *op) {
-  if (c->dev == NULL)
-    return 0;
-  if (is_p2p(op))
-    return comm_dev_ops(c, op->root, SCHED_ROUTE_ANY) != NULL;
-  /* a peer with a device transport has one for every route */
-  for (int r = 0; r < c->nranks; r++)
-    if (r != c->rank && comm_dev_ops(c, r, SCHED_ROUTE_ANY) == NULL)
-      return 0;
-  return 1;
 }
 
 /* Bytes of the input and output this rank uses (0: unused). */
@@ -107,18 +94,6 @@ static void op_bytes(const braid_comm *c, const exec_op *op, size_t *inlen,
       op->out != NULL && ob > 0 && sched_uses_out(op->coll, op->root, c->rank);
   *inlen = ui ? op->count * es * (size_t)ib : 0;
   *outlen = uo ? op->count * es * (size_t)ob : 0;
-}
-
-int exec_dev_small(const braid_comm *c, const exec_op *op) {
-  if (c->dev == NULL || c->dev->host_max == 0 || op->dev < 0 ||
-      op->is_barrier || op->count > c->dev->host_max || exk_op(c, op))
-    return 0;
-  /* the largest buffer of the call on any rank: the same on every rank */
-  int ib = sched_in_blocks(op->coll, c->nranks);
-  int ob = sched_out_blocks(op->coll, c->nranks);
-  size_t blocks = (size_t)(ib > ob ? ib : ob);
-  return op->count * braid_dtype_size(op->dt) * (blocks > 0 ? blocks : 1) <=
-         c->dev->host_max;
 }
 
 #define STAGE_ALIGN 256
@@ -286,11 +261,11 @@ static braid_result loose(braid_comm *c, const exec_op *op, int dev,
   return r;
 }
 
-/* Whether a device op runs on host copies of its buffers (staged through
- * pinned host memory) rather than moving between GPUs. */
+/* Whether a device op of a call that does not go as kernels runs on host
+ * copies of its buffers (staged through pinned host memory) rather than
+ * moving between GPUs: the planner's path (src/exec_plan.c). */
 static int staged(braid_comm *c, const exec_op *op) {
-  return op->dev >= 0 && !op->is_barrier &&
-         (!can_direct(c, op) || exec_dev_small(c, op));
+  return exec_plan_path(c, op, 0, NULL) == PLAN_PATH_STAGED;
 }
 
 /* ---- memory a call on a CUDA stream takes, grown before its gate --------
@@ -328,7 +303,7 @@ static int known_need(const comm_dev *d, const exec_op *op, size_t *need) {
 }
 
 static int moves_on_device(braid_comm *c, const exec_op *op) {
-  return op->dev >= 0 && !op->is_barrier && !staged(c, op) && !exk_op(c, op);
+  return exec_plan_path(c, op, EXEC_PLAN_ALONE, NULL) == PLAN_PATH_DEVICE;
 }
 
 int exec_dev_reserved(braid_comm *c, const exec_op *ops, int nops) {
@@ -348,9 +323,10 @@ int exec_dev_reserved(braid_comm *c, const exec_op *ops, int nops) {
   exec_stage st;
   for (int k = 0; k < nops; k++) {
     size_t need = 0;
-    if (ops[k].dev < 0 || ops[k].is_barrier || exk_op(c, &ops[k]))
+    plan_path p = exec_plan_path(c, &ops[k], EXEC_PLAN_ALONE, NULL);
+    if (p == PLAN_PATH_HOST || p == PLAN_PATH_KERNEL)
       continue;
-    if (staged(c, &ops[k]))
+    if (p == PLAN_PATH_STAGED)
       total = stage_layout(c, ops, k, &st, total);
     else if (!known_need(d, &ops[k], &need) || need > have)
       return 0;
@@ -398,7 +374,7 @@ braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops) {
 static braid_result run_prepared(braid_comm *c, exec_op *ops, int nops,
                                  const exec_op *first, int dev) {
   braid_result r;
-  if (exk_takes(c, ops, nops)) { /* src/exec_kernel.c */
+  if (exec_plan_kernels(c, ops, nops)) { /* src/exec_kernel.c */
     void *ev = NULL;
     uint64_t seq = 0;
     r = exk_launch(c, ops, nops, c->dev->stream, &ev, &seq);
@@ -521,7 +497,7 @@ int exec_dev_stream_plan(braid_comm *c, const exec_op *ops, int nops,
     if (ops[k].dev < 0 || ops[k].is_barrier)
       continue;
     /* a call on another GPU fails when it runs, with its message */
-    if (ops[k].dev != c->dev->device || !exec_dev_small(c, &ops[k]))
+    if (ops[k].dev != c->dev->device || !exec_plan_small(c, &ops[k]))
       return 0;
     total = stage_layout(c, ops, k, &st[nst++], total);
   }

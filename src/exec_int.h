@@ -178,16 +178,12 @@ braid_result exec_scratch_layout(braid_comm *c, exec_op *ops, int nops,
 /* Readies the device connections op will use (tp_ops.prepare; c->lock
  * held). */
 braid_result exec_dev_prepare_conns(braid_comm *c, exec_op *op);
-/* Whether a device op is small (BRAID_CUDA_HOST_MAX, agreed at setup):
- * then it runs on the host transports through pinned host memory, on every
- * rank alike. */
-int exec_dev_small(const braid_comm *c, const exec_op *op);
 
 /* src/exec_kernel.c: collectives in one kernel (BRAID_CUDA_KERNEL_MAX).
  * exk_setup: collective, at the end of comm_dev_setup; exk_teardown before
  * the device side goes. exk_coll: whether a collective can go that way;
- * exk_op: whether op does; exk_takes:
- * whether a call does (all its ops). exk_launch puts the call's kernels on
+ * exk_op: whether op does (a whole call does when all its ops do:
+ * exec_plan_kernels, src/exec_plan.h). exk_launch puts the call's kernels on
  * stream and returns its completion (*ev) and the number of its last
  * kernel (*seq); exk_finish waits for them and reports the call's error
  * (locked: the caller holds c->lock).
@@ -197,7 +193,6 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot);
 void exk_teardown(braid_comm *c);
 int exk_coll(sched_coll coll);
 int exk_op(const braid_comm *c, const exec_op *op);
-int exk_takes(const braid_comm *c, const exec_op *ops, int nops);
 braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,
                         void *stream, void **ev, uint64_t *seq);
 braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,

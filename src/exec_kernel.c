@@ -57,6 +57,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/plan.h"
 #include "device/cuda_dev.h"
 #include "src/comm_dev.h"
 #include "src/config.h"
@@ -403,21 +404,11 @@ int exk_op(const braid_comm *c, const exec_op *op) {
       op->dev != d->device || op->count == 0 || c->check ||
       op->premul != NULL) /* its product is made first (src/premul.c) */
     return 0;
-  /* the call's largest buffer on any rank (as braid-perf reports sizes,
-   * and as exec_dev_small measures) */
-  int ib = sched_in_blocks(op->coll, c->nranks);
-  int ob = sched_out_blocks(op->coll, c->nranks);
-  size_t blocks = (size_t)(ib > ob ? ib : ob);
-  return op->count * braid_dtype_size(op->dt) * blocks <= d->kernel_max;
-}
-
-int exk_takes(const braid_comm *c, const exec_op *ops, int nops) {
-  if (!atomic_load(&c->dev_up) || nops < 1)
-    return 0;
-  for (int k = 0; k < nops; k++)
-    if (!exk_op(c, &ops[k]))
-      return 0;
-  return 1;
+  /* the planner's size rule: the call's largest buffer on any rank (as
+   * braid-perf reports sizes) at most BRAID_CUDA_KERNEL_MAX */
+  return plan_device_path(op->coll, c->nranks,
+                          op->count * braid_dtype_size(op->dt), d->kernel_max,
+                          0, NULL) == PLAN_PATH_KERNEL;
 }
 
 /* ---- launching and finishing ------------------------------------------- */

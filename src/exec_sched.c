@@ -13,44 +13,28 @@
 #include "collectives/plan.h"
 #include "device/cuda_dev.h"
 #include "src/exec_int.h"
+#include "src/exec_plan.h"
 #include "src/log.h"
 
-/* The selector's size: bytes of one block (count x datatype size). */
+/* The planner's size: bytes of one block (count x datatype size). */
 static size_t coll_bytes(const exec_op *op) {
   return op->count * braid_dtype_size(op->dt);
 }
 
 braid_result exec_get_sched(braid_comm *c, exec_op *op,
                             sched_cache_entry **out) {
-  char err[256] = "";
-  size_t bytes = coll_bytes(op);
-  int bucket = plan_bucket(bytes);
-  sched *fs = comm_file_sched(c, op->coll, op->root);
-  /* device calls on GPUs the topology places plan on those GPUs */
-  int on_gpus = op->dev >= 0 && c->dev != NULL && c->dev->view != NULL;
-  const sched_view *view = on_gpus ? c->dev->view : c->view;
-  /* the request is built only when the planner is asked (a repeated call
-   * finds its generator and schedule cached) */
-  plan_request rq;
-  int have_rq = 0;
-  /* the planner picks once per size bucket (plan.h): cached per bucket */
-  const gen_desc *g = fs ? NULL : c->sel_cache[on_gpus][op->coll][bucket];
-  if (fs == NULL && g == NULL) {
-    comm_plan_request(c, op->coll, op->root, bytes, view, &rq);
-    have_rq = 1;
-    g = plan_select(&rq, err, sizeof err);
-    if (g == NULL) {
-      comm_set_error(c, "%s: no algorithm: %s", op->name, err);
-      return BRAID_ERR_INVALID_ARG;
-    }
-    c->sel_cache[on_gpus][op->coll][bucket] = g;
-  }
-  int nch = fs ? fs->nchannels : plan_channels(bytes, c->nchannels);
+  exec_plan pl;
+  braid_result r = exec_plan_sched(c, op, &pl);
+  if (r != BRAID_SUCCESS)
+    return r;
+  sched *fs = pl.file;
+  const sched_view *view = pl.view;
+  int nch = pl.nchannels;
   int root = op->root;
-  const void *key = fs ? (const void *)fs : (const void *)g;
+  const void *key = fs ? (const void *)fs : (const void *)pl.gen;
   for (int i = 0; i < c->ncache; i++) {
     sched_cache_entry *e = &c->cache[i];
-    if (e->coll == op->coll && e->root == root && e->gen == key &&
+    if (e->coll == op->coll && e->root == root && e->key == key &&
         e->view == view && e->nchannels == nch) {
       *out = e;
       return BRAID_SUCCESS;
@@ -58,14 +42,15 @@ braid_result exec_get_sched(braid_comm *c, exec_op *op,
   }
   sched *s = fs;
   if (s == NULL) {
-    if (!have_rq)
-      comm_plan_request(c, op->coll, op->root, bytes, view, &rq);
+    char err[256] = "";
+    plan_request rq;
+    comm_plan_request(c, op->coll, op->root, coll_bytes(op), view, &rq);
     gen_params p = plan_params(&rq);
     int refused = 0;
-    s = gen_build(g, &p, err, sizeof err, &refused);
+    s = gen_build(pl.gen, &p, err, sizeof err, &refused);
     if (s == NULL) {
       comm_set_error(c, "%s: algorithm %s cannot run this call: %s", op->name,
-                     g->name, err);
+                     pl.gen->name, err);
       return refused ? BRAID_ERR_INVALID_ARG : BRAID_ERR_NOMEM;
     }
   }
@@ -75,9 +60,16 @@ braid_result exec_get_sched(braid_comm *c, exec_op *op,
     sched_free(s);
     return BRAID_ERR_INTERNAL;
   }
-  TRACE(LOG_SCHED, "%s on %d ranks: algorithm %s%s, %d channels", op->name,
-        c->nranks, fs ? "from BRAID_SCHEDULE_FILE: " : "", s->algo,
-        s->nchannels);
+  if (log_level_now >= LOG_TRACE) { /* once per schedule made */
+    const char *why = pl.why;
+    plan_path path =
+        op->dev < 0 ? PLAN_PATH_HOST : exec_plan_path(c, op, 0, &why);
+    TRACE(LOG_SCHED,
+          "%s on %d ranks: algorithm %s%s, %d channels; plan: path %s (%s), "
+          "%s, %zu bytes per block",
+          op->name, c->nranks, fs ? "from BRAID_SCHEDULE_FILE: " : "", s->algo,
+          s->nchannels, plan_path_name(path), why, pl.gen_why, coll_bytes(op));
+  }
   if (c->ncache == COMM_SCHED_CACHE) { /* evict the oldest */
     if (!c->cache[0].borrowed)
       sched_free(c->cache[0].s);

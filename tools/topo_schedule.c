@@ -723,11 +723,17 @@ static int run(const sopts *o, topo_graph *g) {
            o->algo ? " and BRAID_ALGO=" : "", o->algo ? o->algo : "",
            o->algo ? "" : " (BRAID_ALGO unset)",
            o->det ? " and BRAID_DETERMINISTIC=1" : "");
-    int kernel_coll = o->coll == SCHED_ALLREDUCE || o->coll == SCHED_REDUCE ||
-                      o->coll == SCHED_BROADCAST ||
-                      o->coll == SCHED_ALLGATHER ||
-                      o->coll == SCHED_REDUCE_SCATTER;
-    if (kernel_coll && o->hosts == 1 && n <= 8)
+    /* on device buffers: the runtime's size rule (plan_device_path) with
+     * the default settings; the kernels run where every rank is on one
+     * host over CUDA IPC, at most 8 (docs/CUDA.md) */
+    const char *why = "";
+    int kernels = o->hosts == 1 && n <= 8;
+    plan_path dp = plan_device_path(o->coll, n, bytes, kernels ? SIZE_MAX : 0,
+                                    PLAN_CUDA_HOST_MAX_DEFAULT, &why);
+    printf("on device buffers, path %s: %s (with BRAID_CUDA_KERNEL_MAX and "
+           "BRAID_CUDA_HOST_MAX unset)\n",
+           plan_path_name(dp), why);
+    if (dp == PLAN_PATH_KERNEL)
       printf("on device buffers over CUDA IPC, braid runs %s as collective "
              "kernels instead (direct), unless BRAID_CUDA_KERNEL_MAX is below "
              "the call's size (docs/CUDA.md)\n",

@@ -4,8 +4,10 @@
  * NCCL_ALGO's syntax with errors that name the bad token.
  */
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <string.h>
 
+#include "collectives/plan.h"
 #include "collectives/select.h"
 #include "collectives/verify.h"
 
@@ -176,4 +178,32 @@ Test(select, impossible_filter) {
   cr_assert_eq(select_filter_parse("gather:tree", &f, err, 512), 0);
   cr_assert_null(select_algo_f(SCHED_GATHER, 8, 8, 0, &f, err, 512));
   cr_assert(strstr(err, "leaves no algorithm for gather"), "%s", err);
+}
+
+/* The device paths' size rule (collectives/plan.c, which src/exec_plan.c
+ * and braid-topo schedule apply): kernels for the collectives they run up
+ * to BRAID_CUDA_KERNEL_MAX of the call's largest buffer (allgather's
+ * output: nranks blocks), else through host memory up to
+ * BRAID_CUDA_HOST_MAX, else the schedule on the device transports. */
+Test(select, device_path_rule) {
+  const char *why = NULL;
+  cr_assert_eq(plan_device_path(SCHED_ALLREDUCE, 4, 1024, 4096, 0, &why),
+               PLAN_PATH_KERNEL);
+  cr_assert_not_null(strstr(why, "BRAID_CUDA_KERNEL_MAX"), "%s", why);
+  /* allgather's largest buffer is 4 blocks: 4 KiB > 2 KiB of kernels */
+  cr_assert_eq(plan_device_path(SCHED_ALLGATHER, 4, 1024, 2048, 4096, &why),
+               PLAN_PATH_STAGED);
+  cr_assert_not_null(strstr(why, "BRAID_CUDA_HOST_MAX"), "%s", why);
+  cr_assert_eq(plan_device_path(SCHED_ALLGATHER, 4, 1024, 2048, 2048, NULL),
+               PLAN_PATH_DEVICE);
+  /* the kernels run no alltoall, gather or scatter */
+  cr_assert_eq(plan_device_path(SCHED_ALLTOALL, 4, 8, SIZE_MAX, 0, NULL),
+               PLAN_PATH_DEVICE);
+  cr_assert_eq(plan_device_path(SCHED_GATHER, 4, 8, SIZE_MAX, 64, NULL),
+               PLAN_PATH_STAGED);
+  cr_assert_eq(plan_call_bytes(SCHED_REDUCE_SCATTER, 8, 100), 800u);
+  cr_assert_eq(plan_call_bytes(SCHED_ALLREDUCE, 8, SIZE_MAX / 2), SIZE_MAX / 2);
+  cr_assert_eq(plan_call_bytes(SCHED_ALLGATHER, 8, SIZE_MAX / 2), SIZE_MAX);
+  cr_assert_str_eq(plan_path_name(PLAN_PATH_STAGED), "staged");
+  cr_assert_str_eq(plan_path_name(PLAN_PATH_NUM), "unknown");
 }

@@ -4,6 +4,7 @@
  * step, and bad arguments (exit 2, message naming the bad value).
  */
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,12 +317,27 @@ static int runs_line(const char *out, char *name, size_t n) {
   return 1;
 }
 
+/* The path the tool prints for device buffers ("on device buffers, path
+ * X:"), copied into name; 0 when absent. */
+static int path_line(const char *out, char *name, size_t n) {
+  const char *p = strstr(out, "\non device buffers, path ");
+  if (!p)
+    return 0;
+  p += strlen("\non device buffers, path ");
+  size_t k = strcspn(p, ":");
+  snprintf(name, n, "%.*s", (int)k, p);
+  return 1;
+}
+
 /* The tool and the library agree: on every shipped machine model, for every
  * collective a topology-aware generator serves and sizes from 4 KiB to
  * 256 MiB, the generator braid-topo says braid runs is the planner's
  * choice for the library's defaults on those GPUs (plan_select, which
  * src/executor.c calls for every call), the one marked selected in its
- * table, and never an opt-in generator (hybrid) unless --algo names it. */
+ * table, and never an opt-in generator (hybrid) unless --algo names it;
+ * the path it prints for device buffers is the runtime's size rule
+ * (plan_device_path, which src/exec_plan.c applies) with the default
+ * settings, kernels where the ranks are on one host and at most 8. */
 Test(topo_schedule, tool_and_library_agree_on_every_model, .init = setup,
      .fini = teardown, .timeout = 240) {
   const sched_coll colls[] = {SCHED_ALLREDUCE, SCHED_ALLGATHER,
@@ -364,6 +380,16 @@ Test(topo_schedule, tool_and_library_agree_on_every_model, .init = setup,
         cr_expect(find_row(out, want->name, row, sizeof row) &&
                       strstr(row, "<- selected"),
                   "%s: %s not marked selected:\n%s", args, want->name, out);
+        int kernels = v->nhosts == 1 && v->nranks <= 8;
+        plan_path dp =
+            plan_device_path(colls[c], v->nranks, bytes, kernels ? SIZE_MAX : 0,
+                             PLAN_CUDA_HOST_MAX_DEFAULT, NULL);
+        char path[32] = "";
+        cr_assert(path_line(out, path, sizeof path), "%s: no path:\n%s", args,
+                  out);
+        cr_expect_str_eq(path, plan_path_name(dp),
+                         "%s: the tool says path %s, the planner %s", args,
+                         path, plan_path_name(dp));
         free(out);
         checked++;
       }
