@@ -11,9 +11,9 @@
  *    b; for operands that compare equal (+0, -0) the result is b;
  *  - float16/bfloat16 are widened to float, reduced, and rounded to nearest
  *    even (subnormals kept, overflow to infinity, NaN made quiet);
- *  - float8 e4m3/e5m2 likewise, saturating at the largest finite (device/fp8.h).
- * dst may equal a and/or b exactly (no partial overlap); buffers need no
- * particular alignment.
+ *  - float8 e4m3/e5m2 likewise, saturating at the largest finite
+ * (device/fp8.h). dst may equal a and/or b exactly (no partial overlap);
+ * buffers need no particular alignment.
  */
 #ifndef BRAID_SRC_REDUCE_H
 #define BRAID_SRC_REDUCE_H
