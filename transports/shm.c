@@ -29,25 +29,17 @@
 #include "src/bootstrap.h"
 #include "src/config.h"
 #include "src/log.h"
+#include "transports/common.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static void seterr(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *buf, size_t len, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, len, fmt, ap);
-  va_end(ap);
-}
-
 #define CERR(c, code, ...)                                                     \
-  (seterr((c)->st->err, sizeof((c)->st->err), __VA_ARGS__),                    \
+  (tp_seterr((c)->st->err, sizeof((c)->st->err), __VA_ARGS__),                 \
    WARN(LOG_SHM, "%s", (c)->st->err), (c)->err = (code))
 
 /* A bad argument: named in last_error, the connection stays usable. */
 #define AERR(c, ...)                                                           \
-  ((c) ? seterr((c)->st->err, sizeof((c)->st->err), __VA_ARGS__) : (void)0,    \
+  ((c) ? tp_seterr((c)->st->err, sizeof((c)->st->err), __VA_ARGS__) : (void)0, \
    BRAID_ERR_INVALID_ARG)
 
 static void futex_wake(_Atomic uint32_t *w) {
@@ -456,20 +448,6 @@ static int shm_peer_cpu(void *state, int peer) {
                               memory_order_relaxed);
 }
 
-static int proc_gone(int pid) {
-  char path[64], buf[256];
-  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-  if (fd >= 0)
-    close(fd);
-  if (n <= 0) /* no /proc: ask the kernel whether the pid exists */
-    return kill(pid, 0) != 0 && errno == ESRCH;
-  buf[n] = 0;
-  const char *p = strrchr(buf, ')'); /* the state follows the command */
-  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
-}
-
 /* 1 when a message copied in by peer i still waits in one of our rings: a
  * peer that exited after its last send is reported only once that is read. */
 static int rx_waiting(shm_state *st, int i) {
@@ -497,7 +475,7 @@ static int shm_check_peers(void *state, int *dead_rank) {
         struct pollfd pf = {p->pidfd, POLLIN, 0};
         p->dead = poll(&pf, 1, 0) > 0 && (pf.revents & (POLLIN | POLLHUP));
       } else {
-        p->dead = proc_gone(p->pid);
+        p->dead = tp_pid_gone(p->pid);
       }
     }
     if (p->dead && !rx_waiting(st, i)) {
@@ -505,15 +483,16 @@ static int shm_check_peers(void *state, int *dead_rank) {
       if (cause >= 0 && cause != st->rank) {
         if (dead_rank)
           *dead_rank = cause;
-        seterr(st->err, sizeof(st->err),
-               "shm: rank %d died; rank %d (pid %d) then left", cause, p->rank,
-               p->pid);
+        tp_seterr(st->err, sizeof(st->err),
+                  "shm: rank %d died; rank %d (pid %d) then left", cause,
+                  p->rank, p->pid);
         return BRAID_ERR_REMOTE;
       }
       if (dead_rank)
         *dead_rank = p->rank;
-      seterr(st->err, sizeof(st->err),
-             "shm: rank %d (pid %d) on this host has exited", p->rank, p->pid);
+      tp_seterr(st->err, sizeof(st->err),
+                "shm: rank %d (pid %d) on this host has exited", p->rank,
+                p->pid);
       return BRAID_ERR_REMOTE;
     }
   }

@@ -16,6 +16,7 @@
 #include <stdalign.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@
 #include "src/bootstrap.h"
 #include "src/config.h"
 #include "src/log.h"
+#include "transports/common.h"
 
 #ifndef PR_SET_PTRACER
 #define PR_SET_PTRACER 0x59616d61
@@ -42,7 +44,6 @@
 #endif
 
 static _Atomic int shm_cma_mode = -1;
-static _Atomic unsigned shm_counter;
 static _Atomic int shm_cma_logged;
 
 void shm_force_cma(int mode) { atomic_store(&shm_cma_mode, mode); }
@@ -52,15 +53,6 @@ static uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 static shm_ring *ring_at(shm_hdr *h, int lpeer, int channel) {
   uint64_t i = (uint64_t)lpeer * (uint64_t)h->nchannels + (uint64_t)channel;
   return (shm_ring *)((char *)h + h->rings_off + i * h->ring_bytes);
-}
-
-static uint64_t job_token(boot *b) {
-  size_t len = 0;
-  const uint8_t *s = b ? boot_secret(b, &len) : NULL;
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; s && i < len; i++)
-    h = (h ^ s[i]) * 1099511628211ULL;
-  return h & 0xffffffffffffULL;
 }
 
 void shm_teardown(void *state) {
@@ -99,13 +91,6 @@ typedef struct shm_rec {
   uint64_t size, pidns;
 } shm_rec;
 
-static uint64_t pidns_id(void) {
-  struct stat sb;
-  if (stat("/proc/self/ns/pid", &sb) != 0)
-    return 0;
-  return (uint64_t)sb.st_ino ^ ((uint64_t)sb.st_dev << 32);
-}
-
 #define SERR(st_, code, ...)                                                   \
   (snprintf((st_)->errbuf, sizeof((st_)->errbuf), __VA_ARGS__), (code))
 
@@ -135,45 +120,24 @@ static int seg_create(tp_setup *su, shm_state *st, boot *b) {
     return SERR(su, BRAID_ERR_INVALID_ARG,
                 "shm: segment size overflows (nslots %d, slot_bytes %zu)",
                 st->nslots, st->slot_bytes);
-  int fd = -1;
-  for (int tries = 0; tries < 16 && fd < 0; tries++) {
-    snprintf(st->name, sizeof(st->name), "/braid-%012" PRIx64 "-%d-%d-%u",
-             job_token(b), (int)getpid(), st->rank,
-             atomic_fetch_add(&shm_counter, 1));
-    fd = shm_open(st->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 && errno != EEXIST)
-      break;
-  }
-  if (fd < 0) {
-    int e = errno;
-    st->name[0] = 0;
-    return SERR(su, BRAID_ERR_SYSTEM,
-                "shm: rank %d cannot create a segment in /dev/shm: %s",
-                st->rank, strerror(e));
-  }
-  int e = ftruncate(fd, (off_t)total) != 0 ? errno : 0;
-  if (!e)
-    e = posix_fallocate(fd, 0, (off_t)total);
-  void *m = MAP_FAILED;
-  if (!e) {
-    m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
-      e = errno;
-  }
-  close(fd);
-  if (e) {
-    shm_unlink(st->name);
-    st->name[0] = 0;
-    return SERR(su, e == ENOSPC ? BRAID_ERR_NOMEM : BRAID_ERR_SYSTEM,
-                "shm: rank %d cannot allocate %" PRIu64 " bytes in /dev/shm "
-                "(%d peers x %d channels x %d slots x %zu bytes): %s%s",
-                st->rank, total, st->npeers, st->nchannels, st->nslots,
-                st->slot_bytes, strerror(e),
-                e == ENOSPC ? "; /dev/shm is too small (enlarge it, e.g. "
-                              "docker --shm-size, or lower BRAID_BUFFSIZE / "
-                              "BRAID_NSLOTS)"
-                            : "");
-  }
+  char detail[96];
+  snprintf(detail, sizeof(detail),
+           " (%d peers x %d channels x %d slots x %zu bytes)", st->npeers,
+           st->nchannels, st->nslots, st->slot_bytes);
+  tp_seg_req req = {.who = "shm",
+                    .prefix = "braid",
+                    .token = tp_job_token(b),
+                    .rank = st->rank,
+                    .bytes = total,
+                    .detail = detail,
+                    .hint = "; /dev/shm is too small (enlarge it, e.g. "
+                            "docker --shm-size, or lower BRAID_BUFFSIZE / "
+                            "BRAID_NSLOTS)"};
+  void *m = NULL;
+  int rc = tp_seg_create(&req, st->name, sizeof(st->name), &m, su->errbuf,
+                         sizeof(su->errbuf));
+  if (rc)
+    return rc;
   shm_hdr *h = m;
   st->me = h;
   st->me_size = total;
@@ -205,22 +169,10 @@ static int seg_create(tp_setup *su, shm_state *st, boot *b) {
 static int peer_attach(tp_setup *su, shm_state *st, shm_peer *p,
                        const shm_rec *rec, int use_cma) {
   p->pid = rec->pid;
-  int fd = shm_open(rec->name, O_RDWR | O_CLOEXEC, 0);
-  struct stat sb;
-  int e = fd < 0 ? errno : 0;
-  if (!e && fstat(fd, &sb) != 0)
-    e = errno;
-  if (!e && (uint64_t)sb.st_size < rec->size)
-    e = EINVAL;
-  if (!e) {
-    void *m = mmap(NULL, rec->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
-      e = errno;
-    else
-      p->hdr = m, p->size = rec->size;
-  }
-  if (fd >= 0)
-    close(fd);
+  void *m = NULL;
+  int e = tp_seg_map(rec->name, rec->size, &m);
+  if (!e)
+    p->hdr = m, p->size = rec->size;
   if (e)
     return SERR(su, BRAID_ERR_SYSTEM,
                 "shm: rank %d cannot map the segment %s of rank %d: %s "
@@ -234,7 +186,7 @@ static int peer_attach(tp_setup *su, shm_state *st, shm_peer *p,
                 "(channels %d vs %d)",
                 p->rank, st->rank, (int)h->nchannels, st->nchannels);
   p->pidfd = -1;
-  p->pid_ok = rec->pidns == pidns_id();
+  p->pid_ok = rec->pidns == tp_pidns_id();
   if (!p->pid_ok) {
     INFO(LOG_SHM,
          "shm: rank %d is in another pid namespace: no single-copy, "
@@ -346,7 +298,7 @@ int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
   size_t n = (size_t)su->nranks, nconn = n * (size_t)su->nchannels;
   shm_rec *recs = calloc(n, sizeof(shm_rec));
   int32_t *all = calloc(n, sizeof(int32_t));
-  shm_rec mine = {.pid = (int32_t)getpid(), .pidns = pidns_id()};
+  shm_rec mine = {.pid = (int32_t)getpid(), .pidns = tp_pidns_id()};
   int rc = BRAID_SUCCESS, use_cma = 0;
   if (st) {
     st->lidx = malloc(sizeof(int) * n);
@@ -389,17 +341,12 @@ int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
   }
   /* Phase 1: segment names (or failures) go round. */
   mine.status = rc ? 1 : 0;
-  int x = boot_allgather(b, &mine, recs, sizeof(mine));
-  for (int i = 0; !x && !rc && i < su->nranks; i++)
-    if (recs[i].status)
-      rc = SERR(su, BRAID_ERR_REMOTE,
-                "shm setup: rank %d could not create its segment (see its "
-                "log)",
-                i);
-  if (x || rc) {
-    rc = x ? x : rc;
+  int x = 0;
+  rc = tp_setup_round(su, rc, &mine, recs, sizeof(mine),
+                      offsetof(shm_rec, status), "shm setup",
+                      "create its segment", &x);
+  if (rc || !st) /* st: NULL only when rc says so */
     goto out;
-  }
   /* Attach to every peer; failures go round in phase 2. */
   int32_t status = 0;
   for (int i = 0; i < st->npeers && !status; i++) {
@@ -413,15 +360,9 @@ int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
       status = conns_init(su, st, i);
   }
   /* Phase 2: everyone has mapped everything, so the names can go. */
-  x = boot_allgather(b, &status, all, sizeof(status));
+  rc = tp_setup_round(su, status, &status, all, sizeof(status), 0, "shm setup",
+                      "attach to its shm peers", &x);
   seg_unlink(st);
-  rc = x ? x : status;
-  for (int i = 0; !rc && i < su->nranks; i++)
-    if (all[i])
-      rc = SERR(su, BRAID_ERR_REMOTE,
-                "shm setup: rank %d could not attach to its shm peers (see "
-                "its log)",
-                i);
   if (rc)
     goto out;
   /* Peers wrote cma_ok into our rings before phase 2. */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "src/log.h"
+#include "transports/common.h"
 
 int64_t sock_now_ms(void) {
   struct timespec ts;
@@ -485,43 +486,15 @@ int sock_peer_dead(int fd) {
 /* ---- who died -------------------------------------------------------------
  */
 
-int sock_pid_state(int pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return SOCK_PID_GONE;
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0)
-    return SOCK_PID_GONE;
-  buf[n] = '\0';
-  char *p = strrchr(buf, ')');
-  if (p == NULL || p[1] != ' ')
-    return SOCK_PID_RUNNING;
-  char state = p[2];
-  if (state != 'Z' && state != 'X')
-    return SOCK_PID_RUNNING;
-  /* field 52 (exit_code, wait status) counted from the state (field 3) */
-  int field = 3;
-  long code = -1;
-  for (char *q = p + 2; *q; q++)
-    if (*q == ' ' && ++field == 52) {
-      code = strtol(q + 1, NULL, 10);
-      break;
-    }
-  return code >= 0 && (code & 0x7f) != 0 ? SOCK_PID_KILLED : SOCK_PID_EXITED;
-}
-
 static int blame_score(int r, const int32_t *pids, const uint8_t *same_host) {
   if (!same_host[r])
     return 2; /* unknown: as good as gone */
-  switch (sock_pid_state(pids[r])) {
-  case SOCK_PID_KILLED:
+  switch (tp_pid_state(pids[r])) {
+  case TP_PID_KILLED:
     return 3;
-  case SOCK_PID_GONE:
+  case TP_PID_GONE:
     return 2;
-  case SOCK_PID_EXITED:
+  case TP_PID_EXITED:
     return 1;
   default:
     return 0;
@@ -544,9 +517,9 @@ int sock_blame(int peer, int me, int n, const int32_t *pids,
   }
   if (bs >= 2)
     return best;
-  for (int want = SOCK_PID_KILLED; want <= SOCK_PID_GONE; want += 2)
+  for (int want = TP_PID_KILLED; want <= TP_PID_GONE; want += 2)
     for (int q = 0; q < n; q++)
-      if (q != me && same_host[q] && sock_pid_state(pids[q]) == want)
+      if (q != me && same_host[q] && tp_pid_state(pids[q]) == want)
         return q;
   return best;
 }

@@ -164,11 +164,5 @@ void sock_gate_free(sock_gate *g);
  * is known. */
 int sock_blame(int peer, int me, int n, const int32_t *pids,
                const uint8_t *same_host, const uint8_t *closed);
-/* What happened to process pid: SOCK_PID_* below. */
-#define SOCK_PID_RUNNING 0
-#define SOCK_PID_KILLED 1 /* zombie killed by a signal */
-#define SOCK_PID_EXITED 2 /* zombie that exited */
-#define SOCK_PID_GONE 3   /* no such process (reaped) */
-int sock_pid_state(int pid);
 
 #endif

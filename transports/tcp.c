@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "src/log.h"
+#include "transports/common.h"
 #include "transports/sock_util.h"
 #include "transports/tcp_int.h"
 
@@ -66,7 +67,7 @@ static int tcp_blame(tcp_state *s, tp_conn *c) {
     }
     r = sock_blame(c->peer, s->rank, s->nranks, s->pids, s->same_host, closed);
     if (r != c->peer || !s->same_host[c->peer] ||
-        sock_pid_state(s->pids[c->peer]) != SOCK_PID_RUNNING)
+        tp_pid_state(s->pids[c->peer]) != TP_PID_RUNNING)
       break;
     usleep(5000);
   }

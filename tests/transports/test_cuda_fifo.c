@@ -357,8 +357,9 @@ Test(cuda_fifo, dead_peer_is_named) {
   cr_assert_eq(dead, 7);
   cr_assert(strstr(err, "rank 7 died") && strstr(err, "rank 3"), "%s", err);
   waitpid(child, NULL, 0);
-  cr_assert(cuf_proc_gone(child), "a reaped child is gone");
-  cr_assert(!cuf_proc_gone(getpid()));
+  cr_assert(tp_pid_gone(child), "a reaped child is gone");
+  cr_assert_eq(tp_pid_state(child), TP_PID_GONE);
+  cr_assert(!tp_pid_gone(getpid()));
   cuf_seg_unmap(&seg);
 }
 

@@ -22,19 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static _Atomic unsigned cuf_counter;
-
-static void seterr(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *buf, size_t len, const char *fmt, ...) {
-  if (!buf || !len)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, len, fmt, ap);
-  va_end(ap);
-}
-
 static uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 /* ---- segments ------------------------------------------------------------ */
@@ -44,10 +31,10 @@ int cuf_seg_create(cuf_seg *s, int rank, int npeers, const int32_t *peer_rank,
                    uint64_t token, char *err, size_t errlen) {
   memset(s, 0, sizeof(*s));
   if (npeers < 1 || nchannels < 1 || nslots < 1 || !peer_rank) {
-    seterr(err, errlen,
-           "cuda: rank %d: bad segment shape (%d peers, %d channels, %d "
-           "slots)",
-           rank, npeers, nchannels, nslots);
+    tp_seterr(err, errlen,
+              "cuda: rank %d: bad segment shape (%d peers, %d channels, %d "
+              "slots)",
+              rank, npeers, nchannels, nslots);
     return BRAID_ERR_INVALID_ARG;
   }
   uint64_t ring =
@@ -55,40 +42,15 @@ int cuf_seg_create(cuf_seg *s, int rank, int npeers, const int32_t *peer_rank,
   uint64_t hdr =
       round_up(sizeof(cuf_hdr) + 2 * sizeof(int32_t) * (uint64_t)npeers, 4096);
   uint64_t total = hdr + (uint64_t)npeers * (uint64_t)nchannels * ring;
-  int fd = -1;
-  for (int tries = 0; tries < 16 && fd < 0; tries++) {
-    snprintf(s->name, sizeof(s->name), "/braid-cu-%012" PRIx64 "-%d-%d-%u",
-             (uint64_t)(token & 0xffffffffffffULL), (int)getpid(), rank,
-             atomic_fetch_add(&cuf_counter, 1));
-    fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 && errno != EEXIST)
-      break;
-  }
-  if (fd < 0) {
-    int e = errno;
-    s->name[0] = 0;
-    seterr(err, errlen, "cuda: rank %d cannot create a segment in /dev/shm: %s",
-           rank, strerror(e));
-    return BRAID_ERR_SYSTEM;
-  }
-  int e = ftruncate(fd, (off_t)total) != 0 ? errno : 0;
-  if (!e)
-    e = posix_fallocate(fd, 0, (off_t)total);
-  void *m = MAP_FAILED;
-  if (!e) {
-    m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
-      e = errno;
-  }
-  close(fd);
-  if (e) {
-    shm_unlink(s->name);
-    s->name[0] = 0;
-    seterr(err, errlen,
-           "cuda: rank %d cannot allocate %" PRIu64 " bytes in /dev/shm: %s",
-           rank, total, strerror(e));
-    return e == ENOSPC ? BRAID_ERR_NOMEM : BRAID_ERR_SYSTEM;
-  }
+  tp_seg_req req = {.who = "cuda",
+                    .prefix = "braid-cu",
+                    .token = token,
+                    .rank = rank,
+                    .bytes = total};
+  void *m = NULL;
+  int rc = tp_seg_create(&req, s->name, sizeof(s->name), &m, err, errlen);
+  if (rc)
+    return rc;
   cuf_hdr *h = m;
   h->pid = (int32_t)getpid();
   h->rank = rank;
@@ -115,36 +77,23 @@ int cuf_seg_attach(cuf_seg *s, const char *name, uint64_t size, int rank,
                    int nchannels, char *err, size_t errlen) {
   memset(s, 0, sizeof(*s));
   snprintf(s->name, sizeof(s->name), "%s", name);
-  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-  struct stat sb;
-  int e = fd < 0 ? errno : 0;
-  if (!e && fstat(fd, &sb) != 0)
-    e = errno;
-  if (!e && (uint64_t)sb.st_size < size)
-    e = EINVAL;
-  void *m = MAP_FAILED;
-  if (!e) {
-    m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
-      e = errno;
-  }
-  if (fd >= 0)
-    close(fd);
+  void *m = NULL;
+  int e = tp_seg_map(name, size, &m);
   if (e) {
-    seterr(err, errlen,
-           "cuda: cannot map the segment %s of rank %d: %s (is rank %d on "
-           "this host?)",
-           name, rank, strerror(e), rank);
+    tp_seterr(err, errlen,
+              "cuda: cannot map the segment %s of rank %d: %s (is rank %d on "
+              "this host?)",
+              name, rank, strerror(e), rank);
     return BRAID_ERR_SYSTEM;
   }
   s->hdr = m;
   s->size = size;
   if (s->hdr->magic != CUF_MAGIC || s->hdr->rank != rank ||
       s->hdr->nchannels != nchannels) {
-    seterr(err, errlen,
-           "cuda: the segment of rank %d is not what this rank expects "
-           "(rank %d, channels %d vs %d)",
-           rank, (int)s->hdr->rank, (int)s->hdr->nchannels, nchannels);
+    tp_seterr(err, errlen,
+              "cuda: the segment of rank %d is not what this rank expects "
+              "(rank %d, channels %d vs %d)",
+              rank, (int)s->hdr->rank, (int)s->hdr->nchannels, nchannels);
     cuf_seg_unmap(s);
     return BRAID_ERR_INTERNAL;
   }
@@ -279,8 +228,8 @@ void cuf_tx_fini(cuf_tx *t) {
 }
 
 static int tx_fail(cuf_tx *t, int code, const char *what) {
-  seterr(t->err, t->errlen, "cuda send to rank %d channel %d: %s failed: %s",
-         t->peer, t->channel, what, eng_err(t->eng));
+  tp_seterr(t->err, t->errlen, "cuda send to rank %d channel %d: %s failed: %s",
+            t->peer, t->channel, what, eng_err(t->eng));
   return t->failed = code ? code : BRAID_ERR_INTERNAL;
 }
 
@@ -376,10 +325,10 @@ int cuf_tx_isend(cuf_tx *t, const void *src, size_t len, int whole,
 
 int cuf_tx_send_done(cuf_tx *t, uint64_t ticket) {
   if (ticket > t->msgs) {
-    seterr(t->err, t->errlen,
-           "cuda send_done to rank %d channel %d: ticket %" PRIu64
-           " never issued",
-           t->peer, t->channel, ticket);
+    tp_seterr(t->err, t->errlen,
+              "cuda send_done to rank %d channel %d: ticket %" PRIu64
+              " never issued",
+              t->peer, t->channel, ticket);
     return BRAID_ERR_INVALID_ARG;
   }
   int rc = cuf_tx_progress(t);
@@ -419,8 +368,9 @@ void cuf_rx_fini(cuf_rx *x) {
 }
 
 static int rx_fail(cuf_rx *x, int code, const char *what) {
-  seterr(x->err, x->errlen, "cuda recv from rank %d channel %d: %s failed: %s",
-         x->peer, x->channel, what, eng_err(x->eng));
+  tp_seterr(x->err, x->errlen,
+            "cuda recv from rank %d channel %d: %s failed: %s", x->peer,
+            x->channel, what, eng_err(x->eng));
   return x->failed = code ? code : BRAID_ERR_INTERNAL;
 }
 
@@ -454,19 +404,19 @@ static int rx_issue(cuf_rx *x, const char *src, char *dst, size_t len,
     uint64_t s = x->issued % x->nslots;
     const cuf_slot *h = &x->slots[s];
     if (h->msg_len != len) {
-      seterr(x->err, x->errlen,
-             "cuda recv from rank %d channel %d: message has %" PRIu64
-             " bytes, the receive expects %zu",
-             x->peer, x->channel, h->msg_len, len);
+      tp_seterr(x->err, x->errlen,
+                "cuda recv from rank %d channel %d: message has %" PRIu64
+                " bytes, the receive expects %zu",
+                x->peer, x->channel, h->msg_len, len);
       return x->failed = BRAID_ERR_MISMATCH;
     }
     uint64_t n = h->frag_len;
     if (h->off != x->off || n > x->cap || n > len - x->off ||
         (n == 0 && len != 0) || (r && n % r->elem_size)) {
-      seterr(x->err, x->errlen,
-             "cuda recv from rank %d channel %d: bad slot (offset %" PRIu64
-             ", %" PRIu64 " bytes, message %" PRIu64 ") at offset %" PRIu64,
-             x->peer, x->channel, h->off, n, h->msgno, x->off);
+      tp_seterr(x->err, x->errlen,
+                "cuda recv from rank %d channel %d: bad slot (offset %" PRIu64
+                ", %" PRIu64 " bytes, message %" PRIu64 ") at offset %" PRIu64,
+                x->peer, x->channel, h->off, n, h->msgno, x->off);
       return x->failed = BRAID_ERR_INTERNAL;
     }
     const char *slot = x->data + s * x->cap;
@@ -518,20 +468,6 @@ int cuf_rx_busy(const cuf_rx *x) { return x->cons != x->issued; }
 
 /* ---- liveness ------------------------------------------------------------ */
 
-int cuf_proc_gone(int pid) {
-  char path[64], buf[256];
-  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-  if (fd >= 0)
-    close(fd);
-  if (n <= 0) /* no /proc: ask the kernel whether the pid exists */
-    return kill(pid, 0) != 0 && errno == ESRCH;
-  buf[n] = 0;
-  const char *p = strrchr(buf, ')'); /* the state follows the command */
-  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
-}
-
 int cuf_peer_gone(cuf_peer *p) {
   if (!p->pid_ok || p->dead)
     return p->dead;
@@ -539,7 +475,7 @@ int cuf_peer_gone(cuf_peer *p) {
     struct pollfd pf = {p->pidfd, POLLIN, 0};
     p->dead = poll(&pf, 1, 0) > 0 && (pf.revents & (POLLIN | POLLHUP));
   } else {
-    p->dead = cuf_proc_gone(p->pid);
+    p->dead = tp_pid_gone(p->pid);
   }
   return p->dead;
 }
@@ -556,14 +492,14 @@ int cuf_peers_check(cuf_peer *peers, int n, int self_rank,
     if (cause >= 0 && cause != self_rank) {
       if (dead_rank)
         *dead_rank = cause;
-      seterr(err, errlen, "cuda: rank %d died; rank %d (pid %d) then left",
-             cause, p->rank, p->pid);
+      tp_seterr(err, errlen, "cuda: rank %d died; rank %d (pid %d) then left",
+                cause, p->rank, p->pid);
       return BRAID_ERR_REMOTE;
     }
     if (dead_rank)
       *dead_rank = p->rank;
-    seterr(err, errlen, "cuda: rank %d (pid %d) on this host has exited",
-           p->rank, p->pid);
+    tp_seterr(err, errlen, "cuda: rank %d (pid %d) on this host has exited",
+              p->rank, p->pid);
     return BRAID_ERR_REMOTE;
   }
   return BRAID_SUCCESS;

@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "transports/common.h"
 #include "transports/transport.h"
 
 #define CUF_MAGIC 0x3170636469617262ULL /* "braidcp1" */
@@ -207,9 +208,6 @@ int cuf_rx_waiting(const cuf_rx *x);
 int cuf_rx_busy(const cuf_rx *x);
 
 /* ---- liveness ------------------------------------------------------------ */
-
-/* 1 when process pid is gone (or a zombie) in this pid namespace. */
-int cuf_proc_gone(int pid);
 
 /* A peer process of this host. */
 typedef struct cuf_peer {

@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,21 +118,12 @@ typedef struct cu_rec {
   uint8_t ipc[CUDEV_IPC_BYTES];
 } cu_rec;
 
-static void seterr(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *buf, size_t len, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, len, fmt, ap);
-  va_end(ap);
-}
-
 #define SERR(su_, code, ...)                                                   \
-  (seterr((su_)->errbuf, sizeof((su_)->errbuf), __VA_ARGS__), (code))
+  (tp_seterr((su_)->errbuf, sizeof((su_)->errbuf), __VA_ARGS__), (code))
 
 /* A bad argument: named in last_error, the connection stays usable. */
 #define AERR(c, ...)                                                           \
-  ((c) ? seterr((c)->st->err, sizeof((c)->st->err), __VA_ARGS__) : (void)0,    \
+  ((c) ? tp_seterr((c)->st->err, sizeof((c)->st->err), __VA_ARGS__) : (void)0, \
    BRAID_ERR_INVALID_ARG)
 
 static int logged(tp_conn *c, int rc) {
@@ -378,22 +370,6 @@ static void cu_teardown(void *state) {
   free(st);
 }
 
-static uint64_t pidns_id(void) {
-  struct stat sb;
-  if (stat("/proc/self/ns/pid", &sb) != 0)
-    return 0;
-  return (uint64_t)sb.st_ino ^ ((uint64_t)sb.st_dev << 32);
-}
-
-static uint64_t job_token(boot *b) {
-  size_t len = 0;
-  const uint8_t *s = b ? boot_secret(b, &len) : NULL;
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; s && i < len; i++)
-    h = (h ^ s[i]) * 1099511628211ULL;
-  return h;
-}
-
 /* Streams, the device slot region and its IPC handle, the host segment. */
 static int local_create(tp_setup *su, cu_state *st, cu_rec *mine) {
   int rc = cudev_stream_create(&st->tx_stream);
@@ -425,7 +401,7 @@ static int local_create(tp_setup *su, cu_state *st, cu_rec *mine) {
   for (int i = 0; i < st->npeers; i++)
     ranks[i] = st->peers[i].rank;
   rc = cuf_seg_create(&st->me, st->rank, st->npeers, ranks, st->nchannels,
-                      st->nslots, st->slot_data, job_token(su->boot),
+                      st->nslots, st->slot_data, tp_job_token(su->boot),
                       su->errbuf, sizeof(su->errbuf));
   free(ranks);
   if (rc)
@@ -466,7 +442,7 @@ static int peer_attach(tp_setup *su, cu_state *st, int i, const cu_rec *rec) {
                 p->rank, st->rank);
   atomic_fetch_add(held, 1);
   p->held = 1;
-  if (rec->pid == (int32_t)getpid() && rec->pidns == pidns_id()) {
+  if (rec->pid == (int32_t)getpid() && rec->pidns == tp_pidns_id()) {
     p->dev = (void *)(uintptr_t)rec->dev_addr; /* same process */
   } else {
     rc = cudev_ipc_open(rec->ipc, &p->dev);
@@ -542,7 +518,7 @@ static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
   size_t n = (size_t)su->nranks;
   cu_rec *recs = calloc(n, sizeof(cu_rec));
   int32_t *all = calloc(n, sizeof(int32_t));
-  cu_rec mine = {.pid = (int32_t)getpid(), .pidns = pidns_id()};
+  cu_rec mine = {.pid = (int32_t)getpid(), .pidns = tp_pidns_id()};
   int rc = BRAID_SUCCESS;
   if (st) {
     st->lidx = malloc(sizeof(int) * n);
@@ -576,36 +552,25 @@ static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
       rc = local_create(su, st, &mine);
   }
   mine.status = rc ? 1 : 0;
-  int x = boot_allgather(b, &mine, recs, sizeof(mine));
-  for (int i = 0; !x && !rc && i < su->nranks; i++)
-    if (recs[i].status)
-      rc = SERR(su, BRAID_ERR_REMOTE,
-                "cuda setup: rank %d could not create its slots (see its "
-                "log)",
-                i);
-  if (x || rc) {
-    rc = x ? x : rc;
+  int x = 0;
+  rc = tp_setup_round(su, rc, &mine, recs, sizeof(mine),
+                      offsetof(cu_rec, status), "cuda setup",
+                      "create its slots", &x);
+  if (rc || !st) /* st: NULL only when rc says so */
     goto out;
-  }
   /* every peer's pid first: one that dies while holding a mapping of this
    * rank's memory (cuf_held) holds nothing any more (cuda_release.c) */
   for (int i = 0; i < st->npeers; i++) {
     const cu_rec *rec = &recs[st->peers[i].rank];
     st->live[i].pid = rec->pid;
-    st->live[i].pid_ok = rec->pidns == pidns_id();
+    st->live[i].pid_ok = rec->pidns == tp_pidns_id();
   }
   int32_t status = 0;
   for (int i = 0; i < st->npeers && !status; i++)
     status = peer_attach(su, st, i, &recs[st->peers[i].rank]);
-  x = boot_allgather(b, &status, all, sizeof(status));
+  rc = tp_setup_round(su, status, &status, all, sizeof(status), 0, "cuda setup",
+                      "map its cuda peers", &x);
   cuf_seg_unlink(&st->me);
-  rc = x ? x : status;
-  for (int i = 0; !rc && i < su->nranks; i++)
-    if (all[i])
-      rc = SERR(su, BRAID_ERR_REMOTE,
-                "cuda setup: rank %d could not map its cuda peers (see its "
-                "log)",
-                i);
   if (!rc)
     INFO(LOG_SHM,
          "cuda: rank %d connected to %d local peers, %d channels, %d slots "
@@ -615,15 +580,15 @@ out:
   if (st)
     cuf_seg_unlink(&st->me);
   if (x && !su->errbuf[0]) {
-    seterr(su->errbuf, sizeof(su->errbuf),
-           "cuda setup: bootstrap exchange failed: %s", boot_last_error(b));
+    tp_seterr(su->errbuf, sizeof(su->errbuf),
+              "cuda setup: bootstrap exchange failed: %s", boot_last_error(b));
   } else if (x) {
     /* a failure here, then the exchange that tells the others: its reason
      * often names the rank whose death caused both (a peer that gave up
      * and unlinked its segment before this rank mapped it) */
     size_t n = strlen(su->errbuf);
-    seterr(su->errbuf + n, sizeof(su->errbuf) - n,
-           "; then the exchange of results failed: %s", boot_last_error(b));
+    tp_seterr(su->errbuf + n, sizeof(su->errbuf) - n,
+              "; then the exchange of results failed: %s", boot_last_error(b));
   }
   free(recs);
   free(all);

@@ -68,15 +68,6 @@ typedef struct stg_state {
   char err[256];
 } stg_state;
 
-static void seterr(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *buf, size_t len, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, len, fmt, ap);
-  va_end(ap);
-}
-
 static int fail(tp_conn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail(tp_conn *c, int code, const char *fmt, ...) {
@@ -248,9 +239,9 @@ static int stg_isend_mode(tp_conn *c, const void *src, size_t len,
                           uint64_t *ticket, int whole) {
   if (!c || !ticket || (!src && len)) {
     if (c)
-      seterr(c->st->err, sizeof(c->st->err),
-             "staged isend to rank %d: %s is NULL", c->peer,
-             ticket ? "src" : "ticket");
+      tp_seterr(c->st->err, sizeof(c->st->err),
+                "staged isend to rank %d: %s is NULL", c->peer,
+                ticket ? "src" : "ticket");
     return BRAID_ERR_INVALID_ARG;
   }
   int rc = conn_ready(c);
@@ -286,9 +277,9 @@ static int stg_send_done(tp_conn *c, uint64_t ticket) {
   if (!c)
     return BRAID_ERR_INVALID_ARG;
   if (ticket > c->msgs) {
-    seterr(c->st->err, sizeof(c->st->err),
-           "staged send_done to rank %d: ticket %" PRIu64 " never issued",
-           c->peer, ticket);
+    tp_seterr(c->st->err, sizeof(c->st->err),
+              "staged send_done to rank %d: ticket %" PRIu64 " never issued",
+              c->peer, ticket);
     return BRAID_ERR_INVALID_ARG;
   }
   int rc = progress_all(c->st);
@@ -360,8 +351,8 @@ static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
 static int stg_recv(tp_conn *c, void *dst, size_t len) {
   if (!c || (!dst && len)) {
     if (c)
-      seterr(c->st->err, sizeof(c->st->err),
-             "staged recv from rank %d: dst is NULL", c->peer);
+      tp_seterr(c->st->err, sizeof(c->st->err),
+                "staged recv from rank %d: dst is NULL", c->peer);
     return BRAID_ERR_INVALID_ARG;
   }
   return rx_progress(c, NULL, dst, len, NULL);
@@ -372,10 +363,10 @@ static int stg_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
   if (!c || (len && (!src || !dst)) || !r || r->elem_size == 0 ||
       len % r->elem_size || c->cap % r->elem_size) {
     if (c)
-      seterr(c->st->err, sizeof(c->st->err),
-             "staged recv_reduce from rank %d: NULL buffer or reducer, or "
-             "%zu bytes not a multiple of the element size %zu",
-             c->peer, len, r ? r->elem_size : 0);
+      tp_seterr(c->st->err, sizeof(c->st->err),
+                "staged recv_reduce from rank %d: NULL buffer or reducer, or "
+                "%zu bytes not a multiple of the element size %zu",
+                c->peer, len, r ? r->elem_size : 0);
     return BRAID_ERR_INVALID_ARG;
   }
   return rx_progress(c, src, dst, len, r);
@@ -395,8 +386,8 @@ static int stg_check_peers(void *state, int *dead_rank) {
   if (in->check_peers) {
     int rc = in->check_peers(st->cfg.inner_state, dead_rank);
     if (rc) {
-      seterr(st->err, sizeof(st->err), "staged over %s: %s", in->name,
-             inner_err(st));
+      tp_seterr(st->err, sizeof(st->err), "staged over %s: %s", in->name,
+                inner_err(st));
       return rc;
     }
   }
@@ -453,9 +444,9 @@ static int stg_setup(tp_setup *su, const uint8_t *peers, void **state) {
   if (state)
     *state = NULL;
   if (su)
-    seterr(su->errbuf, sizeof(su->errbuf),
-           "staged: created over a host transport with staged_new, not set "
-           "up on its own");
+    tp_seterr(su->errbuf, sizeof(su->errbuf),
+              "staged: created over a host transport with staged_new, not set "
+              "up on its own");
   return BRAID_ERR_UNSUPPORTED;
 }
 
@@ -464,11 +455,11 @@ int staged_new(const staged_cfg *cfg, void **state, char *err, size_t errlen) {
   if (!cfg || !cfg->inner || !cfg->inner_conn || !cfg->eng || !cfg->mem ||
       cfg->nranks < 1 || cfg->nchannels < 1 || cfg->nslots < 1 ||
       cfg->slot_bytes < 64) {
-    seterr(err, errlen,
-           "staged: missing inner transport, engine or memory, or bad shape "
-           "(%d ranks, %d channels, %d slots of %zu bytes)",
-           cfg ? cfg->nranks : 0, cfg ? cfg->nchannels : 0,
-           cfg ? cfg->nslots : 0, cfg ? cfg->slot_bytes : 0);
+    tp_seterr(err, errlen,
+              "staged: missing inner transport, engine or memory, or bad shape "
+              "(%d ranks, %d channels, %d slots of %zu bytes)",
+              cfg ? cfg->nranks : 0, cfg ? cfg->nchannels : 0,
+              cfg ? cfg->nslots : 0, cfg ? cfg->slot_bytes : 0);
     return BRAID_ERR_INVALID_ARG;
   }
   stg_state *st = calloc(1, sizeof(*st));
@@ -477,7 +468,7 @@ int staged_new(const staged_cfg *cfg, void **state, char *err, size_t errlen) {
     st->conns = calloc(n, sizeof(tp_conn));
   if (!st || !st->conns) {
     free(st);
-    seterr(err, errlen, "staged: no memory for %d ranks", cfg->nranks);
+    tp_seterr(err, errlen, "staged: no memory for %d ranks", cfg->nranks);
     return BRAID_ERR_NOMEM;
   }
   st->cfg = *cfg;

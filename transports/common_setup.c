@@ -1,0 +1,65 @@
+/*
+ * What several transports share (transports/common.h), the parts of a setup:
+ * the job token, the rounds in which every rank's status goes round, the
+ * first checks of a network transport.
+ */
+#include "transports/common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/bootstrap.h"
+
+uint64_t tp_job_token(struct tp_bootstrap *b) {
+  size_t len = 0;
+  const uint8_t *s = b ? boot_secret(b, &len) : NULL;
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; s && i < len; i++)
+    h = (h ^ s[i]) * 1099511628211ULL;
+  return h & 0xffffffffffffULL;
+}
+
+int tp_setup_round(tp_setup *su, int rc, const void *mine, void *all,
+                   size_t len, size_t status_off, const char *who,
+                   const char *what, int *boot_rc) {
+  int x = boot_allgather(su->boot, mine, all, len);
+  *boot_rc = x;
+  if (x)
+    return x;
+  for (int i = 0; !rc && i < su->nranks; i++) {
+    int32_t status;
+    memcpy(&status, (const char *)all + (size_t)i * len + status_off,
+           sizeof(status));
+    if (status) {
+      tp_seterr(su->errbuf, sizeof(su->errbuf),
+                "%s: rank %d could not %s (see its log)", who, i, what);
+      rc = BRAID_ERR_REMOTE;
+    }
+  }
+  return rc;
+}
+
+int tp_setup_check(tp_setup *su, const char *who, size_t max_slot_bytes) {
+  if (su->boot != NULL && su->nranks >= 1 && su->rank >= 0 &&
+      su->rank < su->nranks && su->nchannels >= 1 && su->nslots >= 1 &&
+      (!max_slot_bytes ||
+       (su->slot_bytes > 0 && su->slot_bytes <= max_slot_bytes)))
+    return BRAID_SUCCESS;
+  tp_seterr(su->errbuf, sizeof(su->errbuf),
+            "%s: bad setup (%s, rank %d of %d, %d channels, %d slots of %zu "
+            "bytes)",
+            who, su->boot ? "bootstrap" : "no bootstrap", su->rank, su->nranks,
+            su->nchannels, su->nslots, su->slot_bytes);
+  return BRAID_ERR_INVALID_ARG;
+}
+
+int tp_peer_mask(const tp_setup *su, const uint8_t *peers, uint8_t **used) {
+  *used = calloc((size_t)su->nranks, 1);
+  if (*used == NULL)
+    return -1;
+  int n = 0;
+  for (int p = 0; p < su->nranks; p++)
+    if (peers != NULL && peers[p] && p != su->rank)
+      (*used)[p] = 1, n++;
+  return n;
+}
