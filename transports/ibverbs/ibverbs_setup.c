@@ -17,6 +17,7 @@
 #include "src/bootstrap.h"
 #include "src/config.h"
 #include "src/log.h"
+#include "transports/common.h"
 
 /* ---- setup ------------------------------------------------------------ */
 
@@ -328,15 +329,9 @@ static int ib_connect_all(ib_state *st) {
 int ibv_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   *state = NULL;
   ts->errbuf[0] = '\0';
-  if (ts->boot == NULL || ts->nranks < 1 || ts->rank < 0 ||
-      ts->rank >= ts->nranks || ts->nchannels < 1 || ts->nslots < 1 ||
-      ts->slot_bytes == 0 || ts->slot_bytes > 0xffffffffu) {
-    snprintf(ts->errbuf, sizeof(ts->errbuf),
-             "ibverbs: bad setup (rank %d of %d, %d channels, %d slots of "
-             "%zu bytes)",
-             ts->rank, ts->nranks, ts->nchannels, ts->nslots, ts->slot_bytes);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  int r = tp_setup_check(ts, "ibverbs", 0xffffffffu);
+  if (r != BRAID_SUCCESS)
+    return r;
   const size_t nr = (unsigned)ts->nranks, nch = (unsigned)ts->nchannels;
   if (nr * nch >= ((size_t)1 << 48)) {
     snprintf(ts->errbuf, sizeof(ts->errbuf), "ibverbs: too many connections");
@@ -351,17 +346,13 @@ int ibv_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   st->nslots = ts->nslots;
   st->slot_bytes = ts->slot_bytes;
   st->boot = ts->boot;
-  st->used = calloc(nr, 1);
+  int any = tp_peer_mask(ts, peers, &st->used);
   ibv_blob *all = calloc(nr, sizeof(ibv_blob));
-  if (st->used == NULL || all == NULL) {
+  if (any < 0 || all == NULL) {
     free(all);
     ibv_teardown(st);
     return BRAID_ERR_NOMEM;
   }
-  int any = 0;
-  for (int p = 0; p < ts->nranks; p++)
-    if (peers != NULL && peers[p] && p != ts->rank)
-      st->used[p] = 1, any = 1;
   ibv_blob me;
   memset(&me, 0, sizeof(me));
   me.magic = IBV_MAGIC;
@@ -373,7 +364,7 @@ int ibv_setup(tp_setup *ts, const uint8_t *peers, void **state) {
     snprintf(me.dev, sizeof(me.dev), "%.55s", st->dev);
   }
   braid_result br = boot_allgather(ts->boot, &me, all, sizeof(me));
-  int r = br != BRAID_SUCCESS ? (int)br : lr;
+  r = br != BRAID_SUCCESS ? (int)br : lr;
   if (br != BRAID_SUCCESS)
     snprintf(ts->errbuf, sizeof(ts->errbuf),
              "ibverbs: exchanging device status failed: %s",

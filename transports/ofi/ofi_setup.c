@@ -21,6 +21,7 @@
 #include "src/bootstrap.h"
 #include "src/config.h"
 #include "src/log.h"
+#include "transports/common.h"
 #include "transports/ibverbs/ib_proto.h"
 #include "transports/sock_util.h"
 
@@ -364,13 +365,9 @@ static int ofi_hello(ofi_state *st, int timeout_ms, char *err, size_t errlen) {
 int ofi_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   *state = NULL;
   ts->errbuf[0] = '\0';
-  if (ts->boot == NULL || ts->nranks < 1 || ts->rank < 0 ||
-      ts->rank >= ts->nranks || ts->nchannels < 1 || ts->nslots < 1) {
-    snprintf(ts->errbuf, sizeof(ts->errbuf),
-             "ofi: bad setup (boot %p, rank %d of %d, %d channels, %d slots)",
-             (void *)ts->boot, ts->rank, ts->nranks, ts->nchannels, ts->nslots);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  int r = tp_setup_check(ts, "ofi", 0);
+  if (r != BRAID_SUCCESS)
+    return r;
   if (ts->nranks > (1 << OFI_RANK_BITS) || ts->nchannels >= OFI_HELLO_CHAN) {
     snprintf(ts->errbuf, sizeof(ts->errbuf),
              "ofi: %d ranks x %d channels do not fit the tag (at most %d "
@@ -388,17 +385,13 @@ int ofi_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   st->nslots = ts->nslots;
   st->slot_bytes = ts->slot_bytes;
   st->boot = ts->boot;
-  st->used = calloc(nr, 1);
+  int any = tp_peer_mask(ts, peers, &st->used);
   ofi_blob *all = calloc(nr, sizeof(ofi_blob));
-  if (st->used == NULL || all == NULL) {
+  if (any < 0 || all == NULL) {
     free(all);
     ofi_teardown(st);
     return BRAID_ERR_NOMEM;
   }
-  int any = 0;
-  for (int p = 0; p < ts->nranks; p++)
-    if (peers != NULL && peers[p] && p != ts->rank)
-      st->used[p] = 1, any = 1;
 
   /* Open the endpoint only when this rank has peers; always take part in
    * the allgather so that a failure on one rank reaches every rank. */
@@ -425,7 +418,6 @@ int ofi_setup(tp_setup *ts, const uint8_t *peers, void **state) {
     ofi_teardown(st);
     return lr;
   }
-  int r = BRAID_SUCCESS;
   for (int p = 0; p < ts->nranks && r == BRAID_SUCCESS; p++) {
     if (!st->used[p])
       continue;
