@@ -11,6 +11,7 @@
  * Without --file or --machine the machine is detected live. Subcommands are
  * rows of one table; a new one (e.g. `schedule`) is one more row.
  */
+#include "tools/topo_dot.h"
 #include "tools/topo_import.h"
 #include "tools/topo_schedule.h"
 #include "topology/topo.h"
@@ -23,8 +24,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#define RENDER_TIMEOUT_S 120
 
 typedef struct opts {
   const char *file, *machine, *out, *format, *from, *to;
@@ -168,50 +167,6 @@ static int cmd_path(opts *o) {
   return rc;
 }
 
-/* Runs `dot -T<fmt> -o out in`, bounded by RENDER_TIMEOUT_S. */
-static int run_dot(const char *fmt, const char *in, const char *out) {
-  char tflag[16];
-  snprintf(tflag, sizeof(tflag), "-T%s", fmt);
-  pid_t pid = fork();
-  if (pid < 0) {
-    fprintf(stderr, "braid-topo: fork: %s\n", strerror(errno));
-    return 1;
-  }
-  if (pid == 0) {
-    execlp("dot", "dot", tflag, "-o", out, in, (char *)NULL);
-    fprintf(stderr,
-            "braid-topo: cannot run Graphviz 'dot' (%s); install graphviz\n",
-            strerror(errno));
-    _exit(127);
-  }
-  struct timespec t0, now, nap = {0, 20 * 1000 * 1000};
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (;;) {
-    int st;
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    if (w == pid) {
-      if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
-        return 0;
-      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 127))
-        fprintf(stderr, "braid-topo: dot failed (status %d)\n", st);
-      return 1;
-    }
-    if (w < 0 && errno != EINTR) {
-      fprintf(stderr, "braid-topo: waitpid: %s\n", strerror(errno));
-      return 1;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if (now.tv_sec - t0.tv_sec > RENDER_TIMEOUT_S) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, 0);
-      fprintf(stderr, "braid-topo: dot took more than %d s\n",
-              RENDER_TIMEOUT_S);
-      return 1;
-    }
-    nanosleep(&nap, NULL);
-  }
-}
-
 static int cmd_render(opts *o) {
   const char *fmt = o->format ? o->format : "svg";
   if (strcmp(fmt, "svg") && strcmp(fmt, "png") && strcmp(fmt, "dot")) {
@@ -242,7 +197,7 @@ static int cmd_render(opts *o) {
       fprintf(stderr, "braid-topo: cannot write a temporary file\n");
       rc = 1;
     } else
-      rc = run_dot(fmt, tmp, o->out);
+      rc = topo_run_dot("braid-topo", fmt, tmp, o->out);
     if (fd >= 0)
       unlink(tmp);
   }

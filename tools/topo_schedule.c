@@ -27,10 +27,10 @@
 #include "collectives/sim.h"
 #include "collectives/verify.h"
 #include "collectives/view.h"
+#include "tools/topo_dot.h"
 #include "topology/topo.h"
 
 #define MAX_GPUS 64
-#define DOT_TIMEOUT_S 120
 
 typedef struct sopts {
   const char *machine, *file, *coll_s, *size_s, *algo, *dtype_s, *save, *render,
@@ -511,43 +511,6 @@ static int write_plan(FILE *f, const sched *s, const sched_view *v,
              : write_dot(f, s, v, title);
 }
 
-static int run_dot(const char *fmt, const char *in, const char *out) {
-  char tflag[16];
-  snprintf(tflag, sizeof(tflag), "-T%s", fmt);
-  pid_t pid = fork();
-  if (pid < 0) {
-    fprintf(stderr, "braid-topo schedule: fork: %s\n", strerror(errno));
-    return 1;
-  }
-  if (pid == 0) {
-    execlp("dot", "dot", tflag, "-o", out, in, (char *)NULL);
-    fprintf(stderr,
-            "braid-topo schedule: cannot run Graphviz 'dot' (%s); install "
-            "graphviz\n",
-            strerror(errno));
-    _exit(127);
-  }
-  struct timespec t0, now, nap = {0, 20 * 1000 * 1000};
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (;;) {
-    int st;
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    if (w == pid)
-      return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
-    if (w < 0 && errno != EINTR)
-      return 1;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if (now.tv_sec - t0.tv_sec > DOT_TIMEOUT_S) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, 0);
-      fprintf(stderr, "braid-topo schedule: dot took more than %d s\n",
-              DOT_TIMEOUT_S);
-      return 1;
-    }
-    nanosleep(&nap, NULL);
-  }
-}
-
 static int render(const sopts *o, const sched *s, const sched_view *v) {
   char title[256];
   snprintf(title, sizeof(title), "%s: %s %s, %s (%d channels)", v->g->name,
@@ -569,7 +532,7 @@ static int render(const sopts *o, const sched *s, const sched_view *v) {
     fprintf(stderr, "braid-topo schedule: cannot write a temporary file\n");
     rc = 1;
   } else
-    rc = run_dot(o->render, tmp, o->out);
+    rc = topo_run_dot("braid-topo schedule", o->render, tmp, o->out);
   if (fd >= 0)
     unlink(tmp);
   return rc;
