@@ -271,12 +271,6 @@ braid_result topo_model_load(const char *name, topo_graph **out, char *err,
 braid_result topo_cluster(const topo_graph *host, int nhosts, double nic_bw,
                           topo_graph **out, char *err, size_t errlen);
 
-/* ---- the runtime's entry point ---- */
-/* BRAID_TOPO_FILE set: loads it; otherwise detects. BRAID_TOPO_DUMP_FILE set:
-   writes the result there (format from its extension: .xml NCCL, .topo
-   braid). */
-braid_result topo_for_comm(topo_graph **out, char *err, size_t errlen);
-
 /* ---- printing ---- */
 /* The machine as a tree, then the GPU/NIC matrix as `nvidia-smi topo -m`. */
 void topo_print(topo_graph *g, FILE *f);

@@ -1,9 +1,11 @@
 /*
- * topo_for_comm: BRAID_TOPO_FILE replaces detection, BRAID_TOPO_DUMP_FILE
+ * comm_topo_load: BRAID_TOPO_FILE replaces detection, BRAID_TOPO_DUMP_FILE
  * writes what the communicator uses. Each test runs in its own process, so
  * the environment is read fresh.
  */
 #include "topo_test_util.h"
+
+#include "src/comm.h"
 
 Test(topo_comm, file_and_dump) {
   char dump[] = "/tmp/braid-topo-dump-XXXXXX.xml";
@@ -14,7 +16,7 @@ Test(topo_comm, file_and_dump) {
   setenv("BRAID_TOPO_DUMP_FILE", dump, 1);
   char err[512] = "";
   topo_graph *g = NULL;
-  cr_assert_eq(topo_for_comm(&g, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(comm_topo_load(&g, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
   cr_assert_str_eq(g->name, "DGX-H100");
   cr_assert_eq(topo_count(g, TOPO_GPU), 8);
   topo_graph *d = load_ok(dump);
@@ -29,7 +31,7 @@ Test(topo_comm, bad_file_is_an_error) {
   setenv("BRAID_TOPO_FILE", "/nonexistent/topo.xml", 1);
   char err[512] = "";
   topo_graph *g = NULL;
-  cr_assert_eq(topo_for_comm(&g, err, sizeof(err)), BRAID_ERR_INVALID_ARG);
+  cr_assert_eq(comm_topo_load(&g, err, sizeof(err)), BRAID_ERR_INVALID_ARG);
   cr_assert_null(g);
   cr_assert_has(err, "/nonexistent/topo.xml");
 }
@@ -43,7 +45,7 @@ Test(topo_comm, detects_without_a_file) {
   setenv("BRAID_TOPO_DUMP_FILE", dump, 1);
   char err[512] = "";
   topo_graph *g = NULL;
-  cr_assert_eq(topo_for_comm(&g, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(comm_topo_load(&g, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
   cr_assert_str_eq(g->name, "live");
   cr_assert_geq(topo_count(g, TOPO_CPU), 1);
   topo_graph *d = load_ok(dump);

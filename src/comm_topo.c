@@ -1,13 +1,17 @@
 /*
- * The runtime's entry point: the topology a communicator uses.
+ * The machine a communicator uses (src/comm.h): the topology file the
+ * settings name, else what topology/ detects; written out when the settings
+ * ask for it.
  */
-#include "src/config.h"
-#include "src/log.h"
-#include "topology/topo_int.h"
+#include "src/comm.h"
 
 #include <string.h>
 
-braid_result topo_for_comm(topo_graph **out, char *err, size_t errlen) {
+#include "src/config.h"
+#include "src/log.h"
+#include "topology/topo.h"
+
+braid_result comm_topo_load(topo_graph **out, char *err, size_t errlen) {
   *out = NULL;
   const cfg_env *cfg = cfg_get();
   braid_result r;
