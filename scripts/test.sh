@@ -149,7 +149,7 @@ fi
 
 if [ "${BRAID_SKIP_FUZZ:-0}" != 1 ] && [ -x topology/fuzz/run.sh ]; then
   export FUZZ_SECONDS=${FUZZ_SECONDS:-10}
-  at "fuzzing the topology parsers ($FUZZ_SECONDS s each)"
+  at "fuzzing the topology and schedule parsers ($FUZZ_SECONDS s each)"
   topology/fuzz/run.sh
 fi
 if [ -n "$lint_pid" ]; then
