@@ -52,18 +52,13 @@
 #include "flow.h"
 #include "gen_util.h"
 #include "route.h"
+#include "treepack_int.h"
 #include "view.h"
 
-#define TREEPACK_MAX_TREES 48 /* TPK_KMAX of treepack_pack.c */
-#define TREEPACK_CHANNELS 16  /* channels when trees are replicated */
-#define TREEPACK_AR_K 128     /* allreduce chunks per block */
+#define TREEPACK_MAX_TREES TREEPACK_KMAX
+#define TREEPACK_CHANNELS 16 /* channels when trees are replicated */
+#define TREEPACK_AR_K 128    /* allreduce chunks per block */
 #define TREEPACK_AR_PIECE ((size_t)256 << 10) /* smallest allreduce piece */
-
-/* treepack_pack.c */
-int treepack_pack(const double *cap, int n, int root, int undirected, int maxt,
-                  int *par, double *w, int *ntrees);
-int treepack_lp(const double *A, const double *b, const double *c, int m, int k,
-                double *x);
 
 typedef struct ptree {
   int n, root;

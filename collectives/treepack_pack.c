@@ -41,13 +41,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "treepack_int.h"
+
 #define TPK_EXACT_MAX 32     /* ranks: exact packing up to here, greedy above */
 #define TPK_EXACT_MAX_UND 12 /* the same for undirected trees */
-#define TPK_KMAX 48          /* integral trees the exact packing may build */
-
-/* Declared again in treepack.c (the generator). */
-int treepack_pack(const double *cap, int n, int root, int undirected, int maxt,
-                  int *par, double *w, int *ntrees);
 
 /* ---- integral max flow (Edmonds-Karp), stopping at `limit` ---- */
 
@@ -100,7 +97,7 @@ static void quantize(const double *cap, int n, double u, int undirected,
       if (undirected && cap[(size_t)b * n + a] < c)
         c = cap[(size_t)b * n + a];
       double q = a == b ? 0 : floor(c / u * (1 + 1e-9));
-      m[(size_t)a * n + b] = q > TPK_KMAX ? TPK_KMAX : (int)q;
+      m[(size_t)a * n + b] = q > TREEPACK_KMAX ? TREEPACK_KMAX : (int)q;
     }
 }
 
@@ -452,7 +449,7 @@ static int exact_pack(const double *cap, int n, int root, int undirected,
           k = edmonds_number(m, n, root, ws);
         } else {
           /* k <= edges / (n - 1), and every tree touches every rank. */
-          int lo = 0, hi = TPK_KMAX, tot = 0;
+          int lo = 0, hi = TREEPACK_KMAX, tot = 0;
           for (int x = 0; x < n; x++) {
             int deg = 0;
             for (int y = 0; y < n; y++)
@@ -472,7 +469,7 @@ static int exact_pack(const double *cap, int n, int root, int undirected,
           }
           k = lo;
         }
-        if (k > TPK_KMAX)
+        if (k > TREEPACK_KMAX)
           continue;
         if (k * u > bestk * bestu * (1 + 1e-9) ||
             (k * u >= bestk * bestu * (1 - 1e-9) && k < bestk)) {
@@ -522,17 +519,11 @@ static int greedy_pack(const double *cap, int n, int root, int undirected,
   return *nt > 0 ? 0 : -1;
 }
 
-/*
- * Packs trees on cap (n x n, GB/s, all pairs joined by a path of positive
- * capacity). par: room for TPK_KMAX x n parents (at least maxt x n); w: their
- * rates. Directed trees are rooted at root; undirected ones at the root
- * picked for them. Returns 0, or -1 (out of memory, or no spanning tree).
- */
 int treepack_pack(const double *cap, int n, int root, int undirected, int maxt,
                   int *par, double *w, int *ntrees) {
   if (n < 2)
     return -1;
-  size_t nn = (size_t)n * (size_t)n, mmax = nn * TPK_KMAX;
+  size_t nn = (size_t)n * (size_t)n, mmax = nn * TREEPACK_KMAX;
   int rc = -1, nt = 0;
   iflow_ws ws = {malloc(sizeof(int) * nn), malloc(sizeof(int) * (size_t)n),
                  malloc(sizeof(int) * (size_t)n)};
@@ -552,9 +543,9 @@ int treepack_pack(const double *cap, int n, int root, int undirected, int maxt,
     F.as = malloc(sizeof(int) * mmax);
     F.from = malloc(sizeof(int) * mmax);
     F.queue = malloc(sizeof(int) * (mmax > (size_t)n ? mmax : (size_t)n));
-    F.pe = malloc(sizeof(int) * (size_t)n * TPK_KMAX);
-    F.dep = malloc(sizeof(int) * (size_t)n * TPK_KMAX);
-    F.comp = malloc(sizeof(int) * (size_t)n * TPK_KMAX);
+    F.pe = malloc(sizeof(int) * (size_t)n * TREEPACK_KMAX);
+    F.dep = malloc(sizeof(int) * (size_t)n * TREEPACK_KMAX);
+    F.comp = malloc(sizeof(int) * (size_t)n * TREEPACK_KMAX);
     F.adj = malloc(sizeof(int) * nn);
     F.adjn = malloc(sizeof(int) * (size_t)n);
     seen = malloc(mmax);
@@ -565,8 +556,8 @@ int treepack_pack(const double *cap, int n, int root, int undirected, int maxt,
                     depth, order);
   }
   if (rc)
-    rc = greedy_pack(cap, n, root, undirected, TPK_KMAX, par, w, &nt, res, key,
-                     in);
+    rc = greedy_pack(cap, n, root, undirected, TREEPACK_KMAX, par, w, &nt, res,
+                     key, in);
   if (rc)
     goto out;
   nt = merge_sort(n, nt, par, w);
@@ -603,11 +594,6 @@ out:
   return rc;
 }
 
-/*
- * max c.x subject to A x <= b, x >= 0 (A: m x k row-major, A >= 0, b > 0,
- * c > 0), by the simplex method on a dense tableau from the all-slack basis,
- * Bland's rule. x gets the optimum; returns 0, or -1 out of memory.
- */
 int treepack_lp(const double *A, const double *b, const double *c, int m, int k,
                 double *x) {
   int cols = k + m + 1; /* variables, slacks, right-hand side */
