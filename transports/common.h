@@ -69,9 +69,18 @@ int tp_setup_round(tp_setup *su, int rc, const void *mine, void *all,
  * is not 0 a slot size in 1..max_slot_bytes; else BRAID_ERR_INVALID_ARG
  * with "<who>: bad setup (...)" in su->errbuf. */
 int tp_setup_check(tp_setup *su, const char *who, size_t max_slot_bytes);
-/* The ranks this one connects to: used[nranks] (calloc'ed, the caller frees
- * it) with 1 where peers[p] is set and p is not this rank. Returns how many,
- * or -1 without memory. */
-int tp_peer_mask(const tp_setup *su, const uint8_t *peers, uint8_t **used);
+
+/* What a network transport (ofi, ibverbs) keeps of its setup. */
+typedef struct tp_net {
+  struct tp_bootstrap *boot;
+  int rank, nranks, nchannels, nslots;
+  size_t slot_bytes;
+  uint8_t *used; /* nranks: 1 for each rank this one connects to */
+} tp_net;
+/* Fills n from su, and n->used (calloc'ed; tp_net_fini frees it) with 1
+ * where peers[p] is set and p is not this rank. Returns how many ranks
+ * that is, or -1 without memory. */
+int tp_net_init(tp_net *n, const tp_setup *su, const uint8_t *peers);
+void tp_net_fini(tp_net *n);
 
 #endif

@@ -53,13 +53,24 @@ int tp_setup_check(tp_setup *su, const char *who, size_t max_slot_bytes) {
   return BRAID_ERR_INVALID_ARG;
 }
 
-int tp_peer_mask(const tp_setup *su, const uint8_t *peers, uint8_t **used) {
-  *used = calloc((size_t)su->nranks, 1);
-  if (*used == NULL)
+int tp_net_init(tp_net *n, const tp_setup *su, const uint8_t *peers) {
+  *n = (tp_net){.boot = su->boot,
+                .rank = su->rank,
+                .nranks = su->nranks,
+                .nchannels = su->nchannels,
+                .nslots = su->nslots,
+                .slot_bytes = su->slot_bytes,
+                .used = calloc((size_t)su->nranks, 1)};
+  if (n->used == NULL)
     return -1;
-  int n = 0;
+  int k = 0;
   for (int p = 0; p < su->nranks; p++)
     if (peers != NULL && peers[p] && p != su->rank)
-      (*used)[p] = 1, n++;
-  return n;
+      n->used[p] = 1, k++;
+  return k;
+}
+
+void tp_net_fini(tp_net *n) {
+  free(n->used);
+  n->used = NULL;
 }

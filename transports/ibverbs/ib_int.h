@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "src/bootstrap.h"
+#include "transports/common.h"
 #include "transports/ibverbs/ib_proto.h"
 #include "transports/transport.h"
 
@@ -50,9 +51,7 @@ struct tp_conn {
 };
 
 struct ib_state {
-  int rank, nranks, nchannels, nslots;
-  size_t slot_bytes;
-  boot *boot;
+  tp_net net; /* rank, nranks, nchannels, nslots, slot_bytes, boot, used */
   struct ibv_context *ctx;
   struct ibv_pd *pd;
   struct ibv_cq *cq;
@@ -65,19 +64,18 @@ struct ib_state {
   tp_regcache rc;
   int rc_ready;
   tp_conn *conns;
-  uint8_t *used;
   char err[256];
 };
 
 static inline uint8_t *send_slot(tp_conn *c, uint32_t s) {
-  return c->mem + (size_t)s * c->st->slot_bytes;
+  return c->mem + (size_t)s * c->st->net.slot_bytes;
 }
 static inline uint8_t *recv_slot(tp_conn *c, uint32_t s) {
-  return c->mem + ((size_t)c->st->nslots + s) * c->st->slot_bytes;
+  return c->mem + ((size_t)c->st->net.nslots + s) * c->st->net.slot_bytes;
 }
 static inline volatile uint64_t *credit_word(tp_conn *c) {
-  return (volatile uint64_t *)(c->mem +
-                               2 * (size_t)c->st->nslots * c->st->slot_bytes);
+  return (volatile uint64_t *)(c->mem + 2 * (size_t)c->st->net.nslots *
+                                            c->st->net.slot_bytes);
 }
 
 /* Records a failure on a connection; returns its (sticky) result. */

@@ -126,7 +126,7 @@ static int ib_progress(ib_state *st) {
       }
       if (kind == K_RECV) {
         uint32_t len = ntohl(wc[i].imm_data);
-        if (len > st->slot_bytes || ib_rx_arrive(&c->rx, len) != 0) {
+        if (len > st->net.slot_bytes || ib_rx_arrive(&c->rx, len) != 0) {
           ib_conn_fail(c, BRAID_ERR_REMOTE, "protocol error: %s",
                        "peer wrote without a credit or past a slot");
           continue;
@@ -173,15 +173,15 @@ static int ibv_isend(tp_conn *c, const void *src, size_t len,
   int r = ib_refresh(c);
   if (r != 0)
     return r;
-  if (len > st->slot_bytes) {
+  if (len > st->net.slot_bytes) {
     snprintf(st->err, sizeof(st->err),
              "ibverbs: a %zu-byte message to rank %d is larger than the "
              "%zu-byte slots",
-             len, c->peer, st->slot_bytes);
+             len, c->peer, st->net.slot_bytes);
     return BRAID_ERR_INVALID_ARG;
   }
   if (ib_tx_credits(&c->tx) == 0 ||
-      c->tx.sent - c->tx.completed >= (uint64_t)st->nslots ||
+      c->tx.sent - c->tx.completed >= (uint64_t)st->net.nslots ||
       c->sq_out >= c->sq_max)
     return TP_AGAIN;
   uint32_t slot;
@@ -199,7 +199,7 @@ static int ibv_isend(tp_conn *c, const void *src, size_t len,
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.imm_data = htonl((uint32_t)len);
   wr.wr.rdma.remote_addr =
-      c->remote.slots_addr + (uint64_t)slot * st->slot_bytes;
+      c->remote.slots_addr + (uint64_t)slot * st->net.slot_bytes;
   wr.wr.rdma.rkey = c->remote.slots_rkey;
   int e = ibv_post_send(c->qp, &wr, &bad);
   if (e != 0)
@@ -279,10 +279,10 @@ static int ibv_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
 
 static tp_conn *ibv_conn(void *state, int peer, int channel) {
   ib_state *st = state;
-  if (st == NULL || st->conns == NULL || peer < 0 || peer >= st->nranks ||
-      channel < 0 || channel >= st->nchannels || !st->used[peer])
+  if (st == NULL || st->conns == NULL || peer < 0 || peer >= st->net.nranks ||
+      channel < 0 || channel >= st->net.nchannels || !st->net.used[peer])
     return NULL;
-  return &st->conns[(size_t)peer * (size_t)st->nchannels + (size_t)channel];
+  return &st->conns[(size_t)peer * (size_t)st->net.nchannels + (size_t)channel];
 }
 
 static int ibv_pollfd(tp_conn *c) {
@@ -292,14 +292,14 @@ static int ibv_pollfd(tp_conn *c) {
 
 static int ibv_check_peers(void *state, int *dead_rank) {
   ib_state *st = state;
-  size_t n = (size_t)st->nranks * (size_t)st->nchannels;
+  size_t n = (size_t)st->net.nranks * (size_t)st->net.nchannels;
   for (size_t i = 0; st->conns != NULL && i < n; i++)
     if (st->conns[i].qp != NULL && st->conns[i].err == BRAID_ERR_REMOTE) {
       *dead_rank = st->conns[i].peer;
       return BRAID_ERR_REMOTE;
     }
   int dead = -1;
-  braid_result r = boot_check_peers(st->boot, &dead);
+  braid_result r = boot_check_peers(st->net.boot, &dead);
   if (r == BRAID_ERR_REMOTE)
     *dead_rank = dead;
   return r;
@@ -314,7 +314,7 @@ void ibv_teardown(void *state) {
   ib_state *st = state;
   if (st == NULL)
     return;
-  size_t n = (size_t)st->nranks * (size_t)st->nchannels;
+  size_t n = (size_t)st->net.nranks * (size_t)st->net.nchannels;
   for (size_t i = 0; st->conns != NULL && i < n; i++) {
     tp_conn *c = &st->conns[i];
     if (c->qp != NULL)
@@ -336,7 +336,7 @@ void ibv_teardown(void *state) {
   if (st->ctx != NULL)
     ibv_close_device(st->ctx);
   free(st->conns);
-  free(st->used);
+  tp_net_fini(&st->net);
   free(st);
 }
 

@@ -148,7 +148,7 @@ static int ib_open(ib_state *st, char *err, size_t errlen) {
     return BRAID_ERR_INVALID_ARG;
   }
   st->pd = ibv_alloc_pd(st->ctx);
-  int cqe = st->nranks * st->nchannels * st->nslots * 4 + 64;
+  int cqe = st->net.nranks * st->net.nchannels * st->net.nslots * 4 + 64;
   if (st->pd != NULL)
     st->cq = ibv_create_cq(st->ctx, cqe, NULL, NULL, 0);
   if (st->pd == NULL || st->cq == NULL) {
@@ -156,15 +156,16 @@ static int ib_open(ib_state *st, char *err, size_t errlen) {
              strerror(errno));
     return BRAID_ERR_SYSTEM;
   }
-  rc_init(&st->rc, st->nranks * st->nchannels + 1, ib_reg, ib_dereg, st);
+  rc_init(&st->rc, st->net.nranks * st->net.nchannels + 1, ib_reg, ib_dereg,
+          st);
   st->rc_ready = 1;
-  INFO(LOG_NET, "ibverbs: rank %d uses %s (%s, GID index %d)", st->rank,
+  INFO(LOG_NET, "ibverbs: rank %d uses %s (%s, GID index %d)", st->net.rank,
        st->dev, st->eth ? "RoCE" : "InfiniBand", st->gid_index);
   return BRAID_SUCCESS;
 }
 
 static int conn_create(ib_state *st, tp_conn *c, ib_wire_info *w) {
-  size_t ring = (size_t)st->nslots * st->slot_bytes;
+  size_t ring = (size_t)st->net.nslots * st->net.slot_bytes;
   c->mem_len = 2 * ring + 64;
   if (posix_memalign((void **)&c->mem, 4096, c->mem_len) != 0)
     return BRAID_ERR_NOMEM;
@@ -177,14 +178,14 @@ static int conn_create(ib_state *st, tp_conn *c, ib_wire_info *w) {
   }
   struct ibv_mr *mr = key;
   c->lkey = mr->lkey;
-  c->sq_max = 2 * st->nslots + 4;
+  c->sq_max = 2 * st->net.nslots + 4;
   struct ibv_qp_init_attr qa;
   memset(&qa, 0, sizeof(qa));
   qa.send_cq = st->cq;
   qa.recv_cq = st->cq;
   qa.qp_type = IBV_QPT_RC;
   qa.cap.max_send_wr = (uint32_t)c->sq_max;
-  qa.cap.max_recv_wr = (uint32_t)(2 * st->nslots);
+  qa.cap.max_recv_wr = (uint32_t)(2 * st->net.nslots);
   qa.cap.max_send_sge = 1;
   qa.cap.max_recv_sge = 1;
   qa.cap.max_inline_data = 64;
@@ -206,13 +207,13 @@ static int conn_create(ib_state *st, tp_conn *c, ib_wire_info *w) {
              strerror(errno));
     return BRAID_ERR_SYSTEM;
   }
-  for (int i = 0; i < 2 * st->nslots; i++)
+  for (int i = 0; i < 2 * st->net.nslots; i++)
     if (ib_post_recv(c) != 0) {
       snprintf(st->err, sizeof(st->err), "ibverbs: posting receives failed");
       return BRAID_ERR_SYSTEM;
     }
-  ib_tx_init(&c->tx, (uint32_t)st->nslots);
-  if (ib_rx_init(&c->rx, (uint32_t)st->nslots) != 0)
+  ib_tx_init(&c->tx, (uint32_t)st->net.nslots);
+  if (ib_rx_init(&c->rx, (uint32_t)st->net.nslots) != 0)
     return BRAID_ERR_NOMEM;
   ib_conn_step(&c->state, IB_EV_CREATED);
   memset(w, 0, sizeof(*w));
@@ -226,9 +227,9 @@ static int conn_create(ib_state *st, tp_conn *c, ib_wire_info *w) {
   w->slots_rkey = mr->rkey;
   w->credit_addr = (uintptr_t)credit_word(c);
   w->credit_rkey = mr->rkey;
-  w->nslots = (uint32_t)st->nslots;
-  w->slot_bytes = st->slot_bytes;
-  w->rank = st->rank;
+  w->nslots = (uint32_t)st->net.nslots;
+  w->slot_bytes = st->net.slot_bytes;
+  w->rank = st->net.rank;
   w->channel = c->channel;
   return BRAID_SUCCESS;
 }
@@ -276,13 +277,13 @@ static int conn_connect(ib_state *st, tp_conn *c, uint32_t my_psn) {
 
 /* Creates, exchanges and connects every (peer, channel) QP. */
 static int ib_connect_all(ib_state *st) {
-  size_t nch = (size_t)st->nchannels;
+  size_t nch = (size_t)st->net.nchannels;
   size_t bytes = nch * IB_WIRE_BYTES;
   uint8_t *mine = malloc(bytes), *theirs = malloc(bytes);
   ib_wire_info *w = calloc(nch, sizeof(*w));
   int r = mine && theirs && w ? BRAID_SUCCESS : BRAID_ERR_NOMEM;
-  for (int p = 0; p < st->nranks && r == BRAID_SUCCESS; p++) {
-    if (!st->used[p])
+  for (int p = 0; p < st->net.nranks && r == BRAID_SUCCESS; p++) {
+    if (!st->net.used[p])
       continue;
     for (size_t ch = 0; ch < nch && r == BRAID_SUCCESS; ch++) {
       tp_conn *c = &st->conns[(size_t)p * nch + ch];
@@ -292,17 +293,17 @@ static int ib_connect_all(ib_state *st) {
     if (r != BRAID_SUCCESS)
       break;
     braid_result b1, b2;
-    if (st->rank < p) {
-      b1 = boot_send(st->boot, p, mine, bytes);
-      b2 = b1 == BRAID_SUCCESS ? boot_recv(st->boot, p, theirs, bytes) : b1;
+    if (st->net.rank < p) {
+      b1 = boot_send(st->net.boot, p, mine, bytes);
+      b2 = b1 == BRAID_SUCCESS ? boot_recv(st->net.boot, p, theirs, bytes) : b1;
     } else {
-      b1 = boot_recv(st->boot, p, theirs, bytes);
-      b2 = b1 == BRAID_SUCCESS ? boot_send(st->boot, p, mine, bytes) : b1;
+      b1 = boot_recv(st->net.boot, p, theirs, bytes);
+      b2 = b1 == BRAID_SUCCESS ? boot_send(st->net.boot, p, mine, bytes) : b1;
     }
     if (b2 != BRAID_SUCCESS) {
       snprintf(st->err, sizeof(st->err),
                "ibverbs: exchanging QP info with rank %d: %s", p,
-               boot_last_error(st->boot));
+               boot_last_error(st->net.boot));
       r = b2;
       break;
     }
@@ -310,8 +311,8 @@ static int ib_connect_all(ib_state *st) {
       tp_conn *c = &st->conns[(size_t)p * nch + ch];
       char e[160];
       if (ib_wire_unpack(theirs + ch * IB_WIRE_BYTES, &c->remote,
-                         (uint32_t)st->nslots, st->slot_bytes, p, (int)ch, e,
-                         sizeof(e)) != 0) {
+                         (uint32_t)st->net.nslots, st->net.slot_bytes, p,
+                         (int)ch, e, sizeof(e)) != 0) {
         snprintf(st->err, sizeof(st->err), "ibverbs: rank %d: %s", p, e);
         r = BRAID_ERR_INVALID_ARG;
         break;
@@ -340,13 +341,7 @@ int ibv_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   ib_state *st = calloc(1, sizeof(*st));
   if (st == NULL)
     return BRAID_ERR_NOMEM;
-  st->rank = ts->rank;
-  st->nranks = ts->nranks;
-  st->nchannels = ts->nchannels;
-  st->nslots = ts->nslots;
-  st->slot_bytes = ts->slot_bytes;
-  st->boot = ts->boot;
-  int any = tp_peer_mask(ts, peers, &st->used);
+  int any = tp_net_init(&st->net, ts, peers);
   ibv_blob *all = calloc(nr, sizeof(ibv_blob));
   if (any < 0 || all == NULL) {
     free(all);
@@ -370,7 +365,7 @@ int ibv_setup(tp_setup *ts, const uint8_t *peers, void **state) {
              "ibverbs: exchanging device status failed: %s",
              boot_last_error(ts->boot));
   for (int p = 0; p < ts->nranks && r == BRAID_SUCCESS; p++) {
-    if (!st->used[p])
+    if (!st->net.used[p])
       continue;
     if (all[p].magic != IBV_MAGIC || all[p].status == ST_FAILED) {
       snprintf(ts->errbuf, sizeof(ts->errbuf),

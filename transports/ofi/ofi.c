@@ -118,7 +118,7 @@ int ofi_progress(ofi_state *st) {
 
 /* Releases completed sends in order; returns the connection's sticky error. */
 static int ofi_reap_tx(tp_conn *c) {
-  int nslots = c->st->nslots;
+  int nslots = c->st->net.nslots;
   while (c->tx_done < c->tx_seq) {
     ofi_op *op = &c->tx[c->tx_done % (uint64_t)nslots];
     if (!op->done)
@@ -156,22 +156,22 @@ static int ofi_post_send(tp_conn *c, const void *src, size_t len,
     return r;
   if ((r = ofi_reap_tx(c)) != 0)
     return r;
-  if (len > st->max_msg || (copy && len > st->slot_bytes)) {
+  if (len > st->max_msg || (copy && len > st->net.slot_bytes)) {
     snprintf(st->err, sizeof(st->err),
              "ofi: a %zu-byte message to rank %d is larger than the %zu-byte "
              "%s",
-             len, c->peer, copy ? st->slot_bytes : st->max_msg,
+             len, c->peer, copy ? st->net.slot_bytes : st->max_msg,
              copy ? "slots" : "limit of the provider");
     return BRAID_ERR_INVALID_ARG;
   }
-  if (c->tx_seq - c->tx_done >= (uint64_t)st->nslots)
+  if (c->tx_seq - c->tx_done >= (uint64_t)st->net.nslots)
     return TP_AGAIN;
   if (copy && c->cbuf == NULL) {
-    c->cbuf = malloc((size_t)st->nslots * st->slot_bytes);
+    c->cbuf = malloc((size_t)st->net.nslots * st->net.slot_bytes);
     if (c->cbuf == NULL)
       return BRAID_ERR_NOMEM;
   }
-  uint64_t idx = c->tx_seq % (uint64_t)st->nslots;
+  uint64_t idx = c->tx_seq % (uint64_t)st->net.nslots;
   ofi_op *op = &c->tx[idx];
   memset(op, 0, sizeof(*op));
   op->c = c;
@@ -179,7 +179,7 @@ static int ofi_post_send(tp_conn *c, const void *src, size_t len,
   op->copied = copy;
   const void *buf = src;
   if (copy) {
-    buf = c->cbuf + idx * st->slot_bytes;
+    buf = c->cbuf + idx * st->net.slot_bytes;
     if (len > 0)
       memcpy((void *)buf, src, len);
   }
@@ -188,7 +188,7 @@ static int ofi_post_send(tp_conn *c, const void *src, size_t len,
     return r;
   uint64_t seq = c->tx_seq + 1;
   ssize_t rc = fi_tsend(st->ep, len ? buf : NULL, len, desc, c->addr,
-                        ofi_tag(st->rank, c->channel, seq), op);
+                        ofi_tag(st->net.rank, c->channel, seq), op);
   if (rc == -FI_EAGAIN) {
     if (op->mr_entry >= 0)
       rc_put(&st->rc, op->mr_entry);
@@ -224,7 +224,7 @@ static int ofi_flush(void *state) {
   if (r != 0)
     return r;
   int left = 0;
-  size_t n = (size_t)st->nranks * (size_t)st->nchannels;
+  size_t n = (size_t)st->net.nranks * (size_t)st->net.nchannels;
   for (size_t i = 0; i < n; i++) {
     tp_conn *c = &st->conns[i];
     if (c->st == NULL)
@@ -244,7 +244,7 @@ static int ofi_send_done(tp_conn *c, uint64_t ticket) {
     return r;
   /* Sends still in flight hold their source unless it was copied. */
   for (uint64_t q = c->tx_done + 1; q <= ticket && q <= c->tx_seq; q++) {
-    const ofi_op *op = &c->tx[(q - 1) % (uint64_t)c->st->nslots];
+    const ofi_op *op = &c->tx[(q - 1) % (uint64_t)c->st->net.nslots];
     if (!op->done && !op->copied)
       return TP_AGAIN;
   }
@@ -342,10 +342,10 @@ static int ofi_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
 
 static tp_conn *ofi_conn(void *state, int peer, int channel) {
   ofi_state *st = state;
-  if (st == NULL || peer < 0 || peer >= st->nranks || channel < 0 ||
-      channel >= st->nchannels || st->conns == NULL || !st->used[peer])
+  if (st == NULL || peer < 0 || peer >= st->net.nranks || channel < 0 ||
+      channel >= st->net.nchannels || st->conns == NULL || !st->net.used[peer])
     return NULL;
-  return &st->conns[(size_t)peer * (size_t)st->nchannels + (size_t)channel];
+  return &st->conns[(size_t)peer * (size_t)st->net.nchannels + (size_t)channel];
 }
 
 static int ofi_pollfd(tp_conn *c) {
@@ -355,11 +355,11 @@ static int ofi_pollfd(tp_conn *c) {
 
 static int ofi_check_peers(void *state, int *dead_rank) {
   ofi_state *st = state;
-  for (int p = 0; st->conns != NULL && p < st->nranks; p++) {
-    if (!st->used[p])
+  for (int p = 0; st->conns != NULL && p < st->net.nranks; p++) {
+    if (!st->net.used[p])
       continue;
-    for (int ch = 0; ch < st->nchannels; ch++) {
-      tp_conn *c = &st->conns[(size_t)p * (size_t)st->nchannels + ch];
+    for (int ch = 0; ch < st->net.nchannels; ch++) {
+      tp_conn *c = &st->conns[(size_t)p * (size_t)st->net.nchannels + ch];
       if (c->err == BRAID_ERR_REMOTE) {
         *dead_rank = p;
         return BRAID_ERR_REMOTE;
@@ -367,7 +367,7 @@ static int ofi_check_peers(void *state, int *dead_rank) {
     }
   }
   int dead = -1;
-  braid_result r = boot_check_peers(st->boot, &dead);
+  braid_result r = boot_check_peers(st->net.boot, &dead);
   if (r == BRAID_ERR_REMOTE) {
     *dead_rank = dead;
     snprintf(st->err, sizeof(st->err),
@@ -400,7 +400,7 @@ void ofi_teardown(void *state) {
   if (st->info != NULL)
     fi_freeinfo(st->info);
   if (st->conns != NULL) {
-    size_t n = (size_t)st->nranks * (size_t)st->nchannels;
+    size_t n = (size_t)st->net.nranks * (size_t)st->net.nchannels;
     for (size_t i = 0; i < n; i++) {
       free(st->conns[i].tx);
       free(st->conns[i].stage);
@@ -409,7 +409,7 @@ void ofi_teardown(void *state) {
   }
   free(st->conns);
   free(st->addrs);
-  free(st->used);
+  tp_net_fini(&st->net);
   free(st->hello_ops);
   free(st);
 }

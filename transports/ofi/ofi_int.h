@@ -20,6 +20,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include "transports/common.h"
 #include "transports/ibverbs/ib_proto.h"
 #include "transports/sock_util.h"
 
@@ -74,10 +75,8 @@ struct tp_conn {
 };
 
 struct ofi_state {
-  int rank, nranks, nchannels, nslots;
+  tp_net net; /* rank, nranks, nchannels, nslots, slot_bytes, boot, used */
   size_t max_msg;
-  size_t slot_bytes;
-  boot *boot;
   struct fi_info *info;
   struct fid_fabric *fabric;
   struct fid_domain *domain;
@@ -87,8 +86,7 @@ struct ofi_state {
   int mr_local, mr_endpoint;
   tp_regcache rc;
   fi_addr_t *addrs;
-  tp_conn *conns; /* nranks * nchannels, NULL rows for unused peers */
-  uint8_t *used;
+  tp_conn *conns;    /* nranks * nchannels, NULL rows for unused peers */
   ofi_op *hello_ops; /* greeting ops left posted by a failed setup */
   char err[256];
 };

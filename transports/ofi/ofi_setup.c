@@ -209,7 +209,8 @@ static int ofi_open(ofi_state *st, ofi_blob *me, char *err, size_t errlen) {
     struct fi_cq_attr cqa;
     memset(&cqa, 0, sizeof(cqa));
     cqa.format = FI_CQ_FORMAT_TAGGED;
-    cqa.size = (size_t)st->nslots * 4 * (size_t)(st->nranks * st->nchannels);
+    cqa.size = (size_t)st->net.nslots * 4 *
+               (size_t)(st->net.nranks * st->net.nchannels);
     if (cqa.size < 256)
       cqa.size = 256;
     if (cqa.size > 65536)
@@ -222,7 +223,7 @@ static int ofi_open(ofi_state *st, ofi_blob *me, char *err, size_t errlen) {
     struct fi_av_attr ava;
     memset(&ava, 0, sizeof(ava));
     ava.type = FI_AV_TABLE;
-    ava.count = (size_t)st->nranks;
+    ava.count = (size_t)st->net.nranks;
     step = "fi_av_open";
     rc = fi_av_open(st->domain, &ava, &st->av, NULL);
   }
@@ -257,7 +258,7 @@ static int ofi_open(ofi_state *st, ofi_blob *me, char *err, size_t errlen) {
   snprintf(me->prov, sizeof(me->prov), "%s", fi->fabric_attr->prov_name);
   if (st->mr_local)
     rc_init(&st->rc, OFI_REGCACHE, ofi_reg, ofi_dereg, st);
-  INFO(LOG_NET, "ofi: rank %d uses provider %s domain %s%s", st->rank,
+  INFO(LOG_NET, "ofi: rank %d uses provider %s domain %s%s", st->net.rank,
        fi->fabric_attr->prov_name, fi->domain_attr->name,
        st->mr_local ? " (local registration)" : "");
   return BRAID_SUCCESS;
@@ -275,7 +276,7 @@ static int ofi_post_hello(ofi_state *st, ofi_op *op, int send,
   ssize_t rc;
   for (;;) {
     rc = send ? fi_tsend(st->ep, NULL, 0, NULL, c->addr,
-                         ofi_tag(st->rank, OFI_HELLO_CHAN, 0), op)
+                         ofi_tag(st->net.rank, OFI_HELLO_CHAN, 0), op)
               : fi_trecv(st->ep, NULL, 0, NULL, FI_ADDR_UNSPEC,
                          ofi_tag(c->peer, OFI_HELLO_CHAN, 0), 0, op);
     if (rc != -FI_EAGAIN || sock_now_ms() >= deadline)
@@ -301,8 +302,8 @@ static int ofi_wait_op(ofi_state *st, ofi_op *op, int64_t deadline) {
 
 static int ofi_hello(ofi_state *st, int timeout_ms, char *err, size_t errlen) {
   int n = 0;
-  for (int p = 0; p < st->nranks; p++)
-    n += st->used[p];
+  for (int p = 0; p < st->net.nranks; p++)
+    n += st->net.used[p];
   ofi_op *ops = calloc((size_t)n * 2 + 1, sizeof(ofi_op));
   if (ops == NULL)
     return BRAID_ERR_NOMEM;
@@ -310,10 +311,10 @@ static int ofi_hello(ofi_state *st, int timeout_ms, char *err, size_t errlen) {
   int k = 0, e = 0, bad = -1;
   const char *what = "";
   /* Receives from everyone, greetings to the higher ranks. */
-  for (int p = 0; p < st->nranks; p++) {
-    if (!st->used[p])
+  for (int p = 0; p < st->net.nranks; p++) {
+    if (!st->net.used[p])
       continue;
-    tp_conn *c = &st->conns[(size_t)p * (size_t)st->nchannels];
+    tp_conn *c = &st->conns[(size_t)p * (size_t)st->net.nchannels];
     ops[2 * k].c = ops[2 * k + 1].c = c;
     ops[2 * k].mr_entry = ops[2 * k + 1].mr_entry = -1;
     k++;
@@ -324,7 +325,7 @@ static int ofi_hello(ofi_state *st, int timeout_ms, char *err, size_t errlen) {
     bad = ops[2 * i].c->peer;
   }
   for (int i = 0; i < k && e == 0; i++)
-    if (ops[2 * i].c->peer > st->rank) {
+    if (ops[2 * i].c->peer > st->net.rank) {
       e = ofi_post_hello(st, &ops[2 * i + 1], 1, deadline);
       what = "greeting";
       bad = ops[2 * i].c->peer;
@@ -334,7 +335,7 @@ static int ofi_hello(ofi_state *st, int timeout_ms, char *err, size_t errlen) {
     bad = ops[2 * i].c->peer;
     what = "waiting for the greeting of";
     e = ofi_wait_op(st, &ops[2 * i], deadline);
-    if (e == 0 && bad < st->rank) {
+    if (e == 0 && bad < st->net.rank) {
       what = "answering";
       e = ofi_post_hello(st, &ops[2 * i + 1], 1, deadline);
     }
@@ -379,13 +380,7 @@ int ofi_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   ofi_state *st = calloc(1, sizeof(*st));
   if (st == NULL)
     return BRAID_ERR_NOMEM;
-  st->rank = ts->rank;
-  st->nranks = ts->nranks;
-  st->nchannels = ts->nchannels;
-  st->nslots = ts->nslots;
-  st->slot_bytes = ts->slot_bytes;
-  st->boot = ts->boot;
-  int any = tp_peer_mask(ts, peers, &st->used);
+  int any = tp_net_init(&st->net, ts, peers);
   ofi_blob *all = calloc(nr, sizeof(ofi_blob));
   if (any < 0 || all == NULL) {
     free(all);
@@ -419,7 +414,7 @@ int ofi_setup(tp_setup *ts, const uint8_t *peers, void **state) {
     return lr;
   }
   for (int p = 0; p < ts->nranks && r == BRAID_SUCCESS; p++) {
-    if (!st->used[p])
+    if (!st->net.used[p])
       continue;
     const ofi_blob *b = &all[p];
     if (b->magic != OFI_MAGIC || b->status == OFI_FAILED) {
@@ -447,7 +442,7 @@ int ofi_setup(tp_setup *ts, const uint8_t *peers, void **state) {
       r = BRAID_ERR_NOMEM;
     for (int p = 0; p < ts->nranks && r == BRAID_SUCCESS; p++) {
       st->addrs[p] = FI_ADDR_NOTAVAIL;
-      if (!st->used[p])
+      if (!st->net.used[p])
         continue;
       int n = fi_av_insert(st->av, all[p].addr, 1, &st->addrs[p], 0, NULL);
       if (n != 1) {
