@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# clang-format and clang-tidy over braid's own C sources. Needs a configured
-# build directory with compile_commands.json (default: build). Exits non-zero
-# on any finding.
+# The layering of the includes, then clang-format and clang-tidy over
+# braid's own C sources. Needs a configured build directory with
+# compile_commands.json (default: build). Exits non-zero on any finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
+echo "== includes and layering (DESIGN.md section 2)"
+tests/layering/check_includes.sh
 files=$(git ls-files '*.c' '*.h' '*.cc' 2>/dev/null || find include src collectives transports device topology tools perf trainer tests -name '*.[ch]')
 echo "== clang-format ($(echo "$files" | wc -l) files)"
 # one process for all files (one per file spent 20 s starting them); the
