@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -16,7 +17,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
 
 void tp_seterr(char *buf, size_t len, const char *fmt, ...) {
   if (!buf || !len)
@@ -57,6 +63,15 @@ int tp_pid_state(int pid) {
 }
 
 int tp_pid_gone(int pid) { return tp_pid_state(pid) != TP_PID_RUNNING; }
+
+int tp_pidfd_open(int pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
+
+int tp_peer_exited(int pidfd, int pid) {
+  if (pidfd < 0)
+    return tp_pid_gone(pid);
+  struct pollfd pf = {pidfd, POLLIN, 0};
+  return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLIN | POLLHUP));
+}
 
 uint64_t tp_pidns_id(void) {
   struct stat sb;

@@ -26,6 +26,12 @@ void tp_seterr(char *buf, size_t len, const char *fmt, ...)
 int tp_pid_state(int pid);
 /* 1 when pid no longer runs (a zombie or reaped). */
 int tp_pid_gone(int pid);
+/* A descriptor that turns readable when process pid exits (a pidfd), or -1
+ * with errno set (ESRCH: pid is gone already; ENOSYS: an older kernel). */
+int tp_pidfd_open(int pid);
+/* 1 when the peer process no longer runs: its pidfd (when >= 0) is
+ * readable, else tp_pid_gone(pid). Does not wait. */
+int tp_peer_exited(int pidfd, int pid);
 /* This process's pid namespace (0 when unknown): a pid is meaningful to a
  * peer only when both report the same. */
 uint64_t tp_pidns_id(void);

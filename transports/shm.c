@@ -470,14 +470,8 @@ static int shm_check_peers(void *state, int *dead_rank) {
     shm_peer *p = &st->peers[i];
     if (!p->pid_ok)
       continue;
-    if (!p->dead) {
-      if (p->pidfd >= 0) {
-        struct pollfd pf = {p->pidfd, POLLIN, 0};
-        p->dead = poll(&pf, 1, 0) > 0 && (pf.revents & (POLLIN | POLLHUP));
-      } else {
-        p->dead = tp_pid_gone(p->pid);
-      }
-    }
+    if (!p->dead)
+      p->dead = tp_peer_exited(p->pidfd, p->pid);
     if (p->dead && !rx_waiting(st, i)) {
       int cause = atomic_load(&p->hdr->cause);
       if (cause >= 0 && cause != st->rank) {

@@ -39,9 +39,6 @@
 #ifndef PR_SET_PTRACER_ANY
 #define PR_SET_PTRACER_ANY ((unsigned long)-1)
 #endif
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
 
 static _Atomic int shm_cma_mode = -1;
 static _Atomic int shm_cma_logged;
@@ -193,7 +190,7 @@ static int peer_attach(tp_setup *su, shm_state *st, shm_peer *p,
          "liveness through the bootstrap only",
          p->rank);
   } else {
-    p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
+    p->pidfd = tp_pidfd_open(p->pid);
     if (p->pidfd < 0 && errno == ESRCH)
       return SERR(su, BRAID_ERR_REMOTE,
                   "shm: rank %d (pid %d) exited during setup", p->rank, p->pid);

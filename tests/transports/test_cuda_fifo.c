@@ -356,10 +356,23 @@ Test(cuda_fifo, dead_peer_is_named) {
   cr_assert_eq(rc, BRAID_ERR_REMOTE);
   cr_assert_eq(dead, 7);
   cr_assert(strstr(err, "rank 7 died") && strstr(err, "rank 3"), "%s", err);
+  /* not reaped yet: a zombie that exited normally, its pidfd readable */
+  cr_assert_eq(tp_pid_state(child), TP_PID_EXITED);
+  int cfd = tp_pidfd_open(child);
+  if (cfd >= 0) {
+    cr_assert(tp_peer_exited(cfd, child), "the pidfd of an exited child");
+    close(cfd);
+  }
   waitpid(child, NULL, 0);
   cr_assert(tp_pid_gone(child), "a reaped child is gone");
   cr_assert_eq(tp_pid_state(child), TP_PID_GONE);
   cr_assert(!tp_pid_gone(getpid()));
+  cr_assert(tp_peer_exited(-1, child), "without a pidfd: by its pid");
+  int self = tp_pidfd_open(getpid());
+  if (self >= 0) { /* a kernel with pidfds: a running process is not readable */
+    cr_assert(!tp_peer_exited(self, getpid()));
+    close(self);
+  }
   cuf_seg_unmap(&seg);
 }
 

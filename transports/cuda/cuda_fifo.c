@@ -471,12 +471,7 @@ int cuf_rx_busy(const cuf_rx *x) { return x->cons != x->issued; }
 int cuf_peer_gone(cuf_peer *p) {
   if (!p->pid_ok || p->dead)
     return p->dead;
-  if (p->pidfd >= 0) {
-    struct pollfd pf = {p->pidfd, POLLIN, 0};
-    p->dead = poll(&pf, 1, 0) > 0 && (pf.revents & (POLLIN | POLLHUP));
-  } else {
-    p->dead = tp_pid_gone(p->pid);
-  }
+  p->dead = tp_peer_exited(p->pidfd, p->pid);
   return p->dead;
 }
 

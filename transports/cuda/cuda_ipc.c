@@ -24,10 +24,6 @@
 #include "transports/cuda/cuda_fifo.h"
 #include "transports/cuda/cuda_tp.h"
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-
 /* ---- the device layer as a copy engine ----------------------------------- */
 
 static int eng_copy(void *dst, const void *src, size_t n, void *stream) {
@@ -455,7 +451,7 @@ static int peer_attach(tp_setup *su, cu_state *st, int i, const cu_rec *rec) {
   }
   lv->hdr = p->seg.hdr;
   if (lv->pid_ok) {
-    lv->pidfd = (int)syscall(SYS_pidfd_open, lv->pid, 0);
+    lv->pidfd = tp_pidfd_open(lv->pid);
     if (lv->pidfd < 0 && errno == ESRCH)
       return SERR(su, BRAID_ERR_REMOTE,
                   "cuda: rank %d (pid %d) exited during setup", p->rank,
