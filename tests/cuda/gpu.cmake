@@ -38,12 +38,22 @@ endfunction()
 # with a BRAID_CUDA_HOST_MAX for the host path, a BRAID_CUDA_KERNEL_MAX
 # for kernels up to a size and the direct path above it.
 set(gpu_direct BRAID_CUDA_KERNEL_MAX=0 BRAID_CUDA_HOST_MAX=0)
-# gpu_test(<test> <program> [VAR=value...]): the ctest that runs <program>
-# one test at a time with BRAID_TIMEOUT=60 and the variables given; on the
-# emulated GPU for emu_* programs, else on a GPU (skipped without one).
+# gpu_test(<test> <program> [VAR=value...] [--option=value...]): the ctest
+# that runs <program> one test at a time with BRAID_TIMEOUT=60 and the
+# variables given (the --options: arguments of the program, --filter=...);
+# on the emulated GPU for emu_* programs, else on a GPU (skipped without
+# one).
 function(gpu_test test program)
-  set(env BRAID_TIMEOUT=60 ${ARGN})
-  add_test(NAME ${test} COMMAND ${program} --jobs 1)
+  set(env BRAID_TIMEOUT=60)
+  set(args)
+  foreach(a ${ARGN})
+    if(a MATCHES "^--")
+      list(APPEND args ${a})
+    else()
+      list(APPEND env ${a})
+    endif()
+  endforeach()
+  add_test(NAME ${test} COMMAND ${program} --jobs 1 ${args})
   set_tests_properties(${test} PROPERTIES TIMEOUT 300 ENVIRONMENT "${env}")
   if(program MATCHES "^emu_")
     set_tests_properties(${test} PROPERTIES LABELS "cuda;emu")
@@ -76,9 +86,14 @@ gpu_test(gpu_stream_kernel test_gpu_stream BRAID_CUDA_KERNEL_MAX=64K
 gpu_test(gpu_share test_gpu_share ${gpu_direct})
 gpu_test(gpu_share_kernel test_gpu_share)
 gpu_test(gpu_args test_gpu_args)
-# Pre-multiplied sums on device buffers (test_gpu_premul.c).
+# Pre-multiplied sums on device buffers (test_gpu_premul.c). Its suite
+# gpu_wide: float16, bfloat16 and float8_e4m3 sums and averages rounded
+# once by the collective kernel (braid's defaults: gpu_wide), at each step
+# with braid_config.deterministic and on the other paths (the gpu_premul
+# tests).
 gpu_program(test_gpu_premul test_gpu_premul.c braid_internal ${gpu_cudart})
 gpu_test(gpu_premul test_gpu_premul ${gpu_direct})
+gpu_test(gpu_wide test_gpu_premul --filter=gpu_wide/*)
 
 # The collective kernel in one process against a reference computed on the
 # host (test_gpu_kcoll.c): gpu_kcoll runs kernels.cu, emu_kcoll (below) the
@@ -231,13 +246,16 @@ gpu_test(emu_gpu_args emu_gpu_args)
 # Pre-multiplied sums on device buffers: through the executor's device
 # paths; small calls staged through pinned host memory (blocking and on the
 # stream); sizes that would go as collective kernels, which pre-multiplied
-# sums do not take. Each names its path.
+# sums do not take. Each names its path. The suite gpu_wide in each of them
+# (narrow floats rounded at each step; rounded once in the collective
+# kernels of emu_gpu_premul_kernel), and alone with braid's defaults.
 gpu_program(emu_gpu_premul test_gpu_premul.c braid_emu)
 gpu_test(emu_gpu_premul emu_gpu_premul ${gpu_direct})
 gpu_test(emu_gpu_premul_small emu_gpu_premul BRAID_CUDA_KERNEL_MAX=0
   BRAID_CUDA_HOST_MAX=8M)
 gpu_test(emu_gpu_premul_kernel emu_gpu_premul BRAID_CUDA_KERNEL_MAX=64K
   BRAID_CUDA_HOST_MAX=0)
+gpu_test(emu_gpu_wide emu_gpu_premul --filter=gpu_wide/*)
 gpu_program(emu_kcoll test_gpu_kcoll.c braid_emu)
 gpu_test(emu_kcoll emu_kcoll)
 

@@ -9,7 +9,10 @@
  * result is compared bit for bit with the sum computed here. A device
  * scalar is read when the call runs: changed between two calls, the second
  * uses the new value. The op stays usable after the calls and is destroyed
- * once its stream is synchronised.
+ * once its stream is synchronised. The suite gpu_wide (below) checks how
+ * the same narrow floats' sums and averages round through the API: once
+ * in the collective kernel, at each step under BRAID_DETERMINISTIC and on
+ * every other path.
  */
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
@@ -200,4 +203,199 @@ Test(gpu_premul, device_buffers_2_ranks, .timeout = 200) {
 
 Test(gpu_premul, device_buffers_3_ranks, .timeout = 200) {
   gpu_run(premul_cases, 3, "premul on device buffers");
+}
+
+/* ---- wide folds through the API ----------------------------------------
+ * float16, bfloat16 and float8_e4m3 sums and averages of WK elements on 3
+ * and 4 ranks, rank 0 holding wide_big(dt) (negated at odd elements) and the
+ * others 1, so that the ranks' elements folded in float and rounded once
+ * differ from the fold rounded at each step in rank order (big + 1 rounds
+ * back to big). With braid's defaults allreduce, reduce and reduce_scatter
+ * run as collective kernels (counted on the stream) and give the value
+ * rounded once; with braid_config.deterministic = 1, or on any other path
+ * (BRAID_CUDA_KERNEL_MAX=0: the ctests of the pre-multiplied sums above),
+ * the per-step fold, bit for bit. */
+enum { WK = 1001 };
+
+static const braid_dtype wide_dts[] = {BRAID_FLOAT16, BRAID_BFLOAT16,
+                                       BRAID_FLOAT8_E4M3};
+static const braid_op wide_ops[] = {BRAID_SUM, BRAID_AVG};
+static const int wide_colls[] = {0, 2, 3}; /* coll_name's numbering */
+
+/* Whether the ranks' communicators are deterministic (gpu_rank_cfg). */
+static int wide_det;
+
+/* 2^p for a significand of p bits (11, 8, 4): the spacing there is 2, so
+ * big + 1 is a tie that rounds back to big (even). */
+static float wide_big(braid_dtype dt) {
+  return dt == BRAID_FLOAT16 ? 2048.0f : dt == BRAID_BFLOAT16 ? 256.0f : 16.0f;
+}
+
+static float wide_x(braid_dtype dt, int r, size_t i) {
+  float v = r == 0 ? wide_big(dt) : 1.0f;
+  return i % 2 ? -v : v;
+}
+
+static uint32_t narrow_bits(braid_dtype dt, float f) {
+  return dt == BRAID_FLOAT16    ? red_float_to_half(f)
+         : dt == BRAID_BFLOAT16 ? red_float_to_bf16(f)
+                                : fp8_from_float(f, 0);
+}
+
+static float widen_bits(braid_dtype dt, uint32_t x) {
+  return dt == BRAID_FLOAT16    ? red_half_to_float((uint16_t)x)
+         : dt == BRAID_BFLOAT16 ? red_bf16_to_float((uint16_t)x)
+                                : fp8_to_float((uint8_t)x, 0);
+}
+
+static void put_bits(braid_dtype dt, void *buf, size_t i, uint32_t x) {
+  if (braid_dtype_size(dt) == 2)
+    ((uint16_t *)buf)[i] = (uint16_t)x;
+  else
+    ((uint8_t *)buf)[i] = (uint8_t)x;
+}
+
+static uint32_t get_bits(braid_dtype dt, const void *buf, size_t i) {
+  return braid_dtype_size(dt) == 2 ? ((const uint16_t *)buf)[i]
+                                   : ((const uint8_t *)buf)[i];
+}
+
+/* Element i of n ranks' op: want[0] folded in float in rank order and
+ * rounded once (avg: divided in float first), want[1] the serial fold of
+ * src/reduce.c's kernels, rounded at each step (avg: then divided). */
+static void wide_want(braid_dtype dt, braid_op op, int n, size_t i,
+                      uint32_t want[2]) {
+  float f = 0.0f;
+  unsigned char acc[4], x[4];
+  for (int q = 0; q < n; q++) {
+    uint32_t b = narrow_bits(dt, wide_x(dt, q, i));
+    f += widen_bits(dt, b);
+    put_bits(dt, q == 0 ? acc : x, 0, b);
+    if (q > 0)
+      red_get(dt, BRAID_SUM)(acc, acc, x, 1);
+  }
+  if (op == BRAID_AVG) {
+    f /= (float)n;
+    red_div(acc, 1, dt, n);
+  }
+  want[0] = narrow_bits(dt, f);
+  want[1] = get_bits(dt, acc, 0);
+}
+
+/* One call of coll with dt and op on the stream; the rank's output
+ * against want[wide]. */
+static int wide_case(braid_comm *c, int rank, int n, braid_dtype dt,
+                     braid_op op, int coll, int wide, braid_stream *bs,
+                     cudaStream_t s, void *din, void *dout, unsigned char *h) {
+  size_t es = braid_dtype_size(dt);
+  int rs = coll == 3, root = n - 1;
+  size_t nin = rs ? WK * (size_t)n : WK;
+  for (size_t i = 0; i < nin; i++)
+    put_bits(dt, h, i, narrow_bits(dt, wide_x(dt, rank, i)));
+  CK(cudaMemcpy(din, h, nin * es, cudaMemcpyHostToDevice));
+  CK(cudaMemset(dout, 0x5a, WK * es));
+  CK(cudaDeviceSynchronize());
+  braid_result r = coll == 0 ? braid_allreduce(din, dout, WK, dt, op, c, bs)
+                   : coll == 2
+                       ? braid_reduce(din, dout, WK, dt, op, root, c, bs)
+                       : braid_reduce_scatter(din, dout, WK, dt, op, c, bs);
+  if (r == BRAID_SUCCESS)
+    r = braid_stream_synchronize(bs);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: %s %s: %s (%s)\n", rank, coll_name(coll),
+            braid_dtype_name(dt), braid_result_string(r),
+            braid_comm_last_error(c));
+    return 30;
+  }
+  CK(cudaStreamSynchronize(s));
+  if (coll == 2 && rank != root)
+    return 0;
+  CK(cudaMemcpy(h, dout, WK * es, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < WK; i++) {
+    uint32_t want[2], got = get_bits(dt, h, i);
+    wide_want(dt, op, n, rs ? (size_t)rank * WK + i : i, want);
+    if (got != want[!wide]) {
+      fprintf(stderr,
+              "rank %d of %d: %s %s %s: element %zu is %g (0x%x), want %g "
+              "(%s; %g rounded %s)\n",
+              rank, n, coll_name(coll), braid_dtype_name(dt),
+              op == BRAID_SUM ? "sum" : "avg", i, (double)widen_bits(dt, got),
+              (unsigned)got, (double)widen_bits(dt, want[!wide]),
+              wide ? "rounded once" : "rounded at each step",
+              (double)widen_bits(dt, want[wide]),
+              wide ? "at each step" : "once");
+      return 31;
+    }
+  }
+  return 0;
+}
+
+static int wide_cases(braid_comm *c, int rank, int n) {
+  CK(cudaSetDevice(0));
+  size_t bytes = (size_t)WK * 4 * 2; /* n <= 4 blocks, elements <= 2 bytes */
+  unsigned char *h = malloc(bytes);
+  void *din = NULL, *dout = NULL;
+  if (h == NULL)
+    return 3;
+  CK(cudaMalloc(&din, bytes));
+  CK(cudaMalloc(&dout, bytes));
+  cudaStream_t s;
+  braid_stream *bs = NULL;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  if (braid_stream_from_cuda((void *)s, &bs) != BRAID_SUCCESS)
+    return 10;
+  /* rounded once only by the collective kernel, and not under
+   * BRAID_DETERMINISTIC */
+  int det = wide_det || cfg_get()->deterministic;
+  int wide = env_on("BRAID_CUDA_KERNEL_MAX") && !det, rc = 0;
+  uint64_t calls = 0;
+  for (size_t d = 0; d < sizeof wide_dts / sizeof wide_dts[0]; d++)
+    for (size_t o = 0; o < sizeof wide_ops / sizeof wide_ops[0]; o++)
+      for (size_t k = 0; k < sizeof wide_colls / sizeof wide_colls[0]; k++) {
+        if (rc == 0)
+          rc = wide_case(c, rank, n, wide_dts[d], wide_ops[o], wide_colls[k],
+                         wide, bs, s, din, dout, h);
+        calls++;
+      }
+  if (rc == 0)
+    rc = gpu_kernel_calls(rank, &bs, 1, calls);
+  braid_stream_destroy(bs);
+  cudaStreamDestroy(s);
+  cudaFree(din);
+  cudaFree(dout);
+  free(h);
+  return rc;
+}
+
+/* The inputs tell the two folds apart at every element, for n ranks. */
+static void wide_inputs_tell(int n) {
+  for (size_t d = 0; d < sizeof wide_dts / sizeof wide_dts[0]; d++)
+    for (size_t o = 0; o < sizeof wide_ops / sizeof wide_ops[0]; o++)
+      for (size_t i = 0; i < 2; i++) {
+        uint32_t want[2];
+        wide_want(wide_dts[d], wide_ops[o], n, i, want);
+        cr_assert_neq(want[0], want[1],
+                      "%s %s on %d ranks: rounded once and at each step agree",
+                      braid_dtype_name(wide_dts[d]),
+                      wide_ops[o] == BRAID_SUM ? "sum" : "avg", n);
+      }
+}
+
+static void wide_run(int n, int det) {
+  wide_inputs_tell(n);
+  braid_config cfg;
+  braid_config_init(&cfg);
+  cfg.deterministic = det ? 1 : 0;
+  gpu_rank_cfg = &cfg;
+  wide_det = det;
+  gpu_run(wide_cases, n, det ? "wide folds, deterministic" : "wide folds");
+}
+
+Test(gpu_wide, narrow_sums_3_ranks, .timeout = 200) { wide_run(3, 0); }
+Test(gpu_wide, narrow_sums_4_ranks, .timeout = 200) { wide_run(4, 0); }
+Test(gpu_wide, narrow_sums_deterministic_3_ranks, .timeout = 200) {
+  wide_run(3, 1);
+}
+Test(gpu_wide, narrow_sums_deterministic_4_ranks, .timeout = 200) {
+  wide_run(4, 1);
 }

@@ -85,6 +85,9 @@ static double gpu_now_s(void) {
  * share; cleared before each run. */
 static atomic_int *gpu_held_done;
 
+/* The settings of the ranks' communicators (NULL: the environment's). */
+static const braid_config *gpu_rank_cfg;
+
 /* Forks n ranks running fn; status[r]: exit code, 128+signal, -1 killed
  * after timeout_s. */
 static void gpu_run_ranks(int n, gpu_rank_fn fn, double timeout_s,
@@ -116,7 +119,7 @@ static void gpu_run_ranks(int n, gpu_rank_fn fn, double timeout_s,
         _exit(103);
       }
       braid_comm *c = NULL;
-      braid_result res = braid_comm_init(&c, n, &id, r, NULL);
+      braid_result res = braid_comm_init(&c, n, &id, r, gpu_rank_cfg);
       if (res != BRAID_SUCCESS) {
         fprintf(stderr, "rank %d: init: %s\n", r, braid_result_string(res));
         _exit(100);
