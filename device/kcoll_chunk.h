@@ -35,11 +35,11 @@
 #define KC_FLOAT_TO_HALF rop_float_to_half
 #define KC_FLOAT_TO_BF16 rop_float_to_bf16
 #else
-#include "src/reduce.h"
+#include "device/half.h"
 #define KC_HD static inline
-#define KC_HALF_TO_FLOAT red_half_to_float
-#define KC_FLOAT_TO_HALF red_float_to_half
-#define KC_FLOAT_TO_BF16 red_float_to_bf16
+#define KC_HALF_TO_FLOAT half_to_float
+#define KC_FLOAT_TO_HALF half_from_float
+#define KC_FLOAT_TO_BF16 bf16_from_float
 #endif
 
 /* ---- chunks, slots and parts ------------------------------------------ */

@@ -26,6 +26,7 @@
 #include "device/cuda_dev.h"
 #include "device/dev_int.h"
 #include "device/kcoll_chunk.h"
+#include "device/kmem.cuh"
 #include "device/reduce_ops.cuh"
 
 namespace {
@@ -115,32 +116,6 @@ __global__ void __launch_bounds__(CUK_THREADS)
     dst[k] = r;
     if (fwd)
       fwd[k] = r;
-  }
-}
-
-template <typename T, bool BYTES>
-__device__ __forceinline__ T ld(const unsigned char *p, size_t i) {
-  T x;
-  if (BYTES) {
-    unsigned char *o = reinterpret_cast<unsigned char *>(&x);
-#pragma unroll
-    for (size_t j = 0; j < sizeof(T); j++)
-      o[j] = p[i * sizeof(T) + j];
-  } else {
-    x = reinterpret_cast<const T *>(p)[i];
-  }
-  return x;
-}
-
-template <typename T, bool BYTES>
-__device__ __forceinline__ void st(unsigned char *p, size_t i, T x) {
-  if (BYTES) {
-    const unsigned char *s = reinterpret_cast<const unsigned char *>(&x);
-#pragma unroll
-    for (size_t j = 0; j < sizeof(T); j++)
-      p[i * sizeof(T) + j] = s[j];
-  } else {
-    reinterpret_cast<T *>(p)[i] = x;
   }
 }
 

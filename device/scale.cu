@@ -13,24 +13,10 @@
 
 #include "device/cuda_dev.h"
 #include "device/dev_int.h"
+#include "device/kmem.cuh"
 #include "device/reduce_ops.cuh"
 
 namespace {
-
-template <typename T>
-__device__ __forceinline__ T sc_load(const unsigned char *p, size_t i,
-                                     bool bytes) {
-  T x;
-  if (bytes) {
-    unsigned char *o = reinterpret_cast<unsigned char *>(&x);
-#pragma unroll
-    for (size_t j = 0; j < sizeof(T); j++)
-      o[j] = p[i * sizeof(T) + j];
-  } else {
-    x = reinterpret_cast<const T *>(p)[i];
-  }
-  return x;
-}
 
 template <int DT>
 __global__ void __launch_bounds__(CUK_THREADS)
@@ -39,20 +25,17 @@ __global__ void __launch_bounds__(CUK_THREADS)
   typedef typename rop_type<DT>::T T;
   const T s =
       dscalar != nullptr
-          ? sc_load<T>(dscalar, 0, true)
-          : sc_load<T>(reinterpret_cast<const unsigned char *>(&imm), 0, true);
+          ? ld<T, true>(dscalar, 0)
+          : ld<T, true>(reinterpret_cast<const unsigned char *>(&imm), 0);
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    T r = rop_type<DT>::template op<ROP_PROD>(sc_load<T>(src, i, bytes), s);
-    if (bytes) {
-      const unsigned char *b = reinterpret_cast<const unsigned char *>(&r);
-#pragma unroll
-      for (size_t j = 0; j < sizeof(T); j++)
-        dst[i * sizeof(T) + j] = b[j];
-    } else {
-      reinterpret_cast<T *>(dst)[i] = r;
-    }
+    T x = bytes ? ld<T, true>(src, i) : ld<T, false>(src, i);
+    T r = rop_type<DT>::template op<ROP_PROD>(x, s);
+    if (bytes)
+      st<T, true>(dst, i, r);
+    else
+      st<T, false>(dst, i, r);
   }
 }
 

@@ -34,13 +34,10 @@ transports/ofi/ofi_setup.c src/config.h
 transports/ibverbs/ibverbs.c src/config.h
 transports/ibverbs/ibverbs_setup.c src/config.h
 transports/tcp_ctl.c src/config.h
-device/kcoll_chunk.h src/reduce.h
 tools/braid-doctor.c src/doctor.h
 '
 # transports read their settings with cfg_get() instead of from tp_setup;
-# the host build of the collective kernel's chunk logic (the emulated GPU)
-# takes its float16/bfloat16 conversions from src/reduce.h, where
-# device/half.h would do; braid-doctor runs the library's own preflight.
+# braid-doctor runs the library's own preflight.
 # An exception that no include uses any more is named (remove it).
 
 dirs=""
