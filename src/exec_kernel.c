@@ -538,6 +538,10 @@ static braid_result health(braid_comm *c, const exec_op *op, int locked) {
   return r;
 }
 
+/* How long a call's kernel may still run after a peer was seen gone before
+ * the call is ended as BRAID_ERR_REMOTE (see exk_finish). */
+#define KERNEL_GONE_GRACE_MS 1000
+
 braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
                         uint64_t seq, int locked) {
   exk *x = of(c);
@@ -555,15 +559,19 @@ braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
       continue;
     }
     /* a dead peer or an abort stops the kernels (checked about every
-     * 10 ms); a peer seen gone gets 50 ms first, as in the executor: it may
-     * have left right after raising the flags this call waits for */
+     * 10 ms); a peer seen gone gets KERNEL_GONE_GRACE_MS first: it may have
+     * left right after raising the flags this call waits for, and this
+     * rank's kernel may not have run yet (a GPU shared with other work, or
+     * the emulated GPU's CPU thread on a loaded machine), which the host
+     * executor's 50 ms would not cover */
     braid_result h = polls % 500 == 0 && r == BRAID_SUCCESS
                          ? health(c, op, locked)
                          : BRAID_SUCCESS;
     if (h == BRAID_ERR_REMOTE && dead_ms < 0)
       dead_ms = exec_ms_since(&t0);
     else if (h != BRAID_SUCCESS &&
-             (h != BRAID_ERR_REMOTE || exec_ms_since(&t0) - dead_ms > 50)) {
+             (h != BRAID_ERR_REMOTE ||
+              exec_ms_since(&t0) - dead_ms > KERNEL_GONE_GRACE_MS)) {
       r = h;
       *abort_word = 1;
     }
