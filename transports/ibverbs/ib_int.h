@@ -50,6 +50,9 @@ struct tp_conn {
   int err;
 };
 
+/* Each slot: the sender's call fingerprint (one word), then the message. */
+#define IB_FP_BYTES sizeof(uint64_t)
+
 struct ib_state {
   tp_net net; /* rank, nranks, nchannels, nslots, slot_bytes, boot, used */
   struct ibv_context *ctx;
@@ -64,18 +67,25 @@ struct ib_state {
   tp_regcache rc;
   int rc_ready;
   tp_conn *conns;
+  uint64_t fp;    /* the call's fingerprint (tp_ops.set_fp) */
+  tp_mismatch mm; /* the first message of another call met here */
+  int mm_set;
   char err[256];
 };
 
+/* Bytes from one slot to the next: the fingerprint word and slot_bytes. */
+static inline size_t slot_stride(const ib_state *st) {
+  return IB_FP_BYTES + st->net.slot_bytes;
+}
 static inline uint8_t *send_slot(tp_conn *c, uint32_t s) {
-  return c->mem + (size_t)s * c->st->net.slot_bytes;
+  return c->mem + (size_t)s * slot_stride(c->st);
 }
 static inline uint8_t *recv_slot(tp_conn *c, uint32_t s) {
-  return c->mem + ((size_t)c->st->net.nslots + s) * c->st->net.slot_bytes;
+  return c->mem + ((size_t)c->st->net.nslots + s) * slot_stride(c->st);
 }
 static inline volatile uint64_t *credit_word(tp_conn *c) {
   return (volatile uint64_t *)(c->mem + 2 * (size_t)c->st->net.nslots *
-                                            c->st->net.slot_bytes);
+                                            slot_stride(c->st));
 }
 
 /* Records a failure on a connection; returns its (sticky) result. */

@@ -3,13 +3,17 @@
  * connected through the bootstrap.
  *
  * Protocol (logic in ib_proto.c, unit-tested without a device): the receiver
- * owns nslots slots of slot_bytes; the sender copies a message into its local
- * registered staging slot and RDMA-writes it with immediate (the length) into
- * the receiver's slot seq % nslots. The immediate consumes a posted receive
- * and tells the receiver the slot is full. The receiver hands the slot to
- * recv (copy) or recv_reduce (reduce straight from the slot) and returns
- * credits by RDMA-writing its consumed count into the sender's credit word
- * every nslots/2 messages. Sends never pass the credits.
+ * owns nslots slots of slot_bytes, each after a word for the fingerprint of
+ * the sender's call (tp_ops.set_fp; 0 on the last channel, which carries
+ * send/recv); the sender copies a message behind that word into its local
+ * registered staging slot and RDMA-writes both with immediate (the length of
+ * the message) into the receiver's slot seq % nslots. The immediate consumes a
+ * posted receive and tells the receiver the slot is full. The receiver hands
+ * the slot to recv (copy) or recv_reduce (reduce straight from the slot) and
+ * returns credits by RDMA-writing its consumed count into the sender's credit
+ * word every nslots/2 messages. Sends never pass the credits. A message of
+ * another call than the receiver's (fingerprints differ, as tcp compares
+ * them) is refused with BRAID_ERR_MISMATCH naming both calls.
  *
  * User buffers are never registered: a registration keyed by address goes
  * stale when the application unmaps and maps memory again, so data moves
@@ -167,6 +171,12 @@ static int ib_refresh(tp_conn *c) {
   return 0;
 }
 
+/* The fingerprint messages on c carry and expect: the call's on the
+ * collective channels, none on the last (send/recv). */
+static uint64_t conn_fp(const tp_conn *c) {
+  return c->channel < c->st->net.nchannels - 1 ? c->st->fp : 0;
+}
+
 static int ibv_isend(tp_conn *c, const void *src, size_t len,
                      uint64_t *ticket) {
   ib_state *st = c->st;
@@ -187,19 +197,22 @@ static int ibv_isend(tp_conn *c, const void *src, size_t len,
   uint32_t slot;
   uint64_t seq;
   ib_tx_take(&c->tx, &slot, &seq);
+  uint64_t fp = conn_fp(c);
+  memcpy(send_slot(c, slot), &fp, IB_FP_BYTES);
   if (len > 0)
-    memcpy(send_slot(c, slot), src, len);
-  struct ibv_sge sge = {(uintptr_t)send_slot(c, slot), (uint32_t)len, c->lkey};
+    memcpy(send_slot(c, slot) + IB_FP_BYTES, src, len);
+  struct ibv_sge sge = {(uintptr_t)send_slot(c, slot),
+                        (uint32_t)(IB_FP_BYTES + len), c->lkey};
   struct ibv_send_wr wr, *bad = NULL;
   memset(&wr, 0, sizeof(wr));
   wr.wr_id = ((uint64_t)c->index << 8) | K_DATA;
   wr.sg_list = &sge;
-  wr.num_sge = len > 0 ? 1 : 0;
+  wr.num_sge = 1;
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.imm_data = htonl((uint32_t)len);
   wr.wr.rdma.remote_addr =
-      c->remote.slots_addr + (uint64_t)slot * st->net.slot_bytes;
+      c->remote.slots_addr + (uint64_t)slot * slot_stride(st);
   wr.wr.rdma.rkey = c->remote.slots_rkey;
   int e = ibv_post_send(c->qp, &wr, &bad);
   if (e != 0)
@@ -225,6 +238,19 @@ static int ibv_take(tp_conn *c, size_t len, const uint8_t **data) {
   uint32_t slot, mlen;
   if (ib_rx_head(&c->rx, &slot, &mlen) != 0)
     return TP_AGAIN;
+  uint64_t theirs, fp = conn_fp(c);
+  memcpy(&theirs, recv_slot(c, slot), IB_FP_BYTES);
+  if (fp != 0 && theirs != 0 && theirs != fp) {
+    char what[224];
+    tp_fp_mismatch(theirs, fp, c->peer, what, sizeof what);
+    if (!st->mm_set)
+      st->mm = (tp_mismatch){st->net.rank, c->peer, theirs, fp};
+    st->mm_set = 1;
+    snprintf(st->err, sizeof(st->err), "ibverbs: channel %d from rank %d: %s",
+             c->channel, c->peer, what);
+    c->err = BRAID_ERR_MISMATCH;
+    return c->err;
+  }
   if (mlen != len) {
     snprintf(st->err, sizeof(st->err),
              "ibverbs: message %llu from rank %d channel %d has %u bytes, "
@@ -234,7 +260,7 @@ static int ibv_take(tp_conn *c, size_t len, const uint8_t **data) {
     c->err = BRAID_ERR_MISMATCH;
     return c->err;
   }
-  *data = recv_slot(c, slot);
+  *data = recv_slot(c, slot) + IB_FP_BYTES;
   return BRAID_SUCCESS;
 }
 
@@ -303,6 +329,19 @@ static int ibv_check_peers(void *state, int *dead_rank) {
   if (r == BRAID_ERR_REMOTE)
     *dead_rank = dead;
   return r;
+}
+
+static void ibv_set_fp(void *state, uint64_t fp) {
+  if (state != NULL)
+    ((ib_state *)state)->fp = fp;
+}
+
+static int ibv_mismatch(void *state, tp_mismatch *m) {
+  ib_state *st = state;
+  if (st == NULL || !st->mm_set)
+    return 0;
+  *m = st->mm;
+  return 1;
 }
 
 static const char *ibv_last_error(void *state) {
@@ -387,6 +426,11 @@ static int ibv_check_peers(void *state, int *dead_rank) {
   return BRAID_SUCCESS;
 }
 static void ibv_teardown(void *state) { (void)state; }
+static void ibv_set_fp(void *state, uint64_t fp) { (void)state, (void)fp; }
+static int ibv_mismatch(void *state, tp_mismatch *m) {
+  (void)state, (void)m;
+  return 0;
+}
 static const char *ibv_last_error(void *state) {
   (void)state;
   return "ibverbs: this braid was built without libibverbs";
@@ -405,7 +449,9 @@ const tp_ops tp_ibverbs = {
     .pollfd = ibv_pollfd,
     .bell_read = NULL,
     .bell_wait = NULL,
+    .set_fp = ibv_set_fp,
     .check_peers = ibv_check_peers,
+    .mismatch = ibv_mismatch,
     .teardown = ibv_teardown,
     .last_error = ibv_last_error,
 };

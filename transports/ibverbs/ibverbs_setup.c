@@ -165,7 +165,7 @@ static int ib_open(ib_state *st, char *err, size_t errlen) {
 }
 
 static int conn_create(ib_state *st, tp_conn *c, ib_wire_info *w) {
-  size_t ring = (size_t)st->net.nslots * st->net.slot_bytes;
+  size_t ring = (size_t)st->net.nslots * slot_stride(st);
   c->mem_len = 2 * ring + 64;
   if (posix_memalign((void **)&c->mem, 4096, c->mem_len) != 0)
     return BRAID_ERR_NOMEM;

@@ -10,6 +10,14 @@
  * connection are bounded by nslots (TP_AGAIN beyond); the rest of the flow
  * control is the provider's.
  *
+ * Each message carries the fingerprint of the sender's call (tp_ops.set_fp;
+ * 0 on the last channel, which carries send/recv) as its remote CQ data,
+ * where the provider has 64 bits of it (tcp;ofi_rxm, shm, verbs;ofi_rxm):
+ * one word per message, no copy. The receiver compares it with its own
+ * call's, as tcp does, and refuses a message of another call with
+ * BRAID_ERR_MISMATCH naming both calls. Providers with less CQ data carry
+ * none, and sizes alone tell a mismatch there.
+ *
  * Provider: BRAID_OFI_PROVIDER (a name like "tcp", "tcp;ofi_rxm", "verbs"),
  * else the fastest present (verbs, efa, cxi, psm3, psm2, opx, then tcp, net,
  * sockets, udp). shm is used only when named: it reaches this host only, and
@@ -74,6 +82,33 @@ int ofi_fail(tp_conn *c, int fierr, const char *what, const char *detail) {
   return r;
 }
 
+/* The fingerprint messages on c carry and expect: the call's on the
+ * collective channels, none on the last (send/recv). */
+static uint64_t conn_fp(const tp_conn *c) {
+  return c->channel < c->st->net.nchannels - 1 ? c->st->fp : 0;
+}
+
+/* A received message of call `theirs`: BRAID_ERR_MISMATCH (recorded on the
+ * connection, naming both calls) when it is another call than this rank's,
+ * else 0. */
+static int ofi_fp_check(tp_conn *c, uint64_t theirs) {
+  ofi_state *st = c->st;
+  uint64_t fp = conn_fp(c);
+  if (fp == 0 || theirs == 0 || theirs == fp)
+    return 0;
+  char what[224];
+  tp_fp_mismatch(theirs, fp, c->peer, what, sizeof what);
+  if (!st->mm_set)
+    st->mm = (tp_mismatch){st->net.rank, c->peer, theirs, fp};
+  st->mm_set = 1;
+  snprintf(st->err, sizeof(st->err), "ofi: channel %d from rank %d: %s",
+           c->channel, c->peer, what);
+  WARN(LOG_NET, "%s", st->err);
+  if (c->err == 0)
+    c->err = BRAID_ERR_MISMATCH;
+  return BRAID_ERR_MISMATCH;
+}
+
 int ofi_progress(ofi_state *st) {
   struct fi_cq_tagged_entry ent[16];
   for (int round = 0; round < 64; round++) {
@@ -93,9 +128,13 @@ int ofi_progress(ofi_state *st) {
                                      sizeof(detail));
       op->done = 1;
       op->err = e.err != 0 ? e.err : FI_EOTHER;
+      int rx = op == &op->c->rx;
+      /* a message too long for this call's buffer: of another call? */
+      if (rx && (e.flags & FI_REMOTE_CQ_DATA) &&
+          ofi_fp_check(op->c, e.data) != 0)
+        continue;
       if (op->err != FI_ECANCELED)
-        ofi_fail(op->c, op->err,
-                 op == &op->c->rx ? "receive failed" : "send failed", d);
+        ofi_fail(op->c, op->err, rx ? "receive failed" : "send failed", d);
       continue;
     }
     if (n < 0) {
@@ -108,6 +147,8 @@ int ofi_progress(ofi_state *st) {
       if (op == NULL)
         continue;
       op->got = ent[i].len;
+      if (ent[i].flags & FI_REMOTE_CQ_DATA)
+        op->data = ent[i].data;
       op->done = 1;
     }
     if (n < 16)
@@ -187,8 +228,11 @@ static int ofi_post_send(tp_conn *c, const void *src, size_t len,
   if ((r = ofi_desc(st, buf, len, &desc, &op->mr_entry)) != 0)
     return r;
   uint64_t seq = c->tx_seq + 1;
-  ssize_t rc = fi_tsend(st->ep, len ? buf : NULL, len, desc, c->addr,
-                        ofi_tag(st->net.rank, c->channel, seq), op);
+  uint64_t tag = ofi_tag(st->net.rank, c->channel, seq);
+  ssize_t rc = st->cq_data ? fi_tsenddata(st->ep, len ? buf : NULL, len, desc,
+                                          conn_fp(c), c->addr, tag, op)
+                           : fi_tsend(st->ep, len ? buf : NULL, len, desc,
+                                      c->addr, tag, op);
   if (rc == -FI_EAGAIN) {
     if (op->mr_entry >= 0)
       rc_put(&st->rc, op->mr_entry);
@@ -294,6 +338,8 @@ static int ofi_recv_into(tp_conn *c, void *buf, size_t len) {
   if (c->rx.err != 0)
     return c->err != 0 ? c->err
                        : ofi_fail(c, c->rx.err, "receive failed", NULL);
+  if (ofi_fp_check(c, c->rx.data) != 0)
+    return c->err;
   if (c->rx.got != len) {
     snprintf(st->err, sizeof(st->err),
              "ofi: message %llu from rank %d channel %d has %zu bytes, "
@@ -374,6 +420,19 @@ static int ofi_check_peers(void *state, int *dead_rank) {
              "ofi: rank %d is gone (its bootstrap connection closed)", dead);
   }
   return r;
+}
+
+static void ofi_set_fp(void *state, uint64_t fp) {
+  if (state != NULL)
+    ((ofi_state *)state)->fp = fp;
+}
+
+static int ofi_mismatch(void *state, tp_mismatch *m) {
+  ofi_state *st = state;
+  if (st == NULL || !st->mm_set)
+    return 0;
+  *m = st->mm;
+  return 1;
 }
 
 static const char *ofi_last_error(void *state) {
@@ -470,6 +529,11 @@ static int ofi_check_peers(void *state, int *dead_rank) {
   return BRAID_SUCCESS;
 }
 static void ofi_teardown(void *state) { (void)state; }
+static void ofi_set_fp(void *state, uint64_t fp) { (void)state, (void)fp; }
+static int ofi_mismatch(void *state, tp_mismatch *m) {
+  (void)state, (void)m;
+  return 0;
+}
 static const char *ofi_last_error(void *state) {
   (void)state;
   return "ofi: this braid was built without libfabric";
@@ -489,7 +553,9 @@ const tp_ops tp_ofi = {
     .pollfd = ofi_pollfd,
     .bell_read = NULL,
     .bell_wait = NULL,
+    .set_fp = ofi_set_fp,
     .check_peers = ofi_check_peers,
+    .mismatch = ofi_mismatch,
     .teardown = ofi_teardown,
     .last_error = ofi_last_error,
     .flush = ofi_flush,

@@ -52,6 +52,7 @@ typedef struct ofi_op {
   int copied; /* isend_copy: the source was copied into the connection */
   int err;    /* positive fi_errno of a failed completion */
   size_t got;
+  uint64_t data; /* a receive's remote CQ data: the sender's fingerprint */
   int mr_entry;
 } ofi_op;
 
@@ -84,6 +85,10 @@ struct ofi_state {
   struct fid_cq *cq;
   struct fid_ep *ep;
   int mr_local, mr_endpoint;
+  int cq_data;    /* the provider carries 64 bits of remote CQ data */
+  uint64_t fp;    /* the call's fingerprint (tp_ops.set_fp) */
+  tp_mismatch mm; /* the first message of another call met here */
+  int mm_set;
   tp_regcache rc;
   fi_addr_t *addrs;
   tp_conn *conns;    /* nranks * nchannels, NULL rows for unused peers */

@@ -199,6 +199,7 @@ static int ofi_open(ofi_state *st, ofi_blob *me, char *err, size_t errlen) {
   st->mr_local = (fi->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
   st->mr_endpoint = (fi->domain_attr->mr_mode & FI_MR_ENDPOINT) != 0;
   st->max_msg = fi->ep_attr->max_msg_size;
+  st->cq_data = fi->domain_attr->cq_data_size >= sizeof(uint64_t);
   const char *step = "fi_fabric";
   rc = fi_fabric(fi->fabric_attr, &st->fabric, NULL);
   if (rc == 0) {
