@@ -129,8 +129,11 @@ int ofi_progress(ofi_state *st) {
       op->done = 1;
       op->err = e.err != 0 ? e.err : FI_EOTHER;
       int rx = op == &op->c->rx;
-      /* a message too long for this call's buffer: of another call? */
-      if (rx && (e.flags & FI_REMOTE_CQ_DATA) &&
+      /* a message too long for this call's buffer: of another call? (ofi_rxm
+       * fills in the data of a truncated message without the flag; the
+       * entry was zeroed, and every send carries data, so 0 is none) */
+      if (rx && st->cq_data &&
+          ((e.flags & FI_REMOTE_CQ_DATA) || op->err == FI_ETRUNC) &&
           ofi_fp_check(op->c, e.data) != 0)
         continue;
       if (op->err != FI_ECANCELED)
