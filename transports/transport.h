@@ -98,9 +98,9 @@ typedef struct tp_ops {
    * NULL for transports that wait through pollfd. */
   uint32_t (*bell_read)(void *state);
   void (*bell_wait)(void *state, uint32_t seen, int timeout_us);
-  /* Optional (shm, tcp): the fingerprint of the collective this rank runs
-   * from now (src/check.c, check_call_fp; 0: none). Messages sent on the
-   * collective channels (all but the last, which carries send/recv) carry
+  /* Optional (shm, tcp, ofi, ibverbs): the fingerprint of the collective this
+   * rank runs from now (src/check.c, check_call_fp; 0: none). Messages sent on
+   * the collective channels (all but the last, which carries send/recv) carry
    * it, and a message that arrives there with another is refused with
    * BRAID_ERR_MISMATCH and a message naming both calls (tp_fp_mismatch). */
   void (*set_fp)(void *state, uint64_t fp);
