@@ -43,34 +43,6 @@ const char *braid_op_name(braid_op op) {
                                       : "invalid";
 }
 
-const char *braid_result_string(braid_result r) {
-  switch (r) {
-  case BRAID_SUCCESS:
-    return "success";
-  case BRAID_ERR_INVALID_ARG:
-    return "invalid argument";
-  case BRAID_ERR_SYSTEM:
-    return "system error";
-  case BRAID_ERR_REMOTE:
-    return "remote error (a peer died or failed)";
-  case BRAID_ERR_TIMEOUT:
-    return "timed out";
-  case BRAID_ERR_MISMATCH:
-    return "ranks called different collectives";
-  case BRAID_ERR_UNSUPPORTED:
-    return "unsupported";
-  case BRAID_ERR_NOMEM:
-    return "out of memory";
-  case BRAID_ERR_INTERNAL:
-    return "internal error";
-  case BRAID_IN_PROGRESS:
-    return "in progress";
-  case BRAID_ERR_ABORTED:
-    return "aborted";
-  }
-  return "unknown result";
-}
-
 braid_result braid_get_version(int *version) {
   if (version == NULL)
     return comm_arg_bad(NULL, "braid_get_version: version is NULL");

@@ -35,6 +35,30 @@ void comm_set_error(braid_comm *c, const char *fmt, ...) {
   INFO(LOG_COLL, "%s", buf);
 }
 
+static void comm_keep_error(braid_comm *c, const char *msg) {
+  pthread_mutex_lock(&c->err_lock);
+  snprintf(c->last_error, sizeof c->last_error, "%s", msg);
+  pthread_mutex_unlock(&c->err_lock);
+  INFO(LOG_COLL, "%s", msg);
+}
+
+braid_result comm_fail(braid_comm *c, braid_result r, const char *fmt, ...) {
+  char buf[sizeof c->last_error];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  (void)ERR(r, "%s", buf);
+  comm_keep_error(c, buf);
+  return r;
+}
+
+braid_result comm_adopt(braid_comm *c, braid_result r) {
+  if (r != BRAID_SUCCESS && r != BRAID_IN_PROGRESS && c != NULL)
+    comm_keep_error(c, err_why(r));
+  return r;
+}
+
 braid_result comm_arg_bad(braid_comm *c, const char *fmt, ...) {
   (void)cfg_get(); /* BRAID_DEBUG_FILE and the level, before the first log */
   char buf[sizeof c->last_error];

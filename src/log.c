@@ -142,3 +142,82 @@ void log_msg(int level, unsigned subsys, const char *file, int line,
             msg);
   pthread_mutex_unlock(&g_lock);
 }
+
+/* The public name of a result (include/braid.h). */
+const char *braid_result_string(braid_result r) {
+  switch (r) {
+  case BRAID_SUCCESS:
+    return "success";
+  case BRAID_ERR_INVALID_ARG:
+    return "invalid argument";
+  case BRAID_ERR_SYSTEM:
+    return "system error";
+  case BRAID_ERR_REMOTE:
+    return "remote error (a peer died or failed)";
+  case BRAID_ERR_TIMEOUT:
+    return "timed out";
+  case BRAID_ERR_MISMATCH:
+    return "ranks called different collectives";
+  case BRAID_ERR_UNSUPPORTED:
+    return "unsupported";
+  case BRAID_ERR_NOMEM:
+    return "out of memory";
+  case BRAID_ERR_INTERNAL:
+    return "internal error";
+  case BRAID_IN_PROGRESS:
+    return "in progress";
+  case BRAID_ERR_ABORTED:
+    return "aborted";
+  }
+  return "unknown result";
+}
+
+/* ---- errors ---------------------------------------------------------------
+ * One message per thread: the failure point writes it (ERR), the public call
+ * that ends hands it to the communicator. 512 bytes, the size of a
+ * communicator's last error. */
+static _Thread_local char t_err[512];
+
+static void err_log(const char *file, int line, braid_result r) {
+  if (log_level_now >= LOG_TRACE)
+    log_msg(LOG_TRACE, LOG_ALL, file, line, "%s: %s", braid_result_string(r),
+            t_err);
+}
+
+braid_result err_at(const char *file, int line, braid_result r,
+                    const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t_err, sizeof t_err, fmt, ap);
+  va_end(ap);
+  err_log(file, line, r);
+  return r;
+}
+
+braid_result err_wrap_at(const char *file, int line, braid_result r,
+                         const char *fmt, ...) {
+  char below[sizeof t_err];
+  snprintf(below, sizeof below, "%s", err_why(r));
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(t_err, sizeof t_err, fmt, ap);
+  va_end(ap);
+  /* "<prefix>: <below>", cut at the buffer's end. */
+  size_t at = n < 0 ? 0 : (size_t)n < sizeof t_err ? (size_t)n : sizeof t_err;
+  const char *parts[2] = {": ", below};
+  for (int i = 0; i < 2; i++)
+    for (const char *p = parts[i]; *p && at + 1 < sizeof t_err; p++)
+      t_err[at++] = *p;
+  if (at < sizeof t_err)
+    t_err[at] = 0;
+  err_log(file, line, r);
+  return r;
+}
+
+const char *err_msg(void) { return t_err; }
+
+const char *err_why(braid_result r) {
+  return t_err[0] ? t_err : braid_result_string(r);
+}
+
+void err_clear(void) { t_err[0] = 0; }

@@ -45,6 +45,32 @@ void log_configure(const char *level, const char *subsys, const char *file);
       log_msg(LOG_TRACE, sub, __FILE__, __LINE__, __VA_ARGS__);                \
   } while (0)
 
+/* ---- Errors: the library's one idiom (docs/CONTRIBUTING.md, "Errors") ----
+ * A function that can fail returns a braid_result (a transport's vtable
+ * adds TP_AGAIN, "not yet", to those codes). Where a failure is found, the
+ * code says once what went wrong and returns:
+ *
+ *     return ERR(BRAID_ERR_INVALID_ARG, "root %d is not a rank", root);
+ *
+ * ERR records the message for the calling thread (replacing any earlier
+ * one), logs it with file:line at TRACE and gives the result back. Callers
+ * propagate the result with CHECKR, or keep it and go to their cleanup;
+ * ERR_WRAP puts a prefix before the message found below ("topology: ...").
+ * The communicator takes the message where a call of the public API ends
+ * (comm_fail, comm_adopt in src/comm.h): braid_comm_last_error returns it. */
+braid_result err_at(const char *file, int line, braid_result r,
+                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+braid_result err_wrap_at(const char *file, int line, braid_result r,
+                         const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define ERR(r, ...) err_at(__FILE__, __LINE__, (r), __VA_ARGS__)
+#define ERR_WRAP(r, ...) err_wrap_at(__FILE__, __LINE__, (r), __VA_ARGS__)
+/* The calling thread's last message ("" when none since err_clear). */
+const char *err_msg(void);
+/* err_msg, or r's name when no message was recorded. */
+const char *err_why(braid_result r);
+void err_clear(void);
+
 /* Propagate a non-success result, noting file:line at TRACE. */
 #define CHECKR(expr)                                                           \
   do {                                                                         \

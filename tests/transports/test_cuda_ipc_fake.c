@@ -20,11 +20,6 @@
 
 void fakedev_unlink_all(void);
 
-/* The bootstrap's messages name results; libbraid is not linked here. */
-const char *braid_result_string(braid_result r) {
-  return r == BRAID_SUCCESS ? "success" : "error";
-}
-
 #define FAIL(...)                                                              \
   do {                                                                         \
     snprintf(msg, msglen, __VA_ARGS__);                                        \

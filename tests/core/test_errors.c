@@ -1,0 +1,102 @@
+/*
+ * The library's error idiom (src/log.h, docs/CONTRIBUTING.md "Errors"): ERR
+ * records one message per thread and gives the result back, ERR_WRAP puts a
+ * prefix before the message found below, CHECKR propagates, and the
+ * communicator takes the message where a public call ends (comm_adopt).
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "src/comm.h"
+#include "src/log.h"
+
+static braid_result leaf(int v) {
+  if (v < 0)
+    return ERR(BRAID_ERR_INVALID_ARG, "leaf: v is %d, below 0", v);
+  return BRAID_SUCCESS;
+}
+
+static braid_result middle(int v) {
+  CHECKR(leaf(v));
+  return BRAID_SUCCESS;
+}
+
+static braid_result top(int v) {
+  braid_result r = middle(v);
+  if (r != BRAID_SUCCESS)
+    return ERR_WRAP(r, "top(%d)", v);
+  return r;
+}
+
+Test(errors, err_records_and_returns) {
+  err_clear();
+  cr_assert_str_eq(err_msg(), "");
+  cr_assert_eq(middle(1), BRAID_SUCCESS);
+  cr_assert_str_eq(err_msg(), "", "a success records nothing");
+  cr_assert_eq(middle(-3), BRAID_ERR_INVALID_ARG);
+  cr_assert_str_eq(err_msg(), "leaf: v is -3, below 0");
+  cr_assert_eq(leaf(-4), BRAID_ERR_INVALID_ARG);
+  cr_assert_str_eq(err_msg(), "leaf: v is -4, below 0", "the last one wins");
+}
+
+Test(errors, wrap_prefixes_the_message_below) {
+  err_clear();
+  cr_assert_eq(top(-2), BRAID_ERR_INVALID_ARG);
+  cr_assert_str_eq(err_msg(), "top(-2): leaf: v is -2, below 0");
+  err_clear();
+  (void)ERR_WRAP(BRAID_ERR_TIMEOUT, "waiting");
+  cr_assert_str_eq(err_msg(), "waiting: timed out",
+                   "with nothing below, the result's name follows");
+  cr_assert_str_eq(err_why(BRAID_ERR_NOMEM), "waiting: timed out");
+  err_clear();
+  cr_assert_str_eq(err_why(BRAID_ERR_NOMEM), "out of memory");
+}
+
+Test(errors, long_messages_are_cut_not_overrun) {
+  char big[2000];
+  memset(big, 'x', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  (void)ERR(BRAID_ERR_SYSTEM, "%s", big);
+  cr_assert_eq(strlen(err_msg()), 511);
+  (void)ERR_WRAP(BRAID_ERR_SYSTEM, "%s", big);
+  cr_assert_eq(strlen(err_msg()), 511);
+  (void)ERR(BRAID_ERR_SYSTEM, "short");
+  (void)ERR_WRAP(BRAID_ERR_SYSTEM, "%.505s", big);
+  cr_assert_eq(strlen(err_msg()), 511);
+  cr_assert(strstr(err_msg(), ": sho") != NULL, "%s", err_msg());
+}
+
+static void *other_thread(void *arg) {
+  (void)arg;
+  (void)ERR(BRAID_ERR_REMOTE, "the other thread's failure");
+  return NULL;
+}
+
+Test(errors, one_message_per_thread) {
+  (void)ERR(BRAID_ERR_INVALID_ARG, "this thread's failure");
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, other_thread, NULL), 0);
+  pthread_join(t, NULL);
+  cr_assert_str_eq(err_msg(), "this thread's failure");
+}
+
+Test(errors, the_communicator_adopts_the_message) {
+  braid_comm c;
+  memset(&c, 0, sizeof c);
+  pthread_mutex_init(&c.err_lock, NULL);
+  err_clear();
+  cr_assert_eq(comm_adopt(&c, middle(-1)), BRAID_ERR_INVALID_ARG);
+  cr_assert_str_eq(braid_comm_last_error(&c), "leaf: v is -1, below 0");
+  cr_assert_eq(comm_adopt(&c, middle(1)), BRAID_SUCCESS);
+  cr_assert_str_eq(braid_comm_last_error(&c), "leaf: v is -1, below 0",
+                   "a success leaves the last error as it was");
+  err_clear();
+  cr_assert_eq(comm_adopt(&c, BRAID_ERR_TIMEOUT), BRAID_ERR_TIMEOUT);
+  cr_assert_str_eq(braid_comm_last_error(&c), "timed out");
+  cr_assert_eq(comm_fail(&c, BRAID_ERR_NOMEM, "no room for %d", 7),
+               BRAID_ERR_NOMEM);
+  cr_assert_str_eq(braid_comm_last_error(&c), "no room for 7");
+  cr_assert_str_eq(err_msg(), "no room for 7");
+  pthread_mutex_destroy(&c.err_lock);
+}
