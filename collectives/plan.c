@@ -150,7 +150,8 @@ plan_path plan_device_path(sched_coll coll, int nranks, size_t bytes,
   plan_path p = PLAN_PATH_DEVICE;
   if (plan_kernel_coll(coll) && bytes > 0 && most <= kernel_max) {
     p = PLAN_PATH_KERNEL;
-    w = "a collective the kernels run, at most BRAID_CUDA_KERNEL_MAX";
+    w = "the direct schedule as collective kernels, at most "
+        "BRAID_CUDA_KERNEL_MAX";
   } else if (host_max > 0 && most <= host_max) {
     p = PLAN_PATH_STAGED;
     w = "at most BRAID_CUDA_HOST_MAX: through pinned host memory";

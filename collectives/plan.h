@@ -86,7 +86,10 @@ typedef enum plan_path {
   PLAN_PATH_DEVICE,   /* device buffers: the schedule over device transports */
   PLAN_PATH_STAGED,   /* device buffers copied through pinned host memory,
                        * the schedule over the host transports */
-  PLAN_PATH_KERNEL,   /* device buffers: collective kernels, no schedule */
+  PLAN_PATH_KERNEL,   /* device buffers: the direct (one-shot) schedule,
+                       * executed by the collective kernels (their per-chunk
+                       * logic, device/kcoll_chunk.h, follows it:
+                       * tests/collectives/test_kcoll_direct.c) */
   PLAN_PATH_NUM
 } plan_path;
 

@@ -7,6 +7,13 @@
  * writes, and how the ranks' elements fold. Both compile these functions
  * (host and device, as device/fp8.h's), so they cut, number and fold alike.
  *
+ * The kernel is the device executor of the direct (one-shot) schedule
+ * (collectives/direct.c): each rank's slot stands for its sends to every
+ * peer, and its jobs make each output block from the same ranks' inputs,
+ * folded in the same rank order, as that schedule after the verifier's
+ * checks. tests/collectives/test_kcoll_direct.c compares the two for every
+ * collective, rank count and root the kernel takes.
+ *
  * What stays with each implementation: the loop over a part's elements
  * (threads of a block on the GPU, a plain loop on the CPU), loads and
  * stores (16-byte vectors, L2 loads of peers' slots), the memory ordering
