@@ -416,10 +416,10 @@ braid_result comm_init_into(braid_comm *shell, int nranks,
   r = comm_new(&c, b, cfg, NULL, shell);
   if (r == BRAID_SUCCESS &&
       (env->topo_file != NULL || env->topo_dump_file != NULL)) {
-    r = comm_topo_load(&c->topo, err, sizeof err);
+    r = comm_topo_load(&c->topo);
     if (r != BRAID_SUCCESS) {
-      comm_set_error(c, "topology: %s", err);
-      WARN(LOG_TOPO, "braid_comm_init (rank %d): topology: %s", rank, err);
+      comm_fail(c, r, "topology: %s", err_msg());
+      WARN(LOG_TOPO, "braid_comm_init (rank %d): %s", rank, err_msg());
     }
   }
   if (r != BRAID_SUCCESS)

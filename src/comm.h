@@ -245,7 +245,7 @@ tp_conn *comm_conn(braid_comm *c, int peer, int channel);
 /* src/comm_topo.c: the machine a communicator uses. BRAID_TOPO_FILE set:
  * loads it; otherwise detects. BRAID_TOPO_DUMP_FILE set: writes the result
  * there (format from its extension: .xml NCCL, .topo braid). */
-braid_result comm_topo_load(topo_graph **out, char *err, size_t errlen);
+braid_result comm_topo_load(topo_graph **out);
 
 /* src/comm_view.c: where the ranks sit (c->view) and the schedules of
  * BRAID_SCHEDULE_FILE (c->file_scheds), set up at creation; freed by

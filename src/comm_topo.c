@@ -11,28 +11,28 @@
 #include "src/log.h"
 #include "topology/topo.h"
 
-braid_result comm_topo_load(topo_graph **out, char *err, size_t errlen) {
+braid_result comm_topo_load(topo_graph **out) {
   *out = NULL;
   const cfg_env *cfg = cfg_get();
   braid_result r;
   if (cfg && cfg->topo_file && cfg->topo_file[0]) {
-    r = topo_load(cfg->topo_file, TOPO_FMT_AUTO, out, err, errlen);
+    r = topo_load(cfg->topo_file, TOPO_FMT_AUTO, out);
     if (r != BRAID_SUCCESS) {
-      WARN(LOG_TOPO, "BRAID_TOPO_FILE: %s", err ? err : "cannot load");
+      WARN(LOG_TOPO, "BRAID_TOPO_FILE: %s", err_msg());
       return r;
     }
     INFO(LOG_TOPO, "topology from BRAID_TOPO_FILE=%s", cfg->topo_file);
   } else {
-    r = topo_detect(out, err, errlen);
+    r = topo_detect(out);
     if (r != BRAID_SUCCESS) {
-      WARN(LOG_TOPO, "topology detection failed: %s", err ? err : "");
+      WARN(LOG_TOPO, "topology detection failed: %s", err_msg());
       return r;
     }
   }
   if (cfg && cfg->topo_dump_file && cfg->topo_dump_file[0]) {
-    r = topo_save(*out, cfg->topo_dump_file, TOPO_FMT_AUTO, err, errlen);
+    r = topo_save(*out, cfg->topo_dump_file, TOPO_FMT_AUTO);
     if (r != BRAID_SUCCESS) /* the topology is fine; only the dump failed */
-      WARN(LOG_TOPO, "BRAID_TOPO_DUMP_FILE: %s", err ? err : "cannot write");
+      WARN(LOG_TOPO, "BRAID_TOPO_DUMP_FILE: %s", err_msg());
     else
       INFO(LOG_TOPO, "topology written to BRAID_TOPO_DUMP_FILE=%s",
            cfg->topo_dump_file);

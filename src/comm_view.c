@@ -41,8 +41,11 @@ static braid_result cluster_graph(int nhosts, double nic_gbs, topo_graph **out,
   braid_result r = BRAID_ERR_NOMEM;
   if (cpu >= 0 && nic >= 0) {
     h->v[nic].speed = nic_gbs;
-    if (topo_add_link(h, cpu, nic, TOPO_LINK_PCI, 0, -1, 1) >= 0)
-      r = topo_cluster(h, nhosts, nic_gbs, out, err, errlen);
+    if (topo_add_link(h, cpu, nic, TOPO_LINK_PCI, 0, -1, 1) >= 0) {
+      r = topo_cluster(h, nhosts, nic_gbs, out);
+      if (r != BRAID_SUCCESS)
+        snprintf(err, errlen, "%s", err_msg());
+    }
   }
   topo_graph_free(h);
   return r;

@@ -23,6 +23,7 @@
 #include "device/cuda_dev.h"
 #include "src/config.h"
 #include "src/launch_env.h"
+#include "src/log.h"
 #include "topology/topo.h"
 #include "transports/sock_util.h"
 
@@ -289,9 +290,8 @@ static int ipc_probe(ipc_child *k, int dev, int timeout_ms, char *err,
 static void gpu_paths(int n, char *buf, size_t len) {
   buf[0] = '\0';
   topo_graph *g = NULL;
-  char err[256] = "";
-  if (topo_detect(&g, err, sizeof err) != BRAID_SUCCESS || g == NULL) {
-    snprintf(buf, len, "paths unknown (topology: %s)", err);
+  if (topo_detect(&g) != BRAID_SUCCESS || g == NULL) {
+    snprintf(buf, len, "paths unknown (topology: %s)", err_msg());
     return;
   }
   size_t at = 0;

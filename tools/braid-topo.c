@@ -11,6 +11,7 @@
  * Without --file or --machine the machine is detected live. Subcommands are
  * rows of one table; a new one (e.g. `schedule`) is one more row.
  */
+#include "src/log.h"
 #include "tools/topo_dot.h"
 #include "tools/topo_import.h"
 #include "tools/topo_schedule.h"
@@ -95,7 +96,6 @@ static int parse_opts(int argc, char **argv, opts *o) {
 
 /* The graph the options name: a file, a model (maybe replicated), or live. */
 static topo_graph *get_graph(const opts *o) {
-  char err[1024] = "";
   topo_graph *g = NULL;
   braid_result r;
   if (o->file && o->machine) {
@@ -103,21 +103,21 @@ static topo_graph *get_graph(const opts *o) {
     return NULL;
   }
   if (o->file)
-    r = topo_load(o->file, TOPO_FMT_AUTO, &g, err, sizeof(err));
+    r = topo_load(o->file, TOPO_FMT_AUTO, &g);
   else if (o->machine)
-    r = topo_model_load(o->machine, &g, err, sizeof(err));
+    r = topo_model_load(o->machine, &g);
   else
-    r = topo_detect(&g, err, sizeof(err));
+    r = topo_detect(&g);
   if (r != BRAID_SUCCESS) {
-    fprintf(stderr, "braid-topo: %s\n", err);
+    fprintf(stderr, "braid-topo: %s\n", err_msg());
     return NULL;
   }
   if (o->hosts > 1) {
     topo_graph *c = NULL;
-    r = topo_cluster(g, o->hosts, o->nic_bw, &c, err, sizeof(err));
+    r = topo_cluster(g, o->hosts, o->nic_bw, &c);
     topo_graph_free(g);
     if (r != BRAID_SUCCESS) {
-      fprintf(stderr, "braid-topo: %s\n", err);
+      fprintf(stderr, "braid-topo: %s\n", err_msg());
       return NULL;
     }
     g = c;
@@ -215,17 +215,14 @@ static int cmd_convert(opts *o) {
     fprintf(stderr, "braid-topo convert: --format nccl, hwloc or braid\n");
     return 2;
   }
-  char err[1024];
   topo_graph *g = NULL;
-  if (topo_load(o->from, TOPO_FMT_AUTO, &g, err, sizeof(err)) !=
-      BRAID_SUCCESS) {
-    fprintf(stderr, "braid-topo: %s\n", err);
+  if (topo_load(o->from, TOPO_FMT_AUTO, &g) != BRAID_SUCCESS) {
+    fprintf(stderr, "braid-topo: %s\n", err_msg());
     return 1;
   }
   int rc = 0;
-  if (topo_save(g, o->to, (topo_format)fmt, err, sizeof(err)) !=
-      BRAID_SUCCESS) {
-    fprintf(stderr, "braid-topo: %s\n", err);
+  if (topo_save(g, o->to, (topo_format)fmt) != BRAID_SUCCESS) {
+    fprintf(stderr, "braid-topo: %s\n", err_msg());
     rc = 1;
   }
   topo_graph_free(g);
@@ -236,10 +233,9 @@ static int cmd_models(opts *o) {
   (void)o;
   const char *const *n = topo_model_names();
   for (int i = 0; n[i]; i++) {
-    char err[512];
     topo_graph *g = NULL;
-    if (topo_model_load(n[i], &g, err, sizeof(err)) != BRAID_SUCCESS) {
-      printf("%-12s (%s)\n", n[i], err);
+    if (topo_model_load(n[i], &g) != BRAID_SUCCESS) {
+      printf("%-12s (%s)\n", n[i], err_msg());
       continue;
     }
     printf("%-12s %-12s %d GPU, %d NIC, %d NUMA, %d PCI switch, %d NVSwitch\n",

@@ -9,6 +9,7 @@
 #include "collectives/sched_json.h"
 #include "collectives/sim.h"
 #include "collectives/view.h"
+#include "src/log.h"
 #include "topology/topo.h"
 
 #include <errno.h>
@@ -108,14 +109,14 @@ static char *slurp(const char *path, size_t *len) {
 static void simulate(const iopts *o, const sched *s) {
   char err[512] = "";
   topo_graph *g = NULL, *c = NULL;
-  if (topo_model_load(o->machine, &g, err, sizeof(err)) != BRAID_SUCCESS) {
-    printf("simulator: machine '%s' not loaded: %s\n", o->machine, err);
+  if (topo_model_load(o->machine, &g) != BRAID_SUCCESS) {
+    printf("simulator: machine '%s' not loaded: %s\n", o->machine, err_msg());
     return;
   }
   int per = topo_count(g, TOPO_GPU), n = s->nranks;
   sched_view *v = NULL;
   if (per > 0 && n > per && n % per == 0 &&
-      topo_cluster(g, n / per, 0, &c, err, sizeof(err)) == BRAID_SUCCESS)
+      topo_cluster(g, n / per, 0, &c) == BRAID_SUCCESS)
     v = view_gpus(c, NULL, 0, err, sizeof(err));
   else if (n <= per) {
     int gpus[256];

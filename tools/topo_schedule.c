@@ -27,6 +27,7 @@
 #include "collectives/sim.h"
 #include "collectives/verify.h"
 #include "collectives/view.h"
+#include "src/log.h"
 #include "tools/topo_dot.h"
 #include "topology/topo.h"
 
@@ -208,31 +209,30 @@ static int parse_args(int argc, char **argv, sopts *o) {
 /* ---- the graph and the view ---- */
 
 static topo_graph *load_graph(const sopts *o, int *rc) {
-  char err[1024] = "";
   topo_graph *g = NULL;
   braid_result r;
   *rc = 2;
   if (o->file)
-    r = topo_load(o->file, TOPO_FMT_AUTO, &g, err, sizeof(err));
+    r = topo_load(o->file, TOPO_FMT_AUTO, &g);
   else if (o->machine)
-    r = topo_model_load(o->machine, &g, err, sizeof(err));
+    r = topo_model_load(o->machine, &g);
   else {
-    r = topo_detect(&g, err, sizeof(err));
+    r = topo_detect(&g);
     *rc = 1;
   }
   if (r != BRAID_SUCCESS) {
     if (o->machine)
-      bad("unknown machine '%s': %s", o->machine, err);
+      bad("unknown machine '%s': %s", o->machine, err_msg());
     else
-      fprintf(stderr, "braid-topo schedule: %s\n", err);
+      fprintf(stderr, "braid-topo schedule: %s\n", err_msg());
     return NULL;
   }
   if (o->hosts > 1) {
     topo_graph *c = NULL;
-    r = topo_cluster(g, o->hosts, o->nic_bw, &c, err, sizeof(err));
+    r = topo_cluster(g, o->hosts, o->nic_bw, &c);
     topo_graph_free(g);
     if (r != BRAID_SUCCESS) {
-      bad("--hosts %d: %s", o->hosts, err);
+      bad("--hosts %d: %s", o->hosts, err_msg());
       return NULL;
     }
     g = c;

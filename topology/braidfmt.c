@@ -11,6 +11,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,26 +25,30 @@ typedef struct tok {
 typedef struct bf {
   const char *fname;
   int line;
-  char *err;
-  size_t errlen;
 } bf;
 
-#define BF_FAIL(b, ...)                                                        \
-  do {                                                                         \
-    char m__[256];                                                             \
-    snprintf(m__, sizeof(m__), __VA_ARGS__);                                   \
-    topo_errf((b)->err, (b)->errlen, "%s:%d: %s", (b)->fname, (b)->line, m__); \
-    return -1;                                                                 \
-  } while (0)
+/* Fails with "fname:line: what" (BRAID_ERR_INVALID_ARG). */
+__attribute__((format(printf, 2, 3))) static braid_result
+bf_err(const bf *b, const char *fmt, ...) {
+  char m[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m, sizeof(m), fmt, ap);
+  va_end(ap);
+  return ERR(BRAID_ERR_INVALID_ARG, "%s:%d: %s", b->fname, b->line, m);
+}
+#define BF_FAIL(b, ...) return bf_err(b, __VA_ARGS__)
 
-/* Splits a line in place into tokens. Returns the count or -1. */
-static int tokenize(bf *b, char *s, tok *t) {
+/* Splits a line in place into *nt tokens. */
+static braid_result tokenize(bf *b, char *s, tok *t, int *nt) {
   int n = 0;
   for (;;) {
     while (*s == ' ' || *s == '\t' || *s == '\r')
       s++;
-    if (!*s || *s == '#')
-      return n;
+    if (!*s || *s == '#') {
+      *nt = n;
+      return BRAID_SUCCESS;
+    }
     if (n == MAX_TOK)
       BF_FAIL(b, "more than %d fields on one line", MAX_TOK);
     t[n].key = NULL;
@@ -85,7 +90,8 @@ static int tokenize(bf *b, char *s, tok *t) {
   }
 }
 
-static int num(bf *b, const tok *t, double lo, double hi, double *out) {
+static braid_result num(bf *b, const tok *t, double lo, double hi,
+                        double *out) {
   char *e;
   errno = 0;
   double v = strtod(t->val, &e);
@@ -95,10 +101,10 @@ static int num(bf *b, const tok *t, double lo, double hi, double *out) {
     BF_FAIL(b, "attribute '%s': out of range [%g, %g] (got '%.40s')", t->key,
             lo, hi, t->val);
   *out = v;
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-static int inum(bf *b, const tok *t, long lo, long hi, int *out) {
+static braid_result inum(bf *b, const tok *t, long lo, long hi, int *out) {
   char *e;
   errno = 0;
   long v = strtol(t->val, &e, 0);
@@ -108,17 +114,18 @@ static int inum(bf *b, const tok *t, long lo, long hi, int *out) {
     BF_FAIL(b, "attribute '%s': out of range [%ld, %ld] (got '%.40s')", t->key,
             lo, hi, t->val);
   *out = (int)v;
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-static int str(bf *b, const tok *t, char *out, size_t n) {
+static braid_result str(bf *b, const tok *t, char *out, size_t n) {
   if (strlen(t->val) >= n)
     BF_FAIL(b, "attribute '%s': longer than %zu characters", t->key, n - 1);
   snprintf(out, n, "%s", t->val);
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-static int vertex_attr(bf *b, topo_graph *g, topo_vertex *v, const tok *t) {
+static braid_result vertex_attr(bf *b, topo_graph *g, topo_vertex *v,
+                                const tok *t) {
   const char *k = t->key;
   double d;
   if (!k)
@@ -131,7 +138,7 @@ static int vertex_attr(bf *b, topo_graph *g, topo_vertex *v, const tok *t) {
           !strcmp(g->v[i].busid, v->busid))
         BF_FAIL(b, "attribute 'busid': %s already used by %s", v->busid,
                 g->v[i].name);
-    return 0;
+    return BRAID_SUCCESS;
   }
   if (!strcmp(k, "numa"))
     return inum(b, t, -1, 4095, &v->numa);
@@ -157,7 +164,7 @@ static int vertex_attr(bf *b, topo_graph *g, topo_vertex *v, const tok *t) {
     if (e == t->val || *e)
       BF_FAIL(b, "attribute 'guid': not a number (got '%.40s')", t->val);
     v->guid = u;
-    return 0;
+    return BRAID_SUCCESS;
   }
   if (!strcmp(k, "maxconn"))
     return inum(b, t, 0, 1 << 30, &v->maxconn);
@@ -174,16 +181,14 @@ static int vertex_attr(bf *b, topo_graph *g, topo_vertex *v, const tok *t) {
   if (!strcmp(k, "pus"))
     return inum(b, t, 0, 1 << 20, &v->pus);
   if (!strcmp(k, "mem_gb")) {
-    if (num(b, t, 0, 1e7, &d))
-      return -1;
+    CHECKR(num(b, t, 0, 1e7, &d));
     v->mem_bytes = (uint64_t)(d * 1073741824.0);
-    return 0;
+    return BRAID_SUCCESS;
   }
   if (!strcmp(k, "l3_mb")) {
-    if (num(b, t, 0, 1e9, &d))
-      return -1;
+    CHECKR(num(b, t, 0, 1e9, &d));
     v->l3_bytes = (uint64_t)(d * 1048576.0);
-    return 0;
+    return BRAID_SUCCESS;
   }
   if (!strcmp(k, "affinity"))
     return str(b, t, v->affinity, sizeof(v->affinity));
@@ -198,17 +203,16 @@ static int vertex_attr(bf *b, topo_graph *g, topo_vertex *v, const tok *t) {
   if (!strcmp(k, "gen")) {
     int gen;
     static const double gts[] = {0, 2.5, 5, 8, 16, 32, 64};
-    if (inum(b, t, 1, 6, &gen))
-      return -1;
+    CHECKR(inum(b, t, 1, 6, &gen));
     v->link_gts = gts[gen];
-    return 0;
+    return BRAID_SUCCESS;
   }
   if (!strcmp(k, "width"))
     return inum(b, t, 0, 64, &v->link_width);
   BF_FAIL(b, "unknown attribute '%.40s' for a %s", k, topo_vtype_name(v->type));
 }
 
-static int link_line(bf *b, topo_graph *g, tok *t, int n) {
+static braid_result link_line(bf *b, topo_graph *g, tok *t, int n) {
   if (n < 4)
     BF_FAIL(b, "link needs two vertices and a type: link A B nvl|pci|sys|net");
   for (int i = 1; i < 4; i++)
@@ -231,7 +235,7 @@ static int link_line(bf *b, topo_graph *g, tok *t, int n) {
     const char *k = t[i].key;
     if (!k)
       BF_FAIL(b, "unexpected word '%.40s' (expected key=value)", t[i].val);
-    int r;
+    braid_result r;
     if (!strcmp(k, "bw"))
       r = num(b, &t[i], 1e-6, 1e6, &bw);
     else if (!strcmp(k, "lat"))
@@ -244,14 +248,14 @@ static int link_line(bf *b, topo_graph *g, tok *t, int n) {
       int gen;
       static const double tab[] = {0, 2.5, 5, 8, 16, 32, 64};
       r = inum(b, &t[i], 1, 6, &gen);
-      if (!r)
+      if (r == BRAID_SUCCESS)
         gts = tab[gen];
     } else if (!strcmp(k, "gts"))
       r = num(b, &t[i], 0.1, 1000, &gts);
     else
       BF_FAIL(b, "unknown attribute '%.40s' for a link", k);
-    if (r)
-      return -1;
+    if (r != BRAID_SUCCESS)
+      return r;
   }
   if (bw < 0) {
     if (type == TOPO_LINK_NVL) {
@@ -271,77 +275,65 @@ static int link_line(bf *b, topo_graph *g, tok *t, int n) {
             t[3].val);
   if (topo_add_link(g, a, c, (topo_ltype)type, bw, lat, count) < 0)
     BF_FAIL(b, "link: too many links or out of memory");
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 braid_result topo_parse_braid(const char *buf, size_t len, const char *fname,
-                              topo_graph **out, char *err, size_t errlen) {
+                              topo_graph **out) {
   *out = NULL;
-  bf b = {fname ? fname : "<buffer>", 0, err, errlen};
+  bf b = {fname ? fname : "<buffer>", 0};
   topo_graph *g = topo_graph_new("");
   char *line = malloc(4097);
   tok t[MAX_TOK];
-  int header = 0, rc = 0;
+  int header = 0;
+  braid_result rc = BRAID_SUCCESS;
   if (!g || !line) {
     free(line);
     topo_graph_free(g);
-    return topo_nomem(err, errlen, b.fname);
+    return TOPO_NOMEM(b.fname);
   }
   size_t pos = 0;
-  while (pos < len && !rc) {
+  while (pos < len && rc == BRAID_SUCCESS) {
     b.line++;
     size_t e = pos;
     while (e < len && buf[e] != '\n')
       e++;
     size_t n = e - pos;
     if (n > 4096) {
-      topo_errf(err, errlen, "%s:%d: line longer than 4096 characters", b.fname,
-                b.line);
-      rc = -1;
+      rc = bf_err(&b, "line longer than 4096 characters");
       break;
     }
     memcpy(line, buf + pos, n);
     line[n] = 0;
     pos = e + 1;
     if (memchr(line, 0, n)) {
-      topo_errf(err, errlen, "%s:%d: NUL byte in a text file", b.fname, b.line);
-      rc = -1;
+      rc = bf_err(&b, "NUL byte in a text file");
       break;
     }
-    int nt = tokenize(&b, line, t);
-    if (nt < 0) {
-      rc = -1;
+    int nt;
+    if ((rc = tokenize(&b, line, t, &nt)) != BRAID_SUCCESS)
       break;
-    }
     if (nt == 0)
       continue;
     if (!header) {
       if (t[0].key || strcmp(t[0].val, "braid-topology") || nt != 2 ||
           strcmp(t[1].val, "1")) {
-        topo_errf(err, errlen, "%s:%d: expected the header 'braid-topology 1'",
-                  b.fname, b.line);
-        rc = -1;
+        rc = bf_err(&b, "expected the header 'braid-topology 1'");
         break;
       }
       header = 1;
       continue;
     }
     if (t[0].key) {
-      topo_errf(err, errlen, "%s:%d: a line starts with a keyword, not '%s='",
-                b.fname, b.line, t[0].key);
-      rc = -1;
+      rc = bf_err(&b, "a line starts with a keyword, not '%s='", t[0].key);
     } else if (!strcmp(t[0].val, "name")) {
-      if (nt != 2 || t[1].key) {
-        topo_errf(err, errlen, "%s:%d: name takes one value (quote spaces)",
-                  b.fname, b.line);
-        rc = -1;
-      } else
+      if (nt != 2 || t[1].key)
+        rc = bf_err(&b, "name takes one value (quote spaces)");
+      else
         snprintf(g->name, sizeof(g->name), "%s", t[1].val);
     } else if (!strcmp(t[0].val, "hosts")) {
       if (nt != 2 || t[1].key) {
-        topo_errf(err, errlen, "%s:%d: hosts takes one number (hosts N)",
-                  b.fname, b.line);
-        rc = -1;
+        rc = bf_err(&b, "hosts takes one number (hosts N)");
       } else {
         t[1].key = "hosts";
         rc = inum(&b, &t[1], 1, 1 << 20, &g->nhosts);
@@ -351,43 +343,33 @@ braid_result topo_parse_braid(const char *buf, size_t len, const char *fname,
     } else {
       int type = topo_vtype_parse(t[0].val);
       if (type < 0) {
-        topo_errf(err, errlen, "%s:%d: unknown keyword '%.40s'", b.fname,
-                  b.line, t[0].val);
-        rc = -1;
+        rc = bf_err(&b, "unknown keyword '%.40s'", t[0].val);
         break;
       }
       if (nt < 2 || t[1].key) {
-        topo_errf(err, errlen, "%s:%d: %s needs a name", b.fname, b.line,
-                  t[0].val);
-        rc = -1;
+        rc = bf_err(&b, "%s needs a name", t[0].val);
         break;
       }
       if (topo_find(g, t[1].val) >= 0) {
-        topo_errf(err, errlen, "%s:%d: vertex '%.40s' defined twice", b.fname,
-                  b.line, t[1].val);
-        rc = -1;
+        rc = bf_err(&b, "vertex '%.40s' defined twice", t[1].val);
         break;
       }
       int id = topo_add_vertex(g, (topo_vtype)type, t[1].val);
       if (id < 0) {
-        topo_errf(err, errlen, "%s:%d: bad vertex name '%.40s' or too many",
-                  b.fname, b.line, t[1].val);
-        rc = -1;
+        rc = bf_err(&b, "bad vertex name '%.40s' or too many", t[1].val);
         break;
       }
-      for (int i = 2; i < nt && !rc; i++)
+      for (int i = 2; i < nt && rc == BRAID_SUCCESS; i++)
         rc = vertex_attr(&b, g, &g->v[id], &t[i]);
     }
   }
   free(line);
-  if (!rc && !header) {
-    topo_errf(err, errlen, "%s:1: empty file (expected 'braid-topology 1')",
-              b.fname);
-    rc = -1;
-  }
-  if (rc) {
+  if (rc == BRAID_SUCCESS && !header)
+    rc = ERR(BRAID_ERR_INVALID_ARG,
+             "%s:1: empty file (expected 'braid-topology 1')", b.fname);
+  if (rc != BRAID_SUCCESS) {
     topo_graph_free(g);
-    return BRAID_ERR_INVALID_ARG;
+    return rc;
   }
   for (int i = 0; i < g->nv; i++)
     if (g->v[i].host >= g->nhosts)

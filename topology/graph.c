@@ -6,7 +6,6 @@
 #include "topology/topo_int.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,15 +39,6 @@ int topo_ltype_parse(const char *s) {
     if (!strcasecmp(s, ltype_names[i]))
       return i;
   return -1;
-}
-
-void topo_errf(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
 }
 
 /* ---- bandwidth facts ----
@@ -340,30 +330,22 @@ static int bw_close(double a, double b) {
   return fabs(a - b) <= 0.01 * fmax(fabs(a), fabs(b)) + 1e-9;
 }
 
-int topo_graph_equal(const topo_graph *a, const topo_graph *b, char *why,
-                     size_t whylen) {
-  if (a->nv != b->nv) {
-    topo_errf(why, whylen, "%d vertices vs %d", a->nv, b->nv);
-    return 0;
-  }
-  if (a->nl != b->nl) {
-    topo_errf(why, whylen, "%d links vs %d", a->nl, b->nl);
-    return 0;
-  }
+braid_result topo_graph_compare(const topo_graph *a, const topo_graph *b) {
+  if (a->nv != b->nv)
+    return ERR(BRAID_ERR_MISMATCH, "%d vertices vs %d", a->nv, b->nv);
+  if (a->nl != b->nl)
+    return ERR(BRAID_ERR_MISMATCH, "%d links vs %d", a->nl, b->nl);
   for (int i = 0; i < a->nv; i++) {
     const topo_vertex *va = &a->v[i];
     int j = topo_find(b, va->name);
-    if (j < 0) {
-      topo_errf(why, whylen, "vertex %s missing", va->name);
-      return 0;
-    }
+    if (j < 0)
+      return ERR(BRAID_ERR_MISMATCH, "vertex %s missing", va->name);
     const topo_vertex *vb = &b->v[j];
-    if (va->type != vb->type || strcasecmp(va->busid, vb->busid)) {
-      topo_errf(why, whylen, "vertex %s differs (type %s/%s, busid '%s'/'%s')",
-                va->name, topo_vtype_name(va->type), topo_vtype_name(vb->type),
-                va->busid, vb->busid);
-      return 0;
-    }
+    if (va->type != vb->type || strcasecmp(va->busid, vb->busid))
+      return ERR(BRAID_ERR_MISMATCH,
+                 "vertex %s differs (type %s/%s, busid '%s'/'%s')", va->name,
+                 topo_vtype_name(va->type), topo_vtype_name(vb->type),
+                 va->busid, vb->busid);
   }
   for (int i = 0; i < a->nl; i++) {
     const topo_link *la = &a->links[i];
@@ -377,33 +359,29 @@ int topo_graph_equal(const topo_graph *a, const topo_graph *b, char *why,
           bw_close(lb->bw, la->bw))
         found = 1;
     }
-    if (!found) {
-      topo_errf(why, whylen, "link %s-%s %s x%d %.2f GB/s missing or different",
-                a->v[la->a].name, a->v[la->b].name, topo_ltype_name(la->type),
-                la->count, la->bw);
-      return 0;
-    }
+    if (!found)
+      return ERR(BRAID_ERR_MISMATCH,
+                 "link %s-%s %s x%d %.2f GB/s missing or different",
+                 a->v[la->a].name, a->v[la->b].name, topo_ltype_name(la->type),
+                 la->count, la->bw);
   }
-  return 1;
+  return BRAID_SUCCESS;
 }
 
-braid_result topo_graph_check(const topo_graph *g, char *err, size_t errlen) {
+braid_result topo_graph_check(const topo_graph *g) {
   for (int t = 0; t < TOPO_NVTYPES; t++)
     for (int i = 0; i < g->ntype[t]; i++) {
       int id = g->of_type[t][i];
       if (id < 0 || id >= g->nv || g->v[id].type != (topo_vtype)t ||
-          g->v[id].index != i) {
-        topo_errf(err, errlen, "%s %d: bad type index", topo_vtype_name(t), i);
-        return BRAID_ERR_INTERNAL;
-      }
+          g->v[id].index != i)
+        return ERR(BRAID_ERR_INTERNAL, "%s %d: bad type index",
+                   topo_vtype_name(t), i);
     }
   for (int l = 0; l < g->nl; l++) {
     const topo_link *k = &g->links[l];
     if (k->a < 0 || k->b < 0 || k->a >= g->nv || k->b >= g->nv ||
-        k->a == k->b || !(k->bw > 0)) {
-      topo_errf(err, errlen, "link %d is malformed", l);
-      return BRAID_ERR_INTERNAL;
-    }
+        k->a == k->b || !(k->bw > 0))
+      return ERR(BRAID_ERR_INTERNAL, "link %d is malformed", l);
   }
   return BRAID_SUCCESS;
 }

@@ -37,8 +37,6 @@ typedef struct numa_info {
 typedef struct hx {
   topo_graph *g;
   const char *fname;
-  char *err;
-  size_t errlen;
   gp_map *gp;
   int ngp, capgp;
   numa_info *numa;
@@ -46,11 +44,7 @@ typedef struct hx {
   char arch[16];
 } hx;
 
-#define HX_FAIL(h, ...)                                                        \
-  do {                                                                         \
-    topo_errf((h)->err, (h)->errlen, __VA_ARGS__);                             \
-    return BRAID_ERR_INVALID_ARG;                                              \
-  } while (0)
+#define HX_FAIL(h, ...) return ERR(BRAID_ERR_INVALID_ARG, __VA_ARGS__)
 
 static int bitmap_parse(const char *s, bitmap *b) {
   memset(b, 0, sizeof(*b));
@@ -109,7 +103,7 @@ static braid_result gp_add(hx *h, unsigned long long gp, int vertex,
     int cap = h->capgp ? 2 * h->capgp : 64;
     gp_map *n = realloc(h->gp, (size_t)cap * sizeof(*n));
     if (!n)
-      return topo_nomem(h->err, h->errlen, h->fname);
+      return TOPO_NOMEM(h->fname);
     h->gp = n;
     h->capgp = cap;
   }
@@ -139,9 +133,7 @@ static const char *info_get(const xml_node *n, const char *name) {
 static int is_obj(const xml_node *n) { return !strcmp(n->name, "object"); }
 
 static braid_result obj_type(hx *h, const xml_node *n, const char **t) {
-  if (xml_require(n, "type", t, h->fname, h->err, h->errlen))
-    return BRAID_ERR_INVALID_ARG;
-  return BRAID_SUCCESS;
+  return xml_require(n, "type", t, h->fname);
 }
 
 /* ---- pass 1: NUMA nodes ---- */
@@ -164,9 +156,7 @@ static braid_result find_numa(hx *h, const xml_node *n, const xml_node *pkg,
     }
     if (!strcmp(t, "NUMANode")) {
       long os = h->nnuma;
-      if (xml_get_int(k, "os_index", 0, 4095, 0, &os, h->fname, h->err,
-                      h->errlen))
-        return BRAID_ERR_INVALID_ARG;
+      CHECKR(xml_get_int(k, "os_index", 0, 4095, 0, &os, h->fname));
       char name[24];
       snprintf(name, sizeof(name), "CPU%ld", os);
       int id = topo_add_vertex(h->g, TOPO_CPU, name);
@@ -175,7 +165,7 @@ static braid_result find_numa(hx *h, const xml_node *n, const xml_node *pkg,
                 h->fname, k->line, os);
       numa_info *nn = realloc(h->numa, (size_t)(h->nnuma + 1) * sizeof(*nn));
       if (!nn)
-        return topo_nomem(h->err, h->errlen, h->fname);
+        return TOPO_NOMEM(h->fname);
       h->numa = nn;
       numa_info *ni = &h->numa[h->nnuma++];
       ni->vertex = id;
@@ -191,9 +181,7 @@ static braid_result find_numa(hx *h, const xml_node *n, const xml_node *pkg,
       topo_vertex *v = &h->g->v[id];
       v->numa = (int)os;
       double mem = 0;
-      if (xml_get_double(k, "local_memory", 0, 1e20, 0, &mem, h->fname, h->err,
-                         h->errlen))
-        return BRAID_ERR_INVALID_ARG;
+      CHECKR(xml_get_double(k, "local_memory", 0, 1e20, 0, &mem, h->fname));
       v->mem_bytes = (uint64_t)mem;
       /* NCCL-style affinity: 32-bit words, most significant first */
       size_t off = 0;
@@ -279,9 +267,7 @@ static braid_result pci_common(hx *h, const xml_node *n, topo_vertex *v,
             "'%.40s')",
             h->fname, a->line, a->value);
   double speed = 0;
-  if (xml_get_double(n, "pci_link_speed", 0, 1e6, 0, &speed, h->fname, h->err,
-                     h->errlen))
-    return BRAID_ERR_INVALID_ARG;
+  CHECKR(xml_get_double(n, "pci_link_speed", 0, 1e6, 0, &speed, h->fname));
   *bw = speed; /* hwloc gives GB/s for the whole link */
   return parse_pci_type(h, n, &v->pci_class, &v->vendor_id, &v->device_id,
                         &v->subsys_vendor, &v->subsys_device);
@@ -319,14 +305,14 @@ static braid_result add_pcidev(hx *h, const xml_node *n, int attach, int numa) {
   if ((base == 0x03 && ven == 0x10de) || gpu_osdev) {
     int id = topo_add_vertex(g, TOPO_GPU, NULL);
     if (id < 0)
-      return topo_nomem(h->err, h->errlen, h->fname);
+      return TOPO_NOMEM(h->fname);
     topo_vertex *v = &g->v[id];
     double bw = 0;
     if ((r = pci_common(h, n, v, &bw)) != BRAID_SUCCESS)
       return r;
     v->numa = numa;
     if (topo_add_link(g, id, attach, TOPO_LINK_PCI, bw, -1, 1) < 0)
-      return topo_nomem(h->err, h->errlen, h->fname);
+      return TOPO_NOMEM(h->fname);
     if ((r = gp_add(h, gp, id, 1)) != BRAID_SUCCESS)
       return r;
     for (int i = 0; i < n->nkids; i++) {
@@ -369,7 +355,7 @@ static braid_result add_pcidev(hx *h, const xml_node *n, int attach, int numa) {
         break;
       int id = topo_add_vertex(g, TOPO_NIC, NULL);
       if (id < 0)
-        return topo_nomem(h->err, h->errlen, h->fname);
+        return TOPO_NOMEM(h->fname);
       topo_vertex *v = &g->v[id];
       double bw = 0;
       if ((r = pci_common(h, n, v, &bw)) != BRAID_SUCCESS)
@@ -380,7 +366,7 @@ static braid_result add_pcidev(hx *h, const xml_node *n, int attach, int numa) {
         v->speed = atof(sp);
       v->numa = numa;
       if (topo_add_link(g, id, attach, TOPO_LINK_PCI, bw, -1, 1) < 0)
-        return topo_nomem(h->err, h->errlen, h->fname);
+        return TOPO_NOMEM(h->fname);
       made++;
     }
   }
@@ -410,13 +396,13 @@ static braid_result io_walk(hx *h, const xml_node *n, int attach, int numa,
         if (sw || (!parent_fans_out && nkids >= 2)) {
           int id = topo_add_vertex(h->g, TOPO_PCI, NULL);
           if (id < 0)
-            return topo_nomem(h->err, h->errlen, h->fname);
+            return TOPO_NOMEM(h->fname);
           double bw = 0;
           if ((r = pci_common(h, k, &h->g->v[id], &bw)) != BRAID_SUCCESS)
             return r;
           h->g->v[id].numa = numa;
           if (topo_add_link(h->g, id, attach, TOPO_LINK_PCI, bw, -1, 1) < 0)
-            return topo_nomem(h->err, h->errlen, h->fname);
+            return TOPO_NOMEM(h->fname);
           child_attach = id;
         }
         if (sw)
@@ -441,9 +427,7 @@ static braid_result io_walk(hx *h, const xml_node *n, int attach, int numa,
             h->g->v[h->numa[j].vertex].cores++;
       if (!strcmp(t, "L3Cache") && hs) {
         double sz = 0;
-        if (xml_get_double(k, "cache_size", 0, 1e15, 0, &sz, h->fname, h->err,
-                           h->errlen))
-          return BRAID_ERR_INVALID_ARG;
+        CHECKR(xml_get_double(k, "cache_size", 0, 1e15, 0, &sz, h->fname));
         for (int j = 0; j < h->nnuma; j++)
           if (bitmap_has(&h->numa[j].set, bitmap_first(&set)))
             h->g->v[h->numa[j].vertex].l3_bytes += (uint64_t)sz;
@@ -508,8 +492,7 @@ static braid_result read_u64s(hx *h, const xml_node *d, const char *tag,
 static braid_result nvlink_distances(hx *h, const xml_node *d) {
   int hetero = !strcmp(d->name, "distances2hetero");
   long nb = 0;
-  if (xml_get_int(d, "nbobjs", 1, 4096, 1, &nb, h->fname, h->err, h->errlen))
-    return BRAID_ERR_INVALID_ARG;
+  CHECKR(xml_get_int(d, "nbobjs", 1, 4096, 1, &nb, h->fname));
   const char *type = xml_get(d, "type");
   if (!hetero && !type)
     HX_FAIL(h, "%s:%d: <distances2> attribute 'type': missing", h->fname,
@@ -520,7 +503,7 @@ static braid_result nvlink_distances(hx *h, const xml_node *d) {
   int *vert = malloc((size_t)nb * sizeof(int));
   braid_result r = BRAID_SUCCESS;
   if (!idx || !val || !types || !vert) {
-    r = topo_nomem(h->err, h->errlen, h->fname);
+    r = TOPO_NOMEM(h->fname);
     goto out;
   }
   memset(types, 'O', (size_t)nb);
@@ -540,7 +523,7 @@ static braid_result nvlink_distances(hx *h, const xml_node *d) {
     } else {
       /* NVSwitch ports (or unknown objects): one merged NVS vertex */
       if (nvs < 0 && (nvs = topo_add_vertex(h->g, TOPO_NVS, NULL)) < 0) {
-        r = topo_nomem(h->err, h->errlen, h->fname);
+        r = TOPO_NOMEM(h->fname);
         goto out;
       }
       vert[i] = nvs;
@@ -556,11 +539,10 @@ static braid_result nvlink_distances(hx *h, const xml_node *d) {
       if (h->g->v[a].type != TOPO_GPU && h->g->v[b].type != TOPO_GPU)
         continue;
       if (mb > 100000000ull) {
-        topo_errf(h->err, h->errlen,
-                  "%s:%d: <%s> NVLinkBandwidth value %llu MB/s is not "
-                  "plausible",
-                  h->fname, d->line, d->name, mb);
-        r = BRAID_ERR_INVALID_ARG;
+        r = ERR(BRAID_ERR_INVALID_ARG,
+                "%s:%d: <%s> NVLinkBandwidth value %llu MB/s is not "
+                "plausible",
+                h->fname, d->line, d->name, mb);
         goto out;
       }
       double bw = (double)mb / 1000.0;
@@ -570,7 +552,7 @@ static braid_result nvlink_distances(hx *h, const xml_node *d) {
       if (count < 1)
         count = 1;
       if (topo_add_link(h->g, a, b, TOPO_LINK_NVL, bw, -1, count) < 0) {
-        r = topo_nomem(h->err, h->errlen, h->fname);
+        r = TOPO_NOMEM(h->fname);
         goto out;
       }
     }
@@ -583,22 +565,20 @@ out:
 }
 
 braid_result topo_parse_hwloc(const char *buf, size_t len, const char *fname,
-                              topo_graph **out, char *err, size_t errlen) {
+                              topo_graph **out) {
   *out = NULL;
-  xml_node *root = xml_parse(buf, len, fname, err, errlen);
-  if (!root)
-    return BRAID_ERR_INVALID_ARG;
-  hx h = {.fname = fname, .err = err, .errlen = errlen};
+  xml_node *root;
+  CHECKR(xml_parse(buf, len, fname, &root));
+  hx h = {.fname = fname};
   braid_result r = BRAID_SUCCESS;
   if (strcmp(root->name, "topology")) {
-    topo_errf(err, errlen,
-              "%s:%d: root element is <%s>, expected <topology> (hwloc XML)",
-              fname, root->line, root->name);
-    r = BRAID_ERR_INVALID_ARG;
+    r = ERR(BRAID_ERR_INVALID_ARG,
+            "%s:%d: root element is <%s>, expected <topology> (hwloc XML)",
+            fname, root->line, root->name);
     goto out;
   }
   if (!(h.g = topo_graph_new(""))) {
-    r = topo_nomem(err, errlen, fname);
+    r = TOPO_NOMEM(fname);
     goto out;
   }
   if ((r = find_numa(&h, root, NULL, 0)) != BRAID_SUCCESS)
@@ -609,7 +589,7 @@ braid_result topo_parse_hwloc(const char *buf, size_t len, const char *fname,
     numa_info *nn = calloc(1, sizeof(*nn));
     if (id < 0 || !nn) {
       free(nn);
-      r = topo_nomem(err, errlen, fname);
+      r = TOPO_NOMEM(fname);
       goto out;
     }
     h.numa = nn;
@@ -638,11 +618,11 @@ braid_result topo_parse_hwloc(const char *buf, size_t len, const char *fname,
       if (topo_add_link(h.g, topo_nth(h.g, TOPO_CPU, a),
                         topo_nth(h.g, TOPO_CPU, b), TOPO_LINK_SYS, -1, -1,
                         1) < 0) {
-        r = topo_nomem(err, errlen, fname);
+        r = TOPO_NOMEM(fname);
         goto out;
       }
   if (topo_attach_net(h.g) != BRAID_SUCCESS)
-    r = topo_nomem(err, errlen, fname);
+    r = TOPO_NOMEM(fname);
 out:
   xml_free(root);
   free(h.gp);

@@ -10,45 +10,36 @@
 #include <string.h>
 #include <sys/stat.h>
 
-braid_result topo_nomem(char *err, size_t errlen, const char *where) {
-  topo_errf(err, errlen, "%s: out of memory", where);
-  return BRAID_ERR_NOMEM;
-}
-
-braid_result topo_read_file(const char *path, char **buf, size_t *len,
-                            char *err, size_t errlen) {
+braid_result topo_read_file(const char *path, char **buf, size_t *len) {
   FILE *f = fopen(path, "rb");
-  if (!f) {
-    topo_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (!f)
+    return ERR(BRAID_ERR_INVALID_ARG, "%s: cannot open: %s", path,
+               strerror(errno));
   struct stat st;
   if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
     fclose(f);
-    topo_errf(err, errlen, "%s: is a directory", path);
-    return BRAID_ERR_INVALID_ARG;
+    return ERR(BRAID_ERR_INVALID_ARG, "%s: is a directory", path);
   }
   size_t cap = 65536, n = 0;
   char *b = malloc(cap + 1);
   if (!b) {
     fclose(f);
-    return topo_nomem(err, errlen, path);
+    return TOPO_NOMEM(path);
   }
   for (;;) {
     if (n == cap) {
       if (cap >= TOPO_MAX_FILE_BYTES) {
         free(b);
         fclose(f);
-        topo_errf(err, errlen, "%s: larger than %u bytes", path,
-                  TOPO_MAX_FILE_BYTES);
-        return BRAID_ERR_INVALID_ARG;
+        return ERR(BRAID_ERR_INVALID_ARG, "%s: larger than %u bytes", path,
+                   TOPO_MAX_FILE_BYTES);
       }
       cap *= 2;
       char *nb = realloc(b, cap + 1);
       if (!nb) {
         free(b);
         fclose(f);
-        return topo_nomem(err, errlen, path);
+        return TOPO_NOMEM(path);
       }
       b = nb;
     }
@@ -58,8 +49,7 @@ braid_result topo_read_file(const char *path, char **buf, size_t *len,
       if (ferror(f)) {
         free(b);
         fclose(f);
-        topo_errf(err, errlen, "%s: read error", path);
-        return BRAID_ERR_SYSTEM;
+        return ERR(BRAID_ERR_SYSTEM, "%s: read error", path);
       }
       break;
     }
@@ -195,46 +185,40 @@ topo_format topo_format_sniff(const char *buf, size_t len) {
 }
 
 braid_result topo_parse(const char *buf, size_t len, const char *fname,
-                        topo_format fmt, topo_graph **out, char *err,
-                        size_t errlen) {
+                        topo_format fmt, topo_graph **out) {
   *out = NULL;
   if (fmt == TOPO_FMT_AUTO)
     fmt = topo_format_sniff(buf, len);
   switch (fmt) {
   case TOPO_FMT_BRAID:
-    return topo_parse_braid(buf, len, fname, out, err, errlen);
+    return topo_parse_braid(buf, len, fname, out);
   case TOPO_FMT_NCCL:
-    return topo_parse_nccl(buf, len, fname, out, err, errlen);
+    return topo_parse_nccl(buf, len, fname, out);
   case TOPO_FMT_HWLOC:
-    return topo_parse_hwloc(buf, len, fname, out, err, errlen);
+    return topo_parse_hwloc(buf, len, fname, out);
   default: {
     int graphs = 0;
     for (size_t i = 0; i + 7 <= len && i < 256 && !graphs; i++)
       graphs = !memcmp(buf + i, "<graphs", 7);
     if (graphs)
-      topo_errf(err, errlen,
-                "%s:1: is an NCCL graph (channel) file, not a topology; read "
-                "it with topo_parse_nccl_graphs",
-                fname);
-    else
-      topo_errf(err, errlen,
-                "%s:1: unknown topology format (expected 'braid-topology', "
-                "<system> (NCCL) or <topology> (hwloc))",
-                fname);
-    return BRAID_ERR_INVALID_ARG;
+      return ERR(BRAID_ERR_INVALID_ARG,
+                 "%s:1: is an NCCL graph (channel) file, not a topology; read "
+                 "it with topo_parse_nccl_graphs",
+                 fname);
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "%s:1: unknown topology format (expected 'braid-topology', "
+               "<system> (NCCL) or <topology> (hwloc))",
+               fname);
   }
   }
 }
 
-braid_result topo_load(const char *path, topo_format fmt, topo_graph **out,
-                       char *err, size_t errlen) {
+braid_result topo_load(const char *path, topo_format fmt, topo_graph **out) {
   char *buf;
   size_t len;
   *out = NULL;
-  braid_result r = topo_read_file(path, &buf, &len, err, errlen);
-  if (r != BRAID_SUCCESS)
-    return r;
-  r = topo_parse(buf, len, path, fmt, out, err, errlen);
+  CHECKR(topo_read_file(path, &buf, &len));
+  braid_result r = topo_parse(buf, len, path, fmt, out);
   free(buf);
   if (r == BRAID_SUCCESS && (!(*out)->name[0])) {
     const char *base = strrchr(path, '/');
@@ -243,17 +227,14 @@ braid_result topo_load(const char *path, topo_format fmt, topo_graph **out,
   return r;
 }
 
-braid_result topo_save(const topo_graph *g, const char *path, topo_format fmt,
-                       char *err, size_t errlen) {
+braid_result topo_save(const topo_graph *g, const char *path, topo_format fmt) {
   if (fmt == TOPO_FMT_AUTO) {
     const char *dot = strrchr(path, '.');
     fmt = (dot && !strcasecmp(dot, ".xml")) ? TOPO_FMT_NCCL : TOPO_FMT_BRAID;
   }
   FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
-  if (!f) {
-    topo_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
-    return BRAID_ERR_SYSTEM;
-  }
+  if (!f)
+    return ERR(BRAID_ERR_SYSTEM, "%s: cannot write: %s", path, strerror(errno));
   braid_result r = fmt == TOPO_FMT_NCCL    ? topo_write_nccl(g, f)
                    : fmt == TOPO_FMT_HWLOC ? topo_write_hwloc(g, f)
                                            : topo_write_braid(g, f);
@@ -262,11 +243,9 @@ braid_result topo_save(const topo_graph *g, const char *path, topo_format fmt,
     bad |= fclose(f) != 0;
   else
     fflush(f);
-  if (r == BRAID_SUCCESS && bad) {
-    topo_errf(err, errlen, "%s: write error", path);
-    r = BRAID_ERR_SYSTEM;
-  } else if (r != BRAID_SUCCESS)
-    topo_errf(err, errlen, "%s: cannot express this graph in that format",
-              path);
-  return r;
+  if (r == BRAID_SUCCESS && bad)
+    return ERR(BRAID_ERR_SYSTEM, "%s: write error", path);
+  if (r != BRAID_SUCCESS)
+    return ERR(r, "%s: cannot express this graph in that format", path);
+  return BRAID_SUCCESS;
 }

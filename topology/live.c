@@ -72,8 +72,7 @@ typedef int (*nvml_cc_fn)(nvml_dev, int *, int *);
 #define NVML_MAX_LINKS 18
 #define NVML_REMOTE_SWITCH 2
 
-braid_result topo_nvml_add_links(topo_graph *g, int *nlinks, char *err,
-                                 size_t errlen) {
+braid_result topo_nvml_add_links(topo_graph *g, int *nlinks) {
   *nlinks = 0;
   void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
@@ -122,8 +121,10 @@ braid_result topo_nvml_add_links(topo_graph *g, int *nlinks, char *err,
     if (gpu < 0 || g->v[gpu].type != TOPO_GPU) {
       /* hwloc did not show it: hang it from the first CPU */
       gpu = topo_add_vertex(g, TOPO_GPU, NULL);
-      if (gpu < 0)
-        return topo_nomem(err, errlen, "NVML");
+      if (gpu < 0) {
+        res = TOPO_NOMEM("NVML");
+        break;
+      }
       snprintf(g->v[gpu].busid, sizeof(g->v[gpu].busid), "%s", busid);
       if (topo_count(g, TOPO_CPU))
         topo_add_link(g, gpu, topo_nth(g, TOPO_CPU, 0), TOPO_LINK_PCI, -1, -1,
@@ -151,7 +152,7 @@ braid_result topo_nvml_add_links(topo_graph *g, int *nlinks, char *err,
       if (t == NVML_REMOTE_SWITCH ||
           (target < 0 || g->v[target].type != TOPO_GPU)) {
         if (nvs < 0 && (nvs = topo_add_vertex(g, TOPO_NVS, NULL)) < 0) {
-          res = topo_nomem(err, errlen, "NVML");
+          res = TOPO_NOMEM("NVML");
           break;
         }
         target = nvs;
@@ -161,7 +162,7 @@ braid_result topo_nvml_add_links(topo_graph *g, int *nlinks, char *err,
       if (target != nvs && gpu > target)
         continue; /* lanes are symmetric: the lower GPU counts them */
       if (topo_add_link(g, gpu, target, TOPO_LINK_NVL, lane, -1, 1) < 0) {
-        res = topo_nomem(err, errlen, "NVML");
+        res = TOPO_NOMEM("NVML");
         break;
       }
       (*nlinks)++;
@@ -172,28 +173,24 @@ braid_result topo_nvml_add_links(topo_graph *g, int *nlinks, char *err,
   return res;
 }
 
-braid_result topo_detect(topo_graph **out, char *err, size_t errlen) {
+braid_result topo_detect(topo_graph **out) {
   *out = NULL;
   hwloc_topology_t t;
-  if (hwloc_topology_init(&t) != 0) {
-    topo_errf(err, errlen, "hwloc_topology_init failed");
-    return BRAID_ERR_SYSTEM;
-  }
+  if (hwloc_topology_init(&t) != 0)
+    return ERR(BRAID_ERR_SYSTEM, "hwloc_topology_init failed");
   hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   if (hwloc_topology_load(t) != 0) {
     hwloc_topology_destroy(t);
-    topo_errf(err, errlen, "hwloc_topology_load failed");
-    return BRAID_ERR_SYSTEM;
+    return ERR(BRAID_ERR_SYSTEM, "hwloc_topology_load failed");
   }
   char *xml = NULL;
   int len = 0;
   if (hwloc_topology_export_xmlbuffer(t, &xml, &len, 0) != 0 || !xml) {
     hwloc_topology_destroy(t);
-    topo_errf(err, errlen, "hwloc could not export the topology");
-    return BRAID_ERR_SYSTEM;
+    return ERR(BRAID_ERR_SYSTEM, "hwloc could not export the topology");
   }
   size_t n = strnlen(xml, (size_t)(len > 0 ? len : 0));
-  braid_result r = topo_parse_hwloc(xml, n, "<live hwloc>", out, err, errlen);
+  braid_result r = topo_parse_hwloc(xml, n, "<live hwloc>", out);
   hwloc_free_xmlbuffer(t, xml);
   hwloc_topology_destroy(t);
   if (r != BRAID_SUCCESS)
@@ -201,7 +198,7 @@ braid_result topo_detect(topo_graph **out, char *err, size_t errlen) {
   snprintf((*out)->name, sizeof((*out)->name), "live");
   nic_speeds(*out);
   int nl = 0;
-  r = topo_nvml_add_links(*out, &nl, err, errlen);
+  r = topo_nvml_add_links(*out, &nl);
   if (r != BRAID_SUCCESS) {
     topo_graph_free(*out);
     *out = NULL;

@@ -39,15 +39,12 @@ static const char *const model_names[] = {
 
 const char *const *topo_model_names(void) { return model_names; }
 
-braid_result topo_model_load(const char *name, topo_graph **out, char *err,
-                             size_t errlen) {
+braid_result topo_model_load(const char *name, topo_graph **out) {
   *out = NULL;
-  if (!name || !*name) {
-    topo_errf(err, errlen, "no machine model named");
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (!name || !*name)
+    return ERR(BRAID_ERR_INVALID_ARG, "no machine model named");
   if (strchr(name, '/') || strstr(name, ".topo") || strstr(name, ".xml"))
-    return topo_load(name, TOPO_FMT_AUTO, out, err, errlen);
+    return topo_load(name, TOPO_FMT_AUTO, out);
   char beside[1100];
   beside_program(beside, sizeof(beside));
   const char *dirs[] = {BRAID_MACHINES_SRC_DIR, beside,
@@ -58,36 +55,31 @@ braid_result topo_model_load(const char *name, topo_graph **out, char *err,
     char path[1024];
     snprintf(path, sizeof(path), "%s/%s.topo", dirs[i], name);
     if (access(path, R_OK) == 0)
-      return topo_load(path, TOPO_FMT_BRAID, out, err, errlen);
+      return topo_load(path, TOPO_FMT_BRAID, out);
   }
   char list[256] = "";
   for (int i = 0; model_names[i]; i++) {
     strncat(list, i ? ", " : "", sizeof(list) - strlen(list) - 1);
     strncat(list, model_names[i], sizeof(list) - strlen(list) - 1);
   }
-  topo_errf(err, errlen,
-            "no machine model '%s' (known: %s; searched %s, %s and %s)", name,
-            list, BRAID_MACHINES_SRC_DIR, beside, BRAID_MACHINES_INSTALL_DIR);
-  return BRAID_ERR_INVALID_ARG;
+  return ERR(BRAID_ERR_INVALID_ARG,
+             "no machine model '%s' (known: %s; searched %s, %s and %s)", name,
+             list, BRAID_MACHINES_SRC_DIR, beside, BRAID_MACHINES_INSTALL_DIR);
 }
 
 braid_result topo_cluster(const topo_graph *host, int nhosts, double nic_bw,
-                          topo_graph **out, char *err, size_t errlen) {
+                          topo_graph **out) {
   *out = NULL;
-  if (nhosts < 1 || nhosts > 4096) {
-    topo_errf(err, errlen, "cluster: host count %d out of range [1, 4096]",
-              nhosts);
-    return BRAID_ERR_INVALID_ARG;
-  }
-  if (host->nhosts > 1) {
-    topo_errf(err, errlen, "cluster: '%s' is already a cluster", host->name);
-    return BRAID_ERR_INVALID_ARG;
-  }
-  if ((long)host->nv * nhosts > TOPO_MAX_VERTICES / 2) {
-    topo_errf(err, errlen, "cluster: %d hosts of %d vertices is too large",
-              nhosts, host->nv);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (nhosts < 1 || nhosts > 4096)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "cluster: host count %d out of range [1, 4096]", nhosts);
+  if (host->nhosts > 1)
+    return ERR(BRAID_ERR_INVALID_ARG, "cluster: '%s' is already a cluster",
+               host->name);
+  if ((long)host->nv * nhosts > TOPO_MAX_VERTICES / 2)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "cluster: %d hosts of %d vertices is too large", nhosts,
+               host->nv);
   char name[64];
   snprintf(name, sizeof(name), "%dx %.50s", nhosts, host->name);
   topo_graph *g = topo_graph_new(name);
@@ -149,5 +141,5 @@ braid_result topo_cluster(const topo_graph *host, int nhosts, double nic_bw,
 nomem:
   free(map);
   topo_graph_free(g);
-  return topo_nomem(err, errlen, "cluster");
+  return TOPO_NOMEM("cluster");
 }

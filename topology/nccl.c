@@ -19,21 +19,13 @@ typedef struct nv_pending {
 typedef struct nccl_rd {
   topo_graph *g;
   const char *fname;
-  char *err;
-  size_t errlen;
   nv_pending *nv;
   int nnv, capnv;
 } nccl_rd;
 
-#define RD_FAIL(r, ...)                                                        \
-  do {                                                                         \
-    topo_errf((r)->err, (r)->errlen, __VA_ARGS__);                             \
-    return BRAID_ERR_INVALID_ARG;                                              \
-  } while (0)
+#define RD_FAIL(r, ...) return ERR(BRAID_ERR_INVALID_ARG, __VA_ARGS__)
 
-static braid_result nomem(nccl_rd *r) {
-  return topo_nomem(r->err, r->errlen, r->fname);
-}
+static braid_result nomem(nccl_rd *r) { return TOPO_NOMEM(r->fname); }
 
 static braid_result get_busid(nccl_rd *r, const xml_node *n, char *out,
                               size_t outlen) {
@@ -56,16 +48,12 @@ static braid_result read_net(nccl_rd *r, const xml_node *n, int parent,
   topo_vertex *v = &g->v[id];
   long dev = -1, port = -1, maxconn = 0, gdr = -1;
   double speed = 0, lat = 0;
-  if (xml_get_int(n, "dev", 0, 65535, 0, &dev, r->fname, r->err, r->errlen) ||
-      xml_get_int(n, "port", 0, 1024, 0, &port, r->fname, r->err, r->errlen) ||
-      xml_get_int(n, "maxconn", 0, 1L << 30, 0, &maxconn, r->fname, r->err,
-                  r->errlen) ||
-      xml_get_int(n, "gdr", 0, 1, 0, &gdr, r->fname, r->err, r->errlen) ||
-      xml_get_double(n, "speed", 0, 1e8, 0, &speed, r->fname, r->err,
-                     r->errlen) ||
-      xml_get_double(n, "latency", 0, 1e9, 0, &lat, r->fname, r->err,
-                     r->errlen))
-    return BRAID_ERR_INVALID_ARG;
+  CHECKR(xml_get_int(n, "dev", 0, 65535, 0, &dev, r->fname));
+  CHECKR(xml_get_int(n, "port", 0, 1024, 0, &port, r->fname));
+  CHECKR(xml_get_int(n, "maxconn", 0, 1L << 30, 0, &maxconn, r->fname));
+  CHECKR(xml_get_int(n, "gdr", 0, 1, 0, &gdr, r->fname));
+  CHECKR(xml_get_double(n, "speed", 0, 1e8, 0, &speed, r->fname));
+  CHECKR(xml_get_double(n, "latency", 0, 1e9, 0, &lat, r->fname));
   const xml_attr *ga = xml_attr_get(n, "guid");
   if (ga) {
     char *e;
@@ -88,14 +76,11 @@ static braid_result read_net(nccl_rd *r, const xml_node *n, int parent,
   double bw = v->speed > 0 ? v->speed : 0;
   if (pci) {
     long cls = -1;
-    if (xml_get_hex(pci, "class", 0, &cls, r->fname, r->err, r->errlen))
-      return BRAID_ERR_INVALID_ARG;
+    CHECKR(xml_get_hex(pci, "class", 0, &cls, r->fname));
     v->pci_class = (int)cls;
     v->link_gts = topo_parse_gts(xml_get(pci, "link_speed"));
     long w = 0;
-    if (xml_get_int(pci, "link_width", 0, 64, 0, &w, r->fname, r->err,
-                    r->errlen))
-      return BRAID_ERR_INVALID_ARG;
+    CHECKR(xml_get_int(pci, "link_width", 0, 64, 0, &w, r->fname));
     v->link_width = (int)w;
     double pbw = topo_pcie_bw(v->link_gts, v->link_width);
     if (pbw > 0)
@@ -140,15 +125,12 @@ static braid_result read_gpu(nccl_rd *r, const xml_node *pci, int parent,
   snprintf(v->busid, sizeof(v->busid), "%s", busid);
   v->numa = numa;
   long cls = -1, ven = -1, dev = -1, sv = -1, sd = -1, w = 0;
-  if (xml_get_hex(pci, "class", 1, &cls, r->fname, r->err, r->errlen) ||
-      xml_get_hex(pci, "vendor", 0, &ven, r->fname, r->err, r->errlen) ||
-      xml_get_hex(pci, "device", 0, &dev, r->fname, r->err, r->errlen) ||
-      xml_get_hex(pci, "subsystem_vendor", 0, &sv, r->fname, r->err,
-                  r->errlen) ||
-      xml_get_hex(pci, "subsystem_device", 0, &sd, r->fname, r->err,
-                  r->errlen) ||
-      xml_get_int(pci, "link_width", 0, 64, 0, &w, r->fname, r->err, r->errlen))
-    return BRAID_ERR_INVALID_ARG;
+  CHECKR(xml_get_hex(pci, "class", 1, &cls, r->fname));
+  CHECKR(xml_get_hex(pci, "vendor", 0, &ven, r->fname));
+  CHECKR(xml_get_hex(pci, "device", 0, &dev, r->fname));
+  CHECKR(xml_get_hex(pci, "subsystem_vendor", 0, &sv, r->fname));
+  CHECKR(xml_get_hex(pci, "subsystem_device", 0, &sd, r->fname));
+  CHECKR(xml_get_int(pci, "link_width", 0, 64, 0, &w, r->fname));
   v->pci_class = (int)cls;
   v->vendor_id = (int)ven;
   v->device_id = (int)dev;
@@ -164,12 +146,10 @@ static braid_result read_gpu(nccl_rd *r, const xml_node *pci, int parent,
     if (strcmp(k->name, "gpu"))
       continue;
     long d = -1, sm = 0, rank = -1, gdr = -1;
-    if (xml_get_int(k, "dev", 0, 65535, 0, &d, r->fname, r->err, r->errlen) ||
-        xml_get_int(k, "sm", 0, 10000, 0, &sm, r->fname, r->err, r->errlen) ||
-        xml_get_int(k, "rank", 0, 1L << 30, 0, &rank, r->fname, r->err,
-                    r->errlen) ||
-        xml_get_int(k, "gdr", 0, 1, 0, &gdr, r->fname, r->err, r->errlen))
-      return BRAID_ERR_INVALID_ARG;
+    CHECKR(xml_get_int(k, "dev", 0, 65535, 0, &d, r->fname));
+    CHECKR(xml_get_int(k, "sm", 0, 10000, 0, &sm, r->fname));
+    CHECKR(xml_get_int(k, "rank", 0, 1L << 30, 0, &rank, r->fname));
+    CHECKR(xml_get_int(k, "gdr", 0, 1, 0, &gdr, r->fname));
     v = &g->v[id];
     v->dev = (int)d;
     v->sm = (int)sm;
@@ -189,10 +169,9 @@ static braid_result read_gpu(nccl_rd *r, const xml_node *pci, int parent,
                 "%s:%d: <nvlink> attribute 'target': not a PCI bus id (got "
                 "'%.40s')",
                 r->fname, t->line, t->value);
-      if (xml_get_int(nl, "count", 1, TOPO_MAX_NVL_COUNT, 1, &p.count, r->fname,
-                      r->err, r->errlen) ||
-          xml_get_hex(nl, "tclass", 0, &p.tclass, r->fname, r->err, r->errlen))
-        return BRAID_ERR_INVALID_ARG;
+      CHECKR(xml_get_int(nl, "count", 1, TOPO_MAX_NVL_COUNT, 1, &p.count,
+                         r->fname));
+      CHECKR(xml_get_hex(nl, "tclass", 0, &p.tclass, r->fname));
       if (r->nnv == r->capnv) {
         int cap = r->capnv ? 2 * r->capnv : 16;
         nv_pending *np = realloc(r->nv, (size_t)cap * sizeof(*np));
@@ -215,8 +194,7 @@ static braid_result read_pci(nccl_rd *r, const xml_node *n, int parent,
   if (res != BRAID_SUCCESS)
     return res;
   long cls = -1;
-  if (xml_get_hex(n, "class", 1, &cls, r->fname, r->err, r->errlen))
-    return BRAID_ERR_INVALID_ARG;
+  CHECKR(xml_get_hex(n, "class", 1, &cls, r->fname));
   int base = (int)(cls >> 16), sub = (int)((cls >> 8) & 0xff);
   if (base == 0x06 && sub == 0x04) { /* PCI bridge: a switch */
     if (topo_find_busid(g, busid) >= 0)
@@ -230,14 +208,11 @@ static braid_result read_pci(nccl_rd *r, const xml_node *n, int parent,
     v->numa = numa;
     v->pci_class = (int)cls;
     long w = 0, ven = -1, dev = -1, sv = -1, sd = -1;
-    if (xml_get_int(n, "link_width", 0, 64, 0, &w, r->fname, r->err,
-                    r->errlen) ||
-        xml_get_hex(n, "vendor", 0, &ven, r->fname, r->err, r->errlen) ||
-        xml_get_hex(n, "device", 0, &dev, r->fname, r->err, r->errlen) ||
-        xml_get_hex(n, "subsystem_vendor", 0, &sv, r->fname, r->err,
-                    r->errlen) ||
-        xml_get_hex(n, "subsystem_device", 0, &sd, r->fname, r->err, r->errlen))
-      return BRAID_ERR_INVALID_ARG;
+    CHECKR(xml_get_int(n, "link_width", 0, 64, 0, &w, r->fname));
+    CHECKR(xml_get_hex(n, "vendor", 0, &ven, r->fname));
+    CHECKR(xml_get_hex(n, "device", 0, &dev, r->fname));
+    CHECKR(xml_get_hex(n, "subsystem_vendor", 0, &sv, r->fname));
+    CHECKR(xml_get_hex(n, "subsystem_device", 0, &sd, r->fname));
     v->link_width = (int)w;
     v->vendor_id = (int)ven;
     v->device_id = (int)dev;
@@ -322,23 +297,21 @@ static braid_result resolve_nvlinks(nccl_rd *r) {
 }
 
 braid_result topo_parse_nccl(const char *buf, size_t len, const char *fname,
-                             topo_graph **out, char *err, size_t errlen) {
+                             topo_graph **out) {
   *out = NULL;
-  xml_node *root = xml_parse(buf, len, fname, err, errlen);
-  if (!root)
-    return BRAID_ERR_INVALID_ARG;
-  nccl_rd r = {.fname = fname, .err = err, .errlen = errlen};
+  xml_node *root;
+  CHECKR(xml_parse(buf, len, fname, &root));
+  nccl_rd r = {.fname = fname};
   braid_result res = BRAID_SUCCESS;
   if (strcmp(root->name, "system")) {
-    topo_errf(err, errlen,
+    res = ERR(BRAID_ERR_INVALID_ARG,
               "%s:%d: root element is <%s>, expected <system> (NCCL "
               "topology)",
               fname, root->line, root->name);
-    res = BRAID_ERR_INVALID_ARG;
     goto out;
   }
   if (!(r.g = topo_graph_new(""))) {
-    res = topo_nomem(err, errlen, fname);
+    res = TOPO_NOMEM(fname);
     goto out;
   }
   for (int i = 0; i < root->nkids && res == BRAID_SUCCESS; i++) {
@@ -346,20 +319,17 @@ braid_result topo_parse_nccl(const char *buf, size_t len, const char *fname,
     if (strcmp(c->name, "cpu"))
       continue;
     long numa = topo_count(r.g, TOPO_CPU), fam = -1, model = -1;
-    if (xml_get_int(c, "numaid", 0, 4095, 0, &numa, fname, err, errlen) ||
-        xml_get_int(c, "familyid", 0, 1L << 20, 0, &fam, fname, err, errlen) ||
-        xml_get_int(c, "modelid", 0, 1L << 20, 0, &model, fname, err, errlen)) {
-      res = BRAID_ERR_INVALID_ARG;
+    if ((res = xml_get_int(c, "numaid", 0, 4095, 0, &numa, fname)) ||
+        (res = xml_get_int(c, "familyid", 0, 1L << 20, 0, &fam, fname)) ||
+        (res = xml_get_int(c, "modelid", 0, 1L << 20, 0, &model, fname)))
       break;
-    }
     char name[24];
     snprintf(name, sizeof(name), "CPU%ld", numa);
     int id = topo_add_vertex(r.g, TOPO_CPU, name);
     if (id < 0) {
-      topo_errf(err, errlen,
+      res = ERR(BRAID_ERR_INVALID_ARG,
                 "%s:%d: <cpu> attribute 'numaid': %ld appears twice", fname,
                 c->line, numa);
-      res = BRAID_ERR_INVALID_ARG;
       break;
     }
     topo_vertex *v = &r.g->v[id];
@@ -381,10 +351,9 @@ braid_result topo_parse_nccl(const char *buf, size_t len, const char *fname,
         res = read_nic(&r, k, id, NULL, NULL);
     }
   }
-  if (res == BRAID_SUCCESS && topo_count(r.g, TOPO_CPU) == 0) {
-    topo_errf(err, errlen, "%s:%d: <system> has no <cpu>", fname, root->line);
-    res = BRAID_ERR_INVALID_ARG;
-  }
+  if (res == BRAID_SUCCESS && topo_count(r.g, TOPO_CPU) == 0)
+    res = ERR(BRAID_ERR_INVALID_ARG, "%s:%d: <system> has no <cpu>", fname,
+              root->line);
   if (res == BRAID_SUCCESS)
     res = resolve_nvlinks(&r);
   /* sockets: every pair of CPUs joined by the inter-socket link */
@@ -393,9 +362,9 @@ braid_result topo_parse_nccl(const char *buf, size_t len, const char *fname,
       if (topo_add_link(r.g, topo_nth(r.g, TOPO_CPU, a),
                         topo_nth(r.g, TOPO_CPU, b), TOPO_LINK_SYS, -1, -1,
                         1) < 0)
-        res = topo_nomem(err, errlen, fname);
+        res = TOPO_NOMEM(fname);
   if (res == BRAID_SUCCESS && topo_attach_net(r.g) != BRAID_SUCCESS)
-    res = topo_nomem(err, errlen, fname);
+    res = TOPO_NOMEM(fname);
 out:
   free(r.nv);
   xml_free(root);
@@ -642,24 +611,25 @@ void topo_nccl_graphs_free(topo_nccl_graphs *gs) {
 }
 
 braid_result topo_parse_nccl_graphs(const char *buf, size_t len,
-                                    const char *fname, topo_nccl_graphs **out,
-                                    char *err, size_t errlen) {
+                                    const char *fname, topo_nccl_graphs **out) {
   *out = NULL;
-  xml_node *root = xml_parse(buf, len, fname, err, errlen);
-  if (!root)
-    return BRAID_ERR_INVALID_ARG;
+  xml_node *root;
+  CHECKR(xml_parse(buf, len, fname, &root));
   braid_result res = BRAID_SUCCESS;
   topo_nccl_graphs *gs = calloc(1, sizeof(*gs));
-  if (!gs || strcmp(root->name, "graphs")) {
-    if (gs)
-      topo_errf(err, errlen, "%s:%d: root element is <%s>, expected <graphs>",
-                fname, root->line, root->name);
-    res = gs ? BRAID_ERR_INVALID_ARG : topo_nomem(err, errlen, fname);
+  if (!gs) {
+    res = TOPO_NOMEM(fname);
+    goto out;
+  }
+  if (strcmp(root->name, "graphs")) {
+    res = ERR(BRAID_ERR_INVALID_ARG,
+              "%s:%d: root element is <%s>, expected <graphs>", fname,
+              root->line, root->name);
     goto out;
   }
   gs->g = calloc((size_t)(root->nkids ? root->nkids : 1), sizeof(*gs->g));
   if (!gs->g) {
-    res = topo_nomem(err, errlen, fname);
+    res = TOPO_NOMEM(fname);
     goto out;
   }
   for (int i = 0; i < root->nkids && res == BRAID_SUCCESS; i++) {
@@ -668,17 +638,15 @@ braid_result topo_parse_nccl_graphs(const char *buf, size_t len,
       continue;
     topo_nccl_pattern *p = &gs->g[gs->n++];
     long id = 0, pat = 0, nch = 0, cross = 0;
-    if (xml_get_int(gn, "id", 0, 1 << 20, 0, &id, fname, err, errlen) ||
-        xml_get_int(gn, "pattern", 0, 1 << 20, 1, &pat, fname, err, errlen) ||
-        xml_get_int(gn, "nchannels", 0, 4096, 1, &nch, fname, err, errlen) ||
-        xml_get_int(gn, "crossnic", 0, 2, 0, &cross, fname, err, errlen) ||
-        xml_get_double(gn, "speedintra", 0, 1e6, 0, &p->speed_intra, fname, err,
-                       errlen) ||
-        xml_get_double(gn, "speedinter", 0, 1e6, 0, &p->speed_inter, fname, err,
-                       errlen)) {
-      res = BRAID_ERR_INVALID_ARG;
+    if ((res = xml_get_int(gn, "id", 0, 1 << 20, 0, &id, fname)) ||
+        (res = xml_get_int(gn, "pattern", 0, 1 << 20, 1, &pat, fname)) ||
+        (res = xml_get_int(gn, "nchannels", 0, 4096, 1, &nch, fname)) ||
+        (res = xml_get_int(gn, "crossnic", 0, 2, 0, &cross, fname)) ||
+        (res = xml_get_double(gn, "speedintra", 0, 1e6, 0, &p->speed_intra,
+                              fname)) ||
+        (res = xml_get_double(gn, "speedinter", 0, 1e6, 0, &p->speed_inter,
+                              fname)))
       break;
-    }
     p->id = (int)id;
     p->pattern = (int)pat;
     p->nchannels = (int)nch;
@@ -690,7 +658,7 @@ braid_result topo_parse_nccl_graphs(const char *buf, size_t len,
       snprintf(p->type_inter, sizeof(p->type_inter), "%s", s);
     p->ch = calloc((size_t)(gn->nkids ? gn->nkids : 1), sizeof(*p->ch));
     if (!p->ch) {
-      res = topo_nomem(err, errlen, fname);
+      res = TOPO_NOMEM(fname);
       break;
     }
     for (int c = 0; c < gn->nkids && res == BRAID_SUCCESS; c++) {
@@ -701,16 +669,14 @@ braid_result topo_parse_nccl_graphs(const char *buf, size_t len,
       ch->net_in = ch->net_out = -1;
       ch->gpus = malloc((size_t)(cn->nkids ? cn->nkids : 1) * sizeof(int));
       if (!ch->gpus) {
-        res = topo_nomem(err, errlen, fname);
+        res = TOPO_NOMEM(fname);
         break;
       }
       for (int k = 0; k < cn->nkids; k++) {
         const xml_node *e = cn->kids[k];
         long dev = -1;
-        if (xml_get_int(e, "dev", 0, 65535, 1, &dev, fname, err, errlen)) {
-          res = BRAID_ERR_INVALID_ARG;
+        if ((res = xml_get_int(e, "dev", 0, 65535, 1, &dev, fname)))
           break;
-        }
         if (!strcmp(e->name, "gpu"))
           ch->gpus[ch->n++] = (int)dev;
         else if (!strcmp(e->name, "net")) {

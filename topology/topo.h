@@ -12,7 +12,8 @@
  * Sources: live detection (hwloc, NVML loaded with dlopen, sysfs for NIC
  * speed), hwloc XML files, NCCL topology XML files and braid's own text
  * format. Everything here is pure: no network I/O, no knowledge of
- * transports. Error strings name the file, line and attribute.
+ * transports. A failure returns a braid_result and records its message
+ * (src/log.h, err_msg): parsers name the file, line and attribute.
  */
 #ifndef BRAID_TOPOLOGY_TOPO_H
 #define BRAID_TOPOLOGY_TOPO_H
@@ -163,11 +164,11 @@ static inline int topo_other(const topo_graph *g, int l, int v) {
 /* Deep copy (NULL when out of memory). */
 topo_graph *topo_graph_copy(const topo_graph *g);
 /* Same vertices (type, name, bus id) and links (ends, type, count,
-   bandwidth within 1%)? 1 yes, 0 no with the first difference in why. */
-int topo_graph_equal(const topo_graph *a, const topo_graph *b, char *why,
-                     size_t whylen);
+   bandwidth within 1%)? BRAID_SUCCESS when so, else BRAID_ERR_MISMATCH with
+   the first difference as the message. */
+braid_result topo_graph_compare(const topo_graph *a, const topo_graph *b);
 /* Checks internal consistency (for parsers and tests). */
-braid_result topo_graph_check(const topo_graph *g, char *err, size_t errlen);
+braid_result topo_graph_check(const topo_graph *g);
 
 /* ---- bandwidth facts ---- */
 double topo_pcie_bw(double gts, int width); /* GB/s per direction */
@@ -204,17 +205,15 @@ topo_format topo_format_sniff(const char *buf, size_t len);
 
 /* Parsers: buf need not be NUL-terminated; fname is used in messages. */
 braid_result topo_parse_braid(const char *buf, size_t len, const char *fname,
-                              topo_graph **out, char *err, size_t errlen);
+                              topo_graph **out);
 braid_result topo_parse_nccl(const char *buf, size_t len, const char *fname,
-                             topo_graph **out, char *err, size_t errlen);
+                             topo_graph **out);
 braid_result topo_parse_hwloc(const char *buf, size_t len, const char *fname,
-                              topo_graph **out, char *err, size_t errlen);
+                              topo_graph **out);
 braid_result topo_parse(const char *buf, size_t len, const char *fname,
-                        topo_format fmt, topo_graph **out, char *err,
-                        size_t errlen);
+                        topo_format fmt, topo_graph **out);
 /* Reads a file (any format when fmt is AUTO). */
-braid_result topo_load(const char *path, topo_format fmt, topo_graph **out,
-                       char *err, size_t errlen);
+braid_result topo_load(const char *path, topo_format fmt, topo_graph **out);
 
 /* Writers. */
 braid_result topo_write_braid(const topo_graph *g, FILE *f);
@@ -223,8 +222,7 @@ braid_result topo_write_hwloc(const topo_graph *g, FILE *f);
 /* Graphviz "dot" text: vertices by type, links labelled with class and
    bandwidth. */
 braid_result topo_write_dot(const topo_graph *g, FILE *f);
-braid_result topo_save(const topo_graph *g, const char *path, topo_format fmt,
-                       char *err, size_t errlen);
+braid_result topo_save(const topo_graph *g, const char *path, topo_format fmt);
 
 /* ---- NCCL graph (channel) files, NCCL_GRAPH_FILE ---- */
 typedef struct topo_nccl_channel {
@@ -244,32 +242,29 @@ typedef struct topo_nccl_graphs {
   int n;
 } topo_nccl_graphs;
 braid_result topo_parse_nccl_graphs(const char *buf, size_t len,
-                                    const char *fname, topo_nccl_graphs **out,
-                                    char *err, size_t errlen);
+                                    const char *fname, topo_nccl_graphs **out);
 void topo_nccl_graphs_free(topo_nccl_graphs *g);
 
 /* ---- live detection ---- */
 /* Detects this machine with hwloc (CPU, NUMA, PCI tree, NICs, GPUs), adds
    NVLinks from NVML when libnvidia-ml can be loaded, and NIC speeds from
    sysfs. */
-braid_result topo_detect(topo_graph **out, char *err, size_t errlen);
+braid_result topo_detect(topo_graph **out);
 /* Adds NVLinks found by NVML to GPUs of g (matched by bus id). Returns
    BRAID_SUCCESS with *nlinks = 0 when NVML is absent. */
-braid_result topo_nvml_add_links(topo_graph *g, int *nlinks, char *err,
-                                 size_t errlen);
+braid_result topo_nvml_add_links(topo_graph *g, int *nlinks);
 
 /* ---- machine models and clusters ---- */
 /* Names of the shipped models, NULL-terminated. */
 const char *const *topo_model_names(void);
 /* Loads a model by name ("dgx-a100") or path. Looks in the source tree's
    topology/machines, then the installed data directory. */
-braid_result topo_model_load(const char *name, topo_graph **out, char *err,
-                             size_t errlen);
+braid_result topo_model_load(const char *name, topo_graph **out);
 /* N copies of one host joined by a non-blocking fat tree: every NIC links to
    one shared NET vertex at nic_bw GB/s (<= 0: the NIC's own speed). Vertex
    names get a "h<host>." prefix. */
 braid_result topo_cluster(const topo_graph *host, int nhosts, double nic_bw,
-                          topo_graph **out, char *err, size_t errlen);
+                          topo_graph **out);
 
 /* ---- printing ---- */
 /* The machine as a tree, then the GPU/NIC matrix as `nvidia-smi topo -m`. */

@@ -5,6 +5,7 @@
 #ifndef BRAID_TOPOLOGY_TOPO_INT_H
 #define BRAID_TOPOLOGY_TOPO_INT_H
 
+#include "src/log.h"
 #include "topology/topo.h"
 #include <stddef.h>
 
@@ -22,8 +23,6 @@
 #define TOPO_SYS_DEFAULT_BW 40.0 /* inter-socket link */
 #define TOPO_NET_DEFAULT_BW 12.5 /* 100 Gb/s */
 
-void topo_errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 double topo_default_bw(topo_ltype t);
 double topo_default_lat(topo_ltype t);
 
@@ -46,31 +45,30 @@ typedef struct xml_node {
   struct xml_node *parent;
 } xml_node;
 
-/* Parses a document; on error writes "fname:line: what" into err. */
-xml_node *xml_parse(const char *buf, size_t len, const char *fname, char *err,
-                    size_t errlen);
+/* Parses a document into *out; a failure says "fname:line: what". */
+braid_result xml_parse(const char *buf, size_t len, const char *fname,
+                       xml_node **out);
 void xml_free(xml_node *n);
 const xml_attr *xml_attr_get(const xml_node *n, const char *name);
 const char *xml_get(const xml_node *n, const char *name); /* NULL if absent */
 
-/* Attribute readers: on a malformed value write
-   "fname:line: <elem> attribute 'name': ..." and return -1; absent
-   attributes leave *out unchanged and return 0 (or -1 when required). */
-int xml_get_int(const xml_node *n, const char *name, long lo, long hi,
-                int required, long *out, const char *fname, char *err,
-                size_t errlen);
-int xml_get_hex(const xml_node *n, const char *name, int required, long *out,
-                const char *fname, char *err, size_t errlen);
-int xml_get_double(const xml_node *n, const char *name, double lo, double hi,
-                   int required, double *out, const char *fname, char *err,
-                   size_t errlen);
-int xml_require(const xml_node *n, const char *name, const char **out,
-                const char *fname, char *err, size_t errlen);
+/* Attribute readers: a malformed value fails with
+   "fname:line: <elem> attribute 'name': ..." (BRAID_ERR_INVALID_ARG); an
+   absent attribute leaves *out unchanged and succeeds (fails when
+   required). */
+braid_result xml_get_int(const xml_node *n, const char *name, long lo, long hi,
+                         int required, long *out, const char *fname);
+braid_result xml_get_hex(const xml_node *n, const char *name, int required,
+                         long *out, const char *fname);
+braid_result xml_get_double(const xml_node *n, const char *name, double lo,
+                            double hi, int required, double *out,
+                            const char *fname);
+braid_result xml_require(const xml_node *n, const char *name, const char **out,
+                         const char *fname);
 
 /* ---- helpers ---- */
 /* Reads a whole file (bounded by TOPO_MAX_FILE_BYTES). */
-braid_result topo_read_file(const char *path, char **buf, size_t *len,
-                            char *err, size_t errlen);
+braid_result topo_read_file(const char *path, char **buf, size_t *len);
 /* Validates and normalises a PCI bus id to "dddd:bb:dd.f" lower case. */
 int topo_busid_norm(const char *in, char *out, size_t outlen);
 /* Parses "16 GT/s", "32.0 GT/s PCIe", "8.0 GT/s"; 0 for "" or unknown. */
@@ -82,7 +80,7 @@ braid_result topo_attach_net(topo_graph *g);
 /* The PCI tree: parent[v] is the CPU or PCI switch v hangs from (-1 for
    CPUs, NVS, NET and unreachable vertices). work holds 2*nv ints. */
 void topo_pci_tree(const topo_graph *g, int *parent, int *work);
-/* Writes "<prefix>: out of memory" and returns BRAID_ERR_NOMEM. */
-braid_result topo_nomem(char *err, size_t errlen, const char *where);
+/* Fails with "<where>: out of memory" (BRAID_ERR_NOMEM). */
+#define TOPO_NOMEM(where) ERR(BRAID_ERR_NOMEM, "%s: out of memory", (where))
 
 #endif

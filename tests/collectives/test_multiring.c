@@ -16,6 +16,7 @@
 #include "collectives/sim.h"
 #include "collectives/verify.h"
 #include "collectives/view.h"
+#include "src/log.h"
 
 /* One verifier workspace for the whole test process (verify.h). */
 static verify_ws *test_ws(void) {
@@ -34,9 +35,8 @@ typedef struct tview {
 
 static topo_graph *load(const char *name) {
   topo_graph *g = NULL;
-  char err[512];
-  braid_result r = topo_model_load(name, &g, err, sizeof(err));
-  cr_assert_eq(r, BRAID_SUCCESS, "model %s: %s", name, err);
+  braid_result r = topo_model_load(name, &g);
+  cr_assert_eq(r, BRAID_SUCCESS, "model %s: %s", name, err_msg());
   return g;
 }
 

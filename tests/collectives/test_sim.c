@@ -16,6 +16,7 @@
 #include "collectives/select.h"
 #include "collectives/sim.h"
 #include "collectives/view.h"
+#include "src/log.h"
 
 static char err[512];
 
@@ -35,8 +36,8 @@ static topo_graph *ring_graph(int n, double bw, double lat) {
 
 static topo_graph *model(const char *name) {
   topo_graph *g = NULL;
-  cr_assert_eq(topo_model_load(name, &g, err, sizeof err), BRAID_SUCCESS,
-               "%s: %s", name, err);
+  cr_assert_eq(topo_model_load(name, &g), BRAID_SUCCESS, "%s: %s", name,
+               err_msg());
   return g;
 }
 
@@ -146,8 +147,7 @@ Test(sim, flow_from_view_dgx1) {
 
 Test(sim, views) {
   topo_graph *h = model("dgx-h100"), *g = NULL;
-  cr_assert_eq(topo_cluster(h, 3, 0, &g, err, sizeof err), BRAID_SUCCESS, "%s",
-               err);
+  cr_assert_eq(topo_cluster(h, 3, 0, &g), BRAID_SUCCESS, "%s", err_msg());
   int gpus[] = {2, 5};
   sched_view *v = view_gpus(g, gpus, 2, err, sizeof err);
   cr_assert_not_null(v, "%s", err);
@@ -593,8 +593,7 @@ Test(sim, select_filter_and_table) {
 /* One rank per host (GPU0 of each DGX-H100). */
 static sched_view *cluster_view(topo_graph *h, int hosts, int per) {
   topo_graph *g = NULL;
-  cr_assert_eq(topo_cluster(h, hosts, 0, &g, err, sizeof err), BRAID_SUCCESS,
-               "%s", err);
+  cr_assert_eq(topo_cluster(h, hosts, 0, &g), BRAID_SUCCESS, "%s", err_msg());
   int gpus[8] = {0, 1, 2, 3, 4, 5, 6, 7};
   sched_view *v = view_gpus(g, gpus, per, err, sizeof err);
   cr_assert_not_null(v, "%s", err);

@@ -24,6 +24,7 @@
 #include "collectives/sim.h"
 #include "collectives/verify.h"
 #include "collectives/view.h"
+#include "src/log.h"
 #include "topology/topo.h"
 
 /* One verifier workspace for the whole test process (verify.h). */
@@ -69,8 +70,8 @@ static const tcase cases[] = {
 static sched_view *load_view(const tcase *tc, topo_graph **gp) {
   char err[512];
   topo_graph *g = NULL;
-  braid_result rc = topo_model_load(tc->model, &g, err, sizeof(err));
-  cr_assert_eq(rc, BRAID_SUCCESS, "model %s: %s", tc->model, err);
+  braid_result rc = topo_model_load(tc->model, &g);
+  cr_assert_eq(rc, BRAID_SUCCESS, "model %s: %s", tc->model, err_msg());
   sched_view *v =
       view_gpus(g, tc->n ? tc->gpus : NULL, tc->n, err, sizeof(err));
   cr_assert_not_null(v, "view of %s: %s", tc->model, err);
@@ -374,8 +375,8 @@ Test(treepack, dgx1_fragments_beat_rings, .timeout = 240) {
   cr_assert_not_null(mr);
   topo_graph *g = NULL;
   char err[512];
-  cr_assert_eq(topo_model_load("dgx1-v100", &g, err, sizeof(err)),
-               BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(topo_model_load("dgx1-v100", &g), BRAID_SUCCESS, "%s",
+               err_msg());
   size_t bytes = (size_t)256 << 20;
   static const sched_coll two[2] = {SCHED_ALLREDUCE, SCHED_BROADCAST};
   int wins[2] = {0, 0}, subsets = 0;
@@ -432,10 +433,9 @@ Test(treepack, dgx1_fragments_beat_rings, .timeout = 240) {
 Test(treepack, two_hosts, .timeout = 120) {
   topo_graph *h = NULL, *g = NULL;
   char err[512];
-  cr_assert_eq(topo_model_load("dgx1-v100", &h, err, sizeof(err)),
-               BRAID_SUCCESS, "%s", err);
-  cr_assert_eq(topo_cluster(h, 2, 0, &g, err, sizeof(err)), BRAID_SUCCESS, "%s",
-               err);
+  cr_assert_eq(topo_model_load("dgx1-v100", &h), BRAID_SUCCESS, "%s",
+               err_msg());
+  cr_assert_eq(topo_cluster(h, 2, 0, &g), BRAID_SUCCESS, "%s", err_msg());
   sched_view *v = view_gpus(g, NULL, 0, err, sizeof(err));
   cr_assert_not_null(v, "%s", err);
   for (int k = 0; k < 3; k++) {

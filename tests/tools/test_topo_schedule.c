@@ -15,6 +15,7 @@
 #include "collectives/plan.h"
 #include "collectives/sched_file.h"
 #include "collectives/view.h"
+#include "src/log.h"
 #include "topology/topo.h"
 
 static char dir[64];
@@ -103,8 +104,8 @@ static void check_table(const char *gpus_arg, const int *gpus, int ngpus,
   cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
   topo_graph *g = NULL;
   char e[512];
-  cr_assert_eq(topo_model_load("dgx1-v100", &g, e, sizeof(e)), BRAID_SUCCESS,
-               "%s", e);
+  cr_assert_eq(topo_model_load("dgx1-v100", &g), BRAID_SUCCESS, "%s",
+               err_msg());
   sched_view *v = view_gpus(g, gpus, ngpus, e, sizeof(e));
   cr_assert_not_null(v, "%s", e);
   int rows = 0;
@@ -348,8 +349,8 @@ Test(topo_schedule, tool_and_library_agree_on_every_model, .init = setup,
   for (const char *const *m = topo_model_names(); *m; m++) {
     char err[512] = "";
     topo_graph *g = NULL;
-    cr_assert_eq(topo_model_load(*m, &g, err, sizeof err), BRAID_SUCCESS,
-                 "%s: %s", *m, err);
+    cr_assert_eq(topo_model_load(*m, &g), BRAID_SUCCESS, "%s: %s", *m,
+                 err_msg());
     sched_view *v = view_gpus(g, NULL, 0, err, sizeof err);
     if (v == NULL) { /* a model without GPUs (cpu-2socket) */
       topo_graph_free(g);

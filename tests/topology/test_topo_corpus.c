@@ -8,7 +8,7 @@
 #include <dirent.h>
 
 typedef braid_result (*parse_fn)(const char *, size_t, const char *,
-                                 topo_graph **, char *, size_t);
+                                 topo_graph **);
 
 static int run_dir(const char *sub, parse_fn fn, int graphs, int *ok,
                    int *bad) {
@@ -21,7 +21,7 @@ static int run_dir(const char *sub, parse_fn fn, int graphs, int *ok,
   while ((e = readdir(d))) {
     if (e->d_name[0] == '.')
       continue;
-    char path[1024], err[512] = "";
+    char path[1024];
     snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
     FILE *f = fopen(path, "rb");
     cr_assert_not_null(f, "%s", path);
@@ -31,14 +31,14 @@ static int run_dir(const char *sub, parse_fn fn, int graphs, int *ok,
     braid_result r;
     if (graphs) {
       topo_nccl_graphs *gs = NULL;
-      r = topo_parse_nccl_graphs(buf, len, path, &gs, err, sizeof(err));
+      r = topo_parse_nccl_graphs(buf, len, path, &gs);
       topo_nccl_graphs_free(gs);
     } else {
       topo_graph *g = NULL;
-      r = fn(buf, len, path, &g, err, sizeof(err));
+      r = fn(buf, len, path, &g);
       if (r == BRAID_SUCCESS) {
-        cr_assert_eq(topo_graph_check(g, err, sizeof(err)), BRAID_SUCCESS,
-                     "%s: %s", path, err);
+        cr_assert_eq(topo_graph_check(g), BRAID_SUCCESS, "%s: %s", path,
+                     err_msg());
         cr_assert_eq(topo_paths_all(g), BRAID_SUCCESS);
         /* writing never fails on what was read */
         char *out = NULL;
@@ -57,9 +57,9 @@ static int run_dir(const char *sub, parse_fn fn, int graphs, int *ok,
       (*ok)++;
     else {
       (*bad)++;
-      cr_assert(strncmp(err, path, strlen(path)) == 0 &&
-                    err[strlen(path)] == ':',
-                "the error names the file and line: '%s'", err);
+      cr_assert(strncmp(err_msg(), path, strlen(path)) == 0 &&
+                    err_msg()[strlen(path)] == ':',
+                "the error names the file and line: '%s'", err_msg());
     }
     n++;
   }

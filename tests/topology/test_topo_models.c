@@ -3,6 +3,7 @@
  * classes and bandwidths from the vendors' public descriptions, and cluster
  * replication.
  */
+#include "src/log.h"
 #include "topology/topo.h"
 
 #include <criterion/criterion.h>
@@ -10,11 +11,10 @@
 #include <string.h>
 
 static topo_graph *model(const char *name) {
-  char err[512] = "";
   topo_graph *g = NULL;
-  braid_result r = topo_model_load(name, &g, err, sizeof(err));
-  cr_assert_eq(r, BRAID_SUCCESS, "%s: %s", name, err);
-  cr_assert_eq(topo_graph_check(g, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  braid_result r = topo_model_load(name, &g);
+  cr_assert_eq(r, BRAID_SUCCESS, "%s: %s", name, err_msg());
+  cr_assert_eq(topo_graph_check(g), BRAID_SUCCESS, "%s", err_msg());
   return g;
 }
 
@@ -54,11 +54,10 @@ Test(topo_models, names_and_unknown) {
     topo_graph_free(g);
   }
   cr_assert_eq(k, 5);
-  char err[512];
   topo_graph *g;
-  cr_assert_eq(topo_model_load("dgx-9000", &g, err, sizeof(err)),
-               BRAID_ERR_INVALID_ARG);
-  cr_assert(strstr(err, "dgx-9000") && strstr(err, "dgx-a100"), "%s", err);
+  cr_assert_eq(topo_model_load("dgx-9000", &g), BRAID_ERR_INVALID_ARG);
+  cr_assert(strstr(err_msg(), "dgx-9000") && strstr(err_msg(), "dgx-a100"),
+            "%s", err_msg());
 }
 
 Test(topo_models, dgx1_v100) {
@@ -155,9 +154,7 @@ Test(topo_models, pcie_box_and_cpu_host) {
 
 Test(topo_models, cluster) {
   topo_graph *h = model("dgx-a100"), *c = NULL;
-  char err[256];
-  cr_assert_eq(topo_cluster(h, 4, 25.0, &c, err, sizeof(err)), BRAID_SUCCESS,
-               "%s", err);
+  cr_assert_eq(topo_cluster(h, 4, 25.0, &c), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(c->nhosts, 4);
   cr_assert_eq(topo_count(c, TOPO_GPU), 32);
   cr_assert_eq(topo_count(c, TOPO_NIC), 32);
@@ -178,8 +175,7 @@ Test(topo_models, cluster) {
   cr_assert_eq(c->v[p.verts[2]].type, TOPO_NIC);
   cr_assert_eq(c->v[p.verts[3]].type, TOPO_NET);
   topo_path_release(&p);
-  cr_assert_eq(topo_cluster(h, 0, 25, &c, err, sizeof(err)),
-               BRAID_ERR_INVALID_ARG);
+  cr_assert_eq(topo_cluster(h, 0, 25, &c), BRAID_ERR_INVALID_ARG);
   topo_graph_free(c);
   topo_graph_free(h);
 }

@@ -2,6 +2,7 @@
 #ifndef BRAID_TESTS_TOPO_TEST_UTIL_H
 #define BRAID_TESTS_TOPO_TEST_UTIL_H
 
+#include "src/log.h"
 #include "topology/topo.h"
 
 #include <criterion/criterion.h>
@@ -24,11 +25,10 @@ static inline const char *azure_file(const char *name, char *buf, size_t n) {
 }
 
 static inline topo_graph *load_ok(const char *path) {
-  char err[512] = "";
   topo_graph *g = NULL;
-  braid_result r = topo_load(path, TOPO_FMT_AUTO, &g, err, sizeof(err));
-  cr_assert_eq(r, BRAID_SUCCESS, "%s: %s", path, err);
-  cr_assert_eq(topo_graph_check(g, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  braid_result r = topo_load(path, TOPO_FMT_AUTO, &g);
+  cr_assert_eq(r, BRAID_SUCCESS, "%s: %s", path, err_msg());
+  cr_assert_eq(topo_graph_check(g), BRAID_SUCCESS, "%s", err_msg());
   return g;
 }
 
@@ -49,15 +49,17 @@ static inline char *write_str(const topo_graph *g, topo_format fmt,
   return buf;
 }
 
-/* Parses text that must fail; returns the message for inspection. */
-static inline void parse_fails(topo_format fmt, const char *text,
-                               const char *fname, char *err, size_t n) {
+/* Parses text that must fail; returns the message for inspection (the
+ * thread's, until the next failure). */
+static inline const char *parse_fails(topo_format fmt, const char *text,
+                                      const char *fname) {
   topo_graph *g = NULL;
-  err[0] = 0;
-  braid_result r = topo_parse(text, strlen(text), fname, fmt, &g, err, n);
+  err_clear();
+  braid_result r = topo_parse(text, strlen(text), fname, fmt, &g);
   cr_assert_neq(r, BRAID_SUCCESS, "parsing should fail:\n%s", text);
   cr_assert_null(g);
-  cr_assert(strlen(err) > 0, "an error message is given");
+  cr_assert(strlen(err_msg()) > 0, "an error message is given");
+  return err_msg();
 }
 
 #define cr_assert_has(s, sub)                                                  \

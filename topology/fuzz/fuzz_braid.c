@@ -6,10 +6,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char err[512] = "";
   topo_graph *g = NULL;
-  braid_result r =
-      topo_parse_braid((const char *)data, size, "fuzz", &g, err, sizeof(err));
-  fuzz_check(r, g, err);
+  err_clear();
+  braid_result r = topo_parse_braid((const char *)data, size, "fuzz", &g);
+  fuzz_check(r, g);
   return 0;
 }

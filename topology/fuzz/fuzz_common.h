@@ -6,6 +6,7 @@
 #ifndef BRAID_TOPOLOGY_FUZZ_COMMON_H
 #define BRAID_TOPOLOGY_FUZZ_COMMON_H
 
+#include "src/log.h"
 #include "topology/topo.h"
 
 #include <stdio.h>
@@ -19,18 +20,17 @@ static inline FILE *fuzz_sink(void) {
   return f;
 }
 
-static inline void fuzz_check(braid_result r, topo_graph *g, const char *err) {
+static inline void fuzz_check(braid_result r, topo_graph *g) {
   if (r != BRAID_SUCCESS) {
-    if (g || strncmp(err, "fuzz", 4) != 0) {
+    if (g || strncmp(err_msg(), "fuzz", 4) != 0) {
       fprintf(stderr, "bad error contract: r=%d g=%p err='%s'\n", (int)r,
-              (void *)g, err);
+              (void *)g, err_msg());
       abort();
     }
     return;
   }
-  char e2[256];
-  if (topo_graph_check(g, e2, sizeof(e2)) != BRAID_SUCCESS) {
-    fprintf(stderr, "inconsistent graph: %s\n", e2);
+  if (topo_graph_check(g) != BRAID_SUCCESS) {
+    fprintf(stderr, "inconsistent graph: %s\n", err_msg());
     abort();
   }
   if (g->nv <= 256) {

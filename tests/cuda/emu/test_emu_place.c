@@ -18,6 +18,7 @@
 #include "collectives/sched_file.h"
 #include "src/comm.h"
 #include "src/comm_dev.h"
+#include "src/log.h"
 #include "test_gpu_ranks.h"
 #include "topology/topo.h"
 #include "transports/cuda/cuda_tp.h"
@@ -68,10 +69,9 @@ static void run_with(const char *busid, int vertex) {
 }
 
 Test(emu_place, gpu_found_by_bus_id, .timeout = 120) {
-  char err[256];
   topo_graph *g = NULL;
-  cr_assert_eq(topo_load(MACHINE, TOPO_FMT_AUTO, &g, err, sizeof err),
-               BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(topo_load(MACHINE, TOPO_FMT_AUTO, &g), BRAID_SUCCESS, "%s",
+               err_msg());
   int gpu3 = topo_nth(g, TOPO_GPU, 3);
   cr_assert(gpu3 >= 0 && g->v[gpu3].busid[0], "the model has a GPU3 bus id");
   char busid[32];
