@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/log.h"
+
 static sched_view *view_alloc(topo_graph *g, int nranks) {
   sched_view *v = calloc(1, sizeof *v);
   if (!v)
@@ -44,26 +46,21 @@ static int host_vertex(const topo_graph *g, int h, const char *name) {
   return topo_find(g, full);
 }
 
-sched_view *view_gpus(topo_graph *g, const int *gpus, int ngpus, char *err,
-                      size_t errlen) {
-  if (!g) {
-    snprintf(err, errlen, "view_gpus: no graph");
-    return NULL;
-  }
+braid_result view_gpus(topo_graph *g, const int *gpus, int ngpus,
+                       sched_view **out) {
+  *out = NULL;
+  if (!g)
+    return ERR(BRAID_ERR_INVALID_ARG, "view_gpus: no graph");
   int nhosts = g->nhosts > 1 ? g->nhosts : 1;
   int per = topo_count(g, TOPO_GPU) / nhosts;
   if (!gpus)
     ngpus = per;
-  if (ngpus < 1) {
-    snprintf(err, errlen, "view_gpus: %s has no GPU", g->name);
-    return NULL;
-  }
+  if (ngpus < 1)
+    return ERR(BRAID_ERR_INVALID_ARG, "view_gpus: %s has no GPU", g->name);
   sched_view *v = view_alloc(g, nhosts * ngpus);
-  if (!v) {
-    snprintf(err, errlen, "view_gpus: out of memory for %d ranks",
-             nhosts * ngpus);
-    return NULL;
-  }
+  if (!v)
+    return ERR(BRAID_ERR_NOMEM, "view_gpus: out of memory for %d ranks",
+               nhosts * ngpus);
   v->nhosts = nhosts;
   for (int h = 0; h < nhosts; h++)
     for (int i = 0; i < ngpus; i++) {
@@ -81,48 +78,45 @@ sched_view *view_gpus(topo_graph *g, const int *gpus, int ngpus, char *err,
       if (id < 0 || strcmp(g->v[id].name, full) != 0)
         id = gi >= 0 ? host_vertex(g, h, name) : -1;
       if (id < 0 || g->v[id].type != TOPO_GPU) {
-        snprintf(err, errlen, "view_gpus: %s has no GPU %d on host %d", g->name,
-                 gi, h);
         view_free(v);
-        return NULL;
+        return ERR(BRAID_ERR_INVALID_ARG,
+                   "view_gpus: %s has no GPU %d on host %d", g->name, gi, h);
       }
       for (int j = 0; j < i; j++)
         if (v->vertex[h * ngpus + j] == id) {
-          snprintf(err, errlen, "view_gpus: GPU %d listed twice", gi);
           view_free(v);
-          return NULL;
+          return ERR(BRAID_ERR_INVALID_ARG, "view_gpus: GPU %d listed twice",
+                     gi);
         }
       v->vertex[h * ngpus + i] = id;
       v->host[h * ngpus + i] = h;
     }
   int rails = host_nics(g, 0);
   v->rails = rails > 0 ? rails : 1;
-  return v;
+  *out = v;
+  return BRAID_SUCCESS;
 }
 
-sched_view *view_hosts(topo_graph *g, int nranks, const int *host, char *err,
-                       size_t errlen) {
-  if (nranks < 1) {
-    snprintf(err, errlen, "view_hosts: %d ranks", nranks);
-    return NULL;
-  }
+braid_result view_hosts(topo_graph *g, int nranks, const int *host,
+                        sched_view **out) {
+  *out = NULL;
+  if (nranks < 1)
+    return ERR(BRAID_ERR_INVALID_ARG, "view_hosts: %d ranks", nranks);
   int gh = g ? (g->nhosts > 1 ? g->nhosts : 1) : 0;
   int maxh = -1;
   for (int r = 0; r < nranks; r++) {
     int h = host ? host[r] : 0;
-    if (h < 0 || (g && h >= gh)) {
-      snprintf(err, errlen, "view_hosts: rank %d on host %d (%s%d hosts)", r, h,
-               g ? "graph has " : "", g ? gh : 0);
-      return NULL;
-    }
+    if (h < 0 || (g && h >= gh))
+      return ERR(BRAID_ERR_INVALID_ARG,
+                 "view_hosts: rank %d on host %d (%s%d hosts)", r, h,
+                 g ? "graph has " : "", g ? gh : 0);
     if (h > maxh)
       maxh = h;
   }
   sched_view *v = view_alloc(g, nranks);
-  if (!v) {
-    snprintf(err, errlen, "view_hosts: out of memory for %d ranks", nranks);
-    return NULL;
-  }
+  if (!v)
+    return ERR(BRAID_ERR_NOMEM, "view_hosts: out of memory for %d ranks",
+               nranks);
   /* Without a graph, hosts are 0 .. the largest number given. */
   v->nhosts = g ? gh : maxh + 1;
   for (int r = 0; r < nranks; r++) {
@@ -137,10 +131,9 @@ sched_view *view_hosts(topo_graph *g, int nranks, const int *host, char *err,
             id = topo_nth(g, TOPO_CPU, i);
       }
       if (id < 0) {
-        snprintf(err, errlen, "view_hosts: %s has no CPU on host %d", g->name,
-                 h);
         view_free(v);
-        return NULL;
+        return ERR(BRAID_ERR_INVALID_ARG,
+                   "view_hosts: %s has no CPU on host %d", g->name, h);
       }
       v->vertex[r] = id;
     }
@@ -149,7 +142,8 @@ sched_view *view_hosts(topo_graph *g, int nranks, const int *host, char *err,
     int rails = host_nics(g, 0);
     v->rails = rails > 0 ? rails : 1;
   }
-  return v;
+  *out = v;
+  return BRAID_SUCCESS;
 }
 
 void view_free(sched_view *v) {

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 
+#include "src/log.h" /* braid_result; err_msg() reads the message */
 #include "topology/topo.h"
 
 typedef struct sched_view {
@@ -27,16 +28,16 @@ typedef struct sched_view {
 /* Ranks on the GPUs `gpus[0..ngpus)` (GPU indices, as in GPU3) of every host
  * of g, host after host (rank = host * ngpus + i). gpus NULL: every GPU of
  * the host. A graph from topo_cluster has g->nhosts hosts; others have one.
- * Returns NULL with a message naming the bad GPU or host when they do not
- * exist. */
-sched_view *view_gpus(topo_graph *g, const int *gpus, int ngpus, char *err,
-                      size_t errlen);
+ * BRAID_SUCCESS with *out set, or an error (*out NULL) whose message names
+ * the bad GPU or host when they do not exist. */
+braid_result view_gpus(topo_graph *g, const int *gpus, int ngpus,
+                       sched_view **out);
 /* The view of a CPU-only job: `nranks` ranks on hosts host[r] (NULL: all on
  * host 0). With g NULL, the view carries the host map only. With g set (one
  * host's graph, or a cluster of nhosts), every rank sits on its host's first
- * CPU vertex. */
-sched_view *view_hosts(topo_graph *g, int nranks, const int *host, char *err,
-                       size_t errlen);
+ * CPU vertex. BRAID_SUCCESS with *out set, or an error (*out NULL). */
+braid_result view_hosts(topo_graph *g, int nranks, const int *host,
+                        sched_view **out);
 void view_free(sched_view *v);
 /* Ranks on host h, in rank order (returns the count; ranks may be NULL). */
 int view_host_ranks(const sched_view *v, int h, int *ranks);

@@ -343,10 +343,10 @@ static sched_view *gpu_view(braid_comm *c, const dev_rec *all) {
       if (all[q].vertex == all[r].vertex)
         return NULL; /* GPUs shared by ranks: the host path decides */
   }
-  char err[160] = "";
-  sched_view *v = view_hosts(NULL, n, NULL, err, sizeof err);
-  if (v == NULL) {
-    INFO(LOG_TOPO, "rank %d: no view of the ranks' GPUs: %s", c->rank, err);
+  sched_view *v = NULL;
+  if (view_hosts(NULL, n, NULL, &v) != BRAID_SUCCESS) {
+    INFO(LOG_TOPO, "rank %d: no view of the ranks' GPUs: %s", c->rank,
+         err_msg());
     return NULL;
   }
   v->g = c->topo; /* c->topo outlives the device state */

@@ -73,10 +73,10 @@ static braid_result build_view(braid_comm *c) {
     res = cluster_graph(nhosts, 1.0 / tcp->beta_ns, &g, err, sizeof err);
   }
   if (res == BRAID_SUCCESS) {
-    c->view = view_hosts(g, n, host, err, sizeof err);
-    if (c->view == NULL)
+    if (view_hosts(g, n, host, &c->view) != BRAID_SUCCESS) {
+      snprintf(err, sizeof err, "%s", err_msg());
       res = BRAID_ERR_INTERNAL;
-    else
+    } else
       c->view->owns_graph = g != NULL;
   }
   if (res != BRAID_SUCCESS) {

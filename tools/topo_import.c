@@ -116,13 +116,15 @@ static void simulate(const iopts *o, const sched *s) {
   int per = topo_count(g, TOPO_GPU), n = s->nranks;
   sched_view *v = NULL;
   if (per > 0 && n > per && n % per == 0 &&
-      topo_cluster(g, n / per, 0, &c) == BRAID_SUCCESS)
-    v = view_gpus(c, NULL, 0, err, sizeof(err));
-  else if (n <= per) {
+      topo_cluster(g, n / per, 0, &c) == BRAID_SUCCESS) {
+    if (view_gpus(c, NULL, 0, &v) != BRAID_SUCCESS)
+      snprintf(err, sizeof(err), "%s", err_msg());
+  } else if (n <= per) {
     int gpus[256];
     for (int i = 0; i < n; i++)
       gpus[i] = i;
-    v = view_gpus(g, gpus, n, err, sizeof(err));
+    if (view_gpus(g, gpus, n, &v) != BRAID_SUCCESS)
+      snprintf(err, sizeof(err), "%s", err_msg());
   } else {
     snprintf(err, sizeof(err), "%d ranks do not fit %d-GPU hosts", n, per);
   }

@@ -561,10 +561,9 @@ static void human(double us, char *b, size_t n) {
 
 static int run(const sopts *o, topo_graph *g) {
   char err[1024] = "";
-  sched_view *v =
-      view_gpus(g, o->ngpus ? o->gpus : NULL, o->ngpus, err, sizeof(err));
-  if (!v)
-    return bad("%s", err);
+  sched_view *v = NULL;
+  if (view_gpus(g, o->ngpus ? o->gpus : NULL, o->ngpus, &v) != BRAID_SUCCESS)
+    return bad("%s", err_msg());
   int n = v->nranks;
   size_t es = braid_dtype_size(o->dt);
   int split = o->coll == SCHED_ALLGATHER || o->coll == SCHED_REDUCE_SCATTER ||

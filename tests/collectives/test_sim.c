@@ -102,8 +102,8 @@ Test(sim, flow_known_networks) {
 
 Test(sim, flow_from_view_dgx1) {
   topo_graph *g = model("dgx1-v100");
-  sched_view *v = view_gpus(g, NULL, 0, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, NULL, 0, &v), BRAID_SUCCESS, "%s", err_msg());
   flow_net *f = flow_from_view(v, SCHED_ROUTE_NVL);
   cr_assert_not_null(f);
   /* NVLink capacities are the links' bandwidths, from the link list. */
@@ -130,8 +130,7 @@ Test(sim, flow_from_view_dgx1) {
   /* Through an NVSwitch a GPU's port is shared by its peers, so its
    * broadcast rate is the port's bandwidth. */
   g = model("dgx-a100");
-  v = view_gpus(g, NULL, 0, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  cr_assert_eq(view_gpus(g, NULL, 0, &v), BRAID_SUCCESS, "%s", err_msg());
   int l = topo_link_between(g, v->vertex[0], topo_nth(g, TOPO_NVS, 0));
   cr_assert_geq(l, 0);
   f = flow_from_view(v, SCHED_ROUTE_ANY);
@@ -149,8 +148,8 @@ Test(sim, views) {
   topo_graph *h = model("dgx-h100"), *g = NULL;
   cr_assert_eq(topo_cluster(h, 3, 0, &g), BRAID_SUCCESS, "%s", err_msg());
   int gpus[] = {2, 5};
-  sched_view *v = view_gpus(g, gpus, 2, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, gpus, 2, &v), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(v->nranks, 6);
   cr_assert_eq(v->nhosts, 3);
   cr_assert_eq(v->rails, 8);
@@ -162,19 +161,19 @@ Test(sim, views) {
   cr_assert_eq(ranks[1], 5);
   view_free(v);
   int bad[] = {0, 9};
-  cr_assert_null(view_gpus(g, bad, 2, err, sizeof err));
-  cr_assert(strstr(err, "GPU 9"), "%s", err);
+  cr_assert_eq(view_gpus(g, bad, 2, &v), BRAID_ERR_INVALID_ARG);
+  cr_assert_null(v);
+  cr_assert(strstr(err_msg(), "GPU 9"), "%s", err_msg());
   int hosts[] = {0, 2, 2, 1};
-  v = view_hosts(g, 4, hosts, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  cr_assert_eq(view_hosts(g, 4, hosts, &v), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_str_eq(g->v[v->vertex[1]].name, "h2.CPU0");
   cr_assert_eq(view_host_ranks(v, 2, NULL), 2);
   view_free(v);
   int far[] = {0, 3};
-  cr_assert_null(view_hosts(g, 2, far, err, sizeof err));
-  cr_assert(strstr(err, "host 3"), "%s", err);
-  v = view_hosts(NULL, 4, hosts, err, sizeof err); /* host map only */
-  cr_assert_not_null(v, "%s", err);
+  cr_assert_eq(view_hosts(g, 2, far, &v), BRAID_ERR_INVALID_ARG);
+  cr_assert(strstr(err_msg(), "host 3"), "%s", err_msg());
+  cr_assert_eq(view_hosts(NULL, 4, hosts, &v), BRAID_SUCCESS, "%s",
+               err_msg()); /* host map only */
   cr_assert_eq(v->nhosts, 3);
   cr_assert_eq(v->vertex[0], -1);
   view_free(v);
@@ -189,8 +188,8 @@ Test(sim, ring_allreduce_closed_form) {
   const int n = 8;
   const double bw = 20.0, lat = 0.7;
   topo_graph *g = ring_graph(n, bw, lat);
-  sched_view *v = view_gpus(g, NULL, 0, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, NULL, 0, &v), BRAID_SUCCESS, "%s", err_msg());
   sim_params p;
   sim_params_gpu(&p);
   p.gamma_ns = 0;
@@ -221,8 +220,8 @@ Test(sim, link_sharing) {
   cr_assert_geq(topo_add_link(g, g0, g1, TOPO_LINK_NVL, 20, 0.5, 1), 0);
   cr_assert_geq(topo_add_link(g, g0, c0, TOPO_LINK_PCI, 20, 0.5, 1), 0);
   cr_assert_geq(topo_add_link(g, g1, c0, TOPO_LINK_PCI, 20, 0.5, 1), 0);
-  sched_view *v = view_gpus(g, NULL, 0, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, NULL, 0, &v), BRAID_SUCCESS, "%s", err_msg());
   sim_params p;
   sim_params_gpu(&p);
   size_t bytes = 256u << 20;
@@ -248,8 +247,8 @@ Test(sim, link_sharing) {
 Test(sim, routes_host_avoids_nvlink) {
   topo_graph *g = model("dgx1-v100");
   int gpus[] = {0, 1};
-  sched_view *v = view_gpus(g, gpus, 2, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, gpus, 2, &v), BRAID_SUCCESS, "%s", err_msg());
   sim_params p;
   sim_params_gpu(&p);
   size_t bytes = 64u << 20;
@@ -265,8 +264,7 @@ Test(sim, routes_host_avoids_nvlink) {
   topo_graph_free(g);
   /* No NVLink at all: an NVLink route is an error that says so. */
   g = model("pcie-4gpu");
-  v = view_gpus(g, gpus, 2, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  cr_assert_eq(view_gpus(g, gpus, 2, &v), BRAID_SUCCESS, "%s", err_msg());
   sim_result r;
   cr_assert_eq(sim_run(a, v, bytes, &p, &r, err, sizeof err), -1);
   cr_assert(strstr(err, "nvl") && strstr(err, "rank 0"), "%s", err);
@@ -340,8 +338,8 @@ Test(sim, multi_hop_paths_keep_links_busy) {
     cr_assert_geq(topo_add_link(g, topo_add_vertex(g, TOPO_GPU, NULL), sw,
                                 TOPO_LINK_PCI, 20, 0.5, 1),
                   0);
-  sched_view *v = view_gpus(g, NULL, 0, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, NULL, 0, &v), BRAID_SUCCESS, "%s", err_msg());
   sim_params p;
   sim_params_gpu(&p);
   size_t bytes = 64u << 20; /* a block: each rank sends 3, receives 3 */
@@ -361,8 +359,8 @@ Test(sim, pipelining) {
   /* A chain broadcast of 64 MiB over 8 GPUs: cutting it into more slices
    * pays off while the pipeline's fill dominates, then flattens. */
   topo_graph *g = ring_graph(8, 50, 0.5);
-  sched_view *v = view_gpus(g, NULL, 0, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, NULL, 0, &v), BRAID_SUCCESS, "%s", err_msg());
   sim_params p;
   sim_params_gpu(&p);
   size_t bytes = 64u << 20;
@@ -387,8 +385,8 @@ Test(sim, pipelining) {
 
 Test(sim, rejects_bad_input) {
   topo_graph *g = model("dgx1-v100");
-  sched_view *v = view_gpus(g, NULL, 0, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, NULL, 0, &v), BRAID_SUCCESS, "%s", err_msg());
   sim_params p;
   sim_params_gpu(&p);
   gen_params gp = {SCHED_ALLREDUCE, 4, 0, 1, NULL, 0, 0, NULL, 0};
@@ -430,8 +428,8 @@ static double slope(sched_coll c, const sched_view *v, const sim_params *p) {
 
 Test(sim, bounds_dgx1) {
   topo_graph *g = model("dgx1-v100");
-  sched_view *v = view_gpus(g, NULL, 0, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, NULL, 0, &v), BRAID_SUCCESS, "%s", err_msg());
   sim_params p;
   sim_params_gpu(&p);
   /* A GPU's NVLink bandwidth, from the link list: 6 lanes x 25 GB/s. */
@@ -502,18 +500,19 @@ Test(sim, selector_within_5pct_on_every_model) {
     sched_coll colls[] = {SCHED_ALLREDUCE, SCHED_ALLGATHER, SCHED_BROADCAST};
     for (int m = 0; names[m]; m++) {
       topo_graph *g = model(names[m]);
-      sched_view *v;
+      sched_view *v = NULL;
+      braid_result rv;
       sim_params p;
       if (topo_count(g, TOPO_GPU) > 0) {
         int n = topo_count(g, TOPO_GPU) < 8 ? topo_count(g, TOPO_GPU) : 8;
         int gpus[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-        v = view_gpus(g, gpus, n, err, sizeof err);
+        rv = view_gpus(g, gpus, n, &v);
         sim_params_gpu(&p);
       } else {
-        v = view_hosts(g, 4, NULL, err, sizeof err);
+        rv = view_hosts(g, 4, NULL, &v);
         sim_params_cpu(&p);
       }
-      cr_assert_not_null(v, "%s: %s", names[m], err);
+      cr_assert_eq(rv, BRAID_SUCCESS, "%s: %s", names[m], err_msg());
       double worst = 1;
       for (int c = 0; c < 3; c++)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -557,8 +556,8 @@ Test(sim, selector_within_5pct_on_every_model) {
 
 Test(sim, select_filter_and_table) {
   topo_graph *g = model("dgx-a100");
-  sched_view *v = view_gpus(g, NULL, 0, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, NULL, 0, &v), BRAID_SUCCESS, "%s", err_msg());
   sim_params p;
   sim_params_gpu(&p);
   select_filter f;
@@ -595,8 +594,8 @@ static sched_view *cluster_view(topo_graph *h, int hosts, int per) {
   topo_graph *g = NULL;
   cr_assert_eq(topo_cluster(h, hosts, 0, &g), BRAID_SUCCESS, "%s", err_msg());
   int gpus[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-  sched_view *v = view_gpus(g, gpus, per, err, sizeof err);
-  cr_assert_not_null(v, "%s", err);
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, gpus, per, &v), BRAID_SUCCESS, "%s", err_msg());
   v->owns_graph = 1;
   return v;
 }
@@ -685,8 +684,8 @@ Test(sim, speed_at_scale, .timeout = 120) {
       ring8 = t;
     sched_free(s);
   }
-  sched_view *v8 = view_gpus(v->g, NULL, 0, err, sizeof err);
-  cr_assert_not_null(v8, "%s", err);
+  sched_view *v8 = NULL;
+  cr_assert_eq(view_gpus(v->g, NULL, 0, &v8), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(v8->nranks, 8 * SCALE_HOSTS);
   sched *s = gen("tree", SCHED_ALLREDUCE, v8, 0, 2, 8);
   double t0 = secs();

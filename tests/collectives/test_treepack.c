@@ -68,13 +68,12 @@ static const tcase cases[] = {
 #define NCASES (int)(sizeof(cases) / sizeof(cases[0]))
 
 static sched_view *load_view(const tcase *tc, topo_graph **gp) {
-  char err[512];
   topo_graph *g = NULL;
   braid_result rc = topo_model_load(tc->model, &g);
   cr_assert_eq(rc, BRAID_SUCCESS, "model %s: %s", tc->model, err_msg());
-  sched_view *v =
-      view_gpus(g, tc->n ? tc->gpus : NULL, tc->n, err, sizeof(err));
-  cr_assert_not_null(v, "view of %s: %s", tc->model, err);
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, tc->n ? tc->gpus : NULL, tc->n, &v), BRAID_SUCCESS,
+               "view of %s: %s", tc->model, err_msg());
   *gp = g;
   return v;
 }
@@ -374,7 +373,6 @@ Test(treepack, dgx1_fragments_beat_rings, .timeout = 240) {
   const gen_desc *mr = gen_find("multiring");
   cr_assert_not_null(mr);
   topo_graph *g = NULL;
-  char err[512];
   cr_assert_eq(topo_model_load("dgx1-v100", &g), BRAID_SUCCESS, "%s",
                err_msg());
   size_t bytes = (size_t)256 << 20;
@@ -389,8 +387,8 @@ Test(treepack, dgx1_fragments_beat_rings, .timeout = 240) {
     if (n < 3 || n > 7)
       continue;
     subsets++;
-    sched_view *v = view_gpus(g, gpus, n, err, sizeof(err));
-    cr_assert_not_null(v, "%s", err);
+    sched_view *v = NULL;
+    cr_assert_eq(view_gpus(g, gpus, n, &v), BRAID_SUCCESS, "%s", err_msg());
     tcase tc = {"dgx1-v100", n, {0}, 0};
     memcpy(tc.gpus, gpus, sizeof(gpus));
     char name[64];
@@ -432,12 +430,11 @@ Test(treepack, dgx1_fragments_beat_rings, .timeout = 240) {
  * correct, and every channel's tree spans the ranks. */
 Test(treepack, two_hosts, .timeout = 120) {
   topo_graph *h = NULL, *g = NULL;
-  char err[512];
   cr_assert_eq(topo_model_load("dgx1-v100", &h), BRAID_SUCCESS, "%s",
                err_msg());
   cr_assert_eq(topo_cluster(h, 2, 0, &g), BRAID_SUCCESS, "%s", err_msg());
-  sched_view *v = view_gpus(g, NULL, 0, err, sizeof(err));
-  cr_assert_not_null(v, "%s", err);
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, NULL, 0, &v), BRAID_SUCCESS, "%s", err_msg());
   for (int k = 0; k < 3; k++) {
     gen_params p = {colls[k], v->nranks, 5, 1, v, (size_t)64 << 20, 4, NULL, 0};
     sched *s = gen_treepack(&p);
