@@ -403,7 +403,8 @@ static int prove(const ms_algo *a, sched *s, ms_origin *const *org, char *err,
   int rc = 0;
   char verr[1536];
   for (int ip = 0; ip < 2 && !rc; ip++)
-    if (verify_sched(s, ip, 2, verr, sizeof(verr))) {
+    if (verify_sched(s, ip, 2) != BRAID_SUCCESS) {
+      snprintf(verr, sizeof verr, "%s", err_msg());
       add_origin(a, org, norg, verr, sizeof(verr));
       snprintf(err, errlen, "%s: %s on %d gpus fails the verifier %s: %s",
                a->fname, sched_coll_name(a->coll), a->ngpus,

@@ -468,7 +468,8 @@ static int verify_one(rd *c, const sjson_val *x, int idx, const sched *s,
                       verify_ws *ws) {
   char verr[512];
   for (int ip = 0; ip < 2; ip++)
-    if (verify_sched_ws(s, ip, VERIFY_SLOTS, ws, verr, sizeof(verr)))
+    if (verify_sched_ws(s, ip, VERIFY_SLOTS, ws) != BRAID_SUCCESS &&
+        snprintf(verr, sizeof verr, "%s", err_msg()) >= 0)
       return rerr(c, x->pos, "",
                   "schedule %d (%s, algo \"%s\", %d ranks) fails the "
                   "verifier %s: %s",

@@ -28,13 +28,14 @@
 
 /* ---- errors ---- */
 
-int verify_fail(vctx *v, const char *fmt, ...) {
-  if (v->err && v->errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(v->err, v->errlen, fmt, ap);
-    va_end(ap);
-  }
+int verify_fail_at(const char *file, int line, vctx *v, braid_result r,
+                   const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  v->rc = err_at(file, line, r, "%s", msg);
   return -1;
 }
 
@@ -182,7 +183,7 @@ static int push(vctx *v, int r, int si, int peer, int cell, int buf, int i) {
     return 0;
   int id = msg_alloc(v);
   if (id < 0)
-    return verify_fail(v, "out of memory");
+    return verify_fail_r(v, BRAID_ERR_NOMEM, "out of memory");
   memcpy(mb(v, id), cbits(v, cell), (size_t)v->W * sizeof(uint64_t));
   v->msgs[id].j = i % v->K;
   v->msgs[id].hash = v->hash[cell];
@@ -212,7 +213,7 @@ static int pop(vctx *v, int r, int si, int peer) {
     }
     int id = msg_alloc(v);
     if (id < 0)
-      return verify_fail(v, "out of memory");
+      return verify_fail_r(v, BRAID_ERR_NOMEM, "out of memory");
     memset(mb(v, id), 0, (size_t)v->W * sizeof(uint64_t));
     int bit = contrib_bit(v, peer, vs->p2p_count);
     mb(v, id)[bit / 64] |= 1ull << (bit % 64);
@@ -247,7 +248,8 @@ static int check_msg(vctx *v, int r, int si, const sched_step *st, int k,
                      int id) {
   int dj = (int)((st->dst.index + (uint32_t)k) % (uint32_t)v->K);
   if (!v->msgs || id < 0 || id >= v->mcap)
-    return verify_fail(v, "internal error: message %d out of range", id);
+    return verify_fail_r(v, BRAID_ERR_INTERNAL,
+                         "internal error: message %d out of range", id);
   if (v->msgs[id].j != dj) {
     char d[160];
     verify_step_str(d, sizeof(d), st, k);
@@ -508,46 +510,41 @@ static void ws_give_back(verify_ws *w, const vctx *v) {
   w->mcap = v->mcap;
 }
 
-int verify_sched(const sched *s, int inplace, int slots, char *err,
-                 size_t errlen) {
-  return verify_sched_ws(s, inplace, slots, NULL, err, errlen);
+braid_result verify_sched(const sched *s, int inplace, int slots) {
+  return verify_sched_ws(s, inplace, slots, NULL);
 }
 
-int verify_sched_ws(const sched *s, int inplace, int slots, verify_ws *ws,
-                    char *err, size_t errlen) {
+braid_result verify_sched_ws(const sched *s, int inplace, int slots,
+                             verify_ws *ws) {
   vctx v;
   memset(&v, 0, sizeof(v));
-  v.err = err;
-  v.errlen = errlen;
-  if (err && errlen)
-    err[0] = '\0';
   if (!s)
-    return verify_fail(&v, "no schedule");
+    return ERR(BRAID_ERR_INVALID_ARG, "no schedule");
   if ((int)s->coll < 0 || s->coll >= SCHED_NUM_COLLS)
-    return verify_fail(&v, "unknown collective %d", (int)s->coll);
+    return ERR(BRAID_ERR_INVALID_ARG, "unknown collective %d", (int)s->coll);
   if (s->nranks < 1 || s->nchannels < 1 || s->chunks_per_block < 1 ||
       s->scratch_blocks < 0 || !s->ch || !s->weights)
-    return verify_fail(&v,
-                       "malformed schedule: nranks %d, nchannels %d, "
-                       "chunks_per_block %d, scratch_blocks %d",
-                       s->nranks, s->nchannels, s->chunks_per_block,
-                       s->scratch_blocks);
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "malformed schedule: nranks %d, nchannels %d, "
+               "chunks_per_block %d, scratch_blocks %d",
+               s->nranks, s->nchannels, s->chunks_per_block, s->scratch_blocks);
   if (slots < 1)
-    return verify_fail(&v, "slots must be at least 1 (got %d)", slots);
+    return ERR(BRAID_ERR_INVALID_ARG, "slots must be at least 1 (got %d)",
+               slots);
   int rooted = s->coll == SCHED_BROADCAST || s->coll == SCHED_REDUCE ||
                s->coll == SCHED_GATHER || s->coll == SCHED_SCATTER ||
                s->coll == SCHED_SEND || s->coll == SCHED_RECV;
   if (rooted && (s->root < 0 || s->root >= s->nranks))
-    return verify_fail(&v, "%s root %d out of range (nranks %d)",
-                       sched_coll_name(s->coll), s->root, s->nranks);
+    return ERR(BRAID_ERR_INVALID_ARG, "%s root %d out of range (nranks %d)",
+               sched_coll_name(s->coll), s->root, s->nranks);
   double wsum = 0;
   for (int c = 0; c < s->nchannels; c++) {
     if (!(s->weights[c] >= 0))
-      return verify_fail(&v, "channel %d has a negative weight", c);
+      return ERR(BRAID_ERR_INVALID_ARG, "channel %d has a negative weight", c);
     wsum += s->weights[c];
   }
   if (wsum < 0.999999 || wsum > 1.000001)
-    return verify_fail(&v, "channel weights sum to %g, not 1", wsum);
+    return ERR(BRAID_ERR_INVALID_ARG, "channel weights sum to %g, not 1", wsum);
 
   v.s = s;
   v.n = s->nranks;
@@ -571,7 +568,8 @@ int verify_sched_ws(const sched *s, int inplace, int slots, verify_ws *ws,
   v.mfree = -1;
   int rc = 0;
   if (ws_take(w, &v, ncell, nq) != 0)
-    rc = verify_fail(&v, "out of memory verifying a %d-rank schedule", v.n);
+    rc = verify_fail_r(&v, BRAID_ERR_NOMEM,
+                       "out of memory verifying a %d-rank schedule", v.n);
   for (int c = 0; c < v.nch && rc == 0; c++) {
     v.c = c;
     rc = run_channel(&v);
@@ -579,5 +577,5 @@ int verify_sched_ws(const sched *s, int inplace, int slots, verify_ws *ws,
   ws_give_back(w, &v);
   if (w == &own)
     ws_release(&own);
-  return rc ? -1 : 0;
+  return rc ? v.rc : BRAID_SUCCESS;
 }

@@ -11,12 +11,13 @@
 #include <stddef.h>
 
 #include "schedule.h"
+#include "src/log.h" /* braid_result; err_msg() reads the message */
 
-/* Returns 0 when the schedule is correct, else -1 with a message in err that
- * names the rank, channel, step and chunk that go wrong. `inplace` checks the
+/* BRAID_SUCCESS when the schedule is correct, else BRAID_ERR_INVALID_ARG
+ * (BRAID_ERR_NOMEM when out of memory) with a message (ERR) that names the
+ * first rank, channel, step and chunk that go wrong. `inplace` checks the
  * collective's in-place aliasing (NCCL conventions) as well. */
-int verify_sched(const sched *s, int inplace, int slots, char *err,
-                 size_t errlen);
+braid_result verify_sched(const sched *s, int inplace, int slots);
 
 /* Working memory that verify_sched_ws keeps from call to call: a caller that
  * verifies many schedules (a schedule file, a sweep of rank counts) saves
@@ -27,8 +28,8 @@ typedef struct verify_ws verify_ws;
 verify_ws *verify_ws_new(void);
 void verify_ws_free(verify_ws *w);
 /* verify_sched with working memory from w (w == NULL: its own). */
-int verify_sched_ws(const sched *s, int inplace, int slots, verify_ws *w,
-                    char *err, size_t errlen);
+braid_result verify_sched_ws(const sched *s, int inplace, int slots,
+                             verify_ws *w);
 
 /* Does every reduction of s give the serial fold x0 op x1 op .. op x(n-1)
  * of the ranks' inputs, left to right in rank order, in every chunk the
@@ -37,9 +38,10 @@ int verify_sched_ws(const sched *s, int inplace, int slots, verify_ws *w,
  * whatever the channels and slicing, and those of a one-process loop
  * (BRAID_DETERMINISTIC, GEN_RANK_ORDER). An operand order counts: a op b
  * must extend the fold of ranks 0..k-1 (a) with rank k's input (b). Run
- * verify_sched first: this checks the order only. 0 for collectives that
- * do not reduce; else 0, or -1 with a message naming the rank, channel and
- * chunk, and the first step that folds out of order. At most 512 ranks. */
-int verify_rank_order(const sched *s, int inplace, char *err, size_t errlen);
+ * verify_sched first: this checks the order only. BRAID_SUCCESS for
+ * collectives that do not reduce; else BRAID_SUCCESS, or an error whose
+ * message names the rank, channel and chunk, and the first step that folds
+ * out of order. At most 512 ranks (more: BRAID_ERR_UNSUPPORTED). */
+braid_result verify_rank_order(const sched *s, int inplace);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "src/log.h"
 #include "verify.h"
 
 typedef struct vmsg {
@@ -45,16 +46,23 @@ typedef struct vctx {
   int *qhead, *qlen;
   int *nsent; /* messages sent per (sender, receiver) on this channel */
   vstate *st;
-  char *err;
-  size_t errlen;
+  braid_result rc; /* the first failure's result */
   uint64_t *tmp;
 } vctx;
 
 #define STEPFMT "rank %d channel %d step %d (%s)"
 
-/* Errors and step descriptions (verify.c). */
-int verify_fail(vctx *v, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* Errors and step descriptions (verify.c). verify_fail records what went
+ * wrong for the calling thread (ERR, at the caller's line), keeps the result
+ * in v->rc and returns -1, so that the checks keep their counts and their
+ * "progressed, blocked, failed" answers: the schedule is invalid
+ * (BRAID_ERR_INVALID_ARG); verify_fail_r names another result. */
+int verify_fail_at(const char *file, int line, vctx *v, braid_result r,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+#define verify_fail(v, ...)                                                    \
+  verify_fail_at(__FILE__, __LINE__, (v), BRAID_ERR_INVALID_ARG, __VA_ARGS__)
+#define verify_fail_r(v, r, ...)                                               \
+  verify_fail_at(__FILE__, __LINE__, (v), (r), __VA_ARGS__)
 void verify_step_str(char *b, size_t n, const sched_step *st, int k);
 
 /* Checks (verify_check.c). */

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/log.h"
 #include "verify.h"
 
 #define ORD_NONE 0
@@ -186,7 +187,7 @@ static int is_result(const sched *s, int r) {
   return s->coll != SCHED_REDUCE || r == s->root;
 }
 
-static int run_channel(ord_ctx *o, char *err, size_t errlen) {
+static braid_result run_channel(ord_ctx *o) {
   const sched *s = o->v.s;
   int n = o->v.n, c = o->v.c;
   for (int r = 0; r < n; r++) {
@@ -207,13 +208,11 @@ static int run_channel(ord_ctx *o, char *err, size_t errlen) {
         const sched_step *st = &sc->steps[o->pc[r]];
         uint32_t cnt = st->prim == SCHED_P_SEND ? st->src.count : st->dst.count;
         int x = run_chunk(o, r, o->pc[r], st, o->k[r]);
-        if (x < 0) {
-          snprintf(err, errlen,
-                   "rank %d channel %d step %d (%s): malformed step (run "
-                   "verify_sched)",
-                   r, c, o->pc[r], sched_prim_name((sched_prim)st->prim));
-          return -1;
-        }
+        if (x < 0)
+          return ERR(BRAID_ERR_INVALID_ARG,
+                     "rank %d channel %d step %d (%s): malformed step (run "
+                     "verify_sched)",
+                     r, c, o->pc[r], sched_prim_name((sched_prim)st->prim));
         if (x == 0)
           break;
         moved = 1;
@@ -225,11 +224,9 @@ static int run_channel(ord_ctx *o, char *err, size_t errlen) {
     }
   }
   for (int r = 0; r < n; r++)
-    if (o->pc[r] < sched_chan_c(s, r, c)->nsteps) {
-      snprintf(err, errlen, "rank %d channel %d step %d never runs", r, c,
-               o->pc[r]);
-      return -1;
-    }
+    if (o->pc[r] < sched_chan_c(s, r, c)->nsteps)
+      return ERR(BRAID_ERR_INVALID_ARG, "rank %d channel %d step %d never runs",
+                 r, c, o->pc[r]);
   for (int r = 0; r < n; r++) {
     if (!is_result(s, r))
       continue;
@@ -239,29 +236,25 @@ static int run_channel(ord_ctx *o, char *err, size_t errlen) {
         continue;
       char what[64];
       state_str(what, sizeof what, n, x);
-      snprintf(err, errlen, "rank %d channel %d: out[%d] ends as %s%s", r, c, i,
-               what, o->bad_at);
-      return -1;
+      return ERR(BRAID_ERR_INVALID_ARG,
+                 "rank %d channel %d: out[%d] ends as %s%s", r, c, i, what,
+                 o->bad_at);
     }
   }
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-int verify_rank_order(const sched *s, int inplace, char *err, size_t errlen) {
-  if (s == NULL || s->nranks < 1 || s->chunks_per_block < 1) {
-    snprintf(err, errlen, "no schedule");
-    return -1;
-  }
+braid_result verify_rank_order(const sched *s, int inplace) {
+  if (s == NULL || s->nranks < 1 || s->chunks_per_block < 1)
+    return ERR(BRAID_ERR_INVALID_ARG, "no schedule");
   if (!sched_reduces(s->coll))
-    return 0; /* nothing is folded */
+    return BRAID_SUCCESS; /* nothing is folded */
   int n = s->nranks;
-  if (n > ORD_MAX_RANKS) {
-    snprintf(err, errlen,
-             "the rank-order check takes at most %d ranks (this schedule has "
-             "%d)",
-             ORD_MAX_RANKS, n);
-    return -1;
-  }
+  if (n > ORD_MAX_RANKS)
+    return ERR(BRAID_ERR_UNSUPPORTED,
+               "the rank-order check takes at most %d ranks (this schedule "
+               "has %d)",
+               ORD_MAX_RANKS, n);
   ord_ctx o;
   memset(&o, 0, sizeof o);
   ord_geom *v = &o.v;
@@ -277,12 +270,12 @@ int verify_rank_order(const sched *s, int inplace, char *err, size_t errlen) {
   o.q = calloc((size_t)n * (size_t)n, sizeof(ord_queue));
   o.pc = malloc(sizeof(int) * (size_t)n);
   o.k = malloc(sizeof(int) * (size_t)n);
-  int rc = -1;
+  braid_result rc;
   if (o.cell == NULL || o.q == NULL || o.pc == NULL || o.k == NULL)
-    snprintf(err, errlen, "out of memory");
+    rc = ERR(BRAID_ERR_NOMEM, "out of memory");
   else
-    for (rc = 0; rc == 0 && v->c < s->nchannels; v->c++)
-      rc = run_channel(&o, err, errlen);
+    for (rc = BRAID_SUCCESS; rc == BRAID_SUCCESS && v->c < s->nchannels; v->c++)
+      rc = run_channel(&o);
   if (o.q != NULL)
     for (int i = 0; i < n * n; i++)
       free(o.q[i].v);

@@ -160,15 +160,13 @@ static braid_result det_setup(braid_comm *c, const char *path) {
     if (s->nranks != c->nranks || !sched_reduces(s->coll))
       continue;
     for (int ip = 0; ip < 2; ip++)
-      if (verify_rank_order(s, ip, err, sizeof err) != 0) {
-        comm_set_error(c,
-                       "BRAID_DETERMINISTIC=1: BRAID_SCHEDULE_FILE=%s: "
-                       "schedule %d (%s, %s) does not fold in rank order%s: "
-                       "%s",
-                       path, i, sched_coll_name(s->coll), s->algo,
-                       ip ? " in place" : "", err);
-        return BRAID_ERR_INVALID_ARG;
-      }
+      if (verify_rank_order(s, ip) != BRAID_SUCCESS)
+        return comm_fail(c, BRAID_ERR_INVALID_ARG,
+                         "BRAID_DETERMINISTIC=1: BRAID_SCHEDULE_FILE=%s: "
+                         "schedule %d (%s, %s) does not fold in rank order%s: "
+                         "%s",
+                         path, i, sched_coll_name(s->coll), s->algo,
+                         ip ? " in place" : "", err_msg());
   }
   return BRAID_SUCCESS;
 }

@@ -642,8 +642,10 @@ static int run(const sopts *o, topo_graph *g) {
     w->s = gen_build(gd, &gp, w->note, sizeof(w->note), NULL);
     if (!w->s)
       continue; /* why in w->note */
-    w->verified = !verify_sched(w->s, 0, 2, w->verr, sizeof(w->verr)) &&
-                  !verify_sched(w->s, 1, 2, w->verr, sizeof(w->verr));
+    w->verified = verify_sched(w->s, 0, 2) == BRAID_SUCCESS &&
+                  verify_sched(w->s, 1, 2) == BRAID_SUCCESS;
+    if (!w->verified)
+      snprintf(w->verr, sizeof(w->verr), "%s", err_msg());
     if (o->algo)
       w->simmed =
           !sim_run(w->s, v, bytes, &sp, &w->res, w->note, sizeof(w->note));

@@ -26,10 +26,9 @@ static sched *make(const gen_desc *g, sched_coll coll, int n, int root,
 /* Both in and out of place: a correct schedule, and one in rank order. */
 static void check_sched(const sched *s, const char *what) {
   for (int ip = 0; ip < 2; ip++) {
-    cr_assert(verify_sched(s, ip, 2, err, sizeof err) == 0, "%s ip=%d: %s",
-              what, ip, err);
-    cr_assert(verify_rank_order(s, ip, err, sizeof err) == 0, "%s ip=%d: %s",
-              what, ip, err);
+    cr_assert(verify_sched(s, ip, 2) == 0, "%s ip=%d: %s", what, ip, err_msg());
+    cr_assert(verify_rank_order(s, ip) == 0, "%s ip=%d: %s", what, ip,
+              err_msg());
   }
 }
 
@@ -69,10 +68,9 @@ Test(det, unmarked_generators_are_refused) {
     cr_assert(!(g->flags & GEN_RANK_ORDER));
     sched *s = make(g, SCHED_ALLREDUCE, 4, 0, 1);
     cr_assert_not_null(s);
-    cr_assert(verify_sched(s, 0, 2, err, sizeof err) == 0, "%s", err);
-    cr_assert(verify_rank_order(s, 0, err, sizeof err) != 0, "%s passed",
-              names[i]);
-    cr_assert(strstr(err, "out[") != NULL, "%s: %s", names[i], err);
+    cr_assert(verify_sched(s, 0, 2) == 0, "%s", err_msg());
+    cr_assert(verify_rank_order(s, 0) != 0, "%s passed", names[i]);
+    cr_assert(strstr(err_msg(), "out[") != NULL, "%s: %s", names[i], err_msg());
     sched_free(s);
   }
 }
@@ -87,11 +85,11 @@ Test(det, swapped_operands_are_refused) {
   cr_assert(sched_reduce_local(c0, sched_ck(SCHED_BUF_IN, 0, 1),
                                sched_ck(SCHED_BUF_OUT, 0, 1)) == 0);
   cr_assert(sched_send(c1, 0, sched_ck(SCHED_BUF_IN, 0, 1)) == 0);
-  cr_assert(verify_sched(s, 0, 2, err, sizeof err) == 0, "%s", err);
-  cr_assert(verify_rank_order(s, 0, err, sizeof err) != 0);
-  cr_assert(strstr(err, "first fold out of rank order: rank 0 channel 0 "
-                        "step 1 (REDUCE") != NULL,
-            "%s", err);
+  cr_assert(verify_sched(s, 0, 2) == 0, "%s", err_msg());
+  cr_assert(verify_rank_order(s, 0) != 0);
+  cr_assert(strstr(err_msg(), "first fold out of rank order: rank 0 channel 0 "
+                              "step 1 (REDUCE") != NULL,
+            "%s", err_msg());
   sched_free(s);
 }
 
@@ -99,7 +97,7 @@ Test(det, swapped_operands_are_refused) {
 Test(det, non_reducing_pass) {
   sched *s = make(gen_find("ring"), SCHED_ALLGATHER, 4, 0, 2);
   cr_assert_not_null(s);
-  cr_assert(verify_rank_order(s, 0, err, sizeof err) == 0, "%s", err);
+  cr_assert(verify_rank_order(s, 0) == 0, "%s", err_msg());
   sched_free(s);
 }
 

@@ -28,7 +28,6 @@ static int rooted(sched_coll c) {
 static int matrix(const char *name, int maxn, int slots) {
   const gen_desc *g = gen_find(name);
   cr_assert_not_null(g, "generator %s not in gen_table", name);
-  char err[1024];
   int runs = 0;
   for (int c = 0; c < SCHED_NUM_COLLS; c++) {
     for (int n = 1; n <= maxn; n++) {
@@ -53,10 +52,11 @@ static int matrix(const char *name, int maxn, int slots) {
           /* The executor runs at most the channels it asked for. */
           cr_assert_eq(s->nchannels, nch);
           for (int ip = 0; ip < 2; ip++) {
-            int rc = verify_sched_ws(s, ip, slots, test_ws(), err, sizeof(err));
-            cr_assert_eq(
-                rc, 0, "%s %s n=%d root=%d nch=%d inplace=%d slots=%d: %s",
-                name, sched_coll_name(c), n, roots[ri], nch, ip, slots, err);
+            int rc = verify_sched_ws(s, ip, slots, test_ws());
+            cr_assert_eq(rc, 0,
+                         "%s %s n=%d root=%d nch=%d inplace=%d slots=%d: %s",
+                         name, sched_coll_name(c), n, roots[ri], nch, ip, slots,
+                         err_msg());
             runs++;
           }
           sched_free(s);
@@ -218,8 +218,7 @@ Test(generators, tree_complementary) {
     sched *s = gen_tree(&p);
     cr_assert_eq(s->nchannels, nch);
     cr_assert_eq(s->chunks_per_block, 2);
-    char err[512];
-    cr_assert_eq(verify_sched(s, 1, 8, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(verify_sched(s, 1, 8), 0, "%s", err_msg());
     sched_free(s);
   }
 }

@@ -29,11 +29,10 @@ static void check(const char *name, sched_coll coll, int n, int root,
   sched *s = g->fn(&p);
   cr_assert_not_null(s, "%s %s n=%d: no schedule", name, sched_coll_name(coll),
                      n);
-  char err[1024];
   for (int ip = 0; ip < 2; ip++)
-    cr_assert_eq(verify_sched_ws(s, ip, 8, test_ws(), err, sizeof err), 0,
+    cr_assert_eq(verify_sched_ws(s, ip, 8, test_ws()), 0,
                  "%s %s n=%d root=%d inplace=%d: %s", name,
-                 sched_coll_name(coll), n, root, ip, err);
+                 sched_coll_name(coll), n, root, ip, err_msg());
   sched_free(s);
 }
 

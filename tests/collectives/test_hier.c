@@ -140,7 +140,6 @@ static int matrix(const char *name, int slots, int maxn) {
   const gen_desc *g = gen_find(name);
   cr_assert_not_null(g, "%s is not in gen_table", name);
   build_maps();
-  char err[1024];
   int runs = 0, vertex[MAXR];
   for (int mi = 0; mi < nmaps; mi++) {
     hmap *m = &maps[mi];
@@ -174,11 +173,11 @@ static int matrix(const char *name, int slots, int maxn) {
           cr_assert_eq(s->nchannels, nch);
           cr_assert_eq(s->nranks, n);
           for (int ip = 0; ip < 2; ip++) {
-            int rc = verify_sched_ws(s, ip, slots, test_ws(), err, sizeof(err));
+            int rc = verify_sched_ws(s, ip, slots, test_ws());
             cr_assert_eq(rc, 0,
                          "%s %s [%s] root=%d nch=%d inplace=%d slots=%d: %s",
                          name, sched_coll_name(c), m->name, roots[ri], nch, ip,
-                         slots, err);
+                         slots, err_msg());
             runs++;
           }
           sched_free(s);

@@ -73,7 +73,6 @@ static int verify_all(const char *name, const sched_view *v, int maxch) {
   const gen_desc *g = gen_find(name);
   cr_assert_not_null(g);
   int n = v->nranks, runs = 0;
-  char err[1024];
   for (int c = 0; c < SCHED_NUM_COLLS; c++) {
     if (!(g->colls & (1u << c)))
       continue;
@@ -93,10 +92,10 @@ static int verify_all(const char *name, const sched_view *v, int maxch) {
       cr_assert_float_eq(sum, 1.0, 1e-9, "%s: weights sum to %g", name, sum);
       for (int ip = 0; ip < 2; ip++)
         for (int slots = 8; slots >= 2; slots -= 6) {
-          int rc = verify_sched_ws(s, ip, slots, test_ws(), err, sizeof(err));
+          int rc = verify_sched_ws(s, ip, slots, test_ws());
           cr_assert_eq(rc, 0, "%s %s n=%d root=%d inplace=%d slots=%d: %s",
                        name, sched_coll_name((sched_coll)c), n, root, ip, slots,
-                       err);
+                       err_msg());
           runs++;
         }
       sched_free(s);

@@ -46,7 +46,6 @@ Test(select, never_unsupported) {
 
 Test(select, picks_verify) {
   /* What the selector picks generates a schedule the verifier accepts. */
-  char verr[512];
   for (int c = 0; c < SCHED_NUM_COLLS; c++)
     for (int n = 1; n <= 17; n += 4) {
       const gen_desc *g = select_algo((sched_coll)c, n, 1 << 20, SELECT_TP_TCP,
@@ -55,7 +54,7 @@ Test(select, picks_verify) {
       gen_params p = {(sched_coll)c, n, n - 1, 1, NULL, 0, 0, NULL, 0};
       sched *s = g->fn(&p);
       cr_assert_not_null(s);
-      cr_assert_eq(verify_sched(s, 0, 8, verr, sizeof(verr)), 0, "%s", verr);
+      cr_assert_eq(verify_sched(s, 0, 8), 0, "%s", err_msg());
       sched_free(s);
     }
 }

@@ -213,7 +213,6 @@ static double bound(const flow_net *f, sched_coll coll, int root) {
 }
 
 static void check_sched(const sched *s, const char *what) {
-  char err[1024];
   cr_assert_str_eq(s->algo, "treepack");
   double sum = 0;
   for (int c = 0; c < s->nchannels; c++) {
@@ -223,8 +222,9 @@ static void check_sched(const sched *s, const char *what) {
   cr_assert_float_eq(sum, 1.0, 1e-9, "%s: weights sum to %g", what, sum);
   for (int ip = 0; ip < 2; ip++)
     for (int slots = 8; slots >= 2; slots -= 6) {
-      int rc = verify_sched_ws(s, ip, slots, test_ws(), err, sizeof(err));
-      cr_assert_eq(rc, 0, "%s inplace=%d slots=%d: %s", what, ip, slots, err);
+      int rc = verify_sched_ws(s, ip, slots, test_ws());
+      cr_assert_eq(rc, 0, "%s inplace=%d slots=%d: %s", what, ip, slots,
+                   err_msg());
     }
 }
 

@@ -49,7 +49,6 @@ int main(int argc, char **argv) {
   sched_view v = {NULL, n, vertex, host, H, 1, 0};
   sched *all[8 * MAXR];
   int ns = 0, rc = 0;
-  char err[512];
   for (int c = 0; c < SCHED_NUM_COLLS && !rc; c++) {
     if (!gen_supports_view(g, (sched_coll)c, n, &v))
       continue;
@@ -57,10 +56,11 @@ int main(int argc, char **argv) {
     for (int root = 0; root < (rooted ? n : 1) && !rc; root++) {
       gen_params p = {(sched_coll)c, n, root, nch, &v, 0, 0, NULL, 0};
       sched *s = g->fn(&p);
-      if (!s || verify_sched(s, 0, 2, err, sizeof err) ||
-          verify_sched(s, 1, 2, err, sizeof err)) {
+      if (!s || verify_sched(s, 0, 2) != BRAID_SUCCESS ||
+          verify_sched(s, 1, 2) != BRAID_SUCCESS) {
         fprintf(stderr, "hier_sched_dump: %s %s root %d: %s\n", argv[1],
-                sched_coll_name((sched_coll)c), root, s ? err : "no schedule");
+                sched_coll_name((sched_coll)c), root,
+                s ? err_msg() : "no schedule");
         sched_free(s);
         rc = 1;
         break;
