@@ -370,11 +370,10 @@ int select_sim_table(sched_coll coll, int root, const sched_view *v,
     if (!s)
       continue; /* why in c->note */
     c->nchannels = s->nchannels;
-    char why[160];
-    if (sim_run(s, v, bytes, p, &c->res, why, sizeof why) == 0)
+    if (sim_run(s, v, bytes, p, &c->res) == BRAID_SUCCESS)
       c->ok = 1;
-    else
-      snprintf(c->note, sizeof c->note, "%s", why);
+    else /* the candidate's note, not the selection's failure */
+      snprintf(c->note, sizeof c->note, "%s", err_msg());
     sched_free(s);
   }
   return n;

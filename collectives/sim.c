@@ -167,17 +167,28 @@ typedef struct simst {
   uint64_t seq;
   size_t messages;
   double now;
-  char *err;
-  size_t errlen;
+  braid_result fail_rc; /* the first failure's result */
 } simst;
 
-static int fail(simst *st, const char *fmt, ...) {
+/* Records what went wrong for the calling thread (ERR, at the caller's line),
+ * keeps the result in st->fail_rc and returns -1 (FAILED for the agents), so that
+ * the helpers keep returning ids and states: fail for a schedule or view
+ * that cannot run (BRAID_ERR_INVALID_ARG), fail_r for another result. */
+__attribute__((format(printf, 5, 6))) static int fail_at(const char *file,
+                                                         int line, simst *st,
+                                                         braid_result r,
+                                                         const char *fmt, ...) {
+  char msg[512];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(st->err, st->errlen, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  st->fail_rc = err_at(file, line, r, "%s", msg);
   return -1;
 }
+#define fail(st, ...)                                                          \
+  fail_at(__FILE__, __LINE__, (st), BRAID_ERR_INVALID_ARG, __VA_ARGS__)
+#define fail_r(st, r, ...) fail_at(__FILE__, __LINE__, (st), (r), __VA_ARGS__)
 
 static int grow(void **p, int *cap, int need, size_t esz) {
   if (need <= *cap)
@@ -240,12 +251,12 @@ static int path_get(simst *st, int ra, int rb, int route) {
   if (id >= 0)
     return id;
   if (grow((void **)&st->path, &st->cappath, st->npath + 1, sizeof(spath)))
-    return fail(st, "sim: out of memory for paths");
+    return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory for paths");
   spath *sp = &st->path[st->npath];
   int nl = st->g->nl;
   if (va == vb) {
     if (grow((void **)&st->res, &st->capres, st->nres + 1, sizeof(int)))
-      return fail(st, "sim: out of memory for paths");
+      return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory for paths");
     sp->off = st->nres;
     sp->n = 1;
     sp->bw = st->p->loc_bw;
@@ -261,7 +272,7 @@ static int path_get(simst *st, int ra, int rb, int route) {
     if (grow((void **)&st->res, &st->capres, st->nres + tp.nhops,
              sizeof(int))) {
       topo_path_release(&tp);
-      return fail(st, "sim: out of memory for paths");
+      return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory for paths");
     }
     sp->off = st->nres;
     sp->n = tp.nhops;
@@ -280,7 +291,7 @@ static int path_get(simst *st, int ra, int rb, int route) {
                   rb);
   }
   if (hmap_put(&st->pmap, key, st->npath))
-    return fail(st, "sim: out of memory for paths");
+    return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory for paths");
   return st->npath++;
 }
 
@@ -298,7 +309,7 @@ static int conn_get(simst *st, int src, int dst, int ch) {
   if (path < 0)
     return -1;
   if (grow((void **)&st->conn, &st->capconn, st->nconn + 1, sizeof(sconn)))
-    return fail(st, "sim: out of memory for connections");
+    return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory for connections");
   sconn *c = &st->conn[st->nconn];
   memset(c, 0, sizeof *c);
   c->src = src;
@@ -309,7 +320,7 @@ static int conn_get(simst *st, int src, int dst, int ch) {
   c->alpha = same ? st->p->alpha_intra_us : st->p->alpha_net_us;
   c->ovh = same ? st->p->overhead_intra_us : st->p->overhead_net_us;
   if (hmap_put(&st->cmap, key, st->nconn))
-    return fail(st, "sim: out of memory for connections");
+    return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory for connections");
   return st->nconn++;
 }
 
@@ -367,7 +378,7 @@ static int setup_conns(simst *st) {
 
 /* ---- agents ------------------------------------------------------------- */
 
-enum { GO = 0, STOP = 1, ERR = -1 };
+enum { GO = 0, STOP = 1, FAILED = -1 };
 
 static size_t msg_len(const simst *st, const agent *a, const sched_step *sp) {
   const sched_chunks *ck = sp->src.buf != SCHED_BUF_NONE ? &sp->src : &sp->dst;
@@ -382,7 +393,7 @@ static int busy(simst *st, agent *a, int ai) {
   if (a->busy <= st->now)
     return GO;
   if (push(st, a->busy, ai))
-    return fail(st, "sim: out of memory for events");
+    return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory for events");
   return STOP;
 }
 
@@ -418,7 +429,7 @@ static int try_send(simst *st, int ci, size_t len, int ai) {
   a->busy = st->now + c->ovh;
   if (c->wrecv >= 0) {
     if (push(st, arr, c->wrecv))
-      return fail(st, "sim: out of memory for events");
+      return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory for events");
     c->wrecv = -1;
   }
   return GO;
@@ -435,14 +446,14 @@ static int try_recv(simst *st, int ci, int ai) {
     arr = st->ag[ai].busy;
   if (arr > st->now) {
     if (push(st, arr, ai))
-      return fail(st, "sim: out of memory for events");
+      return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory for events");
     return STOP;
   }
   c->head = (c->head + 1) % st->slots;
   c->count--;
   if (c->wsend >= 0) {
     if (push(st, st->now, c->wsend))
-      return fail(st, "sim: out of memory for events");
+      return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory for events");
     c->wsend = -1;
   }
   return GO;
@@ -513,7 +524,7 @@ static int run_agent(simst *st, int ai) {
       return r;
     if (cost > 0) {
       if (push(st, st->now + cost, ai))
-        return fail(st, "sim: out of memory for events");
+        return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory for events");
       return STOP;
     }
     a->phase = 0;
@@ -565,40 +576,33 @@ static void st_free(simst *st) {
   free(st->heap);
 }
 
-static int check_args(const sched *s, const sched_view *v, const sim_params *p,
-                      char *err, size_t errlen) {
-  if (!s || !v || !p || !v->g) {
-    snprintf(err, errlen, "sim: %s",
-             !s   ? "no schedule"
-             : !v ? "no view"
-             : !p ? "no parameters"
-                  : "the view has no graph");
-    return -1;
-  }
-  if (s->nranks != v->nranks) {
-    snprintf(err, errlen, "sim: the schedule has %d ranks, the view %d",
-             s->nranks, v->nranks);
-    return -1;
-  }
-  if (s->nchannels < 1 || s->chunks_per_block < 1) {
-    snprintf(err, errlen, "sim: schedule with %d channels, %d chunks per block",
-             s->nchannels, s->chunks_per_block);
-    return -1;
-  }
+static braid_result check_args(const sched *s, const sched_view *v,
+                               const sim_params *p) {
+  if (!s || !v || !p || !v->g)
+    return ERR(BRAID_ERR_INVALID_ARG, "sim: %s",
+               !s   ? "no schedule"
+               : !v ? "no view"
+               : !p ? "no parameters"
+                    : "the view has no graph");
+  if (s->nranks != v->nranks)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "sim: the schedule has %d ranks, the view %d", s->nranks,
+               v->nranks);
+  if (s->nchannels < 1 || s->chunks_per_block < 1)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "sim: schedule with %d channels, %d chunks per block",
+               s->nchannels, s->chunks_per_block);
   if (p->slots < 1 || p->slice_bytes < 1 || !(p->loc_bw > 0) ||
       p->gamma_ns < 0 || p->alpha_intra_us < 0 || p->alpha_net_us < 0 ||
-      p->overhead_intra_us < 0 || p->overhead_net_us < 0) {
-    snprintf(err, errlen,
-             "sim: bad parameters (slots %d, slice %zu, loc_bw %g, gamma %g)",
-             p->slots, p->slice_bytes, p->loc_bw, p->gamma_ns);
-    return -1;
-  }
+      p->overhead_intra_us < 0 || p->overhead_net_us < 0)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "sim: bad parameters (slots %d, slice %zu, loc_bw %g, gamma %g)",
+               p->slots, p->slice_bytes, p->loc_bw, p->gamma_ns);
   for (int r = 0; r < v->nranks; r++)
-    if (v->vertex[r] < 0 || v->vertex[r] >= v->g->nv) {
-      snprintf(err, errlen, "sim: rank %d has no vertex in %s", r, v->g->name);
-      return -1;
-    }
-  return 0;
+    if (v->vertex[r] < 0 || v->vertex[r] >= v->g->nv)
+      return ERR(BRAID_ERR_INVALID_ARG, "sim: rank %d has no vertex in %s", r,
+                 v->g->name);
+  return BRAID_SUCCESS;
 }
 
 static int st_init(simst *st, size_t bytes) {
@@ -612,7 +616,7 @@ static int st_init(simst *st, size_t bytes) {
   st->rbw = malloc(nres * sizeof(double));
   if (!st->plen || !st->ag || !st->rc || !st->rfree || !st->rbw ||
       hmap_init(&st->pmap, 64))
-    return fail(st, "sim: out of memory");
+    return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory");
   for (int l = 0; l < st->g->nl; l++)
     st->rbw[2 * l] = st->rbw[2 * l + 1] = st->g->links[l].bw;
   for (int i = 0; i < st->g->nv; i++)
@@ -620,7 +624,7 @@ static int st_init(simst *st, size_t bytes) {
   /* channel shares and slices, as src/executor.c's part_range/chan_init */
   int *nslices = malloc((size_t)nch * sizeof(int));
   if (!nslices)
-    return fail(st, "sim: out of memory");
+    return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory");
   double w = 0;
   for (int c = 0; c < nch; c++) {
     double wn = c == nch - 1 ? 1.0 : w + s->weights[c];
@@ -661,25 +665,24 @@ static int st_init(simst *st, size_t bytes) {
   st->cin = malloc((nsteps ? nsteps : 1) * sizeof(int));
   st->cout = malloc((nsteps ? nsteps : 1) * sizeof(int));
   if (!st->cin || !st->cout || hmap_init(&st->cmap, (size_t)st->nag * 2 + 16))
-    return fail(st, "sim: out of memory for %zu steps", nsteps);
+    return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory for %zu steps",
+                  nsteps);
   if (setup_conns(st))
     return -1;
   st->q = malloc(((size_t)st->nconn * st->slots + 1) * sizeof(double));
   if (!st->q)
-    return fail(st, "sim: out of memory for %d connections", st->nconn);
+    return fail_r(st, BRAID_ERR_NOMEM, "sim: out of memory for %d connections",
+                  st->nconn);
   return 0;
 }
 
-int sim_run(const sched *s, const sched_view *v, size_t bytes,
-            const sim_params *p, sim_result *out, char *err, size_t errlen) {
+braid_result sim_run(const sched *s, const sched_view *v, size_t bytes,
+                     const sim_params *p, sim_result *out) {
   if (out)
     memset(out, 0, sizeof *out);
-  if (!out) {
-    snprintf(err, errlen, "sim: no result");
-    return -1;
-  }
-  if (check_args(s, v, p, err, errlen))
-    return -1;
+  if (!out)
+    return ERR(BRAID_ERR_INVALID_ARG, "sim: no result");
+  CHECKR(check_args(s, v, p));
   simst st;
   memset(&st, 0, sizeof st);
   st.s = s;
@@ -689,19 +692,17 @@ int sim_run(const sched *s, const sched_view *v, size_t bytes,
   st.K = s->chunks_per_block;
   st.nch = s->nchannels;
   st.slots = p->slots;
-  st.err = err;
-  st.errlen = errlen;
   int rc = st_init(&st, bytes);
   double end = 0;
   for (int ai = 0; rc == 0 && ai < st.nag; ai++)
     if (push(&st, 0, ai))
-      rc = fail(&st, "sim: out of memory for events");
+      rc = fail_r(&st, BRAID_ERR_NOMEM, "sim: out of memory for events");
   while (rc == 0 && st.nheap > 0) {
     ev e = pop(&st);
     st.now = e.t;
     if (st.ag[e.a].done)
       continue;
-    if (run_agent(&st, e.a) == ERR)
+    if (run_agent(&st, e.a) == FAILED)
       rc = -1;
     else if (st.now > end)
       end = st.now;
@@ -726,5 +727,5 @@ int sim_run(const sched *s, const sched_view *v, size_t bytes,
     out->efficiency = out->bound_us >= 0 && end > 0 ? out->bound_us / end : 0;
   }
   st_free(&st);
-  return rc;
+  return rc ? st.fail_rc : BRAID_SUCCESS;
 }

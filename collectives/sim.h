@@ -59,10 +59,11 @@ typedef struct sim_result {
 } sim_result;
 
 /* Simulates `s` for a call whose blocks are `bytes` bytes (count x datatype
- * size) on view v (v->g must be set; v->nranks == s->nranks). 0, or -1 with a
- * message. */
-int sim_run(const sched *s, const sched_view *v, size_t bytes,
-            const sim_params *p, sim_result *out, char *err, size_t errlen);
+ * size) on view v (v->g must be set; v->nranks == s->nranks). BRAID_SUCCESS,
+ * or an error with a message (ERR): BRAID_ERR_INVALID_ARG for a schedule or
+ * view that cannot run (no route, a deadlock), BRAID_ERR_NOMEM. */
+braid_result sim_run(const sched *s, const sched_view *v, size_t bytes,
+                     const sim_params *p, sim_result *out);
 
 /* The bound alone (microseconds); root for broadcast/reduce. -1 when the
  * collective has none here (send/recv, or disconnected ranks). */

@@ -136,8 +136,9 @@ static void simulate(const iopts *o, const sched *s) {
     int split = s->coll != SCHED_ALLREDUCE;
     size_t bytes = o->size / (split ? (size_t)n : 1);
     sim_result r;
-    if (bytes == 0 || sim_run(s, v, bytes, &p, &r, err, sizeof(err)))
-      printf("simulator: %s\n", bytes ? err : "size below one byte a rank");
+    if (bytes == 0 || sim_run(s, v, bytes, &p, &r) != BRAID_SUCCESS)
+      printf("simulator: %s\n",
+             bytes ? err_msg() : "size below one byte a rank");
     else
       printf("simulated on %s (%d GPUs), %zu bytes: %.3f us, algbw %.2f "
              "GB/s, busbw %.2f GB/s, %.1f%% of the bound\n",

@@ -646,10 +646,11 @@ static int run(const sopts *o, topo_graph *g) {
                   verify_sched(w->s, 1, 2) == BRAID_SUCCESS;
     if (!w->verified)
       snprintf(w->verr, sizeof(w->verr), "%s", err_msg());
-    if (o->algo)
-      w->simmed =
-          !sim_run(w->s, v, bytes, &sp, &w->res, w->note, sizeof(w->note));
-    else {
+    if (o->algo) {
+      w->simmed = sim_run(w->s, v, bytes, &sp, &w->res) == BRAID_SUCCESS;
+      if (!w->simmed)
+        snprintf(w->note, sizeof(w->note), "%s", err_msg());
+    } else {
       w->simmed = cand[i].ok;
       w->res = cand[i].res;
       snprintf(w->note, sizeof(w->note), "%s", cand[i].note);

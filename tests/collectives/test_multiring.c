@@ -511,9 +511,9 @@ static double predict(const char *name, sched_coll c, const sched_view *v,
   sim_params sp;
   sim_params_gpu(&sp);
   sim_result res;
-  char err[512];
-  int rc = sim_run(s, v, bytes, &sp, &res, err, sizeof(err));
-  cr_assert_eq(rc, 0, "sim %s %s: %s", name, sched_coll_name(c), err);
+  braid_result rc = sim_run(s, v, bytes, &sp, &res);
+  cr_assert_eq(rc, BRAID_SUCCESS, "sim %s %s: %s", name, sched_coll_name(c),
+               err_msg());
   sched_free(s);
   *eff = res.efficiency;
   return res.time_us;

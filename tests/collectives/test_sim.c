@@ -55,8 +55,7 @@ static sched *gen(const char *name, sched_coll coll, const sched_view *v,
 static double sim_time(const sched *s, const sched_view *v, size_t bytes,
                        const sim_params *p) {
   sim_result r;
-  cr_assert_eq(sim_run(s, v, bytes, p, &r, err, sizeof err), 0, "%s: %s",
-               s->algo, err);
+  cr_assert_eq(sim_run(s, v, bytes, p, &r), 0, "%s: %s", s->algo, err_msg());
   cr_assert_gt(r.time_us, 0);
   return r.time_us;
 }
@@ -266,9 +265,10 @@ Test(sim, routes_host_avoids_nvlink) {
   g = model("pcie-4gpu");
   cr_assert_eq(view_gpus(g, gpus, 2, &v), BRAID_SUCCESS, "%s", err_msg());
   sim_result r;
-  cr_assert_eq(sim_run(a, v, bytes, &p, &r, err, sizeof err), -1);
-  cr_assert(strstr(err, "nvl") && strstr(err, "rank 0"), "%s", err);
-  cr_assert_eq(sim_run(b, v, bytes, &p, &r, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(sim_run(a, v, bytes, &p, &r), BRAID_ERR_INVALID_ARG);
+  cr_assert(strstr(err_msg(), "nvl") && strstr(err_msg(), "rank 0"), "%s",
+            err_msg());
+  cr_assert_eq(sim_run(b, v, bytes, &p, &r), 0, "%s", err_msg());
   sched_free(a);
   sched_free(b);
   view_free(v);
@@ -392,8 +392,9 @@ Test(sim, rejects_bad_input) {
   gen_params gp = {SCHED_ALLREDUCE, 4, 0, 1, NULL, 0, 0, NULL, 0};
   sched *s = gen_ring(&gp);
   sim_result r;
-  cr_assert_eq(sim_run(s, v, 1024, &p, &r, err, sizeof err), -1);
-  cr_assert(strstr(err, "4 ranks") && strstr(err, "8"), "%s", err);
+  cr_assert_eq(sim_run(s, v, 1024, &p, &r), BRAID_ERR_INVALID_ARG);
+  cr_assert(strstr(err_msg(), "4 ranks") && strstr(err_msg(), "8"), "%s",
+            err_msg());
   sched_free(s);
   /* Both ranks receive first: a deadlock, named. */
   s = sched_new(SCHED_ALLREDUCE, 8, 0, 1, 1, "stuck");
@@ -401,15 +402,17 @@ Test(sim, rejects_bad_input) {
       sched_recv(sched_chan(s, 0, 0), 1, sched_ck(SCHED_BUF_OUT, 0, 1)), 0);
   cr_assert_eq(
       sched_recv(sched_chan(s, 1, 0), 0, sched_ck(SCHED_BUF_OUT, 0, 1)), 0);
-  cr_assert_eq(sim_run(s, v, 1024, &p, &r, err, sizeof err), -1);
-  cr_assert(strstr(err, "deadlock") && strstr(err, "rank 0"), "%s", err);
+  cr_assert_eq(sim_run(s, v, 1024, &p, &r), BRAID_ERR_INVALID_ARG);
+  cr_assert(strstr(err_msg(), "deadlock") && strstr(err_msg(), "rank 0"), "%s",
+            err_msg());
   sched_free(s);
   /* A message nobody receives. */
   s = sched_new(SCHED_ALLREDUCE, 8, 0, 1, 1, "lost");
   cr_assert_eq(sched_send(sched_chan(s, 3, 0), 4, sched_ck(SCHED_BUF_IN, 0, 1)),
                0);
-  cr_assert_eq(sim_run(s, v, 1024, &p, &r, err, sizeof err), -1);
-  cr_assert(strstr(err, "rank 3") && strstr(err, "rank 4"), "%s", err);
+  cr_assert_eq(sim_run(s, v, 1024, &p, &r), BRAID_ERR_INVALID_ARG);
+  cr_assert(strstr(err_msg(), "rank 3") && strstr(err_msg(), "rank 4"), "%s",
+            err_msg());
   sched_free(s);
   view_free(v);
   topo_graph_free(g);
@@ -462,7 +465,7 @@ Test(sim, bounds_dgx1) {
         continue;
       sched *s = gen(names[i], colls[c], v, 0, 2, bytes);
       sim_result r;
-      cr_assert_eq(sim_run(s, v, bytes, &p, &r, err, sizeof err), 0, "%s", err);
+      cr_assert_eq(sim_run(s, v, bytes, &p, &r), 0, "%s", err_msg());
       cr_assert(r.efficiency > 0 && r.efficiency <= 1.0, "%s %s: %.3f",
                 names[i], sched_coll_name(colls[c]), r.efficiency);
       double size = colls[c] == SCHED_ALLGATHER ? (double)bytes * n : bytes;

@@ -358,9 +358,8 @@ static double sim_algbw(sched *s, const sched_view *v, size_t bytes,
   sim_params sp;
   sim_params_gpu(&sp);
   sim_result r;
-  char err[512];
-  int rc = sim_run(s, v, bytes, &sp, &r, err, sizeof(err));
-  cr_assert_eq(rc, 0, "%s: %s", what, err);
+  braid_result rc = sim_run(s, v, bytes, &sp, &r);
+  cr_assert_eq(rc, BRAID_SUCCESS, "%s: %s", what, err_msg());
   sched_free(s);
   return r.algbw;
 }
