@@ -17,8 +17,6 @@
 typedef struct rdr {
   ms_algo *a;
   const mxml_doc *d;
-  char *err;
-  size_t errlen;
 } rdr;
 
 static const char *const type_names[MS_NUM_TYPES] = {
@@ -53,27 +51,28 @@ int msccl_is_xml(const char *buf, size_t len) {
   return i < len && buf[i] == '<';
 }
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static int
-xerr(const rdr *r, size_t pos, const char *fmt, ...) {
-  if (!r->err || !r->errlen)
-    return -1;
-  int n = snprintf(r->err, r->errlen, "%s:%d: ", r->a->fname,
-                   mxml_line(r->a->buf, r->a->len, pos));
-  if (n >= 0 && (size_t)n < r->errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->err + n, r->errlen - (size_t)n, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
+/* Records "fname:line: message" for the calling thread (ERR, at the
+ * caller's line): a file braid refuses (xerr, BRAID_ERR_INVALID_ARG), or out
+ * of memory. */
+__attribute__((format(printf, 6, 7))) static braid_result
+xerr_at(const char *file, int line, const rdr *r, braid_result res, size_t pos,
+        const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return err_at(file, line, res, "%s:%d: %s", r->a->fname,
+                mxml_line(r->a->buf, r->a->len, pos), msg);
 }
+#define xerr(r, pos, ...)                                                      \
+  xerr_at(__FILE__, __LINE__, (r), BRAID_ERR_INVALID_ARG, (pos), __VA_ARGS__)
+#define xerr_nomem(r, pos)                                                     \
+  xerr_at(__FILE__, __LINE__, (r), BRAID_ERR_NOMEM, (pos), "out of memory")
 
 /* An integer attribute in [lo, hi]; absent: def when !required. */
-static int get_int(const rdr *r, int32_t el, const char *name, int lo, int hi,
-                   int required, int def, int *out) {
+static braid_result get_int(const rdr *r, int32_t el, const char *name, int lo,
+                            int hi, int required, int def, int *out) {
   uint32_t pos = r->d->e[el].pos;
   const char *v = mxml_get(r->d, el, name, &pos);
   if (!v) {
@@ -81,7 +80,7 @@ static int get_int(const rdr *r, int32_t el, const char *name, int lo, int hi,
       return xerr(r, pos, "<%s> needs attribute '%s'", mxml_name(r->d, el),
                   name);
     *out = def;
-    return 0;
+    return BRAID_SUCCESS;
   }
   const char *p = v;
   int neg = *p == '-';
@@ -100,7 +99,7 @@ static int get_int(const rdr *r, int32_t el, const char *name, int lo, int hi,
                 "%d..%d",
                 mxml_name(r->d, el), name, v, lo, hi);
   *out = (int)x;
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 static const char *const coll_names[] = {"allreduce", "allgather",
@@ -108,7 +107,7 @@ static const char *const coll_names[] = {"allreduce", "allgather",
 static const sched_coll coll_ids[] = {SCHED_ALLREDUCE, SCHED_ALLGATHER,
                                       SCHED_REDUCE_SCATTER, SCHED_ALLTOALL};
 
-static int read_algo(const rdr *r, msccl_info *info) {
+static braid_result read_algo(const rdr *r, msccl_info *info) {
   ms_algo *a = r->a;
   const mxml_doc *d = r->d;
   if (strcmp(mxml_name(d, 0), "algo") != 0)
@@ -129,12 +128,11 @@ static int read_algo(const rdr *r, msccl_info *info) {
                 c);
   a->coll = coll_ids[ci];
   int ncpl = 1, nch = 1;
-  if (get_int(r, 0, "ngpus", 1, MSCCL_MAX_GPUS, 1, 0, &a->ngpus) ||
-      get_int(r, 0, "nchunksperloop", 1, MSCCL_MAX_CHUNKS, 1, 0, &ncpl) ||
-      get_int(r, 0, "nchannels", 1, 64, 0, 1, &nch) ||
-      get_int(r, 0, "inplace", 0, 1, 0, -1, &info->inplace) ||
-      get_int(r, 0, "outofplace", 0, 1, 0, -1, &info->outofplace))
-    return -1;
+  CHECKR(get_int(r, 0, "ngpus", 1, MSCCL_MAX_GPUS, 1, 0, &a->ngpus));
+  CHECKR(get_int(r, 0, "nchunksperloop", 1, MSCCL_MAX_CHUNKS, 1, 0, &ncpl));
+  CHECKR(get_int(r, 0, "nchannels", 1, 64, 0, 1, &nch));
+  CHECKR(get_int(r, 0, "inplace", 0, 1, 0, -1, &info->inplace));
+  CHECKR(get_int(r, 0, "outofplace", 0, 1, 0, -1, &info->outofplace));
   const char *p = mxml_get(d, 0, "proto", &pos);
   if (p && strcmp(p, "LL") && strcmp(p, "LL128") && strcmp(p, "Simple"))
     return xerr(r, pos, "proto=\"%s\": expected LL, LL128 or Simple", p);
@@ -157,19 +155,18 @@ static int read_algo(const rdr *r, msccl_info *info) {
   info->ngpus = a->ngpus;
   info->nchunksperloop = ncpl;
   info->nchannels = nch;
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-static int read_step(const rdr *r, int32_t el, const ms_gpu *g, const ms_tb *tb,
-                     int idx, ms_step *st) {
+static braid_result read_step(const rdr *r, int32_t el, const ms_gpu *g,
+                              const ms_tb *tb, int idx, ms_step *st) {
   const mxml_doc *d = r->d;
   st->pos = d->e[el].pos;
   if (strcmp(mxml_name(d, el), "step") != 0)
     return xerr(r, st->pos, "<%s> inside <tb>: expected <step>",
                 mxml_name(d, el));
   int s = 0;
-  if (get_int(r, el, "s", 0, INT_MAX, 1, 0, &s))
-    return -1;
+  CHECKR(get_int(r, el, "s", 0, INT_MAX, 1, 0, &s));
   if (s != idx)
     return xerr(r, st->pos,
                 "step s=%d is the threadblock's step %d: steps "
@@ -194,10 +191,9 @@ static int read_step(const rdr *r, int32_t el, const ms_gpu *g, const ms_tb *tb,
   if (ms_recvs(ty) && tb->recv < 0)
     return xerr(r, st->pos, "step type %s receives, but its <tb> has recv=-1",
                 t);
-  if (get_int(r, el, "cnt", 1, MSCCL_MAX_CHUNKS, ty != MS_NOP, 1, &st->cnt) ||
-      get_int(r, el, "depid", -1, MSCCL_MAX_TBS - 1, 0, -1, &st->depid) ||
-      get_int(r, el, "deps", -1, INT_MAX, 0, -1, &st->deps))
-    return -1;
+  CHECKR(get_int(r, el, "cnt", 1, MSCCL_MAX_CHUNKS, ty != MS_NOP, 1, &st->cnt));
+  CHECKR(get_int(r, el, "depid", -1, MSCCL_MAX_TBS - 1, 0, -1, &st->depid));
+  CHECKR(get_int(r, el, "deps", -1, INT_MAX, 0, -1, &st->deps));
   if ((st->depid < 0) != (st->deps < 0))
     return xerr(r, st->pos, "depid=%d with deps=%d: both -1 or both set",
                 st->depid, st->deps);
@@ -226,16 +222,15 @@ static int read_step(const rdr *r, int32_t el, const ms_gpu *g, const ms_tb *tb,
     } else {
       return xerr(r, pos, "%s=\"%s\": expected i, o or s", an, b);
     }
-    if (get_int(r, el, k ? "dstoff" : "srcoff", 0, MSCCL_MAX_CHUNKS, 1, 0,
-                offp))
-      return -1;
+    CHECKR(get_int(r, el, k ? "dstoff" : "srcoff", 0, MSCCL_MAX_CHUNKS, 1, 0,
+                   offp));
     if (*offp + st->cnt > lim)
       return xerr(r, st->pos,
                   "%s chunks %d..%d are outside the gpu's %s buffer of %d "
                   "chunks",
                   k ? "dst" : "src", *offp, *offp + st->cnt - 1, b, lim);
   }
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 static int count_children(const mxml_doc *d, int32_t el) {
@@ -245,21 +240,20 @@ static int count_children(const mxml_doc *d, int32_t el) {
   return n;
 }
 
-static int read_tb(const rdr *r, int32_t el, int gid, ms_gpu *g, int *nsteps) {
+static braid_result read_tb(const rdr *r, int32_t el, int gid, ms_gpu *g,
+                            int *nsteps) {
   const mxml_doc *d = r->d;
   int id = 0;
-  if (get_int(r, el, "id", 0, g->ntb - 1, 1, 0, &id))
-    return -1;
+  CHECKR(get_int(r, el, "id", 0, g->ntb - 1, 1, 0, &id));
   ms_tb *tb = &g->tb[id];
   if (tb->steps || tb->pos)
     return xerr(r, d->e[el].pos, "gpu %d has two threadblocks with id %d", gid,
                 id);
   tb->pos = d->e[el].pos;
   int n = r->a->ngpus;
-  if (get_int(r, el, "send", -1, n - 1, 1, 0, &tb->send) ||
-      get_int(r, el, "recv", -1, n - 1, 1, 0, &tb->recv) ||
-      get_int(r, el, "chan", 0, 63, 0, 0, &tb->chan))
-    return -1;
+  CHECKR(get_int(r, el, "send", -1, n - 1, 1, 0, &tb->send));
+  CHECKR(get_int(r, el, "recv", -1, n - 1, 1, 0, &tb->recv));
+  CHECKR(get_int(r, el, "chan", 0, 63, 0, 0, &tb->chan));
   if (tb->send == gid || tb->recv == gid)
     return xerr(r, tb->pos, "gpu %d threadblock %d talks to itself", gid, id);
   for (int o = 0; o < g->ntb; o++) {
@@ -282,33 +276,30 @@ static int read_tb(const rdr *r, int32_t el, int gid, ms_gpu *g, int *nsteps) {
     return xerr(r, tb->pos, "more than %d steps", MSCCL_MAX_STEPS);
   tb->steps = calloc((size_t)(tb->nsteps ? tb->nsteps : 1), sizeof(ms_step));
   if (!tb->steps)
-    return xerr(r, tb->pos, "out of memory");
+    return xerr_nomem(r, tb->pos);
   int i = 0;
   for (int32_t c = d->e[el].child; c >= 0; c = d->e[c].next, i++)
-    if (read_step(r, c, g, tb, i, &tb->steps[i]))
-      return -1;
-  return 0;
+    CHECKR(read_step(r, c, g, tb, i, &tb->steps[i]));
+  return BRAID_SUCCESS;
 }
 
-static int read_gpu(const rdr *r, int32_t el, int *nsteps) {
+static braid_result read_gpu(const rdr *r, int32_t el, int *nsteps) {
   ms_algo *a = r->a;
   const mxml_doc *d = r->d;
   if (strcmp(mxml_name(d, el), "gpu") != 0)
     return xerr(r, d->e[el].pos, "<%s> inside <algo>: expected <gpu>",
                 mxml_name(d, el));
   int id = 0;
-  if (get_int(r, el, "id", 0, a->ngpus - 1, 1, 0, &id))
-    return -1;
+  CHECKR(get_int(r, el, "id", 0, a->ngpus - 1, 1, 0, &id));
   ms_gpu *g = &a->gpu[id];
   if (g->pos)
     return xerr(r, d->e[el].pos, "two <gpu> with id %d", id);
   g->pos = d->e[el].pos;
   int K = a->K, n = a->ngpus;
   int ib = sched_in_blocks(a->coll, n), ob = sched_out_blocks(a->coll, n);
-  if (get_int(r, el, "i_chunks", 0, ib * K, 1, 0, &g->ichunks) ||
-      get_int(r, el, "o_chunks", 0, ob * K, 1, 0, &g->ochunks) ||
-      get_int(r, el, "s_chunks", 0, MSCCL_MAX_CHUNKS, 0, 0, &g->schunks))
-    return -1;
+  CHECKR(get_int(r, el, "i_chunks", 0, ib * K, 1, 0, &g->ichunks));
+  CHECKR(get_int(r, el, "o_chunks", 0, ob * K, 1, 0, &g->ochunks));
+  CHECKR(get_int(r, el, "s_chunks", 0, MSCCL_MAX_CHUNKS, 0, 0, &g->schunks));
   int sb = (g->schunks + K - 1) / K;
   if (sb > a->scratch_blocks)
     a->scratch_blocks = sb;
@@ -318,13 +309,12 @@ static int read_gpu(const rdr *r, int32_t el, int *nsteps) {
                 g->ntb, MSCCL_MAX_TBS);
   g->tb = calloc((size_t)(g->ntb ? g->ntb : 1), sizeof(ms_tb));
   if (!g->tb)
-    return xerr(r, g->pos, "out of memory");
+    return xerr_nomem(r, g->pos);
   for (int32_t c = d->e[el].child; c >= 0; c = d->e[c].next) {
     if (strcmp(mxml_name(d, c), "tb") != 0)
       return xerr(r, d->e[c].pos, "<%s> inside <gpu>: expected <tb>",
                   mxml_name(d, c));
-    if (read_tb(r, c, id, g, nsteps))
-      return -1;
+    CHECKR(read_tb(r, c, id, g, nsteps));
   }
   /* dependencies name existing threadblocks and steps */
   for (int t = 0; t < g->ntb; t++)
@@ -337,7 +327,7 @@ static int read_gpu(const rdr *r, int32_t el, int *nsteps) {
                     "step %d, which does not exist",
                     id, t, s, st->depid, st->deps);
     }
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 static void free_model(ms_algo *a) {
@@ -352,17 +342,15 @@ static void free_model(ms_algo *a) {
   a->gpu = NULL;
 }
 
-static int read_model(const rdr *r, msccl_info *info) {
+static braid_result read_model(const rdr *r, msccl_info *info) {
   ms_algo *a = r->a;
-  if (read_algo(r, info))
-    return -1;
+  CHECKR(read_algo(r, info));
   a->gpu = calloc((size_t)a->ngpus, sizeof(ms_gpu));
   if (!a->gpu)
-    return xerr(r, 0, "out of memory");
+    return xerr_nomem(r, 0);
   int nsteps = 0;
   for (int32_t c = r->d->e[0].child; c >= 0; c = r->d->e[c].next)
-    if (read_gpu(r, c, &nsteps))
-      return -1;
+    CHECKR(read_gpu(r, c, &nsteps));
   for (int g = 0; g < a->ngpus; g++) {
     if (!a->gpu[g].pos)
       return xerr(r, r->d->e[0].pos, "ngpus=%d but there is no <gpu id=\"%d\">",
@@ -370,61 +358,55 @@ static int read_model(const rdr *r, msccl_info *info) {
     info->nthreadblocks += a->gpu[g].ntb;
   }
   info->nsteps = nsteps;
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-/* The verifier names "rank R channel C step S": say which MSCCL step that
- * braid step comes from. */
+/* The verifier's message `msg` names "rank R channel C step S": add which
+ * MSCCL step that braid step comes from. */
 static void add_origin(const ms_algo *a, ms_origin *const *org, const int *norg,
-                       char *err, size_t errlen) {
-  const char *p = strstr(err, "rank ");
+                       char *msg, size_t size) {
+  const char *p = strstr(msg, "rank ");
   int rk, ch, st;
   if (!p || sscanf(p, "rank %d channel %d step %d", &rk, &ch, &st) != 3 ||
       rk < 0 || rk >= a->ngpus || st < 0 || st >= norg[rk])
     return;
   const ms_origin *o = &org[rk][st];
   const ms_step *s = &a->gpu[rk].tb[o->tb].steps[o->step];
-  size_t n = strlen(err);
-  snprintf(err + n, errlen - n,
+  size_t n = strlen(msg);
+  snprintf(msg + n, size - n,
            " [MSCCL gpu %d threadblock %d step %d (type %s), line %d]", rk,
            o->tb, o->step, ms_type_name((ms_type)s->type),
            mxml_line(a->buf, a->len, s->pos));
 }
 
-static int prove(const ms_algo *a, sched *s, ms_origin *const *org, char *err,
-                 size_t errlen) {
+static braid_result prove(const ms_algo *a, sched *s, ms_origin *const *org) {
   int *norg = calloc((size_t)a->ngpus, sizeof(int));
-  if (!norg) {
-    snprintf(err, errlen, "%s: out of memory", a->fname);
-    return -1;
-  }
+  if (!norg)
+    return ERR(BRAID_ERR_NOMEM, "%s: out of memory", a->fname);
   for (int r = 0; r < a->ngpus; r++)
     norg[r] = sched_chan_c(s, r, 0)->nsteps;
-  int rc = 0;
+  braid_result rc = BRAID_SUCCESS;
   char verr[1536];
-  for (int ip = 0; ip < 2 && !rc; ip++)
-    if (verify_sched(s, ip, 2) != BRAID_SUCCESS) {
+  for (int ip = 0; ip < 2 && rc == BRAID_SUCCESS; ip++)
+    if ((rc = verify_sched(s, ip, 2)) != BRAID_SUCCESS) {
       snprintf(verr, sizeof verr, "%s", err_msg());
       add_origin(a, org, norg, verr, sizeof(verr));
-      snprintf(err, errlen, "%s: %s on %d gpus fails the verifier %s: %s",
-               a->fname, sched_coll_name(a->coll), a->ngpus,
+      rc = ERR(rc, "%s: %s on %d gpus fails the verifier %s: %s", a->fname,
+               sched_coll_name(a->coll), a->ngpus,
                ip ? "in place" : "out of place", verr);
-      rc = -1;
     }
   free(norg);
   return rc;
 }
 
-int msccl_import(const char *buf, size_t len, const char *fname, sched **out,
-                 msccl_info *info, char *err, size_t errlen) {
+braid_result msccl_import(const char *buf, size_t len, const char *fname,
+                          sched **out, msccl_info *info) {
   msccl_info dummy;
   if (!info)
     info = &dummy;
   memset(info, 0, sizeof(*info));
-  if (err && errlen)
-    err[0] = '\0';
   if (!out)
-    return -1;
+    return ERR(BRAID_ERR_INVALID_ARG, "msccl_import: no result");
   *out = NULL;
   ms_algo a;
   memset(&a, 0, sizeof(a));
@@ -433,40 +415,34 @@ int msccl_import(const char *buf, size_t len, const char *fname, sched **out,
   a.fname = fname ? fname : "<msccl>";
   mxml_doc d;
   size_t epos = 0;
-  char xe[256];
-  rdr r = {&a, &d, err, errlen};
-  if (mxml_parse(&d, a.buf, a.len, &epos, xe, sizeof(xe)))
-    return xerr(&r, epos, "%s", xe);
-  int rc = read_model(&r, info);
+  rdr r = {&a, &d};
+  braid_result rc = mxml_parse(&d, a.buf, a.len, &epos);
+  if (rc != BRAID_SUCCESS) {
+    char xe[256];
+    snprintf(xe, sizeof xe, "%s", err_msg());
+    return xerr_at(__FILE__, __LINE__, &r, rc, epos, "%s", xe);
+  }
+  rc = read_model(&r, info);
   mxml_free(&d);
   ms_origin **org = NULL;
   sched *s = NULL;
-  char berr[1024] = "";
-  if (!rc && ms_build(&a, &s, &org, berr, sizeof(berr))) {
-    if (err && errlen)
-      snprintf(err, errlen, "%s:%s", a.fname, berr);
-    rc = -1;
-  }
-  if (!rc) {
+  if (rc == BRAID_SUCCESS)
+    rc = ms_build(&a, &s, &org);
+  if (rc == BRAID_SUCCESS) {
     size_t nl = strnlen(info->name, sizeof(s->algo) - 1);
     memcpy(s->algo, info->name, nl);
     s->algo[nl] = '\0';
-    char tmp[2048];
-    if (prove(&a, s, org, tmp, sizeof(tmp))) {
-      if (err && errlen)
-        snprintf(err, errlen, "%s", tmp);
-      rc = -1;
-    }
+    rc = prove(&a, s, org);
   }
   if (org)
     for (int g = 0; g < a.ngpus; g++)
       free(org[g]);
   free(org);
   free_model(&a);
-  if (rc) {
+  if (rc != BRAID_SUCCESS) {
     sched_free(s);
-    return -1;
+    return rc;
   }
   *out = s;
-  return 0;
+  return BRAID_SUCCESS;
 }

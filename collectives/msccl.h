@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "schedule.h"
+#include "src/log.h" /* braid_result; err_msg() reads the message */
 
 /* Limits of an imported file. */
 #define MSCCL_MAX_GPUS 256
@@ -35,11 +36,12 @@ typedef struct msccl_info {
 int msccl_is_xml(const char *buf, size_t len);
 
 /* Imports one <algo> and runs the verifier on the schedule (out of place and
- * in place, 2 slots per connection). 0 with *out set (info may be NULL), or
- * -1 with a message starting with "fname:" that names the line, or the
- * rank, step and chunk the verifier refused together with the MSCCL gpu,
+ * in place, 2 slots per connection). BRAID_SUCCESS with *out set (info may
+ * be NULL), or an error (BRAID_ERR_INVALID_ARG for a file braid refuses)
+ * whose message (ERR) starts with "fname:" and names the line, or the rank,
+ * step and chunk the verifier refused together with the MSCCL gpu,
  * threadblock and step they come from. */
-int msccl_import(const char *buf, size_t len, const char *fname, sched **out,
-                 msccl_info *info, char *err, size_t errlen);
+braid_result msccl_import(const char *buf, size_t len, const char *fname,
+                          sched **out, msccl_info *info);
 
 #endif

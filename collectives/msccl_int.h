@@ -69,9 +69,9 @@ const char *ms_type_name(ms_type t);
 /* Orders every gpu's steps into one channel as a run of the threadblocks
  * would (messages between two gpus matched in order), and writes the braid
  * schedule (*out) with where each step came from (org[rank], nbraid steps
- * each). -1 with a message naming the gpu, threadblock, step and line when
- * no order exists (a dependency cycle, a message nobody sends or receives). */
-int ms_build(const ms_algo *a, sched **out, ms_origin ***org, char *err,
-             size_t errlen);
+ * each). BRAID_ERR_INVALID_ARG with a message ("fname:line: ...", ERR)
+ * naming the gpu, threadblock, step and line when no order exists (a
+ * dependency cycle, a message nobody sends or receives). */
+braid_result ms_build(const ms_algo *a, sched **out, ms_origin ***org);
 
 #endif

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/log.h"
+
 #define ORDER_SLOTS 2
 
 typedef struct msg {
@@ -41,8 +43,6 @@ typedef struct ord {
   sched *s;
   ms_origin **org;
   int *norg, *caporg;
-  char *err;
-  size_t errlen;
 } ord;
 
 static fifo *Q(ord *o, int from, int to) { return &o->q[from * o->n + to]; }
@@ -213,18 +213,18 @@ static int find_tb(const ord *o, int g, int send, int recv, int chan) {
 #define CHAIN_MAX 24
 
 /* Nothing can go: follow who waits for whom from the first gpu with work. */
-static int diagnose(ord *o) {
+static braid_result diagnose(ord *o) {
   int g = -1, t = -1;
   for (int x = 0; x < o->n && g < 0; x++)
     for (int y = 0; y < o->a->gpu[x].ntb && g < 0; y++)
       if (head(o, x, y))
         g = x, t = y;
   int cg[CHAIN_MAX], ct[CHAIN_MAX], len = 0;
-  char why[320] = "";
+  char why[320] = "", err[1024];
   char line0[16];
   snprintf(line0, sizeof(line0), "%d",
            mxml_line(o->a->buf, o->a->len, head(o, g, t)->pos));
-  size_t w = (size_t)snprintf(o->err, o->errlen, "%s: deadlock: ", line0);
+  size_t w = (size_t)snprintf(err, sizeof err, "%s: deadlock: ", line0);
   for (;;) {
     for (int k = 0; k < len; k++)
       if (cg[k] == g && ct[k] == t) {
@@ -240,8 +240,8 @@ static int diagnose(ord *o) {
     }
     char d[192];
     describe(o, g, t, d, sizeof(d));
-    if (w < o->errlen)
-      w += (size_t)snprintf(o->err + w, o->errlen - w, "%s%s",
+    if (w < sizeof err)
+      w += (size_t)snprintf(err + w, sizeof err - w, "%s%s",
                             len ? ", which waits for " : "", d);
     cg[len] = g;
     ct[len++] = t;
@@ -292,21 +292,21 @@ static int diagnose(ord *o) {
     } else {
       goto out;
     }
-    if (w < o->errlen && b != 1)
-      w += (size_t)snprintf(o->err + w, o->errlen - w, " %s",
+    if (w < sizeof err && b != 1)
+      w += (size_t)snprintf(err + w, sizeof err - w, " %s",
                             b == 2 ? "(a message)" : "(room to send)");
     g = ng;
     t = nt;
   }
 out:
-  if (w < o->errlen)
-    snprintf(o->err + w, o->errlen - w, "%s%s",
+  if (w < sizeof err)
+    snprintf(err + w, sizeof err - w, "%s%s",
              why[0] == ':' || why[0] == ',' ? "" : ": ", why);
-  return -1;
+  return ERR(BRAID_ERR_INVALID_ARG, "%s:%s", o->a->fname, err);
 }
 
 /* Every message sent was received. */
-static int check_drained(ord *o) {
+static braid_result check_drained(ord *o) {
   for (int f = 0; f < o->n; f++)
     for (int t = 0; t < o->n; t++) {
       fifo *q = Q(o, f, t);
@@ -314,20 +314,19 @@ static int check_drained(ord *o) {
         continue;
       msg m = q->m[q->head];
       const ms_step *s = &o->a->gpu[f].tb[m.tb].steps[m.step];
-      snprintf(o->err, o->errlen,
-               "%d: gpu %d threadblock %d step %d (%s %s[%d] to gpu %d) "
-               "sends %d chunk(s) that no step of gpu %d receives on "
-               "channel %d (a step missing?)",
-               mxml_line(o->a->buf, o->a->len, s->pos), f, m.tb, m.step,
-               ms_type_name((ms_type)s->type),
-               sched_buf_name((sched_buf)(s->sbuf ? s->sbuf : s->dbuf)),
-               s->sbuf ? s->soff : s->doff, t, q->len, t, m.chan);
-      return -1;
+      return ERR(BRAID_ERR_INVALID_ARG,
+                 "%s:%d: gpu %d threadblock %d step %d (%s %s[%d] to gpu %d) "
+                 "sends %d chunk(s) that no step of gpu %d receives on "
+                 "channel %d (a step missing?)",
+                 o->a->fname, mxml_line(o->a->buf, o->a->len, s->pos), f, m.tb,
+                 m.step, ms_type_name((ms_type)s->type),
+                 sched_buf_name((sched_buf)(s->sbuf ? s->sbuf : s->dbuf)),
+                 s->sbuf ? s->soff : s->doff, t, q->len, t, m.chan);
     }
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-static int run_all(ord *o) {
+static braid_result run_all(ord *o) {
   for (;;) {
     int moved = 0, left = 0;
     for (int g = 0; g < o->n; g++) {
@@ -341,10 +340,8 @@ static int run_all(ord *o) {
         }
       }
       if (best >= 0) {
-        if (run_one(o, g, best)) {
-          snprintf(o->err, o->errlen, "0: out of memory");
-          return -1;
-        }
+        if (run_one(o, g, best))
+          return ERR(BRAID_ERR_NOMEM, "%s:0: out of memory", o->a->fname);
         moved = 1;
       }
     }
@@ -368,16 +365,13 @@ static void free_ord(ord *o) {
   free(o->caporg);
 }
 
-int ms_build(const ms_algo *a, sched **out, ms_origin ***orgp, char *err,
-             size_t errlen) {
+braid_result ms_build(const ms_algo *a, sched **out, ms_origin ***orgp) {
   *out = NULL;
   *orgp = NULL;
   ord o;
   memset(&o, 0, sizeof(o));
   o.a = a;
   o.n = a->ngpus;
-  o.err = err;
-  o.errlen = errlen;
   int rrs = 0;
   for (int g = 0; g < a->ngpus; g++)
     for (int t = 0; t < a->gpu[g].ntb; t++)
@@ -389,25 +383,26 @@ int ms_build(const ms_algo *a, sched **out, ms_origin ***orgp, char *err,
   o.norg = calloc((size_t)o.n, sizeof(int));
   o.caporg = calloc((size_t)o.n, sizeof(int));
   o.s = sched_new(a->coll, o.n, 0, a->K, 1, "msccl");
-  int rc = !o.q || !o.st || !o.org || !o.norg || !o.caporg || !o.s;
-  for (int g = 0; g < o.n && !rc; g++)
-    rc = !(o.st[g] = calloc((size_t)(a->gpu[g].ntb + 1), sizeof(tbst)));
-  if (rc) {
-    snprintf(err, errlen, "0: out of memory");
+  int nomem = !o.q || !o.st || !o.org || !o.norg || !o.caporg || !o.s;
+  for (int g = 0; g < o.n && !nomem; g++)
+    nomem = !(o.st[g] = calloc((size_t)(a->gpu[g].ntb + 1), sizeof(tbst)));
+  braid_result rc;
+  if (nomem) {
+    rc = ERR(BRAID_ERR_NOMEM, "%s:0: out of memory", a->fname);
   } else {
     o.s->scratch_blocks = a->scratch_blocks + rrs;
     rc = run_all(&o);
   }
   free_ord(&o);
-  if (rc) {
+  if (rc != BRAID_SUCCESS) {
     if (o.org)
       for (int g = 0; g < o.n; g++)
         free(o.org[g]);
     free(o.org);
     sched_free(o.s);
-    return -1;
+    return rc;
   }
   *out = o.s;
   *orgp = o.org;
-  return 0;
+  return BRAID_SUCCESS;
 }

@@ -10,29 +10,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/log.h"
+
 typedef struct rd {
   mxml_doc *d;
   const char *b;
   size_t len, p;
   size_t *errpos;
-  char *err;
-  size_t errlen;
+  braid_result rc; /* the failure's result */
 } rd;
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static int
-fail(rd *r, size_t pos, const char *fmt, ...) {
+/* Records the problem at byte `pos` for the calling thread (ERR, at the
+ * caller's line) and returns -1: malformed text (fail,
+ * BRAID_ERR_INVALID_ARG), or out of memory. */
+__attribute__((format(printf, 6, 7))) static int
+fail_at(const char *file, int line, rd *r, braid_result res, size_t pos,
+        const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
   *r->errpos = pos;
-  if (r->err && r->errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->err, r->errlen, fmt, ap);
-    va_end(ap);
-  }
+  r->rc = err_at(file, line, res, "%s", msg);
   return -1;
 }
+#define fail(r, pos, ...)                                                      \
+  fail_at(__FILE__, __LINE__, (r), BRAID_ERR_INVALID_ARG, (pos), __VA_ARGS__)
+#define fail_nomem(r, pos)                                                     \
+  fail_at(__FILE__, __LINE__, (r), BRAID_ERR_NOMEM, (pos), "out of memory")
 
 static int is_ws(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -64,7 +70,7 @@ static int put_str(rd *r, const char *s, size_t n, uint32_t *off) {
       return fail(r, r->p, "document too large");
     char *ns = realloc(d->str, cap);
     if (!ns)
-      return fail(r, r->p, "out of memory");
+      return fail_nomem(r, r->p);
     d->str = ns;
     d->capstr = cap;
   }
@@ -184,7 +190,7 @@ static int new_elem(rd *r, int32_t parent, int32_t *id) {
     uint32_t cap = d->cape ? d->cape * 2 : 64;
     mxml_elem *ne = realloc(d->e, (size_t)cap * sizeof(*ne));
     if (!ne)
-      return fail(r, r->p, "out of memory");
+      return fail_nomem(r, r->p);
     d->e = ne;
     d->cape = cap;
   }
@@ -221,7 +227,7 @@ static int add_attr(rd *r, int32_t el, uint32_t name, uint32_t value,
       return fail(r, pos, "too many attributes");
     mxml_attr *na = realloc(d->a, (size_t)cap * sizeof(*na));
     if (!na)
-      return fail(r, pos, "out of memory");
+      return fail_nomem(r, pos);
     d->a = na;
     d->capa = cap;
   }
@@ -352,21 +358,21 @@ static int parse(rd *r) {
   return 0;
 }
 
-int mxml_parse(mxml_doc *d, const char *buf, size_t len, size_t *errpos,
-               char *err, size_t errlen) {
+braid_result mxml_parse(mxml_doc *d, const char *buf, size_t len,
+                        size_t *errpos) {
   memset(d, 0, sizeof(*d));
   size_t ep = 0;
-  rd r = {d,   buf ? buf : "", buf ? len : 0, 0, errpos ? errpos : &ep,
-          err, errlen};
-  if (err && errlen)
-    err[0] = '\0';
-  if (len > UINT32_MAX)
-    return fail(&r, 0, "document too large");
+  rd r = {d, buf ? buf : "",        buf ? len : 0,
+          0, errpos ? errpos : &ep, BRAID_SUCCESS};
+  if (len > UINT32_MAX) {
+    fail(&r, 0, "document too large");
+    return r.rc;
+  }
   if (parse(&r)) {
     mxml_free(d);
-    return -1;
+    return r.rc;
   }
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 void mxml_free(mxml_doc *d) {

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "src/log.h" /* braid_result; err_msg() reads the message */
+
 #define MXML_MAX_DEPTH 16
 #define MXML_MAX_ELEMS (1u << 20)
 #define MXML_MAX_ATTRS 64 /* per element */
@@ -42,10 +44,11 @@ typedef struct mxml_doc {
   size_t nstr, capstr;
 } mxml_doc;
 
-/* Parses buf[0..len). 0, or -1 with *errpos the byte offset of the problem
- * and a message (without position) in err. */
-int mxml_parse(mxml_doc *d, const char *buf, size_t len, size_t *errpos,
-               char *err, size_t errlen);
+/* Parses buf[0..len). BRAID_SUCCESS, or an error (BRAID_ERR_INVALID_ARG,
+ * BRAID_ERR_NOMEM) with *errpos the byte offset of the problem and a message
+ * (without position, ERR). */
+braid_result mxml_parse(mxml_doc *d, const char *buf, size_t len,
+                        size_t *errpos);
 void mxml_free(mxml_doc *d);
 
 /* 1-based line of a byte offset. */

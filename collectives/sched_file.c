@@ -144,27 +144,32 @@ typedef struct rd {
   const char *buf;
   size_t len;
   const char *fname;
-  char *err;
-  size_t errlen;
   long nsteps; /* of the schedule being read */
 } rd;
 
-__attribute__((format(printf, 4, 5))) static int
-rerr(rd *c, size_t pos, const char *path, const char *fmt, ...) {
-  if (!c->err || !c->errlen)
-    return -1;
-  int line, col;
-  sjson_linecol(c->buf, c->len, pos, &line, &col);
-  int n = snprintf(c->err, c->errlen, "%s:%d:%d: %s%s", c->fname, line, col,
-                   path, path[0] ? ": " : "");
-  if (n >= 0 && (size_t)n < c->errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
+/* Records "file:line:column: path: message" for the calling thread (ERR, at
+ * the caller's line): a file braid refuses (rerr, BRAID_ERR_INVALID_ARG), or
+ * another result (rerr_r). */
+__attribute__((format(printf, 7, 8))) static braid_result
+rerr_at(const char *file, int line, const rd *c, braid_result r, size_t pos,
+        const char *path, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  int l, col;
+  sjson_linecol(c->buf, c->len, pos, &l, &col);
+  return err_at(file, line, r, "%s:%d:%d: %s%s%s", c->fname, l, col, path,
+                path[0] ? ": " : "", msg);
 }
+#define rerr(c, pos, path, ...)                                                \
+  rerr_at(__FILE__, __LINE__, (c), BRAID_ERR_INVALID_ARG, (pos), (path),       \
+          __VA_ARGS__)
+#define rerr_r(c, r, pos, path, ...)                                           \
+  rerr_at(__FILE__, __LINE__, (c), (r), (pos), (path), __VA_ARGS__)
+#define rerr_nomem(c, pos, path)                                               \
+  rerr_r((c), BRAID_ERR_NOMEM, (pos), (path), "out of memory")
 
 /* Field paths ("channels[0].ranks[3][7].peer"); truncation is harmless. */
 __attribute__((format(printf, 3, 4))) static void pfmt(char *b, size_t n,
@@ -179,34 +184,32 @@ static const sjson_val *V(const rd *c, uint32_t id) {
   return sjson_get(c->d, id);
 }
 
-static int want_type(rd *c, const sjson_val *x, sjson_type t,
-                     const char *path) {
+static braid_result want_type(rd *c, const sjson_val *x, sjson_type t,
+                              const char *path) {
   if (x->type == t)
-    return 0;
+    return BRAID_SUCCESS;
   return rerr(c, x->pos, path, "expected %s, found %s", sjson_type_name(t),
               sjson_type_name((sjson_type)x->type));
 }
 
 /* An integer in [lo, hi]. */
-static int get_int(rd *c, const sjson_val *x, const char *path, double lo,
-                   double hi, long long *out) {
-  if (want_type(c, x, SJSON_NUM, path))
-    return -1;
+static braid_result get_int(rd *c, const sjson_val *x, const char *path,
+                            double lo, double hi, long long *out) {
+  CHECKR(want_type(c, x, SJSON_NUM, path));
   if (!x->isint)
     return rerr(c, x->pos, path, "expected an integer, found %.17g", x->num);
   if (x->num < lo || x->num > hi)
     return rerr(c, x->pos, path, "%.0f is out of range (%.0f..%.0f)", x->num,
                 lo, hi);
   *out = (long long)x->num;
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 /* Finds the members of object x named in keys[0..n) (ids into vals; 0 when
  * absent); any other key is an error. */
-static int members(rd *c, const sjson_val *x, const char *path,
-                   const char *const *keys, int n, uint32_t *vals) {
-  if (want_type(c, x, SJSON_OBJ, path))
-    return -1;
+static braid_result members(rd *c, const sjson_val *x, const char *path,
+                            const char *const *keys, int n, uint32_t *vals) {
+  CHECKR(want_type(c, x, SJSON_OBJ, path));
   memset(vals, 0, (size_t)n * sizeof(*vals));
   for (uint32_t m = x->a; m; m = V(c, m)->next) {
     const char *k = sjson_key(c->d, V(c, m));
@@ -217,20 +220,19 @@ static int members(rd *c, const sjson_val *x, const char *path,
       return rerr(c, V(c, m)->kpos, path, "unknown key \"%s\"", k);
     vals[i] = m;
   }
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-static int need(rd *c, const sjson_val *obj, uint32_t id, const char *path,
-                const char *key) {
+static braid_result need(rd *c, const sjson_val *obj, uint32_t id,
+                         const char *path, const char *key) {
   if (id)
-    return 0;
+    return BRAID_SUCCESS;
   return rerr(c, obj->pos, path, "missing key \"%s\"", key);
 }
 
-static int get_chunks(rd *c, const sjson_val *x, const char *path,
-                      sched_chunks *out) {
-  if (want_type(c, x, SJSON_ARR, path))
-    return -1;
+static braid_result get_chunks(rd *c, const sjson_val *x, const char *path,
+                               sched_chunks *out) {
+  CHECKR(want_type(c, x, SJSON_ARR, path));
   if (x->n < 2 || x->n > 3)
     return rerr(c, x->pos, path,
                 "a chunk range is [buffer, index] or [buffer, index, count], "
@@ -238,8 +240,7 @@ static int get_chunks(rd *c, const sjson_val *x, const char *path,
                 x->n);
   const sjson_val *b = V(c, x->a), *i = V(c, b->next);
   const sjson_val *n = i->next ? V(c, i->next) : NULL;
-  if (want_type(c, b, SJSON_STR, path))
-    return -1;
+  CHECKR(want_type(c, b, SJSON_STR, path));
   const char *bn = sjson_str(c->d, b);
   int buf = -1;
   for (int k = SCHED_BUF_IN; k <= SCHED_BUF_SCRATCH; k++)
@@ -249,26 +250,25 @@ static int get_chunks(rd *c, const sjson_val *x, const char *path,
     return rerr(c, b->pos, path, "unknown buffer \"%s\" (in, out or scratch)",
                 bn);
   long long idx = 0, cnt = 1;
-  if (get_int(c, i, path, 0, UINT32_MAX - 1.0, &idx) ||
-      (n && get_int(c, n, path, 1, UINT32_MAX, &cnt)))
-    return -1;
+  CHECKR(get_int(c, i, path, 0, UINT32_MAX - 1.0, &idx));
+  if (n)
+    CHECKR(get_int(c, n, path, 1, UINT32_MAX, &cnt));
   if (idx + cnt > (long long)UINT32_MAX)
     return rerr(c, x->pos, path, "chunk range past 2^32");
   *out = sched_ck((sched_buf)buf, (uint32_t)idx, (uint32_t)cnt);
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-static int get_step(rd *c, const sjson_val *x, const char *path, int nranks,
-                    sched_channel *ch) {
+static braid_result get_step(rd *c, const sjson_val *x, const char *path,
+                             int nranks, sched_channel *ch) {
   static const char *const keys[] = {"op", "peer", "src", "dst", "peer_out"};
   uint32_t m[5];
   char sub[192];
-  if (members(c, x, path, keys, 5, m) || need(c, x, m[0], path, "op"))
-    return -1;
+  CHECKR(members(c, x, path, keys, 5, m));
+  CHECKR(need(c, x, m[0], path, "op"));
   const sjson_val *op = V(c, m[0]);
   pfmt(sub, sizeof(sub), "%s.op", path);
-  if (want_type(c, op, SJSON_STR, sub))
-    return -1;
+  CHECKR(want_type(c, op, SJSON_STR, sub));
   int prim = -1;
   for (int p = 0; p < SCHED_NUM_PRIMS; p++)
     if (!strcasecmp(sjson_str(c->d, op), sched_prim_name((sched_prim)p)))
@@ -291,43 +291,39 @@ static int get_step(rd *c, const sjson_val *x, const char *path, int nranks,
                     "key \"%s\" does not apply to op \"%s\"", keys[k], opn);
       continue;
     }
-    if (need(c, x, m[k], path, keys[k]))
-      return -1;
+    CHECKR(need(c, x, m[k], path, keys[k]));
     const sjson_val *v = V(c, m[k]);
     pfmt(sub, sizeof(sub), "%s.%s", path, keys[k]);
     if (k == 1 || k == 4) {
-      if (want_type(c, v, SJSON_NUM, sub))
-        return -1;
+      CHECKR(want_type(c, v, SJSON_NUM, sub));
       if (v->isint && (v->num < 0 || v->num >= nranks))
         return rerr(c, v->pos, sub, "peer %.0f is out of range (nranks %d)",
                     v->num, nranks);
       long long pv;
-      if (get_int(c, v, sub, 0, nranks - 1, &pv))
-        return -1;
+      CHECKR(get_int(c, v, sub, 0, nranks - 1, &pv));
       peer[k == 4] = (int)pv;
-    } else if (get_chunks(c, v, sub, &ck[k == 3]))
-      return -1;
+    } else
+      CHECKR(get_chunks(c, v, sub, &ck[k == 3]));
   }
   if (++c->nsteps > SCHED_FILE_MAX_STEPS)
     return rerr(c, x->pos, path, "too many steps (limit %d per schedule)",
                 SCHED_FILE_MAX_STEPS);
   if (sched_add(ch, (sched_prim)prim, peer[0], peer[1], ck[0], ck[1]))
-    return rerr(c, x->pos, path, "out of memory");
-  return 0;
+    return rerr_nomem(c, x->pos, path);
+  return BRAID_SUCCESS;
 }
 
-static int get_channel(rd *c, const sjson_val *x, const char *path, sched *s,
-                       int ci) {
+static braid_result get_channel(rd *c, const sjson_val *x, const char *path,
+                                sched *s, int ci) {
   static const char *const keys[] = {"weight", "route", "ranks"};
   uint32_t m[3];
   char sub[160], sp[192];
-  if (members(c, x, path, keys, 3, m) || need(c, x, m[0], path, "weight") ||
-      need(c, x, m[2], path, "ranks"))
-    return -1;
+  CHECKR(members(c, x, path, keys, 3, m));
+  CHECKR(need(c, x, m[0], path, "weight"));
+  CHECKR(need(c, x, m[2], path, "ranks"));
   const sjson_val *w = V(c, m[0]);
   pfmt(sub, sizeof(sub), "%s.weight", path);
-  if (want_type(c, w, SJSON_NUM, sub))
-    return -1;
+  CHECKR(want_type(c, w, SJSON_NUM, sub));
   if (!(w->num >= 0 && w->num <= 1))
     return rerr(c, w->pos, sub, "weight %.17g is not in [0, 1]", w->num);
   s->weights[ci] = w->num;
@@ -335,8 +331,7 @@ static int get_channel(rd *c, const sjson_val *x, const char *path, sched *s,
   if (m[1]) {
     const sjson_val *r = V(c, m[1]);
     pfmt(sub, sizeof(sub), "%s.route", path);
-    if (want_type(c, r, SJSON_STR, sub))
-      return -1;
+    CHECKR(want_type(c, r, SJSON_STR, sub));
     int route = -1;
     for (int k = 0; k < SCHED_NUM_ROUTES; k++)
       if (!strcmp(sjson_str(c->d, r), sched_route_name((sched_route)k)))
@@ -348,8 +343,7 @@ static int get_channel(rd *c, const sjson_val *x, const char *path, sched *s,
   }
   const sjson_val *rk = V(c, m[2]);
   pfmt(sub, sizeof(sub), "%s.ranks", path);
-  if (want_type(c, rk, SJSON_ARR, sub))
-    return -1;
+  CHECKR(want_type(c, rk, SJSON_ARR, sub));
   if ((int)rk->n != s->nranks)
     return rerr(c, rk->pos, sub, "%u ranks, but nranks is %d", rk->n,
                 s->nranks);
@@ -357,21 +351,20 @@ static int get_channel(rd *c, const sjson_val *x, const char *path, sched *s,
   for (uint32_t e = rk->a; e; e = V(c, e)->next, r++) {
     const sjson_val *steps = V(c, e);
     pfmt(sp, sizeof(sp), "%s[%d]", sub, r);
-    if (want_type(c, steps, SJSON_ARR, sp))
-      return -1;
+    CHECKR(want_type(c, steps, SJSON_ARR, sp));
     sched_channel *ch = sched_chan(s, r, ci);
     int k = 0;
     for (uint32_t t = steps->a; t; t = V(c, t)->next, k++) {
       char stp[192];
       pfmt(stp, sizeof(stp), "%s[%d]", sp, k);
-      if (get_step(c, V(c, t), stp, s->nranks, ch))
-        return -1;
+      CHECKR(get_step(c, V(c, t), stp, s->nranks, ch));
     }
   }
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-static int get_sched(rd *c, const sjson_val *x, const char *pre, sched **out) {
+static braid_result get_sched(rd *c, const sjson_val *x, const char *pre,
+                              sched **out) {
   static const char *const keys[] = {
       "braid_schedule",   "collective",     "nranks", "root",
       "chunks_per_block", "scratch_blocks", "algo",   "channels"};
@@ -380,24 +373,20 @@ static int get_sched(rd *c, const sjson_val *x, const char *pre, sched **out) {
   char sub[96];
   const char *path = pre[0] ? pre : "";
   *out = NULL;
-  if (members(c, x, path, keys, K_NUM, m))
-    return -1;
+  CHECKR(members(c, x, path, keys, K_NUM, m));
   for (int k = 0; k < K_NUM; k++)
-    if (k != K_ROOT && k != K_SCR && k != K_ALGO &&
-        need(c, x, m[k], path, keys[k]))
-      return -1;
+    if (k != K_ROOT && k != K_SCR && k != K_ALGO)
+      CHECKR(need(c, x, m[k], path, keys[k]));
   long long ver, n, root = 0, K, scr = 0;
 #define SUB(key)                                                               \
   (pfmt(sub, sizeof(sub), "%s%s%s", pre, pre[0] ? "." : "", key), sub)
-  if (get_int(c, V(c, m[K_VER]), SUB("braid_schedule"), 0, 1e9, &ver))
-    return -1;
+  CHECKR(get_int(c, V(c, m[K_VER]), SUB("braid_schedule"), 0, 1e9, &ver));
   if (ver != SCHED_FILE_VERSION)
     return rerr(c, V(c, m[K_VER])->pos, sub,
                 "unsupported version %lld (this braid reads %d)", ver,
                 SCHED_FILE_VERSION);
   const sjson_val *co = V(c, m[K_COLL]);
-  if (want_type(c, co, SJSON_STR, SUB("collective")))
-    return -1;
+  CHECKR(want_type(c, co, SJSON_STR, SUB("collective")));
   int coll = -1;
   for (int k = 0; k < SCHED_NUM_COLLS; k++)
     if (!strcmp(sjson_str(c->d, co), sched_coll_name((sched_coll)k)))
@@ -406,32 +395,28 @@ static int get_sched(rd *c, const sjson_val *x, const char *pre, sched **out) {
     return rerr(c, co->pos, sub, "unknown collective \"%s\"",
                 sjson_str(c->d, co));
   const sjson_val *nv = V(c, m[K_N]);
-  if (get_int(c, nv, SUB("nranks"), 1, 1e18, &n))
-    return -1;
+  CHECKR(get_int(c, nv, SUB("nranks"), 1, 1e18, &n));
   if (n > SCHED_FILE_MAX_RANKS)
     return rerr(c, nv->pos, sub, "too many ranks: %lld (limit %d)", n,
                 SCHED_FILE_MAX_RANKS);
-  if (m[K_ROOT] && get_int(c, V(c, m[K_ROOT]), SUB("root"), 0, n - 1, &root))
-    return -1;
-  if (get_int(c, V(c, m[K_K]), SUB("chunks_per_block"), 1,
-              SCHED_FILE_MAX_CHUNKS, &K))
-    return -1;
-  if (m[K_SCR] && get_int(c, V(c, m[K_SCR]), SUB("scratch_blocks"), 0,
-                          SCHED_FILE_MAX_CHUNKS, &scr))
-    return -1;
+  if (m[K_ROOT])
+    CHECKR(get_int(c, V(c, m[K_ROOT]), SUB("root"), 0, n - 1, &root));
+  CHECKR(get_int(c, V(c, m[K_K]), SUB("chunks_per_block"), 1,
+                 SCHED_FILE_MAX_CHUNKS, &K));
+  if (m[K_SCR])
+    CHECKR(get_int(c, V(c, m[K_SCR]), SUB("scratch_blocks"), 0,
+                   SCHED_FILE_MAX_CHUNKS, &scr));
   const char *algo = "file";
   if (m[K_ALGO]) {
     const sjson_val *a = V(c, m[K_ALGO]);
-    if (want_type(c, a, SJSON_STR, SUB("algo")))
-      return -1;
+    CHECKR(want_type(c, a, SJSON_STR, SUB("algo")));
     if (a->n >= sizeof(((sched *)0)->algo))
       return rerr(c, a->pos, sub, "longer than %zu characters",
                   sizeof(((sched *)0)->algo) - 1);
     algo = sjson_str(c->d, a);
   }
   const sjson_val *chs = V(c, m[K_CH]);
-  if (want_type(c, chs, SJSON_ARR, SUB("channels")))
-    return -1;
+  CHECKR(want_type(c, chs, SJSON_ARR, SUB("channels")));
   if (chs->n == 0)
     return rerr(c, chs->pos, sub, "no channels");
   if (chs->n > SCHED_FILE_MAX_CHANNELS)
@@ -441,7 +426,7 @@ static int get_sched(rd *c, const sjson_val *x, const char *pre, sched **out) {
   sched *s =
       sched_new((sched_coll)coll, (int)n, (int)root, (int)K, (int)chs->n, algo);
   if (!s)
-    return rerr(c, x->pos, path, "out of memory");
+    return rerr_nomem(c, x->pos, path);
   s->scratch_blocks = (int)scr;
   c->nsteps = 0;
   int ci = 0;
@@ -449,9 +434,10 @@ static int get_sched(rd *c, const sjson_val *x, const char *pre, sched **out) {
   for (uint32_t e = chs->a; e; e = V(c, e)->next, ci++) {
     char cp[64];
     pfmt(cp, sizeof(cp), "%s[%d]", sub, ci);
-    if (get_channel(c, V(c, e), cp, s, ci)) {
+    braid_result r = get_channel(c, V(c, e), cp, s, ci);
+    if (r != BRAID_SUCCESS) {
       sched_free(s);
-      return -1;
+      return r;
     }
     sum += s->weights[ci];
   }
@@ -461,126 +447,117 @@ static int get_sched(rd *c, const sjson_val *x, const char *pre, sched **out) {
                 "channel weights sum to %.17g, not 1 (within 1e-9)", sum);
   }
   *out = s;
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-static int verify_one(rd *c, const sjson_val *x, int idx, const sched *s,
-                      verify_ws *ws) {
-  char verr[512];
-  for (int ip = 0; ip < 2; ip++)
-    if (verify_sched_ws(s, ip, VERIFY_SLOTS, ws) != BRAID_SUCCESS &&
-        snprintf(verr, sizeof verr, "%s", err_msg()) >= 0)
-      return rerr(c, x->pos, "",
-                  "schedule %d (%s, algo \"%s\", %d ranks) fails the "
-                  "verifier %s: %s",
-                  idx, sched_coll_name(s->coll), s->algo, s->nranks,
-                  ip ? "in place" : "out of place", verr);
-  return 0;
+static braid_result verify_one(rd *c, const sjson_val *x, int idx,
+                               const sched *s, verify_ws *ws) {
+  for (int ip = 0; ip < 2; ip++) {
+    braid_result r = verify_sched_ws(s, ip, VERIFY_SLOTS, ws);
+    if (r != BRAID_SUCCESS) {
+      char verr[512];
+      snprintf(verr, sizeof verr, "%s", err_msg());
+      return rerr_r(c, r, x->pos, "",
+                    "schedule %d (%s, algo \"%s\", %d ranks) fails the "
+                    "verifier %s: %s",
+                    idx, sched_coll_name(s->coll), s->algo, s->nranks,
+                    ip ? "in place" : "out of place", verr);
+    }
+  }
+  return BRAID_SUCCESS;
 }
 
-int sched_file_parse(const char *buf, size_t len, const char *fname,
-                     sched ***out, int *n, char *err, size_t errlen) {
-  if (err && errlen)
-    err[0] = '\0';
+braid_result sched_file_parse(const char *buf, size_t len, const char *fname,
+                              sched ***out, int *n) {
   if (!out || !n || (!buf && len))
-    return -1;
+    return ERR(BRAID_ERR_INVALID_ARG, "sched_file_parse: bad arguments");
   *out = NULL;
   *n = 0;
   if (!fname)
     fname = "<schedule>";
   if (buf && msccl_is_xml(buf, len)) { /* an MSCCL XML schedule */
     sched **one = calloc(1, sizeof(*one));
-    if (!one) {
-      if (err && errlen)
-        snprintf(err, errlen, "%s: out of memory", fname);
-      return -1;
-    }
-    if (msccl_import(buf, len, fname, one, NULL, err, errlen)) {
+    if (!one)
+      return ERR(BRAID_ERR_NOMEM, "%s: out of memory", fname);
+    braid_result r = msccl_import(buf, len, fname, one, NULL);
+    if (r != BRAID_SUCCESS) {
       free(one);
-      return -1;
+      return r;
     }
     *out = one;
     *n = 1;
-    return 0;
+    return BRAID_SUCCESS;
   }
   sjson_doc d;
   size_t epos = 0;
-  char jerr[256];
-  rd c = {&d, buf ? buf : "", len, fname, err, errlen, 0};
-  if (sjson_parse(&d, c.buf, len, &epos, jerr, sizeof(jerr))) {
-    rerr(&c, epos, "", "%s", jerr);
+  rd c = {&d, buf ? buf : "", len, fname, 0};
+  braid_result rc = sjson_parse(&d, c.buf, len, &epos);
+  if (rc != BRAID_SUCCESS) {
+    char jerr[256];
+    snprintf(jerr, sizeof jerr, "%s", err_msg());
     sjson_free(&d);
-    return -1;
+    return rerr_r(&c, rc, epos, "", "%s", jerr);
   }
   const sjson_val *root = V(&c, 1);
   int many = root->type == SJSON_ARR;
   if (!many && root->type != SJSON_OBJ) {
-    rerr(&c, root->pos, "", "expected a schedule object or an array of them");
+    rc = rerr(&c, root->pos, "",
+              "expected a schedule object or an array of them");
     sjson_free(&d);
-    return -1;
+    return rc;
   }
   int cnt = many ? (int)root->n : 1;
   if (cnt == 0 || cnt > SCHED_FILE_MAX_SCHEDULES) {
-    rerr(&c, root->pos, "", "%d schedules (1..%d per file)", cnt,
-         SCHED_FILE_MAX_SCHEDULES);
+    rc = rerr(&c, root->pos, "", "%d schedules (1..%d per file)", cnt,
+              SCHED_FILE_MAX_SCHEDULES);
     sjson_free(&d);
-    return -1;
+    return rc;
   }
   sched **arr = calloc((size_t)cnt, sizeof(*arr));
   if (!arr) {
     sjson_free(&d);
-    return rerr(&c, 0, "", "out of memory");
+    return rerr_nomem(&c, 0, "");
   }
-  int rc = 0, i = 0;
+  int i = 0;
   verify_ws *ws = verify_ws_new(); /* NULL: each check allocates its own */
-  for (uint32_t e = many ? root->a : 1; e && i < cnt;
+  for (uint32_t e = many ? root->a : 1; e && i < cnt && rc == BRAID_SUCCESS;
        e = many ? V(&c, e)->next : 0, i++) {
     char pre[32] = "";
     if (many)
       pfmt(pre, sizeof(pre), "[%d]", i);
-    if (get_sched(&c, V(&c, e), pre, &arr[i]) ||
-        verify_one(&c, V(&c, e), i, arr[i], ws)) {
-      rc = -1;
-      break;
-    }
+    rc = get_sched(&c, V(&c, e), pre, &arr[i]);
+    if (rc == BRAID_SUCCESS)
+      rc = verify_one(&c, V(&c, e), i, arr[i], ws);
   }
   verify_ws_free(ws);
   sjson_free(&d);
-  if (rc) {
+  if (rc != BRAID_SUCCESS) {
     for (int k = 0; k < cnt; k++)
       sched_free(arr[k]);
     free(arr);
-    return -1;
+    return rc;
   }
   *out = arr;
   *n = cnt;
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-int sched_file_load(const char *path, sched ***out, int *n, char *err,
-                    size_t errlen) {
-  if (err && errlen)
-    err[0] = '\0';
+braid_result sched_file_load(const char *path, sched ***out, int *n) {
   if (!path || !out || !n)
-    return -1;
+    return ERR(BRAID_ERR_INVALID_ARG, "sched_file_load: bad arguments");
   *out = NULL;
   *n = 0;
   FILE *f = fopen(path, "rb");
-  if (!f) {
-    if (err && errlen)
-      snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    return -1;
-  }
+  if (!f)
+    return ERR(BRAID_ERR_SYSTEM, "%s: cannot open: %s", path, strerror(errno));
   size_t cap = 1 << 16, len = 0;
   char *buf = malloc(cap);
-  int rc = 0;
+  braid_result rc = BRAID_SUCCESS;
   while (buf) {
     if (len == cap) {
       if (cap > SCHED_FILE_MAX_BYTES) {
-        if (err && errlen)
-          snprintf(err, errlen, "%s: larger than %u bytes", path,
-                   SCHED_FILE_MAX_BYTES);
-        rc = -1;
+        rc = ERR(BRAID_ERR_INVALID_ARG, "%s: larger than %u bytes", path,
+                 SCHED_FILE_MAX_BYTES);
         break;
       }
       size_t ncap =
@@ -599,18 +576,13 @@ int sched_file_load(const char *path, sched ***out, int *n, char *err,
     if (got == 0)
       break;
   }
-  if (!buf) {
-    if (err && errlen)
-      snprintf(err, errlen, "%s: out of memory", path);
-    rc = -1;
-  } else if (!rc && ferror(f)) {
-    if (err && errlen)
-      snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
-    rc = -1;
-  }
+  if (!buf)
+    rc = ERR(BRAID_ERR_NOMEM, "%s: out of memory", path);
+  else if (rc == BRAID_SUCCESS && ferror(f))
+    rc = ERR(BRAID_ERR_SYSTEM, "%s: read error: %s", path, strerror(errno));
   fclose(f);
-  if (!rc)
-    rc = sched_file_parse(buf, len, path, out, n, err, errlen);
+  if (rc == BRAID_SUCCESS)
+    rc = sched_file_parse(buf, len, path, out, n);
   free(buf);
   return rc;
 }

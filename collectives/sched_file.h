@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "schedule.h"
+#include "src/log.h" /* braid_result; err_msg() reads the message */
 
 /* Writes one schedule as a JSON object. 0 or -1 (I/O error). */
 int sched_file_write(const sched *s, FILE *f);
@@ -17,13 +18,15 @@ int sched_file_write(const sched *s, FILE *f);
 int sched_file_write_all(sched *const *s, int n, FILE *f);
 
 /* Parses JSON text (one object or an array). On success *out is an array of
- * *n schedules (free each with sched_free, then free the array). Errors name
- * the file, line and column, and what was wrong. Every schedule is run
- * through the verifier (out of place and in place) before it is returned:
- * a schedule that fails is an error naming its position in the file. */
-int sched_file_parse(const char *buf, size_t len, const char *fname,
-                     sched ***out, int *n, char *err, size_t errlen);
-int sched_file_load(const char *path, sched ***out, int *n, char *err,
-                    size_t errlen);
+ * *n schedules (free each with sched_free, then free the array). Errors
+ * (BRAID_ERR_INVALID_ARG for a file braid refuses; ERR) name the file, line
+ * and column, and what was wrong. Every schedule is run through the verifier
+ * (out of place and in place) before it is returned: a schedule that fails
+ * is an error naming its position in the file. */
+braid_result sched_file_parse(const char *buf, size_t len, const char *fname,
+                              sched ***out, int *n);
+/* Reads the file and parses it; a file that cannot be read is
+ * BRAID_ERR_SYSTEM ("path: cannot open: ..."). */
+braid_result sched_file_load(const char *path, sched ***out, int *n);
 
 #endif

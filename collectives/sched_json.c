@@ -8,26 +8,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/log.h"
+
 typedef struct jp {
   sjson_doc *d;
   const char *b;
   size_t len, i;
   size_t *errpos;
-  char *err;
-  size_t errlen;
+  braid_result rc; /* the failure's result */
 } jp;
 
-__attribute__((format(printf, 3, 4))) static int fail(jp *p, size_t pos,
-                                                      const char *fmt, ...) {
+/* Records the problem at byte `pos` for the calling thread (ERR, at the
+ * caller's line) and returns -1; the readers return 0 or -1 after it:
+ * malformed text (fail, BRAID_ERR_INVALID_ARG), or out of memory. */
+__attribute__((format(printf, 6, 7))) static int
+fail_at(const char *file, int line, jp *p, braid_result r, size_t pos,
+        const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
   *p->errpos = pos;
-  if (p->err && p->errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(p->err, p->errlen, fmt, ap);
-    va_end(ap);
-  }
+  p->rc = err_at(file, line, r, "%s", msg);
   return -1;
 }
+#define fail(p, pos, ...)                                                      \
+  fail_at(__FILE__, __LINE__, (p), BRAID_ERR_INVALID_ARG, (pos), __VA_ARGS__)
+#define fail_nomem(p, pos)                                                     \
+  fail_at(__FILE__, __LINE__, (p), BRAID_ERR_NOMEM, (pos), "out of memory")
 
 static void ws(jp *p) {
   while (p->i < p->len) {
@@ -60,7 +69,7 @@ static uint32_t new_val(jp *p, sjson_type t, size_t pos) {
     uint32_t nc = d->capv ? d->capv * 2 : 256;
     sjson_val *nvv = realloc(d->v, (size_t)nc * sizeof(*nvv));
     if (!nvv) {
-      fail(p, pos, "out of memory");
+      fail_nomem(p, pos);
       return 0;
     }
     d->v = nvv;
@@ -80,7 +89,7 @@ static int put_char(jp *p, char c) {
     size_t nc = d->capstr ? d->capstr * 2 : 1024;
     char *ns = realloc(d->str, nc);
     if (!ns)
-      return fail(p, p->i, "out of memory");
+      return fail_nomem(p, p->i);
     d->str = ns;
     d->capstr = nc;
   }
@@ -410,24 +419,29 @@ static uint32_t parse_value(jp *p, int depth) {
   return 0;
 }
 
-int sjson_parse(sjson_doc *d, const char *buf, size_t len, size_t *errpos,
-                char *err, size_t errlen) {
+braid_result sjson_parse(sjson_doc *d, const char *buf, size_t len,
+                         size_t *errpos) {
   memset(d, 0, sizeof(*d));
-  jp p = {d, buf, len, 0, errpos, err, errlen};
-  if (len > UINT32_MAX)
-    return fail(&p, 0, "input larger than 4 GiB");
+  size_t ep = 0;
+  jp p = {d, buf, len, 0, errpos ? errpos : &ep, BRAID_SUCCESS};
+  if (len > UINT32_MAX) {
+    fail(&p, 0, "input larger than 4 GiB");
+    return p.rc;
+  }
   /* id 0 is "none" */
   new_val(&p, SJSON_NULL, 0);
   if (d->nv != 1)
-    return -1;
+    return p.rc;
   if (len >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3))
     p.i = 3; /* a UTF-8 byte order mark */
   if (!parse_value(&p, 0))
-    return -1;
+    return p.rc;
   ws(&p);
-  if (p.i < len)
-    return fail(&p, p.i, "trailing characters after the JSON value");
-  return 0;
+  if (p.i < len) {
+    fail(&p, p.i, "trailing characters after the JSON value");
+    return p.rc;
+  }
+  return BRAID_SUCCESS;
 }
 
 void sjson_free(sjson_doc *d) {

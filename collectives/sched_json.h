@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "src/log.h" /* braid_result; err_msg() reads the message */
+
 #define SJSON_MAX_DEPTH 32
 #define SJSON_MAX_VALUES (1u << 23)
 /* members per object (keys are checked for duplicates) */
@@ -56,10 +58,11 @@ typedef struct sjson_doc {
   size_t nstr, capstr;
 } sjson_doc;
 
-/* Parses buf[0..len). 0, or -1 with *errpos the byte offset of the problem
- * and a message (without position) in err. */
-int sjson_parse(sjson_doc *d, const char *buf, size_t len, size_t *errpos,
-                char *err, size_t errlen);
+/* Parses buf[0..len). BRAID_SUCCESS, or an error (BRAID_ERR_INVALID_ARG,
+ * BRAID_ERR_NOMEM) with *errpos the byte offset of the problem and a message
+ * (without position, ERR). */
+braid_result sjson_parse(sjson_doc *d, const char *buf, size_t len,
+                         size_t *errpos);
 void sjson_free(sjson_doc *d);
 
 /* 1-based line and column (in bytes) of a byte offset. */

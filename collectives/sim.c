@@ -171,8 +171,8 @@ typedef struct simst {
 } simst;
 
 /* Records what went wrong for the calling thread (ERR, at the caller's line),
- * keeps the result in st->fail_rc and returns -1 (FAILED for the agents), so that
- * the helpers keep returning ids and states: fail for a schedule or view
+ * keeps the result in st->fail_rc and returns -1 (FAILED for the agents), so
+ * that the helpers keep returning ids and states: fail for a schedule or view
  * that cannot run (BRAID_ERR_INVALID_ARG), fail_r for another result. */
 __attribute__((format(printf, 5, 6))) static int fail_at(const char *file,
                                                          int line, simst *st,

@@ -92,13 +92,11 @@ static braid_result build_view(braid_comm *c) {
  * ones for this communicator's size may ask for more channels than
  * BRAID_NCHANNELS gives, and then get them. */
 static braid_result load_schedules(braid_comm *c, const char *path) {
-  char err[512] = "";
   sched **s = NULL;
   int n = 0;
-  if (sched_file_load(path, &s, &n, err, sizeof err) != 0) {
-    comm_set_error(c, "BRAID_SCHEDULE_FILE=%s: %s", path, err);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (sched_file_load(path, &s, &n) != BRAID_SUCCESS)
+    return comm_fail(c, BRAID_ERR_INVALID_ARG, "BRAID_SCHEDULE_FILE=%s: %s",
+                     path, err_msg());
   int used = 0;
   for (int i = 0; i < n; i++) {
     if (s[i]->nranks != c->nranks)

@@ -159,13 +159,12 @@ int topo_import_main(int argc, char **argv) {
   char *buf = slurp(o.in, &len);
   if (!buf)
     return 1;
-  char err[4096];
   msccl_info info;
   sched *s = NULL;
-  rc = msccl_import(buf, len, o.in, &s, &info, err, sizeof(err));
+  braid_result r = msccl_import(buf, len, o.in, &s, &info);
   free(buf);
-  if (rc) {
-    fprintf(stderr, "braid-topo import: refused: %s\n", err);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "braid-topo import: refused: %s\n", err_msg());
     return 1;
   }
   printf("%s: \"%s\", %s on %d gpus, %d threadblocks, %d steps, proto %s "

@@ -14,12 +14,12 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char err[4096] = "";
   sched *s = NULL;
-  if (msccl_import((const char *)data, size, "fuzz", &s, NULL, err,
-                   sizeof(err))) {
-    if (s || strncmp(err, "fuzz:", 5) != 0) {
-      fprintf(stderr, "bad error contract: s=%p err='%s'\n", (void *)s, err);
+  if (msccl_import((const char *)data, size, "fuzz", &s, NULL) !=
+      BRAID_SUCCESS) {
+    if (s || strncmp(err_msg(), "fuzz:", 5) != 0) {
+      fprintf(stderr, "bad error contract: s=%p err='%s'\n", (void *)s,
+              err_msg());
       abort();
     }
     return 0;
@@ -34,9 +34,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fclose(f);
   sched **b = NULL;
   int m = 0;
-  if (sched_file_parse(buf, len, "fuzz-json", &b, &m, err, sizeof(err)) ||
+  if (sched_file_parse(buf, len, "fuzz-json", &b, &m) != BRAID_SUCCESS ||
       m != 1) {
-    fprintf(stderr, "an imported schedule does not read back: %s\n", err);
+    fprintf(stderr, "an imported schedule does not read back: %s\n", err_msg());
     abort();
   }
   sched_free(b[0]);

@@ -29,14 +29,13 @@ static void free_all(sched **s, int n) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char err[1024] = "";
   sched **s = NULL;
   int n = -1;
-  if (sched_file_parse((const char *)data, size, "fuzz", &s, &n, err,
-                       sizeof(err))) {
-    if (s || n != 0 || strncmp(err, "fuzz:", 5) != 0) {
+  if (sched_file_parse((const char *)data, size, "fuzz", &s, &n) !=
+      BRAID_SUCCESS) {
+    if (s || n != 0 || strncmp(err_msg(), "fuzz:", 5) != 0) {
       fprintf(stderr, "bad error contract: s=%p n=%d err='%s'\n", (void *)s, n,
-              err);
+              err_msg());
       abort();
     }
     return 0;
@@ -45,9 +44,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *t1 = text_of(s, n, &l1);
   sched **b = NULL;
   int m = 0;
-  if (sched_file_parse(t1, l1, "fuzz-rewritten", &b, &m, err, sizeof(err)) ||
+  if (sched_file_parse(t1, l1, "fuzz-rewritten", &b, &m) != BRAID_SUCCESS ||
       m != n) {
-    fprintf(stderr, "written schedules do not read back: %s\n", err);
+    fprintf(stderr, "written schedules do not read back: %s\n", err_msg());
     abort();
   }
   char *t2 = text_of(b, m, &l2);

@@ -34,8 +34,8 @@
 static const char good[] = "<?xml version=\"1.0\"?>\n" ALGO_HEAD GPU(0, 1, 0, 1)
     GPU(1, 0, 1, 0) "</algo>\n";
 
-static int import(const char *text, sched **s, char *err, size_t n) {
-  return msccl_import(text, strlen(text), "p.xml", s, NULL, err, n);
+static braid_result import(const char *text, sched **s) {
+  return msccl_import(text, strlen(text), "p.xml", s, NULL);
 }
 
 /* good with `from` replaced by `to` (once), imported; the message. */
@@ -46,22 +46,19 @@ static void refused(const char *from, const char *to, const char *want) {
   snprintf(text, sizeof(text), "%.*s%s%s", (int)(at - good), good, to,
            at + strlen(from));
   sched *s = NULL;
-  char err[2048] = "";
-  cr_assert_eq(import(text, &s, err, sizeof(err)), -1, "accepted: %s -> %s",
+  cr_assert_eq(import(text, &s), BRAID_ERR_INVALID_ARG, "accepted: %s -> %s",
                from, to);
   cr_assert_null(s);
-  cr_assert(strstr(err, want), "'%s' -> '%s': message '%s' lacks '%s'", from,
-            to, err, want);
-  cr_assert_eq(strncmp(err, "p.xml:", 6), 0, "%s", err);
+  cr_assert(strstr(err_msg(), want), "'%s' -> '%s': message '%s' lacks '%s'",
+            from, to, err_msg(), want);
+  cr_assert_eq(strncmp(err_msg(), "p.xml:", 6), 0, "%s", err_msg());
 }
 
 Test(msccl, maps_each_step) {
   sched *s = NULL;
-  char err[2048] = "";
   msccl_info info;
-  cr_assert_eq(
-      msccl_import(good, strlen(good), "p.xml", &s, &info, err, sizeof(err)), 0,
-      "%s", err);
+  cr_assert_eq(msccl_import(good, strlen(good), "p.xml", &s, &info), 0, "%s",
+               err_msg());
   cr_assert_eq(s->coll, SCHED_ALLREDUCE);
   cr_assert_eq(s->nranks, 2);
   cr_assert_eq(s->chunks_per_block, 2);
@@ -87,10 +84,8 @@ Test(msccl, maps_each_step) {
 Test(msccl, sched_file_reads_xml) {
   sched **out = NULL;
   int n = 0;
-  char err[2048] = "";
-  cr_assert_eq(
-      sched_file_parse(good, strlen(good), "p.xml", &out, &n, err, sizeof(err)),
-      0, "%s", err);
+  cr_assert_eq(sched_file_parse(good, strlen(good), "p.xml", &out, &n), 0, "%s",
+               err_msg());
   cr_assert_eq(n, 1);
   sched_free(out[0]);
   free(out);
@@ -117,11 +112,10 @@ Test(msccl, xml_errors_name_the_line) {
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     sched *s = NULL;
-    char err[1024] = "";
-    cr_assert_eq(import(cases[i].text, &s, err, sizeof(err)), -1, "case %zu",
+    cr_assert_eq(import(cases[i].text, &s), BRAID_ERR_INVALID_ARG, "case %zu",
                  i);
-    cr_assert(strstr(err, cases[i].want), "case %zu: '%s' lacks '%s'", i, err,
-              cases[i].want);
+    cr_assert(strstr(err_msg(), cases[i].want), "case %zu: '%s' lacks '%s'", i,
+              err_msg(), cases[i].want);
   }
 }
 
@@ -150,7 +144,7 @@ Test(msccl, nchunksperloop_must_split_into_blocks) {
   static const char ag[] =
       "<algo ngpus=\"4\" nchunksperloop=\"6\" coll=\"allgather\"></algo>";
   sched *s = NULL;
-  char err[1024] = "";
-  cr_assert_eq(import(ag, &s, err, sizeof(err)), -1);
-  cr_assert(strstr(err, "nchunksperloop=6 is not a multiple of 4"), "%s", err);
+  cr_assert_eq(import(ag, &s), BRAID_ERR_INVALID_ARG);
+  cr_assert(strstr(err_msg(), "nchunksperloop=6 is not a multiple of 4"), "%s",
+            err_msg());
 }

@@ -71,9 +71,8 @@ static void same_sched(const sched *a, const sched *b, const char *what) {
 
 static sched **parse_ok(const char *text, size_t len, int *n) {
   sched **out = NULL;
-  char err[1024] = "";
-  int rc = sched_file_parse(text, len, "t.json", &out, n, err, sizeof(err));
-  cr_assert_eq(rc, 0, "parse failed: %s", err);
+  braid_result rc = sched_file_parse(text, len, "t.json", &out, n);
+  cr_assert_eq(rc, 0, "parse failed: %s", err_msg());
   return out;
 }
 
@@ -187,12 +186,12 @@ static char *with_line(int line, const char *repl) {
 static void expect_error(const char *text, size_t len, const char *want) {
   sched **out = NULL;
   int n = -1;
-  char err[1024] = "";
-  int rc = sched_file_parse(text, len, "t.json", &out, &n, err, sizeof(err));
-  cr_assert_eq(rc, -1, "accepted, expected '%s'", want);
+  braid_result rc = sched_file_parse(text, len, "t.json", &out, &n);
+  cr_assert_eq(rc, BRAID_ERR_INVALID_ARG, "accepted, expected '%s'", want);
   cr_assert_null(out);
   cr_assert_eq(n, 0);
-  cr_assert_not_null(strstr(err, want), "error '%s' lacks '%s'", err, want);
+  cr_assert_not_null(strstr(err_msg(), want), "error '%s' lacks '%s'",
+                     err_msg(), want);
 }
 
 static void expect_line(int line, const char *repl, const char *want) {
@@ -343,16 +342,16 @@ Test(sched_file, dropped_step_fails_the_verifier) {
   const char *path = tmp_file(s, 2);
   sched **out = NULL;
   int n = -1;
-  char err[1024] = "";
-  cr_assert_eq(sched_file_load(path, &out, &n, err, sizeof(err)), -1);
+  cr_assert_eq(sched_file_load(path, &out, &n), BRAID_ERR_INVALID_ARG);
   cr_assert_null(out);
-  cr_assert_not_null(strstr(err, path), "%s", err);
-  cr_assert_not_null(strstr(err, "schedule 1 (allreduce, algo \"ring\", 6 "
-                                 "ranks) fails the verifier"),
-                     "%s", err);
-  cr_assert_not_null(strstr(err, "channel 1"), "%s", err);
-  cr_assert_not_null(strstr(err, "rank "), "%s", err);
-  cr_assert_not_null(strstr(err, "step "), "%s", err);
+  cr_assert_not_null(strstr(err_msg(), path), "%s", err_msg());
+  cr_assert_not_null(strstr(err_msg(),
+                            "schedule 1 (allreduce, algo \"ring\", 6 "
+                            "ranks) fails the verifier"),
+                     "%s", err_msg());
+  cr_assert_not_null(strstr(err_msg(), "channel 1"), "%s", err_msg());
+  cr_assert_not_null(strstr(err_msg(), "rank "), "%s", err_msg());
+  cr_assert_not_null(strstr(err_msg(), "step "), "%s", err_msg());
   /* the position is schedule 1's opening brace: column 3 of a line that
    * holds only "{" after the lines of schedule 0 */
   int lines = 0, c;
@@ -361,12 +360,12 @@ Test(sched_file, dropped_step_fails_the_verifier) {
   while ((c = fgetc(f)) != EOF)
     lines += c == '\n';
   fclose(f);
-  const char *colon = strstr(err, path) + strlen(path);
+  const char *colon = strstr(err_msg(), path) + strlen(path);
   int line = 0, col = 0;
-  cr_assert_eq(sscanf(colon, ":%d:%d:", &line, &col), 2, "%s", err);
-  cr_assert_eq(col, 3, "%s", err);
-  cr_assert_gt(line, 2, "%s", err);
-  cr_assert_lt(line, lines, "%s", err);
+  cr_assert_eq(sscanf(colon, ":%d:%d:", &line, &col), 2, "%s", err_msg());
+  cr_assert_eq(col, 3, "%s", err_msg());
+  cr_assert_gt(line, 2, "%s", err_msg());
+  cr_assert_lt(line, lines, "%s", err_msg());
   f = fopen(path, "r");
   cr_assert_not_null(f);
   char lb[256] = "";
@@ -388,9 +387,8 @@ Test(sched_file, big_file_loads) {
   const char *path = tmp_file(&s, 1);
   sched **out = NULL;
   int n = 0;
-  char err[1024] = "";
-  int rc = sched_file_load(path, &out, &n, err, sizeof(err));
-  cr_assert_eq(rc, 0, "%s", err);
+  braid_result rc = sched_file_load(path, &out, &n);
+  cr_assert_eq(rc, 0, "%s", err_msg());
   cr_assert_eq(n, 1);
   same_sched(s, out[0], "ring 64");
   free_all(out, n);
@@ -401,11 +399,10 @@ Test(sched_file, big_file_loads) {
 Test(sched_file, missing_file) {
   sched **out = NULL;
   int n = -1;
-  char err[512] = "";
-  cr_assert_eq(
-      sched_file_load("/nonexistent/s.json", &out, &n, err, sizeof(err)), -1);
-  cr_assert_not_null(strstr(err, "/nonexistent/s.json: cannot open"), "%s",
-                     err);
+  cr_assert_eq(sched_file_load("/nonexistent/s.json", &out, &n),
+               BRAID_ERR_SYSTEM);
+  cr_assert_not_null(strstr(err_msg(), "/nonexistent/s.json: cannot open"),
+                     "%s", err_msg());
 }
 
 Test(sched_file, too_big_file) {
@@ -416,9 +413,9 @@ Test(sched_file, too_big_file) {
   close(fd);
   sched **out = NULL;
   int n = -1;
-  char err[512] = "";
-  cr_assert_eq(sched_file_load(path, &out, &n, err, sizeof(err)), -1);
-  cr_assert_not_null(strstr(err, "larger than 67108864 bytes"), "%s", err);
-  cr_assert_not_null(strstr(err, path), "%s", err);
+  cr_assert_eq(sched_file_load(path, &out, &n), BRAID_ERR_INVALID_ARG);
+  cr_assert_not_null(strstr(err_msg(), "larger than 67108864 bytes"), "%s",
+                     err_msg());
+  cr_assert_not_null(strstr(err_msg(), path), "%s", err_msg());
   unlink(path);
 }

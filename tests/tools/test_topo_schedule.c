@@ -157,8 +157,7 @@ Test(topo_schedule, save_loads_back) {
   cr_assert_eq(tool(args), 0);
   sched **s = NULL;
   int n = 0;
-  char err[1024];
-  cr_assert_eq(sched_file_load(path, &s, &n, err, sizeof(err)), 0, "%s", err);
+  cr_assert_eq(sched_file_load(path, &s, &n), 0, "%s", err_msg());
   cr_assert_eq(n, 1);
   cr_assert_str_eq(s[0]->algo, "ring");
   cr_assert_eq(s[0]->coll, SCHED_ALLREDUCE);
@@ -171,7 +170,7 @@ Test(topo_schedule, save_loads_back) {
            "--machine dgx1-v100 --coll allgather --size 32M --save '%s'", path);
   cr_assert_eq(tool(args), 0);
   char *out = slurp(outp);
-  cr_assert_eq(sched_file_load(path, &s, &n, err, sizeof(err)), 0, "%s", err);
+  cr_assert_eq(sched_file_load(path, &s, &n), 0, "%s", err_msg());
   char row[256];
   cr_assert(find_row(out, s[0]->algo, row, sizeof(row)), "%s", out);
   cr_assert_not_null(strstr(row, "<- selected"), "saved %s, table:\n%s",
@@ -193,8 +192,7 @@ Test(topo_schedule, render_dot_one_edge_per_ring_step) {
   cr_assert_eq(tool(args), 0);
   sched **s = NULL;
   int n = 0;
-  char err[1024];
-  cr_assert_eq(sched_file_load(js, &s, &n, err, sizeof(err)), 0, "%s", err);
+  cr_assert_eq(sched_file_load(js, &s, &n), 0, "%s", err_msg());
   char *text = slurp(dot);
   cr_assert_eq(strncmp(text, "digraph", 7), 0);
   /* a ring of n ranks has n hops per channel: one labelled edge each */
@@ -424,8 +422,7 @@ Test(topo_schedule, render_large_plan_one_panel_per_channel, .init = setup,
   cr_assert_eq(tool(args), 0);
   sched **s = NULL;
   int n = 0;
-  char err[1024];
-  cr_assert_eq(sched_file_load(js, &s, &n, err, sizeof(err)), 0, "%s", err);
+  cr_assert_eq(sched_file_load(js, &s, &n), 0, "%s", err_msg());
   int nch = s[0]->nchannels, nr = s[0]->nranks;
   cr_assert_geq(nch, 4, "hybrid made %d channels", nch);
   char *text = slurp(dot);
