@@ -36,12 +36,11 @@ size_t plan_bucket_bytes(size_t bytes) {
   return b == 0 ? 0 : (size_t)1 << (b - 1);
 }
 
-int plan_det_filter(const char *algo, sched_coll coll, select_filter *f,
-                    int *ignored, char *err, size_t errlen) {
+braid_result plan_det_filter(const char *algo, sched_coll coll,
+                             select_filter *f, int *ignored) {
   if (ignored != NULL)
     *ignored = 0;
-  if (select_filter_parse(algo, f, err, errlen) != 0)
-    return -1;
+  CHECKR(select_filter_parse(algo, f));
   uint32_t det = 0;
   char names[96] = "";
   size_t o = 0;
@@ -54,13 +53,11 @@ int plan_det_filter(const char *algo, sched_coll coll, select_filter *f,
                               o ? ", " : "", gen_table[i]->name);
     }
   uint32_t allow = f->allow[coll] & det;
-  if (allow == 0 && (f->named & (1u << coll))) {
-    snprintf(err, errlen,
-             "BRAID_DETERMINISTIC: BRAID_ALGO=\"%s\" leaves no algorithm that "
-             "folds %s in rank order (those that do: %s)",
-             algo ? algo : "", sched_coll_name(coll), names);
-    return -1;
-  }
+  if (allow == 0 && (f->named & (1u << coll)))
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "BRAID_DETERMINISTIC: BRAID_ALGO=\"%s\" leaves no algorithm "
+               "that folds %s in rank order (those that do: %s)",
+               algo ? algo : "", sched_coll_name(coll), names);
   if (allow == 0) { /* only the default entry applies: not to this one */
     allow = det;
     if (ignored != NULL)
@@ -69,28 +66,28 @@ int plan_det_filter(const char *algo, sched_coll coll, select_filter *f,
   f->allow[coll] = allow;
   f->asked[coll] = allow; /* the opt-in ones among them too */
   f->named |= 1u << coll; /* no default entry rule widens it again */
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-const gen_desc *plan_select(const plan_request *rq, char *err, size_t errlen) {
+braid_result plan_select(const plan_request *rq, const gen_desc **out) {
   size_t at = plan_bucket_bytes(rq->bytes);
   const sched_view *v = rq->view;
   select_filter f; /* opt-in generators only where algo names them */
   int det = rq->deterministic && sched_reduces(rq->coll);
-  if (det && plan_det_filter(rq->algo, rq->coll, &f, NULL, err, errlen) != 0)
-    return NULL;
+  *out = NULL;
+  if (det)
+    CHECKR(plan_det_filter(rq->algo, rq->coll, &f, NULL));
   if (!rq->on_gpus && (v == NULL || v->nhosts < 2 || v->g == NULL ||
                        rq->nranks > PLAN_SIM_MAX_RANKS)) {
     if (det)
       return select_algo_f(rq->coll, rq->nranks, at, rq->transport_class, &f,
-                           err, errlen);
+                           out);
     return select_algo(rq->coll, rq->nranks, at, rq->transport_class, rq->algo,
-                       err, errlen);
+                       out);
   }
-  if (!det && select_filter_parse(rq->algo, &f, err, errlen) != 0)
-    return NULL;
-  return select_algo_view(rq->coll, v, at, &rq->sim, &f, rq->max_channels, err,
-                          errlen);
+  if (!det)
+    CHECKR(select_filter_parse(rq->algo, &f));
+  return select_algo_view(rq->coll, v, at, &rq->sim, &f, rq->max_channels, out);
 }
 
 int plan_channels(size_t bytes, int max_channels) {

@@ -13,6 +13,7 @@
 #include "collectives/generators.h"
 #include "collectives/schedule.h"
 #include "collectives/sim.h"
+#include "src/log.h" /* braid_result; err_msg() reads the message */
 
 /* The library's channels per call when BRAID_NCHANNELS is unset. */
 #define PLAN_DEFAULT_CHANNELS 2
@@ -56,8 +57,9 @@ size_t plan_bucket_bytes(size_t bytes);
  * simulating every candidate the filter allows (collectives/select.h:
  * select_algo_view; opt-in generators only where the filter names them),
  * elsewhere by the cost model (select_algo); under rq->deterministic,
- * reductions among plan_det_filter's. NULL with a message. */
-const gen_desc *plan_select(const plan_request *rq, char *err, size_t errlen);
+ * reductions among plan_det_filter's. BRAID_SUCCESS with the generator in
+ * *out, or an error with a message (ERR). */
+braid_result plan_select(const plan_request *rq, const gen_desc **out);
 
 struct select_filter; /* collectives/select.h */
 /* The filter of a reducing collective under BRAID_DETERMINISTIC: what the
@@ -67,9 +69,10 @@ struct select_filter; /* collectives/select.h */
  * it leaves none of them, it is ignored for this collective (*ignored = 1
  * when ignored is not NULL), as select.h ignores a default entry that
  * leaves no algorithm; the collective's own entry ("allreduce:ring") that
- * leaves none is an error. 0, or -1 with a message. */
-int plan_det_filter(const char *algo, sched_coll coll, struct select_filter *f,
-                    int *ignored, char *err, size_t errlen);
+ * leaves none is an error. BRAID_SUCCESS, or BRAID_ERR_INVALID_ARG with a
+ * message (ERR). */
+braid_result plan_det_filter(const char *algo, sched_coll coll,
+                             struct select_filter *f, int *ignored);
 
 /* The channels a call with blocks of `bytes` takes: one per
  * PLAN_BYTES_PER_CHANNEL, from 1 to max_channels. */

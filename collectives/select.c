@@ -68,15 +68,9 @@ static void trim(const char **s, const char **e) {
     (*e)--;
 }
 
-static void ferr(char *err, size_t errlen, const char *fmt, const char *tok,
-                 size_t toklen) {
-  if (err && errlen)
-    snprintf(err, errlen, fmt, (int)toklen, tok);
-}
-
 /* Parses "[^]name[,name...]" in [s, e) into a mask. */
-static int parse_list(const char *s, const char *e, uint32_t *mask,
-                      uint32_t *asked, char *err, size_t errlen) {
+static braid_result parse_list(const char *s, const char *e, uint32_t *mask,
+                               uint32_t *asked) {
   uint32_t all = (ngens() >= 32) ? 0xffffffffu : ((1u << ngens()) - 1u);
   uint32_t m = 0;
   int neg = 0;
@@ -93,11 +87,10 @@ static int parse_list(const char *s, const char *e, uint32_t *mask,
     const char *ts = p, *te = q;
     trim(&ts, &te);
     if (ts == te) {
-      ferr(err, errlen,
-           "BRAID_ALGO: empty algorithm name in \"%.*s\" (expected a "
-           "comma-separated list such as ring,tree)",
-           s, (size_t)(e - s));
-      return -1;
+      return ERR(BRAID_ERR_INVALID_ARG,
+                 "BRAID_ALGO: empty algorithm name in \"%.*s\" (expected a "
+                 "comma-separated list such as ring,tree)",
+                 (int)(e - s), s);
     }
     int found = -1;
     for (int i = 0; gen_table[i] != NULL; i++)
@@ -110,11 +103,9 @@ static int parse_list(const char *s, const char *e, uint32_t *mask,
       for (int i = 0; gen_table[i] != NULL && o < sizeof(known); i++)
         o += (size_t)snprintf(known + o, sizeof(known) - o, "%s%s",
                               i ? ", " : "", gen_table[i]->name);
-      if (err && errlen)
-        snprintf(err, errlen,
+      return ERR(BRAID_ERR_INVALID_ARG,
                  "BRAID_ALGO: unknown algorithm \"%.*s\" (known: %s)",
                  (int)(te - ts), ts, known);
-      return -1;
     }
     m |= 1u << found;
     if (q >= e)
@@ -123,7 +114,7 @@ static int parse_list(const char *s, const char *e, uint32_t *mask,
   }
   *mask = neg ? (all & ~m) : m;
   *asked = neg ? 0 : m;
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 static const struct {
@@ -144,16 +135,13 @@ static const struct {
     {"sendrecv", (1u << SCHED_SEND) | (1u << SCHED_RECV)},
 };
 
-int select_filter_parse(const char *text, select_filter *f, char *err,
-                        size_t errlen) {
+braid_result select_filter_parse(const char *text, select_filter *f) {
   uint32_t all = (ngens() >= 32) ? 0xffffffffu : ((1u << ngens()) - 1u);
   uint32_t per[SCHED_NUM_COLLS], set = 0, def = all;
   uint32_t per_asked[SCHED_NUM_COLLS], def_asked = 0;
   int have_def = 0;
   if (!f)
-    return -1;
-  if (err && errlen)
-    err[0] = '\0';
+    return ERR(BRAID_ERR_INVALID_ARG, "select_filter_parse: no filter");
   for (int c = 0; c < SCHED_NUM_COLLS; c++) {
     per[c] = all;
     per_asked[c] = 0;
@@ -171,13 +159,11 @@ int select_filter_parse(const char *text, select_filter *f, char *err,
       uint32_t mask, asked;
       if (!colon) {
         if (have_def) {
-          ferr(err, errlen,
-               "BRAID_ALGO: second entry without a collective: \"%.*s\"", s,
-               (size_t)(e - s));
-          return -1;
+          return ERR(BRAID_ERR_INVALID_ARG,
+                     "BRAID_ALGO: second entry without a collective: \"%.*s\"",
+                     (int)(e - s), s);
         }
-        if (parse_list(s, e, &mask, &asked, err, errlen))
-          return -1;
+        CHECKR(parse_list(s, e, &mask, &asked));
         def = mask;
         def_asked = asked;
         have_def = 1;
@@ -190,20 +176,19 @@ int select_filter_parse(const char *text, select_filter *f, char *err,
               strncasecmp(coll_names[i].name, cs, (size_t)(ce - cs)) == 0)
             colls = coll_names[i].colls;
         if (!colls) {
-          ferr(err, errlen,
-               "BRAID_ALGO: unknown collective \"%.*s\" (known: allreduce, "
-               "broadcast, reduce, allgather, reducescatter, gather, "
-               "scatter, alltoall, send, recv, sendrecv)",
-               cs, (size_t)(ce - cs));
-          return -1;
+          return ERR(
+              BRAID_ERR_INVALID_ARG,
+              "BRAID_ALGO: unknown collective \"%.*s\" (known: allreduce, "
+              "broadcast, reduce, allgather, reducescatter, gather, "
+              "scatter, alltoall, send, recv, sendrecv)",
+              (int)(ce - cs), cs);
         }
         if (colls & set) {
-          ferr(err, errlen, "BRAID_ALGO: collective \"%.*s\" named twice", cs,
-               (size_t)(ce - cs));
-          return -1;
+          return ERR(BRAID_ERR_INVALID_ARG,
+                     "BRAID_ALGO: collective \"%.*s\" named twice",
+                     (int)(ce - cs), cs);
         }
-        if (parse_list(colon + 1, e, &mask, &asked, err, errlen))
-          return -1;
+        CHECKR(parse_list(colon + 1, e, &mask, &asked));
         set |= colls;
         for (int c = 0; c < SCHED_NUM_COLLS; c++)
           if (colls & (1u << c)) {
@@ -222,7 +207,7 @@ int select_filter_parse(const char *text, select_filter *f, char *err,
     f->asked[c] = own ? per_asked[c] : def_asked;
   }
   f->named = set;
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 void select_filter_all(select_filter *f) {
@@ -243,27 +228,18 @@ int select_filter_allows(const select_filter *f, sched_coll coll,
   return f ? (f->allow[coll] >> i) & 1u : 1;
 }
 
-const gen_desc *select_algo_f(sched_coll coll, int nranks, size_t bytes,
-                              int transport_class, const select_filter *fin,
-                              char *err, size_t errlen) {
+braid_result select_algo_f(sched_coll coll, int nranks, size_t bytes,
+                           int transport_class, const select_filter *fin,
+                           const gen_desc **out) {
   select_filter f;
-  if (err && errlen)
-    err[0] = '\0';
-  if ((int)coll < 0 || coll >= SCHED_NUM_COLLS) {
-    if (err && errlen)
-      snprintf(err, errlen, "unknown collective %d", (int)coll);
-    return NULL;
-  }
-  if (nranks < 1) {
-    if (err && errlen)
-      snprintf(err, errlen, "bad rank count %d", nranks);
-    return NULL;
-  }
-  if (!select_model_get(transport_class)) {
-    if (err && errlen)
-      snprintf(err, errlen, "unknown transport class %d", transport_class);
-    return NULL;
-  }
+  *out = NULL;
+  if ((int)coll < 0 || coll >= SCHED_NUM_COLLS)
+    return ERR(BRAID_ERR_INVALID_ARG, "unknown collective %d", (int)coll);
+  if (nranks < 1)
+    return ERR(BRAID_ERR_INVALID_ARG, "bad rank count %d", nranks);
+  if (!select_model_get(transport_class))
+    return ERR(BRAID_ERR_INVALID_ARG, "unknown transport class %d",
+               transport_class);
   if (fin) {
     f = *fin;
   } else {
@@ -293,7 +269,7 @@ const gen_desc *select_algo_f(sched_coll coll, int nranks, size_t bytes,
       best_cost = c;
     }
   }
-  if (!best && err && errlen) {
+  if (!best) {
     char sup[160] = "";
     size_t o = 0;
     GEN_FOREACH (g) {
@@ -303,41 +279,37 @@ const gen_desc *select_algo_f(sched_coll coll, int nranks, size_t bytes,
         o += (size_t)snprintf(sup + o, sizeof(sup) - o, "%s%s", o ? ", " : "",
                               g->name);
     }
-    snprintf(err, errlen,
-             "the algorithm filter leaves no algorithm for %s on %d ranks "
-             "(algorithms that support it: %s)",
-             sched_coll_name(coll), nranks, sup);
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "the algorithm filter leaves no algorithm for %s on %d ranks "
+               "(algorithms that support it: %s)",
+               sched_coll_name(coll), nranks, sup);
   }
-  return best;
+  *out = best;
+  return BRAID_SUCCESS;
 }
 
-const gen_desc *select_algo(sched_coll coll, int nranks, size_t bytes,
-                            int transport_class, const char *algo_filter,
-                            char *err, size_t errlen) {
+braid_result select_algo(sched_coll coll, int nranks, size_t bytes,
+                         int transport_class, const char *algo_filter,
+                         const gen_desc **out) {
   select_filter f;
-  if (select_filter_parse(algo_filter, &f, err, errlen))
-    return NULL;
-  const gen_desc *g =
-      select_algo_f(coll, nranks, bytes, transport_class, &f, err, errlen);
-  if (!g && err && errlen && algo_filter &&
-      strstr(err, "leaves no algorithm")) {
-    char tmp[512];
-    snprintf(tmp, sizeof(tmp), "BRAID_ALGO=\"%s\": %s", algo_filter, err);
-    snprintf(err, errlen, "%s", tmp);
-  }
-  return g;
+  *out = NULL;
+  CHECKR(select_filter_parse(algo_filter, &f));
+  braid_result r = select_algo_f(coll, nranks, bytes, transport_class, &f, out);
+  if (r != BRAID_SUCCESS && algo_filter &&
+      strstr(err_msg(), "leaves no algorithm"))
+    return ERR_WRAP(r, "BRAID_ALGO=\"%s\"", algo_filter);
+  return r;
 }
 
 /* ---- selection on a view, by simulation ---- */
 
-int select_sim_table(sched_coll coll, int root, const sched_view *v,
-                     size_t bytes, const sim_params *p, const select_filter *f,
-                     int max_channels, select_cand *out, int max, char *err,
-                     size_t errlen) {
-  if ((int)coll < 0 || coll >= SCHED_NUM_COLLS || !v || !p || !out || max < 0) {
-    snprintf(err, errlen, "select_sim_table: bad arguments");
-    return -1;
-  }
+braid_result select_sim_table(sched_coll coll, int root, const sched_view *v,
+                              size_t bytes, const sim_params *p,
+                              const select_filter *f, int max_channels,
+                              select_cand *out, int max, int *count) {
+  *count = 0;
+  if ((int)coll < 0 || coll >= SCHED_NUM_COLLS || !v || !p || !out || max < 0)
+    return ERR(BRAID_ERR_INVALID_ARG, "select_sim_table: bad arguments");
   /* no filter, or a default entry that leaves nothing for coll: every
    * generator but the opt-in ones */
   select_filter all;
@@ -376,7 +348,8 @@ int select_sim_table(sched_coll coll, int root, const sched_view *v,
       snprintf(c->note, sizeof c->note, "%s", err_msg());
     sched_free(s);
   }
-  return n;
+  *count = n;
+  return BRAID_SUCCESS;
 }
 
 /* The call's size is known to within its power-of-two bucket: the runtime
@@ -384,19 +357,17 @@ int select_sim_table(sched_coll coll, int root, const sched_view *v,
  * is simulated at both ends and scored by its worst ratio to the fastest
  * there; the lowest score wins, then the lower time at `bytes`, then the
  * earlier entry. A generator that is fastest at both ends always wins. */
-const gen_desc *select_algo_view(sched_coll coll, const sched_view *v,
-                                 size_t bytes, const sim_params *p,
-                                 const select_filter *f, int max_channels,
-                                 char *err, size_t errlen) {
+braid_result select_algo_view(sched_coll coll, const sched_view *v,
+                              size_t bytes, const sim_params *p,
+                              const select_filter *f, int max_channels,
+                              const gen_desc **out) {
   select_cand lo[32], hi[32];
-  int n = select_sim_table(coll, 0, v, bytes, p, f, max_channels, lo, 32, err,
-                           errlen);
-  int nh = 0;
+  int n = 0, nh = 0;
+  *out = NULL;
+  CHECKR(select_sim_table(coll, 0, v, bytes, p, f, max_channels, lo, 32, &n));
   if (n > 0 && bytes > 0 && bytes <= SIZE_MAX / 2)
-    nh = select_sim_table(coll, 0, v, 2 * bytes, p, f, max_channels, hi, 32,
-                          err, errlen);
-  if (n < 0 || nh < 0)
-    return NULL;
+    CHECKR(select_sim_table(coll, 0, v, 2 * bytes, p, f, max_channels, hi, 32,
+                            &nh));
   double best_lo = INFINITY, best_hi = INFINITY;
   for (int i = 0; i < n; i++)
     if (lo[i].ok && lo[i].res.time_us < best_lo)
@@ -424,16 +395,20 @@ const gen_desc *select_algo_view(sched_coll coll, const sched_view *v,
     }
   }
   if (!best) {
-    snprintf(err, errlen, "no generator could be simulated for %s on %d ranks",
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "no generator could be simulated for %s on %d ranks",
              sched_coll_name(coll), v->nranks);
     for (int i = 0; i < n; i++) { /* the first reason, to help */
-      size_t o = strlen(err);
-      if (lo[i].note[0] && o + 8 < errlen) {
-        snprintf(err + o, errlen - o, " (%s: %s)", lo[i].gen->name, lo[i].note);
+      size_t o = strlen(msg);
+      if (lo[i].note[0] && o + 8 < sizeof msg) {
+        snprintf(msg + o, sizeof msg - o, " (%s: %s)", lo[i].gen->name,
+                 lo[i].note);
         break;
       }
     }
-    return NULL;
+    return ERR(BRAID_ERR_UNSUPPORTED, "%s", msg);
   }
-  return best->gen;
+  *out = best->gen;
+  return BRAID_SUCCESS;
 }

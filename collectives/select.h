@@ -13,6 +13,7 @@
 #include "cost_model.h"
 #include "generators.h"
 #include "sim.h"
+#include "src/log.h" /* braid_result; err_msg() reads the message */
 
 /* A parsed filter: for every collective, a bit (1u << i) per allowed entry i
  * of gen_table (gen_index). */
@@ -34,9 +35,9 @@ typedef struct select_filter {
  * Names are case-insensitive; spaces around names are ignored. Collective
  * names: allreduce, broadcast, reduce, allgather, reducescatter (or
  * reduce_scatter), gather, scatter, alltoall, send, recv, sendrecv (both).
- * Returns 0, or -1 with a message naming the bad token in err. */
-int select_filter_parse(const char *text, select_filter *f, char *err,
-                        size_t errlen);
+ * BRAID_SUCCESS, or BRAID_ERR_INVALID_ARG with a message (ERR) naming the
+ * bad token. */
+braid_result select_filter_parse(const char *text, select_filter *f);
 /* Whether f allows g for coll: g is among f's entries, and an opt-in
  * generator (GEN_OPT_IN) is named by them. NULL is the empty filter (every
  * generator but the opt-in ones), as no BRAID_ALGO. */
@@ -57,18 +58,20 @@ double select_cost(const gen_desc *g, sched_coll coll, int nranks, size_t bytes,
  * filter text allows. When only the default entry applies (no "coll:" entry
  * for this collective) and it leaves no algorithm that supports the
  * collective — "ring" for gather — the filter is ignored for it, so that a
- * global "ring" still lets gather and alltoall run. Returns NULL with a
- * message in err when the filter text is malformed or the collective's own
- * entry leaves no algorithm for it. */
-const gen_desc *select_algo(sched_coll coll, int nranks, size_t bytes,
-                            int transport_class, const char *algo_filter,
-                            char *err, size_t errlen);
+ * global "ring" still lets gather and alltoall run. BRAID_SUCCESS with the
+ * generator in *out, or BRAID_ERR_INVALID_ARG with a message (ERR) when the
+ * filter text is malformed or the collective's own entry leaves no
+ * algorithm for it ("BRAID_ALGO=\"...\": the algorithm filter leaves no
+ * algorithm for ..."). */
+braid_result select_algo(sched_coll coll, int nranks, size_t bytes,
+                         int transport_class, const char *algo_filter,
+                         const gen_desc **out);
 
 /* The same with a filter parsed once by select_filter_parse (NULL: no
  * filter), for callers that select on every call. */
-const gen_desc *select_algo_f(sched_coll coll, int nranks, size_t bytes,
-                              int transport_class, const select_filter *f,
-                              char *err, size_t errlen);
+braid_result select_algo_f(sched_coll coll, int nranks, size_t bytes,
+                           int transport_class, const select_filter *f,
+                           const gen_desc **out);
 
 /* ---- selection on a topology view, by simulation (collectives/sim.h) ---- */
 
@@ -91,23 +94,25 @@ typedef struct select_cand {
  * in select_algo_f; select_filter_all: every one), for
  * blocks of `bytes` bytes, root `root` (rooted collectives), at most
  * max_channels channels for topology-aware generators (0: their default).
- * Fills out[0 .. return) in gen_table order, skipped ones included with
- * ok = 0 (a generator that builds no schedule: its reason in note). Returns the
- * count, or -1 with a message. */
-int select_sim_table(sched_coll coll, int root, const sched_view *v,
-                     size_t bytes, const sim_params *p, const select_filter *f,
-                     int max_channels, select_cand *out, int max, char *err,
-                     size_t errlen);
+ * Fills out[0 .. *count) in gen_table order, skipped ones included with
+ * ok = 0 (a generator that builds no schedule, or whose schedule does not
+ * simulate: its reason in note). BRAID_SUCCESS, or BRAID_ERR_INVALID_ARG
+ * with a message (ERR) for bad arguments. */
+braid_result select_sim_table(sched_coll coll, int root, const sched_view *v,
+                              size_t bytes, const sim_params *p,
+                              const select_filter *f, int max_channels,
+                              select_cand *out, int max, int *count);
 
 /* The generator to use for calls in the power-of-two bucket [bytes,
  * 2 bytes) (the runtime selects once per bucket, at its lower end), root 0:
  * every candidate is simulated at both ends and the one with the smallest
  * worst ratio to the fastest there wins (then the lower time at `bytes`,
  * then the earlier entry), so a generator fastest at both ends is picked.
- * NULL with a message when none could be simulated. */
-const gen_desc *select_algo_view(sched_coll coll, const sched_view *v,
-                                 size_t bytes, const sim_params *p,
-                                 const select_filter *f, int max_channels,
-                                 char *err, size_t errlen);
+ * BRAID_SUCCESS with the generator in *out, or BRAID_ERR_UNSUPPORTED with a
+ * message (ERR) when none could be simulated. */
+braid_result select_algo_view(sched_coll coll, const sched_view *v,
+                              size_t bytes, const sim_params *p,
+                              const select_filter *f, int max_channels,
+                              const gen_desc **out);
 
 #endif

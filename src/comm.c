@@ -290,12 +290,11 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
   cfg_slots(env->buffsize, &c->slot_bytes, &c->slice_bytes);
   c->broken = BRAID_SUCCESS;
   if (c->algo[0]) { /* validate the filter once, with a clear error */
-    char err[256] = "";
-    if (select_algo(SCHED_ALLREDUCE, c->nranks, 8, SELECT_TP_SHM, c->algo, err,
-                    sizeof err) == NULL &&
-        err[0]) {
-      comm_set_error(c, "BRAID_ALGO=%s: %s", c->algo, err);
-      WARN(LOG_INIT, "BRAID_ALGO=%s: %s", c->algo, err);
+    const gen_desc *g = NULL;
+    if (select_algo(SCHED_ALLREDUCE, c->nranks, 8, SELECT_TP_SHM, c->algo,
+                    &g) != BRAID_SUCCESS) {
+      comm_set_error(c, "BRAID_ALGO=%s: %s", c->algo, err_msg());
+      WARN(LOG_INIT, "BRAID_ALGO=%s: %s", c->algo, err_msg());
     }
   }
   braid_result r = comm_view_setup(c);
@@ -359,7 +358,6 @@ static int config_invalid(const braid_config *cfg, char *why, size_t len) {
   if (cfg == NULL)
     return 0;
   select_filter f;
-  char perr[200] = "";
   if (cfg->size != sizeof(braid_config))
     snprintf(why, len,
              "cfg->size is %zu, not sizeof(braid_config) = %zu: cfg was not "
@@ -390,8 +388,8 @@ static int config_invalid(const braid_config *cfg, char *why, size_t len) {
              "ibverbs)",
              cfg->transport);
   else if (cfg->algo != NULL &&
-           select_filter_parse(cfg->algo, &f, perr, sizeof perr) != 0)
-    snprintf(why, len, "cfg->algo is \"%.60s\": %s", cfg->algo, perr);
+           select_filter_parse(cfg->algo, &f) != BRAID_SUCCESS)
+    snprintf(why, len, "cfg->algo is \"%.60s\": %.199s", cfg->algo, err_msg());
   else
     return 0;
   return 1;

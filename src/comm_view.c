@@ -137,15 +137,12 @@ static braid_result load_schedules(braid_comm *c, const char *path) {
 static braid_result det_setup(braid_comm *c, const char *path) {
   static const sched_coll colls[] = {SCHED_ALLREDUCE, SCHED_REDUCE,
                                      SCHED_REDUCE_SCATTER};
-  char err[512] = "";
   int warned = 0;
   for (size_t i = 0; i < sizeof colls / sizeof colls[0]; i++) {
     select_filter f;
     int ignored = 0;
-    if (plan_det_filter(c->algo, colls[i], &f, &ignored, err, sizeof err)) {
-      comm_set_error(c, "%s", err);
-      return BRAID_ERR_INVALID_ARG;
-    }
+    if (plan_det_filter(c->algo, colls[i], &f, &ignored) != BRAID_SUCCESS)
+      return comm_fail(c, BRAID_ERR_INVALID_ARG, "%s", err_msg());
     if (ignored && !warned++)
       WARN(LOG_INIT,
            "BRAID_DETERMINISTIC=1: BRAID_ALGO=%s names no algorithm that "

@@ -653,15 +653,14 @@ static void check_env(const shape *s, doc_report *r) {
             env->transport);
   }
   if (env->algo != NULL) {
-    char err[256] = "";
     int n = s->nranks > 1 ? s->nranks : s->local > 1 ? s->local : 2;
-    if (select_algo(SCHED_ALLREDUCE, n, 8, SELECT_TP_SHM, env->algo, err,
-                    sizeof err) == NULL &&
-        err[0]) {
+    const gen_desc *g = NULL;
+    if (select_algo(SCHED_ALLREDUCE, n, 8, SELECT_TP_SHM, env->algo, &g) !=
+        BRAID_SUCCESS) {
       bad++;
       doc_add(r, "env", DOC_WARN,
               "fix the filter (docs/SCHEDULES.md), or unset BRAID_ALGO",
-              "BRAID_ALGO=%s: %s", env->algo, err);
+              "BRAID_ALGO=%s: %s", env->algo, err_msg());
     }
   }
   const char *files[][2] = {{"BRAID_TOPO_FILE", env->topo_file},

@@ -106,14 +106,11 @@ braid_result exec_plan_sched(braid_comm *c, const exec_op *op, exec_plan *out) {
   out->gen_why = on_gpus ? "the planner's choice on the ranks' GPUs"
                          : "the planner's choice";
   if (out->gen == NULL) {
-    char err[256] = "";
     plan_request rq;
     comm_plan_request(c, op->coll, op->root, bytes, out->view, &rq);
-    out->gen = plan_select(&rq, err, sizeof err);
-    if (out->gen == NULL) {
-      comm_set_error(c, "%s: no algorithm: %s", op->name, err);
-      return BRAID_ERR_INVALID_ARG;
-    }
+    if (plan_select(&rq, &out->gen) != BRAID_SUCCESS)
+      return comm_fail(c, BRAID_ERR_INVALID_ARG, "%s: no algorithm: %s",
+                       op->name, err_msg());
     c->sel_cache[on_gpus][op->coll][bucket] = out->gen;
   }
   out->nchannels = plan_channels(bytes, c->nchannels);

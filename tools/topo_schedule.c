@@ -560,7 +560,6 @@ static void human(double us, char *b, size_t n) {
 }
 
 static int run(const sopts *o, topo_graph *g) {
-  char err[1024] = "";
   sched_view *v = NULL;
   if (view_gpus(g, o->ngpus ? o->gpus : NULL, o->ngpus, &v) != BRAID_SUCCESS)
     return bad("%s", err_msg());
@@ -609,9 +608,9 @@ static int run(const sopts *o, topo_graph *g) {
   rq.algo = o->algo;
   rq.max_channels = o->channels;
   rq.deterministic = o->det;
-  const gen_desc *pick = plan_select(&rq, err, sizeof(err));
-  if (!pick)
-    printf("the library would refuse this call: %s\n", err);
+  const gen_desc *pick = NULL;
+  if (plan_select(&rq, &pick) != BRAID_SUCCESS)
+    printf("the library would refuse this call: %s\n", err_msg());
   select_cand cand[32];
   int nc = 0;
   if (o->algo) {
@@ -621,10 +620,9 @@ static int run(const sopts *o, topo_graph *g) {
   } else {
     select_filter every;
     select_filter_all(&every);
-    nc = select_sim_table(o->coll, 0, v, bytes, &sp, &every, o->channels, cand,
-                          32, err, sizeof(err));
-    if (nc < 0) {
-      fprintf(stderr, "braid-topo schedule: %s\n", err);
+    if (select_sim_table(o->coll, 0, v, bytes, &sp, &every, o->channels, cand,
+                         32, &nc) != BRAID_SUCCESS) {
+      fprintf(stderr, "braid-topo schedule: %s\n", err_msg());
       view_free(v);
       return 1;
     }

@@ -12,7 +12,12 @@
 #include "collectives/select.h"
 #include "collectives/verify.h"
 
-static char err[512];
+/* plan_select's pick (it must not refuse). */
+static const gen_desc *plan_pick(const plan_request *rq) {
+  const gen_desc *g = NULL;
+  cr_assert_eq(plan_select(rq, &g), BRAID_SUCCESS, "%s", err_msg());
+  return g;
+}
 
 static const sched_coll red_colls[] = {SCHED_ALLREDUCE, SCHED_REDUCE,
                                        SCHED_REDUCE_SCATTER};
@@ -114,8 +119,7 @@ Test(det, planner_picks_rank_order_only) {
             rq.transport_class = tp;
             rq.algo = filters[fi];
             rq.deterministic = 1;
-            const gen_desc *g = plan_select(&rq, err, sizeof err);
-            cr_assert_not_null(g, "%s", err);
+            const gen_desc *g = plan_pick(&rq);
             cr_assert(g->flags & GEN_RANK_ORDER, "%s picked for %s n=%d",
                       g->name, sched_coll_name(red_colls[ci]), n);
             if (filters[fi] && !strcmp(filters[fi], "^direct"))
@@ -126,48 +130,45 @@ Test(det, planner_picks_rank_order_only) {
   plan_request rq;
   plan_request_defaults(&rq, SCHED_ALLREDUCE, 4, 8, NULL, 0);
   rq.deterministic = 1;
-  cr_assert_str_eq(plan_select(&rq, err, sizeof err)->name, "direct");
+  cr_assert_str_eq(plan_pick(&rq)->name, "direct");
   rq.bytes = 64u << 20;
-  cr_assert_str_eq(plan_select(&rq, err, sizeof err)->name, "det");
+  cr_assert_str_eq(plan_pick(&rq)->name, "det");
   rq.deterministic = 0;
-  cr_assert_str_neq(plan_select(&rq, err, sizeof err)->name, "det");
+  cr_assert_str_neq(plan_pick(&rq)->name, "det");
   /* collectives that do not reduce are not restricted */
   plan_request_defaults(&rq, SCHED_ALLGATHER, 4, 64u << 20, NULL, 0);
   rq.deterministic = 1;
   rq.algo = "ring";
-  cr_assert_str_eq(plan_select(&rq, err, sizeof err)->name, "ring");
+  cr_assert_str_eq(plan_pick(&rq)->name, "ring");
 }
 
 Test(det, filter_rules) {
   select_filter f;
   int ignored = -1;
   /* a collective's own entry naming no rank-order generator: an error */
-  cr_assert(plan_det_filter("allreduce:ring", SCHED_ALLREDUCE, &f, &ignored,
-                            err, sizeof err) != 0);
-  cr_assert(strstr(err, "BRAID_DETERMINISTIC") && strstr(err, "allreduce") &&
-                strstr(err, "direct, det"),
-            "%s", err);
+  cr_assert(plan_det_filter("allreduce:ring", SCHED_ALLREDUCE, &f, &ignored) !=
+            0);
+  cr_assert(strstr(err_msg(), "BRAID_DETERMINISTIC") &&
+                strstr(err_msg(), "allreduce") &&
+                strstr(err_msg(), "direct, det"),
+            "%s", err_msg());
   /* ... which leaves the other collectives alone */
-  cr_assert(plan_det_filter("allreduce:ring", SCHED_REDUCE, &f, &ignored, err,
-                            sizeof err) == 0,
-            "%s", err);
+  cr_assert(plan_det_filter("allreduce:ring", SCHED_REDUCE, &f, &ignored) == 0,
+            "%s", err_msg());
   cr_assert_eq(ignored, 0);
   /* a default entry naming none: ignored for the reductions */
-  cr_assert(plan_det_filter("ring", SCHED_REDUCE_SCATTER, &f, &ignored, err,
-                            sizeof err) == 0,
-            "%s", err);
+  cr_assert(plan_det_filter("ring", SCHED_REDUCE_SCATTER, &f, &ignored) == 0,
+            "%s", err_msg());
   cr_assert_eq(ignored, 1);
   cr_assert(select_filter_allows(&f, SCHED_REDUCE_SCATTER, gen_find("det")));
   cr_assert(select_filter_allows(&f, SCHED_REDUCE_SCATTER, gen_find("direct")));
   cr_assert(!select_filter_allows(&f, SCHED_REDUCE_SCATTER, gen_find("ring")));
   /* the filter still narrows the rank-order ones */
-  cr_assert(plan_det_filter("direct", SCHED_ALLREDUCE, &f, &ignored, err,
-                            sizeof err) == 0);
+  cr_assert(plan_det_filter("direct", SCHED_ALLREDUCE, &f, &ignored) == 0);
   cr_assert_eq(ignored, 0);
   cr_assert(!select_filter_allows(&f, SCHED_ALLREDUCE, gen_find("det")));
   cr_assert(select_filter_allows(&f, SCHED_ALLREDUCE, gen_find("direct")));
   /* a malformed filter is still refused */
-  cr_assert(plan_det_filter("nosuch", SCHED_ALLREDUCE, &f, &ignored, err,
-                            sizeof err) != 0);
-  cr_assert(strstr(err, "unknown algorithm"), "%s", err);
+  cr_assert(plan_det_filter("nosuch", SCHED_ALLREDUCE, &f, &ignored) != 0);
+  cr_assert(strstr(err_msg(), "unknown algorithm"), "%s", err_msg());
 }

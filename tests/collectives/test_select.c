@@ -11,7 +11,23 @@
 #include "collectives/select.h"
 #include "collectives/verify.h"
 
-static char err[512];
+/* select_algo's pick, NULL when it refuses (why: err_msg()). */
+static const gen_desc *pick(sched_coll c, int n, size_t bytes, int tp,
+                            const char *filter) {
+  const gen_desc *g = NULL;
+  braid_result r = select_algo(c, n, bytes, tp, filter, &g);
+  cr_assert_eq(r == BRAID_SUCCESS, g != NULL, "%s", err_msg());
+  return g;
+}
+
+/* The same for select_algo_f. */
+static const gen_desc *pick_f(sched_coll c, int n, size_t bytes, int tp,
+                              const select_filter *f) {
+  const gen_desc *g = NULL;
+  braid_result r = select_algo_f(c, n, bytes, tp, f, &g);
+  cr_assert_eq(r == BRAID_SUCCESS, g != NULL, "%s", err_msg());
+  return g;
+}
 
 Test(select, never_unsupported) {
   size_t sizes[] = {0, 1, 8, 4096, 65536, 1u << 20, 64u << 20};
@@ -27,15 +43,16 @@ Test(select, never_unsupported) {
       for (int n = 1; n <= 64; n++)
         for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
           for (size_t fi = 0; fi < sizeof(filters) / sizeof(filters[0]); fi++) {
-            const gen_desc *g = select_algo((sched_coll)c, n, sizes[si], tp,
-                                            filters[fi], err, sizeof(err));
+            const gen_desc *g =
+                pick((sched_coll)c, n, sizes[si], tp, filters[fi]);
             if (!g) {
               /* Only a collective's own entry may leave nothing, and it
                * must say so. */
               cr_assert(filters[fi] && strchr(filters[fi], ':'), "%s n=%d: %s",
-                        sched_coll_name(c), n, err);
-              cr_assert(strstr(err, "leaves no algorithm for"), "%s", err);
-              cr_assert(strstr(err, sched_coll_name(c)), "%s", err);
+                        sched_coll_name(c), n, err_msg());
+              cr_assert(strstr(err_msg(), "leaves no algorithm for"), "%s",
+                        err_msg());
+              cr_assert(strstr(err_msg(), sched_coll_name(c)), "%s", err_msg());
               continue;
             }
             cr_assert(gen_supports(g, (sched_coll)c, n), "%s picked for %s",
@@ -48,9 +65,8 @@ Test(select, picks_verify) {
   /* What the selector picks generates a schedule the verifier accepts. */
   for (int c = 0; c < SCHED_NUM_COLLS; c++)
     for (int n = 1; n <= 17; n += 4) {
-      const gen_desc *g = select_algo((sched_coll)c, n, 1 << 20, SELECT_TP_TCP,
-                                      NULL, err, sizeof(err));
-      cr_assert_not_null(g, "%s", err);
+      const gen_desc *g = pick((sched_coll)c, n, 1 << 20, SELECT_TP_TCP, NULL);
+      cr_assert_not_null(g, "%s", err_msg());
       gen_params p = {(sched_coll)c, n, n - 1, 1, NULL, 0, 0, NULL, 0};
       sched *s = g->fn(&p);
       cr_assert_not_null(s);
@@ -77,15 +93,13 @@ Test(select, model_shape) {
   cr_assert_not_null(select_model_get(SELECT_TP_SHM));
   cr_assert_null(select_model_get(SELECT_TP_NUM));
   /* Small messages on many ranks avoid the ring's 2(n-1) latency. */
-  const gen_desc *g =
-      select_algo(SCHED_ALLREDUCE, 64, 64, SELECT_TP_TCP, NULL, err, 512);
+  const gen_desc *g = pick(SCHED_ALLREDUCE, 64, 64, SELECT_TP_TCP, NULL);
   cr_assert_str_neq(g->name, "ring");
 }
 
 static void expect_pick(const char *filter, sched_coll c, const char *want) {
-  const gen_desc *g =
-      select_algo(c, 8, 1 << 20, SELECT_TP_SHM, filter, err, sizeof(err));
-  cr_assert_not_null(g, "%s: %s", filter, err);
+  const gen_desc *g = pick(c, 8, 1 << 20, SELECT_TP_SHM, filter);
+  cr_assert_not_null(g, "%s: %s", filter, err_msg());
   cr_assert_str_eq(g->name, want, "filter \"%s\" on %s", filter,
                    sched_coll_name(c));
 }
@@ -108,10 +122,10 @@ Test(select, filter_include_exclude) {
   expect_pick("allreduce:ring;", SCHED_ALLREDUCE, "ring");
 
   select_filter f;
-  cr_assert_eq(select_filter_parse("^tree", &f, err, sizeof(err)), 0);
+  cr_assert_eq(select_filter_parse("^tree", &f), 0);
   cr_assert_not(select_filter_allows(&f, SCHED_ALLREDUCE, gen_find("tree")));
   cr_assert(select_filter_allows(&f, SCHED_ALLREDUCE, gen_find("ring")));
-  cr_assert_eq(select_filter_parse("sendrecv:linear", &f, err, sizeof(err)), 0);
+  cr_assert_eq(select_filter_parse("sendrecv:linear", &f), 0);
   cr_assert(select_filter_allows(&f, SCHED_RECV, gen_find("linear")));
   cr_assert_not(select_filter_allows(&f, SCHED_SEND, gen_find("ring")));
   cr_assert(select_filter_allows(&f, SCHED_ALLREDUCE, gen_find("ring")));
@@ -119,12 +133,12 @@ Test(select, filter_include_exclude) {
 
 static void expect_error(const char *filter, const char *msg) {
   select_filter f;
-  cr_assert_eq(select_filter_parse(filter, &f, err, sizeof(err)), -1,
+  cr_assert_eq(select_filter_parse(filter, &f), BRAID_ERR_INVALID_ARG,
                "\"%s\" accepted", filter);
-  cr_assert(strstr(err, msg), "\"%s\": \"%s\" lacks \"%s\"", filter, err, msg);
-  cr_assert_null(
-      select_algo(SCHED_ALLREDUCE, 4, 8, 0, filter, err, sizeof(err)));
-  cr_assert(strstr(err, msg));
+  cr_assert(strstr(err_msg(), msg), "\"%s\": \"%s\" lacks \"%s\"", filter,
+            err_msg(), msg);
+  cr_assert_null(pick(SCHED_ALLREDUCE, 4, 8, 0, filter));
+  cr_assert(strstr(err_msg(), msg));
 }
 
 Test(select, filter_errors) {
@@ -143,40 +157,34 @@ Test(select, filter_errors) {
 Test(select, impossible_filter) {
   /* A global list that no gather algorithm matches does not apply to gather;
    * gather's own entry does. */
-  const gen_desc *g =
-      select_algo(SCHED_GATHER, 8, 8, SELECT_TP_SHM, "tree", err, sizeof(err));
-  cr_assert_not_null(g, "%s", err);
+  const gen_desc *g = pick(SCHED_GATHER, 8, 8, SELECT_TP_SHM, "tree");
+  cr_assert_not_null(g, "%s", err_msg());
   cr_assert(gen_supports(g, SCHED_GATHER, 8));
-  g = select_algo(SCHED_GATHER, 8, 8, SELECT_TP_SHM, "binomial", err,
-                  sizeof(err));
+  g = pick(SCHED_GATHER, 8, 8, SELECT_TP_SHM, "binomial");
   cr_assert_str_eq(g->name, "binomial");
-  g = select_algo(SCHED_GATHER, 8, 8, SELECT_TP_SHM, "gather:tree", err,
-                  sizeof(err));
+  g = pick(SCHED_GATHER, 8, 8, SELECT_TP_SHM, "gather:tree");
   cr_assert_null(g);
-  cr_assert(strstr(err, "leaves no algorithm for gather on 8 ranks"), "%s",
-            err);
-  g = select_algo(SCHED_ALLREDUCE, 8, 8, SELECT_TP_SHM, "allreduce:linear", err,
-                  sizeof(err));
+  const char *want = "BRAID_ALGO=\"gather:tree\": the algorithm filter "
+                     "leaves no algorithm for gather on 8 ranks";
+  cr_assert_eq(strncmp(err_msg(), want, strlen(want)), 0, "%s", err_msg());
+  g = pick(SCHED_ALLREDUCE, 8, 8, SELECT_TP_SHM, "allreduce:linear");
   cr_assert_null(g);
-  cr_assert(strstr(err, "allreduce"), "%s", err);
-  cr_assert_null(select_algo(SCHED_ALLREDUCE, 0, 8, 0, NULL, err, 512));
-  cr_assert_null(select_algo(SCHED_ALLREDUCE, 4, 8, 9, NULL, err, 512));
-  cr_assert(strstr(err, "transport class 9"), "%s", err);
-  cr_assert(strstr(err, "transport class 9"), "%s", err);
+  cr_assert(strstr(err_msg(), "allreduce"), "%s", err_msg());
+  cr_assert_null(pick(SCHED_ALLREDUCE, 0, 8, 0, NULL));
+  cr_assert_null(pick(SCHED_ALLREDUCE, 4, 8, 9, NULL));
+  cr_assert(strstr(err_msg(), "transport class 9"), "%s", err_msg());
+  cr_assert(strstr(err_msg(), "transport class 9"), "%s", err_msg());
   /* The parsed-once form gives the same answers. */
   select_filter f;
-  cr_assert_eq(select_filter_parse("allreduce:tree;ring", &f, err, 512), 0);
-  cr_assert_str_eq(
-      select_algo_f(SCHED_ALLREDUCE, 8, 1 << 20, 0, &f, err, 512)->name,
-      "tree");
-  cr_assert_str_eq(
-      select_algo_f(SCHED_BROADCAST, 8, 1 << 20, 0, &f, err, 512)->name,
-      "ring");
-  cr_assert_eq(select_algo_f(SCHED_ALLREDUCE, 8, 1 << 20, 0, NULL, err, 512),
-               select_algo(SCHED_ALLREDUCE, 8, 1 << 20, 0, NULL, err, 512));
-  cr_assert_eq(select_filter_parse("gather:tree", &f, err, 512), 0);
-  cr_assert_null(select_algo_f(SCHED_GATHER, 8, 8, 0, &f, err, 512));
-  cr_assert(strstr(err, "leaves no algorithm for gather"), "%s", err);
+  cr_assert_eq(select_filter_parse("allreduce:tree;ring", &f), 0);
+  cr_assert_str_eq(pick_f(SCHED_ALLREDUCE, 8, 1 << 20, 0, &f)->name, "tree");
+  cr_assert_str_eq(pick_f(SCHED_BROADCAST, 8, 1 << 20, 0, &f)->name, "ring");
+  cr_assert_eq(pick_f(SCHED_ALLREDUCE, 8, 1 << 20, 0, NULL),
+               pick(SCHED_ALLREDUCE, 8, 1 << 20, 0, NULL));
+  cr_assert_eq(select_filter_parse("gather:tree", &f), 0);
+  cr_assert_null(pick_f(SCHED_GATHER, 8, 8, 0, &f));
+  cr_assert(strstr(err_msg(), "leaves no algorithm for gather"), "%s",
+            err_msg());
 }
 
 /* The device paths' size rule (collectives/plan.c, which src/exec_plan.c

@@ -496,7 +496,7 @@ Test(sim, selector_within_5pct_on_every_model) {
   for (int fi = 0; fi < 2; fi++) {
     select_filter filt, *fp = NULL;
     if (filters[fi]) {
-      cr_assert_eq(select_filter_parse(filters[fi], &filt, err, sizeof err), 0);
+      cr_assert_eq(select_filter_parse(filters[fi], &filt), 0);
       fp = &filt;
     }
     size_t sizes[] = {8, 1000, 100000, 3u << 20, 50000000, 256u << 20};
@@ -519,13 +519,16 @@ Test(sim, selector_within_5pct_on_every_model) {
       double worst = 1;
       for (int c = 0; c < 3; c++)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-          const gen_desc *pick = select_algo_view(colls[c], v, bucket(sizes[i]),
-                                                  &p, fp, 0, err, sizeof err);
-          cr_assert_not_null(pick, "%s: %s", names[m], err);
+          const gen_desc *pick = NULL;
+          cr_assert_eq(
+              select_algo_view(colls[c], v, bucket(sizes[i]), &p, fp, 0, &pick),
+              BRAID_SUCCESS, "%s: %s", names[m], err_msg());
           select_cand cand[32];
-          int nc = select_sim_table(colls[c], 0, v, sizes[i], &p, fp, 0, cand,
-                                    32, err, sizeof err);
-          cr_assert_gt(nc, 0, "%s", err);
+          int nc = 0;
+          cr_assert_eq(select_sim_table(colls[c], 0, v, sizes[i], &p, fp, 0,
+                                        cand, 32, &nc),
+                       BRAID_SUCCESS, "%s", err_msg());
+          cr_assert_gt(nc, 0);
           double best = INFINITY, got = -1;
           int baseline = 0;
           for (int k = 0; k < nc; k++) {
@@ -564,14 +567,16 @@ Test(sim, select_filter_and_table) {
   sim_params p;
   sim_params_gpu(&p);
   select_filter f;
-  cr_assert_eq(select_filter_parse("allreduce:tree", &f, err, sizeof err), 0);
-  const gen_desc *d = select_algo_view(SCHED_ALLREDUCE, v, 1u << 28, &p, &f, 0,
-                                       err, sizeof err);
-  cr_assert_not_null(d, "%s", err);
+  cr_assert_eq(select_filter_parse("allreduce:tree", &f), 0);
+  const gen_desc *d = NULL;
+  cr_assert_eq(select_algo_view(SCHED_ALLREDUCE, v, 1u << 28, &p, &f, 0, &d),
+               BRAID_SUCCESS, "%s", err_msg());
   cr_assert_str_eq(d->name, "tree");
   select_cand cand[32];
-  int n = select_sim_table(SCHED_ALLREDUCE, 0, v, 1u << 20, &p, NULL, 0, cand,
-                           32, err, sizeof err);
+  int n = 0;
+  cr_assert_eq(select_sim_table(SCHED_ALLREDUCE, 0, v, 1u << 20, &p, NULL, 0,
+                                cand, 32, &n),
+               BRAID_SUCCESS, "%s", err_msg());
   int seen_ring = 0;
   for (int i = 0; i < n; i++) {
     cr_assert(gen_supports_view(cand[i].gen, SCHED_ALLREDUCE, 8, v));
@@ -608,9 +613,7 @@ Test(sim, scaling_tree_vs_ring_across_hosts) {
   sim_params p;
   sim_params_gpu(&p);
   select_filter f;
-  cr_assert_eq(
-      select_filter_parse("allreduce:ring,tree,chaintree", &f, err, sizeof err),
-      0);
+  cr_assert_eq(select_filter_parse("allreduce:ring,tree,chaintree", &f), 0);
   double tree[7] = {0}, ring[7] = {0};
   size_t sw[7] = {0};
   for (int i = 1, H = 2; H <= 64; i++, H *= 2) {
@@ -624,9 +627,9 @@ Test(sim, scaling_tree_vs_ring_across_hosts) {
     /* The smallest size (powers of 4) at which the selector picks ring. */
     sw[i] = 0;
     for (size_t b = 8; b <= (256u << 20); b *= 4) {
-      const gen_desc *d =
-          select_algo_view(SCHED_ALLREDUCE, v, b, &p, &f, 0, err, sizeof err);
-      cr_assert_not_null(d, "%s", err);
+      const gen_desc *d = NULL;
+      cr_assert_eq(select_algo_view(SCHED_ALLREDUCE, v, b, &p, &f, 0, &d),
+                   BRAID_SUCCESS, "%s", err_msg());
       if (!strcmp(d->name, "ring")) {
         sw[i] = b;
         break;
