@@ -27,6 +27,7 @@
 #include "collectives/schedule.h"
 #include "collectives/verify.h"
 #include "device/kcoll_chunk.h"
+#include "src/log.h"
 
 #define MAXT 16  /* terms of a fold: at most CUDEV_KA_RANKS */
 #define MAXB 8   /* blocks of a buffer */
@@ -234,9 +235,8 @@ static sched *direct(sched_coll coll, int n, int root) {
   gen_params p = {.coll = coll, .nranks = n, .root = root, .nchannels = 1};
   sched *s = gen_build(gen_find("direct"), &p, NULL, 0, NULL);
   cr_assert_not_null(s, "direct %s on %d ranks", sched_coll_name(coll), n);
-  char err[512] = "";
-  cr_assert_eq(verify_sched(s, 0, 1, err, sizeof err), 0, "%s", err);
-  cr_assert_eq(verify_rank_order(s, 0, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(verify_sched(s, 0, 1), BRAID_SUCCESS, "%s", err_msg());
+  cr_assert_eq(verify_rank_order(s, 0), BRAID_SUCCESS, "%s", err_msg());
   return s;
 }
 

@@ -18,8 +18,6 @@
 #include "collectives/view.h"
 #include "src/log.h"
 
-static char err[512];
-
 /* n GPUs in a ring of NVLinks of bw GB/s and lat us each. */
 static topo_graph *ring_graph(int n, double bw, double lat) {
   topo_graph *g = topo_graph_new("ring");
