@@ -157,7 +157,8 @@ sched *gen_binomial(const gen_params *p) {
     return NULL;
   int n = p->nranks, K = 1;
   int root = p->coll == SCHED_ALLREDUCE ? 0 : p->root;
-  sched *s = sched_new(p->coll, n, p->root, K, p->nchannels, "binomial");
+  sched *s;
+  sched_new(p->coll, n, p->root, K, p->nchannels, "binomial", &s);
   if (!s)
     return NULL;
   if (p->coll == SCHED_REDUCE && n > 2)

@@ -193,7 +193,8 @@ sched *gen_chaintree(const gen_params *p) {
   int n = p->nranks, nch = p->nchannels, H = L.H;
   int K = nch % 2 == 1 ? 2 : 1;
   int root = p->coll == SCHED_ALLREDUCE ? 0 : p->root;
-  sched *s = sched_new(p->coll, n, p->root, K, nch, "chaintree");
+  sched *s;
+  sched_new(p->coll, n, p->root, K, nch, "chaintree", &s);
   int *par = malloc(sizeof(int) * 2 * (size_t)H);
   int *kid = malloc(sizeof(int) * 4 * (size_t)H);
   int e = !s || !par || !kid;

@@ -89,7 +89,8 @@ sched *gen_det(const gen_params *p) {
     return NULL;
   int n = p->nranks;
   int K = p->coll == SCHED_REDUCE_SCATTER ? 1 : n;
-  sched *s = sched_new(p->coll, n, p->root, K, p->nchannels, "det");
+  sched *s;
+  sched_new(p->coll, n, p->root, K, p->nchannels, "det", &s);
   if (!s)
     return NULL;
   s->scratch_blocks = n > 1 ? 1 : 0;

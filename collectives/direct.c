@@ -100,7 +100,8 @@ sched *gen_direct(const gen_params *p) {
   if (gen_check(p, &gen_direct_desc))
     return NULL;
   int n = p->nranks;
-  sched *s = sched_new(p->coll, n, p->root, 1, p->nchannels, "direct");
+  sched *s;
+  sched_new(p->coll, n, p->root, 1, p->nchannels, "direct", &s);
   if (!s)
     return NULL;
   if (sched_reduces(p->coll) && n > 1) /* the prefix before a rank's own */

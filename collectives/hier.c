@@ -392,7 +392,8 @@ sched *gen_hier(const gen_params *p) {
     return NULL;
   }
   int K = (int)Kl, n = p->nranks;
-  sched *s = sched_new(p->coll, n, p->root, K, p->nchannels, "hier");
+  sched *s;
+  sched_new(p->coll, n, p->root, K, p->nchannels, "hier", &s);
   if (!s) {
     gen_hosts_free(&L);
     return NULL;

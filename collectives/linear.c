@@ -89,7 +89,8 @@ sched *gen_linear(const gen_params *p) {
   if (gen_check(p, &gen_linear_desc))
     return NULL;
   int n = p->nranks;
-  sched *s = sched_new(p->coll, n, p->root, 1, p->nchannels, "linear");
+  sched *s;
+  sched_new(p->coll, n, p->root, 1, p->nchannels, "linear", &s);
   if (!s)
     return NULL;
   if (p->coll == SCHED_REDUCE && n > 1 && p->root != 0)

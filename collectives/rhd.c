@@ -155,7 +155,8 @@ sched *gen_rhd(const gen_params *p) {
     h.p2 *= 2;
   h.rem = h.n - h.p2;
   int K = p->coll == SCHED_ALLREDUCE ? h.p2 : 1;
-  sched *s = sched_new(p->coll, h.n, p->root, K, p->nchannels, "rhd");
+  sched *s;
+  sched_new(p->coll, h.n, p->root, K, p->nchannels, "rhd", &s);
   if (!s)
     return NULL;
   if (p->coll == SCHED_REDUCE_SCATTER && h.n > 1)

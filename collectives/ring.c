@@ -165,7 +165,8 @@ sched *ring_sched_new(const gen_params *p, int nchannels, const char *algo) {
     return NULL;
   int n = p->nranks;
   int K = (p->coll == SCHED_ALLREDUCE && n > 1) ? n : 1;
-  sched *s = sched_new(p->coll, n, p->root, K, nchannels, algo);
+  sched *s;
+  sched_new(p->coll, n, p->root, K, nchannels, algo, &s);
   if (!s)
     return NULL;
   if ((p->coll == SCHED_REDUCE_SCATTER || p->coll == SCHED_REDUCE) && n > 2)

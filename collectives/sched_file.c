@@ -423,9 +423,9 @@ static braid_result get_sched(rd *c, const sjson_val *x, const char *pre,
     return rerr(c, chs->pos, sub, "too many channels: %u (limit %d)", chs->n,
                 SCHED_FILE_MAX_CHANNELS);
 #undef SUB
-  sched *s =
-      sched_new((sched_coll)coll, (int)n, (int)root, (int)K, (int)chs->n, algo);
-  if (!s)
+  sched *s;
+  if (sched_new((sched_coll)coll, (int)n, (int)root, (int)K, (int)chs->n, algo,
+                &s) != BRAID_SUCCESS)
     return rerr_nomem(c, x->pos, path);
   s->scratch_blocks = (int)scr;
   c->nsteps = 0;

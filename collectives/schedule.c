@@ -7,14 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-sched *sched_new(sched_coll coll, int nranks, int root, int chunks_per_block,
-                 int nchannels, const char *algo) {
-  if ((int)coll < 0 || coll >= SCHED_NUM_COLLS || nranks < 1 ||
-      chunks_per_block < 1 || nchannels < 1)
-    return NULL;
+braid_result sched_new(sched_coll coll, int nranks, int root,
+                       int chunks_per_block, int nchannels, const char *algo,
+                       sched **out) {
+  *out = NULL;
+  const char *name = algo ? algo : "?";
+  if ((int)coll < 0 || coll >= SCHED_NUM_COLLS)
+    return ERR(BRAID_ERR_INVALID_ARG, "schedule %s: unknown collective %d",
+               name, (int)coll);
+  if (nranks < 1 || chunks_per_block < 1 || nchannels < 1)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "schedule %s: %d ranks, %d chunks per block, %d channels "
+               "(each at least 1)",
+               name, nranks, chunks_per_block, nchannels);
   sched *s = calloc(1, sizeof(*s));
   if (!s)
-    return NULL;
+    return ERR(BRAID_ERR_NOMEM, "schedule %s: no memory for a schedule", name);
   s->coll = coll;
   s->nranks = nranks;
   s->root = root;
@@ -26,7 +34,9 @@ sched *sched_new(sched_coll coll, int nranks, int root, int chunks_per_block,
   s->ch = calloc((size_t)nranks * (size_t)nchannels, sizeof(sched_channel));
   if (!s->weights || !s->route || !s->ch) {
     sched_free(s);
-    return NULL;
+    return ERR(BRAID_ERR_NOMEM,
+               "schedule %s: no memory for %d channels of %d ranks", name,
+               nchannels, nranks);
   }
   for (int c = 0; c < nchannels; c++)
     s->weights[c] = 1.0 / nchannels;
@@ -34,7 +44,8 @@ sched *sched_new(sched_coll coll, int nranks, int root, int chunks_per_block,
     strncpy(s->algo, algo, sizeof(s->algo) - 1);
     s->algo[sizeof(s->algo) - 1] = '\0';
   }
-  return s;
+  *out = s;
+  return BRAID_SUCCESS;
 }
 
 void sched_free(sched *s) {
@@ -74,15 +85,17 @@ sched_chunks sched_ck(sched_buf buf, uint32_t index, uint32_t count) {
 
 static sched_chunks none_ck(void) { return sched_ck(SCHED_BUF_NONE, 0, 0); }
 
-int sched_add(sched_channel *c, sched_prim prim, int peer, int peer_out,
-              sched_chunks src, sched_chunks dst) {
+braid_result sched_add(sched_channel *c, sched_prim prim, int peer,
+                       int peer_out, sched_chunks src, sched_chunks dst) {
   if (!c)
-    return -1;
+    return ERR(BRAID_ERR_INVALID_ARG, "schedule: no channel for a %s step",
+               sched_prim_name(prim));
   if (c->nsteps == c->cap) {
     int ncap = c->cap ? c->cap * 2 : 8;
     sched_step *n = realloc(c->steps, (size_t)ncap * sizeof(*n));
     if (!n)
-      return -1;
+      return ERR(BRAID_ERR_NOMEM,
+                 "schedule: no memory to grow a channel to %d steps", ncap);
     c->steps = n;
     c->cap = ncap;
   }
@@ -93,37 +106,39 @@ int sched_add(sched_channel *c, sched_prim prim, int peer, int peer_out,
   st->peer_out = peer_out;
   st->src = src;
   st->dst = dst;
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-int sched_send(sched_channel *c, int peer, sched_chunks src) {
+braid_result sched_send(sched_channel *c, int peer, sched_chunks src) {
   return sched_add(c, SCHED_P_SEND, peer, -1, src, none_ck());
 }
 
-int sched_recv(sched_channel *c, int peer, sched_chunks dst) {
+braid_result sched_recv(sched_channel *c, int peer, sched_chunks dst) {
   return sched_add(c, SCHED_P_RECV, peer, -1, none_ck(), dst);
 }
 
-int sched_recv_reduce(sched_channel *c, int peer, sched_chunks src,
-                      sched_chunks dst) {
+braid_result sched_recv_reduce(sched_channel *c, int peer, sched_chunks src,
+                               sched_chunks dst) {
   return sched_add(c, SCHED_P_RECV_REDUCE, peer, -1, src, dst);
 }
 
-int sched_recv_reduce_send(sched_channel *c, int peer, sched_chunks src,
-                           sched_chunks dst, int peer_out) {
+braid_result sched_recv_reduce_send(sched_channel *c, int peer,
+                                    sched_chunks src, sched_chunks dst,
+                                    int peer_out) {
   return sched_add(c, SCHED_P_RECV_REDUCE_SEND, peer, peer_out, src, dst);
 }
 
-int sched_recv_copy_send(sched_channel *c, int peer, sched_chunks dst,
-                         int peer_out) {
+braid_result sched_recv_copy_send(sched_channel *c, int peer, sched_chunks dst,
+                                  int peer_out) {
   return sched_add(c, SCHED_P_RECV_COPY_SEND, peer, peer_out, none_ck(), dst);
 }
 
-int sched_copy(sched_channel *c, sched_chunks src, sched_chunks dst) {
+braid_result sched_copy(sched_channel *c, sched_chunks src, sched_chunks dst) {
   return sched_add(c, SCHED_P_COPY, -1, -1, src, dst);
 }
 
-int sched_reduce_local(sched_channel *c, sched_chunks src, sched_chunks dst) {
+braid_result sched_reduce_local(sched_channel *c, sched_chunks src,
+                                sched_chunks dst) {
   return sched_add(c, SCHED_P_REDUCE, -1, -1, src, dst);
 }
 

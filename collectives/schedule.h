@@ -41,6 +41,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "src/log.h" /* braid_result; ERR's message: err_msg() */
+
 typedef enum sched_coll {
   SCHED_ALLREDUCE = 0,
   SCHED_BROADCAST,
@@ -117,28 +119,33 @@ typedef struct sched {
   char algo[32];     /* generator name, e.g. "ring" */
 } sched;
 
-/* Lifecycle. sched_new allocates channels and equal weights; returns NULL on
- * allocation failure. */
-sched *sched_new(sched_coll coll, int nranks, int root, int chunks_per_block,
-                 int nchannels, const char *algo);
+/* Lifecycle. sched_new allocates channels and equal weights into *out:
+ * BRAID_ERR_INVALID_ARG (a count below 1, an unknown collective) or
+ * BRAID_ERR_NOMEM, with the message (err_msg), and *out NULL otherwise. */
+braid_result sched_new(sched_coll coll, int nranks, int root,
+                       int chunks_per_block, int nchannels, const char *algo,
+                       sched **out);
 void sched_free(sched *s);
 sched_channel *sched_chan(sched *s, int rank, int channel);
 const sched_channel *sched_chan_c(const sched *s, int rank, int channel);
 
-/* Appending steps (return 0, or -1 on allocation failure). */
+/* Appending steps: BRAID_SUCCESS, BRAID_ERR_INVALID_ARG (no channel: c
+ * NULL) or BRAID_ERR_NOMEM (the channel could not grow), with the message. */
 sched_chunks sched_ck(sched_buf buf, uint32_t index, uint32_t count);
-int sched_add(sched_channel *c, sched_prim prim, int peer, int peer_out,
-              sched_chunks src, sched_chunks dst);
-int sched_send(sched_channel *c, int peer, sched_chunks src);
-int sched_recv(sched_channel *c, int peer, sched_chunks dst);
-int sched_recv_reduce(sched_channel *c, int peer, sched_chunks src,
-                      sched_chunks dst);
-int sched_recv_reduce_send(sched_channel *c, int peer, sched_chunks src,
-                           sched_chunks dst, int peer_out);
-int sched_recv_copy_send(sched_channel *c, int peer, sched_chunks dst,
-                         int peer_out);
-int sched_copy(sched_channel *c, sched_chunks src, sched_chunks dst);
-int sched_reduce_local(sched_channel *c, sched_chunks src, sched_chunks dst);
+braid_result sched_add(sched_channel *c, sched_prim prim, int peer,
+                       int peer_out, sched_chunks src, sched_chunks dst);
+braid_result sched_send(sched_channel *c, int peer, sched_chunks src);
+braid_result sched_recv(sched_channel *c, int peer, sched_chunks dst);
+braid_result sched_recv_reduce(sched_channel *c, int peer, sched_chunks src,
+                               sched_chunks dst);
+braid_result sched_recv_reduce_send(sched_channel *c, int peer,
+                                    sched_chunks src, sched_chunks dst,
+                                    int peer_out);
+braid_result sched_recv_copy_send(sched_channel *c, int peer, sched_chunks dst,
+                                  int peer_out);
+braid_result sched_copy(sched_channel *c, sched_chunks src, sched_chunks dst);
+braid_result sched_reduce_local(sched_channel *c, sched_chunks src,
+                                sched_chunks dst);
 
 /* Blocks per buffer for a collective (see the table above). */
 int sched_in_blocks(sched_coll coll, int nranks);

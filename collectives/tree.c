@@ -175,7 +175,8 @@ sched *gen_tree(const gen_params *p) {
     return NULL;
   int n = p->nranks, nch = p->nchannels;
   int K = (nch % 2 == 1 && n > 1) ? 2 : 1;
-  sched *s = sched_new(p->coll, n, p->root, K, nch, "tree");
+  sched *s;
+  sched_new(p->coll, n, p->root, K, nch, "tree", &s);
   if (!s)
     return NULL;
   if (p->coll == SCHED_REDUCE && n > 2)

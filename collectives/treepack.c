@@ -602,7 +602,8 @@ sched *gen_treepack(const gen_params *p) {
                       p->view->nranks, p->nranks);
   int n = p->nranks;
   if (n == 1) {
-    sched *s = sched_new(p->coll, 1, p->root, 1, 1, "treepack");
+    sched *s;
+    sched_new(p->coll, 1, p->root, 1, 1, "treepack", &s);
     if (s && sched_copy(sched_chan(s, 0, 0), gen_in(0, 1), gen_out(0, 1))) {
       sched_free(s);
       s = NULL;
@@ -625,7 +626,7 @@ sched *gen_treepack(const gen_params *p) {
   double tot = 0;
   for (int t = 0; t < nt; t++)
     tot += w[t];
-  s = sched_new(p->coll, n, p->root, ar_chunks(p), nch, "treepack");
+  sched_new(p->coll, n, p->root, ar_chunks(p), nch, "treepack", &s);
   if (!s)
     goto out;
   if (p->coll == SCHED_REDUCE && n > 2)

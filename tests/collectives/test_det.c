@@ -83,7 +83,9 @@ Test(det, unmarked_generators_are_refused) {
 /* Operand order counts: rank 0 of two receives x1 into out and folds its
  * own input into it, x1 op x0 — the right contributions, the wrong order. */
 Test(det, swapped_operands_are_refused) {
-  sched *s = sched_new(SCHED_REDUCE, 2, 0, 1, 1, "swapped");
+  sched *s;
+  cr_assert_eq(sched_new(SCHED_REDUCE, 2, 0, 1, 1, "swapped", &s),
+               BRAID_SUCCESS);
   cr_assert_not_null(s);
   sched_channel *c0 = sched_chan(s, 0, 0), *c1 = sched_chan(s, 1, 0);
   cr_assert(sched_recv(c0, 1, sched_ck(SCHED_BUF_OUT, 0, 1)) == 0);

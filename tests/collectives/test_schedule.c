@@ -8,12 +8,22 @@
 #include "collectives/schedule.h"
 
 Test(schedule, lifecycle) {
-  cr_assert_null(sched_new(SCHED_ALLREDUCE, 0, 0, 1, 1, "x"));
-  cr_assert_null(sched_new(SCHED_ALLREDUCE, 2, 0, 0, 1, "x"));
-  cr_assert_null(sched_new(SCHED_ALLREDUCE, 2, 0, 1, 0, "x"));
-  cr_assert_null(sched_new(SCHED_NUM_COLLS, 2, 0, 1, 1, "x"));
-  sched *s = sched_new(SCHED_ALLGATHER, 3, 1, 2, 4,
-                       "a-very-long-generator-name-that-is-cut-off");
+  sched *s = NULL;
+  cr_assert_eq(sched_new(SCHED_ALLREDUCE, 0, 0, 1, 1, "x", &s),
+               BRAID_ERR_INVALID_ARG);
+  cr_assert_null(s);
+  cr_assert_str_eq(err_msg(), "schedule x: 0 ranks, 1 chunks per block, 1 "
+                              "channels (each at least 1)");
+  cr_assert_eq(sched_new(SCHED_ALLREDUCE, 2, 0, 0, 1, "x", &s),
+               BRAID_ERR_INVALID_ARG);
+  cr_assert_eq(sched_new(SCHED_ALLREDUCE, 2, 0, 1, 0, "x", &s),
+               BRAID_ERR_INVALID_ARG);
+  cr_assert_eq(sched_new(SCHED_NUM_COLLS, 2, 0, 1, 1, "x", &s),
+               BRAID_ERR_INVALID_ARG);
+  cr_assert_null(s);
+  cr_assert_eq(sched_new(SCHED_ALLGATHER, 3, 1, 2, 4,
+                         "a-very-long-generator-name-that-is-cut-off", &s),
+               BRAID_SUCCESS);
   cr_assert_not_null(s);
   cr_assert_eq(strlen(s->algo), sizeof(s->algo) - 1);
   double w = 0;
@@ -31,10 +41,10 @@ Test(schedule, lifecycle) {
   /* Appending grows the list and records every field. */
   for (int i = 0; i < 100; i++)
     cr_assert_eq(sched_send(c, 1, sched_ck(SCHED_BUF_IN, (uint32_t)i % 2, 1)),
-                 0);
+                 BRAID_SUCCESS);
   cr_assert_eq(sched_recv_reduce_send(c, 0, sched_ck(SCHED_BUF_IN, 0, 2),
                                       sched_ck(SCHED_BUF_OUT, 2, 2), 1),
-               0);
+               BRAID_SUCCESS);
   cr_assert_eq(c->nsteps, 101);
   const sched_step *st = &c->steps[100];
   cr_assert_eq(st->prim, SCHED_P_RECV_REDUCE_SEND);
@@ -50,7 +60,8 @@ Test(schedule, lifecycle) {
   cr_assert_eq(sched_add(NULL, SCHED_P_SEND, 0, -1,
                          sched_ck(SCHED_BUF_IN, 0, 1),
                          sched_ck(SCHED_BUF_NONE, 0, 0)),
-               -1);
+               BRAID_ERR_INVALID_ARG);
+  cr_assert_str_eq(err_msg(), "schedule: no channel for a SEND step");
   sched_free(s);
   sched_free(NULL);
 }

@@ -60,7 +60,9 @@ static double sim_time(const sched *s, const sched_view *v, size_t bytes,
 
 /* A one-step transfer from rank 0 to rank 1 on each channel, with routes. */
 static sched *pair_sched(int nch, const uint8_t *routes) {
-  sched *s = sched_new(SCHED_BROADCAST, 2, 0, 1, nch, "pair");
+  sched *s;
+  cr_assert_eq(sched_new(SCHED_BROADCAST, 2, 0, 1, nch, "pair", &s),
+               BRAID_SUCCESS);
   cr_assert_not_null(s);
   for (int c = 0; c < nch; c++) {
     s->route[c] = routes[c];
@@ -395,7 +397,8 @@ Test(sim, rejects_bad_input) {
             err_msg());
   sched_free(s);
   /* Both ranks receive first: a deadlock, named. */
-  s = sched_new(SCHED_ALLREDUCE, 8, 0, 1, 1, "stuck");
+  cr_assert_eq(sched_new(SCHED_ALLREDUCE, 8, 0, 1, 1, "stuck", &s),
+               BRAID_SUCCESS);
   cr_assert_eq(
       sched_recv(sched_chan(s, 0, 0), 1, sched_ck(SCHED_BUF_OUT, 0, 1)), 0);
   cr_assert_eq(
@@ -405,7 +408,8 @@ Test(sim, rejects_bad_input) {
             err_msg());
   sched_free(s);
   /* A message nobody receives. */
-  s = sched_new(SCHED_ALLREDUCE, 8, 0, 1, 1, "lost");
+  cr_assert_eq(sched_new(SCHED_ALLREDUCE, 8, 0, 1, 1, "lost", &s),
+               BRAID_SUCCESS);
   cr_assert_eq(sched_send(sched_chan(s, 3, 0), 4, sched_ck(SCHED_BUF_IN, 0, 1)),
                0);
   cr_assert_eq(sim_run(s, v, 1024, &p, &r), BRAID_ERR_INVALID_ARG);

@@ -168,7 +168,9 @@ Test(verify_negative, swapped_steps_deadlock) {
 Test(verify_negative, slot_capacity_deadlock) {
   /* Two ranks each send 10 chunks before receiving: fine with 10 slots,
    * deadlock with 8. */
-  sched *s = sched_new(SCHED_ALLGATHER, 2, 0, 10, 1, "test");
+  sched *s;
+  cr_assert_eq(sched_new(SCHED_ALLGATHER, 2, 0, 10, 1, "test", &s),
+               BRAID_SUCCESS);
   for (int r = 0; r < 2; r++) {
     sched_channel *c = sched_chan(s, r, 0);
     sched_send(c, 1 - r, sched_ck(SCHED_BUF_IN, 0, 10));
@@ -241,7 +243,9 @@ Test(verify_negative, unused_buffer) {
 }
 
 Test(verify_negative, chunk_size_mismatch) {
-  sched *s = sched_new(SCHED_BROADCAST, 2, 0, 2, 1, "test");
+  sched *s;
+  cr_assert_eq(sched_new(SCHED_BROADCAST, 2, 0, 2, 1, "test", &s),
+               BRAID_SUCCESS);
   sched_send(sched_chan(s, 0, 0), 1, sched_ck(SCHED_BUF_IN, 0, 2));
   sched_copy(sched_chan(s, 0, 0), sched_ck(SCHED_BUF_IN, 0, 2),
              sched_ck(SCHED_BUF_OUT, 0, 2));
@@ -253,7 +257,9 @@ Test(verify_negative, chunk_size_mismatch) {
 }
 
 Test(verify_negative, read_before_write_and_range) {
-  sched *s = sched_new(SCHED_ALLREDUCE, 1, 0, 2, 1, "test");
+  sched *s;
+  cr_assert_eq(sched_new(SCHED_ALLREDUCE, 1, 0, 2, 1, "test", &s),
+               BRAID_SUCCESS);
   sched_copy(sched_chan(s, 0, 0), sched_ck(SCHED_BUF_OUT, 1, 1),
              sched_ck(SCHED_BUF_OUT, 1, 1));
   EXPECT_FAIL(s, 0, 8, "rank 0 channel 0 step 0 (COPY src out[1], dst out[1])",

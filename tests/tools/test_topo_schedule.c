@@ -344,7 +344,6 @@ Test(topo_schedule, tool_and_library_agree_on_every_model, .init = setup,
   const size_t sizes_b[] = {4096, 1u << 20, 256u << 20};
   int checked = 0;
   for (const char *const *m = topo_model_names(); *m; m++) {
-    char err[512] = "";
     topo_graph *g = NULL;
     cr_assert_eq(topo_model_load(*m, &g), BRAID_SUCCESS, "%s: %s", *m,
                  err_msg());
