@@ -45,8 +45,9 @@ typedef struct bctx {
 
 static int real_rank(const bctx *b, int v) { return (v + b->root) % b->n; }
 
-static int bcast(sched_channel *c, const bctx *b, int v, sched_chunks src) {
-  int e = 0, n = b->n, first = 1;
+static braid_result bcast(sched_channel *c, const bctx *b, int v,
+                          sched_chunks src) {
+  int n = b->n, first = 1;
   if (v)
     src = gen_out(0, 1);
   for (int m = child_limit(v, n) / 2; m >= 1; m /= 2) {
@@ -54,43 +55,44 @@ static int bcast(sched_channel *c, const bctx *b, int v, sched_chunks src) {
       continue;
     int kid = real_rank(b, v + m);
     if (v && first) {
-      e |= sched_recv_copy_send(c, real_rank(b, v - lowbit(v)), gen_out(0, 1),
-                                kid);
+      CHECKR(sched_recv_copy_send(c, real_rank(b, v - lowbit(v)), gen_out(0, 1),
+                                  kid));
       first = 0;
       continue;
     }
     first = 0;
-    e |= sched_send(c, kid, src);
+    CHECKR(sched_send(c, kid, src));
   }
   if (v && first)
-    e |= sched_recv(c, real_rank(b, v - lowbit(v)), gen_out(0, 1));
-  return e;
+    CHECKR(sched_recv(c, real_rank(b, v - lowbit(v)), gen_out(0, 1)));
+  return BRAID_SUCCESS;
 }
 
 /* Reduce the subtree's sum into acc, sending it to the parent (non-root). */
-static int reduce(sched_channel *c, const bctx *b, int v, sched_chunks acc) {
-  int e = 0, n = b->n;
+static braid_result reduce(sched_channel *c, const bctx *b, int v,
+                           sched_chunks acc) {
+  int n = b->n;
   int kids[32], nk = 0;
   for (int m = 1; m < child_limit(v, n); m *= 2)
     if (v + m < n)
       kids[nk++] = real_rank(b, v + m);
   int parent = v ? real_rank(b, v - lowbit(v)) : -1;
   if (nk == 0)
-    return parent >= 0 ? sched_send(c, parent, gen_in(0, 1)) : 0;
+    return parent >= 0 ? sched_send(c, parent, gen_in(0, 1)) : BRAID_SUCCESS;
   for (int i = 0; i < nk; i++) {
     sched_chunks src = i == 0 ? gen_in(0, 1) : acc;
     if (i == nk - 1 && parent >= 0)
-      e |= sched_recv_reduce_send(c, kids[i], src, acc, parent);
+      CHECKR(sched_recv_reduce_send(c, kids[i], src, acc, parent));
     else
-      e |= sched_recv_reduce(c, kids[i], src, acc);
+      CHECKR(sched_recv_reduce(c, kids[i], src, acc));
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
 /* Out block index of virtual ranks [v0, v0 + cnt) splits in at most two
  * contiguous real ranges. */
-static int gather(sched_channel *c, const bctx *b, int v) {
-  int e = 0, n = b->n, K = b->K;
+static braid_result gather(sched_channel *c, const bctx *b, int v) {
+  int n = b->n, K = b->K;
   for (int m = 1; m < child_limit(v, n); m *= 2) {
     int u = v + m;
     if (u >= n)
@@ -100,37 +102,37 @@ static int gather(sched_channel *c, const bctx *b, int v) {
       /* Real ranks root+u .. root+u+cnt-1 (mod n) into out. */
       int r0 = real_rank(b, u);
       int first = r0 + cnt <= n ? cnt : n - r0;
-      e |= sched_recv(c, kid,
-                      gen_out((uint32_t)(r0 * K), (uint32_t)(first * K)));
+      CHECKR(sched_recv(c, kid,
+                        gen_out((uint32_t)(r0 * K), (uint32_t)(first * K))));
       if (first < cnt)
-        e |= sched_recv(c, kid, gen_out(0, (uint32_t)((cnt - first) * K)));
+        CHECKR(sched_recv(c, kid, gen_out(0, (uint32_t)((cnt - first) * K))));
     } else {
-      e |= sched_recv(
-          c, kid, gen_scr((uint32_t)((u - v - 1) * K), (uint32_t)(cnt * K)));
+      CHECKR(sched_recv(
+          c, kid, gen_scr((uint32_t)((u - v - 1) * K), (uint32_t)(cnt * K))));
     }
   }
   if (v == 0) {
-    e |= sched_copy(c, gen_in(0, (uint32_t)K),
-                    gen_out((uint32_t)(b->root * K), (uint32_t)K));
+    CHECKR(sched_copy(c, gen_in(0, (uint32_t)K),
+                      gen_out((uint32_t)(b->root * K), (uint32_t)K)));
   } else {
     int parent = real_rank(b, v - lowbit(v)), cnt = subtree(v, n);
-    e |= sched_send(c, parent, gen_in(0, (uint32_t)K));
+    CHECKR(sched_send(c, parent, gen_in(0, (uint32_t)K)));
     if (cnt > 1)
-      e |= sched_send(c, parent, gen_scr(0, (uint32_t)((cnt - 1) * K)));
+      CHECKR(sched_send(c, parent, gen_scr(0, (uint32_t)((cnt - 1) * K))));
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
-static int scatter(sched_channel *c, const bctx *b, int v) {
-  int e = 0, n = b->n, K = b->K;
+static braid_result scatter(sched_channel *c, const bctx *b, int v) {
+  int n = b->n, K = b->K;
   if (v == 0) {
-    e |= sched_copy(c, gen_in((uint32_t)(b->root * K), (uint32_t)K),
-                    gen_out(0, (uint32_t)K));
+    CHECKR(sched_copy(c, gen_in((uint32_t)(b->root * K), (uint32_t)K),
+                      gen_out(0, (uint32_t)K)));
   } else {
     int parent = real_rank(b, v - lowbit(v)), cnt = subtree(v, n);
-    e |= sched_recv(c, parent, gen_out(0, (uint32_t)K));
+    CHECKR(sched_recv(c, parent, gen_out(0, (uint32_t)K)));
     if (cnt > 1)
-      e |= sched_recv(c, parent, gen_scr(0, (uint32_t)((cnt - 1) * K)));
+      CHECKR(sched_recv(c, parent, gen_scr(0, (uint32_t)((cnt - 1) * K))));
   }
   for (int m = child_limit(v, n) / 2; m >= 1; m /= 2) {
     int u = v + m;
@@ -140,27 +142,63 @@ static int scatter(sched_channel *c, const bctx *b, int v) {
     if (v == 0) {
       int r0 = real_rank(b, u);
       int first = r0 + cnt <= n ? cnt : n - r0;
-      e |=
-          sched_send(c, kid, gen_in((uint32_t)(r0 * K), (uint32_t)(first * K)));
+      CHECKR(sched_send(c, kid,
+                        gen_in((uint32_t)(r0 * K), (uint32_t)(first * K))));
       if (first < cnt)
-        e |= sched_send(c, kid, gen_in(0, (uint32_t)((cnt - first) * K)));
+        CHECKR(sched_send(c, kid, gen_in(0, (uint32_t)((cnt - first) * K))));
     } else {
-      e |= sched_send(
-          c, kid, gen_scr((uint32_t)((u - v - 1) * K), (uint32_t)(cnt * K)));
+      CHECKR(sched_send(
+          c, kid, gen_scr((uint32_t)((u - v - 1) * K), (uint32_t)(cnt * K))));
     }
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
-sched *gen_binomial(const gen_params *p) {
-  if (gen_check(p, &gen_binomial_desc))
-    return NULL;
+static braid_result binomial_fill(sched *s, const bctx *b) {
+  int n = b->n, root = b->root;
+  for (int ch = 0; ch < s->nchannels; ch++) {
+    for (int r = 0; r < n; r++) {
+      sched_channel *c = sched_chan(s, r, ch);
+      int v = ((r - root) % n + n) % n;
+      if (n == 1) {
+        CHECKR(sched_copy(c, gen_in(0, 1), gen_out(0, 1)));
+        continue;
+      }
+      switch (s->coll) {
+      case SCHED_BROADCAST:
+        CHECKR(bcast(c, b, v, gen_in(0, 1)));
+        if (v == 0)
+          CHECKR(sched_copy(c, gen_in(0, 1), gen_out(0, 1)));
+        break;
+      case SCHED_REDUCE:
+        CHECKR(reduce(c, b, v, v == 0 ? gen_out(0, 1) : gen_scr(0, 1)));
+        break;
+      case SCHED_ALLREDUCE:
+        CHECKR(reduce(c, b, v, gen_out(0, 1)));
+        CHECKR(bcast(c, b, v, gen_out(0, 1)));
+        break;
+      case SCHED_GATHER:
+        CHECKR(gather(c, b, v));
+        break;
+      case SCHED_SCATTER:
+        CHECKR(scatter(c, b, v));
+        break;
+      default:
+        return ERR(BRAID_ERR_INTERNAL, "binomial: no steps for %s",
+                   sched_coll_name(s->coll));
+      }
+    }
+  }
+  return BRAID_SUCCESS;
+}
+
+braid_result gen_binomial(const gen_params *p, sched **out) {
+  *out = NULL;
+  CHECKR(gen_check(p, &gen_binomial_desc));
   int n = p->nranks, K = 1;
   int root = p->coll == SCHED_ALLREDUCE ? 0 : p->root;
   sched *s;
-  sched_new(p->coll, n, p->root, K, p->nchannels, "binomial", &s);
-  if (!s)
-    return NULL;
+  CHECKR(sched_new(p->coll, n, p->root, K, p->nchannels, "binomial", &s));
   if (p->coll == SCHED_REDUCE && n > 2)
     s->scratch_blocks = 1;
   if ((p->coll == SCHED_GATHER || p->coll == SCHED_SCATTER) && n > 2) {
@@ -176,44 +214,7 @@ sched *gen_binomial(const gen_params *p) {
         s->scratch_blocks = subtree(v, n) - 1;
   }
   bctx b = {n, root, K};
-  int e = 0;
-  for (int ch = 0; ch < p->nchannels; ch++) {
-    for (int r = 0; r < n; r++) {
-      sched_channel *c = sched_chan(s, r, ch);
-      int v = ((r - root) % n + n) % n;
-      if (n == 1) {
-        e |= sched_copy(c, gen_in(0, 1), gen_out(0, 1));
-        continue;
-      }
-      switch (p->coll) {
-      case SCHED_BROADCAST:
-        e |= bcast(c, &b, v, gen_in(0, 1));
-        if (v == 0)
-          e |= sched_copy(c, gen_in(0, 1), gen_out(0, 1));
-        break;
-      case SCHED_REDUCE:
-        e |= reduce(c, &b, v, v == 0 ? gen_out(0, 1) : gen_scr(0, 1));
-        break;
-      case SCHED_ALLREDUCE:
-        e |= reduce(c, &b, v, gen_out(0, 1));
-        e |= bcast(c, &b, v, gen_out(0, 1));
-        break;
-      case SCHED_GATHER:
-        e |= gather(c, &b, v);
-        break;
-      case SCHED_SCATTER:
-        e |= scatter(c, &b, v);
-        break;
-      default:
-        e = -1;
-      }
-    }
-  }
-  if (e) {
-    sched_free(s);
-    return NULL;
-  }
-  return s;
+  return gen_done(s, binomial_fill(s, &b), out);
 }
 
 /* L rounds; gather and scatter move n - 1 blocks through the root. */

@@ -67,7 +67,8 @@ static sched_chunks as(sched_chunks c, sched_buf b) {
 /* Up the chain into the leader: the rank at chain index i > 0 adds its input
  * to what comes from index i + 1 and passes it to index i - 1, keeping the
  * partial sum in `acc`. */
-static int chain_up(sched_channel *c, const ctree *t, int r, sched_chunks acc) {
+static braid_result chain_up(sched_channel *c, const ctree *t, int r,
+                             sched_chunks acc) {
   int h = t->L->host[r], n = t->L->size[h], i = chain_idx(t, r);
   sched_chunks in = as(acc, SCHED_BUF_IN);
   int to = chain_at(t, h, i - 1);
@@ -77,11 +78,11 @@ static int chain_up(sched_channel *c, const ctree *t, int r, sched_chunks acc) {
 }
 
 /* Down the chain from the leader (which sends `from`). */
-static int chain_down(sched_channel *c, const ctree *t, int r,
-                      sched_chunks from) {
+static braid_result chain_down(sched_channel *c, const ctree *t, int r,
+                               sched_chunks from) {
   int h = t->L->host[r], n = t->L->size[h], i = chain_idx(t, r);
   if (i == 0)
-    return n > 1 ? sched_send(c, chain_at(t, h, 1), from) : 0;
+    return n > 1 ? sched_send(c, chain_at(t, h, 1), from) : BRAID_SUCCESS;
   sched_chunks out = as(from, SCHED_BUF_OUT);
   int pv = chain_at(t, h, i - 1);
   if (i < n - 1)
@@ -91,9 +92,9 @@ static int chain_down(sched_channel *c, const ctree *t, int r,
 
 /* Leader of host h up the tree: `part` is the host's sum (or the leader's
  * input), the subtree's sum ends in `acc` and goes to the parent. */
-static int tree_up(sched_channel *c, const ctree *t, int h, sched_chunks part,
-                   sched_chunks acc) {
-  int k[2], nk = 0, e = 0;
+static braid_result tree_up(sched_channel *c, const ctree *t, int h,
+                            sched_chunks part, sched_chunks acc) {
+  int k[2], nk = 0;
   for (int s = 0; s < 2; s++)
     if (t->kid[2 * h + s] >= 0)
       k[nk++] = leader(t, t->kid[2 * h + s]);
@@ -103,38 +104,38 @@ static int tree_up(sched_channel *c, const ctree *t, int h, sched_chunks part,
   if (nk == 1)
     return P >= 0 ? sched_recv_reduce_send(c, k[0], part, acc, P)
                   : sched_recv_reduce(c, k[0], part, acc);
-  e |= sched_recv_reduce(c, k[0], part, acc);
+  CHECKR(sched_recv_reduce(c, k[0], part, acc));
   if (P >= 0)
-    return e | sched_recv_reduce_send(c, k[1], acc, acc, P);
-  return e | sched_recv_reduce(c, k[1], acc, acc);
+    return sched_recv_reduce_send(c, k[1], acc, acc, P);
+  return sched_recv_reduce(c, k[1], acc, acc);
 }
 
 /* Leader of host h down the tree (the top sends `from`). */
-static int tree_down(sched_channel *c, const ctree *t, int h,
-                     sched_chunks from) {
-  int k[2], nk = 0, e = 0;
+static braid_result tree_down(sched_channel *c, const ctree *t, int h,
+                              sched_chunks from) {
+  int k[2], nk = 0;
   for (int s = 0; s < 2; s++)
     if (t->kid[2 * h + s] >= 0)
       k[nk++] = leader(t, t->kid[2 * h + s]);
   sched_chunks out = as(from, SCHED_BUF_OUT);
   if (t->parent[h] < 0) {
     for (int i = 0; i < nk; i++)
-      e |= sched_send(c, k[i], from);
-    return e;
+      CHECKR(sched_send(c, k[i], from));
+    return BRAID_SUCCESS;
   }
   int P = leader(t, t->parent[h]);
   if (nk == 0)
     return sched_recv(c, P, out);
-  e |= sched_recv_copy_send(c, P, out, k[0]);
+  CHECKR(sched_recv_copy_send(c, P, out, k[0]));
   if (nk == 2)
-    e |= sched_send(c, k[1], out);
-  return e;
+    CHECKR(sched_send(c, k[1], out));
+  return BRAID_SUCCESS;
 }
 
 /* The steps of rank r on chunks [j0, j0 + cnt) for tree t. */
-static int ct_rank(sched_channel *c, sched_coll coll, const ctree *t, int r,
-                   uint32_t j0, uint32_t cnt) {
-  int h = t->L->host[r], n = t->L->size[h], e = 0;
+static braid_result ct_rank(sched_channel *c, sched_coll coll, const ctree *t,
+                            int r, uint32_t j0, uint32_t cnt) {
+  int h = t->L->host[r], n = t->L->size[h];
   int is_ld = r == leader(t, h);
   sched_chunks in = gen_in(j0, cnt), out = gen_out(j0, cnt);
   switch (coll) {
@@ -142,25 +143,25 @@ static int ct_rank(sched_channel *c, sched_coll coll, const ctree *t, int r,
     if (is_ld) {
       sched_chunks part = in;
       if (n > 1) {
-        e |= sched_recv_reduce(c, chain_at(t, h, 1), in, out);
+        CHECKR(sched_recv_reduce(c, chain_at(t, h, 1), in, out));
         part = out;
       }
-      e |= tree_up(c, t, h, part, out);
-      e |= tree_down(c, t, h, out);
+      CHECKR(tree_up(c, t, h, part, out));
+      CHECKR(tree_down(c, t, h, out));
     } else {
-      e |= chain_up(c, t, r, out);
+      CHECKR(chain_up(c, t, r, out));
     }
-    e |= chain_down(c, t, r, out);
+    CHECKR(chain_down(c, t, r, out));
     break;
   case SCHED_BROADCAST:
     if (r == t->root) {
-      e |= tree_down(c, t, h, in);
-      e |= chain_down(c, t, r, in);
-      e |= sched_copy(c, in, out);
+      CHECKR(tree_down(c, t, h, in));
+      CHECKR(chain_down(c, t, r, in));
+      CHECKR(sched_copy(c, in, out));
     } else {
       if (is_ld)
-        e |= tree_down(c, t, h, out);
-      e |= chain_down(c, t, r, out);
+        CHECKR(tree_down(c, t, h, out));
+      CHECKR(chain_down(c, t, r, out));
     }
     break;
   case SCHED_REDUCE: {
@@ -169,60 +170,68 @@ static int ct_rank(sched_channel *c, sched_coll coll, const ctree *t, int r,
       return chain_up(c, t, r, acc);
     sched_chunks part = in;
     if (n > 1) {
-      e |= sched_recv_reduce(c, chain_at(t, h, 1), in, acc);
+      CHECKR(sched_recv_reduce(c, chain_at(t, h, 1), in, acc));
       part = acc;
     }
-    e |= tree_up(c, t, h, part, acc);
+    CHECKR(tree_up(c, t, h, part, acc));
     break;
   }
   default:
-    e = -1;
+    return ERR(BRAID_ERR_INTERNAL, "chaintree: no steps for %s",
+               sched_coll_name(coll));
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
-sched *gen_chaintree(const gen_params *p) {
-  if (gen_check(p, &gen_chaintree_desc) ||
-      gen_check_view(p, &gen_chaintree_desc))
-    return NULL;
-  gen_hosts L;
-  if (gen_hosts_init(&L, p))
-    return gen_refuse(
-        p, "chaintree: the view puts every rank on one host or names "
-           "a host it does not have");
-  int n = p->nranks, nch = p->nchannels, H = L.H;
-  int K = nch % 2 == 1 ? 2 : 1;
-  int root = p->coll == SCHED_ALLREDUCE ? 0 : p->root;
-  sched *s;
-  sched_new(p->coll, n, p->root, K, nch, "chaintree", &s);
-  int *par = malloc(sizeof(int) * 2 * (size_t)H);
-  int *kid = malloc(sizeof(int) * 4 * (size_t)H);
-  int e = !s || !par || !kid;
-  if (!e && p->coll == SCHED_REDUCE)
-    s->scratch_blocks = 1;
-  ctree t[2] = {{&L, root, 0, par, kid}, {&L, root, 0, par + H, kid + 2 * H}};
-  for (int w = 0; w < 2 && !e; w++)
-    e |= tree_dbt(H, L.host[root], w, t[w].parent, t[w].kid) != 0;
-  for (int ch = 0; ch < nch && !e; ch++) {
+static braid_result chaintree_fill(sched *s, const gen_hosts *L, int root,
+                                   int *par, int *kid) {
+  int H = L->H, nch = s->nchannels, K = s->chunks_per_block;
+  ctree t[2] = {{L, root, 0, par, kid}, {L, root, 0, par + H, kid + 2 * H}};
+  for (int w = 0; w < 2; w++)
+    CHECKR(tree_dbt(H, L->host[root], w, t[w].parent, t[w].kid));
+  for (int ch = 0; ch < nch; ch++) {
     t[0].rev = t[1].rev = ch % 2;
-    for (int r = 0; r < n; r++) {
+    for (int r = 0; r < s->nranks; r++) {
       sched_channel *c = sched_chan(s, r, ch);
       if (K == 2 && ch == nch - 1) {
-        e |= ct_rank(c, p->coll, &t[0], r, 0, 1);
-        e |= ct_rank(c, p->coll, &t[1], r, 1, 1);
+        CHECKR(ct_rank(c, s->coll, &t[0], r, 0, 1));
+        CHECKR(ct_rank(c, s->coll, &t[1], r, 1, 1));
       } else {
-        e |= ct_rank(c, p->coll, &t[ch % 2], r, 0, (uint32_t)K);
+        CHECKR(ct_rank(c, s->coll, &t[ch % 2], r, 0, (uint32_t)K));
       }
     }
+  }
+  return BRAID_SUCCESS;
+}
+
+braid_result gen_chaintree(const gen_params *p, sched **out) {
+  *out = NULL;
+  CHECKR(gen_check(p, &gen_chaintree_desc));
+  CHECKR(gen_check_view(p, &gen_chaintree_desc));
+  gen_hosts L;
+  braid_result r = gen_hosts_init(&L, p);
+  if (r != BRAID_SUCCESS)
+    return ERR_WRAP(r, "chaintree");
+  int nch = p->nchannels, H = L.H;
+  int K = nch % 2 == 1 ? 2 : 1;
+  int root = p->coll == SCHED_ALLREDUCE ? 0 : p->root;
+  int *par = malloc(sizeof(int) * 2 * (size_t)H);
+  int *kid = malloc(sizeof(int) * 4 * (size_t)H);
+  sched *s = NULL;
+  if (!par || !kid)
+    r = ERR(BRAID_ERR_NOMEM, "chaintree: no memory for the trees of %d hosts",
+            H);
+  else
+    r = sched_new(p->coll, p->nranks, p->root, K, nch, "chaintree", &s);
+  if (r == BRAID_SUCCESS) {
+    if (p->coll == SCHED_REDUCE)
+      s->scratch_blocks = 1;
+    r = gen_done(s, chaintree_fill(s, &L, root, par, kid), out);
   }
   free(par);
   free(kid);
   gen_hosts_free(&L);
-  if (e) {
-    sched_free(s);
-    return NULL;
-  }
-  return s;
+  return r;
 }
 
 const gen_desc gen_chaintree_desc = {

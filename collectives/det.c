@@ -24,51 +24,50 @@
 
 /* Phase 1 of allreduce and reduce: chunk j of every input to its owner j,
  * folded there into `dst` (chunk r of the output, or of scratch). */
-static int det_fold_chunks(sched_channel *c, int n, int r, sched_chunks dst) {
-  int e = 0;
+static braid_result det_fold_chunks(sched_channel *c, int n, int r,
+                                    sched_chunks dst) {
   for (int i = 1; i < n; i++) {
     uint32_t q = (uint32_t)((r + i) % n);
-    e |= sched_send(c, (int)q, gen_in(q, 1));
+    CHECKR(sched_send(c, (int)q, gen_in(q, 1)));
   }
-  return e | gen_fold_rank_order(c, n, r, gen_in((uint32_t)r, 1),
-                                 gen_scr((uint32_t)r, 1), dst);
+  return gen_fold_rank_order(c, n, r, gen_in((uint32_t)r, 1),
+                             gen_scr((uint32_t)r, 1), dst);
 }
 
-static int det_allreduce(sched_channel *c, int n, int r) {
-  int e = det_fold_chunks(c, n, r, gen_out((uint32_t)r, 1));
+static braid_result det_allreduce(sched_channel *c, int n, int r) {
+  CHECKR(det_fold_chunks(c, n, r, gen_out((uint32_t)r, 1)));
   for (int i = 1; i < n; i++) /* phase 2: the owners' chunks to all */
-    e |= sched_send(c, (r + i) % n, gen_out((uint32_t)r, 1));
+    CHECKR(sched_send(c, (r + i) % n, gen_out((uint32_t)r, 1)));
   for (int i = 1; i < n; i++) {
     uint32_t q = (uint32_t)((r - i + n) % n);
-    e |= sched_recv(c, (int)q, gen_out(q, 1));
+    CHECKR(sched_recv(c, (int)q, gen_out(q, 1)));
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
-static int det_reduce(sched_channel *c, int n, int r, int root) {
+static braid_result det_reduce(sched_channel *c, int n, int r, int root) {
   if (r != root) {
-    int e = det_fold_chunks(c, n, r, gen_scr((uint32_t)r, 1));
-    return e | sched_send(c, root, gen_scr((uint32_t)r, 1));
+    CHECKR(det_fold_chunks(c, n, r, gen_scr((uint32_t)r, 1)));
+    return sched_send(c, root, gen_scr((uint32_t)r, 1));
   }
-  int e = det_fold_chunks(c, n, r, gen_out((uint32_t)r, 1));
+  CHECKR(det_fold_chunks(c, n, r, gen_out((uint32_t)r, 1)));
   for (int i = 1; i < n; i++) {
     uint32_t q = (uint32_t)((r + i) % n);
-    e |= sched_recv(c, (int)q, gen_out(q, 1));
+    CHECKR(sched_recv(c, (int)q, gen_out(q, 1)));
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
-static int det_reduce_scatter(sched_channel *c, int n, int r) {
-  int e = 0;
+static braid_result det_reduce_scatter(sched_channel *c, int n, int r) {
   for (int i = 1; i < n; i++) {
     uint32_t q = (uint32_t)((r + i) % n);
-    e |= sched_send(c, (int)q, gen_in(q, 1));
+    CHECKR(sched_send(c, (int)q, gen_in(q, 1)));
   }
-  return e | gen_fold_rank_order(c, n, r, gen_in((uint32_t)r, 1), gen_scr(0, 1),
-                                 gen_out(0, 1));
+  return gen_fold_rank_order(c, n, r, gen_in((uint32_t)r, 1), gen_scr(0, 1),
+                             gen_out(0, 1));
 }
 
-static int det_rank(sched_channel *c, const sched *s, int r) {
+static braid_result det_rank(sched_channel *c, const sched *s, int r) {
   int n = s->nranks;
   if (n == 1) /* one rank: the result is the input */
     return sched_copy(c, gen_in(0, 1), gen_out(0, 1));
@@ -80,29 +79,27 @@ static int det_rank(sched_channel *c, const sched *s, int r) {
   case SCHED_REDUCE_SCATTER:
     return det_reduce_scatter(c, n, r);
   default:
-    return -1;
+    return ERR(BRAID_ERR_INTERNAL, "det: no steps for %s",
+               sched_coll_name(s->coll));
   }
 }
 
-sched *gen_det(const gen_params *p) {
-  if (gen_check(p, &gen_det_desc))
-    return NULL;
+static braid_result det_fill(sched *s) {
+  for (int ch = 0; ch < s->nchannels; ch++)
+    for (int r = 0; r < s->nranks; r++)
+      CHECKR(det_rank(sched_chan(s, r, ch), s, r));
+  return BRAID_SUCCESS;
+}
+
+braid_result gen_det(const gen_params *p, sched **out) {
+  *out = NULL;
+  CHECKR(gen_check(p, &gen_det_desc));
   int n = p->nranks;
   int K = p->coll == SCHED_REDUCE_SCATTER ? 1 : n;
   sched *s;
-  sched_new(p->coll, n, p->root, K, p->nchannels, "det", &s);
-  if (!s)
-    return NULL;
+  CHECKR(sched_new(p->coll, n, p->root, K, p->nchannels, "det", &s));
   s->scratch_blocks = n > 1 ? 1 : 0;
-  int e = 0;
-  for (int ch = 0; ch < p->nchannels; ch++)
-    for (int r = 0; r < n; r++)
-      e |= det_rank(sched_chan(s, r, ch), s, r);
-  if (e) {
-    sched_free(s);
-    return NULL;
-  }
-  return s;
+  return gen_done(s, det_fill(s), out);
 }
 
 /* reduce_scatter: direct's; else two bursts of n - 1 chunks of m / n (to

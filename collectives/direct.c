@@ -22,53 +22,51 @@
  */
 #include "gen_util.h"
 
-static int direct_allreduce(sched_channel *c, int n, int r) {
-  int e = 0;
+static braid_result direct_allreduce(sched_channel *c, int n, int r) {
   for (int i = 1; i < n; i++)
-    e |= sched_send(c, (r + i) % n, gen_in(0, 1));
-  return e | gen_fold_rank_order(c, n, r, gen_in(0, 1), gen_scr(0, 1),
-                                 gen_out(0, 1));
+    CHECKR(sched_send(c, (r + i) % n, gen_in(0, 1)));
+  return gen_fold_rank_order(c, n, r, gen_in(0, 1), gen_scr(0, 1),
+                             gen_out(0, 1));
 }
 
-static int direct_rank(sched_channel *c, sched_coll coll, int n, int root,
-                       int r) {
-  int e = 0;
+static braid_result direct_rank(sched_channel *c, sched_coll coll, int n,
+                                int root, int r) {
   switch (coll) {
   case SCHED_ALLREDUCE:
     return direct_allreduce(c, n, r);
   case SCHED_ALLGATHER:
     for (int i = 1; i < n; i++)
-      e |= sched_send(c, (r + i) % n, gen_in(0, 1));
-    e |= sched_copy(c, gen_in(0, 1), gen_out((uint32_t)r, 1));
+      CHECKR(sched_send(c, (r + i) % n, gen_in(0, 1)));
+    CHECKR(sched_copy(c, gen_in(0, 1), gen_out((uint32_t)r, 1)));
     for (int i = 1; i < n; i++) {
       int q = (r - i + n) % n;
-      e |= sched_recv(c, q, gen_out((uint32_t)q, 1));
+      CHECKR(sched_recv(c, q, gen_out((uint32_t)q, 1)));
     }
-    return e;
+    return BRAID_SUCCESS;
   case SCHED_REDUCE_SCATTER:
     for (int i = 1; i < n; i++) {
       int q = (r + i) % n;
-      e |= sched_send(c, q, gen_in((uint32_t)q, 1));
+      CHECKR(sched_send(c, q, gen_in((uint32_t)q, 1)));
     }
-    return e | gen_fold_rank_order(c, n, r, gen_in((uint32_t)r, 1),
-                                   gen_scr(0, 1), gen_out(0, 1));
+    return gen_fold_rank_order(c, n, r, gen_in((uint32_t)r, 1), gen_scr(0, 1),
+                               gen_out(0, 1));
   case SCHED_ALLTOALL:
     for (int k = 0; k < n; k++) {
       int q = ((k - r) % n + n) % n;
       if (q == r) {
-        e |= sched_copy(c, gen_in((uint32_t)r, 1), gen_out((uint32_t)r, 1));
+        CHECKR(sched_copy(c, gen_in((uint32_t)r, 1), gen_out((uint32_t)r, 1)));
       } else {
-        e |= sched_send(c, q, gen_in((uint32_t)q, 1));
-        e |= sched_recv(c, q, gen_out((uint32_t)q, 1));
+        CHECKR(sched_send(c, q, gen_in((uint32_t)q, 1)));
+        CHECKR(sched_recv(c, q, gen_out((uint32_t)q, 1)));
       }
     }
-    return e;
+    return BRAID_SUCCESS;
   case SCHED_BROADCAST:
     if (r != root)
       return sched_recv(c, root, gen_out(0, 1));
     for (int i = 1; i < n; i++)
-      e |= sched_send(c, (r + i) % n, gen_in(0, 1));
-    return e | sched_copy(c, gen_in(0, 1), gen_out(0, 1));
+      CHECKR(sched_send(c, (r + i) % n, gen_in(0, 1)));
+    return sched_copy(c, gen_in(0, 1), gen_out(0, 1));
   case SCHED_REDUCE:
     if (r != root)
       return sched_send(c, root, gen_in(0, 1));
@@ -77,49 +75,48 @@ static int direct_rank(sched_channel *c, sched_coll coll, int n, int root,
   case SCHED_GATHER:
     if (r != root)
       return sched_send(c, root, gen_in(0, 1));
-    e |= sched_copy(c, gen_in(0, 1), gen_out((uint32_t)r, 1));
+    CHECKR(sched_copy(c, gen_in(0, 1), gen_out((uint32_t)r, 1)));
     for (int i = 1; i < n; i++) {
       int q = (r + i) % n;
-      e |= sched_recv(c, q, gen_out((uint32_t)q, 1));
+      CHECKR(sched_recv(c, q, gen_out((uint32_t)q, 1)));
     }
-    return e;
+    return BRAID_SUCCESS;
   case SCHED_SCATTER:
     if (r != root)
       return sched_recv(c, root, gen_out(0, 1));
     for (int i = 1; i < n; i++) {
       int q = (r + i) % n;
-      e |= sched_send(c, q, gen_in((uint32_t)q, 1));
+      CHECKR(sched_send(c, q, gen_in((uint32_t)q, 1)));
     }
-    return e | sched_copy(c, gen_in((uint32_t)r, 1), gen_out(0, 1));
+    return sched_copy(c, gen_in((uint32_t)r, 1), gen_out(0, 1));
   default:
-    return -1;
+    return ERR(BRAID_ERR_INTERNAL, "direct: no steps for %s",
+               sched_coll_name(coll));
   }
 }
 
-sched *gen_direct(const gen_params *p) {
-  if (gen_check(p, &gen_direct_desc))
-    return NULL;
+static braid_result direct_fill(sched *s, const gen_params *p) {
   int n = p->nranks;
-  sched *s;
-  sched_new(p->coll, n, p->root, 1, p->nchannels, "direct", &s);
-  if (!s)
-    return NULL;
-  if (sched_reduces(p->coll) && n > 1) /* the prefix before a rank's own */
-    s->scratch_blocks = 1;
-  int e = 0;
   for (int ch = 0; ch < p->nchannels; ch++)
     for (int r = 0; r < n; r++) {
       sched_channel *c = sched_chan(s, r, ch);
       if (n == 1)
-        e |= sched_copy(c, gen_in(0, 1), gen_out(0, 1));
+        CHECKR(sched_copy(c, gen_in(0, 1), gen_out(0, 1)));
       else
-        e |= direct_rank(c, p->coll, n, p->root, r);
+        CHECKR(direct_rank(c, p->coll, n, p->root, r));
     }
-  if (e) {
-    sched_free(s);
-    return NULL;
-  }
-  return s;
+  return BRAID_SUCCESS;
+}
+
+braid_result gen_direct(const gen_params *p, sched **out) {
+  *out = NULL;
+  CHECKR(gen_check(p, &gen_direct_desc));
+  int n = p->nranks;
+  sched *s;
+  CHECKR(sched_new(p->coll, n, p->root, 1, p->nchannels, "direct", &s));
+  if (sched_reduces(p->coll) && n > 1) /* the prefix before a rank's own */
+    s->scratch_blocks = 1;
+  return gen_done(s, direct_fill(s, p), out);
 }
 
 /* One burst of n - 1 messages, contended (gen_cost_contention). */

@@ -3,8 +3,6 @@
  */
 #include "generators.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -82,75 +80,42 @@ int gen_supports_view(const gen_desc *g, sched_coll coll, int nranks,
   return 1;
 }
 
-sched *gen_build(const gen_desc *g, const gen_params *p, char *why,
-                 size_t whylen, int *refused) {
-  char none[160];
-  if (why == NULL || whylen == 0) {
-    why = none;
-    whylen = sizeof none;
+braid_result gen_build(const gen_desc *g, const gen_params *p, sched **out) {
+  if (out != NULL)
+    *out = NULL;
+  if (g == NULL || p == NULL || out == NULL)
+    return ERR(BRAID_ERR_INVALID_ARG, "no generator or no parameters");
+  braid_result r = g->fn(p, out);
+  if (r != BRAID_SUCCESS) { /* a failed generator leaves nothing behind */
+    sched_free(*out);
+    *out = NULL;
   }
-  why[0] = '\0';
-  if (refused != NULL)
-    *refused = 1;
-  if (g == NULL || p == NULL) {
-    snprintf(why, whylen, "no generator or no parameters");
-    return NULL;
-  }
-  gen_params q = *p;
-  q.why = why;
-  q.whylen = whylen;
-  sched *s = g->fn(&q);
-  if (s == NULL && why[0] == '\0') {
-    if (refused != NULL)
-      *refused = 0;
-    snprintf(why, whylen, "%s: out of memory", g->name);
-  }
-  return s;
+  return r;
 }
 
-void *gen_refuse(const gen_params *p, const char *fmt, ...) {
-  if (p == NULL || p->why == NULL || p->whylen == 0 || p->why[0] != '\0')
-    return NULL;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(p->why, p->whylen, fmt, ap);
-  va_end(ap);
-  return NULL;
-}
-
-int gen_check_view(const gen_params *p, const gen_desc *d) {
+braid_result gen_check_view(const gen_params *p, const gen_desc *d) {
   if (!p || !d)
-    return -1;
+    return ERR(BRAID_ERR_INVALID_ARG, "no generator or no parameters");
   const sched_view *v = p->view;
   if (d->needs == 0)
-    return 0;
-  if (v == NULL) {
-    gen_refuse(p, "%s needs to know where the ranks sit (no topology view)",
-               d->name);
-    return -1;
-  }
-  if (v->nranks != p->nranks) {
-    gen_refuse(p, "%s: the view has %d ranks, the call %d", d->name, v->nranks,
-               p->nranks);
-    return -1;
-  }
-  if ((d->needs & GEN_NEEDS_HOSTS) && v->nhosts < 2) {
-    gen_refuse(p, "%s needs ranks on two hosts or more (the view has %d)",
-               d->name, v->nhosts);
-    return -1;
-  }
-  if ((d->needs & GEN_NEEDS_GRAPH) && v->g == NULL) {
-    gen_refuse(p, "%s needs a topology graph (the view has none)", d->name);
-    return -1;
-  }
-  if ((d->needs & GEN_NEEDS_GRAPH) && mr_view_check(v, p->nranks) != 0) {
-    gen_refuse(p,
-               "%s needs every rank on its own vertex of the topology graph "
-               "(two ranks share one, or one is off the graph)",
-               d->name);
-    return -1;
-  }
-  return 0;
+    return BRAID_SUCCESS;
+  if (v == NULL)
+    return gen_refuse("%s needs to know where the ranks sit (no topology view)",
+                      d->name);
+  if (v->nranks != p->nranks)
+    return gen_refuse("%s: the view has %d ranks, the call %d", d->name,
+                      v->nranks, p->nranks);
+  if ((d->needs & GEN_NEEDS_HOSTS) && v->nhosts < 2)
+    return gen_refuse("%s needs ranks on two hosts or more (the view has %d)",
+                      d->name, v->nhosts);
+  if ((d->needs & GEN_NEEDS_GRAPH) && v->g == NULL)
+    return gen_refuse("%s needs a topology graph (the view has none)", d->name);
+  if ((d->needs & GEN_NEEDS_GRAPH) && mr_view_check(v, p->nranks) != 0)
+    return gen_refuse(
+        "%s needs every rank on its own vertex of the topology graph "
+        "(two ranks share one, or one is off the graph)",
+        d->name);
+  return BRAID_SUCCESS;
 }
 
 static int rooted(sched_coll coll) {
@@ -167,82 +132,73 @@ static int rooted(sched_coll coll) {
   }
 }
 
-int gen_check(const gen_params *p, const gen_desc *d) {
+braid_result gen_check(const gen_params *p, const gen_desc *d) {
   if (!p || !d)
-    return -1;
-  if ((int)p->coll < 0 || p->coll >= SCHED_NUM_COLLS) {
-    gen_refuse(p, "%s: unknown collective %d", d->name, (int)p->coll);
-    return -1;
-  }
-  if (!(d->colls & B(p->coll))) {
-    gen_refuse(p, "%s does not generate %s", d->name, sched_coll_name(p->coll));
-    return -1;
-  }
-  if (p->nranks < 1 || p->nranks > GEN_MAX_RANKS) {
-    gen_refuse(p, "%s: %d ranks (1 to %d)", d->name, p->nranks, GEN_MAX_RANKS);
-    return -1;
-  }
-  if (p->nchannels < 1 || p->nchannels > GEN_MAX_CHANNELS) {
-    gen_refuse(p, "%s: %d channels (1 to %d)", d->name, p->nchannels,
-               GEN_MAX_CHANNELS);
-    return -1;
-  }
+    return ERR(BRAID_ERR_INVALID_ARG, "no generator or no parameters");
+  if ((int)p->coll < 0 || p->coll >= SCHED_NUM_COLLS)
+    return gen_refuse("%s: unknown collective %d", d->name, (int)p->coll);
+  if (!(d->colls & B(p->coll)))
+    return gen_refuse("%s does not generate %s", d->name,
+                      sched_coll_name(p->coll));
+  if (p->nranks < 1 || p->nranks > GEN_MAX_RANKS)
+    return gen_refuse("%s: %d ranks (1 to %d)", d->name, p->nranks,
+                      GEN_MAX_RANKS);
+  if (p->nchannels < 1 || p->nchannels > GEN_MAX_CHANNELS)
+    return gen_refuse("%s: %d channels (1 to %d)", d->name, p->nchannels,
+                      GEN_MAX_CHANNELS);
   /* Only rooted collectives and p2p read the root. */
-  if ((p->root < 0 || p->root >= p->nranks) && rooted(p->coll)) {
-    gen_refuse(p, "%s: root %d is not a rank of %d", d->name, p->root,
-               p->nranks);
-    return -1;
-  }
-  return 0;
+  if ((p->root < 0 || p->root >= p->nranks) && rooted(p->coll))
+    return gen_refuse("%s: root %d is not a rank of %d", d->name, p->root,
+                      p->nranks);
+  return BRAID_SUCCESS;
 }
 
 static sched_chunks sub(sched_chunks r, uint32_t off, uint32_t n) {
   return sched_ck((sched_buf)r.buf, r.index + off, n);
 }
 
-int gen_exchange(sched_channel *c, int peer, sched_chunks snd, sched_chunks rcv,
-                 sched_chunks rsrc) {
+braid_result gen_exchange(sched_channel *c, int peer, sched_chunks snd,
+                          sched_chunks rcv, sched_chunks rsrc) {
   uint32_t ns = snd.buf == SCHED_BUF_NONE ? 0 : snd.count;
   uint32_t nr = rcv.buf == SCHED_BUF_NONE ? 0 : rcv.count;
   uint32_t s = 0, r = 0;
-  int e = 0;
   while (s < ns || r < nr) {
     if (s < ns) {
       uint32_t b = ns - s < GEN_BURST ? ns - s : GEN_BURST;
-      e |= sched_send(c, peer, sub(snd, s, b));
+      CHECKR(sched_send(c, peer, sub(snd, s, b)));
       s += b;
     }
     if (r < nr) {
       uint32_t b = nr - r < GEN_BURST ? nr - r : GEN_BURST;
       if (rsrc.buf != SCHED_BUF_NONE)
-        e |= sched_recv_reduce(c, peer, sub(rsrc, r, b), sub(rcv, r, b));
+        CHECKR(sched_recv_reduce(c, peer, sub(rsrc, r, b), sub(rcv, r, b)));
       else
-        e |= sched_recv(c, peer, sub(rcv, r, b));
+        CHECKR(sched_recv(c, peer, sub(rcv, r, b)));
       r += b;
     }
   }
-  return e ? -1 : 0;
+  return BRAID_SUCCESS;
 }
 
-int gen_fold_rank_order(sched_channel *c, int n, int r, sched_chunks mine,
-                        sched_chunks scr, sched_chunks dst) {
-  int e = 0;
+braid_result gen_fold_rank_order(sched_channel *c, int n, int r,
+                                 sched_chunks mine, sched_chunks scr,
+                                 sched_chunks dst) {
   if (r == 0) {
-    e |= sched_recv_reduce(c, 1, mine, dst);
+    CHECKR(sched_recv_reduce(c, 1, mine, dst));
     for (int q = 2; q < n; q++)
-      e |= sched_recv_reduce(c, q, dst, dst);
-    return e ? -1 : 0;
+      CHECKR(sched_recv_reduce(c, q, dst, dst));
+    return BRAID_SUCCESS;
   }
-  e |= sched_recv(c, 0, scr);
+  CHECKR(sched_recv(c, 0, scr));
   for (int q = 1; q < r; q++)
-    e |= sched_recv_reduce(c, q, scr, scr);
-  e |= sched_reduce_local(c, mine, scr);
+    CHECKR(sched_recv_reduce(c, q, scr, scr));
+  CHECKR(sched_reduce_local(c, mine, scr));
   if (r == n - 1) {
     int same = scr.buf == dst.buf && scr.index == dst.index;
-    return (e | (same ? 0 : sched_copy(c, scr, dst))) ? -1 : 0;
+    return same ? BRAID_SUCCESS : sched_copy(c, scr, dst);
   }
-  e |= sched_recv_reduce(c, r + 1, scr, dst);
+  CHECKR(sched_recv_reduce(c, r + 1, scr, dst));
   for (int q = r + 2; q < n; q++)
-    e |= sched_recv_reduce(c, q, dst, dst);
-  return e ? -1 : 0;
+    CHECKR(sched_recv_reduce(c, q, dst, dst));
+  return BRAID_SUCCESS;
 }

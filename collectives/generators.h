@@ -15,18 +15,18 @@ typedef struct gen_params {
   int root;      /* broadcast/reduce/gather/scatter root; send/recv peer */
   int nchannels; /* >= 1: the channels of topology-blind generators */
   /* Topology-aware generators: where the ranks sit (NULL: unknown; those
-   * generators then return NULL), the bytes of one block (0: unknown), and
-   * the most channels they may use (0: GEN_MAX_CHANNELS). */
+   * generators then refuse), the bytes of one block (0: unknown), and the
+   * most channels they may use (0: GEN_MAX_CHANNELS). */
   const struct sched_view *view;
   size_t bytes;
   int max_channels;
-  /* Where a generator that returns NULL says why (gen_refuse), in words
-   * the user sees; NULL: nowhere. gen_build sets it. */
-  char *why;
-  size_t whylen;
 } gen_params;
 
-typedef sched *(*gen_fn)(const gen_params *p);
+/* A generator: the schedule for p into *out, or a failure with its message
+ * (err_msg) and *out NULL: BRAID_ERR_UNSUPPORTED where the generator cannot
+ * run p (the reason in words the user sees, naming the generator),
+ * BRAID_ERR_NOMEM where memory ran out. */
+typedef braid_result (*gen_fn)(const gen_params *p, sched **out);
 
 /* What a cost function sees of a call (collectives/select.c fills it from
  * the transport class's model): times in microseconds, sizes in bytes. */
@@ -106,26 +106,24 @@ int gen_supports(const gen_desc *g, sched_coll coll, int nranks);
 /* The same, and the view gives what g needs (v may be NULL). */
 int gen_supports_view(const gen_desc *g, sched_coll coll, int nranks,
                       const struct sched_view *v);
-/* Runs g on p; where g builds no schedule, why[0..whylen) says why: the
- * generator's reason, or that memory ran out when it gave none (*refused
- * is then 0; 1 when the generator refused with a reason; refused may be
- * NULL). */
-sched *gen_build(const gen_desc *g, const gen_params *p, char *why,
-                 size_t whylen, int *refused);
+/* Runs g on p (gen_fn): the schedule into *out, or BRAID_ERR_UNSUPPORTED
+ * with the generator's reason (err_msg), BRAID_ERR_NOMEM, or
+ * BRAID_ERR_INVALID_ARG (no generator or no parameters). */
+braid_result gen_build(const gen_desc *g, const gen_params *p, sched **out);
 
-/* The generator functions (each file's descriptor names its own): */
-sched *gen_ring(const gen_params *p);
-sched *gen_tree(const gen_params *p);
-sched *gen_binomial(const gen_params *p);
-sched *gen_rhd(const gen_params *p);
-sched *gen_direct(const gen_params *p);
-sched *gen_linear(const gen_params *p);
-sched *gen_det(const gen_params *p);
+/* The generator functions (gen_fn; each file's descriptor names its own): */
+braid_result gen_ring(const gen_params *p, sched **out);
+braid_result gen_tree(const gen_params *p, sched **out);
+braid_result gen_binomial(const gen_params *p, sched **out);
+braid_result gen_rhd(const gen_params *p, sched **out);
+braid_result gen_direct(const gen_params *p, sched **out);
+braid_result gen_linear(const gen_params *p, sched **out);
+braid_result gen_det(const gen_params *p, sched **out);
 /* Topology-aware (need p->view): */
-sched *gen_multiring(const gen_params *p);
-sched *gen_treepack(const gen_params *p);
-sched *gen_hybrid(const gen_params *p);
-sched *gen_hier(const gen_params *p);
-sched *gen_chaintree(const gen_params *p);
+braid_result gen_multiring(const gen_params *p, sched **out);
+braid_result gen_treepack(const gen_params *p, sched **out);
+braid_result gen_hybrid(const gen_params *p, sched **out);
+braid_result gen_hier(const gen_params *p, sched **out);
+braid_result gen_chaintree(const gen_params *p, sched **out);
 
 #endif

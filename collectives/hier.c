@@ -54,16 +54,18 @@ void gen_hosts_free(gen_hosts *h) {
   h->host = h->loc = h->start = h->size = h->rank = NULL;
 }
 
-int gen_hosts_init(gen_hosts *h, const gen_params *p) {
+braid_result gen_hosts_init(gen_hosts *h, const gen_params *p) {
+  static const char why[] =
+      "the view puts every rank on one host or names a host it does not have";
   h->host = h->loc = h->start = h->size = h->rank = NULL;
   const sched_view *v = p ? p->view : NULL;
   if (!v || !v->host || v->nranks != p->nranks || v->nhosts < 1 ||
       p->nranks < 1)
-    return -1;
+    return ERR(BRAID_ERR_UNSUPPORTED, "%s", why);
   int n = p->nranks, nh = v->nhosts;
   for (int r = 0; r < n; r++)
     if (v->host[r] < 0 || v->host[r] >= nh)
-      return -1;
+      return ERR(BRAID_ERR_UNSUPPORTED, "%s", why);
   int *map = calloc((size_t)nh, sizeof(int));
   h->host = malloc(sizeof(int) * (size_t)n);
   h->loc = malloc(sizeof(int) * (size_t)n);
@@ -73,7 +75,8 @@ int gen_hosts_init(gen_hosts *h, const gen_params *p) {
   if (!map || !h->host || !h->loc || !h->rank || !h->start || !h->size) {
     free(map);
     gen_hosts_free(h);
-    return -1;
+    return ERR(BRAID_ERR_NOMEM,
+               "no memory for the host map of %d ranks on %d hosts", n, nh);
   }
   for (int r = 0; r < n; r++)
     map[v->host[r]]++;
@@ -98,9 +101,9 @@ int gen_hosts_init(gen_hosts *h, const gen_params *p) {
   free(map);
   if (H < 2) {
     gen_hosts_free(h);
-    return -1;
+    return ERR(BRAID_ERR_UNSUPPORTED, "%s", why);
   }
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 /* ---- channel orders ---- */
@@ -140,25 +143,25 @@ static int ar_chunk(const hctx *x, int n, int q, int t, int c) {
   return i < x->L->P ? i * x->L->H + c : -1;
 }
 
-static int hier_allreduce(sched_channel *c, const hctx *x, int r) {
+static braid_result hier_allreduce(sched_channel *c, const hctx *x, int r) {
   const gen_hosts *L = x->L;
   int H = L->H, h = L->host[r], n = L->size[h], j = lpos(x, r);
   int next = member(x, h, j + 1), prev = member(x, h, j - 1);
-  int T = (L->P + n - 1) / n, e = 0;
+  int T = (L->P + n - 1) / n;
   sched_buf part = n > 1 ? SCHED_BUF_OUT : SCHED_BUF_IN;
   /* 1. Reduce-scatter inside the host, one lane at a time. */
   for (int t = 0; n > 1 && t < T; t++)
     for (int cc = 0; cc < H; cc++) {
       int k = ar_chunk(x, n, j - 1, t, cc);
       if (k >= 0)
-        e |= sched_send(c, next, gen_in((uint32_t)k, 1));
+        CHECKR(sched_send(c, next, gen_in((uint32_t)k, 1)));
       for (int s = 1; s < n - 1; s++)
         if ((k = ar_chunk(x, n, j - 1 - s, t, cc)) >= 0)
-          e |= sched_recv_reduce_send(c, prev, gen_in((uint32_t)k, 1),
-                                      gen_out((uint32_t)k, 1), next);
+          CHECKR(sched_recv_reduce_send(c, prev, gen_in((uint32_t)k, 1),
+                                        gen_out((uint32_t)k, 1), next));
       if ((k = ar_chunk(x, n, j, t, cc)) >= 0)
-        e |= sched_recv_reduce(c, prev, gen_in((uint32_t)k, 1),
-                               gen_out((uint32_t)k, 1));
+        CHECKR(sched_recv_reduce(c, prev, gen_in((uint32_t)k, 1),
+                                 gen_out((uint32_t)k, 1)));
     }
   /* 2. Ring allreduce of each of this rank's pieces across hosts. */
   int hp = host_pos(x, h);
@@ -166,15 +169,15 @@ static int hier_allreduce(sched_channel *c, const hctx *x, int r) {
     int nx = member(x, host_at(x, hp + 1), i);
     int pv = member(x, host_at(x, hp - 1), i);
 #define CK(q) ((uint32_t)(i * H + mod((q), H)))
-    e |= sched_send(c, nx, sched_ck(part, CK(hp), 1));
+    CHECKR(sched_send(c, nx, sched_ck(part, CK(hp), 1)));
     for (int s = 1; s < H - 1; s++)
-      e |= sched_recv_reduce_send(c, pv, sched_ck(part, CK(hp - s), 1),
-                                  gen_out(CK(hp - s), 1), nx);
-    e |= sched_recv_reduce_send(c, pv, sched_ck(part, CK(hp + 1), 1),
-                                gen_out(CK(hp + 1), 1), nx);
+      CHECKR(sched_recv_reduce_send(c, pv, sched_ck(part, CK(hp - s), 1),
+                                    gen_out(CK(hp - s), 1), nx));
+    CHECKR(sched_recv_reduce_send(c, pv, sched_ck(part, CK(hp + 1), 1),
+                                  gen_out(CK(hp + 1), 1), nx));
     for (int t = 0; t < H - 2; t++)
-      e |= sched_recv_copy_send(c, pv, gen_out(CK(hp - t), 1), nx);
-    e |= sched_recv(c, pv, gen_out(CK(hp + 2), 1));
+      CHECKR(sched_recv_copy_send(c, pv, gen_out(CK(hp - t), 1), nx));
+    CHECKR(sched_recv(c, pv, gen_out(CK(hp + 2), 1)));
 #undef CK
   }
   /* 3. Allgather inside the host, one lane at a time. */
@@ -182,14 +185,14 @@ static int hier_allreduce(sched_channel *c, const hctx *x, int r) {
     for (int cc = 0; cc < H; cc++) {
       int k = ar_chunk(x, n, j, t, cc);
       if (k >= 0)
-        e |= sched_send(c, next, gen_out((uint32_t)k, 1));
+        CHECKR(sched_send(c, next, gen_out((uint32_t)k, 1)));
       for (int s = 1; s < n - 1; s++)
         if ((k = ar_chunk(x, n, j - s, t, cc)) >= 0)
-          e |= sched_recv_copy_send(c, prev, gen_out((uint32_t)k, 1), next);
+          CHECKR(sched_recv_copy_send(c, prev, gen_out((uint32_t)k, 1), next));
       if ((k = ar_chunk(x, n, j + 1, t, cc)) >= 0)
-        e |= sched_recv(c, prev, gen_out((uint32_t)k, 1));
+        CHECKR(sched_recv(c, prev, gen_out((uint32_t)k, 1)));
     }
-  return e;
+  return BRAID_SUCCESS;
 }
 
 /* ---- allgather / reduce_scatter ---- */
@@ -222,50 +225,51 @@ static int set_lanes(const hctx *x, int h) {
   return m;
 }
 
-static int hier_allgather(sched_channel *c, const hctx *x, int r) {
+static braid_result hier_allgather(sched_channel *c, const hctx *x, int r) {
   const gen_hosts *L = x->L;
   int H = L->H, h = L->host[r], n = L->size[h], j = lpos(x, r);
-  int hp = host_pos(x, h), e = 0;
-  e |= sched_copy(c, gen_in(0, 1), gen_out((uint32_t)r, 1));
+  int hp = host_pos(x, h);
+  CHECKR(sched_copy(c, gen_in(0, 1), gen_out((uint32_t)r, 1)));
   /* 1. Rails: ring allgather across hosts of the blocks at position g. */
   for (int g = j; g < L->P; g += n) {
     int nx = member(x, host_at(x, hp + 1), g);
     int pv = member(x, host_at(x, hp - 1), g);
     if (g < n) /* g == j: this rank's own block */
-      e |= sched_send(c, nx, gen_in(0, 1));
+      CHECKR(sched_send(c, nx, gen_in(0, 1)));
     for (int t = 1; t < H; t++) {
       int hh = host_at(x, hp - t);
       if (g >= L->size[hh])
         continue;
       uint32_t b = (uint32_t)member(x, hh, g);
       if (t < H - 1)
-        e |= sched_recv_copy_send(c, pv, gen_out(b, 1), nx);
+        CHECKR(sched_recv_copy_send(c, pv, gen_out(b, 1), nx));
       else
-        e |= sched_recv(c, pv, gen_out(b, 1));
+        CHECKR(sched_recv(c, pv, gen_out(b, 1)));
     }
   }
   /* 2. Ring allgather inside the host of what each position gathered. */
   if (n < 2)
-    return e;
+    return BRAID_SUCCESS;
   int next = member(x, h, j + 1), prev = member(x, h, j - 1);
   int lanes = set_lanes(x, h);
   for (int t = 0; t < lanes; t++) {
     int b = set_block(x, h, j, t);
     if (b >= 0)
-      e |= sched_send(c, next, gen_out((uint32_t)b, 1));
+      CHECKR(sched_send(c, next, gen_out((uint32_t)b, 1)));
     for (int s = 1; s < n - 1; s++)
       if ((b = set_block(x, h, j - s, t)) >= 0)
-        e |= sched_recv_copy_send(c, prev, gen_out((uint32_t)b, 1), next);
+        CHECKR(sched_recv_copy_send(c, prev, gen_out((uint32_t)b, 1), next));
     if ((b = set_block(x, h, j + 1, t)) >= 0)
-      e |= sched_recv(c, prev, gen_out((uint32_t)b, 1));
+      CHECKR(sched_recv(c, prev, gen_out((uint32_t)b, 1)));
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
-static int hier_reduce_scatter(sched_channel *c, const hctx *x, int r) {
+static braid_result hier_reduce_scatter(sched_channel *c, const hctx *x,
+                                        int r) {
   const gen_hosts *L = x->L;
   int H = L->H, h = L->host[r], n = L->size[h], j = lpos(x, r);
-  int hp = host_pos(x, h), e = 0;
+  int hp = host_pos(x, h);
   sched_buf part = n > 1 ? SCHED_BUF_SCRATCH : SCHED_BUF_IN;
   /* 1. Ring reduce-scatter inside the host into scratch. */
   if (n > 1) {
@@ -274,14 +278,14 @@ static int hier_reduce_scatter(sched_channel *c, const hctx *x, int r) {
     for (int t = 0; t < lanes; t++) {
       int b = set_block(x, h, j - 1, t);
       if (b >= 0)
-        e |= sched_send(c, next, gen_in((uint32_t)b, 1));
+        CHECKR(sched_send(c, next, gen_in((uint32_t)b, 1)));
       for (int s = 1; s < n - 1; s++)
         if ((b = set_block(x, h, j - 1 - s, t)) >= 0)
-          e |= sched_recv_reduce_send(c, prev, gen_in((uint32_t)b, 1),
-                                      gen_scr((uint32_t)b, 1), next);
+          CHECKR(sched_recv_reduce_send(c, prev, gen_in((uint32_t)b, 1),
+                                        gen_scr((uint32_t)b, 1), next));
       if ((b = set_block(x, h, j, t)) >= 0)
-        e |= sched_recv_reduce(c, prev, gen_in((uint32_t)b, 1),
-                               gen_scr((uint32_t)b, 1));
+        CHECKR(sched_recv_reduce(c, prev, gen_in((uint32_t)b, 1),
+                                 gen_scr((uint32_t)b, 1)));
     }
   }
   /* 2. Rails: ring reduce-scatter across hosts; block of the rank at
@@ -296,14 +300,14 @@ static int hier_reduce_scatter(sched_channel *c, const hctx *x, int r) {
       uint32_t b = (uint32_t)member(x, hh, g);
       sched_chunks src = sched_ck(part, b, 1);
       if (s == 0)
-        e |= sched_send(c, nx, src);
+        CHECKR(sched_send(c, nx, src));
       else if (s < H - 1)
-        e |= sched_recv_reduce_send(c, pv, src, gen_scr(b, 1), nx);
+        CHECKR(sched_recv_reduce_send(c, pv, src, gen_scr(b, 1), nx));
       else
-        e |= sched_recv_reduce(c, pv, src, gen_out(0, 1));
+        CHECKR(sched_recv_reduce(c, pv, src, gen_out(0, 1)));
     }
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
 /* ---- broadcast / reduce ---- */
@@ -322,9 +326,10 @@ static int hchain_at(const hctx *x, int root, int i) {
   return host_at(x, host_pos(x, x->L->host[root]) + i);
 }
 
-static int hier_bcast(sched_channel *c, const hctx *x, int r, int root) {
+static braid_result hier_bcast(sched_channel *c, const hctx *x, int r,
+                               int root) {
   const gen_hosts *L = x->L;
-  int h = L->host[r], n = L->size[h], H = L->H, e = 0;
+  int h = L->host[r], n = L->size[h], H = L->H;
   int ld = leader(x, h, root);
   int ci = mod(host_pos(x, h) - host_pos(x, L->host[root]), H);
   if (r == ld) {
@@ -332,16 +337,16 @@ static int hier_bcast(sched_channel *c, const hctx *x, int r, int root) {
     int nl = ci + 1 < H ? leader(x, hchain_at(x, root, ci + 1), root) : -1;
     if (r != root) {
       int pl = leader(x, hchain_at(x, root, ci - 1), root);
-      e |= nl >= 0 ? sched_recv_copy_send(c, pl, gen_out(0, 1), nl)
-                   : sched_recv(c, pl, gen_out(0, 1));
+      CHECKR(nl >= 0 ? sched_recv_copy_send(c, pl, gen_out(0, 1), nl)
+                     : sched_recv(c, pl, gen_out(0, 1)));
     } else {
-      e |= sched_send(c, nl, src);
+      CHECKR(sched_send(c, nl, src));
     }
     if (n > 1)
-      e |= sched_send(c, chain_at(x, h, root, 1), src);
+      CHECKR(sched_send(c, chain_at(x, h, root, 1), src));
     if (r == root)
-      e |= sched_copy(c, gen_in(0, 1), gen_out(0, 1));
-    return e;
+      CHECKR(sched_copy(c, gen_in(0, 1), gen_out(0, 1)));
+    return BRAID_SUCCESS;
   }
   int i = mod(lpos(x, r) - lpos(x, ld), n);
   int pv = chain_at(x, h, root, i - 1);
@@ -351,9 +356,10 @@ static int hier_bcast(sched_channel *c, const hctx *x, int r, int root) {
   return sched_recv(c, pv, gen_out(0, 1));
 }
 
-static int hier_reduce(sched_channel *c, const hctx *x, int r, int root) {
+static braid_result hier_reduce(sched_channel *c, const hctx *x, int r,
+                                int root) {
   const gen_hosts *L = x->L;
-  int h = L->host[r], n = L->size[h], H = L->H, e = 0;
+  int h = L->host[r], n = L->size[h], H = L->H;
   int ld = leader(x, h, root);
   int ci = mod(host_pos(x, h) - host_pos(x, L->host[root]), H);
   if (r != ld) { /* chain towards the leader */
@@ -367,74 +373,74 @@ static int hier_reduce(sched_channel *c, const hctx *x, int r, int root) {
   sched_chunks acc = r == root ? gen_out(0, 1) : gen_scr(0, 1);
   sched_chunks part = gen_in(0, 1);
   if (n > 1) {
-    e |= sched_recv_reduce(c, chain_at(x, h, root, 1), part, acc);
+    CHECKR(sched_recv_reduce(c, chain_at(x, h, root, 1), part, acc));
     part = acc;
   }
   int from = ci + 1 < H ? leader(x, hchain_at(x, root, ci + 1), root) : -1;
   if (r == root)
-    return e | sched_recv_reduce(c, from, part, acc);
+    return sched_recv_reduce(c, from, part, acc);
   int to = leader(x, hchain_at(x, root, ci - 1), root);
   if (from < 0)
-    return e | sched_send(c, to, part);
-  return e | sched_recv_reduce_send(c, from, part, acc, to);
+    return sched_send(c, to, part);
+  return sched_recv_reduce_send(c, from, part, acc, to);
 }
 
-sched *gen_hier(const gen_params *p) {
-  if (gen_check(p, &gen_hier_desc) || gen_check_view(p, &gen_hier_desc))
-    return NULL;
-  gen_hosts L;
-  if (gen_hosts_init(&L, p))
-    return gen_refuse(p, "hier: the view puts every rank on one host or names "
-                         "a host it does not have");
-  long Kl = p->coll == SCHED_ALLREDUCE ? (long)L.P * L.H : 1;
-  if (Kl > GEN_MAX_RANKS) {
-    gen_hosts_free(&L);
-    return NULL;
-  }
-  int K = (int)Kl, n = p->nranks;
-  sched *s;
-  sched_new(p->coll, n, p->root, K, p->nchannels, "hier", &s);
-  if (!s) {
-    gen_hosts_free(&L);
-    return NULL;
-  }
-  if (p->coll == SCHED_REDUCE_SCATTER)
-    s->scratch_blocks = n;
-  else if (p->coll == SCHED_REDUCE)
-    s->scratch_blocks = 1;
-  int e = 0;
-  for (int ch = 0; ch < p->nchannels && !e; ch++) {
-    hctx x = {&L, ch % 2, K};
-    for (int r = 0; r < n; r++) {
+static braid_result hier_fill(sched *s, const gen_hosts *L) {
+  for (int ch = 0; ch < s->nchannels; ch++) {
+    hctx x = {L, ch % 2, s->chunks_per_block};
+    for (int r = 0; r < s->nranks; r++) {
       sched_channel *c = sched_chan(s, r, ch);
-      switch (p->coll) {
+      switch (s->coll) {
       case SCHED_ALLREDUCE:
-        e |= hier_allreduce(c, &x, r);
+        CHECKR(hier_allreduce(c, &x, r));
         break;
       case SCHED_ALLGATHER:
-        e |= hier_allgather(c, &x, r);
+        CHECKR(hier_allgather(c, &x, r));
         break;
       case SCHED_REDUCE_SCATTER:
-        e |= hier_reduce_scatter(c, &x, r);
+        CHECKR(hier_reduce_scatter(c, &x, r));
         break;
       case SCHED_BROADCAST:
-        e |= hier_bcast(c, &x, r, p->root);
+        CHECKR(hier_bcast(c, &x, r, s->root));
         break;
       case SCHED_REDUCE:
-        e |= hier_reduce(c, &x, r, p->root);
+        CHECKR(hier_reduce(c, &x, r, s->root));
         break;
       default:
-        e = -1;
-        break;
+        return ERR(BRAID_ERR_INTERNAL, "hier: no steps for %s",
+                   sched_coll_name(s->coll));
       }
     }
   }
-  gen_hosts_free(&L);
-  if (e) {
-    sched_free(s);
-    return NULL;
+  return BRAID_SUCCESS;
+}
+
+braid_result gen_hier(const gen_params *p, sched **out) {
+  *out = NULL;
+  CHECKR(gen_check(p, &gen_hier_desc));
+  CHECKR(gen_check_view(p, &gen_hier_desc));
+  gen_hosts L;
+  braid_result r = gen_hosts_init(&L, p);
+  if (r != BRAID_SUCCESS)
+    return ERR_WRAP(r, "hier");
+  long Kl = p->coll == SCHED_ALLREDUCE ? (long)L.P * L.H : 1;
+  sched *s = NULL;
+  if (Kl > GEN_MAX_RANKS)
+    r = gen_refuse("hier: %d hosts of up to %d ranks make %ld chunks per "
+                   "block (at most %d)",
+                   L.H, L.P, Kl, GEN_MAX_RANKS);
+  else
+    r = sched_new(p->coll, p->nranks, p->root, (int)Kl, p->nchannels, "hier",
+                  &s);
+  if (r == BRAID_SUCCESS) {
+    if (p->coll == SCHED_REDUCE_SCATTER)
+      s->scratch_blocks = p->nranks;
+    else if (p->coll == SCHED_REDUCE)
+      s->scratch_blocks = 1;
+    r = gen_done(s, hier_fill(s, &L), out);
   }
-  return s;
+  gen_hosts_free(&L);
+  return r;
 }
 
 const gen_desc gen_hier_desc = {

@@ -23,7 +23,7 @@
  * bottlenecks, the PCIe channels 1 / (R + 1) equally. With max_channels M,
  * the PCIe ring gets min(2, M - 1) channels and multiring the rest. Needs every
  * rank on a GPU with an NVLink ring plan and a host path to every other rank;
- * NULL otherwise.
+ * refuses otherwise.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +49,7 @@ static void host_paths_free(host_paths *h) {
   free(h->p);
 }
 
-static int host_paths_make(const sched_view *v, host_paths *h) {
+static braid_result host_paths_make(const sched_view *v, host_paths *h) {
   int n = v->nranks;
   h->n = n;
   h->p = calloc((size_t)n * (size_t)n, sizeof(topo_path));
@@ -63,9 +63,12 @@ static int host_paths_make(const sched_view *v, host_paths *h) {
         tp->nhops = -1;
     }
   route_ctx_free(rc);
-  if (!rc_ok)
+  if (!rc_ok) {
     host_paths_free(h);
-  return rc_ok ? 0 : -1;
+    return ERR(BRAID_ERR_NOMEM,
+               "hybrid: no memory for the host paths of %d ranks", n);
+  }
+  return BRAID_SUCCESS;
 }
 
 /* The rate of the directed ring `ord` over the host paths' links (the
@@ -112,20 +115,21 @@ static int next_perm(int *a, int k) {
   return 1;
 }
 
-/* The PCIe ring: its order in best[]; returns its rate (GB/s), 0 when some
- * hop has no host path, -1 when out of memory. */
-static double pcie_ring(const sched_view *v, int *best) {
+/* The PCIe ring: its order in best[], its rate (GB/s) in *rate (0 when
+ * some hop has no host path). BRAID_SUCCESS or BRAID_ERR_NOMEM. */
+static braid_result pcie_ring(const sched_view *v, int *best, double *rate) {
   int n = v->nranks;
   host_paths h;
-  if (host_paths_make(v, &h))
-    return -1;
+  CHECKR(host_paths_make(v, &h));
   int *ord = calloc((size_t)n, sizeof(int));
   int *load = malloc(sizeof(int) * 2 * (size_t)(v->g->nl > 0 ? v->g->nl : 1));
-  double bestx = -1;
-  if (ord && load) {
+  double bestx = 0;
+  braid_result r = BRAID_SUCCESS;
+  if (!ord || !load) {
+    r = ERR(BRAID_ERR_NOMEM, "hybrid: no memory to search a PCIe ring");
+  } else {
     for (int q = 0; q < n; q++)
       ord[q] = best[q] = q;
-    bestx = 0;
     long tries = 0;
     do {
       double x = ring_rate(v->g, &h, ord, load);
@@ -138,64 +142,80 @@ static double pcie_ring(const sched_view *v, int *best) {
   free(ord);
   free(load);
   host_paths_free(&h);
-  return bestx;
+  *rate = bestx;
+  return r;
 }
 
-sched *gen_hybrid(const gen_params *p) {
+/* The NVLink plan nvl and the PCIe ring pord of rate x as one ring plan,
+ * with the channels' weights in w, into *out. */
+static braid_result hybrid_sched(const gen_params *p, const ring_plan *nvl,
+                                 double bw_nvl, const int *pord, double x,
+                                 int npcie, double *w, sched **out) {
+  int n = p->nranks;
+  ring_plan all;
+  CHECKR(ring_plan_alloc(&all, n, nvl->nch + npcie));
+  double R = bw_nvl / x;
+  for (int c = 0; c < nvl->nch; c++) {
+    ring_plan_add(&all, nvl->order + (size_t)c * (size_t)n, nvl->bw[c],
+                  SCHED_ROUTE_NVL, 0);
+    w[c] = R / (R + 1) * nvl->bw[c] / bw_nvl;
+  }
+  for (int c = 0; c < npcie; c++)
+    ring_plan_add(&all, pord, x / npcie, SCHED_ROUTE_HOST, 0);
+  for (int c = nvl->nch; c < all.nch; c++)
+    w[c] = 1.0 / (R + 1) / npcie;
+  braid_result r = ring_plan_sched(p, &all, w, "hybrid", out);
+  ring_plan_free(&all);
+  return r;
+}
+
+braid_result gen_hybrid(const gen_params *p, sched **out) {
+  *out = NULL;
   if (!p)
-    return NULL;
+    return ERR(BRAID_ERR_INVALID_ARG, "no generator or no parameters");
   gen_params q = *p;
   q.nchannels = 1; /* the plans decide the channels */
-  if (gen_check(&q, &gen_hybrid_desc) || gen_check_view(p, &gen_hybrid_desc))
-    return NULL;
+  CHECKR(gen_check(&q, &gen_hybrid_desc));
+  CHECKR(gen_check_view(p, &gen_hybrid_desc));
   if (p->nranks < 2)
-    return gen_refuse(p, "hybrid needs two ranks or more");
+    return gen_refuse("hybrid needs two ranks or more");
   const sched_view *v = p->view;
   int n = p->nranks;
   for (int r = 0; r < n; r++)
     if (v->g->v[v->vertex[r]].type != TOPO_GPU)
-      return gen_refuse(p, "hybrid needs every rank on a GPU (rank %d is not)",
-                        r);
+      return gen_refuse("hybrid needs every rank on a GPU (rank %d is not)", r);
   int maxc = p->max_channels > 0 && p->max_channels <= GEN_MAX_CHANNELS
                  ? p->max_channels
                  : GEN_MAX_CHANNELS;
   if (maxc < 2) /* one channel per plan at least */
-    return gen_refuse(p, "hybrid needs two channels or more (%d allowed)",
-                      maxc);
+    return gen_refuse("hybrid needs two channels or more (%d allowed)", maxc);
   int npcie = maxc >= 3 ? 2 : 1;
-  ring_plan nvl, all;
-  if (multiring_plan(v, maxc - npcie, &nvl))
-    return NULL;
-  sched *s = NULL;
+  ring_plan nvl;
+  braid_result r = multiring_plan(v, maxc - npcie, &nvl);
+  if (r != BRAID_SUCCESS)
+    return ERR_WRAP(r, "hybrid");
   int *pord = calloc((size_t)n, sizeof(int));
   double *w = calloc((size_t)(nvl.nch + npcie), sizeof(double));
-  double x = -1, bw_nvl = 0;
-  int ok = pord && w && nvl.nch > 0;
-  for (int c = 0; ok && c < nvl.nch; c++) {
-    ok = nvl.route[c] == SCHED_ROUTE_NVL; /* NVLink rings, not a fallback */
+  double x = 0, bw_nvl = 0;
+  int nvlink = nvl.nch > 0;
+  for (int c = 0; c < nvl.nch; c++) {
+    nvlink &= nvl.route[c] == SCHED_ROUTE_NVL; /* not a fallback */
     bw_nvl += nvl.bw[c];
   }
-  if (ok)
-    x = pcie_ring(v, pord);
-  if (ok && x > 0 && bw_nvl > 0 &&
-      ring_plan_alloc(&all, n, nvl.nch + npcie) == 0) {
-    double R = bw_nvl / x;
-    for (int c = 0; c < nvl.nch; c++) {
-      ring_plan_add(&all, nvl.order + (size_t)c * (size_t)n, nvl.bw[c],
-                    SCHED_ROUTE_NVL, 0);
-      w[c] = R / (R + 1) * nvl.bw[c] / bw_nvl;
-    }
-    for (int c = 0; c < npcie; c++)
-      ring_plan_add(&all, pord, x / npcie, SCHED_ROUTE_HOST, 0);
-    for (int c = nvl.nch; c < all.nch; c++)
-      w[c] = 1.0 / (R + 1) / npcie;
-    s = ring_plan_sched(p, &all, w, "hybrid");
-    ring_plan_free(&all);
-  }
+  if (!pord || !w)
+    r = ERR(BRAID_ERR_NOMEM, "hybrid: no memory for the plans of %d ranks", n);
+  else if (!nvlink || !(bw_nvl > 0))
+    r = gen_refuse("hybrid: no NVLink ring through every rank");
+  else
+    r = pcie_ring(v, pord, &x);
+  if (r == BRAID_SUCCESS && !(x > 0))
+    r = gen_refuse("hybrid: no ring over host paths through every rank");
+  if (r == BRAID_SUCCESS)
+    r = hybrid_sched(p, &nvl, bw_nvl, pord, x, npcie, w, out);
   free(pord);
   free(w);
   ring_plan_free(&nvl);
-  return s;
+  return r;
 }
 
 const gen_desc gen_hybrid_desc = {

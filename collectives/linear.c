@@ -19,21 +19,21 @@
  */
 #include "gen_util.h"
 
-static int linear_rank(sched_channel *c, sched_coll coll, int n, int root,
-                       int r) {
-  int e = 0, first = 1;
+static braid_result linear_rank(sched_channel *c, sched_coll coll, int n,
+                                int root, int r) {
+  int first = 1;
   switch (coll) {
   case SCHED_SEND:
-    return r == root ? 0 : sched_send(c, root, gen_in(0, 1));
+    return r == root ? BRAID_SUCCESS : sched_send(c, root, gen_in(0, 1));
   case SCHED_RECV:
-    return r == root ? 0 : sched_recv(c, root, gen_out(0, 1));
+    return r == root ? BRAID_SUCCESS : sched_recv(c, root, gen_out(0, 1));
   case SCHED_BROADCAST:
     if (r != root)
       return sched_recv(c, root, gen_out(0, 1));
     for (int q = 0; q < n; q++)
       if (q != root)
-        e |= sched_send(c, q, gen_in(0, 1));
-    return e | sched_copy(c, gen_in(0, 1), gen_out(0, 1));
+        CHECKR(sched_send(c, q, gen_in(0, 1)));
+    return sched_copy(c, gen_in(0, 1), gen_out(0, 1));
   case SCHED_REDUCE:
     if (r != root)
       return sched_send(c, root, gen_in(0, 1));
@@ -44,71 +44,70 @@ static int linear_rank(sched_channel *c, sched_coll coll, int n, int root,
         if (q == root)
           continue;
         if (first && q < root) {
-          e |= sched_recv(c, q, gen_scr(0, 1));
+          CHECKR(sched_recv(c, q, gen_scr(0, 1)));
         } else if (q < root) {
-          e |= sched_recv_reduce(c, q, gen_scr(0, 1), gen_scr(0, 1));
+          CHECKR(sched_recv_reduce(c, q, gen_scr(0, 1), gen_scr(0, 1)));
         } else if (q == root + 1) {
-          e |= sched_reduce_local(c, gen_in(0, 1), gen_scr(0, 1));
-          e |= sched_recv_reduce(c, q, gen_scr(0, 1), gen_out(0, 1));
+          CHECKR(sched_reduce_local(c, gen_in(0, 1), gen_scr(0, 1)));
+          CHECKR(sched_recv_reduce(c, q, gen_scr(0, 1), gen_out(0, 1)));
         } else {
-          e |= sched_recv_reduce(c, q, gen_out(0, 1), gen_out(0, 1));
+          CHECKR(sched_recv_reduce(c, q, gen_out(0, 1), gen_out(0, 1)));
         }
         first = 0;
       }
       if (root == n - 1) {
-        e |= sched_reduce_local(c, gen_in(0, 1), gen_scr(0, 1));
-        e |= sched_copy(c, gen_scr(0, 1), gen_out(0, 1));
+        CHECKR(sched_reduce_local(c, gen_in(0, 1), gen_scr(0, 1)));
+        CHECKR(sched_copy(c, gen_scr(0, 1), gen_out(0, 1)));
       }
-      return e;
+      return BRAID_SUCCESS;
     }
     for (int q = 1; q < n; q++)
-      e |= sched_recv_reduce(c, q, q == 1 ? gen_in(0, 1) : gen_out(0, 1),
-                             gen_out(0, 1));
-    return e;
+      CHECKR(sched_recv_reduce(c, q, q == 1 ? gen_in(0, 1) : gen_out(0, 1),
+                               gen_out(0, 1)));
+    return BRAID_SUCCESS;
   case SCHED_GATHER:
     if (r != root)
       return sched_send(c, root, gen_in(0, 1));
-    e |= sched_copy(c, gen_in(0, 1), gen_out((uint32_t)r, 1));
+    CHECKR(sched_copy(c, gen_in(0, 1), gen_out((uint32_t)r, 1)));
     for (int q = 0; q < n; q++)
       if (q != root)
-        e |= sched_recv(c, q, gen_out((uint32_t)q, 1));
-    return e;
+        CHECKR(sched_recv(c, q, gen_out((uint32_t)q, 1)));
+    return BRAID_SUCCESS;
   case SCHED_SCATTER:
     if (r != root)
       return sched_recv(c, root, gen_out(0, 1));
     for (int q = 0; q < n; q++)
       if (q != root)
-        e |= sched_send(c, q, gen_in((uint32_t)q, 1));
-    return e | sched_copy(c, gen_in((uint32_t)r, 1), gen_out(0, 1));
+        CHECKR(sched_send(c, q, gen_in((uint32_t)q, 1)));
+    return sched_copy(c, gen_in((uint32_t)r, 1), gen_out(0, 1));
   default:
-    return -1;
+    return ERR(BRAID_ERR_INTERNAL, "linear: no steps for %s",
+               sched_coll_name(coll));
   }
 }
 
-sched *gen_linear(const gen_params *p) {
-  if (gen_check(p, &gen_linear_desc))
-    return NULL;
+static braid_result linear_fill(sched *s, const gen_params *p) {
   int n = p->nranks;
-  sched *s;
-  sched_new(p->coll, n, p->root, 1, p->nchannels, "linear", &s);
-  if (!s)
-    return NULL;
-  if (p->coll == SCHED_REDUCE && n > 1 && p->root != 0)
-    s->scratch_blocks = 1;
-  int e = 0;
   for (int ch = 0; ch < p->nchannels; ch++)
     for (int r = 0; r < n; r++) {
       sched_channel *c = sched_chan(s, r, ch);
       if (n == 1 && p->coll != SCHED_SEND && p->coll != SCHED_RECV)
-        e |= sched_copy(c, gen_in(0, 1), gen_out(0, 1));
+        CHECKR(sched_copy(c, gen_in(0, 1), gen_out(0, 1)));
       else
-        e |= linear_rank(c, p->coll, n, p->root, r);
+        CHECKR(linear_rank(c, p->coll, n, p->root, r));
     }
-  if (e) {
-    sched_free(s);
-    return NULL;
-  }
-  return s;
+  return BRAID_SUCCESS;
+}
+
+braid_result gen_linear(const gen_params *p, sched **out) {
+  *out = NULL;
+  CHECKR(gen_check(p, &gen_linear_desc));
+  int n = p->nranks;
+  sched *s;
+  CHECKR(sched_new(p->coll, n, p->root, 1, p->nchannels, "linear", &s));
+  if (p->coll == SCHED_REDUCE && n > 1 && p->root != 0)
+    s->scratch_blocks = 1;
+  return gen_done(s, linear_fill(s, p), out);
 }
 
 /* The root talks to each rank in turn; send/recv is one message. */

@@ -53,7 +53,7 @@ void ring_plan_free(ring_plan *pl) {
   memset(pl, 0, sizeof(*pl));
 }
 
-int ring_plan_alloc(ring_plan *pl, int n, int nch) {
+braid_result ring_plan_alloc(ring_plan *pl, int n, int nch) {
   memset(pl, 0, sizeof(*pl));
   pl->n = n;
   pl->order = calloc((size_t)n * (size_t)(nch > 0 ? nch : 1), sizeof(int));
@@ -61,9 +61,10 @@ int ring_plan_alloc(ring_plan *pl, int n, int nch) {
   pl->route = calloc((size_t)(nch > 0 ? nch : 1), 1);
   if (!pl->order || !pl->bw || !pl->route) {
     ring_plan_free(pl);
-    return -1;
+    return ERR(BRAID_ERR_NOMEM,
+               "no memory for a ring plan of %d channels of %d ranks", nch, n);
   }
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 /* Appends ring `ord` as channel pl->nch (forwards) and, when both, as the
@@ -244,9 +245,9 @@ static void decompose(mr_search *m) {
   extend(m, 1);
 }
 
-/* Hamiltonian cycles over direct NVLink lanes (n >= 3): appends them to pl;
- * returns the number of cycles, or -1 when out of memory. */
-static int direct_rings(const sched_view *v, ring_plan *pl) {
+/* Hamiltonian cycles over direct NVLink lanes (n >= 3): appends them to pl
+ * (none where there is none). BRAID_SUCCESS or BRAID_ERR_NOMEM. */
+static braid_result direct_rings(const sched_view *v, ring_plan *pl) {
   int n = v->nranks;
   mr_search m;
   memset(&m, 0, sizeof(m));
@@ -278,7 +279,7 @@ static int direct_rings(const sched_view *v, ring_plan *pl) {
   m.best = calloc((size_t)cap * (size_t)n, sizeof(int));
   m.cbw = calloc((size_t)cap, sizeof(double));
   m.bestbw = calloc((size_t)cap, sizeof(double));
-  int rc = -1;
+  braid_result rc = BRAID_SUCCESS;
   if (m.lanes && m.lbw && m.used && m.cand && m.stack && m.best && m.cbw &&
       m.bestbw) {
     m.budget = MR_BUDGET;
@@ -287,7 +288,8 @@ static int direct_rings(const sched_view *v, ring_plan *pl) {
     for (int i = 0; i < m.nbest; i++)
       ring_plan_add(pl, m.best + (size_t)i * (size_t)n, m.bestbw[i],
                     SCHED_ROUTE_NVL, 1);
-    rc = m.nbest;
+  } else {
+    rc = ERR(BRAID_ERR_NOMEM, "no memory to search rings over %d ranks", n);
   }
   free(m.lanes);
   free(m.lbw);
@@ -376,25 +378,29 @@ static double paths_rate(const sched_view *v, const int *ord, int both,
 /* Does running ring `ord` backwards as well add bandwidth? It does when the
  * two directions take different links (direct links, paths through GPUs);
  * it does not when every hop crosses a switch or a CPU that both directions
- * load alike (each GPU's one link already carries the ring both ways). 1
- * yes, 0 no, -1 out of memory. */
-static int reverse_adds(const sched_view *v, const int *ord) {
+ * load alike (each GPU's one link already carries the ring both ways).
+ * *adds: 1 yes, 0 no. BRAID_ERR_UNSUPPORTED where a hop has no path,
+ * BRAID_ERR_NOMEM. */
+static braid_result reverse_adds(const sched_view *v, const int *ord,
+                                 int *adds) {
   int *load = calloc(2 * (size_t)(v->g->nl > 0 ? v->g->nl : 1), sizeof(int));
   if (!load)
-    return -1;
+    return ERR(BRAID_ERR_NOMEM, "no memory for the loads of %d links",
+               v->g->nl);
   double one = paths_rate(v, ord, 0, load);
   double two = paths_rate(v, ord, 1, load);
   free(load);
   if (one < 0 || two < 0)
-    return -1;
-  return two > one * (1 + 1e-9);
+    return ERR(BRAID_ERR_UNSUPPORTED, "no ring through every rank's vertex");
+  *adds = two > one * (1 + 1e-9);
+  return BRAID_SUCCESS;
 }
 
 /* One ring over best paths (route ANY) on two channels: forwards and
  * backwards, or twice forwards when the reverse adds nothing (reverse_adds):
  * two channels on the same links keep them busy while one waits on its
  * previous hop. */
-static int path_ring(const sched_view *v, ring_plan *pl) {
+static braid_result path_ring(const sched_view *v, ring_plan *pl) {
   int n = v->nranks;
   double *pbw = calloc((size_t)n * (size_t)n, sizeof(double));
   perm_search s;
@@ -402,8 +408,10 @@ static int path_ring(const sched_view *v, ring_plan *pl) {
   s.cur = calloc((size_t)n, sizeof(int));
   s.used = calloc((size_t)n, sizeof(int));
   s.best = calloc((size_t)n, sizeof(int));
-  int rc = -1;
-  if (pbw && s.cur && s.used && s.best) {
+  braid_result rc = BRAID_SUCCESS;
+  if (!pbw || !s.cur || !s.used || !s.best)
+    rc = ERR(BRAID_ERR_NOMEM, "no memory to search a ring over %d ranks", n);
+  else {
     for (int a = 0; a < n; a++)
       for (int b = 0; b < n; b++) {
         int va = v->vertex[a], vb = v->vertex[b];
@@ -420,15 +428,13 @@ static int path_ring(const sched_view *v, ring_plan *pl) {
     if (n > 2)
       perm_dfs(&s, 1, 1e18);
     double bw = s.bestbw > 0 ? s.bestbw : 1.0;
-    int both = n > 1 ? reverse_adds(v, s.best) : 0;
-    if (both < 0)
-      rc = -1;
-    else {
+    int both = 0;
+    rc = n > 1 ? reverse_adds(v, s.best, &both) : BRAID_SUCCESS;
+    if (rc == BRAID_SUCCESS) {
       /* Two channels: the ring both ways, or twice forwards. */
       ring_plan_add(pl, s.best, bw, SCHED_ROUTE_ANY, both);
       if (!both && n > 1)
         ring_plan_add(pl, s.best, bw, SCHED_ROUTE_ANY, 0);
-      rc = 0;
     }
   }
   free(pbw);
@@ -470,20 +476,21 @@ int mr_view_check(const sched_view *v, int nranks) {
   return 0;
 }
 
-int multiring_plan(const sched_view *v, int max_channels, ring_plan *pl) {
+braid_result multiring_plan(const sched_view *v, int max_channels,
+                            ring_plan *pl) {
+  memset(pl, 0, sizeof(*pl));
   if (!v || !v->g || v->nranks < 1)
-    return -1;
+    return ERR(BRAID_ERR_UNSUPPORTED, "no ring through every rank's vertex");
   int n = v->nranks;
   if (max_channels <= 0 || max_channels > GEN_MAX_CHANNELS)
     max_channels = GEN_MAX_CHANNELS;
   /* Room for every candidate before plan_trim: at most GEN_MAX_CHANNELS / 2
    * cycles of two channels, or a few switch or path channels. */
-  if (ring_plan_alloc(pl, n, 2 * GEN_MAX_CHANNELS + 2))
-    return -1;
+  CHECKR(ring_plan_alloc(pl, n, 2 * GEN_MAX_CHANNELS + 2));
   if (n == 1) {
     int o = 0;
     ring_plan_add(pl, &o, 1.0, SCHED_ROUTE_ANY, 0);
-    return 0;
+    return BRAID_SUCCESS;
   }
   int sw_lanes = 0;
   double sw_bw = 0;
@@ -491,7 +498,7 @@ int multiring_plan(const sched_view *v, int max_channels, ring_plan *pl) {
     int *ord = malloc(sizeof(int) * (size_t)n);
     if (!ord) {
       ring_plan_free(pl);
-      return -1;
+      return ERR(BRAID_ERR_NOMEM, "no memory for a ring of %d ranks", n);
     }
     for (int q = 0; q < n; q++)
       ord[q] = q;
@@ -503,7 +510,7 @@ int multiring_plan(const sched_view *v, int max_channels, ring_plan *pl) {
     int *ord = malloc(sizeof(int) * (size_t)n);
     if (!ord) {
       ring_plan_free(pl);
-      return -1;
+      return ERR(BRAID_ERR_NOMEM, "no memory for a ring of %d ranks", n);
     }
     for (int q = 0; q < n; q++)
       ord[q] = q;
@@ -520,25 +527,26 @@ int multiring_plan(const sched_view *v, int max_channels, ring_plan *pl) {
       nr = GEN_MAX_CHANNELS / 2;
     for (int k = 0; k < nr; k++)
       ring_plan_add(pl, o, l >= 2 ? lb : lb / 2, SCHED_ROUTE_NVL, 1);
-  } else if (direct_rings(v, pl) < 0) {
-    ring_plan_free(pl);
-    return -1;
+  } else {
+    braid_result r = direct_rings(v, pl);
+    if (r != BRAID_SUCCESS) {
+      ring_plan_free(pl);
+      return r;
+    }
   }
-  if (pl->nch == 0 && path_ring(v, pl)) {
-    ring_plan_free(pl);
-    return -1;
+  if (pl->nch == 0) {
+    braid_result r = path_ring(v, pl);
+    if (r != BRAID_SUCCESS) {
+      ring_plan_free(pl);
+      return r;
+    }
   }
   plan_trim(pl, max_channels);
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-sched *ring_plan_sched(const gen_params *p, const ring_plan *pl,
-                       const double *weights, const char *algo) {
-  if (!pl || pl->nch < 1 || pl->n != p->nranks)
-    return NULL;
-  sched *s = ring_sched_new(p, pl->nch, algo);
-  if (!s)
-    return NULL;
+static braid_result ring_plan_fill(sched *s, const ring_plan *pl,
+                                   const double *weights) {
   double tot = 0;
   for (int c = 0; c < pl->nch; c++)
     tot += weights ? weights[c] : pl->bw[c];
@@ -546,28 +554,39 @@ sched *ring_plan_sched(const gen_params *p, const ring_plan *pl,
     double w = weights ? weights[c] : pl->bw[c];
     s->weights[c] = tot > 0 ? w / tot : 1.0 / pl->nch;
     s->route[c] = pl->route[c];
-    if (ring_build_channel(s, c, pl->order + (size_t)c * (size_t)pl->n)) {
-      sched_free(s);
-      return NULL;
-    }
+    CHECKR(ring_build_channel(s, c, pl->order + (size_t)c * (size_t)pl->n));
   }
-  return s;
+  return BRAID_SUCCESS;
 }
 
-sched *gen_multiring(const gen_params *p) {
+braid_result ring_plan_sched(const gen_params *p, const ring_plan *pl,
+                             const double *weights, const char *algo,
+                             sched **out) {
+  *out = NULL;
+  if (!pl || pl->nch < 1 || pl->n != p->nranks)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "%s: a ring plan of %d channels over %d ranks for %d ranks",
+               algo, pl ? pl->nch : 0, pl ? pl->n : 0, p->nranks);
+  sched *s;
+  CHECKR(ring_sched_new(p, pl->nch, algo, &s));
+  return gen_done(s, ring_plan_fill(s, pl, weights), out);
+}
+
+braid_result gen_multiring(const gen_params *p, sched **out) {
+  *out = NULL;
   if (!p)
-    return NULL;
+    return ERR(BRAID_ERR_INVALID_ARG, "no generator or no parameters");
   gen_params q = *p;
   q.nchannels = 1; /* the rings decide the channels */
-  if (gen_check(&q, &gen_multiring_desc) ||
-      gen_check_view(p, &gen_multiring_desc))
-    return NULL;
+  CHECKR(gen_check(&q, &gen_multiring_desc));
+  CHECKR(gen_check_view(p, &gen_multiring_desc));
   ring_plan pl;
-  if (multiring_plan(p->view, p->max_channels, &pl))
-    return gen_refuse(p, "multiring: no ring through every rank's vertex");
-  sched *s = ring_plan_sched(p, &pl, NULL, "multiring");
+  braid_result r = multiring_plan(p->view, p->max_channels, &pl);
+  if (r != BRAID_SUCCESS)
+    return ERR_WRAP(r, "multiring");
+  r = ring_plan_sched(p, &pl, NULL, "multiring", out);
   ring_plan_free(&pl);
-  return s;
+  return r;
 }
 
 const gen_desc gen_multiring_desc = {

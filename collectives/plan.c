@@ -99,15 +99,13 @@ int plan_channels(size_t bytes, int max_channels) {
 }
 
 gen_params plan_params(const plan_request *rq) {
-  return (gen_params){rq->coll,
-                      rq->nranks,
-                      rq->root,
-                      plan_channels(rq->bytes, rq->max_channels),
-                      rq->view,
-                      rq->bytes,
-                      rq->max_channels,
-                      NULL,
-                      0};
+  return (gen_params){.coll = rq->coll,
+                      .nranks = rq->nranks,
+                      .root = rq->root,
+                      .nchannels = plan_channels(rq->bytes, rq->max_channels),
+                      .view = rq->view,
+                      .bytes = rq->bytes,
+                      .max_channels = rq->max_channels};
 }
 
 const char *plan_path_name(plan_path p) {

@@ -50,81 +50,82 @@ static sched_chunks rng(sched_buf b, int lo, int hi) {
   return sched_ck(b, (uint32_t)lo, (uint32_t)(hi - lo));
 }
 
-static int rhd_allreduce(sched_channel *c, const rhd *h, int r) {
-  int K = h->p2, e = 0, nr = new_rank(h, r);
+static braid_result rhd_allreduce(sched_channel *c, const rhd *h, int r) {
+  int K = h->p2, nr = new_rank(h, r);
   sched_buf cur = SCHED_BUF_IN;
   if (nr < 0) {
-    e |= sched_send(c, r + 1, gen_in(0, (uint32_t)K));
-    e |= sched_recv(c, r + 1, gen_out(0, (uint32_t)K));
-    return e;
+    CHECKR(sched_send(c, r + 1, gen_in(0, (uint32_t)K)));
+    CHECKR(sched_recv(c, r + 1, gen_out(0, (uint32_t)K)));
+    return BRAID_SUCCESS;
   }
   if (r < 2 * h->rem) {
-    e |= sched_recv_reduce(c, r - 1, gen_in(0, (uint32_t)K),
-                           gen_out(0, (uint32_t)K));
+    CHECKR(sched_recv_reduce(c, r - 1, gen_in(0, (uint32_t)K),
+                             gen_out(0, (uint32_t)K)));
     cur = SCHED_BUF_OUT;
   }
   int lo = 0, hi = K;
   for (int d = h->p2 / 2; d >= 1; d /= 2) {
     int partner = old_rank(h, nr ^ d), half = (hi - lo) / 2;
     int klo = (nr & d) ? lo + half : lo, slo = (nr & d) ? lo : lo + half;
-    e |= gen_exchange(c, partner, rng(cur, slo, slo + half),
-                      rng(SCHED_BUF_OUT, klo, klo + half),
-                      rng(cur, klo, klo + half));
+    CHECKR(gen_exchange(c, partner, rng(cur, slo, slo + half),
+                        rng(SCHED_BUF_OUT, klo, klo + half),
+                        rng(cur, klo, klo + half)));
     cur = SCHED_BUF_OUT;
     lo = klo;
     hi = klo + half;
   }
   for (int d = 1; d < h->p2; d *= 2) {
     int mine = nr & ~(d - 1), theirs = (nr ^ d) & ~(d - 1);
-    e |=
-        gen_exchange(c, old_rank(h, nr ^ d), rng(SCHED_BUF_OUT, mine, mine + d),
-                     rng(SCHED_BUF_OUT, theirs, theirs + d), none());
+    CHECKR(gen_exchange(c, old_rank(h, nr ^ d),
+                        rng(SCHED_BUF_OUT, mine, mine + d),
+                        rng(SCHED_BUF_OUT, theirs, theirs + d), none()));
   }
   if (r < 2 * h->rem)
-    e |= sched_send(c, r - 1, gen_out(0, (uint32_t)K));
-  return e;
+    CHECKR(sched_send(c, r - 1, gen_out(0, (uint32_t)K)));
+  return BRAID_SUCCESS;
 }
 
-static int rhd_allgather(sched_channel *c, const rhd *h, int r) {
-  int e = 0, nr = new_rank(h, r), n = h->n;
-  e |= sched_copy(c, gen_in(0, 1), gen_out((uint32_t)r, 1));
+static braid_result rhd_allgather(sched_channel *c, const rhd *h, int r) {
+  int nr = new_rank(h, r), n = h->n;
+  CHECKR(sched_copy(c, gen_in(0, 1), gen_out((uint32_t)r, 1)));
   if (nr < 0) {
-    e |= sched_send(c, r + 1, gen_in(0, 1));
+    CHECKR(sched_send(c, r + 1, gen_in(0, 1)));
     if (r > 0)
-      e |= sched_recv(c, r + 1, rng(SCHED_BUF_OUT, 0, r));
+      CHECKR(sched_recv(c, r + 1, rng(SCHED_BUF_OUT, 0, r)));
     if (r + 1 < n)
-      e |= sched_recv(c, r + 1, rng(SCHED_BUF_OUT, r + 1, n));
-    return e;
+      CHECKR(sched_recv(c, r + 1, rng(SCHED_BUF_OUT, r + 1, n)));
+    return BRAID_SUCCESS;
   }
   if (r < 2 * h->rem)
-    e |= sched_recv(c, r - 1, gen_out((uint32_t)(r - 1), 1));
+    CHECKR(sched_recv(c, r - 1, gen_out((uint32_t)(r - 1), 1)));
   for (int d = 1; d < h->p2; d *= 2) {
     int a = nr & ~(d - 1), pa = (nr ^ d) & ~(d - 1);
-    e |= gen_exchange(
+    CHECKR(gen_exchange(
         c, old_rank(h, nr ^ d),
         rng(SCHED_BUF_OUT, first_block(h, a), first_block(h, a + d)),
-        rng(SCHED_BUF_OUT, first_block(h, pa), first_block(h, pa + d)), none());
+        rng(SCHED_BUF_OUT, first_block(h, pa), first_block(h, pa + d)),
+        none()));
   }
   if (r < 2 * h->rem) {
     if (r - 1 > 0)
-      e |= sched_send(c, r - 1, rng(SCHED_BUF_OUT, 0, r - 1));
+      CHECKR(sched_send(c, r - 1, rng(SCHED_BUF_OUT, 0, r - 1)));
     if (r < n)
-      e |= sched_send(c, r - 1, rng(SCHED_BUF_OUT, r, n));
+      CHECKR(sched_send(c, r - 1, rng(SCHED_BUF_OUT, r, n)));
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
-static int rhd_reduce_scatter(sched_channel *c, const rhd *h, int r) {
-  int e = 0, nr = new_rank(h, r), n = h->n;
+static braid_result rhd_reduce_scatter(sched_channel *c, const rhd *h, int r) {
+  int nr = new_rank(h, r), n = h->n;
   sched_buf cur = SCHED_BUF_IN;
   if (nr < 0) {
-    e |= sched_send(c, r + 1, gen_in(0, (uint32_t)n));
-    e |= sched_recv(c, r + 1, gen_out(0, 1));
-    return e;
+    CHECKR(sched_send(c, r + 1, gen_in(0, (uint32_t)n)));
+    CHECKR(sched_recv(c, r + 1, gen_out(0, 1)));
+    return BRAID_SUCCESS;
   }
   if (r < 2 * h->rem) {
-    e |= sched_recv_reduce(c, r - 1, gen_in(0, (uint32_t)n),
-                           gen_scr(0, (uint32_t)n));
+    CHECKR(sched_recv_reduce(c, r - 1, gen_in(0, (uint32_t)n),
+                             gen_scr(0, (uint32_t)n)));
     cur = SCHED_BUF_SCRATCH;
   }
   int lo = 0, hi = h->p2;
@@ -133,21 +134,48 @@ static int rhd_reduce_scatter(sched_channel *c, const rhd *h, int r) {
     int klo = (nr & d) ? lo + half : lo, slo = (nr & d) ? lo : lo + half;
     int kb0 = first_block(h, klo), kb1 = first_block(h, klo + half);
     int sb0 = first_block(h, slo), sb1 = first_block(h, slo + half);
-    e |= gen_exchange(c, partner, rng(cur, sb0, sb1),
-                      rng(SCHED_BUF_SCRATCH, kb0, kb1), rng(cur, kb0, kb1));
+    CHECKR(gen_exchange(c, partner, rng(cur, sb0, sb1),
+                        rng(SCHED_BUF_SCRATCH, kb0, kb1), rng(cur, kb0, kb1)));
     cur = SCHED_BUF_SCRATCH;
     lo = klo;
     hi = klo + half;
   }
   if (r < 2 * h->rem)
-    e |= sched_send(c, r - 1, gen_scr((uint32_t)(r - 1), 1));
-  e |= sched_copy(c, gen_scr((uint32_t)r, 1), gen_out(0, 1));
-  return e;
+    CHECKR(sched_send(c, r - 1, gen_scr((uint32_t)(r - 1), 1)));
+  CHECKR(sched_copy(c, gen_scr((uint32_t)r, 1), gen_out(0, 1)));
+  return BRAID_SUCCESS;
 }
 
-sched *gen_rhd(const gen_params *p) {
-  if (gen_check(p, &gen_rhd_desc))
-    return NULL;
+static braid_result rhd_fill(sched *s, const rhd *h) {
+  for (int ch = 0; ch < s->nchannels; ch++) {
+    for (int r = 0; r < h->n; r++) {
+      sched_channel *c = sched_chan(s, r, ch);
+      if (h->n == 1) {
+        CHECKR(sched_copy(c, gen_in(0, 1), gen_out(0, 1)));
+        continue;
+      }
+      switch (s->coll) {
+      case SCHED_ALLREDUCE:
+        CHECKR(rhd_allreduce(c, h, r));
+        break;
+      case SCHED_ALLGATHER:
+        CHECKR(rhd_allgather(c, h, r));
+        break;
+      case SCHED_REDUCE_SCATTER:
+        CHECKR(rhd_reduce_scatter(c, h, r));
+        break;
+      default:
+        return ERR(BRAID_ERR_INTERNAL, "rhd: no steps for %s",
+                   sched_coll_name(s->coll));
+      }
+    }
+  }
+  return BRAID_SUCCESS;
+}
+
+braid_result gen_rhd(const gen_params *p, sched **out) {
+  *out = NULL;
+  CHECKR(gen_check(p, &gen_rhd_desc));
   rhd h;
   h.n = p->nranks;
   h.p2 = 1;
@@ -156,39 +184,10 @@ sched *gen_rhd(const gen_params *p) {
   h.rem = h.n - h.p2;
   int K = p->coll == SCHED_ALLREDUCE ? h.p2 : 1;
   sched *s;
-  sched_new(p->coll, h.n, p->root, K, p->nchannels, "rhd", &s);
-  if (!s)
-    return NULL;
+  CHECKR(sched_new(p->coll, h.n, p->root, K, p->nchannels, "rhd", &s));
   if (p->coll == SCHED_REDUCE_SCATTER && h.n > 1)
     s->scratch_blocks = h.n;
-  int e = 0;
-  for (int ch = 0; ch < p->nchannels; ch++) {
-    for (int r = 0; r < h.n; r++) {
-      sched_channel *c = sched_chan(s, r, ch);
-      if (h.n == 1) {
-        e |= sched_copy(c, gen_in(0, 1), gen_out(0, 1));
-        continue;
-      }
-      switch (p->coll) {
-      case SCHED_ALLREDUCE:
-        e |= rhd_allreduce(c, &h, r);
-        break;
-      case SCHED_ALLGATHER:
-        e |= rhd_allgather(c, &h, r);
-        break;
-      case SCHED_REDUCE_SCATTER:
-        e |= rhd_reduce_scatter(c, &h, r);
-        break;
-      default:
-        e = -1;
-      }
-    }
-  }
-  if (e) {
-    sched_free(s);
-    return NULL;
-  }
-  return s;
+  return gen_done(s, rhd_fill(s, &h), out);
 }
 
 /* Recursive halving/doubling over the largest power of two p2 <= n, the

@@ -37,179 +37,188 @@ static int rrank(const ring *g, int p) {
   return g->dir > 0 ? p : (g->n - p) % g->n;
 }
 
-static int ring_allreduce(sched_channel *c, const ring *g, int r) {
+static braid_result ring_allreduce(sched_channel *c, const ring *g, int r) {
   int n = g->n, p = rpos(g, r);
   int next = rrank(g, p + 1), prev = rrank(g, p - 1);
-  int e = 0;
 #define CH(x) ((uint32_t)((((x) % n) + n) % n))
   /* Reduce-scatter: step s sends chunk p - s and receives chunk p - s - 1. */
-  e |= sched_send(c, next, gen_in(CH(p), 1));
+  CHECKR(sched_send(c, next, gen_in(CH(p), 1)));
   for (int s = 1; s < n - 1; s++)
-    e |= sched_recv_reduce_send(c, prev, gen_in(CH(p - s), 1),
-                                gen_out(CH(p - s), 1), next);
+    CHECKR(sched_recv_reduce_send(c, prev, gen_in(CH(p - s), 1),
+                                  gen_out(CH(p - s), 1), next));
   /* Chunk p + 1 is now complete here: finish it and start the allgather. */
-  e |= sched_recv_reduce_send(c, prev, gen_in(CH(p + 1), 1),
-                              gen_out(CH(p + 1), 1), next);
+  CHECKR(sched_recv_reduce_send(c, prev, gen_in(CH(p + 1), 1),
+                                gen_out(CH(p + 1), 1), next));
   for (int t = 0; t < n - 2; t++)
-    e |= sched_recv_copy_send(c, prev, gen_out(CH(p - t), 1), next);
-  e |= sched_recv(c, prev, gen_out(CH(p + 2), 1));
+    CHECKR(sched_recv_copy_send(c, prev, gen_out(CH(p - t), 1), next));
+  CHECKR(sched_recv(c, prev, gen_out(CH(p + 2), 1)));
 #undef CH
-  return e;
+  return BRAID_SUCCESS;
 }
 
-static int ring_allgather(sched_channel *c, const ring *g, int r, int K) {
+static braid_result ring_allgather(sched_channel *c, const ring *g, int r,
+                                   int K) {
   int n = g->n, p = rpos(g, r);
   int next = rrank(g, p + 1), prev = rrank(g, p - 1);
-  int e = 0;
-  e |= sched_send(c, next, gen_in(0, K));
-  e |= sched_copy(c, gen_in(0, K), gen_out((uint32_t)(r * K), K));
+  CHECKR(sched_send(c, next, gen_in(0, K)));
+  CHECKR(sched_copy(c, gen_in(0, K), gen_out((uint32_t)(r * K), K)));
   for (int t = 1; t < n; t++) {
     int b = rrank(g, p - t);
     if (t < n - 1)
-      e |= sched_recv_copy_send(c, prev, gen_out((uint32_t)(b * K), K), next);
+      CHECKR(
+          sched_recv_copy_send(c, prev, gen_out((uint32_t)(b * K), K), next));
     else
-      e |= sched_recv(c, prev, gen_out((uint32_t)(b * K), K));
+      CHECKR(sched_recv(c, prev, gen_out((uint32_t)(b * K), K)));
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
-static int ring_reduce_scatter(sched_channel *c, const ring *g, int r, int K) {
+static braid_result ring_reduce_scatter(sched_channel *c, const ring *g, int r,
+                                        int K) {
   int n = g->n, p = rpos(g, r);
   int next = rrank(g, p + 1), prev = rrank(g, p - 1);
-  int e = 0;
   /* Block of the rank at position q. */
 #define BLK(q) gen_in((uint32_t)(rrank(g, q) * K), K)
-  e |= sched_send(c, next, BLK(p - 1));
+  CHECKR(sched_send(c, next, BLK(p - 1)));
   for (int s = 1; s < n - 1; s++)
-    e |= sched_recv_reduce_send(c, prev, BLK(p - 1 - s), gen_scr(0, K), next);
-  e |= sched_recv_reduce(c, prev, BLK(p), gen_out(0, K));
+    CHECKR(
+        sched_recv_reduce_send(c, prev, BLK(p - 1 - s), gen_scr(0, K), next));
+  CHECKR(sched_recv_reduce(c, prev, BLK(p), gen_out(0, K)));
 #undef BLK
-  return e;
+  return BRAID_SUCCESS;
 }
 
-static int ring_broadcast(sched_channel *c, const ring *g, int r, int root,
-                          int K) {
+static braid_result ring_broadcast(sched_channel *c, const ring *g, int r,
+                                   int root, int K) {
   int n = g->n, p = rpos(g, r);
   int next = rrank(g, p + 1), prev = rrank(g, p - 1);
   int d = ((p - rpos(g, root)) % n + n) % n;
-  int e = 0;
   if (d == 0) {
-    e |= sched_send(c, next, gen_in(0, K));
-    e |= sched_copy(c, gen_in(0, K), gen_out(0, K));
+    CHECKR(sched_send(c, next, gen_in(0, K)));
+    CHECKR(sched_copy(c, gen_in(0, K), gen_out(0, K)));
   } else if (d < n - 1) {
-    e |= sched_recv_copy_send(c, prev, gen_out(0, K), next);
+    CHECKR(sched_recv_copy_send(c, prev, gen_out(0, K), next));
   } else {
-    e |= sched_recv(c, prev, gen_out(0, K));
+    CHECKR(sched_recv(c, prev, gen_out(0, K)));
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
-static int ring_reduce(sched_channel *c, const ring *g, int r, int root,
-                       int K) {
+static braid_result ring_reduce(sched_channel *c, const ring *g, int r,
+                                int root, int K) {
   int n = g->n, p = rpos(g, r);
   int next = rrank(g, p + 1), prev = rrank(g, p - 1);
   int d = ((p - rpos(g, root)) % n + n) % n;
-  int e = 0;
   if (d == 0)
-    e |= sched_recv_reduce(c, prev, gen_in(0, K), gen_out(0, K));
+    CHECKR(sched_recv_reduce(c, prev, gen_in(0, K), gen_out(0, K)));
   else if (d == 1)
-    e |= sched_send(c, next, gen_in(0, K));
+    CHECKR(sched_send(c, next, gen_in(0, K)));
   else
-    e |= sched_recv_reduce_send(c, prev, gen_in(0, K), gen_scr(0, K), next);
-  return e;
+    CHECKR(sched_recv_reduce_send(c, prev, gen_in(0, K), gen_scr(0, K), next));
+  return BRAID_SUCCESS;
 }
 
 /* The steps of every rank on channel ch of s for ring g. */
-static int ring_fill(sched *s, int ch, const ring *g) {
+static braid_result ring_fill(sched *s, int ch, const ring *g) {
   int n = s->nranks, K = s->chunks_per_block;
-  int e = 0;
   for (int r = 0; r < n; r++) {
     sched_channel *c = sched_chan(s, r, ch);
     if (n == 1) {
       /* One rank: the result is the input. */
-      e |= sched_copy(c, gen_in(0, K), gen_out(0, K));
+      CHECKR(sched_copy(c, gen_in(0, K), gen_out(0, K)));
       continue;
     }
     switch (s->coll) {
     case SCHED_ALLREDUCE:
-      e |= ring_allreduce(c, g, r);
+      CHECKR(ring_allreduce(c, g, r));
       break;
     case SCHED_ALLGATHER:
-      e |= ring_allgather(c, g, r, K);
+      CHECKR(ring_allgather(c, g, r, K));
       break;
     case SCHED_REDUCE_SCATTER:
-      e |= ring_reduce_scatter(c, g, r, K);
+      CHECKR(ring_reduce_scatter(c, g, r, K));
       break;
     case SCHED_BROADCAST:
-      e |= ring_broadcast(c, g, r, s->root, K);
+      CHECKR(ring_broadcast(c, g, r, s->root, K));
       break;
     case SCHED_REDUCE:
-      e |= ring_reduce(c, g, r, s->root, K);
+      CHECKR(ring_reduce(c, g, r, s->root, K));
       break;
     default:
-      e = -1;
-      break;
+      return ERR(BRAID_ERR_INTERNAL, "ring: no steps for %s",
+                 sched_coll_name(s->coll));
     }
   }
-  return e ? -1 : 0;
+  return BRAID_SUCCESS;
 }
 
-sched *ring_sched_new(const gen_params *p, int nchannels, const char *algo) {
+braid_result ring_sched_new(const gen_params *p, int nchannels,
+                            const char *algo, sched **out) {
+  *out = NULL;
   if (!p || (int)p->coll < 0 || p->coll >= SCHED_NUM_COLLS ||
       !(gen_ring_desc.colls & (1u << p->coll)) || p->nranks < 1 ||
       p->nranks > GEN_MAX_RANKS || nchannels < 1 ||
       nchannels > GEN_MAX_CHANNELS)
-    return NULL;
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "%s: no ring schedule of %d channels for %s on %d ranks", algo,
+               nchannels, p ? sched_coll_name(p->coll) : "nothing",
+               p ? p->nranks : 0);
   if ((p->coll == SCHED_BROADCAST || p->coll == SCHED_REDUCE) &&
       (p->root < 0 || p->root >= p->nranks))
-    return NULL;
+    return ERR(BRAID_ERR_INVALID_ARG, "%s: root %d is not a rank of %d", algo,
+               p->root, p->nranks);
   int n = p->nranks;
   int K = (p->coll == SCHED_ALLREDUCE && n > 1) ? n : 1;
   sched *s;
-  sched_new(p->coll, n, p->root, K, nchannels, algo, &s);
-  if (!s)
-    return NULL;
+  CHECKR(sched_new(p->coll, n, p->root, K, nchannels, algo, &s));
   if ((p->coll == SCHED_REDUCE_SCATTER || p->coll == SCHED_REDUCE) && n > 2)
     s->scratch_blocks = 1;
-  return s;
+  *out = s;
+  return BRAID_SUCCESS;
 }
 
-int ring_build_channel(sched *s, int ch, const int *order) {
+braid_result ring_build_channel(sched *s, int ch, const int *order) {
   if (!s || !order || ch < 0 || ch >= s->nchannels)
-    return -1;
+    return ERR(BRAID_ERR_INVALID_ARG, "ring: no channel %d to build", ch);
   int n = s->nranks;
   int *pos = malloc((size_t)n * sizeof(int));
   if (!pos)
-    return -1;
+    return ERR(BRAID_ERR_NOMEM, "ring: no memory for the positions of %d ranks",
+               n);
   for (int r = 0; r < n; r++)
     pos[r] = -1;
-  int bad = 0;
-  for (int q = 0; q < n; q++) {
+  int bad = -1;
+  for (int q = 0; q < n && bad < 0; q++) {
     if (order[q] < 0 || order[q] >= n || pos[order[q]] >= 0)
-      bad = 1; /* not a permutation of the ranks */
+      bad = q; /* not a permutation of the ranks */
     else
       pos[order[q]] = q;
   }
   ring g = {n, 1, order, pos};
-  int e = bad ? -1 : ring_fill(s, ch, &g);
+  braid_result r =
+      bad >= 0 ? ERR(BRAID_ERR_INVALID_ARG,
+                     "ring: channel %d's order names rank %d at %d: not a "
+                     "permutation of the %d ranks",
+                     ch, order[bad], bad, n)
+               : ring_fill(s, ch, &g);
   free(pos);
-  return e;
+  return r;
 }
 
-sched *gen_ring(const gen_params *p) {
-  if (gen_check(p, &gen_ring_desc))
-    return NULL;
-  sched *s = ring_sched_new(p, p->nchannels, "ring");
-  if (!s)
-    return NULL;
-  for (int ch = 0; ch < p->nchannels; ch++) {
-    ring g = {p->nranks, (ch % 2 == 0) ? 1 : -1, NULL, NULL};
-    if (ring_fill(s, ch, &g)) {
-      sched_free(s);
-      return NULL;
-    }
+static braid_result ring_fill_all(sched *s) {
+  for (int ch = 0; ch < s->nchannels; ch++) {
+    ring g = {s->nranks, (ch % 2 == 0) ? 1 : -1, NULL, NULL};
+    CHECKR(ring_fill(s, ch, &g));
   }
-  return s;
+  return BRAID_SUCCESS;
+}
+
+braid_result gen_ring(const gen_params *p, sched **out) {
+  *out = NULL;
+  CHECKR(gen_check(p, &gen_ring_desc));
+  sched *s;
+  CHECKR(ring_sched_new(p, p->nchannels, "ring", &s));
+  return gen_done(s, ring_fill_all(s), out);
 }
 
 /* Allreduce: reduce-scatter then allgather, 2 (n - 1) steps of m / n;

@@ -336,11 +336,13 @@ braid_result select_sim_table(sched_coll coll, int root, const sched_view *v,
     memset(c, 0, sizeof *c);
     c->gen = g;
     gen_params gp = {coll, v->nranks, root < 0 ? 0 : root, SELECT_VIEW_CHANNELS,
-                     v,    bytes,     max_channels,        NULL,
-                     0};
-    sched *s = gen_build(g, &gp, c->note, sizeof c->note, NULL);
-    if (!s)
-      continue; /* why in c->note */
+                     v,    bytes,     max_channels};
+    sched *s;
+    braid_result r = gen_build(g, &gp, &s);
+    if (r != BRAID_SUCCESS) {
+      snprintf(c->note, sizeof c->note, "%s", err_why(r));
+      continue;
+    }
     c->nchannels = s->nchannels;
     if (sim_run(s, v, bytes, p, &c->res) == BRAID_SUCCESS)
       c->ok = 1;

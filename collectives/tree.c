@@ -59,13 +59,15 @@ static void build(const int *rk, int lo, int hi, int parent, int slot, int *par,
   build(rk, x + 1, hi, r, 1, par, kid);
 }
 
-int tree_dbt(int n, int top, int which, int *parent, int *kid) {
+braid_result tree_dbt(int n, int top, int which, int *parent, int *kid) {
   if (n < 1 || top < 0 || top >= n || which < 0 || which > 1 || !parent || !kid)
-    return -1;
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "tree: no tree %d over %d members from member %d", which, n,
+               top);
   int m = n - 1;
   int *rk = malloc(sizeof(int) * (size_t)(m + 1));
   if (!rk)
-    return -1;
+    return ERR(BRAID_ERR_NOMEM, "tree: no memory for a tree of %d members", n);
   for (int r = 0; r < n; r++) {
     parent[r] = -1;
     kid[2 * r] = kid[2 * r + 1] = -1;
@@ -80,15 +82,15 @@ int tree_dbt(int n, int top, int which, int *parent, int *kid) {
   build(rk, 1, m, top, 0, parent, kid);
   parent[top] = -1;
   free(rk);
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 /* Builds tree `which` (0 or 1) with top rank `top` over n ranks. */
-static int make_tree(btree *t, int n, int top, int which) {
+static braid_result make_tree(btree *t, int n, int top, int which) {
   t->parent = malloc(sizeof(int) * (size_t)n);
   t->kid = malloc(sizeof(int) * 2 * (size_t)n);
   if (!t->parent || !t->kid)
-    return -1;
+    return ERR(BRAID_ERR_NOMEM, "tree: no memory for a tree of %d ranks", n);
   return tree_dbt(n, top, which, t->parent, t->kid);
 }
 
@@ -107,105 +109,108 @@ static int nkids(const btree *t, int r, int *k) {
 
 /* Reduce up: the sum of the subtree ends in `acc` (and is sent to the
  * parent), leaves send their input. */
-static int reduce_up(sched_channel *c, const btree *t, int r,
-                     sched_chunks acc) {
-  int k[2], nk = nkids(t, r, k), P = t->parent[r], e = 0;
+static braid_result reduce_up(sched_channel *c, const btree *t, int r,
+                              sched_chunks acc) {
+  int k[2], nk = nkids(t, r, k), P = t->parent[r];
   sched_chunks in = sched_ck(SCHED_BUF_IN, acc.index, acc.count);
   if (nk == 0)
-    return P >= 0 ? sched_send(c, P, in) : 0;
+    return P >= 0 ? sched_send(c, P, in) : BRAID_SUCCESS;
   if (nk == 1) {
     if (P >= 0)
       return sched_recv_reduce_send(c, k[0], in, acc, P);
     return sched_recv_reduce(c, k[0], in, acc);
   }
-  e |= sched_recv_reduce(c, k[0], in, acc);
+  CHECKR(sched_recv_reduce(c, k[0], in, acc));
   if (P >= 0)
-    e |= sched_recv_reduce_send(c, k[1], acc, acc, P);
+    CHECKR(sched_recv_reduce_send(c, k[1], acc, acc, P));
   else
-    e |= sched_recv_reduce(c, k[1], acc, acc);
-  return e;
+    CHECKR(sched_recv_reduce(c, k[1], acc, acc));
+  return BRAID_SUCCESS;
 }
 
 /* Broadcast down from out (the top already holds it in `from`). */
-static int bcast_down(sched_channel *c, const btree *t, int r,
-                      sched_chunks from) {
-  int k[2], nk = nkids(t, r, k), P = t->parent[r], e = 0;
+static braid_result bcast_down(sched_channel *c, const btree *t, int r,
+                               sched_chunks from) {
+  int k[2], nk = nkids(t, r, k), P = t->parent[r];
   sched_chunks out = sched_ck(SCHED_BUF_OUT, from.index, from.count);
   if (P < 0) {
     for (int i = 0; i < nk; i++)
-      e |= sched_send(c, k[i], from);
-    return e;
+      CHECKR(sched_send(c, k[i], from));
+    return BRAID_SUCCESS;
   }
   if (nk == 0)
     return sched_recv(c, P, out);
-  e |= sched_recv_copy_send(c, P, out, k[0]);
+  CHECKR(sched_recv_copy_send(c, P, out, k[0]));
   if (nk == 2)
-    e |= sched_send(c, k[1], out);
-  return e;
+    CHECKR(sched_send(c, k[1], out));
+  return BRAID_SUCCESS;
 }
 
 /* The steps of rank r for tree t on chunks [j0, j0 + cnt). */
-static int tree_rank(sched_channel *c, const gen_params *p, const btree *t,
-                     int top, int r, uint32_t j0, uint32_t cnt) {
-  int e = 0;
+static braid_result tree_rank(sched_channel *c, const gen_params *p,
+                              const btree *t, int top, int r, uint32_t j0,
+                              uint32_t cnt) {
   switch (p->coll) {
   case SCHED_ALLREDUCE:
-    e |= reduce_up(c, t, r, gen_out(j0, cnt));
-    e |= bcast_down(c, t, r, gen_out(j0, cnt));
+    CHECKR(reduce_up(c, t, r, gen_out(j0, cnt)));
+    CHECKR(bcast_down(c, t, r, gen_out(j0, cnt)));
     break;
   case SCHED_BROADCAST:
     if (r == top) {
-      e |= bcast_down(c, t, r, gen_in(j0, cnt));
-      e |= sched_copy(c, gen_in(j0, cnt), gen_out(j0, cnt));
+      CHECKR(bcast_down(c, t, r, gen_in(j0, cnt)));
+      CHECKR(sched_copy(c, gen_in(j0, cnt), gen_out(j0, cnt)));
     } else {
-      e |= bcast_down(c, t, r, gen_out(j0, cnt));
+      CHECKR(bcast_down(c, t, r, gen_out(j0, cnt)));
     }
     break;
   case SCHED_REDUCE:
-    e |= reduce_up(c, t, r, r == top ? gen_out(j0, cnt) : gen_scr(j0, cnt));
+    CHECKR(reduce_up(c, t, r, r == top ? gen_out(j0, cnt) : gen_scr(j0, cnt)));
     break;
   default:
-    e = -1;
+    return ERR(BRAID_ERR_INTERNAL, "tree: no steps for %s",
+               sched_coll_name(p->coll));
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
-sched *gen_tree(const gen_params *p) {
-  if (gen_check(p, &gen_tree_desc))
-    return NULL;
+static braid_result tree_fill(sched *s, const gen_params *p, btree *t,
+                              int top) {
+  int n = p->nranks, nch = p->nchannels, K = s->chunks_per_block;
+  if (n > 1) {
+    CHECKR(make_tree(&t[0], n, top, 0));
+    CHECKR(make_tree(&t[1], n, top, 1));
+  }
+  for (int ch = 0; ch < nch; ch++) {
+    for (int r = 0; r < n; r++) {
+      sched_channel *c = sched_chan(s, r, ch);
+      if (n == 1) {
+        CHECKR(sched_copy(c, gen_in(0, 1), gen_out(0, 1)));
+      } else if (K == 2 && ch == nch - 1) {
+        CHECKR(tree_rank(c, p, &t[0], top, r, 0, 1));
+        CHECKR(tree_rank(c, p, &t[1], top, r, 1, 1));
+      } else {
+        CHECKR(tree_rank(c, p, &t[ch % 2], top, r, 0, (uint32_t)K));
+      }
+    }
+  }
+  return BRAID_SUCCESS;
+}
+
+braid_result gen_tree(const gen_params *p, sched **out) {
+  *out = NULL;
+  CHECKR(gen_check(p, &gen_tree_desc));
   int n = p->nranks, nch = p->nchannels;
   int K = (nch % 2 == 1 && n > 1) ? 2 : 1;
   sched *s;
-  sched_new(p->coll, n, p->root, K, nch, "tree", &s);
-  if (!s)
-    return NULL;
+  CHECKR(sched_new(p->coll, n, p->root, K, nch, "tree", &s));
   if (p->coll == SCHED_REDUCE && n > 2)
     s->scratch_blocks = 1;
   int top = p->coll == SCHED_ALLREDUCE ? 0 : p->root;
   btree t[2] = {{NULL, NULL}, {NULL, NULL}};
-  int e = 0;
-  if (n > 1 && (make_tree(&t[0], n, top, 0) || make_tree(&t[1], n, top, 1)))
-    e = -1;
-  for (int ch = 0; ch < nch && !e; ch++) {
-    for (int r = 0; r < n; r++) {
-      sched_channel *c = sched_chan(s, r, ch);
-      if (n == 1) {
-        e |= sched_copy(c, gen_in(0, 1), gen_out(0, 1));
-      } else if (K == 2 && ch == nch - 1) {
-        e |= tree_rank(c, p, &t[0], top, r, 0, 1);
-        e |= tree_rank(c, p, &t[1], top, r, 1, 1);
-      } else {
-        e |= tree_rank(c, p, &t[ch % 2], top, r, 0, (uint32_t)K);
-      }
-    }
-  }
+  braid_result r = tree_fill(s, p, t, top);
   free_tree(&t[0]);
   free_tree(&t[1]);
-  if (e) {
-    sched_free(s);
-    return NULL;
-  }
-  return s;
+  return gen_done(s, r, out);
 }
 
 /* Pipelined trees of depth L + 1 (the top rank adds one level); allreduce

@@ -68,7 +68,7 @@ typedef struct ptree {
   int *nkids; /* per rank */
 } ptree;
 
-static int ptree_init(ptree *t, int n, const int *par) {
+static braid_result ptree_init(ptree *t, int n, const int *par) {
   t->n = n;
   t->par = par;
   t->root = -1;
@@ -76,7 +76,8 @@ static int ptree_init(ptree *t, int n, const int *par) {
   t->nkids = calloc((size_t)n, sizeof(int));
   t->kids = malloc(sizeof(int) * (size_t)n * (size_t)n);
   if (!t->size || !t->nkids || !t->kids)
-    return -1;
+    return ERR(BRAID_ERR_NOMEM, "treepack: no memory for a tree of %d ranks",
+               n);
   for (int v = 0; v < n; v++) {
     if (par[v] < 0)
       t->root = v;
@@ -94,7 +95,10 @@ static int ptree_init(ptree *t, int n, const int *par) {
     }
     k[i] = v;
   }
-  return t->root >= 0 && t->size[t->root] == n ? 0 : -1;
+  if (t->root < 0 || t->size[t->root] != n)
+    return ERR(BRAID_ERR_INTERNAL,
+               "treepack: a tree does not span the %d ranks", n);
+  return BRAID_SUCCESS;
 }
 
 static void ptree_free(ptree *t) {
@@ -104,42 +108,42 @@ static void ptree_free(ptree *t) {
 }
 
 /* Down the tree from `from` at the root; others receive into out. */
-static int bcast_down(sched_channel *c, const ptree *t, int r,
-                      sched_chunks from) {
+static braid_result bcast_down(sched_channel *c, const ptree *t, int r,
+                               sched_chunks from) {
   const int *k = t->kids + (size_t)r * t->n;
-  int nk = t->nkids[r], P = t->par[r], e = 0;
+  int nk = t->nkids[r], P = t->par[r];
   sched_chunks out = gen_out(from.index, 1);
   if (P < 0) {
     for (int i = 0; i < nk; i++)
-      e |= sched_send(c, k[i], from);
-    return e;
+      CHECKR(sched_send(c, k[i], from));
+    return BRAID_SUCCESS;
   }
   if (nk == 0)
     return sched_recv(c, P, out);
-  e |= sched_recv_copy_send(c, P, out, k[0]);
+  CHECKR(sched_recv_copy_send(c, P, out, k[0]));
   for (int i = 1; i < nk; i++)
-    e |= sched_send(c, k[i], out);
-  return e;
+    CHECKR(sched_send(c, k[i], out));
+  return BRAID_SUCCESS;
 }
 
 /* Up the tree: the subtree's sum ends in acc (sent on to the parent);
  * leaves send their input. */
-static int reduce_up(sched_channel *c, const ptree *t, int r,
-                     sched_chunks acc) {
+static braid_result reduce_up(sched_channel *c, const ptree *t, int r,
+                              sched_chunks acc) {
   const int *k = t->kids + (size_t)r * t->n;
-  int nk = t->nkids[r], P = t->par[r], e = 0;
+  int nk = t->nkids[r], P = t->par[r];
   sched_chunks in = gen_in(acc.index, 1);
   if (nk == 0)
-    return P >= 0 ? sched_send(c, P, in) : 0;
+    return P >= 0 ? sched_send(c, P, in) : BRAID_SUCCESS;
   for (int i = 0; i < nk; i++) {
     int kid = k[nk - 1 - i]; /* smallest subtree first */
     sched_chunks src = i == 0 ? in : acc;
     if (i == nk - 1 && P >= 0)
-      e |= sched_recv_reduce_send(c, kid, src, acc, P);
+      CHECKR(sched_recv_reduce_send(c, kid, src, acc, P));
     else
-      e |= sched_recv_reduce(c, kid, src, acc);
+      CHECKR(sched_recv_reduce(c, kid, src, acc));
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
 /* Allreduce lag of rank r: 1 + 2 x its depth. In round i a rank first
@@ -154,33 +158,34 @@ static int ar_lag(const ptree *t, int r) {
   return 1 + 2 * d;
 }
 
-static int tree_rank(sched_channel *c, sched_coll coll, const ptree *t, int r,
-                     int K) {
-  int e = 0, lag = coll == SCHED_ALLREDUCE ? ar_lag(t, r) : 0;
+static braid_result tree_rank(sched_channel *c, sched_coll coll, const ptree *t,
+                              int r, int K) {
+  int lag = coll == SCHED_ALLREDUCE ? ar_lag(t, r) : 0;
   switch (coll) {
   case SCHED_BROADCAST:
     if (r == t->root) {
-      e |= bcast_down(c, t, r, gen_in(0, 1));
-      e |= sched_copy(c, gen_in(0, 1), gen_out(0, 1));
+      CHECKR(bcast_down(c, t, r, gen_in(0, 1)));
+      CHECKR(sched_copy(c, gen_in(0, 1), gen_out(0, 1)));
     } else {
-      e |= bcast_down(c, t, r, gen_out(0, 1));
+      CHECKR(bcast_down(c, t, r, gen_out(0, 1)));
     }
     break;
   case SCHED_REDUCE:
-    e |= reduce_up(c, t, r, r == t->root ? gen_out(0, 1) : gen_scr(0, 1));
+    CHECKR(reduce_up(c, t, r, r == t->root ? gen_out(0, 1) : gen_scr(0, 1)));
     break;
   case SCHED_ALLREDUCE:
     for (int i = 0; i < K + lag; i++) {
       if (i >= lag)
-        e |= bcast_down(c, t, r, gen_out((uint32_t)(i - lag), 1));
+        CHECKR(bcast_down(c, t, r, gen_out((uint32_t)(i - lag), 1)));
       if (i < K)
-        e |= reduce_up(c, t, r, gen_out((uint32_t)i, 1));
+        CHECKR(reduce_up(c, t, r, gen_out((uint32_t)i, 1)));
     }
     break;
   default:
-    e = -1;
+    return ERR(BRAID_ERR_INTERNAL, "treepack: no steps for %s",
+               sched_coll_name(coll));
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
 /* ---- the links under the trees ---- */
@@ -213,9 +218,10 @@ static void phys_free(phys *ph) {
   free(ph->kind);
 }
 
-static int phys_init(phys *ph, const sched_view *v) {
+static braid_result phys_init(phys *ph, const sched_view *v) {
   topo_graph *g = v->g;
-  int n = v->nranks, cap = 64, e = 0;
+  int n = v->nranks, cap = 64;
+  braid_result r = BRAID_SUCCESS;
   size_t nn = (size_t)n * (size_t)n;
   memset(ph, 0, sizeof(*ph));
   ph->n = n;
@@ -229,7 +235,8 @@ static int phys_init(phys *ph, const sched_view *v) {
   route_ctx *rc = route_ctx_new(g);
   if (!ph->off || !ph->res || !ph->bw || !ph->pbw || !ph->kind || !isrank ||
       !rc) {
-    e = -1;
+    r = ERR(BRAID_ERR_NOMEM, "treepack: no memory for the routes of %d ranks",
+            n);
     goto out;
   }
   for (int l = 0; l < g->nl; l++)
@@ -238,7 +245,7 @@ static int phys_init(phys *ph, const sched_view *v) {
     if (v->vertex[r] >= 0 && v->vertex[r] < g->nv)
       isrank[v->vertex[r]] = 1;
   int used = 0;
-  for (size_t ab = 0; ab < nn && !e; ab++) {
+  for (size_t ab = 0; ab < nn && r == BRAID_SUCCESS; ab++) {
     int a = (int)(ab / (size_t)n), b = (int)(ab % (size_t)n);
     int va = v->vertex[a], vb = v->vertex[b];
     topo_path tp;
@@ -253,13 +260,14 @@ static int phys_init(phys *ph, const sched_view *v) {
         cap = 2 * (used + tp.nhops);
         int *nr = realloc(ph->res, sizeof(int) * (size_t)cap);
         if (!nr)
-          e = -1;
+          r = ERR(BRAID_ERR_NOMEM,
+                  "treepack: no memory for %d hops of the routes", cap);
         else
           ph->res = nr;
       }
       ph->pbw[ab] = tp.bw;
       ph->kind[ab] = tp.nhops == 1 ? TP_HOP : TP_FREE;
-      for (int i = 0; i < tp.nhops && !e; i++) {
+      for (int i = 0; i < tp.nhops && r == BRAID_SUCCESS; i++) {
         int l = tp.links[i];
         ph->res[used++] = 2 * l + (g->links[l].a == tp.verts[i] ? 0 : 1);
         if (i > 0 && isrank[tp.verts[i]])
@@ -272,7 +280,7 @@ static int phys_init(phys *ph, const sched_view *v) {
 out:
   free(isrank);
   route_ctx_free(rc);
-  return e;
+  return r;
 }
 
 /* Adds k times tree pa's load to load[]: dir 0 data flows parent to child
@@ -295,10 +303,10 @@ static void phys_load(const phys *ph, const int *pa, int dir, double k,
 
 /* The rates of trees par[0..nt) that fit the links best (a linear program
  * over the trees: max sum w, each link's load within its bandwidth),
- * keeping at most maxt trees. Returns the total rate (0: none fits, or out
- * of memory, with w zero). */
-static double phys_weights(const phys *ph, int nt, const int *par, double *w,
-                           int dir, int maxt) {
+ * keeping at most maxt trees, and their total in *total (0: none fits, with
+ * w zero). BRAID_SUCCESS or BRAID_ERR_NOMEM. */
+static braid_result phys_weights(const phys *ph, int nt, const int *par,
+                                 double *w, int dir, int maxt, double *total) {
   int n = ph->n, nr = ph->nr, m = 0, k = nt;
   int *row = malloc(sizeof(int) * (size_t)(nr + 1));
   int *col = malloc(sizeof(int) * (size_t)(nt + 1));
@@ -309,8 +317,11 @@ static double phys_weights(const phys *ph, int nt, const int *par, double *w,
   double *val = malloc(sizeof(double) * (size_t)(nt + 1));
   for (int t = 0; t < nt; t++)
     w[t] = 0;
-  if (!row || !col || !load || !A || !bw || !x || !val)
+  braid_result r = BRAID_SUCCESS;
+  if (!row || !col || !load || !A || !bw || !x || !val) {
+    r = ERR(BRAID_ERR_NOMEM, "treepack: no memory to weight %d trees", nt);
     goto out;
+  }
   for (int t = 0; t < nt; t++) {
     phys_load(ph, par + (size_t)t * n, dir, 1, load);
     col[t] = t;
@@ -352,7 +363,8 @@ static double phys_weights(const phys *ph, int nt, const int *par, double *w,
       val[j] = 1.0 / (1.0 + TP_HOP_COST * (hops - arcs) / arcs) /
                (1.0 + TP_BRANCH_COST * br / (n - 1));
     }
-    if (treepack_lp(A, bw, val, m, k, x))
+    r = treepack_lp(A, bw, val, m, k, x);
+    if (r != BRAID_SUCCESS)
       goto out;
     int kept = 0; /* the heaviest maxt trees with a share of the rate */
     tot = 0;
@@ -387,17 +399,23 @@ out:
   free(bw);
   free(x);
   free(val);
-  return tot;
+  *total = r == BRAID_SUCCESS ? tot : 0;
+  return r;
 }
 
 /* The matrix trees are packed on, from raw (data direction a -> b):
  * transposed for reduce (data flows towards the root), the smaller of both
- * ways for allreduce. 1 when every rank is reached, 0 when not. */
-static int orient(const gen_params *p, const double *raw, double *cap) {
+ * ways for allreduce. *reached: 1 when every rank is reached, 0 when not.
+ * BRAID_SUCCESS or BRAID_ERR_NOMEM. */
+static braid_result orient(const gen_params *p, const double *raw, double *cap,
+                           int *reached) {
   int n = p->nranks, und = p->coll == SCHED_ALLREDUCE;
   flow_net *f = flow_new(n);
   if (!f)
-    return -1;
+    return ERR(BRAID_ERR_NOMEM,
+               "treepack: no memory for a flow graph of %d "
+               "ranks",
+               n);
   for (int a = 0; a < n; a++)
     for (int b = 0; b < n; b++) {
       double c = raw[(size_t)a * n + b];
@@ -408,9 +426,9 @@ static int orient(const gen_params *p, const double *raw, double *cap) {
       cap[(size_t)a * n + b] = f->cap[(size_t)a * n + b] =
           (c > 0 && a != b) ? c : 0;
     }
-  int ok = flow_broadcast_rate(f, und ? 0 : p->root) > 0;
+  *reached = flow_broadcast_rate(f, und ? 0 : p->root) > 0;
   flow_free(f);
-  return ok;
+  return BRAID_SUCCESS;
 }
 
 /* Every pair joined: a sliver where the graph has nothing. */
@@ -462,51 +480,58 @@ static void add_chains(int *pool, int *np, int cap, int n, const int *ord,
  * vertex, and the one-hop routes; then weights the union of those trees by
  * the links under them (phys_weights). Routes through another rank's GPU
  * share that rank's links, which the flow graph counts twice; the link-level
- * weights undo that, and the other candidates avoid it. Returns the trees
- * with a positive rate in *parp (allocated), w and *ntp. */
-static int plan(const gen_params *p, int maxt, int **parp, double *w,
-                int *ntp) {
-  int n = p->nranks, und = p->coll == SCHED_ALLREDUCE, e = -1;
+ * weights undo that, and the other candidates avoid it. Gives the trees with
+ * a positive rate in *parp (allocated), w and *ntp; a refusal where no tree
+ * carries data, or BRAID_ERR_NOMEM. */
+static braid_result plan(const gen_params *p, int maxt, int **parp, double *w,
+                         int *ntp) {
+  int n = p->nranks, und = p->coll == SCHED_ALLREDUCE;
   int root = und ? 0 : p->root;
   int dir = und ? 2 : (p->coll == SCHED_REDUCE ? 1 : 0);
   size_t nn = (size_t)n * (size_t)n;
   phys ph;
-  int pe = phys_init(&ph, p->view), npool = 0;
+  braid_result r = phys_init(&ph, p->view);
+  int npool = 0;
   flow_net *f = flow_from_view(p->view, SCHED_ROUTE_ANY);
   double *raw = calloc(nn, sizeof(double)), *cap = calloc(nn, sizeof(double));
   int pool_cap = TREEPACK_MAX_TREES * TP_NCAND + TP_CHAINS;
   int *pool = malloc(sizeof(int) * (size_t)n * (size_t)pool_cap);
   int *cap_i = malloc(sizeof(int) * (size_t)n);
   double tw[TREEPACK_MAX_TREES], *pw = malloc(sizeof(double) * pool_cap);
-  if (pe || !f || f->n != n || !raw || !cap || !pool || !cap_i || !pw)
-    goto out;
-  for (int cand = 0; cand < TP_NCAND; cand++) {
+  if (r == BRAID_SUCCESS &&
+      (!f || f->n != n || !raw || !cap || !pool || !cap_i || !pw))
+    r = ERR(BRAID_ERR_NOMEM, "treepack: no memory to plan trees over %d ranks",
+            n);
+  for (int cand = 0; cand < TP_NCAND && r == BRAID_SUCCESS; cand++) {
     for (size_t ab = 0; ab < nn; ab++)
       raw[ab] = cand == 0 ? f->cap[ab]
                 : ph.kind[ab] != TP_NONE &&
                         ph.kind[ab] <= (cand == 1 ? TP_FREE : TP_HOP)
                     ? ph.pbw[ab]
                     : 0;
-    int ok = orient(p, raw, cap), nt = 0;
-    if (ok < 0)
-      goto out;
-    if (!ok && cand > 0)
+    int ok = 0, nt = 0;
+    r = orient(p, raw, cap, &ok);
+    if (r != BRAID_SUCCESS || (!ok && cand > 0))
       continue;
     if (!ok)
       patch(cap, n);
     int *par = pool + (size_t)npool * n;
-    if (treepack_pack(cap, n, root, und, TREEPACK_MAX_TREES, par, tw, &nt))
-      continue;
-    for (int t = 0; t < nt; t++) /* append the new trees */
-      pool_add(pool, &npool, n, par + (size_t)t * n);
+    r = treepack_pack(cap, n, root, und, TREEPACK_MAX_TREES, par, tw, &nt);
+    if (r == BRAID_SUCCESS)
+      for (int t = 0; t < nt; t++) /* append the new trees */
+        pool_add(pool, &npool, n, par + (size_t)t * n);
+    else if (r == BRAID_ERR_UNSUPPORTED) /* no tree on this graph */
+      r = BRAID_SUCCESS;
   }
+  if (r != BRAID_SUCCESS)
+    goto out;
   int *ord = malloc(sizeof(int) * (size_t)n), *pa = cap_i;
   if (ord && pa) {
     ring_plan rp;
     for (int i = 0; i < n; i++)
       ord[i] = i;
     add_chains(pool, &npool, pool_cap, n, ord, und, root, pa);
-    if (multiring_plan(p->view, 0, &rp) == 0) {
+    if (multiring_plan(p->view, 0, &rp) == BRAID_SUCCESS) {
       for (int c = 0; c < rp.nch; c++)
         add_chains(pool, &npool, pool_cap, n, rp.order + (size_t)c * n, und,
                    root, pa);
@@ -514,7 +539,14 @@ static int plan(const gen_params *p, int maxt, int **parp, double *w,
     }
   }
   free(ord);
-  if (npool == 0 || !(phys_weights(&ph, npool, pool, pw, dir, maxt) > 0))
+  double total = 0;
+  if (npool > 0)
+    r = phys_weights(&ph, npool, pool, pw, dir, maxt, &total);
+  if (r == BRAID_SUCCESS && !(total > 0))
+    r = gen_refuse("treepack: no tree over the view's links carries data "
+                   "between the %d ranks",
+                   n);
+  if (r != BRAID_SUCCESS)
     goto out;
   int nt = 0;
   for (int t = 0; t < npool; t++)
@@ -526,7 +558,6 @@ static int plan(const gen_params *p, int maxt, int **parp, double *w,
   *parp = pool;
   pool = NULL;
   *ntp = nt;
-  e = 0;
 out:
   phys_free(&ph);
   flow_free(f);
@@ -535,7 +566,7 @@ out:
   free(pool);
   free(cap_i);
   free(pw);
-  return e;
+  return r;
 }
 
 /* Channels of each tree. Channels that share a link share it about equally
@@ -561,18 +592,19 @@ static int replicas(const double *w, int nt, int maxch, int *rep) {
 }
 
 /* Channel c runs tree tree_of[c] with weight w[tree] / rep[tree]. */
-static int build(sched *s, const gen_params *p, int nt, const int *par,
-                 const int *rep) {
-  int n = p->nranks, e = 0, K = s->chunks_per_block, c = 0;
-  for (int t = 0; t < nt && !e; t++) {
+static braid_result build(sched *s, const gen_params *p, int nt, const int *par,
+                          const int *rep) {
+  int n = p->nranks, K = s->chunks_per_block, c = 0;
+  for (int t = 0; t < nt; t++) {
     ptree tr;
-    e = ptree_init(&tr, n, par + (size_t)t * n);
-    for (int k = 0; k < rep[t] && !e; k++, c++)
-      for (int r = 0; r < n && !e; r++)
-        e |= tree_rank(sched_chan(s, r, c), p->coll, &tr, r, K);
+    braid_result r = ptree_init(&tr, n, par + (size_t)t * n);
+    for (int k = 0; k < rep[t] && r == BRAID_SUCCESS; k++, c++)
+      for (int q = 0; q < n && r == BRAID_SUCCESS; q++)
+        r = tree_rank(sched_chan(s, q, c), p->coll, &tr, q, K);
     ptree_free(&tr);
+    CHECKR(r);
   }
-  return e;
+  return BRAID_SUCCESS;
 }
 
 /* Allreduce chunks: TREEPACK_AR_K, fewer when pieces of the block would
@@ -587,28 +619,25 @@ static int ar_chunks(const gen_params *p) {
   return k < 1 ? 1 : (int)k;
 }
 
-sched *gen_treepack(const gen_params *p) {
+braid_result gen_treepack(const gen_params *p, sched **out) {
+  *out = NULL;
   if (!p)
-    return NULL;
+    return ERR(BRAID_ERR_INVALID_ARG, "no generator or no parameters");
   gen_params q = *p;
   q.nchannels = 1; /* the trees decide the channels */
-  if (gen_check(&q, &gen_treepack_desc))
-    return NULL;
+  CHECKR(gen_check(&q, &gen_treepack_desc));
   if (!p->view || !p->view->g)
-    return gen_refuse(p, "treepack needs a topology graph (%s)",
+    return gen_refuse("treepack needs a topology graph (%s)",
                       p->view ? "the view has none" : "no topology view");
   if (p->view->nranks != p->nranks)
-    return gen_refuse(p, "treepack: the view has %d ranks, the call %d",
+    return gen_refuse("treepack: the view has %d ranks, the call %d",
                       p->view->nranks, p->nranks);
   int n = p->nranks;
+  sched *s;
   if (n == 1) {
-    sched *s;
-    sched_new(p->coll, 1, p->root, 1, 1, "treepack", &s);
-    if (s && sched_copy(sched_chan(s, 0, 0), gen_in(0, 1), gen_out(0, 1))) {
-      sched_free(s);
-      s = NULL;
-    }
-    return s;
+    CHECKR(sched_new(p->coll, 1, p->root, 1, 1, "treepack", &s));
+    return gen_done(
+        s, sched_copy(sched_chan(s, 0, 0), gen_in(0, 1), gen_out(0, 1)), out);
   }
   int maxt = p->max_channels > 0 ? p->max_channels : GEN_MAX_CHANNELS;
   if (maxt > GEN_MAX_CHANNELS)
@@ -618,29 +647,24 @@ sched *gen_treepack(const gen_params *p) {
   int *par = NULL;
   int nt = 0, rep[TREEPACK_MAX_TREES];
   double w[TREEPACK_MAX_TREES];
-  sched *s = NULL;
-  if (plan(p, maxt, &par, w, &nt))
-    goto out;
+  CHECKR(plan(p, maxt, &par, w, &nt));
   int maxch = maxt < TREEPACK_CHANNELS ? maxt : TREEPACK_CHANNELS;
   int nch = replicas(w, nt, maxch > nt ? maxch : nt, rep);
   double tot = 0;
   for (int t = 0; t < nt; t++)
     tot += w[t];
-  sched_new(p->coll, n, p->root, ar_chunks(p), nch, "treepack", &s);
-  if (!s)
-    goto out;
-  if (p->coll == SCHED_REDUCE && n > 2)
-    s->scratch_blocks = 1;
-  for (int t = 0, c = 0; t < nt; t++)
-    for (int k = 0; k < rep[t]; k++)
-      s->weights[c++] = w[t] / rep[t] / tot;
-  if (build(s, p, nt, par, rep)) {
-    sched_free(s);
-    s = NULL;
+  braid_result r =
+      sched_new(p->coll, n, p->root, ar_chunks(p), nch, "treepack", &s);
+  if (r == BRAID_SUCCESS) {
+    if (p->coll == SCHED_REDUCE && n > 2)
+      s->scratch_blocks = 1;
+    for (int t = 0, c = 0; t < nt; t++)
+      for (int k = 0; k < rep[t]; k++)
+        s->weights[c++] = w[t] / rep[t] / tot;
+    r = gen_done(s, build(s, p, nt, par, rep), out);
   }
-out:
   free(par);
-  return s;
+  return r;
 }
 
 const gen_desc gen_treepack_desc = {

@@ -519,12 +519,13 @@ static int greedy_pack(const double *cap, int n, int root, int undirected,
   return *nt > 0 ? 0 : -1;
 }
 
-int treepack_pack(const double *cap, int n, int root, int undirected, int maxt,
-                  int *par, double *w, int *ntrees) {
+braid_result treepack_pack(const double *cap, int n, int root, int undirected,
+                           int maxt, int *par, double *w, int *ntrees) {
   if (n < 2)
-    return -1;
+    return ERR(BRAID_ERR_INVALID_ARG, "treepack: no trees over %d ranks", n);
   size_t nn = (size_t)n * (size_t)n, mmax = nn * TREEPACK_KMAX;
   int rc = -1, nt = 0;
+  braid_result r = BRAID_SUCCESS;
   iflow_ws ws = {malloc(sizeof(int) * nn), malloc(sizeof(int) * (size_t)n),
                  malloc(sizeof(int) * (size_t)n)};
   int *m = calloc(nn, sizeof(int)), *depth = malloc(sizeof(int) * (size_t)n),
@@ -534,8 +535,11 @@ int treepack_pack(const double *cap, int n, int root, int undirected, int maxt,
   char *in = malloc((size_t)n), *seen = NULL;
   forests F = {0};
   if (!ws.res || !ws.prev || !ws.queue || !m || !depth || !order || !res ||
-      !key || !in)
+      !key || !in) {
+    r = ERR(BRAID_ERR_NOMEM, "treepack: no memory to pack trees over %d ranks",
+            n);
     goto out;
+  }
   if (n <= (undirected ? TPK_EXACT_MAX_UND : TPK_EXACT_MAX)) {
     F.n = n;
     F.ea = malloc(sizeof(int) * mmax);
@@ -550,16 +554,22 @@ int treepack_pack(const double *cap, int n, int root, int undirected, int maxt,
     F.adjn = malloc(sizeof(int) * (size_t)n);
     seen = malloc(mmax);
     if (!F.ea || !F.eb || !F.as || !F.from || !F.queue || !F.pe || !F.dep ||
-        !F.comp || !F.adj || !F.adjn || !seen)
+        !F.comp || !F.adj || !F.adjn || !seen) {
+      r = ERR(BRAID_ERR_NOMEM,
+              "treepack: no memory to pack trees over %d ranks", n);
       goto out;
+    }
     rc = exact_pack(cap, n, root, undirected, par, w, &nt, m, &ws, &F, seen,
                     depth, order);
   }
   if (rc)
     rc = greedy_pack(cap, n, root, undirected, TREEPACK_KMAX, par, w, &nt, res,
                      key, in);
-  if (rc)
+  if (rc) {
+    r = ERR(BRAID_ERR_UNSUPPORTED, "treepack: no spanning tree over %d ranks",
+            n);
     goto out;
+  }
   nt = merge_sort(n, nt, par, w);
   fill(cap, n, undirected, nt, par, w, res);
   if (nt > maxt) { /* drop the lightest, give their share to the rest */
@@ -591,18 +601,19 @@ out:
   free(F.comp);
   free(F.adj);
   free(F.adjn);
-  return rc;
+  return r;
 }
 
-int treepack_lp(const double *A, const double *b, const double *c, int m, int k,
-                double *x) {
+braid_result treepack_lp(const double *A, const double *b, const double *c,
+                         int m, int k, double *x) {
   int cols = k + m + 1; /* variables, slacks, right-hand side */
   double *T = calloc((size_t)(m + 1) * (size_t)cols, sizeof(double));
   int *basis = malloc(sizeof(int) * (size_t)(m > 0 ? m : 1));
   if (!T || !basis) {
     free(T);
     free(basis);
-    return -1;
+    return ERR(BRAID_ERR_NOMEM,
+               "treepack: no memory for a linear program of %d x %d", m, k);
   }
   for (int i = 0; i < m; i++) {
     double *row = T + (size_t)i * cols;
@@ -658,5 +669,5 @@ int treepack_lp(const double *A, const double *b, const double *c, int m, int k,
                         : 0;
   free(T);
   free(basis);
-  return 0;
+  return BRAID_SUCCESS;
 }

@@ -42,17 +42,14 @@ braid_result exec_get_sched(braid_comm *c, exec_op *op,
   }
   sched *s = fs;
   if (s == NULL) {
-    char err[256] = "";
     plan_request rq;
     comm_plan_request(c, op->coll, op->root, coll_bytes(op), view, &rq);
     gen_params p = plan_params(&rq);
-    int refused = 0;
-    s = gen_build(pl.gen, &p, err, sizeof err, &refused);
-    if (s == NULL) {
-      comm_set_error(c, "%s: algorithm %s cannot run this call: %s", op->name,
-                     pl.gen->name, err);
-      return refused ? BRAID_ERR_INVALID_ARG : BRAID_ERR_NOMEM;
-    }
+    r = gen_build(pl.gen, &p, &s);
+    if (r != BRAID_SUCCESS) /* a refusal is the call's bad argument */
+      return comm_fail(c, r == BRAID_ERR_NOMEM ? r : BRAID_ERR_INVALID_ARG,
+                       "%s: algorithm %s cannot run this call: %s", op->name,
+                       pl.gen->name, err_why(r));
   }
   if (s->nchannels > c->nchannels) {
     comm_set_error(c, "%s: generator %s made %d channels, the comm has %d",

@@ -578,8 +578,12 @@ static int run(const sopts *o, topo_graph *g) {
   if (o->algo && !gen_supports_view(gen_find(o->algo), o->coll, n, v)) {
     /* the generator's own reason, where it gives one */
     char why[160] = "";
-    gen_params gp = {o->coll, n, 0, 1, v, bytes, o->channels, NULL, 0};
-    sched_free(gen_build(gen_find(o->algo), &gp, why, sizeof(why), NULL));
+    gen_params gp = {o->coll, n, 0, 1, v, bytes, o->channels};
+    sched *s = NULL;
+    braid_result r = gen_build(gen_find(o->algo), &gp, &s);
+    if (r != BRAID_SUCCESS)
+      snprintf(why, sizeof(why), "%s", err_why(r));
+    sched_free(s);
     view_free(v);
     return bad("algorithm '%s' does not support %s on this view%s%s", o->algo,
                sched_coll_name(o->coll), why[0] ? ": " : "", why);
@@ -637,9 +641,11 @@ static int run(const sopts *o, topo_graph *g) {
     memset(w, 0, sizeof(*w));
     w->g = gd;
     gen_params gp = plan_params(&rq); /* the runtime's parameters */
-    w->s = gen_build(gd, &gp, w->note, sizeof(w->note), NULL);
-    if (!w->s)
-      continue; /* why in w->note */
+    braid_result r = gen_build(gd, &gp, &w->s);
+    if (r != BRAID_SUCCESS) {
+      snprintf(w->note, sizeof(w->note), "%s", err_why(r));
+      continue;
+    }
     w->verified = verify_sched(w->s, 0, 2) == BRAID_SUCCESS &&
                   verify_sched(w->s, 1, 2) == BRAID_SUCCESS;
     if (!w->verified)

@@ -11,6 +11,7 @@
 #include "collectives/plan.h"
 #include "collectives/select.h"
 #include "collectives/verify.h"
+#include "tests/collectives/gen_try.h"
 
 /* plan_select's pick (it must not refuse). */
 static const gen_desc *plan_pick(const plan_request *rq) {
@@ -24,8 +25,8 @@ static const sched_coll red_colls[] = {SCHED_ALLREDUCE, SCHED_REDUCE,
 
 static sched *make(const gen_desc *g, sched_coll coll, int n, int root,
                    int nch) {
-  gen_params p = {coll, n, root, nch, NULL, 0, 0, NULL, 0};
-  return g->fn(&p);
+  gen_params p = {coll, n, root, nch, NULL, 0, 0};
+  return gen_try(g->fn, &p);
 }
 
 /* Both in and out of place: a correct schedule, and one in rank order. */

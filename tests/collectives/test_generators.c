@@ -10,6 +10,7 @@
 #include "collectives/generators.h"
 #include "collectives/verify.h"
 #include "collectives/view.h"
+#include "tests/collectives/gen_try.h"
 
 /* One verifier workspace for the whole test process (verify.h). */
 static verify_ws *test_ws(void) {
@@ -41,9 +42,8 @@ static int matrix(const char *name, int maxn, int slots) {
         if (dup)
           continue;
         for (int nch = 1; nch <= 3; nch++) {
-          gen_params p = {(sched_coll)c, n, roots[ri], nch, NULL, 0, 0,
-                          NULL,          0};
-          sched *s = g->fn(&p);
+          gen_params p = {(sched_coll)c, n, roots[ri], nch, NULL, 0, 0};
+          sched *s = gen_try(g->fn, &p);
           cr_assert_not_null(s, "%s %s n=%d root=%d nch=%d: no schedule", name,
                              sched_coll_name(c), n, roots[ri], nch);
           cr_assert_str_eq(s->algo, name);
@@ -98,8 +98,8 @@ Test(generators, table_and_support) {
   /* A generator refuses what it does not support, and bad parameters. */
   GEN_FOREACH (g)
     for (int c = 0; c < SCHED_NUM_COLLS; c++) {
-      gen_params p = {(sched_coll)c, 4, 0, 1, NULL, 0, 0, NULL, 0};
-      sched *s = g->fn(&p);
+      gen_params p = {(sched_coll)c, 4, 0, 1, NULL, 0, 0};
+      sched *s = gen_try(g->fn, &p);
       if (!gen_supports(g, (sched_coll)c, 4))
         cr_assert_null(s, "%s accepted %s", g->name, sched_coll_name(c));
       else
@@ -108,60 +108,62 @@ Test(generators, table_and_support) {
       cr_assert_eq(gen_supports(g, (sched_coll)c, 0), 0);
     }
   gen_params bad[] = {
-      {SCHED_BROADCAST, 4, 4, 1, NULL, 0, 0, NULL, 0},  /* root out of range */
-      {SCHED_BROADCAST, 4, -1, 1, NULL, 0, 0, NULL, 0}, /* negative root */
-      {SCHED_ALLREDUCE, 0, 0, 1, NULL, 0, 0, NULL, 0},  /* no ranks */
-      {SCHED_ALLREDUCE, 4, 0, 0, NULL, 0, 0, NULL, 0},  /* no channels */
+      {SCHED_BROADCAST, 4, 4, 1, NULL, 0, 0},  /* root out of range */
+      {SCHED_BROADCAST, 4, -1, 1, NULL, 0, 0}, /* negative root */
+      {SCHED_ALLREDUCE, 0, 0, 1, NULL, 0, 0},  /* no ranks */
+      {SCHED_ALLREDUCE, 4, 0, 0, NULL, 0, 0},  /* no channels */
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     GEN_FOREACH (g)
-      cr_assert_null(g->fn(&bad[i]), "%s accepted bad params %zu", g->name, i);
+      cr_assert_null(gen_try(g->fn, &bad[i]), "%s accepted bad params %zu",
+                     g->name, i);
 }
 
-/* A generator that cannot build a schedule says why (gen_build), naming
- * itself and what was wrong: a collective its descriptor does not list, a
- * root out of range, a view it needs and lacks. */
+/* A generator that cannot build a schedule says why (gen_build): a refusal
+ * (BRAID_ERR_UNSUPPORTED) whose message names the generator and what was
+ * wrong: a collective its descriptor does not list, a root out of range, a
+ * view it needs and lacks. */
 Test(generators, refusals_say_why) {
-  char why[160];
-  int refused = -1, n = 0;
+  int n = 0;
+  sched *s = NULL;
   GEN_FOREACH (g)
     for (int c = 0; c < SCHED_NUM_COLLS; c++) {
       if (g->colls & (1u << c))
         continue;
-      gen_params p = {(sched_coll)c, 4, 0, 1, NULL, 0, 0, NULL, 0};
-      refused = -1;
-      cr_assert_null(gen_build(g, &p, why, sizeof why, &refused), "%s %s",
-                     g->name, sched_coll_name(c));
-      cr_assert_eq(refused, 1, "%s %s: %s", g->name, sched_coll_name(c), why);
-      cr_assert_not_null(strstr(why, g->name), "%s", why);
-      cr_assert_not_null(strstr(why, sched_coll_name(c)), "%s", why);
+      gen_params p = {(sched_coll)c, 4, 0, 1, NULL, 0, 0};
+      cr_assert_eq(gen_build(g, &p, &s), BRAID_ERR_UNSUPPORTED, "%s %s: %s",
+                   g->name, sched_coll_name(c), err_msg());
+      cr_assert_null(s);
+      cr_assert_not_null(strstr(err_msg(), g->name), "%s", err_msg());
+      cr_assert_not_null(strstr(err_msg(), sched_coll_name(c)), "%s",
+                         err_msg());
       n++;
     }
   cr_assert_gt(n, 20);
-  gen_params root = {SCHED_BROADCAST, 4, 7, 1, NULL, 0, 0, NULL, 0};
-  cr_assert_null(gen_build(gen_find("ring"), &root, why, sizeof why, NULL));
-  cr_assert_not_null(strstr(why, "root 7"), "%s", why);
+  gen_params root = {SCHED_BROADCAST, 4, 7, 1, NULL, 0, 0};
+  cr_assert_eq(gen_build(gen_find("ring"), &root, &s), BRAID_ERR_UNSUPPORTED);
+  cr_assert_str_eq(err_msg(), "ring: root 7 is not a rank of 4");
   /* the topology-aware ones without a view, and hier on one host */
   static const char *const aware[] = {"multiring", "treepack", "hybrid", "hier",
                                       "chaintree"};
   for (size_t i = 0; i < sizeof aware / sizeof aware[0]; i++) {
     const gen_desc *g = gen_find(aware[i]);
     cr_assert_neq(g->needs, 0u, "%s needs nothing", aware[i]);
-    gen_params p = {SCHED_ALLREDUCE, 4, 0, 1, NULL, 0, 0, NULL, 0};
-    cr_assert_null(gen_build(g, &p, why, sizeof why, &refused));
-    cr_assert_eq(refused, 1);
-    cr_assert_not_null(strstr(why, "no topology view"), "%s: %s", aware[i],
-                       why);
+    gen_params p = {SCHED_ALLREDUCE, 4, 0, 1, NULL, 0, 0};
+    cr_assert_eq(gen_build(g, &p, &s), BRAID_ERR_UNSUPPORTED, "%s", aware[i]);
+    cr_assert_not_null(strstr(err_msg(), "no topology view"), "%s: %s",
+                       aware[i], err_msg());
   }
   sched_view *one = NULL;
   cr_assert_eq(view_hosts(NULL, 4, NULL, &one), BRAID_SUCCESS, "%s", err_msg());
-  gen_params p = {SCHED_ALLREDUCE, 4, 0, 1, one, 0, 0, NULL, 0};
-  cr_assert_null(gen_build(gen_find("hier"), &p, why, sizeof why, NULL));
-  cr_assert_not_null(strstr(why, "two hosts"), "%s", why);
-  /* what succeeds leaves no reason behind */
-  sched *s = gen_build(gen_find("ring"), &p, why, sizeof why, &refused);
-  cr_assert_not_null(s, "%s", why);
-  cr_assert_str_empty(why);
+  gen_params p = {SCHED_ALLREDUCE, 4, 0, 1, one, 0, 0};
+  cr_assert_eq(gen_build(gen_find("hier"), &p, &s), BRAID_ERR_UNSUPPORTED);
+  cr_assert_not_null(strstr(err_msg(), "two hosts"), "%s", err_msg());
+  cr_assert_eq(gen_build(NULL, &p, &s), BRAID_ERR_INVALID_ARG);
+  /* what succeeds gives its schedule */
+  cr_assert_eq(gen_build(gen_find("ring"), &p, &s), BRAID_SUCCESS, "%s",
+               err_msg());
+  cr_assert_not_null(s);
   sched_free(s);
   view_free(one);
 }
@@ -189,8 +191,8 @@ Test(generators, descriptors) {
  * broadcast phase. */
 Test(generators, tree_complementary) {
   for (int n = 3; n <= 64; n++) {
-    gen_params p = {SCHED_BROADCAST, n, 0, 2, NULL, 0, 0, NULL, 0};
-    sched *s = gen_tree(&p);
+    gen_params p = {SCHED_BROADCAST, n, 0, 2, NULL, 0, 0};
+    sched *s = gen_try(gen_tree, &p);
     cr_assert_not_null(s);
     cr_assert_eq(s->nchannels, 2);
     int both_leaf = 0;
@@ -214,8 +216,8 @@ Test(generators, tree_complementary) {
   /* An odd channel count is kept: blocks are cut in two chunks and the last
    * channel runs both trees, one per chunk. */
   for (int nch = 1; nch <= 3; nch += 2) {
-    gen_params p = {SCHED_ALLREDUCE, 8, 0, nch, NULL, 0, 0, NULL, 0};
-    sched *s = gen_tree(&p);
+    gen_params p = {SCHED_ALLREDUCE, 8, 0, nch, NULL, 0, 0};
+    sched *s = gen_try(gen_tree, &p);
     cr_assert_eq(s->nchannels, nch);
     cr_assert_eq(s->chunks_per_block, 2);
     cr_assert_eq(verify_sched(s, 1, 8), 0, "%s", err_msg());
@@ -225,8 +227,8 @@ Test(generators, tree_complementary) {
 
 /* Ring channels alternate direction. */
 Test(generators, ring_directions) {
-  gen_params p = {SCHED_ALLGATHER, 5, 0, 2, NULL, 0, 0, NULL, 0};
-  sched *s = gen_ring(&p);
+  gen_params p = {SCHED_ALLGATHER, 5, 0, 2, NULL, 0, 0};
+  sched *s = gen_try(gen_ring, &p);
   cr_assert_eq(sched_chan_c(s, 0, 0)->steps[0].peer, 1);
   cr_assert_eq(sched_chan_c(s, 0, 1)->steps[0].peer, 4);
   sched_free(s);
@@ -238,8 +240,8 @@ Test(generators, ring_directions) {
 Test(generators, reduce_scratch) {
   const char *gens[] = {"ring", "tree", "binomial", "direct", "linear"};
   for (size_t i = 0; i < sizeof(gens) / sizeof(gens[0]); i++) {
-    gen_params p = {SCHED_REDUCE, 9, 4, 1, NULL, 0, 0, NULL, 0};
-    sched *s = gen_find(gens[i])->fn(&p);
+    gen_params p = {SCHED_REDUCE, 9, 4, 1, NULL, 0, 0};
+    sched *s = gen_try(gen_find(gens[i])->fn, &p);
     for (int r = 0; r < 9; r++) {
       if (r == 4)
         continue;

@@ -15,6 +15,7 @@
 #include "collectives/generators.h"
 #include "collectives/verify.h"
 #include "collectives/view.h"
+#include "tests/collectives/gen_try.h"
 
 /* One verifier workspace for the whole test process (verify.h). */
 static verify_ws *test_ws(void) {
@@ -165,8 +166,8 @@ static int matrix(const char *name, int slots, int maxn) {
         for (int nch = 1; nch <= 3; nch++) {
           if (nch == 3 && n > 16)
             continue;
-          gen_params p = {(sched_coll)c, n, roots[ri], nch, &v, 0, 0, NULL, 0};
-          sched *s = g->fn(&p);
+          gen_params p = {(sched_coll)c, n, roots[ri], nch, &v, 0, 0};
+          sched *s = gen_try(g->fn, &p);
           cr_assert_not_null(s, "%s %s %s root=%d nch=%d: no schedule", name,
                              sched_coll_name(c), m->name, roots[ri], nch);
           cr_assert_str_eq(s->algo, name);
@@ -210,22 +211,23 @@ Test(hier, refuses_bad_views) {
   const char *names[] = {"hier", "chaintree"};
   for (int i = 0; i < 2; i++) {
     const gen_desc *g = gen_find(names[i]);
-    gen_params p = {SCHED_ALLREDUCE, 4, 0, 1, NULL, 0, 0, NULL, 0};
-    cr_assert_null(g->fn(&p), "%s without a view", names[i]);
+    gen_params p = {SCHED_ALLREDUCE, 4, 0, 1, NULL, 0, 0};
+    cr_assert_null(gen_try(g->fn, &p), "%s without a view", names[i]);
     p.view = &one;
-    cr_assert_null(g->fn(&p), "%s on one host", names[i]);
+    cr_assert_null(gen_try(g->fn, &p), "%s on one host", names[i]);
     cr_assert_eq(gen_supports_view(g, SCHED_ALLREDUCE, 4, &one), 0);
     p.view = &badv;
-    cr_assert_null(g->fn(&p), "%s with host 2 of 2", names[i]);
+    cr_assert_null(gen_try(g->fn, &p), "%s with host 2 of 2", names[i]);
     p.view = &okv;
     p.nranks = 3;
-    cr_assert_null(g->fn(&p), "%s with a view of 4 ranks for 3", names[i]);
+    cr_assert_null(gen_try(g->fn, &p), "%s with a view of 4 ranks for 3",
+                   names[i]);
     p.nranks = 4;
-    sched *s = g->fn(&p);
+    sched *s = gen_try(g->fn, &p);
     cr_assert_not_null(s);
     sched_free(s);
     p.coll = SCHED_ALLTOALL;
-    cr_assert_null(g->fn(&p), "%s made an alltoall", names[i]);
+    cr_assert_null(gen_try(g->fn, &p), "%s made an alltoall", names[i]);
   }
 }
 
@@ -264,8 +266,8 @@ Test(hier, allreduce_traffic) {
       cnt[m->host[r]]++;
     for (int h = 0; h < m->nhosts; h++)
       H += cnt[h] > 0;
-    gen_params p = {SCHED_ALLREDUCE, m->n, 0, 2, &v, 0, 0, NULL, 0};
-    sched *s = gen_hier(&p);
+    gen_params p = {SCHED_ALLREDUCE, m->n, 0, 2, &v, 0, 0};
+    sched *s = gen_try(gen_hier, &p);
     cr_assert_not_null(s);
     long K = s->chunks_per_block;
     for (int ch = 0; ch < 2; ch++) {
@@ -295,14 +297,14 @@ Test(hier, allreduce_traffic) {
   /* 8 hosts x 8 ranks: each rank sends 2*7/64 of a block across hosts. */
   hmap m = modmap(64, 8);
   sched_view v = mkview(&m, vertex);
-  gen_params p = {SCHED_ALLREDUCE, 64, 0, 1, &v, 0, 0, NULL, 0};
-  sched *s = gen_hier(&p);
+  gen_params p = {SCHED_ALLREDUCE, 64, 0, 1, &v, 0, 0};
+  sched *s = gen_try(gen_hier, &p);
   long k = sent_across(s, &m, 5, 0);
   cr_assert_eq(k * 64, 14L * s->chunks_per_block);
   sched_free(s);
   /* The flat ring on the same (non-contiguous) map crosses hosts at every
    * hop: 2 * 63 / 64 of a block per rank. */
-  s = gen_ring(&p);
+  s = gen_try(gen_ring, &p);
   cr_assert_eq(sent_across(s, &m, 5, 0) * 64, 126L * s->chunks_per_block);
   sched_free(s);
 }
@@ -315,8 +317,8 @@ Test(hier, allgather_traffic) {
     for (int k = 1; k <= 8; k *= 2) {
       hmap m = modmap(H * k, H);
       sched_view v = mkview(&m, vertex);
-      gen_params p = {SCHED_ALLGATHER, H * k, 0, 1, &v, 0, 0, NULL, 0};
-      sched *s = gen_hier(&p);
+      gen_params p = {SCHED_ALLGATHER, H * k, 0, 1, &v, 0, 0};
+      sched *s = gen_try(gen_hier, &p);
       cr_assert_not_null(s);
       for (int r = 0; r < H * k; r++)
         cr_assert_eq(sent_across(s, &m, r, 0), H - 1, "H=%d k=%d rank %d", H, k,
@@ -408,8 +410,8 @@ Test(chaintree, depth_grows_like_log) {
       sz[h] = per;
     hmap m = sizes(sz, H);
     sched_view v = mkview(&m, vertex);
-    gen_params p = {SCHED_ALLREDUCE, m.n, 0, 2, &v, 0, 0, NULL, 0};
-    sched *s = gen_chaintree(&p);
+    gen_params p = {SCHED_ALLREDUCE, m.n, 0, 2, &v, 0, 0};
+    sched *s = gen_try(gen_chaintree, &p);
     cr_assert_not_null(s);
     int d = hops(s, &m), L = ceil_log2(H);
     cr_assert_leq(d, 2 * (L + 1), "H=%d: %d inter-host hops", H, d);
@@ -417,14 +419,14 @@ Test(chaintree, depth_grows_like_log) {
     cr_assert_geq(d, prev, "H=%d: fewer hops than with H/2", H);
     prev = d;
     sched_free(s);
-    s = gen_hier(&p);
+    s = gen_try(gen_hier, &p);
     cr_assert_eq(hops(s, &m), 2 * (H - 1), "hier H=%d", H);
     if (H >= 8)
       cr_assert_lt(d, 2 * (H - 1));
     sched_free(s);
     for (int root = 0; root < m.n; root += m.n / 2 + 1) {
-      gen_params b = {SCHED_BROADCAST, m.n, root, 2, &v, 0, 0, NULL, 0};
-      s = gen_chaintree(&b);
+      gen_params b = {SCHED_BROADCAST, m.n, root, 2, &v, 0, 0};
+      s = gen_try(gen_chaintree, &b);
       cr_assert_leq(hops(s, &m), L + 1, "bcast H=%d root %d", H, root);
       sched_free(s);
     }
@@ -446,5 +448,5 @@ Test(chaintree, complementary_trees) {
     }
     cr_assert_eq(par[0][0], -1);
   }
-  cr_assert_eq(tree_dbt(0, 0, 0, NULL, NULL), -1);
+  cr_assert_eq(tree_dbt(0, 0, 0, NULL, NULL), BRAID_ERR_INVALID_ARG);
 }

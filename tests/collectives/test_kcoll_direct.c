@@ -233,8 +233,10 @@ static const struct {
 
 static sched *direct(sched_coll coll, int n, int root) {
   gen_params p = {.coll = coll, .nranks = n, .root = root, .nchannels = 1};
-  sched *s = gen_build(gen_find("direct"), &p, NULL, 0, NULL);
-  cr_assert_not_null(s, "direct %s on %d ranks", sched_coll_name(coll), n);
+  sched *s = NULL;
+  cr_assert_eq(gen_build(gen_find("direct"), &p, &s), BRAID_SUCCESS,
+               "direct %s on %d ranks: %s", sched_coll_name(coll), n,
+               err_msg());
   cr_assert_eq(verify_sched(s, 0, 1), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(verify_rank_order(s, 0), BRAID_SUCCESS, "%s", err_msg());
   return s;

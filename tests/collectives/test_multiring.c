@@ -17,6 +17,7 @@
 #include "collectives/verify.h"
 #include "collectives/view.h"
 #include "src/log.h"
+#include "tests/collectives/gen_try.h"
 
 /* One verifier workspace for the whole test process (verify.h). */
 static verify_ws *test_ws(void) {
@@ -59,8 +60,8 @@ static void mkview(tview *t, topo_graph *g, const int *gpus, int n) {
 
 static sched *gen(const char *name, sched_coll c, int n, int root,
                   const sched_view *v, int maxch) {
-  gen_params p = {c, n, root, 1, v, (size_t)1 << 20, maxch, NULL, 0};
-  return gen_find(name)->fn(&p);
+  gen_params p = {c, n, root, 1, v, (size_t)1 << 20, maxch};
+  return gen_try(gen_find(name)->fn, &p);
 }
 
 static int rooted(sched_coll c) {
@@ -382,24 +383,24 @@ Test(multiring, max_channels) {
 }
 
 Test(multiring, needs_a_view) {
-  gen_params p = {SCHED_ALLREDUCE, 8, 0, 2, NULL, 0, 0, NULL, 0};
-  cr_assert_null(gen_multiring(&p));
-  cr_assert_null(gen_hybrid(&p));
+  gen_params p = {SCHED_ALLREDUCE, 8, 0, 2, NULL, 0, 0};
+  cr_assert_null(gen_try(gen_multiring, &p));
+  cr_assert_null(gen_try(gen_hybrid, &p));
   topo_graph *g = load("dgx1-v100");
   tview t;
   mkview(&t, g, dgx1_all, 8);
   p.view = &t.v;
   p.nranks = 7; /* view of 8 ranks */
-  cr_assert_null(gen_multiring(&p));
+  cr_assert_null(gen_try(gen_multiring, &p));
   p.nranks = 8;
   p.coll = SCHED_ALLTOALL;
-  cr_assert_null(gen_multiring(&p));
-  cr_assert_null(gen_hybrid(&p));
+  cr_assert_null(gen_try(gen_multiring, &p));
+  cr_assert_null(gen_try(gen_hybrid, &p));
   p.coll = SCHED_BROADCAST; /* multiring yes, hybrid no */
-  sched *s = gen_multiring(&p);
+  sched *s = gen_try(gen_multiring, &p);
   cr_assert_not_null(s);
   sched_free(s);
-  cr_assert_null(gen_hybrid(&p));
+  cr_assert_null(gen_try(gen_hybrid, &p));
   topo_graph_free(g);
 }
 

@@ -12,6 +12,7 @@
 #include "collectives/generators.h"
 #include "collectives/sched_file.h"
 #include "collectives/sched_json.h"
+#include "tests/collectives/gen_try.h"
 
 static int rooted(sched_coll c) {
   return c == SCHED_BROADCAST || c == SCHED_REDUCE || c == SCHED_GATHER ||
@@ -95,9 +96,8 @@ Test(sched_file, round_trip_every_generator) {
           continue;
         for (int nch = 1; nch <= 3; nch += 2) {
           gen_params p = {
-              (sched_coll)c, n, rooted(c) ? n - 1 : 0, nch, NULL, 0, 0,
-              NULL,          0};
-          sched *s = g->fn(&p);
+              (sched_coll)c, n, rooted(c) ? n - 1 : 0, nch, NULL, 0, 0};
+          sched *s = gen_try(g->fn, &p);
           if (!s)
             continue; /* e.g. send/recv need two ranks */
           char what[128];
@@ -126,9 +126,9 @@ Test(sched_file, round_trip_every_generator) {
 }
 
 Test(sched_file, array_of_schedules) {
-  gen_params p1 = {SCHED_ALLREDUCE, 4, 0, 2, NULL, 0, 0, NULL, 0};
-  gen_params p2 = {SCHED_BROADCAST, 5, 3, 1, NULL, 0, 0, NULL, 0};
-  sched *s[2] = {gen_ring(&p1), gen_tree(&p2)};
+  gen_params p1 = {SCHED_ALLREDUCE, 4, 0, 2, NULL, 0, 0};
+  gen_params p2 = {SCHED_BROADCAST, 5, 3, 1, NULL, 0, 0};
+  sched *s[2] = {gen_try(gen_ring, &p1), gen_try(gen_tree, &p2)};
   cr_assert(s[0] && s[1]);
   s[0]->route[1] = SCHED_ROUTE_HOST;
   s[0]->weights[0] = 0.75;
@@ -330,8 +330,8 @@ static const char *tmp_file(sched *const *s, int n) {
 }
 
 Test(sched_file, dropped_step_fails_the_verifier) {
-  gen_params p = {SCHED_ALLREDUCE, 6, 0, 2, NULL, 0, 0, NULL, 0};
-  sched *s[2] = {gen_ring(&p), gen_ring(&p)};
+  gen_params p = {SCHED_ALLREDUCE, 6, 0, 2, NULL, 0, 0};
+  sched *s[2] = {gen_try(gen_ring, &p), gen_try(gen_ring, &p)};
   cr_assert(s[0] && s[1]);
   /* schedule 1, rank 3, channel 1: drop step 4 */
   sched_channel *ch = sched_chan(s[1], 3, 1);
@@ -381,8 +381,8 @@ Test(sched_file, dropped_step_fails_the_verifier) {
 /* A large schedule (a 64-rank ring allreduce) loads whole and unchanged;
  * no test asserts how long that takes. */
 Test(sched_file, big_file_loads) {
-  gen_params p = {SCHED_ALLREDUCE, 64, 0, 2, NULL, 0, 0, NULL, 0};
-  sched *s = gen_ring(&p);
+  gen_params p = {SCHED_ALLREDUCE, 64, 0, 2, NULL, 0, 0};
+  sched *s = gen_try(gen_ring, &p);
   cr_assert_not_null(s);
   const char *path = tmp_file(&s, 1);
   sched **out = NULL;

@@ -17,6 +17,7 @@
 #include "collectives/sim.h"
 #include "collectives/view.h"
 #include "src/log.h"
+#include "tests/collectives/gen_try.h"
 
 /* n GPUs in a ring of NVLinks of bw GB/s and lat us each. */
 static topo_graph *ring_graph(int n, double bw, double lat) {
@@ -43,8 +44,8 @@ static sched *gen(const char *name, sched_coll coll, const sched_view *v,
                   int root, int nch, size_t bytes) {
   const gen_desc *d = gen_find(name);
   cr_assert_not_null(d, "%s", name);
-  gen_params gp = {coll, v->nranks, root, nch, v, bytes, 0, NULL, 0};
-  sched *s = d->fn(&gp);
+  gen_params gp = {coll, v->nranks, root, nch, v, bytes, 0};
+  sched *s = gen_try(d->fn, &gp);
   cr_assert_not_null(s, "%s %s on %d ranks", name, sched_coll_name(coll),
                      v->nranks);
   return s;
@@ -389,8 +390,8 @@ Test(sim, rejects_bad_input) {
   cr_assert_eq(view_gpus(g, NULL, 0, &v), BRAID_SUCCESS, "%s", err_msg());
   sim_params p;
   sim_params_gpu(&p);
-  gen_params gp = {SCHED_ALLREDUCE, 4, 0, 1, NULL, 0, 0, NULL, 0};
-  sched *s = gen_ring(&gp);
+  gen_params gp = {SCHED_ALLREDUCE, 4, 0, 1, NULL, 0, 0};
+  sched *s = gen_try(gen_ring, &gp);
   sim_result r;
   cr_assert_eq(sim_run(s, v, 1024, &p, &r), BRAID_ERR_INVALID_ARG);
   cr_assert(strstr(err_msg(), "4 ranks") && strstr(err_msg(), "8"), "%s",

@@ -25,6 +25,7 @@
 #include "collectives/verify.h"
 #include "collectives/view.h"
 #include "src/log.h"
+#include "tests/collectives/gen_try.h"
 #include "topology/topo.h"
 
 /* One verifier workspace for the whole test process (verify.h). */
@@ -244,8 +245,8 @@ Test(treepack, rate_and_verify_all_machines, .timeout = 240) {
     for (int k = 0; k < 3; k++) {
       int roots[2] = {0, n - 1};
       for (int ri = 0; ri < (colls[k] == SCHED_ALLREDUCE ? 1 : 2); ri++) {
-        gen_params p = {colls[k], n, roots[ri], 1, v, 0, 0, NULL, 0};
-        sched *s = gen_treepack(&p);
+        gen_params p = {colls[k], n, roots[ri], 1, v, 0, 0};
+        sched *s = gen_try(gen_treepack, &p);
         char what[160];
         snprintf(what, sizeof(what), "%s %s root=%d", name,
                  sched_coll_name(colls[k]), roots[ri]);
@@ -286,8 +287,8 @@ Test(treepack, max_channels_respected) {
   sched_view *v = load_view(&full, &g);
   for (int k = 0; k < 3; k++)
     for (int m = 1; m <= 4; m++) {
-      gen_params p = {colls[k], v->nranks, 3, 1, v, 0, m, NULL, 0};
-      sched *s = gen_treepack(&p);
+      gen_params p = {colls[k], v->nranks, 3, 1, v, 0, m};
+      sched *s = gen_try(gen_treepack, &p);
       char what[96];
       snprintf(what, sizeof(what), "dgx1 %s max_channels=%d",
                sched_coll_name(colls[k]), m);
@@ -309,17 +310,17 @@ Test(treepack, one_rank_and_no_view) {
   topo_graph *g = NULL;
   sched_view *v = load_view(&one, &g);
   for (int k = 0; k < 3; k++) {
-    gen_params p = {colls[k], 1, 0, 1, v, 0, 0, NULL, 0};
-    sched *s = gen_treepack(&p);
+    gen_params p = {colls[k], 1, 0, 1, v, 0, 0};
+    sched *s = gen_try(gen_treepack, &p);
     cr_assert_not_null(s);
     cr_assert_eq(s->nchannels, 1);
     check_sched(s, "one rank");
     sched_free(s);
     p.view = NULL; /* topology-aware: no view, no schedule */
-    cr_assert_null(gen_treepack(&p));
+    cr_assert_null(gen_try(gen_treepack, &p));
     p.view = v;
     p.nranks = 2; /* the view must match the rank count */
-    cr_assert_null(gen_treepack(&p));
+    cr_assert_null(gen_try(gen_treepack, &p));
   }
   view_free(v);
   topo_graph_free(g);
@@ -339,8 +340,8 @@ Test(treepack, shared_vertex_and_disconnected) {
   sched_view v = {g, 5, vert, host, 1, 1, 0};
   for (int k = 0; k < 3; k++) {
     for (int root = 0; root < 5; root += 2) {
-      gen_params p = {colls[k], 5, root, 1, &v, 0, 0, NULL, 0};
-      sched *s = gen_treepack(&p);
+      gen_params p = {colls[k], 5, root, 1, &v, 0, 0};
+      sched *s = gen_try(gen_treepack, &p);
       cr_assert_not_null(s, "islands %s root=%d", sched_coll_name(colls[k]),
                          root);
       check_sched(s, "islands");
@@ -393,12 +394,12 @@ Test(treepack, dgx1_fragments_beat_rings, .timeout = 240) {
     char name[64];
     case_name(&tc, name, sizeof(name));
     for (int k = 0; k < 2; k++) {
-      gen_params p = {two[k], n, 0, 2, v, bytes, 0, NULL, 0};
+      gen_params p = {two[k], n, 0, 2, v, bytes, 0};
       char what[128];
       snprintf(what, sizeof(what), "%s %s", name, sched_coll_name(two[k]));
-      double tp = sim_algbw(gen_treepack(&p), v, bytes, what);
-      double ring = sim_algbw(gen_ring(&p), v, bytes, what);
-      double multi = sim_algbw(mr->fn(&p), v, bytes, what);
+      double tp = sim_algbw(gen_try(gen_treepack, &p), v, bytes, what);
+      double ring = sim_algbw(gen_try(gen_ring, &p), v, bytes, what);
+      double multi = sim_algbw(gen_try(mr->fn, &p), v, bytes, what);
       double rb = ring > multi ? ring : multi, x = tp / rb;
       fprintf(stderr,
               "treepack-sim %-24s %-9s treepack %6.1f ring %6.1f multiring "
@@ -435,8 +436,8 @@ Test(treepack, two_hosts, .timeout = 120) {
   sched_view *v = NULL;
   cr_assert_eq(view_gpus(g, NULL, 0, &v), BRAID_SUCCESS, "%s", err_msg());
   for (int k = 0; k < 3; k++) {
-    gen_params p = {colls[k], v->nranks, 5, 1, v, (size_t)64 << 20, 4, NULL, 0};
-    sched *s = gen_treepack(&p);
+    gen_params p = {colls[k], v->nranks, 5, 1, v, (size_t)64 << 20, 4};
+    sched *s = gen_try(gen_treepack, &p);
     char what[96];
     snprintf(what, sizeof(what), "2 x dgx1 %s", sched_coll_name(colls[k]));
     cr_assert_not_null(s, "%s", what);

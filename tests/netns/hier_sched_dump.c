@@ -17,6 +17,7 @@
 #include "collectives/sched_file.h"
 #include "collectives/verify.h"
 #include "collectives/view.h"
+#include "tests/collectives/gen_try.h"
 
 #define MAXR 256
 
@@ -54,8 +55,8 @@ int main(int argc, char **argv) {
       continue;
     int rooted = c == SCHED_BROADCAST || c == SCHED_REDUCE;
     for (int root = 0; root < (rooted ? n : 1) && !rc; root++) {
-      gen_params p = {(sched_coll)c, n, root, nch, &v, 0, 0, NULL, 0};
-      sched *s = g->fn(&p);
+      gen_params p = {(sched_coll)c, n, root, nch, &v, 0, 0};
+      sched *s = gen_try(g->fn, &p);
       if (!s || verify_sched(s, 0, 2) != BRAID_SUCCESS ||
           verify_sched(s, 1, 2) != BRAID_SUCCESS) {
         fprintf(stderr, "hier_sched_dump: %s %s root %d: %s\n", argv[1],
