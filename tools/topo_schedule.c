@@ -559,6 +559,26 @@ static void human(double us, char *b, size_t n) {
     snprintf(b, n, "%.2f us", us);
 }
 
+/* The schedule the collective kernels execute (the direct one, one
+ * channel: device/kcoll_chunk.h follows it, tests/collectives/
+ * test_kcoll_direct.c), and what the verifier says of it. */
+static void kernel_sched(sched_coll coll, int n, int root) {
+  gen_params p = {.coll = coll, .nranks = n, .root = root, .nchannels = 1};
+  sched *s = NULL;
+  braid_result r = gen_build(gen_find("direct"), &p, &s);
+  if (r == BRAID_SUCCESS)
+    r = verify_sched(s, 0, 2);
+  if (r == BRAID_SUCCESS)
+    r = verify_rank_order(s, 0);
+  if (r == BRAID_SUCCESS)
+    printf("the kernels execute the direct schedule (one channel, %d steps "
+           "on rank 0): verified, folds in rank order\n",
+           sched_chan_c(s, 0, 0)->nsteps);
+  else
+    printf("the kernels' direct schedule: %s\n", err_why(r));
+  sched_free(s);
+}
+
 static int run(const sopts *o, topo_graph *g) {
   sched_view *v = NULL;
   if (view_gpus(g, o->ngpus ? o->gpus : NULL, o->ngpus, &v) != BRAID_SUCCESS)
@@ -702,11 +722,13 @@ static int run(const sopts *o, topo_graph *g) {
     printf("on device buffers, path %s: %s (with BRAID_CUDA_KERNEL_MAX and "
            "BRAID_CUDA_HOST_MAX unset)\n",
            plan_path_name(dp), why);
-    if (dp == PLAN_PATH_KERNEL)
+    if (dp == PLAN_PATH_KERNEL) {
       printf("on device buffers over CUDA IPC, braid runs %s as collective "
              "kernels instead (direct), unless BRAID_CUDA_KERNEL_MAX is below "
              "the call's size (docs/CUDA.md)\n",
              sched_coll_name(o->coll));
+      kernel_sched(o->coll, n, rq.root);
+    }
   }
   const row *chosen = NULL;
   for (int i = 0; i < nr; i++) {

@@ -388,6 +388,13 @@ Test(topo_schedule, tool_and_library_agree_on_every_model, .init = setup,
         cr_expect_str_eq(path, plan_path_name(dp),
                          "%s: the tool says path %s, the planner %s", args,
                          path, plan_path_name(dp));
+        /* the kernel path shows the schedule the kernels execute, verified */
+        cr_expect((dp == PLAN_PATH_KERNEL) ==
+                      (strstr(out, "the kernels execute the direct schedule "
+                                   "(one channel") != NULL &&
+                       strstr(out, "verified, folds in rank order") != NULL),
+                  "%s: path %s, and the kernels' schedule:\n%s", args, path,
+                  out);
         free(out);
         checked++;
       }
