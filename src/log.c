@@ -186,10 +186,12 @@ static void err_log(const char *file, int line, braid_result r) {
 
 braid_result err_at(const char *file, int line, braid_result r,
                     const char *fmt, ...) {
+  char buf[sizeof t_err]; /* the arguments may be err_msg() itself */
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(t_err, sizeof t_err, fmt, ap);
+  vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  memcpy(t_err, buf, sizeof t_err);
   err_log(file, line, r);
   return r;
 }
@@ -198,10 +200,12 @@ braid_result err_wrap_at(const char *file, int line, braid_result r,
                          const char *fmt, ...) {
   char below[sizeof t_err];
   snprintf(below, sizeof below, "%s", err_why(r));
+  char pre[sizeof t_err]; /* the arguments may be err_msg() itself */
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(t_err, sizeof t_err, fmt, ap);
+  int n = vsnprintf(pre, sizeof pre, fmt, ap);
   va_end(ap);
+  memcpy(t_err, pre, sizeof t_err);
   /* "<prefix>: <below>", cut at the buffer's end. */
   size_t at = n < 0 ? 0 : (size_t)n < sizeof t_err ? (size_t)n : sizeof t_err;
   const char *parts[2] = {": ", below};

@@ -67,6 +67,15 @@ Test(errors, long_messages_are_cut_not_overrun) {
   cr_assert(strstr(err_msg(), ": sho") != NULL, "%s", err_msg());
 }
 
+Test(errors, the_message_may_name_itself) {
+  (void)ERR(BRAID_ERR_REMOTE, "peer 3 left");
+  (void)ERR(BRAID_ERR_REMOTE, "setup: %s (%d)", err_msg(), 2);
+  cr_assert_str_eq(err_msg(), "setup: peer 3 left (2)");
+  (void)ERR_WRAP(BRAID_ERR_REMOTE, "again %s", err_msg());
+  cr_assert_str_eq(err_msg(),
+                   "again setup: peer 3 left (2): setup: peer 3 left (2)");
+}
+
 static void *other_thread(void *arg) {
   (void)arg;
   (void)ERR(BRAID_ERR_REMOTE, "the other thread's failure");
