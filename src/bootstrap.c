@@ -181,8 +181,12 @@ static braid_result rendezvous(const struct sockaddr_storage *root,
   /* Listen on the address this host uses to reach the root (the kernel's
    * choice of source address for it). */
   struct sockaddr_storage local, bound;
-  if (route_source(root, &local, e, sizeof(e)) != 0 ||
-      sock_listen(&local, 0, 0, lfd, &bound, e, sizeof(e)) != 0) {
+  int lr = route_source(root, &local, e, sizeof(e));
+  if (lr == 0 && sock_listen(&local, 0, 0, lfd, &bound) != 0) {
+    snprintf(e, sizeof(e), "%s", err_msg());
+    lr = -1;
+  }
+  if (lr != 0) {
     SETERR(err, errlen, "rank %d: control listener: %s", rank, e);
     return BRAID_ERR_SYSTEM;
   }
@@ -193,10 +197,10 @@ static braid_result rendezvous(const struct sockaddr_storage *root,
   fill_self(&h.me, &bound);
   int fd;
   int crc = sock_connect_auth(root, deadline, 0, BOOT_MAGIC, KIND_ROOT, secret,
-                              &h, sizeof(h), &fd, e, sizeof(e));
+                              &h, sizeof(h), &fd);
   if (crc != 0) {
     SETERR(err, errlen, "rank %d: %s the bootstrap root: %s", rank,
-           crc == SOCK_REFUSED ? "refused by" : "cannot reach", e);
+           crc == SOCK_REFUSED ? "refused by" : "cannot reach", err_msg());
     close(*lfd);
     return crc == SOCK_TIMEOUT   ? BRAID_ERR_TIMEOUT
            : crc == SOCK_REFUSED ? BRAID_ERR_INVALID_ARG
@@ -242,15 +246,15 @@ static braid_result rendezvous(const struct sockaddr_storage *root,
 static braid_result build_mesh(boot *b, int lfd, int64_t deadline, char *err,
                                size_t errlen) {
   boot_mesh *m = b->m;
-  char e[200], as[80];
+  char as[80];
   int rank = b->rank, n = b->nranks;
   for (int j = 0; j < rank; j++) {
     mesh_hello h = {rank, n};
     int fd;
     if (sock_connect_auth(&b->peers[j].addr, deadline, 0, BOOT_MAGIC, KIND_MESH,
-                          m->secret, &h, sizeof(h), &fd, e, sizeof(e)) != 0) {
+                          m->secret, &h, sizeof(h), &fd) != 0) {
       SETERR(err, errlen, "rank %d: control connection to rank %d: %s", rank, j,
-             e);
+             err_msg());
       return BRAID_ERR_SYSTEM;
     }
     m->fds[j] = fd;

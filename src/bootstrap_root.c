@@ -176,9 +176,8 @@ braid_result boot_root_start(const struct sockaddr_storage *bind_addr,
     SETERR(err, errlen, "bootstrap root: out of memory");
     return BRAID_ERR_NOMEM;
   }
-  char e[200];
-  if (sock_listen(bind_addr, reuse, 0, &s->lfd, bound, e, sizeof(e)) != 0) {
-    SETERR(err, errlen, "bootstrap root: %s", e);
+  if (sock_listen(bind_addr, reuse, 0, &s->lfd, bound) != 0) {
+    SETERR(err, errlen, "bootstrap root: %s", err_msg());
     free(s);
     return BRAID_ERR_SYSTEM;
   }
@@ -322,10 +321,10 @@ braid_result boot_unique_id(braid_unique_id *id, char *err, size_t errlen) {
   }
   const cfg_env *c = cfg_get();
   struct sockaddr_storage addr, bound;
-  char ifname[64], e[200];
-  if (sock_pick_addr(c ? c->socket_ifname : NULL, &addr, ifname, sizeof(ifname),
-                     e, sizeof(e)) != 0) {
-    SETERR(err, errlen, "boot_unique_id: %s", e);
+  char ifname[64];
+  if (sock_pick_addr(c ? c->socket_ifname : NULL, &addr, ifname,
+                     sizeof(ifname)) != 0) {
+    SETERR(err, errlen, "boot_unique_id: %s", err_msg());
     return BRAID_ERR_SYSTEM;
   }
   uint8_t secret[16];
@@ -353,9 +352,8 @@ braid_result boot_unique_id_at(const char *host, int port,
     return BRAID_ERR_INVALID_ARG;
   }
   struct sockaddr_storage addr;
-  char e[200];
-  if (sock_resolve(host, port, &addr, e, sizeof(e)) != 0) {
-    SETERR(err, errlen, "boot_unique_id_at: %s", e);
+  if (sock_resolve(host, port, &addr) != 0) {
+    SETERR(err, errlen, "boot_unique_id_at: %s", err_msg());
     return BRAID_ERR_INVALID_ARG;
   }
   if (is_root) {

@@ -74,10 +74,10 @@ void doc_net(const doc_opts *o, int nranks, int local, doc_report *r) {
   (void)o;
   const cfg_env *env = cfg_get();
   const char *spec = env->socket_ifname;
-  char ifs[400], ifname[64] = "", err[256] = "", addr[80] = "";
+  char ifs[400], ifname[64] = "", addr[80] = "";
   list_ifaces(ifs, sizeof ifs);
   struct sockaddr_storage ss;
-  int rc = sock_pick_addr(spec, &ss, ifname, sizeof ifname, err, sizeof err);
+  int rc = sock_pick_addr(spec, &ss, ifname, sizeof ifname);
   if (rc != 0) {
     char fix[1024]; /* doc_add keeps what fits */
     snprintf(fix, sizeof fix,
@@ -88,7 +88,7 @@ void doc_net(const doc_opts *o, int nranks, int local, doc_report *r) {
     doc_add(r, "net", DOC_ERROR, fix,
             "%s: the bootstrap and tcp have no address, so every "
             "communicator fails to form",
-            err);
+            err_msg());
     return;
   }
   sock_addr_str(&ss, addr, sizeof addr);

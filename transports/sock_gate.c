@@ -74,36 +74,32 @@ static void server_sign(const uint8_t secret[16], uint32_t magic, uint32_t kind,
 /* ---- the connecting side ------------------------------------------------- */
 
 /* One greeting on a connected fd: 0 admitted, 1 dropped before the verdict
- * (greet again), or SOCK_REFUSED / SOCK_TIMEOUT / SOCK_ERR with err set. */
+ * (greet again), or SOCK_REFUSED / SOCK_TIMEOUT / SOCK_ERR with its
+ * message recorded. */
 static int greet_once(int fd, const char *as, int64_t deadline, uint32_t magic,
                       uint32_t kind, const uint8_t secret[16], const void *body,
-                      size_t body_len, char *err, size_t errlen) {
+                      size_t body_len) {
   sock_challenge ch;
   int rc = sock_read_full(fd, &ch, sizeof(ch), deadline);
   if (rc == SOCK_EOF || rc == SOCK_RESET)
     return 1;
   if (rc != 0) {
     char e[96];
-    snprintf(err, errlen, "waiting for the challenge of %s: %s", as,
-             sock_strerror(rc, e, sizeof(e)));
-    return rc;
+    return SOCK_FAIL(rc, "waiting for the challenge of %s: %s", as,
+                     sock_strerror(rc, e, sizeof(e)));
   }
-  if (ch.magic != magic || ch.kind != kind) {
-    snprintf(err, errlen,
-             "%s is not the braid listener expected (its challenge has magic "
-             "0x%08x kind %u, not 0x%08x kind %u)",
-             as, ch.magic, ch.kind, magic, kind);
-    return SOCK_REFUSED;
-  }
+  if (ch.magic != magic || ch.kind != kind)
+    return SOCK_FAIL(SOCK_REFUSED,
+                     "%s is not the braid listener expected (its challenge has "
+                     "magic 0x%08x kind %u, not 0x%08x kind %u)",
+                     as, ch.magic, ch.kind, magic, kind);
   uint8_t msg[SOCK_GATE_MAX_MSG];
   sock_auth a;
   memset(&a, 0, sizeof(a));
   a.magic = magic;
   a.kind = kind;
-  if (fill_random(a.nonce, sizeof(a.nonce)) != 0) {
-    snprintf(err, errlen, "getrandom failed: %s", strerror(errno));
-    return SOCK_ERR;
-  }
+  if (fill_random(a.nonce, sizeof(a.nonce)) != 0)
+    return SOCK_FAIL(SOCK_ERR, "getrandom failed: %s", strerror(errno));
   sock_auth_sign(secret, magic, kind, ch.nonce, a.nonce, body, body_len, a.mac);
   memcpy(msg, &a, sizeof(a));
   memcpy(msg + sizeof(a), body, body_len);
@@ -115,48 +111,40 @@ static int greet_once(int fd, const char *as, int64_t deadline, uint32_t magic,
     return 1;
   if (rc != 0) {
     char e[96];
-    snprintf(err, errlen, "greeting %s: %s", as,
-             sock_strerror(rc, e, sizeof(e)));
-    return rc;
+    return SOCK_FAIL(rc, "greeting %s: %s", as,
+                     sock_strerror(rc, e, sizeof(e)));
   }
-  if (v.magic != magic || v.status != SOCK_VERDICT_OK) {
-    snprintf(err, errlen,
-             "%s refused this process's proof of the job's secret (the unique "
-             "id or BRAID_SECRET differs from the other ranks')",
-             as);
-    return SOCK_REFUSED;
-  }
+  if (v.magic != magic || v.status != SOCK_VERDICT_OK)
+    return SOCK_FAIL(SOCK_REFUSED,
+                     "%s refused this process's proof of the job's secret (the "
+                     "unique id or BRAID_SECRET differs from the other ranks')",
+                     as);
   uint8_t want[SOCK_MAC];
   server_sign(secret, magic, kind, ch.nonce, &a, want);
-  if (!hmac_equal(want, v.mac, sizeof(want))) {
-    snprintf(err, errlen,
-             "%s admitted this process but did not prove the job's secret "
-             "itself (not this job's listener)",
-             as);
-    return SOCK_REFUSED;
-  }
+  if (!hmac_equal(want, v.mac, sizeof(want)))
+    return SOCK_FAIL(SOCK_REFUSED,
+                     "%s admitted this process but did not prove the job's "
+                     "secret itself (not this job's listener)",
+                     as);
   return 0;
 }
 
 int sock_connect_auth(const struct sockaddr_storage *addr, int64_t deadline,
                       size_t bufs, uint32_t magic, uint32_t kind,
                       const uint8_t secret[16], const void *body,
-                      size_t body_len, int *fd, char *err, size_t errlen) {
+                      size_t body_len, int *fd) {
   char as[80];
   sock_addr_str(addr, as, sizeof(as));
-  if (body_len > SOCK_GATE_MAX_MSG - sizeof(sock_auth)) {
-    snprintf(err, errlen, "greeting body of %zu bytes is too long for %s",
-             body_len, as);
-    return SOCK_ERR;
-  }
+  if (body_len > SOCK_GATE_MAX_MSG - sizeof(sock_auth))
+    return SOCK_FAIL(SOCK_ERR, "greeting body of %zu bytes is too long for %s",
+                     body_len, as);
   int pause = RETRY_FIRST_MS, drops = 0;
   for (;;) {
     int s;
-    int rc = sock_connect(addr, deadline, bufs, &s, err, errlen);
+    int rc = sock_connect(addr, deadline, bufs, &s);
     if (rc != 0)
       return rc;
-    rc = greet_once(s, as, deadline, magic, kind, secret, body, body_len, err,
-                    errlen);
+    rc = greet_once(s, as, deadline, magic, kind, secret, body, body_len);
     if (rc == 0) {
       if (drops > 0)
         INFO(LOG_BOOT | LOG_NET, "admitted by %s after %d dropped greetings",
@@ -169,13 +157,11 @@ int sock_connect_auth(const struct sockaddr_storage *addr, int64_t deadline,
       return rc;
     drops++;
     int left = sock_left_ms(deadline);
-    if (left == 0) {
-      snprintf(err, errlen,
-               "%s dropped all %d greetings of this process before "
-               "answering (flooded, or too slow)",
-               as, drops);
-      return SOCK_TIMEOUT;
-    }
+    if (left == 0)
+      return SOCK_FAIL(SOCK_TIMEOUT,
+                       "%s dropped all %d greetings of this process before "
+                       "answering (flooded, or too slow)",
+                       as, drops);
     TRACE(LOG_BOOT | LOG_NET, "%s dropped greeting %d; greeting again", as,
           drops);
     int nap = pause < left ? pause : left;

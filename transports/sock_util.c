@@ -129,12 +129,10 @@ static void take(const struct ifaddrs *ifa, struct sockaddr_storage *out,
 }
 
 int sock_pick_addr(const char *spec, struct sockaddr_storage *out, char *ifname,
-                   size_t ifname_len, char *err, size_t errlen) {
+                   size_t ifname_len) {
   struct ifaddrs *list = NULL;
-  if (getifaddrs(&list) != 0) {
-    snprintf(err, errlen, "getifaddrs failed: %s", strerror(errno));
-    return SOCK_ERR;
-  }
+  if (getifaddrs(&list) != 0)
+    return SOCK_FAIL(SOCK_ERR, "getifaddrs failed: %s", strerror(errno));
   int found = 0;
   int has_spec = spec != NULL && spec[0] != '\0';
   for (int fam = 0; fam < 2 && !found; fam++) {
@@ -158,13 +156,11 @@ int sock_pick_addr(const char *spec, struct sockaddr_storage *out, char *ifname,
   freeifaddrs(list);
   if (found)
     return 0;
-  if (has_spec) {
-    snprintf(err, errlen,
-             "BRAID_SOCKET_IFNAME=%s matches no interface that is up and has "
-             "an IPv4 or global IPv6 address",
-             spec);
-    return SOCK_ERR;
-  }
+  if (has_spec)
+    return SOCK_FAIL(SOCK_ERR,
+                     "BRAID_SOCKET_IFNAME=%s matches no interface that is up "
+                     "and has an IPv4 or global IPv6 address",
+                     spec);
   memset(out, 0, sizeof(*out));
   struct sockaddr_in *in = (struct sockaddr_in *)out;
   in->sin_family = AF_INET;
@@ -174,26 +170,19 @@ int sock_pick_addr(const char *spec, struct sockaddr_storage *out, char *ifname,
   return 0;
 }
 
-int sock_resolve(const char *host, int port, struct sockaddr_storage *out,
-                 char *err, size_t errlen) {
-  if (host == NULL || host[0] == '\0') {
-    snprintf(err, errlen, "empty host name");
-    return SOCK_ERR;
-  }
-  if (port < 0 || port > 65535) {
-    snprintf(err, errlen, "port %d out of range (0..65535)", port);
-    return SOCK_ERR;
-  }
+int sock_resolve(const char *host, int port, struct sockaddr_storage *out) {
+  if (host == NULL || host[0] == '\0')
+    return SOCK_FAIL(SOCK_ERR, "empty host name");
+  if (port < 0 || port > 65535)
+    return SOCK_FAIL(SOCK_ERR, "port %d out of range (0..65535)", port);
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   int rc = getaddrinfo(host, NULL, &hints, &res);
-  if (rc != 0 || res == NULL) {
-    snprintf(err, errlen, "cannot resolve host '%s': %s", host,
-             gai_strerror(rc));
-    return SOCK_ERR;
-  }
+  if (rc != 0 || res == NULL)
+    return SOCK_FAIL(SOCK_ERR, "cannot resolve host '%s': %s", host,
+                     gai_strerror(rc));
   /* Prefer IPv4 when the name has both. */
   const struct addrinfo *pick = res;
   for (const struct addrinfo *a = res; a; a = a->ai_next)
@@ -206,6 +195,22 @@ int sock_resolve(const char *host, int port, struct sockaddr_storage *out,
   sock_addr_set_port(out, port);
   freeaddrinfo(res);
   return 0;
+}
+
+braid_result sock_result(int code) {
+  switch (code) {
+  case 0:
+    return BRAID_SUCCESS;
+  case SOCK_TIMEOUT:
+    return BRAID_ERR_TIMEOUT;
+  case SOCK_EOF:
+  case SOCK_RESET:
+    return BRAID_ERR_REMOTE;
+  case SOCK_REFUSED:
+    return BRAID_ERR_INVALID_ARG;
+  default:
+    return BRAID_ERR_SYSTEM;
+  }
 }
 
 int sock_set_nonblock(int fd) {
@@ -239,39 +244,36 @@ void sock_set_bufs(int fd, size_t bytes) {
 }
 
 int sock_listen(const struct sockaddr_storage *addr, int reuse, size_t bufs,
-                int *fd, struct sockaddr_storage *bound, char *err,
-                size_t errlen) {
+                int *fd, struct sockaddr_storage *bound) {
   char as[80];
   int s = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) {
-    snprintf(err, errlen, "socket() for a listener on %s failed: %s",
-             sock_addr_str(addr, as, sizeof(as)), strerror(errno));
-    return SOCK_ERR;
-  }
+  if (s < 0)
+    return SOCK_FAIL(SOCK_ERR, "socket() for a listener on %s failed: %s",
+                     sock_addr_str(addr, as, sizeof(as)), strerror(errno));
   int one = 1;
   if (reuse)
     (void)setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sock_set_bufs(s, bufs);
   if (bind(s, (const struct sockaddr *)addr, sock_addr_len(addr)) != 0) {
-    snprintf(err, errlen, "bind to %s failed: %s",
-             sock_addr_str(addr, as, sizeof(as)), strerror(errno));
+    int e = errno;
     close(s);
-    return SOCK_ERR;
+    return SOCK_FAIL(SOCK_ERR, "bind to %s failed: %s",
+                     sock_addr_str(addr, as, sizeof(as)), strerror(e));
   }
   if (listen(s, SOMAXCONN) != 0 || sock_set_nonblock(s) != 0) {
-    snprintf(err, errlen, "listen on %s failed: %s",
-             sock_addr_str(addr, as, sizeof(as)), strerror(errno));
+    int e = errno;
     close(s);
-    return SOCK_ERR;
+    return SOCK_FAIL(SOCK_ERR, "listen on %s failed: %s",
+                     sock_addr_str(addr, as, sizeof(as)), strerror(e));
   }
   if (bound) {
     socklen_t l = sizeof(*bound);
     memset(bound, 0, sizeof(*bound));
     if (getsockname(s, (struct sockaddr *)bound, &l) != 0) {
-      snprintf(err, errlen, "getsockname on listener %s failed: %s",
-               sock_addr_str(addr, as, sizeof(as)), strerror(errno));
+      int e = errno;
       close(s);
-      return SOCK_ERR;
+      return SOCK_FAIL(SOCK_ERR, "getsockname on listener %s failed: %s",
+                       sock_addr_str(addr, as, sizeof(as)), strerror(e));
     }
   }
   *fd = s;
@@ -327,7 +329,7 @@ static int connect_once(const struct sockaddr_storage *addr, int64_t deadline,
 }
 
 int sock_connect(const struct sockaddr_storage *addr, int64_t deadline,
-                 size_t bufs, int *fd, char *err, size_t errlen) {
+                 size_t bufs, int *fd) {
   char as[80];
   int err_no = 0;
   int backoff = 10;
@@ -337,17 +339,13 @@ int sock_connect(const struct sockaddr_storage *addr, int64_t deadline,
       sock_set_nodelay(*fd);
       return 0;
     }
-    if (rc < 0 && rc != SOCK_TIMEOUT) {
-      snprintf(err, errlen, "connect to %s failed: %s",
-               sock_addr_str(addr, as, sizeof(as)), strerror(err_no));
-      return rc;
-    }
+    if (rc < 0 && rc != SOCK_TIMEOUT)
+      return SOCK_FAIL(rc, "connect to %s failed: %s",
+                       sock_addr_str(addr, as, sizeof(as)), strerror(err_no));
     int left = sock_left_ms(deadline);
-    if (left == 0 || rc == SOCK_TIMEOUT) {
-      snprintf(err, errlen, "connect to %s timed out (last error: %s)",
-               sock_addr_str(addr, as, sizeof(as)), strerror(err_no));
-      return SOCK_TIMEOUT;
-    }
+    if (left == 0 || rc == SOCK_TIMEOUT)
+      return SOCK_FAIL(SOCK_TIMEOUT, "connect to %s timed out (last error: %s)",
+                       sock_addr_str(addr, as, sizeof(as)), strerror(err_no));
     int nap = backoff < left ? backoff : left;
     struct timespec ts = {nap / 1000, (long)(nap % 1000) * 1000000L};
     nanosleep(&ts, NULL);

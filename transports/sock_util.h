@@ -3,8 +3,9 @@
  * selection (BRAID_SOCKET_IFNAME syntax), address text, listeners, connects
  * and full reads/writes, every one bounded by a timeout.
  *
- * Results are 0 on success or a negative SOCK_E* code; the error text, when a
- * buffer is given, names the address and the failing call.
+ * Results are 0 on success or a negative SOCK_E* code; the calls that say
+ * why record the message (ERR, src/log.h: err_msg() reads it), naming the
+ * address and the failing call.
  */
 #ifndef BRAID_TRANSPORTS_SOCK_UTIL_H
 #define BRAID_TRANSPORTS_SOCK_UTIL_H
@@ -14,11 +15,20 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "braid.h"
+
 #define SOCK_EOF (-1)     /* the peer closed the connection */
 #define SOCK_TIMEOUT (-2) /* the deadline passed */
 #define SOCK_ERR (-3)     /* a system call failed (errno kept) */
 #define SOCK_RESET (-4)   /* ECONNRESET / EPIPE: the peer went away */
 #define SOCK_REFUSED (-5) /* the greeting's proof of the secret failed */
+
+/* The braid_result a SOCK_E* code stands for: BRAID_ERR_TIMEOUT,
+ * BRAID_ERR_REMOTE (EOF, reset), BRAID_ERR_INVALID_ARG (refused),
+ * BRAID_ERR_SYSTEM; BRAID_SUCCESS for 0. */
+braid_result sock_result(int code);
+/* Inside the socket helpers: records the message and gives code back. */
+#define SOCK_FAIL(code, ...) ((void)ERR(sock_result(code), __VA_ARGS__), (code))
 
 /* Milliseconds on the monotonic clock. */
 int64_t sock_now_ms(void);
@@ -42,10 +52,9 @@ int sock_ifname_match(const char *spec, const char *name);
  * up non-loopback IPv4 interface not named docker* or virbr*; else loopback.
  * Port is 0. ifname (may be NULL) gets the interface's name. */
 int sock_pick_addr(const char *spec, struct sockaddr_storage *out, char *ifname,
-                   size_t ifname_len, char *err, size_t errlen);
+                   size_t ifname_len);
 /* Resolves host (name or literal) and port into out. */
-int sock_resolve(const char *host, int port, struct sockaddr_storage *out,
-                 char *err, size_t errlen);
+int sock_resolve(const char *host, int port, struct sockaddr_storage *out);
 
 int sock_set_nonblock(int fd);
 int sock_set_nodelay(int fd);
@@ -55,13 +64,12 @@ void sock_set_bufs(int fd, size_t bytes);
 /* Nonblocking listener bound to addr (its port, 0 = any); *bound gets the
  * address with the port actually bound. reuse sets SO_REUSEADDR. */
 int sock_listen(const struct sockaddr_storage *addr, int reuse, size_t bufs,
-                int *fd, struct sockaddr_storage *bound, char *err,
-                size_t errlen);
+                int *fd, struct sockaddr_storage *bound);
 /* Nonblocking connect to addr, waiting until deadline (retries while the
  * listener is not there yet). *fd is nonblocking on success. bufs > 0 sets
  * the socket buffers before connecting. */
 int sock_connect(const struct sockaddr_storage *addr, int64_t deadline,
-                 size_t bufs, int *fd, char *err, size_t errlen);
+                 size_t bufs, int *fd);
 /* Accepts one connection (waiting until deadline). *fd is nonblocking. */
 int sock_accept(int lfd, int64_t deadline, int *fd,
                 struct sockaddr_storage *peer);
@@ -114,11 +122,11 @@ void sock_auth_sign(const uint8_t secret[16], uint32_t magic, uint32_t kind,
  * before its verdict (it was flooded, or the answer came too late) is made
  * again until deadline. 0 with *fd nonblocking once admitted; SOCK_REFUSED
  * when the listener refused the proof (another job's secret) or did not
- * prove the secret itself; SOCK_TIMEOUT; SOCK_ERR. err says which. */
+ * prove the secret itself; SOCK_TIMEOUT; SOCK_ERR. Its message says which. */
 int sock_connect_auth(const struct sockaddr_storage *addr, int64_t deadline,
                       size_t bufs, uint32_t magic, uint32_t kind,
                       const uint8_t secret[16], const void *body,
-                      size_t body_len, int *fd, char *err, size_t errlen);
+                      size_t body_len, int *fd);
 
 /* An authenticating accept loop on a listener. It serves every pending
  * greeting at once (poll over all of them), keeps at most

@@ -72,7 +72,8 @@ static int tcp_connect_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
       tcp_hello h = {st->rank, ch, st->nranks, st->nchannels};
       int fd;
       if (sock_connect_auth(&addrs[p], deadline, bufs, TCP_MAGIC, TCP_KIND,
-                            secret, &h, sizeof(h), &fd, e, sizeof(e)) != 0) {
+                            secret, &h, sizeof(h), &fd) != 0) {
+        snprintf(e, sizeof e, "%s", err_msg());
         SERR(s, "tcp: rank %d cannot connect to rank %d (channel %d): %.150s",
              st->rank, p, ch, e);
         return BRAID_ERR_SYSTEM;
@@ -181,8 +182,9 @@ int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
   sock_addr_set_port(&local, 0);
   char e[200];
   int lfd = -1, r;
-  if (sock_listen(&local, 0, bufs, &lfd, &bound, e, sizeof(e)) != 0) {
+  if (sock_listen(&local, 0, bufs, &lfd, &bound) != 0) {
     free(addrs);
+    snprintf(e, sizeof e, "%s", err_msg());
     SERR(s, "tcp setup on rank %d: %.200s", st->rank, e);
     return setup_fail(st, s, BRAID_ERR_SYSTEM);
   }

@@ -29,6 +29,7 @@
 
 #include "src/bootstrap.h"
 #include "src/comm.h"
+#include "src/log.h"
 #include "transports/sock_util.h"
 #include "transports/transport.h"
 #include "xchg.h"
@@ -139,15 +140,14 @@ static int bench_tp(const tp_ops *tp, void *st, boot *b, int rank, size_t bytes,
 }
 
 static int bench_raw(boot *b, int rank, size_t bytes, int reps) {
-  char err[256];
   int fd = -1;
   int64_t dl = sock_now_ms() + TIMEOUT_MS;
   if (rank == 1) {
     struct sockaddr_storage a = boot_peer_info(b, 1)->addr, bound;
     sock_addr_set_port(&a, 0);
     int lfd;
-    if (sock_listen(&a, 0, 4 << 20, &lfd, &bound, err, sizeof(err)) != 0) {
-      fprintf(stderr, "rank 1: %s\n", err);
+    if (sock_listen(&a, 0, 4 << 20, &lfd, &bound) != 0) {
+      fprintf(stderr, "rank 1: %s\n", err_msg());
       return 1;
     }
     if (boot_send(b, 0, &bound, sizeof(bound)) != BRAID_SUCCESS ||
@@ -159,8 +159,8 @@ static int bench_raw(boot *b, int rank, size_t bytes, int reps) {
   } else {
     struct sockaddr_storage a;
     if (boot_recv(b, 1, &a, sizeof(a)) != BRAID_SUCCESS ||
-        sock_connect(&a, dl, 4 << 20, &fd, err, sizeof(err)) != 0) {
-      fprintf(stderr, "rank 0: raw tcp connect: %s\n", err);
+        sock_connect(&a, dl, 4 << 20, &fd) != 0) {
+      fprintf(stderr, "rank 0: raw tcp connect: %s\n", err_msg());
       return 3;
     }
   }

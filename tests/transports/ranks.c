@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../test_fork.h"
+#include "src/log.h"
 #include "transports/sock_util.h"
 
 static long long now_ms(void) {
@@ -138,9 +139,8 @@ int run_ranks(int nranks, const braid_unique_id *id, rank_fn fn, void *arg,
 int rogue_connect(const struct sockaddr_storage *addr, uint32_t magic,
                   const char *secret) {
   int fd;
-  char err[256];
-  if (sock_connect(addr, sock_now_ms() + 5000, 0, &fd, err, sizeof(err)) != 0) {
-    fprintf(stderr, "rogue_connect: %s\n", err);
+  if (sock_connect(addr, sock_now_ms() + 5000, 0, &fd) != 0) {
+    fprintf(stderr, "rogue_connect: %s\n", err_msg());
     return -1;
   }
   if (secret) {

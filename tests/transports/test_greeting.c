@@ -21,6 +21,7 @@
 #include "../test_fork.h"
 #include "ranks.h"
 #include "src/bootstrap.h"
+#include "src/log.h"
 #include "transports/hmac.h"
 #include "transports/sock_util.h"
 
@@ -125,7 +126,7 @@ static void root_at(const uint8_t secret[16], braid_unique_id *id,
     r = boot_unique_id_at("127.0.0.1", port, secret, 1, id, err, sizeof(err));
   }
   cr_assert_eq(r, BRAID_SUCCESS, "%s", err);
-  cr_assert_eq(sock_resolve("127.0.0.1", port, addr, err, sizeof(err)), 0);
+  cr_assert_eq(sock_resolve("127.0.0.1", port, addr), 0, "%s", err_msg());
 }
 
 static void test_secret(uint8_t secret[16], uint8_t salt) {
@@ -195,11 +196,9 @@ static void *proxy_main(void *arg) {
   proxy *p = arg;
   int c, s;
   struct sockaddr_storage from;
-  char err[256];
   if (sock_accept(p->lfd, sock_now_ms() + 20000, &c, &from) != 0)
     return NULL;
-  if (sock_connect(&p->root, sock_now_ms() + 20000, 0, &s, err, sizeof(err)) !=
-      0) {
+  if (sock_connect(&p->root, sock_now_ms() + 20000, 0, &s) != 0) {
     close(c);
     return NULL;
   }
@@ -240,9 +239,8 @@ Test(greeting, replayed_greeting_is_refused, .timeout = 60) {
   root_at(secret, &id, &px.root);
   char err[256] = "";
   struct sockaddr_storage lo, bound;
-  cr_assert_eq(sock_resolve("127.0.0.1", 0, &lo, err, sizeof(err)), 0);
-  cr_assert_eq(sock_listen(&lo, 0, 0, &px.lfd, &bound, err, sizeof(err)), 0,
-               "%s", err);
+  cr_assert_eq(sock_resolve("127.0.0.1", 0, &lo), 0);
+  cr_assert_eq(sock_listen(&lo, 0, 0, &px.lfd, &bound), 0, "%s", err_msg());
   cr_assert_eq(boot_unique_id_at("127.0.0.1", sock_addr_port(&bound), secret, 0,
                                  &via, err, sizeof(err)),
                BRAID_SUCCESS, "%s", err);
@@ -267,9 +265,8 @@ Test(greeting, replayed_greeting_is_refused, .timeout = 60) {
   struct sockaddr_storage root2;
   root_at(secret, &id2, &root2);
   int fd;
-  cr_assert_eq(
-      sock_connect(&root2, sock_now_ms() + 5000, 0, &fd, err, sizeof(err)), 0,
-      "%s", err);
+  cr_assert_eq(sock_connect(&root2, sock_now_ms() + 5000, 0, &fd), 0, "%s",
+               err_msg());
   sock_challenge ch;
   cr_assert_eq(sock_read_full(fd, &ch, sizeof(ch), sock_now_ms() + 5000), 0,
                "no challenge from the root");
@@ -320,18 +317,15 @@ Test(greeting, gate_drops_the_oldest_and_keeps_a_short_deadline,
   gate_run g;
   memset(&g, 0, sizeof(g));
   test_secret(g.secret, 0x71);
-  char err[256] = "";
   struct sockaddr_storage lo, addr;
-  cr_assert_eq(sock_resolve("127.0.0.1", 0, &lo, err, sizeof(err)), 0);
-  cr_assert_eq(sock_listen(&lo, 0, 0, &g.lfd, &addr, err, sizeof(err)), 0, "%s",
-               err);
+  cr_assert_eq(sock_resolve("127.0.0.1", 0, &lo), 0);
+  cr_assert_eq(sock_listen(&lo, 0, 0, &g.lfd, &addr), 0, "%s", err_msg());
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, gate_main, &g), 0);
   static int silent[SILENT];
   for (int i = 0; i < SILENT; i++) {
-    cr_assert_eq(sock_connect(&addr, sock_now_ms() + 5000, 0, &silent[i], err,
-                              sizeof(err)),
-                 0, "%s", err);
+    cr_assert_eq(sock_connect(&addr, sock_now_ms() + 5000, 0, &silent[i]), 0,
+                 "%s", err_msg());
     /* its challenge: the gate accepted it */
     sock_challenge ch;
     cr_assert_eq(
@@ -345,9 +339,9 @@ Test(greeting, gate_drops_the_oldest_and_keeps_a_short_deadline,
   int fd;
   int64_t t0 = sock_now_ms();
   cr_assert_eq(sock_connect_auth(&addr, sock_now_ms() + 5000, 0, 0x42524454u, 7,
-                                 g.secret, &body, sizeof(body), &fd, err,
-                                 sizeof(err)),
-               0, "a real greeting beside %d silent ones: %s", SILENT, err);
+                                 g.secret, &body, sizeof(body), &fd),
+               0, "a real greeting beside %d silent ones: %s", SILENT,
+               err_msg());
   close(fd);
   fprintf(stderr, "gate: admitted in %lld ms beside %d silent connections\n",
           (long long)(sock_now_ms() - t0), SOCK_GATE_MAX_PENDING);

@@ -87,9 +87,7 @@ static struct fi_info *ofi_choose(struct fi_info *list, char *err,
   char ifname[64] = "";
   if (dom == NULL) {
     struct sockaddr_storage a;
-    char e2[128];
-    if (sock_pick_addr(cfg->socket_ifname, &a, ifname, sizeof(ifname), e2,
-                       sizeof(e2)) != 0)
+    if (sock_pick_addr(cfg->socket_ifname, &a, ifname, sizeof(ifname)) != 0)
       ifname[0] = '\0';
   }
   struct fi_info *best = NULL;
