@@ -7,15 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/log.h"
 #include "transports/ibverbs/ib_proto.h"
 
 /* ---- HCA filter ------------------------------------------------------- */
 
 static ib_hca_filter parse_ok(const char *s) {
   ib_hca_filter f;
-  char err[128] = "";
-  cr_assert_eq(ib_hca_parse(s, &f, err, sizeof(err)), 0, "\"%s\": %s",
-               s ? s : "(null)", err);
+  cr_assert_eq(ib_hca_parse(s, &f), BRAID_SUCCESS, "\"%s\": %s",
+               s ? s : "(null)", err_msg());
   return f;
 }
 
@@ -65,18 +65,17 @@ Test(ib_hca, bad_specs_are_named) {
                        "a,,b",    "^",        "=",        ":1"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     ib_hca_filter f;
-    char err[160] = "";
-    cr_expect_eq(ib_hca_parse(bad[i], &f, err, sizeof(err)), -1,
+    cr_expect_eq(ib_hca_parse(bad[i], &f), BRAID_ERR_INVALID_ARG,
                  "\"%s\" should be rejected", bad[i]);
-    cr_expect_neq(strstr(err, "BRAID_IB_HCA"), NULL,
-                  "error for \"%s\" should name the variable: %s", bad[i], err);
+    cr_expect_neq(strstr(err_msg(), "BRAID_IB_HCA"), NULL,
+                  "error for \"%s\" should name the variable: %s", bad[i],
+                  err_msg());
   }
   char big[2048] = "";
   for (int i = 0; i < IB_HCA_MAX + 1; i++)
     strcat(big, i ? ",d" : "d");
   ib_hca_filter f;
-  char err[160];
-  cr_expect_eq(ib_hca_parse(big, &f, err, sizeof(err)), -1, "too many");
+  cr_expect_eq(ib_hca_parse(big, &f), BRAID_ERR_INVALID_ARG, "too many");
 }
 
 /* ---- GIDs ------------------------------------------------------------- */
@@ -248,10 +247,8 @@ Test(ib_wire, round_trip) {
   ib_wire_info w = sample(), back;
   uint8_t buf[IB_WIRE_BYTES];
   ib_wire_pack(&w, buf);
-  char err[160] = "";
-  cr_assert_eq(
-      ib_wire_unpack(buf, &back, 8, (1u << 20) + 3, 3, 1, err, sizeof(err)), 0,
-      "%s", err);
+  cr_assert_eq(ib_wire_unpack(buf, &back, 8, (1u << 20) + 3, 3, 1),
+               BRAID_SUCCESS, "%s", err_msg());
   cr_expect_eq(memcmp(&w, &back, sizeof(w)), 0, "fields differ after unpack");
   cr_expect_eq(buf[0], 0x42, "little-endian magic");
 }
@@ -260,26 +257,22 @@ Test(ib_wire, mismatches_are_named) {
   ib_wire_info w = sample(), back;
   uint8_t buf[IB_WIRE_BYTES];
   ib_wire_pack(&w, buf);
-  char err[160];
-  cr_expect_eq(
-      ib_wire_unpack(buf, &back, 4, (1u << 20) + 3, 3, 1, err, sizeof(err)),
-      -1);
-  cr_expect_neq(strstr(err, "slots"), NULL, "%s", err);
-  cr_expect_eq(ib_wire_unpack(buf, &back, 8, 4096, 3, 1, err, sizeof(err)), -1);
-  cr_expect_eq(
-      ib_wire_unpack(buf, &back, 8, (1u << 20) + 3, 2, 1, err, sizeof(err)),
-      -1);
-  cr_expect_neq(strstr(err, "rank 3"), NULL, "%s", err);
+  cr_expect_eq(ib_wire_unpack(buf, &back, 4, (1u << 20) + 3, 3, 1),
+               BRAID_ERR_INVALID_ARG);
+  cr_expect_neq(strstr(err_msg(), "slots"), NULL, "%s", err_msg());
+  cr_expect_eq(ib_wire_unpack(buf, &back, 8, 4096, 3, 1),
+               BRAID_ERR_INVALID_ARG);
+  cr_expect_eq(ib_wire_unpack(buf, &back, 8, (1u << 20) + 3, 2, 1),
+               BRAID_ERR_INVALID_ARG);
+  cr_expect_neq(strstr(err_msg(), "rank 3"), NULL, "%s", err_msg());
   buf[0] ^= 1;
-  cr_expect_eq(
-      ib_wire_unpack(buf, &back, 8, (1u << 20) + 3, 3, 1, err, sizeof(err)),
-      -1);
-  cr_expect_neq(strstr(err, "magic"), NULL, "%s", err);
+  cr_expect_eq(ib_wire_unpack(buf, &back, 8, (1u << 20) + 3, 3, 1),
+               BRAID_ERR_INVALID_ARG);
+  cr_expect_neq(strstr(err_msg(), "magic"), NULL, "%s", err_msg());
   w.qpn = 0;
   ib_wire_pack(&w, buf);
-  cr_expect_eq(
-      ib_wire_unpack(buf, &back, 8, (1u << 20) + 3, 3, 1, err, sizeof(err)), -1,
-      "QPN 0 is invalid");
+  cr_expect_eq(ib_wire_unpack(buf, &back, 8, (1u << 20) + 3, 3, 1),
+               BRAID_ERR_INVALID_ARG, "QPN 0 is invalid");
 }
 
 /* ---- registration cache ----------------------------------------------- */

@@ -8,12 +8,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "src/log.h"
+
 /* ---- HCA filter ------------------------------------------------------ */
 
-int ib_hca_parse(const char *spec, ib_hca_filter *f, char *err, size_t errlen) {
+braid_result ib_hca_parse(const char *spec, ib_hca_filter *f) {
   memset(f, 0, sizeof(*f));
   if (spec == NULL)
-    return 0;
+    return BRAID_SUCCESS;
   const char *p = spec;
   while (*p == ' ')
     p++;
@@ -27,31 +29,30 @@ int ib_hca_parse(const char *spec, ib_hca_filter *f, char *err, size_t errlen) {
   }
   if (*p == '\0') {
     if (f->exclude || f->exact) {
-      snprintf(err, errlen, "BRAID_IB_HCA=\"%s\" names no device", spec);
-      return -1;
+      return ERR(BRAID_ERR_INVALID_ARG, "BRAID_IB_HCA=\"%s\" names no device",
+                 spec);
     }
-    return 0;
+    return BRAID_SUCCESS;
   }
   while (*p != '\0') {
     const char *end = strchr(p, ',');
     size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
     if (len == 0) {
-      snprintf(err, errlen, "BRAID_IB_HCA=\"%s\": empty entry", spec);
-      return -1;
+      return ERR(BRAID_ERR_INVALID_ARG, "BRAID_IB_HCA=\"%s\": empty entry",
+                 spec);
     }
     if (f->n == IB_HCA_MAX) {
-      snprintf(err, errlen, "BRAID_IB_HCA=\"%s\": more than %d entries", spec,
-               IB_HCA_MAX);
-      return -1;
+      return ERR(BRAID_ERR_INVALID_ARG,
+                 "BRAID_IB_HCA=\"%s\": more than %d entries", spec, IB_HCA_MAX);
     }
     ib_hca_entry *e = &f->e[f->n];
     e->port = -1;
     const char *colon = memchr(p, ':', len);
     size_t nlen = colon != NULL ? (size_t)(colon - p) : len;
     if (nlen == 0 || nlen >= IB_HCA_NAME) {
-      snprintf(err, errlen, "BRAID_IB_HCA=\"%s\": bad device name in \"%.*s\"",
-               spec, (int)len, p);
-      return -1;
+      return ERR(BRAID_ERR_INVALID_ARG,
+                 "BRAID_IB_HCA=\"%s\": bad device name in \"%.*s\"", spec,
+                 (int)len, p);
     }
     memcpy(e->name, p, nlen);
     e->name[nlen] = '\0';
@@ -60,25 +61,23 @@ int ib_hca_parse(const char *spec, ib_hca_filter *f, char *err, size_t errlen) {
       const char *qend = p + len;
       long port = 0;
       if (q == qend) {
-        snprintf(err, errlen, "BRAID_IB_HCA=\"%s\": empty port after \"%s:\"",
-                 spec, e->name);
-        return -1;
+        return ERR(BRAID_ERR_INVALID_ARG,
+                   "BRAID_IB_HCA=\"%s\": empty port after \"%s:\"", spec,
+                   e->name);
       }
       for (; q < qend; q++) {
         if (*q < '0' || *q > '9' || port > 255) {
-          snprintf(err, errlen,
-                   "BRAID_IB_HCA=\"%s\": port of \"%s\" is not a number in "
-                   "[1, 255]",
-                   spec, e->name);
-          return -1;
+          return ERR(BRAID_ERR_INVALID_ARG,
+                     "BRAID_IB_HCA=\"%s\": port of \"%s\" is not a number in "
+                     "[1, 255]",
+                     spec, e->name);
         }
         port = port * 10 + (*q - '0');
       }
       if (port < 1 || port > 255) {
-        snprintf(err, errlen,
-                 "BRAID_IB_HCA=\"%s\": port of \"%s\" is not in [1, 255]", spec,
-                 e->name);
-        return -1;
+        return ERR(BRAID_ERR_INVALID_ARG,
+                   "BRAID_IB_HCA=\"%s\": port of \"%s\" is not in [1, 255]",
+                   spec, e->name);
       }
       e->port = (int)port;
     }
@@ -87,7 +86,7 @@ int ib_hca_parse(const char *spec, ib_hca_filter *f, char *err, size_t errlen) {
     if (*p == ',')
       p++;
   }
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 int ib_hca_match(const ib_hca_filter *f, const char *dev, int port) {
@@ -323,15 +322,15 @@ void ib_wire_pack(const ib_wire_info *w, uint8_t out[IB_WIRE_BYTES]) {
   put(p, (uint32_t)w->channel, 4);
 }
 
-int ib_wire_unpack(const uint8_t in[IB_WIRE_BYTES], ib_wire_info *w,
-                   uint32_t want_nslots, uint64_t want_slot_bytes,
-                   int want_rank, int want_channel, char *err, size_t errlen) {
+braid_result ib_wire_unpack(const uint8_t in[IB_WIRE_BYTES], ib_wire_info *w,
+                            uint32_t want_nslots, uint64_t want_slot_bytes,
+                            int want_rank, int want_channel) {
   uint64_t v;
   const uint8_t *p = get(in, &v, 4);
   if (v != IB_WIRE_MAGIC) {
-    snprintf(err, errlen, "connection info has magic 0x%08llx, not 0x%08x",
-             (unsigned long long)v, IB_WIRE_MAGIC);
-    return -1;
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "connection info has magic 0x%08llx, not 0x%08x",
+               (unsigned long long)v, IB_WIRE_MAGIC);
   }
   memset(w, 0, sizeof(*w));
   p = get(p, &v, 4);
@@ -360,29 +359,26 @@ int ib_wire_unpack(const uint8_t in[IB_WIRE_BYTES], ib_wire_info *w,
   get(p, &v, 4);
   w->channel = (int32_t)(uint32_t)v;
   if (w->nslots != want_nslots) {
-    snprintf(err, errlen, "peer has %u slots per connection, this rank %u",
-             w->nslots, want_nslots);
-    return -1;
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "peer has %u slots per connection, this rank %u", w->nslots,
+               want_nslots);
   }
   if (w->slot_bytes != want_slot_bytes) {
-    snprintf(err, errlen, "peer has %llu-byte slots, this rank %llu",
-             (unsigned long long)w->slot_bytes,
-             (unsigned long long)want_slot_bytes);
-    return -1;
+    return ERR(
+        BRAID_ERR_INVALID_ARG, "peer has %llu-byte slots, this rank %llu",
+        (unsigned long long)w->slot_bytes, (unsigned long long)want_slot_bytes);
   }
   if (w->rank != want_rank || w->channel != want_channel) {
-    snprintf(err, errlen,
-             "connection info is for rank %d channel %d, expected rank %d "
-             "channel %d",
-             w->rank, w->channel, want_rank, want_channel);
-    return -1;
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "connection info is for rank %d channel %d, expected rank %d "
+               "channel %d",
+               w->rank, w->channel, want_rank, want_channel);
   }
   if (w->qpn == 0 || w->qpn > 0xffffff) {
-    snprintf(err, errlen, "peer QP number %u is not a valid 24-bit QPN",
-             w->qpn);
-    return -1;
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "peer QP number %u is not a valid 24-bit QPN", w->qpn);
   }
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 /* ---- registration cache ---------------------------------------------- */

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "braid.h"
+
 /* ---- HCA filter ------------------------------------------------------ */
 
 #define IB_HCA_MAX 32
@@ -34,8 +36,9 @@ typedef struct ib_hca_filter {
 } ib_hca_filter;
 
 /* Parses "mlx5_0:1,mlx5_1", "^mlx5_2", "=mlx5_0", "^=mlx5_3:2". NULL or ""
- * gives the empty filter. Returns 0, or -1 with err naming what is wrong. */
-int ib_hca_parse(const char *spec, ib_hca_filter *f, char *err, size_t errlen);
+ * gives the empty filter. Returns BRAID_SUCCESS, or BRAID_ERR_INVALID_ARG
+ * with a message naming what is wrong. */
+braid_result ib_hca_parse(const char *spec, ib_hca_filter *f);
 /* 1 when (device, port) is selected by the filter, else 0. */
 int ib_hca_match(const ib_hca_filter *f, const char *dev, int port);
 
@@ -147,10 +150,11 @@ typedef struct ib_wire_info {
 /* Little-endian, fixed layout. */
 void ib_wire_pack(const ib_wire_info *w, uint8_t out[IB_WIRE_BYTES]);
 /* Checks the magic and that nslots/slot_bytes/rank/channel are what this
- * end expects: 0, or -1 with err naming the field. */
-int ib_wire_unpack(const uint8_t in[IB_WIRE_BYTES], ib_wire_info *w,
-                   uint32_t want_nslots, uint64_t want_slot_bytes,
-                   int want_rank, int want_channel, char *err, size_t errlen);
+ * end expects: BRAID_SUCCESS, or BRAID_ERR_INVALID_ARG with a message naming
+ * the field. */
+braid_result ib_wire_unpack(const uint8_t in[IB_WIRE_BYTES], ib_wire_info *w,
+                            uint32_t want_nslots, uint64_t want_slot_bytes,
+                            int want_rank, int want_channel);
 
 /* ---- registration cache ---------------------------------------------- */
 

@@ -42,8 +42,7 @@ int ib_probe_device(char *name, size_t len) {
   if (name != NULL && len > 0)
     name[0] = '\0';
   ib_hca_filter f;
-  char err[160];
-  if (ib_hca_parse(cfg_get()->ib_hca, &f, err, sizeof(err)) != 0)
+  if (ib_hca_parse(cfg_get()->ib_hca, &f) != BRAID_SUCCESS)
     return 0;
   int ndev = 0, found = 0;
   struct ibv_device **list = ibv_get_device_list(&ndev);
@@ -75,8 +74,10 @@ int ib_probe_device(char *name, size_t len) {
 static int ib_open(ib_state *st, char *err, size_t errlen) {
   const cfg_env *cfg = cfg_get();
   ib_hca_filter f;
-  if (ib_hca_parse(cfg->ib_hca, &f, err, errlen) != 0)
+  if (ib_hca_parse(cfg->ib_hca, &f) != BRAID_SUCCESS) {
+    snprintf(err, errlen, "%s", err_msg());
     return BRAID_ERR_INVALID_ARG;
+  }
   int ndev = 0;
   struct ibv_device **list = ibv_get_device_list(&ndev);
   if (list == NULL || ndev == 0) {
@@ -309,11 +310,11 @@ static int ib_connect_all(ib_state *st) {
     }
     for (size_t ch = 0; ch < nch && r == BRAID_SUCCESS; ch++) {
       tp_conn *c = &st->conns[(size_t)p * nch + ch];
-      char e[160];
       if (ib_wire_unpack(theirs + ch * IB_WIRE_BYTES, &c->remote,
                          (uint32_t)st->net.nslots, st->net.slot_bytes, p,
-                         (int)ch, e, sizeof(e)) != 0) {
-        snprintf(st->err, sizeof(st->err), "ibverbs: rank %d: %s", p, e);
+                         (int)ch) != BRAID_SUCCESS) {
+        snprintf(st->err, sizeof(st->err), "ibverbs: rank %d: %s", p,
+                 err_msg());
         r = BRAID_ERR_INVALID_ARG;
         break;
       }
