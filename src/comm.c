@@ -219,13 +219,13 @@ static braid_result setup_transports(braid_comm *c) {
     st.slot_bytes = c->slot_bytes;
     st.timeout_ms = c->timeout_ms;
     void *state = NULL;
+    err_clear(); /* what setup records is its own */
     int r = t->setup(&st, peers, &state);
     free(peers);
-    if (r != BRAID_SUCCESS) {
-      comm_set_error(c, "transport %s setup failed on rank %d: %s", t->name,
-                     c->rank, st.errbuf[0] ? st.errbuf : "no detail");
-      return (braid_result)r;
-    }
+    if (r != BRAID_SUCCESS)
+      return comm_fail(c, (braid_result)r,
+                       "transport %s setup failed on rank %d: %s", t->name,
+                       c->rank, err_msg()[0] ? err_msg() : "no detail");
     c->tp[nused] = t;
     c->tp_state[nused] = state;
     c->ntp = ++nused;

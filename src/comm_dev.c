@@ -178,6 +178,7 @@ static braid_result cuda_setup(braid_comm *c, dev_priv *p, const uint8_t *on) {
   st.slot_bytes = p->pub.slot_bytes;
   st.timeout_ms = c->timeout_ms;
   void *state = NULL;
+  err_clear(); /* what setup records is its own */
   int r = tp_cuda.setup(&st, on, &state);
   if (r == BRAID_SUCCESS) {
     p->cuda_state = state;
@@ -187,19 +188,18 @@ static braid_result cuda_setup(braid_comm *c, dev_priv *p, const uint8_t *on) {
   }
   /* it failed on every rank: check that the bootstrap still works, then
    * stage same-host pairs through host memory */
+  char why[sizeof c->last_error];
+  snprintf(why, sizeof why, "%s", err_msg()[0] ? err_msg() : "no detail");
   braid_result b = boot_barrier(c->boot);
-  if (b != BRAID_SUCCESS) {
-    comm_set_error(c,
-                   "cuda transport setup failed on rank %d: %s; then the "
-                   "bootstrap failed: %s",
-                   c->rank, st.errbuf[0] ? st.errbuf : "no detail",
-                   boot_last_error(c->boot));
-    return b;
-  }
+  if (b != BRAID_SUCCESS)
+    return comm_fail(c, b,
+                     "cuda transport setup failed on rank %d: %s; then the "
+                     "bootstrap failed: %s",
+                     c->rank, why, boot_last_error(c->boot));
   WARN(LOG_SHM,
        "rank %d: the cuda transport is unavailable (%s); device buffers "
        "between ranks of one host go through host memory",
-       c->rank, st.errbuf[0] ? st.errbuf : "no detail");
+       c->rank, why);
   return BRAID_SUCCESS;
 }
 
@@ -221,13 +221,10 @@ static braid_result staged_for(braid_comm *c, dev_priv *p, int q,
                     .nchannels = c->nchannels + 1,
                     .nslots = c->nslots,
                     .slot_bytes = c->slot_bytes};
-    char err[256] = "";
-    int r = staged_new(&g, &p->staged[k], err, sizeof err);
-    if (r != BRAID_SUCCESS) {
-      comm_set_error(c, "rank %d: staging over %s: %s", c->rank, c->tp[k]->name,
-                     err);
-      return (braid_result)r;
-    }
+    int r = staged_new(&g, &p->staged[k]);
+    if (r != BRAID_SUCCESS)
+      return comm_fail(c, (braid_result)r, "rank %d: staging over %s: %s",
+                       c->rank, c->tp[k]->name, err_msg());
   }
   *state = p->staged[k];
   return BRAID_SUCCESS;

@@ -135,6 +135,15 @@ void exec_wait_note_cpu(braid_comm *c);
 braid_result exec_wait_settle(braid_comm *c);
 braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
                             const uint32_t *seen);
+/* The one door from a transport's int code to a result (transports/
+ * transport.h, "Errors"): r is what a call of a transport's vtable returned,
+ * a failure (not TP_AGAIN), its message the one the transport recorded on
+ * this thread. exec_tp_why gives that message (r's name when the transport
+ * said nothing); exec_tp_fail sets c's last error to fmt's text, ": " and
+ * that message, and returns r as a braid_result. */
+const char *exec_tp_why(int r);
+braid_result exec_tp_fail(braid_comm *c, int r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 braid_result exec_check_health(braid_comm *c, xop *xs, int nops);
 braid_result exec_remote_cause(braid_comm *c, xop *xs, int nops,
                                braid_result r);

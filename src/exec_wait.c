@@ -7,6 +7,7 @@
  */
 #include <poll.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -27,6 +28,17 @@ int64_t exec_now_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+const char *exec_tp_why(int r) { return err_why((braid_result)r); }
+
+braid_result exec_tp_fail(braid_comm *c, int r, const char *fmt, ...) {
+  char what[sizeof c->last_error];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return comm_fail(c, (braid_result)r, "%s: %s", what, exec_tp_why(r));
+}
+
 static const exec_op *first_pending(xop *xs, int nops) {
   for (int k = 0; k < nops; k++)
     if (!xs[k].done)
@@ -34,14 +46,15 @@ static const exec_op *first_pending(xop *xs, int nops) {
   return xs[0].op;
 }
 
-static braid_result dead_peer(braid_comm *c, xop *xs, int nops, const tp_ops *t,
-                              void *state, int dead) {
+/* check_peers of a transport failed with r (its message recorded). */
+static braid_result dead_peer(braid_comm *c, xop *xs, int nops, int r,
+                              int dead) {
   const exec_op *op = first_pending(xs, nops);
-  const char *why = t->last_error != NULL ? t->last_error(state) : "";
-  comm_set_error(c,
-                 "rank %d died or closed its connections during %s #%llu "
-                 "(seen by rank %d: %s)",
-                 dead, op->name, (unsigned long long)op->seq, c->rank, why);
+  (void)comm_fail(c, BRAID_ERR_REMOTE,
+                  "rank %d died or closed its connections during %s #%llu "
+                  "(seen by rank %d: %s)",
+                  dead, op->name, (unsigned long long)op->seq, c->rank,
+                  exec_tp_why(r));
   for (int k = 0; k < c->ntp; k++)
     if (c->tp[k]->set_cause != NULL)
       c->tp[k]->set_cause(c->tp_state[k], dead);
@@ -68,21 +81,21 @@ braid_result exec_check_health(braid_comm *c, xop *xs, int nops) {
                 : BRAID_SUCCESS;
     if (r == BRAID_ERR_MISMATCH) { /* a peer told of one */
       const exec_op *op = first_pending(xs, nops);
-      comm_set_error(c, "%s #%llu on rank %d: %s", op->name,
-                     (unsigned long long)op->seq, c->rank,
-                     c->tp[i]->last_error(c->tp_state[i]));
-      return BRAID_ERR_MISMATCH;
+      return exec_tp_fail(c, r, "%s #%llu on rank %d", op->name,
+                          (unsigned long long)op->seq, c->rank);
     }
     if (r != BRAID_SUCCESS)
-      return dead_peer(c, xs, nops, c->tp[i], c->tp_state[i], dead);
+      return dead_peer(c, xs, nops, r, dead);
   }
   const tp_ops *t = NULL;
   void *state = NULL;
   for (int i = comm_dev_transports(c, 0, &t, &state); i > 0;
        i = comm_dev_transports(c, i, &t, &state)) {
     int dead = -1;
-    if (t->check_peers != NULL && t->check_peers(state, &dead) != BRAID_SUCCESS)
-      return dead_peer(c, xs, nops, t, state, dead);
+    int r =
+        t->check_peers != NULL ? t->check_peers(state, &dead) : BRAID_SUCCESS;
+    if (r != BRAID_SUCCESS)
+      return dead_peer(c, xs, nops, r, dead);
   }
   int dead = -1;
   if (boot_check_peers(c->boot, &dead) != BRAID_SUCCESS) {
@@ -209,10 +222,7 @@ static int flush_one(braid_comm *c, const tp_ops *t, void *state) {
   int r = t->flush(state);
   if (r == BRAID_SUCCESS || r == TP_AGAIN)
     return r;
-  comm_set_error(c, "flushing %s: %s", t->name,
-                 t->last_error != NULL ? t->last_error(state)
-                                       : braid_result_string((braid_result)r));
-  return r;
+  return exec_tp_fail(c, r, "flushing %s", t->name);
 }
 
 int exec_flush(braid_comm *c, const xop *xs, int nops) {

@@ -138,23 +138,24 @@ static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
 
 /* ---- one channel ------------------------------------------------------- */
 
+/* A step failed with r: a transport's failure (its message recorded) when
+ * it moved data with a peer, else the device's or the executor's own. */
 static int chan_error(braid_comm *c, const xop *x, const xchan *h, int peer,
                       int r) {
   const char *why = "";
   const sched_step *st = &h->sc->steps[h->step];
   int local = st->prim == SCHED_P_COPY || st->prim == SCHED_P_REDUCE;
-  if (local && x->dev >= 0) {
+  char what[sizeof c->last_error];
+  snprintf(what, sizeof what,
+           "%s #%llu on rank %d: channel %d step %d (%s, peer %d)", x->op->name,
+           (unsigned long long)x->op->seq, c->rank, h->ch, h->step,
+           sched_prim_name((sched_prim)st->prim), peer);
+  if (local && x->dev >= 0)
     why = cudev_error();
-  } else if (peer >= 0 && peer < c->nranks) {
-    const tp_ops *t = x_ops(c, x, h, peer);
-    if (t != NULL && t->last_error != NULL)
-      why = t->last_error(x_state(c, x, h, peer));
-  }
-  comm_set_error(c, "%s #%llu on rank %d: channel %d step %d (%s, peer %d): %s",
-                 x->op->name, (unsigned long long)x->op->seq, c->rank, h->ch,
-                 h->step, sched_prim_name((sched_prim)st->prim), peer,
-                 why[0] ? why : braid_result_string((braid_result)r));
-  return r;
+  else if (peer >= 0 && peer < c->nranks && x_ops(c, x, h, peer) != NULL)
+    return exec_tp_fail(c, r, "%s", what);
+  return comm_fail(c, (braid_result)r, "%s: %s", what,
+                   why[0] ? why : braid_result_string((braid_result)r));
 }
 
 /* Advance as far as possible. Returns BRAID_SUCCESS (check h->done) or an
@@ -322,13 +323,15 @@ static braid_result prepare_conn(braid_comm *c, const exec_op *op, int peer,
   if (peer < 0 || peer == c->rank || o == NULL || o->prepare == NULL)
     return BRAID_SUCCESS;
   tp_conn *k = comm_dev_conn(c, peer, channel, route);
-  int r = k != NULL ? o->prepare(k) : BRAID_ERR_INTERNAL;
+  if (k == NULL)
+    return comm_fail(c, BRAID_ERR_INTERNAL,
+                     "%s #%llu on rank %d: no device connection", op->name,
+                     (unsigned long long)op->seq, c->rank);
+  int r = o->prepare(k);
   if (r != BRAID_SUCCESS)
-    comm_set_error(c, "%s #%llu on rank %d: %s", op->name,
-                   (unsigned long long)op->seq, c->rank,
-                   k != NULL ? o->last_error(comm_dev_state(c, peer, route))
-                             : "no device connection");
-  return (braid_result)r;
+    return exec_tp_fail(c, r, "%s #%llu on rank %d", op->name,
+                        (unsigned long long)op->seq, c->rank);
+  return BRAID_SUCCESS;
 }
 
 braid_result exec_dev_prepare_conns(braid_comm *c, exec_op *op) {

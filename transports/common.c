@@ -1,6 +1,6 @@
 /*
- * What several transports share (transports/common.h): error text, peer
- * processes, shared-memory segments. The parts of a setup that use the
+ * What several transports share (transports/common.h): sticky messages,
+ * peer processes, shared-memory segments. The parts of a setup that use the
  * bootstrap are in transports/common_setup.c.
  */
 #include "transports/common.h"
@@ -10,7 +10,6 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,17 +19,19 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "src/log.h"
+
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
 
-void tp_seterr(char *buf, size_t len, const char *fmt, ...) {
-  if (!buf || !len)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, len, fmt, ap);
-  va_end(ap);
+int tp_keep(char *why, int r) {
+  snprintf(why, TP_WHY, "%s", err_msg());
+  return r;
+}
+
+int tp_repeat(const char *why, int r) {
+  return ERR((braid_result)r, "%s", why);
 }
 
 /* ---- peer processes ------------------------------------------------------ */
@@ -84,8 +85,7 @@ uint64_t tp_pidns_id(void) {
 
 static _Atomic unsigned tp_seg_counter;
 
-int tp_seg_create(const tp_seg_req *r, char *name, size_t namelen, void **map,
-                  char *err, size_t errlen) {
+int tp_seg_create(const tp_seg_req *r, char *name, size_t namelen, void **map) {
   *map = NULL;
   int fd = -1;
   for (int tries = 0; tries < 16 && fd < 0; tries++) {
@@ -99,10 +99,9 @@ int tp_seg_create(const tp_seg_req *r, char *name, size_t namelen, void **map,
   if (fd < 0) {
     int e = errno;
     name[0] = 0;
-    tp_seterr(err, errlen,
-              "%s: rank %d cannot create a segment in /dev/shm: %s", r->who,
-              r->rank, strerror(e));
-    return BRAID_ERR_SYSTEM;
+    return ERR(BRAID_ERR_SYSTEM,
+               "%s: rank %d cannot create a segment in /dev/shm: %s", r->who,
+               r->rank, strerror(e));
   }
   int e = ftruncate(fd, (off_t)r->bytes) != 0 ? errno : 0;
   if (!e)
@@ -117,12 +116,11 @@ int tp_seg_create(const tp_seg_req *r, char *name, size_t namelen, void **map,
   if (e) {
     shm_unlink(name);
     name[0] = 0;
-    tp_seterr(err, errlen,
-              "%s: rank %d cannot allocate %" PRIu64 " bytes in /dev/shm%s: "
-              "%s%s",
-              r->who, r->rank, r->bytes, r->detail ? r->detail : "",
-              strerror(e), e == ENOSPC && r->hint ? r->hint : "");
-    return e == ENOSPC ? BRAID_ERR_NOMEM : BRAID_ERR_SYSTEM;
+    return ERR(e == ENOSPC ? BRAID_ERR_NOMEM : BRAID_ERR_SYSTEM,
+               "%s: rank %d cannot allocate %" PRIu64 " bytes in /dev/shm%s: "
+               "%s%s",
+               r->who, r->rank, r->bytes, r->detail ? r->detail : "",
+               strerror(e), e == ENOSPC && r->hint ? r->hint : "");
   }
   *map = m;
   return BRAID_SUCCESS;

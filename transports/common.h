@@ -1,7 +1,7 @@
 /*
- * What several transports share: the error text of a failed call, whether a
- * peer process still runs, the job token and pid namespace that name and
- * guard shared-memory segments, the creation and mapping of those segments,
+ * What several transports share: the message a broken state says again,
+ * whether a peer process still runs, the job token and pid namespace that name
+ * and guard shared-memory segments, the creation and mapping of those segments,
  * the rounds of a setup in which every rank's status goes round, and the
  * first checks of a network transport's setup (shm, cuda, ofi, ibverbs,
  * tcp). Nothing here knows a transport's layout or protocol.
@@ -14,9 +14,19 @@
 
 #include "transports/transport.h"
 
-/* printf into buf[len]; does nothing when buf is NULL or len is 0. */
-void tp_seterr(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* A state's sticky message (char why[TP_WHY]): the text of the failure
+ * that broke a connection, which every later call that fails for that
+ * reason records again. A transport fails with ERR (src/log.h) where it
+ * finds the failure, and keeps the message when a later call may need it:
+ *     return tp_keep(s->why, ERR(BRAID_ERR_REMOTE, "tcp: rank %d ...", p));
+ * tp_keep copies the calling thread's message into why and returns r;
+ * tp_repeat records why again for the calling thread (ERR) and returns r.
+ * Text found on another thread (a heartbeat thread) reaches the caller's
+ * thread the same way: kept in the state, recorded by the call that reports
+ * it. */
+#define TP_WHY 512
+int tp_keep(char *why, int r);
+int tp_repeat(const char *why, int r);
 
 /* What happened to process pid (of this pid namespace). */
 #define TP_PID_RUNNING 0 /* runs, sleeps or is stopped */
@@ -51,21 +61,21 @@ typedef struct tp_seg_req {
 } tp_seg_req;
 /* Creates the segment under a fresh name (name[namelen], "" on failure),
  * sizes it, reserves its pages and maps it (*map). Returns BRAID_SUCCESS,
- * or BRAID_ERR_NOMEM (/dev/shm full) / BRAID_ERR_SYSTEM with the reason in
- * err[errlen]; on failure nothing is left in /dev/shm. */
-int tp_seg_create(const tp_seg_req *r, char *name, size_t namelen, void **map,
-                  char *err, size_t errlen);
+ * or BRAID_ERR_NOMEM (/dev/shm full) / BRAID_ERR_SYSTEM with the reason
+ * (ERR); on failure nothing is left in /dev/shm. */
+int tp_seg_create(const tp_seg_req *r, char *name, size_t namelen, void **map);
 /* Maps size bytes of the existing segment name (*map). Returns 0 or the
  * errno of what failed (EINVAL: the segment is smaller than size). */
 int tp_seg_map(const char *name, uint64_t size, void **map);
 
 /* One round of a setup in which every rank's record (len bytes, holding at
  * status_off an int32_t that is 0 when that rank is fine) goes round into
- * all[nranks]. rc is this rank's result so far (its text already in
- * su->errbuf). *boot_rc gets the exchange's own result. Returns that when
- * the exchange failed, else rc when not 0, else BRAID_ERR_REMOTE with
- * "<who>: rank R could not <what> (see its log)" for the first rank whose
- * status is not 0, else BRAID_SUCCESS. */
+ * all[nranks]. rc is this rank's result so far (its message already
+ * recorded). *boot_rc gets the exchange's own result. Returns that when the
+ * exchange failed (the message: this rank's own when rc is a failure, else
+ * "<who>: bootstrap exchange failed: <why>"), else rc when not 0, else
+ * BRAID_ERR_REMOTE with "<who>: rank R could not <what> (see its log)" for
+ * the first rank whose status is not 0, else BRAID_SUCCESS. */
 int tp_setup_round(tp_setup *su, int rc, const void *mine, void *all,
                    size_t len, size_t status_off, const char *who,
                    const char *what, int *boot_rc);
@@ -73,7 +83,7 @@ int tp_setup_round(tp_setup *su, int rc, const void *mine, void *all,
 /* The first checks of a network transport's setup: a bootstrap, the rank in
  * 0..nranks-1, at least one channel and one slot, and when max_slot_bytes
  * is not 0 a slot size in 1..max_slot_bytes; else BRAID_ERR_INVALID_ARG
- * with "<who>: bad setup (...)" in su->errbuf. */
+ * with "<who>: bad setup (...)". */
 int tp_setup_check(tp_setup *su, const char *who, size_t max_slot_bytes);
 
 /* What a network transport (ofi, ibverbs) keeps of its setup. */

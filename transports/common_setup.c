@@ -5,10 +5,12 @@
  */
 #include "transports/common.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/bootstrap.h"
+#include "src/log.h"
 
 uint64_t tp_job_token(struct tp_bootstrap *b) {
   size_t len = 0;
@@ -22,19 +24,24 @@ uint64_t tp_job_token(struct tp_bootstrap *b) {
 int tp_setup_round(tp_setup *su, int rc, const void *mine, void *all,
                    size_t len, size_t status_off, const char *who,
                    const char *what, int *boot_rc) {
+  /* this rank's own message outlives a failed exchange */
+  char own[TP_WHY] = "";
+  if (rc)
+    snprintf(own, sizeof own, "%s", err_msg());
   int x = boot_allgather(su->boot, mine, all, len);
   *boot_rc = x;
+  if (x && rc)
+    return tp_repeat(own, x);
   if (x)
-    return x;
+    return ERR((braid_result)x, "%s: bootstrap exchange failed: %s", who,
+               boot_last_error(su->boot));
   for (int i = 0; !rc && i < su->nranks; i++) {
     int32_t status;
     memcpy(&status, (const char *)all + (size_t)i * len + status_off,
            sizeof(status));
-    if (status) {
-      tp_seterr(su->errbuf, sizeof(su->errbuf),
-                "%s: rank %d could not %s (see its log)", who, i, what);
-      rc = BRAID_ERR_REMOTE;
-    }
+    if (status)
+      rc = ERR(BRAID_ERR_REMOTE, "%s: rank %d could not %s (see its log)", who,
+               i, what);
   }
   return rc;
 }
@@ -45,12 +52,11 @@ int tp_setup_check(tp_setup *su, const char *who, size_t max_slot_bytes) {
       (!max_slot_bytes ||
        (su->slot_bytes > 0 && su->slot_bytes <= max_slot_bytes)))
     return BRAID_SUCCESS;
-  tp_seterr(su->errbuf, sizeof(su->errbuf),
-            "%s: bad setup (%s, rank %d of %d, %d channels, %d slots of %zu "
-            "bytes)",
-            who, su->boot ? "bootstrap" : "no bootstrap", su->rank, su->nranks,
-            su->nchannels, su->nslots, su->slot_bytes);
-  return BRAID_ERR_INVALID_ARG;
+  return ERR(BRAID_ERR_INVALID_ARG,
+             "%s: bad setup (%s, rank %d of %d, %d channels, %d slots of %zu "
+             "bytes)",
+             who, su->boot ? "bootstrap" : "no bootstrap", su->rank, su->nranks,
+             su->nchannels, su->nslots, su->slot_bytes);
 }
 
 int tp_net_init(tp_net *n, const tp_setup *su, const uint8_t *peers) {

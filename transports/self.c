@@ -3,10 +3,10 @@
  * group). isend copies into a bounded in-order queue of nslots messages per
  * channel; recv and recv_reduce copy out of it.
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/log.h"
 #include "transports/transport.h"
 
 typedef struct self_msg {
@@ -27,29 +27,26 @@ struct tp_conn {
 struct self_state {
   int rank, nchannels, nslots;
   tp_conn *conns;
-  char err[256];
 };
 
 static int self_setup(tp_setup *st, const uint8_t *peers, void **state) {
   (void)peers;
-  if (st == NULL || state == NULL || st->nchannels <= 0 || st->nslots <= 0 ||
-      st->rank < 0) {
-    if (st)
-      snprintf(st->errbuf, sizeof(st->errbuf),
+  if (st == NULL || state == NULL)
+    return ERR(BRAID_ERR_INVALID_ARG, "self setup: no setup or state");
+  if (st->nchannels <= 0 || st->nslots <= 0 || st->rank < 0)
+    return ERR(BRAID_ERR_INVALID_ARG,
                "self setup: bad arguments (rank %d, nchannels %d, nslots %d)",
                st->rank, st->nchannels, st->nslots);
-    return BRAID_ERR_INVALID_ARG;
-  }
   self_state *s = calloc(1, sizeof(*s));
   if (s == NULL)
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "self setup: no memory");
   s->rank = st->rank;
   s->nchannels = st->nchannels;
   s->nslots = st->nslots;
   s->conns = calloc((size_t)st->nchannels, sizeof(tp_conn));
   if (s->conns == NULL) {
     free(s);
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "self setup: no memory");
   }
   for (int i = 0; i < st->nchannels; i++) {
     s->conns[i].s = s;
@@ -60,7 +57,7 @@ static int self_setup(tp_setup *st, const uint8_t *peers, void **state) {
         free(s->conns[j].q);
       free(s->conns);
       free(s);
-      return BRAID_ERR_NOMEM;
+      return ERR(BRAID_ERR_NOMEM, "self setup: no memory");
     }
   }
   *state = s;
@@ -77,18 +74,16 @@ static tp_conn *self_conn(void *state, int peer, int channel) {
 static int self_isend(tp_conn *c, const void *src, size_t len,
                       uint64_t *ticket) {
   if (c == NULL || ticket == NULL || (len && src == NULL))
-    return BRAID_ERR_INVALID_ARG;
+    return ERR(BRAID_ERR_INVALID_ARG, "self isend: no connection or buffer");
   self_state *s = c->s;
   if (c->count == s->nslots)
     return TP_AGAIN;
   self_msg *m = &c->q[(c->head + c->count) % s->nslots];
   if (m->cap < len) {
     char *nb = realloc(m->buf, len);
-    if (nb == NULL) {
-      snprintf(s->err, sizeof(s->err),
-               "self: no memory to queue a %zu-byte message", len);
-      return BRAID_ERR_NOMEM;
-    }
+    if (nb == NULL)
+      return ERR(BRAID_ERR_NOMEM, "self: no memory to queue a %zu-byte message",
+                 len);
     m->buf = nb;
     m->cap = len;
   }
@@ -102,7 +97,9 @@ static int self_isend(tp_conn *c, const void *src, size_t len,
 
 static int self_send_done(tp_conn *c, uint64_t ticket) {
   if (c == NULL || ticket > c->next_ticket)
-    return BRAID_ERR_INVALID_ARG;
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "self send_done: ticket %llu never issued",
+               (unsigned long long)ticket);
   return BRAID_SUCCESS; /* the data was copied at isend */
 }
 
@@ -115,11 +112,10 @@ static self_msg *next_msg(tp_conn *c, size_t len, int *rc) {
   }
   self_msg *m = &c->q[c->head];
   if (m->len != len) {
-    snprintf(s->err, sizeof(s->err),
-             "self: rank %d sent itself a %zu-byte message on channel %d but "
-             "receives %zu bytes (send and recv sizes differ?)",
-             s->rank, m->len, c->channel, len);
-    *rc = BRAID_ERR_MISMATCH;
+    *rc = ERR(BRAID_ERR_MISMATCH,
+              "self: rank %d sent itself a %zu-byte message on channel %d but "
+              "receives %zu bytes (send and recv sizes differ?)",
+              s->rank, m->len, c->channel, len);
     return NULL;
   }
   return m;
@@ -132,7 +128,7 @@ static void pop(tp_conn *c) {
 
 static int self_recv(tp_conn *c, void *dst, size_t len) {
   if (c == NULL || (len && dst == NULL))
-    return BRAID_ERR_INVALID_ARG;
+    return ERR(BRAID_ERR_INVALID_ARG, "self recv: no connection or buffer");
   int rc;
   self_msg *m = next_msg(c, len, &rc);
   if (m == NULL)
@@ -147,14 +143,13 @@ static int self_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
                             const tp_reducer *r) {
   if (c == NULL || r == NULL || r->fn == NULL || r->elem_size == 0 ||
       (len && (src == NULL || dst == NULL)))
-    return BRAID_ERR_INVALID_ARG;
-  if (len % r->elem_size != 0) {
-    snprintf(c->s->err, sizeof(c->s->err),
-             "self: recv_reduce of %zu bytes is not a whole number of "
-             "%zu-byte elements",
-             len, r->elem_size);
-    return BRAID_ERR_INVALID_ARG;
-  }
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "self recv_reduce: no connection, reducer or buffer");
+  if (len % r->elem_size != 0)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "self: recv_reduce of %zu bytes is not a whole number of "
+               "%zu-byte elements",
+               len, r->elem_size);
   int rc;
   self_msg *m = next_msg(c, len, &rc);
   if (m == NULL)
@@ -189,11 +184,6 @@ static void self_teardown(void *state) {
   free(s);
 }
 
-static const char *self_last_error(void *state) {
-  self_state *s = state;
-  return s ? s->err : "";
-}
-
 const tp_ops tp_self = {
     .name = "self",
     .setup = self_setup,
@@ -207,5 +197,4 @@ const tp_ops tp_self = {
     .bell_wait = NULL,
     .check_peers = self_check_peers,
     .teardown = self_teardown,
-    .last_error = self_last_error,
 };

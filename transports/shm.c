@@ -33,14 +33,24 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-#define CERR(c, code, ...)                                                     \
-  (tp_seterr((c)->st->err, sizeof((c)->st->err), __VA_ARGS__),                 \
-   WARN(LOG_SHM, "%s", (c)->st->err), (c)->err = (code))
+/* The connection breaks: its later calls fail with the same code and
+ * message (conn_broken). */
+#define CERR(c, code, ...) conn_break((c), ERR((code), __VA_ARGS__))
 
-/* A bad argument: named in last_error, the connection stays usable. */
+static int conn_break(tp_conn *c, int code) {
+  WARN(LOG_SHM, "%s", err_msg());
+  c->err = code;
+  return tp_keep(c->st->why, code);
+}
+
+static int conn_broken(const tp_conn *c) {
+  return tp_repeat(c->st->why, c->err);
+}
+
+/* A bad argument: the connection stays usable. */
 #define AERR(c, ...)                                                           \
-  ((c) ? tp_seterr((c)->st->err, sizeof((c)->st->err), __VA_ARGS__) : (void)0, \
-   BRAID_ERR_INVALID_ARG)
+  ((c) ? tp_keep((c)->st->why, ERR(BRAID_ERR_INVALID_ARG, __VA_ARGS__))        \
+       : (int)ERR(BRAID_ERR_INVALID_ARG, __VA_ARGS__))
 
 static void futex_wake(_Atomic uint32_t *w) {
   syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -134,10 +144,12 @@ static uint64_t conn_fp(const tp_conn *c) {
 static int shm_isend_mode(tp_conn *c, const void *src, size_t len,
                           uint64_t *ticket, int allow_cma) {
   if (!c || !ticket || (!src && len))
-    return AERR(c, "shm isend to rank %d: %s is NULL", c->peer,
-                ticket ? "src" : "ticket");
+    return AERR(c, "shm isend to rank %d: %s is NULL", c ? c->peer : -1,
+                c == NULL ? "the connection"
+                : ticket  ? "src"
+                          : "ticket");
   if (c->err)
-    return c->err;
+    return conn_broken(c);
   pend_progress(c->st);
   if (c->pend_frags > 0 || tx_free(c) == 0)
     return TP_AGAIN;
@@ -181,9 +193,9 @@ static int shm_isend_copy(tp_conn *c, const void *src, size_t len,
 static int shm_send_done(tp_conn *c, uint64_t ticket) {
   if (!c || ticket > c->tx_msgno)
     return AERR(c, "shm send_done to rank %d: ticket %" PRIu64 " never issued",
-                c->peer, ticket);
+                c ? c->peer : -1, ticket);
   if (c->err)
-    return c->err;
+    return conn_broken(c);
   pend_progress(c->st);
   if (c->pend_frags > 0 && c->pend_msgno <= ticket)
     return TP_AGAIN;
@@ -238,7 +250,7 @@ static int cma_reduce(tp_conn *c, const char *src, char *dst, uint64_t raddr,
 static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
                        const tp_reducer *r) {
   if (c->err)
-    return c->err;
+    return conn_broken(c);
   pend_progress(c->st);
   int rc = TP_AGAIN, freed = 0;
   uint64_t nslots = (uint64_t)c->st->nslots;
@@ -313,7 +325,7 @@ static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
 
 static int shm_recv(tp_conn *c, void *dst, size_t len) {
   if (!c || (!dst && len))
-    return AERR(c, "shm recv from rank %d: dst is NULL", c->peer);
+    return AERR(c, "shm recv from rank %d: dst is NULL", c ? c->peer : -1);
   return rx_progress(c, NULL, dst, len, NULL);
 }
 
@@ -326,7 +338,7 @@ static int shm_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
                 "shm recv_reduce from rank %d: NULL buffer or reducer, or "
                 "%zu bytes not a multiple of an element size (1..64, power "
                 "of two) of %zu",
-                c->peer, len, r ? r->elem_size : 0);
+                c ? c->peer : -1, len, r ? r->elem_size : 0);
   return rx_progress(c, src, dst, len, r);
 }
 
@@ -477,17 +489,17 @@ static int shm_check_peers(void *state, int *dead_rank) {
       if (cause >= 0 && cause != st->rank) {
         if (dead_rank)
           *dead_rank = cause;
-        tp_seterr(st->err, sizeof(st->err),
-                  "shm: rank %d died; rank %d (pid %d) then left", cause,
-                  p->rank, p->pid);
-        return BRAID_ERR_REMOTE;
+        return tp_keep(st->why,
+                       ERR(BRAID_ERR_REMOTE,
+                           "shm: rank %d died; rank %d (pid %d) then left",
+                           cause, p->rank, p->pid));
       }
       if (dead_rank)
         *dead_rank = p->rank;
-      tp_seterr(st->err, sizeof(st->err),
-                "shm: rank %d (pid %d) on this host has exited", p->rank,
-                p->pid);
-      return BRAID_ERR_REMOTE;
+      return tp_keep(st->why,
+                     ERR(BRAID_ERR_REMOTE,
+                         "shm: rank %d (pid %d) on this host has exited",
+                         p->rank, p->pid));
     }
   }
   pend_progress(st);
@@ -498,10 +510,6 @@ static void shm_set_cause(void *state, int dead_rank) {
   shm_state *st = state;
   if (st != NULL && st->me != NULL)
     atomic_store(&st->me->cause, dead_rank);
-}
-
-static const char *shm_last_error(void *state) {
-  return state ? ((shm_state *)state)->err : "shm: no state";
 }
 
 static tp_conn *shm_conn(void *state, int peer, int channel) {
@@ -543,5 +551,4 @@ const tp_ops tp_shm = {
     .mismatch = shm_mismatch,
     .tell_mismatch = shm_tell_mismatch,
     .teardown = shm_teardown,
-    .last_error = shm_last_error,
 };

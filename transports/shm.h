@@ -48,6 +48,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "transports/common.h"
 #include "transports/transport.h"
 
 /* ---- segment layout (one per rank and communicator) ------------------- */
@@ -181,7 +182,7 @@ typedef struct shm_state {
   /* the mismatch this rank met or was told of (tp_ops.mismatch) */
   tp_mismatch mm;
   int mm_set;
-  char err[256];
+  char why[TP_WHY]; /* the last failure's message (tp_keep) */
 } shm_state;
 
 /* transports/shm_setup.c: the transport's setup and teardown (tp_shm's) */
@@ -196,7 +197,7 @@ void shm_teardown(void *state);
 
 /* transports/shm_told.c: mismatches told between the ranks (tp_shm's
  * mismatch and tell_mismatch), and shm_told: 1 when a peer told this rank
- * of one (st->err then names it). */
+ * of one (recorded with ERR, and kept in st->why). */
 int shm_mismatch(void *state, tp_mismatch *m);
 void shm_tell_mismatch(void *state, const tp_mismatch *m);
 int shm_told(shm_state *st);

@@ -88,9 +88,6 @@ typedef struct shm_rec {
   uint64_t size, pidns;
 } shm_rec;
 
-#define SERR(st_, code, ...)                                                   \
-  (snprintf((st_)->errbuf, sizeof((st_)->errbuf), __VA_ARGS__), (code))
-
 uint64_t shm_segment_bytes(int npeers, int nchannels, int nslots,
                            size_t slot_bytes) {
   uint64_t data = round_up(slot_bytes, SHM_CL);
@@ -105,7 +102,7 @@ uint64_t shm_segment_bytes(int npeers, int nchannels, int nslots,
 }
 
 /* Creates, sizes and initialises this rank's segment. */
-static int seg_create(tp_setup *su, shm_state *st, boot *b) {
+static int seg_create(shm_state *st, boot *b) {
   uint64_t data = round_up(st->slot_bytes, SHM_CL);
   uint64_t slot = sizeof(shm_slot) + data;
   uint64_t ring = sizeof(shm_ring) + (uint64_t)st->nslots * slot;
@@ -114,9 +111,9 @@ static int seg_create(tp_setup *su, shm_state *st, boot *b) {
   uint64_t total =
       shm_segment_bytes(st->npeers, st->nchannels, st->nslots, st->slot_bytes);
   if (total == 0)
-    return SERR(su, BRAID_ERR_INVALID_ARG,
-                "shm: segment size overflows (nslots %d, slot_bytes %zu)",
-                st->nslots, st->slot_bytes);
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "shm: segment size overflows (nslots %d, slot_bytes %zu)",
+               st->nslots, st->slot_bytes);
   char detail[96];
   snprintf(detail, sizeof(detail),
            " (%d peers x %d channels x %d slots x %zu bytes)", st->npeers,
@@ -131,8 +128,7 @@ static int seg_create(tp_setup *su, shm_state *st, boot *b) {
                             "docker --shm-size, or lower BRAID_BUFFSIZE / "
                             "BRAID_NSLOTS)"};
   void *m = NULL;
-  int rc = tp_seg_create(&req, st->name, sizeof(st->name), &m, su->errbuf,
-                         sizeof(su->errbuf));
+  int rc = tp_seg_create(&req, st->name, sizeof(st->name), &m);
   if (rc)
     return rc;
   shm_hdr *h = m;
@@ -163,25 +159,25 @@ static int seg_create(tp_setup *su, shm_state *st, boot *b) {
 }
 
 /* Maps peer p's segment, finds our rings there, probes CMA, opens a pidfd. */
-static int peer_attach(tp_setup *su, shm_state *st, shm_peer *p,
-                       const shm_rec *rec, int use_cma) {
+static int peer_attach(shm_state *st, shm_peer *p, const shm_rec *rec,
+                       int use_cma) {
   p->pid = rec->pid;
   void *m = NULL;
   int e = tp_seg_map(rec->name, rec->size, &m);
   if (!e)
     p->hdr = m, p->size = rec->size;
   if (e)
-    return SERR(su, BRAID_ERR_SYSTEM,
-                "shm: rank %d cannot map the segment %s of rank %d: %s "
-                "(is rank %d on this host?)",
-                st->rank, rec->name, p->rank, strerror(e), p->rank);
+    return ERR(BRAID_ERR_SYSTEM,
+               "shm: rank %d cannot map the segment %s of rank %d: %s "
+               "(is rank %d on this host?)",
+               st->rank, rec->name, p->rank, strerror(e), p->rank);
   shm_hdr *h = p->hdr;
   if (h->magic != SHM_MAGIC || h->rank != p->rank ||
       h->nchannels != st->nchannels)
-    return SERR(su, BRAID_ERR_INTERNAL,
-                "shm: the segment of rank %d is not what rank %d expects "
-                "(channels %d vs %d)",
-                p->rank, st->rank, (int)h->nchannels, st->nchannels);
+    return ERR(BRAID_ERR_INTERNAL,
+               "shm: the segment of rank %d is not what rank %d expects "
+               "(channels %d vs %d)",
+               p->rank, st->rank, (int)h->nchannels, st->nchannels);
   p->pidfd = -1;
   p->pid_ok = rec->pidns == tp_pidns_id();
   if (!p->pid_ok) {
@@ -192,8 +188,8 @@ static int peer_attach(tp_setup *su, shm_state *st, shm_peer *p,
   } else {
     p->pidfd = tp_pidfd_open(p->pid);
     if (p->pidfd < 0 && errno == ESRCH)
-      return SERR(su, BRAID_ERR_REMOTE,
-                  "shm: rank %d (pid %d) exited during setup", p->rank, p->pid);
+      return ERR(BRAID_ERR_REMOTE, "shm: rank %d (pid %d) exited during setup",
+                 p->rank, p->pid);
   }
   p->can_read = 0;
   if (use_cma && p->pid_ok) {
@@ -219,7 +215,7 @@ static int peer_attach(tp_setup *su, shm_state *st, shm_peer *p,
 /* Points peer i's connections at our rings in its segment and its rings in
  * ours. */
 static void slots_prefault(char *base, uint64_t stride, uint64_t n);
-static int conns_init(tp_setup *su, shm_state *st, int i) {
+static int conns_init(shm_state *st, int i) {
   shm_peer *p = &st->peers[i];
   shm_hdr *h = p->hdr;
   int at = -1;
@@ -227,10 +223,10 @@ static int conns_init(tp_setup *su, shm_state *st, int i) {
     if (h->peer_rank[k] == st->rank)
       at = k;
   if (at < 0)
-    return SERR(su, BRAID_ERR_INVALID_ARG,
-                "shm setup: rank %d lists rank %d as a shm peer but not the "
-                "other way round",
-                st->rank, p->rank);
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "shm setup: rank %d lists rank %d as a shm peer but not the "
+               "other way round",
+               st->rank, p->rank);
   for (int ch = 0; ch < st->nchannels; ch++) {
     tp_conn *c = &st->conns[i * st->nchannels + ch];
     *c = (tp_conn){.st = st, .peer = p->rank, .channel = ch, .lpeer = i};
@@ -246,7 +242,7 @@ static int conns_init(tp_setup *su, shm_state *st, int i) {
     slots_prefault(c->tx_base, c->tx_stride, c->tx_nslots);
     slots_prefault(c->rx_base, st->me->slot_bytes, (uint64_t)st->nslots);
     if (!(c->cmaq = calloc(c->tx_nslots, sizeof(shm_cmaq))))
-      return SERR(su, BRAID_ERR_NOMEM, "shm setup: no memory");
+      return ERR(BRAID_ERR_NOMEM, "shm setup: no memory");
   }
   return BRAID_SUCCESS;
 }
@@ -275,20 +271,19 @@ static void slots_prefault(char *base, uint64_t stride, uint64_t n) {
 
 int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
   if (!su || !state)
-    return BRAID_ERR_INVALID_ARG;
+    return ERR(BRAID_ERR_INVALID_ARG, "shm setup: no setup or state");
   *state = NULL;
-  su->errbuf[0] = 0;
   boot *b = su->boot;
   if (!b || !peers || su->nranks < 1 || su->rank < 0 || su->rank >= su->nranks)
-    return SERR(su, BRAID_ERR_INVALID_ARG,
-                "shm setup: missing bootstrap/peers or bad rank %d of %d",
-                su->rank, su->nranks);
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "shm setup: missing bootstrap/peers or bad rank %d of %d",
+               su->rank, su->nranks);
   if (su->nchannels < 1 || su->nslots < 1 || su->slot_bytes == 0 ||
       su->slot_bytes > (size_t)UINT32_MAX - SHM_CL)
-    return SERR(su, BRAID_ERR_INVALID_ARG,
-                "shm setup: nchannels (%d) and nslots (%d) must be >= 1 and "
-                "slot_bytes (%zu) in 1..4 GiB",
-                su->nchannels, su->nslots, su->slot_bytes);
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "shm setup: nchannels (%d) and nslots (%d) must be >= 1 and "
+               "slot_bytes (%zu) in 1..4 GiB",
+               su->nchannels, su->nslots, su->slot_bytes);
   /* Every failure below is shared through the two exchanges, so that all
    * ranks fail setup together instead of waiting for each other. */
   shm_state *st = calloc(1, sizeof(*st));
@@ -305,8 +300,7 @@ int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
   }
   if (!st || !recs || !all || !st->lidx || !st->peers || !st->conns ||
       !st->pend) {
-    rc = SERR(su, BRAID_ERR_NOMEM, "shm setup: no memory for %d ranks",
-              su->nranks);
+    rc = ERR(BRAID_ERR_NOMEM, "shm setup: no memory for %d ranks", su->nranks);
   } else {
     *st = (shm_state){.rank = su->rank,
                       .nranks = su->nranks,
@@ -331,7 +325,7 @@ int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
     if (use_cma)
       prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     if (st->npeers > 0) {
-      rc = seg_create(su, st, b);
+      rc = seg_create(st, b);
       memcpy(mine.name, st->name, sizeof(mine.name));
       mine.size = st->me_size;
     }
@@ -349,12 +343,12 @@ int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
   for (int i = 0; i < st->npeers && !status; i++) {
     shm_peer *p = &st->peers[i];
     if (!recs[p->rank].name[0])
-      status = SERR(su, BRAID_ERR_INVALID_ARG,
-                    "shm setup: rank %d lists rank %d as a shm peer, but "
-                    "rank %d has no shm peers",
-                    st->rank, p->rank, p->rank);
-    else if (!(status = peer_attach(su, st, p, &recs[p->rank], use_cma)))
-      status = conns_init(su, st, i);
+      status = ERR(BRAID_ERR_INVALID_ARG,
+                   "shm setup: rank %d lists rank %d as a shm peer, but "
+                   "rank %d has no shm peers",
+                   st->rank, p->rank, p->rank);
+    else if (!(status = peer_attach(st, p, &recs[p->rank], use_cma)))
+      status = conns_init(st, i);
   }
   /* Phase 2: everyone has mapped everything, so the names can go. */
   rc = tp_setup_round(su, status, &status, all, sizeof(status), 0, "shm setup",
@@ -373,9 +367,6 @@ int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
 out:
   if (st)
     seg_unlink(st);
-  if (x && !su->errbuf[0])
-    snprintf(su->errbuf, sizeof(su->errbuf),
-             "shm setup: bootstrap exchange failed: %s", boot_last_error(b));
   free(recs);
   free(all);
   if (rc) {

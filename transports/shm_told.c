@@ -8,10 +8,10 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "src/log.h"
 #include "transports/shm.h"
 
 int shm_mismatch(void *state, tp_mismatch *m) {
@@ -57,6 +57,6 @@ int shm_told(shm_state *st) {
                    st->me->told_mine};
   char what[240];
   tp_fp_told(&m, st->rank, what, sizeof what);
-  snprintf(st->err, sizeof st->err, "shm: %s", what);
+  (void)tp_keep(st->why, ERR(BRAID_ERR_MISMATCH, "shm: %s", what));
   return 1;
 }

@@ -76,30 +76,28 @@ static int tcp_blame(tcp_state *s, tp_conn *c) {
 }
 
 static int conn_fail(tp_conn *c, int code, int err_no) {
-  if (c->err)
-    return c->err;
-  c->err = code;
   tcp_state *s = c->s;
+  if (c->err)
+    return TREPEAT(s, c->err);
+  c->err = code;
   c->blame = c->peer;
   if (code == BRAID_ERR_REMOTE)
     c->blame = tcp_blame(s, c);
   if (code == BRAID_ERR_REMOTE && s->culprit < 0)
     s->culprit = c->blame;
   if (code == BRAID_ERR_REMOTE && c->blame != c->peer)
-    SERR(s,
-         "tcp: rank %d died (its process was killed or is gone); rank %d then "
-         "%s the connection of channel %d to rank %d",
-         c->blame, c->peer, err_no == 0 ? "closed" : "reset", c->channel,
-         s->rank);
-  else if (code == BRAID_ERR_REMOTE)
-    SERR(c->s,
-         "tcp: rank %d %s the connection of channel %d to rank %d (process "
-         "died?)",
-         c->peer, err_no == 0 ? "closed" : "reset", c->channel, c->s->rank);
-  else
-    SERR(c->s, "tcp: connection to rank %d (channel %d) failed: %s", c->peer,
-         c->channel, strerror(err_no));
-  return code;
+    return TERR(s, code,
+                "tcp: rank %d died (its process was killed or is gone); rank "
+                "%d then %s the connection of channel %d to rank %d",
+                c->blame, c->peer, err_no == 0 ? "closed" : "reset", c->channel,
+                s->rank);
+  if (code == BRAID_ERR_REMOTE)
+    return TERR(s, code,
+                "tcp: rank %d %s the connection of channel %d to rank %d "
+                "(process died?)",
+                c->peer, err_no == 0 ? "closed" : "reset", c->channel, s->rank);
+  return TERR(s, code, "tcp: connection to rank %d (channel %d) failed: %s",
+              c->peer, c->channel, strerror(err_no));
 }
 
 static int io_fail(tp_conn *c, ssize_t n) {
@@ -166,7 +164,7 @@ static int conn_flush(tp_conn *c) {
       c->qcount--;
     }
   }
-  return c->err;
+  return c->err ? TREPEAT(c->s, c->err) : BRAID_SUCCESS;
 }
 
 /* Any call flushes every connection with queued data, so a rank waiting on
@@ -189,14 +187,14 @@ static void flush_all(tcp_state *s) {
 static int send_check(tp_conn *c, const void *src, size_t len,
                       const uint64_t *ticket) {
   if (c == NULL || ticket == NULL || (len && src == NULL))
-    return BRAID_ERR_INVALID_ARG;
+    return ERR(BRAID_ERR_INVALID_ARG, "tcp isend: no connection, ticket or "
+                                      "source");
   if (c->err)
-    return c->err;
-  if ((uint64_t)len >= TCP_LEN_MAX) {
-    SERR(c->s, "tcp: message of %zu bytes to rank %d is too large", len,
-         c->peer);
-    return BRAID_ERR_INVALID_ARG;
-  }
+    return TREPEAT(c->s, c->err);
+  if ((uint64_t)len >= TCP_LEN_MAX)
+    return TERR(c->s, BRAID_ERR_INVALID_ARG,
+                "tcp: message of %zu bytes to rank %d is too large", len,
+                c->peer);
   flush_all(c->s);
   int r = conn_flush(c);
   if (r != BRAID_SUCCESS)
@@ -254,13 +252,11 @@ static int tcp_isend_copy(tp_conn *c, const void *src, size_t len,
     return r;
   tcp_state *s = c->s;
   size_t bound = (size_t)s->nslots * s->slot_bytes;
-  if (len > bound) {
-    SERR(s,
-         "tcp: isend_copy of %zu bytes to rank %d exceeds the %zu bytes a "
-         "connection may hold in copies (nslots %d x slot_bytes %zu)",
-         len, c->peer, bound, s->nslots, s->slot_bytes);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (len > bound)
+    return TERR(s, BRAID_ERR_INVALID_ARG,
+                "tcp: isend_copy of %zu bytes to rank %d exceeds the %zu bytes "
+                "a connection may hold in copies (nslots %d x slot_bytes %zu)",
+                len, c->peer, bound, s->nslots, s->slot_bytes);
   if (c->staged + len > bound)
     return TP_AGAIN;
   tcp_msg *m = &c->q[(c->qhead + c->qcount) % s->nslots];
@@ -298,7 +294,7 @@ static int queued_copy(const tp_conn *c, uint64_t ticket) {
 
 static int tcp_send_done(tp_conn *c, uint64_t ticket) {
   if (c == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return ERR(BRAID_ERR_INVALID_ARG, "tcp send_done: no connection");
   if (ticket <= c->written)
     return BRAID_SUCCESS;
   flush_all(c->s);
@@ -321,7 +317,7 @@ int tcp_flush(void *state) {
   for (size_t i = 0; i < nconn; i++) {
     tp_conn *c = s->conns[i];
     if (c != NULL && c->staged > 0 && c->err)
-      return c->err;
+      return TREPEAT(s, c->err);
     again |= c != NULL && c->staged > 0;
   }
   return again ? TP_AGAIN : BRAID_SUCCESS;
@@ -333,20 +329,17 @@ int tcp_flush(void *state) {
  * BRAID_SUCCESS once the header is complete and matches len. */
 static int read_header(tp_conn *c, char *buf, size_t cap, size_t len,
                        int mode) {
-  if (c->rmode != 0 && c->rmode != mode) {
-    SERR(c->s,
-         "tcp: recv and recv_reduce interleaved on one message from rank %d",
-         c->peer);
-    return BRAID_ERR_INTERNAL;
-  }
+  if (c->rmode != 0 && c->rmode != mode)
+    return TERR(c->s, BRAID_ERR_INTERNAL,
+                "tcp: recv and recv_reduce interleaved on one message from "
+                "rank %d",
+                c->peer);
   if (c->rmode == mode) {
-    if (c->rlen != len) {
-      SERR(c->s,
-           "tcp: a resumed receive from rank %d changed its length from %zu "
-           "to %zu",
-           c->peer, c->rlen, len);
-      return BRAID_ERR_INTERNAL;
-    }
+    if (c->rlen != len)
+      return TERR(c->s, BRAID_ERR_INTERNAL,
+                  "tcp: a resumed receive from rank %d changed its length from "
+                  "%zu to %zu",
+                  c->peer, c->rlen, len);
     if (c->rhdr_got == sizeof(c->rhdr))
       return BRAID_SUCCESS;
   } else {
@@ -387,23 +380,21 @@ static int read_header(tp_conn *c, char *buf, size_t cap, size_t len,
     if (c->s->culprit < 0)
       c->s->culprit = c->blame;
     if (c->blame != c->peer)
-      SERR(c->s,
-           "tcp: rank %d failed; rank %d saw it and closed the connection of "
-           "channel %d to rank %d",
-           c->blame, c->peer, c->channel, c->s->rank);
-    else
-      SERR(c->s,
-           "tcp: rank %d closed the connection of channel %d to rank %d after "
-           "an error",
-           c->peer, c->channel, c->s->rank);
-    return c->err;
+      return TERR(c->s, c->err,
+                  "tcp: rank %d failed; rank %d saw it and closed the "
+                  "connection of channel %d to rank %d",
+                  c->blame, c->peer, c->channel, c->s->rank);
+    return TERR(c->s, c->err,
+                "tcp: rank %d closed the connection of channel %d to rank %d "
+                "after an error",
+                c->peer, c->channel, c->s->rank);
   }
   if (type != TCP_DATA) {
     c->err = BRAID_ERR_REMOTE;
     c->blame = c->peer;
-    SERR(c->s, "tcp: garbage on the connection from rank %d (channel %d)",
-         c->peer, c->channel);
-    return c->err;
+    return TERR(c->s, c->err,
+                "tcp: garbage on the connection from rank %d (channel %d)",
+                c->peer, c->channel);
   }
   uint64_t fp = conn_fp(c);
   if (fp != 0 && c->rhdr[1] != 0 && c->rhdr[1] != fp) {
@@ -413,26 +404,25 @@ static int read_header(tp_conn *c, char *buf, size_t cap, size_t len,
       c->s->mm = (tp_mismatch){c->s->rank, c->peer, c->rhdr[1], fp};
     c->s->mm_set = 1;
     c->err = BRAID_ERR_MISMATCH;
-    SERR(c->s, "tcp: channel %d from rank %d: %s", c->channel, c->peer, what);
-    return c->err;
+    return TERR(c->s, c->err, "tcp: channel %d from rank %d: %s", c->channel,
+                c->peer, what);
   }
   if (mlen != len) {
     c->err = BRAID_ERR_MISMATCH;
-    SERR(c->s,
-         "tcp: rank %d sent a %llu-byte message on channel %d where rank %d "
-         "expected %zu bytes (collectives called in a different order? "
-         "BRAID_CHECK=1 finds which)",
-         c->peer, (unsigned long long)mlen, c->channel, c->s->rank, len);
-    return c->err;
+    return TERR(c->s, c->err,
+                "tcp: rank %d sent a %llu-byte message on channel %d where "
+                "rank %d expected %zu bytes (collectives called in a different "
+                "order? BRAID_CHECK=1 finds which)",
+                c->peer, (unsigned long long)mlen, c->channel, c->s->rank, len);
   }
   return BRAID_SUCCESS;
 }
 
 static int tcp_recv(tp_conn *c, void *dst, size_t len) {
   if (c == NULL || (len && dst == NULL))
-    return BRAID_ERR_INVALID_ARG;
+    return ERR(BRAID_ERR_INVALID_ARG, "tcp recv: no connection or buffer");
   if (c->err)
-    return c->err;
+    return TREPEAT(c->s, c->err);
   flush_all(c->s);
   int r = read_header(c, dst, len, len, 1);
   if (r != BRAID_SUCCESS)
@@ -469,34 +459,31 @@ static int tcp_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
                            const tp_reducer *r) {
   if (c == NULL || r == NULL || r->fn == NULL || r->elem_size == 0 ||
       (len && (src == NULL || dst == NULL)))
-    return BRAID_ERR_INVALID_ARG;
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "tcp recv_reduce: no connection, reducer or buffer");
   if (c->err)
-    return c->err;
+    return TREPEAT(c->s, c->err);
   tcp_state *s = c->s;
-  if (len % r->elem_size != 0) {
-    SERR(s,
-         "tcp: recv_reduce of %zu bytes from rank %d is not a whole number "
-         "of %zu-byte elements",
-         len, c->peer, r->elem_size);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (len % r->elem_size != 0)
+    return TERR(s, BRAID_ERR_INVALID_ARG,
+                "tcp: recv_reduce of %zu bytes from rank %d is not a whole "
+                "number of %zu-byte elements",
+                len, c->peer, r->elem_size);
   if (c->stage == NULL) {
     size_t cap = s->slot_bytes; /* never more than one slot */
     if (cap < 64)
       cap = 64;
     c->stage = malloc(cap);
-    if (c->stage == NULL) {
-      SERR(s, "tcp: no memory for a %zu-byte staging buffer", cap);
-      return BRAID_ERR_NOMEM;
-    }
+    if (c->stage == NULL)
+      return TERR(s, BRAID_ERR_NOMEM,
+                  "tcp: no memory for a %zu-byte staging buffer", cap);
     c->stage_cap = cap;
   }
   size_t cap = c->stage_cap / r->elem_size * r->elem_size;
-  if (cap == 0) {
-    SERR(s, "tcp: %zu-byte elements do not fit the %zu-byte staging buffer",
-         r->elem_size, c->stage_cap);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (cap == 0)
+    return TERR(s, BRAID_ERR_INVALID_ARG,
+                "tcp: %zu-byte elements do not fit the %zu-byte staging buffer",
+                r->elem_size, c->stage_cap);
   flush_all(s);
   int rc = read_header(c, c->stage, len < cap ? len : cap, len, 2);
   if (rc != BRAID_SUCCESS)
@@ -544,7 +531,7 @@ static int tcp_check_peers(void *state, int *dead_rank) {
     if (c->err == BRAID_ERR_REMOTE) {
       if (dead_rank)
         *dead_rank = c->blame;
-      return BRAID_ERR_REMOTE;
+      return TREPEAT(s, BRAID_ERR_REMOTE);
     }
     s->pfd[i].revents = 0;
   }
@@ -556,7 +543,7 @@ static int tcp_check_peers(void *state, int *dead_rank) {
     tp_conn *c = s->conns[s->pfd_conn[i]];
     int d = c->err == 0 ? bye_peek(s, c) : -1;
     if (d >= 0) {
-      /* consumes the goodbye and records the failure */
+      /* consumes the goodbye and records the failure (its message) */
       char none;
       (void)tcp_recv(c, &none, 0);
       if (dead_rank)
@@ -567,7 +554,7 @@ static int tcp_check_peers(void *state, int *dead_rank) {
     ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 ||
         (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-      io_fail(c, n);
+      (void)io_fail(c, n); /* its message stays */
       if (dead_rank)
         *dead_rank = c->blame;
       return BRAID_ERR_REMOTE;
@@ -578,11 +565,6 @@ static int tcp_check_peers(void *state, int *dead_rank) {
 
 static void tcp_set_fp(void *state, uint64_t fp) {
   ((tcp_state *)state)->fp = fp;
-}
-
-static const char *tcp_last_error(void *state) {
-  tcp_state *s = state;
-  return s ? s->err : "";
 }
 
 const tp_ops tp_tcp = {
@@ -599,7 +581,6 @@ const tp_ops tp_tcp = {
     .bell_wait = NULL,
     .check_peers = tcp_check_peers,
     .teardown = tcp_teardown,
-    .last_error = tcp_last_error,
     .set_fp = tcp_set_fp,
     .note_wait = tcp_note_wait,
     .peer_wait = tcp_peer_wait,

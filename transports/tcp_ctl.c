@@ -161,32 +161,30 @@ static void *hb_main(void *arg) {
   return NULL;
 }
 
-int tcp_ctl_start(tcp_state *s) {
+braid_result tcp_ctl_start(tcp_state *s) {
   int any = 0;
   for (int p = 0; p < s->nranks; p++)
     any |= s->ctl[p].fd >= 0;
   s->hb_ms = cfg_get()->heartbeat_ms;
   if (!any || s->hb_ms <= 0) {
     s->hb_ms = 0;
-    return 0;
+    return BRAID_SUCCESS;
   }
   s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (s->stop_fd < 0) {
-    SERR(s, "tcp: eventfd for the heartbeat thread: %s", strerror(errno));
-    return -1;
-  }
+  if (s->stop_fd < 0)
+    return ERR(BRAID_ERR_SYSTEM, "tcp: eventfd for the heartbeat thread: %s",
+               strerror(errno));
   /* the thread takes no signal: the program's handlers run elsewhere */
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int r = pthread_create(&s->hb_tid, NULL, hb_main, s);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (r != 0) {
-    SERR(s, "tcp: cannot start the heartbeat thread: %s", strerror(r));
-    return -1;
-  }
+  if (r != 0)
+    return ERR(BRAID_ERR_SYSTEM, "tcp: cannot start the heartbeat thread: %s",
+               strerror(r));
   s->hb_thread = 1;
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 void tcp_ctl_stop(tcp_state *s) {
@@ -227,7 +225,7 @@ int tcp_ctl_check(tcp_state *s) {
   }
   char what[240];
   tp_fp_told(&m, s->rank, what, sizeof what);
-  SERR(s, "tcp: %s", what);
+  (void)TERR(s, BRAID_ERR_MISMATCH, "tcp: %s", what);
   return 1;
 }
 

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "src/log.h"
+#include "transports/common.h"
 #include "transports/sock_util.h"
 #include "transports/transport.h"
 
@@ -124,10 +126,13 @@ struct tcp_state {
   int mm_set;
   tp_mismatch told; /* the first a peer told of */
   int told_set;
-  char err[256];
+  char why[TP_WHY]; /* the last failure's message (tp_keep) */
 };
 
-#define SERR(s, ...) snprintf((s)->err, sizeof((s)->err), __VA_ARGS__)
+/* A failure of state s: records the message (ERR) and keeps it in s->why,
+ * which a connection that stays broken records again (TREPEAT). */
+#define TERR(s, code, ...) tp_keep((s)->why, ERR((code), __VA_ARGS__))
+#define TREPEAT(s, code) tp_repeat((s)->why, (code))
 
 /* transports/tcp_setup.c */
 int tcp_setup(tp_setup *st, const uint8_t *peers, void **state);
@@ -139,9 +144,9 @@ int tcp_flush(void *state);
  * setup connects them (ctl fds -1), tcp_ctl_start once they are (the
  * heartbeat thread, when BRAID_HEARTBEAT_MS > 0), tcp_ctl_stop before they
  * close. tcp_ctl_check reads what arrived (when no thread does): 1 when a
- * peer told of a mismatch (s->err then names it). */
+ * peer told of a mismatch (its message recorded, and kept in s->why). */
 int tcp_ctl_init(tcp_state *s);
-int tcp_ctl_start(tcp_state *s);
+braid_result tcp_ctl_start(tcp_state *s);
 void tcp_ctl_stop(tcp_state *s);
 int tcp_ctl_check(tcp_state *s);
 int tcp_mismatch(void *state, tp_mismatch *m);

@@ -55,10 +55,13 @@ static int conn_made(const tcp_state *s, int peer, int channel) {
              : s->conns[peer * s->nchannels + channel] != NULL;
 }
 
-static int setup_fail(tp_setup *st, tcp_state *s, int code) {
-  snprintf(st->errbuf, sizeof(st->errbuf), "%s", s->err);
+/* Setup failed with code, its message recorded: the state goes, the
+ * message stays. */
+static int setup_fail(tcp_state *s, int code) {
+  char why[TP_WHY];
+  snprintf(why, sizeof why, "%s", err_msg());
   tcp_teardown(s);
-  return code;
+  return tp_repeat(why, code);
 }
 
 static int tcp_connect_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
@@ -74,14 +77,14 @@ static int tcp_connect_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
       if (sock_connect_auth(&addrs[p], deadline, bufs, TCP_MAGIC, TCP_KIND,
                             secret, &h, sizeof(h), &fd) != 0) {
         snprintf(e, sizeof e, "%s", err_msg());
-        SERR(s, "tcp: rank %d cannot connect to rank %d (channel %d): %.150s",
-             st->rank, p, ch, e);
-        return BRAID_ERR_SYSTEM;
+        return ERR(BRAID_ERR_SYSTEM,
+                   "tcp: rank %d cannot connect to rank %d (channel %d): "
+                   "%.150s",
+                   st->rank, p, ch, e);
       }
       if (conn_add(s, p, ch, fd) != 0) {
         close(fd);
-        SERR(s, "tcp: out of memory");
-        return BRAID_ERR_NOMEM;
+        return ERR(BRAID_ERR_NOMEM, "tcp: out of memory");
       }
     }
   }
@@ -112,11 +115,11 @@ static int tcp_accept_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
             miss = p;
             break;
           }
-      SERR(s,
-           "tcp: rank %d %s waiting for %d connection(s), first missing from "
-           "rank %d",
-           st->rank, rc == SOCK_TIMEOUT ? "timed out" : "failed", need, miss);
-      res = rc == SOCK_TIMEOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_SYSTEM;
+      res = ERR(rc == SOCK_TIMEOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_SYSTEM,
+                "tcp: rank %d %s waiting for %d connection(s), first missing "
+                "from rank %d",
+                st->rank, rc == SOCK_TIMEOUT ? "timed out" : "failed", need,
+                miss);
       break;
     }
     if (h.nranks != st->nranks || h.nchannels != st->nchannels || h.rank < 0 ||
@@ -132,8 +135,7 @@ static int tcp_accept_all(tp_setup *st, tcp_state *s, const uint8_t *peers,
     }
     if (conn_add(s, h.rank, h.channel, fd) != 0) {
       close(fd);
-      SERR(s, "tcp: out of memory");
-      res = BRAID_ERR_NOMEM;
+      res = ERR(BRAID_ERR_NOMEM, "tcp: out of memory");
       break;
     }
     need--;
@@ -146,17 +148,17 @@ int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
   if (st == NULL || peers == NULL || state == NULL || st->boot == NULL ||
       st->nranks <= 0 || st->rank < 0 || st->rank >= st->nranks ||
       st->nchannels <= 0 || st->nslots <= 0 || st->slot_bytes == 0) {
-    if (st)
-      snprintf(st->errbuf, sizeof(st->errbuf),
+    if (st == NULL)
+      return ERR(BRAID_ERR_INVALID_ARG, "tcp setup: no setup");
+    return ERR(BRAID_ERR_INVALID_ARG,
                "tcp setup: bad arguments (rank %d, nranks %d, nchannels %d, "
                "nslots %d, slot_bytes %zu)",
                st->rank, st->nranks, st->nchannels, st->nslots, st->slot_bytes);
-    return BRAID_ERR_INVALID_ARG;
   }
   *state = NULL;
   tcp_state *s = calloc(1, sizeof(*s));
   if (s == NULL)
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "tcp setup: out of memory");
   s->rank = st->rank;
   s->culprit = -1;
   s->timeout_ms = st->timeout_ms > 0 ? st->timeout_ms : 300000;
@@ -172,8 +174,7 @@ int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
   if (s->conns == NULL || s->flush == NULL || addrs == NULL ||
       tcp_ctl_init(s) != 0) {
     free(addrs);
-    SERR(s, "tcp setup: out of memory");
-    return setup_fail(st, s, BRAID_ERR_NOMEM);
+    return setup_fail(s, ERR(BRAID_ERR_NOMEM, "tcp setup: out of memory"));
   }
   size_t bufs = (size_t)st->nslots * st->slot_bytes;
   int64_t deadline = sock_now_ms() + s->timeout_ms;
@@ -185,13 +186,13 @@ int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
   if (sock_listen(&local, 0, bufs, &lfd, &bound) != 0) {
     free(addrs);
     snprintf(e, sizeof e, "%s", err_msg());
-    SERR(s, "tcp setup on rank %d: %.200s", st->rank, e);
-    return setup_fail(st, s, BRAID_ERR_SYSTEM);
+    return setup_fail(
+        s, ERR(BRAID_ERR_SYSTEM, "tcp setup on rank %d: %.200s", st->rank, e));
   }
   r = boot_allgather(st->boot, &bound, addrs, sizeof(bound));
   if (r != BRAID_SUCCESS) {
-    SERR(s, "tcp setup on rank %d: exchanging addresses: %.180s", st->rank,
-         boot_last_error(st->boot));
+    r = ERR(r, "tcp setup on rank %d: exchanging addresses: %.180s", st->rank,
+            boot_last_error(st->boot));
   } else {
     const uint8_t *secret = boot_secret(st->boot, NULL);
     r = tcp_connect_all(st, s, peers, addrs, bufs, secret, deadline);
@@ -201,7 +202,7 @@ int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
   close(lfd);
   free(addrs);
   if (r != BRAID_SUCCESS)
-    return setup_fail(st, s, r);
+    return setup_fail(s, r);
   s->pids = calloc((size_t)st->nranks, sizeof(int32_t));
   s->same_host = calloc((size_t)st->nranks, 1);
   for (int p = 0; s->pids && s->same_host && p < st->nranks; p++) {
@@ -210,18 +211,17 @@ int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
   }
   s->pfd = calloc(nconn ? nconn : 1, sizeof(struct pollfd));
   s->pfd_conn = calloc(nconn ? nconn : 1, sizeof(int));
-  if (s->pfd == NULL || s->pfd_conn == NULL) {
-    SERR(s, "tcp setup: out of memory");
-    return setup_fail(st, s, BRAID_ERR_NOMEM);
-  }
+  if (s->pfd == NULL || s->pfd_conn == NULL)
+    return setup_fail(s, ERR(BRAID_ERR_NOMEM, "tcp setup: out of memory"));
   for (size_t i = 0; i < nconn; i++)
     if (s->conns[i]) {
       s->pfd[s->npfd].fd = s->conns[i]->fd;
       s->pfd[s->npfd].events = POLLIN;
       s->pfd_conn[s->npfd++] = (int)i;
     }
-  if (tcp_ctl_start(s) != 0)
-    return setup_fail(st, s, BRAID_ERR_SYSTEM);
+  r = tcp_ctl_start(s);
+  if (r != BRAID_SUCCESS)
+    return setup_fail(s, r);
   INFO(LOG_NET,
        "tcp: rank %d connected %d socket(s) and a control connection "
        "to each peer",

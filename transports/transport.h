@@ -7,6 +7,14 @@
  *
  * Sizes are known to both ends (the schedule decides them); a transport may
  * still carry a length to catch mismatches and report them.
+ *
+ * Errors: calls return braid_result codes, plus TP_AGAIN ("not yet"). A
+ * call that fails records its message for the calling thread with ERR
+ * (src/log.h) when it returns the failure, naming the peer; a connection
+ * that stays broken records the same message again at every later call
+ * that fails for it (transports/common.h, tp_keep). The executor turns the
+ * code and the message into the communicator's error in one place
+ * (exec_tp_fail, src/exec_wait.c).
  */
 #ifndef BRAID_TRANSPORTS_TRANSPORT_H
 #define BRAID_TRANSPORTS_TRANSPORT_H
@@ -63,13 +71,13 @@ typedef struct tp_setup {
   int nslots;        /* messages a connection buffers */
   size_t slot_bytes; /* largest message */
   int timeout_ms;
-  char errbuf[512]; /* filled on error */
 } tp_setup;
 
 typedef struct tp_ops {
   const char *name;
   /* Create per-communicator state. peers[i] != 0 marks the ranks this
-   * transport must connect to. Collective over all ranks of the comm. */
+   * transport must connect to. Collective over all ranks of the comm. A
+   * failure's message is the calling thread's (err_msg). */
   int (*setup)(tp_setup *st, const uint8_t *peers, void **state);
   tp_conn *(*conn)(void *state, int peer, int channel);
   /* Send len bytes. BRAID_SUCCESS: accepted (*ticket set; src may still be
@@ -123,7 +131,7 @@ typedef struct tp_ops {
   int (*peer_cpu)(void *state, int peer);
   /* Check the peers once (dead process, closed socket). BRAID_SUCCESS,
    * BRAID_ERR_REMOTE with *dead_rank set, or BRAID_ERR_MISMATCH when a peer
-   * told of a collective mismatch (tell_mismatch; last_error names it). */
+   * told of a collective mismatch (tell_mismatch; its message names it). */
   int (*check_peers)(void *state, int *dead_rank);
   /* Optional: this rank gives up because dead_rank died; peers that see this
    * rank leave next should name dead_rank as the cause. */
@@ -143,8 +151,6 @@ typedef struct tp_ops {
    * silence, *silent_ms), or -1. */
   int (*heartbeat)(void *state, int *silent_ms);
   void (*teardown)(void *state);
-  /* Error text of the last failure on this state (names the peer). */
-  const char *(*last_error)(void *state);
   /* Optional: writes out what the transport still holds in its own buffers
    * (isend_copy's copies, whose send_done was immediate) without waiting.
    * BRAID_SUCCESS when nothing is left, TP_AGAIN while something is, else an
@@ -153,7 +159,7 @@ typedef struct tp_ops {
    * BRAID_SUCCESS. NULL: the transport never holds such data. */
   int (*flush)(void *state);
   /* Optional: makes what the connection needs (memory, events) now instead
-   * of on its first use; BRAID_SUCCESS or an error (last_error says). The
+   * of on its first use; BRAID_SUCCESS or an error (its message says). The
    * executor calls it before a call on a CUDA stream goes behind its gate,
    * where allocating could wait for the user's threads (docs/CUDA.md, §3).
    * NULL: nothing to make ahead. */

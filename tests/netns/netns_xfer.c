@@ -93,7 +93,7 @@ static int bench_tp(const tp_ops *tp, void *st, boot *b, int rank, size_t bytes,
           if (r == TP_AGAIN)
             break;
           if (r != BRAID_SUCCESS) {
-            fprintf(stderr, "rank 0: isend: %s\n", tp->last_error(st));
+            fprintf(stderr, "rank 0: isend: %s\n", err_msg());
             return 3;
           }
           posted++;
@@ -109,7 +109,7 @@ static int bench_tp(const tp_ops *tp, void *st, boot *b, int rank, size_t bytes,
         continue;
       }
       if (r != TP_AGAIN) {
-        fprintf(stderr, "rank %d: %s\n", rank, tp->last_error(st));
+        fprintf(stderr, "rank %d: %s\n", rank, err_msg());
         return 4;
       }
       if (xchg_now_ms() > dl) {

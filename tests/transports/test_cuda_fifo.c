@@ -18,6 +18,8 @@
 
 #include "../test_fork.h"
 #include "cuda_fake.h"
+#include "src/log.h"
+#include "transports/common.h"
 #include "transports/cuda/cuda_fifo.h"
 
 /* One connection, sender rank 0 -> receiver rank 1, in this process: the
@@ -27,7 +29,7 @@ typedef struct pair {
   char *data;
   cuf_tx tx;
   cuf_rx rx;
-  char err[256];
+  char why[TP_WHY]; /* the connection's sticky message */
   uint64_t cap;
 } pair;
 
@@ -35,10 +37,8 @@ static void pair_open(pair *p, int nslots, uint64_t cap) {
   memset(p, 0, sizeof(*p));
   fake_reset();
   int32_t senders[1] = {0};
-  char err[256] = "";
-  cr_assert_eq(cuf_seg_create(&p->seg, 1, 1, senders, 1, nslots, cap, 42, err,
-                              sizeof(err)),
-               BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(cuf_seg_create(&p->seg, 1, 1, senders, 1, nslots, cap, 42),
+               BRAID_SUCCESS, "%s", err_msg());
   cuf_seg_unlink(&p->seg); /* mapped here only: nothing stays behind */
   int idx = -1;
   cuf_ring *ring = cuf_ring_of(p->seg.hdr, 0, 0, &idx);
@@ -50,8 +50,7 @@ static void pair_open(pair *p, int nslots, uint64_t cap) {
   cr_assert_not_null(p->data);
   p->tx.peer = 1;
   p->rx.peer = 0;
-  p->tx.err = p->rx.err = p->err;
-  p->tx.errlen = p->rx.errlen = sizeof(p->err);
+  p->tx.why = p->rx.why = p->why;
   cr_assert_eq(cuf_tx_init(&p->tx, &fake_engine, NULL, ring, p->seg.hdr,
                            p->data, (uint64_t)nslots, cap),
                BRAID_SUCCESS);
@@ -119,7 +118,8 @@ Test(cuda_fifo, publishes_only_after_the_copy_completes) {
   cr_assert_eq(tail(&p), 1);
   cr_assert_arr_eq(dst, src, sizeof(src));
   cr_assert_eq(cuf_tx_send_done(&p.tx, 2), BRAID_ERR_INVALID_ARG);
-  cr_assert(strstr(p.err, "ticket 2 never issued") != NULL, "%s", p.err);
+  cr_assert(strstr(err_msg(), "ticket 2 never issued") != NULL, "%s",
+            err_msg());
   pair_close(&p);
 }
 
@@ -187,7 +187,7 @@ Test(cuda_fifo, ordering_and_wraparound_with_fragments) {
       memset(dst, 0x5a, sizeof(dst));
       got++;
     } else {
-      cr_assert_eq(rc, TP_AGAIN, "%s", p.err);
+      cr_assert_eq(rc, TP_AGAIN, "%s", err_msg());
     }
     cr_assert_leq(head(&p) - tail(&p), 2, "never more than nslots in flight");
   }
@@ -247,7 +247,7 @@ Test(cuda_fifo, recv_reduce_over_fragments) {
     rc = cuf_rx_recv(&p.rx, mine, out, sizeof(out), &r.base, NULL);
     fake_run(-1);
   }
-  cr_assert_eq(rc, BRAID_SUCCESS, "%s", p.err);
+  cr_assert_eq(rc, BRAID_SUCCESS, "%s", err_msg());
   for (int i = 0; i < N; i++)
     cr_assert_eq(out[i], 1000 + 2 * i, "element %d", i);
   cr_assert_eq(head(&p), 7);
@@ -265,9 +265,9 @@ Test(cuda_fifo, length_mismatch_names_the_peer) {
   cr_assert_eq(cuf_tx_send_done(&p.tx, t), BRAID_SUCCESS);
   int rc = cuf_rx_recv(&p.rx, NULL, dst, 64, NULL, NULL);
   cr_assert_eq(rc, BRAID_ERR_MISMATCH);
-  cr_assert(strstr(p.err, "rank 0") && strstr(p.err, "100 bytes") &&
-                strstr(p.err, "expects 64"),
-            "%s", p.err);
+  cr_assert(strstr(err_msg(), "rank 0") && strstr(err_msg(), "100 bytes") &&
+                strstr(err_msg(), "expects 64"),
+            "%s", err_msg());
   cr_assert_eq(cuf_rx_recv(&p.rx, NULL, dst, 100, NULL, NULL),
                BRAID_ERR_MISMATCH, "the error sticks");
   pair_close(&p);
@@ -281,8 +281,9 @@ Test(cuda_fifo, copy_failure_is_reported_and_sticks) {
   uint64_t t;
   fake_fail_next(BRAID_ERR_SYSTEM);
   cr_assert_eq(cuf_tx_isend(&p.tx, src, 32, 0, &t), BRAID_ERR_SYSTEM);
-  cr_assert(strstr(p.err, "rank 1") && strstr(p.err, "fake engine failure"),
-            "%s", p.err);
+  cr_assert(strstr(err_msg(), "rank 1") &&
+                strstr(err_msg(), "fake engine failure"),
+            "%s", err_msg());
   cr_assert_eq(cuf_tx_isend(&p.tx, src, 32, 0, &t), BRAID_ERR_SYSTEM);
   pair_close(&p);
 }
@@ -290,26 +291,23 @@ Test(cuda_fifo, copy_failure_is_reported_and_sticks) {
 Test(cuda_fifo, segment_is_unlinked_and_checked) {
   cuf_seg a, b;
   int32_t senders[2] = {3, 5};
-  char err[256] = "", path[128];
-  cr_assert_eq(
-      cuf_seg_create(&a, 4, 2, senders, 2, 3, 512, 7, err, sizeof(err)),
-      BRAID_SUCCESS, "%s", err);
+  char path[128];
+  cr_assert_eq(cuf_seg_create(&a, 4, 2, senders, 2, 3, 512, 7), BRAID_SUCCESS,
+               "%s", err_msg());
   snprintf(path, sizeof(path), "/dev/shm%s", a.name);
   cr_assert_eq(access(path, F_OK), 0, "%s exists while peers attach", path);
-  cr_assert_eq(cuf_seg_attach(&b, a.name, a.size, 4, 2, err, sizeof(err)),
-               BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(cuf_seg_attach(&b, a.name, a.size, 4, 2), BRAID_SUCCESS, "%s",
+               err_msg());
   int idx = -1;
   cr_assert_not_null(cuf_ring_of(b.hdr, 5, 1, &idx));
   cr_assert_eq(idx, 3, "rank 5 channel 1 is the fourth ring");
   cr_assert_null(cuf_ring_of(b.hdr, 5, 2, NULL), "no channel 2");
   cuf_seg_unmap(&b);
-  cr_assert_neq(cuf_seg_attach(&b, a.name, a.size, 6, 2, err, sizeof(err)),
-                BRAID_SUCCESS);
-  cr_assert(strstr(err, "rank 6") != NULL, "%s", err);
+  cr_assert_neq(cuf_seg_attach(&b, a.name, a.size, 6, 2), BRAID_SUCCESS);
+  cr_assert(strstr(err_msg(), "rank 6") != NULL, "%s", err_msg());
   cuf_seg_unlink(&a);
   cr_assert_neq(access(path, F_OK), 0, "%s is gone after unlink", path);
-  cr_assert_neq(cuf_seg_attach(&b, a.name, a.size, 4, 2, err, sizeof(err)),
-                BRAID_SUCCESS);
+  cr_assert_neq(cuf_seg_attach(&b, a.name, a.size, 4, 2), BRAID_SUCCESS);
   cuf_seg_unmap(&a);
 }
 
@@ -323,10 +321,8 @@ static int waiting_fn(void *arg, int i) {
 Test(cuda_fifo, dead_peer_is_named) {
   cuf_seg seg;
   int32_t senders[1] = {0};
-  char err[256] = "";
-  cr_assert_eq(
-      cuf_seg_create(&seg, 3, 1, senders, 1, 2, 256, 1, err, sizeof(err)),
-      BRAID_SUCCESS);
+  cr_assert_eq(cuf_seg_create(&seg, 3, 1, senders, 1, 2, 256, 1),
+               BRAID_SUCCESS);
   cuf_seg_unlink(&seg);
   pid_t child = test_fork();
   if (child == 0)
@@ -339,23 +335,24 @@ Test(cuda_fifo, dead_peer_is_named) {
   int dead = -1, rc = BRAID_SUCCESS;
   waiting_flag = 1;
   for (int i = 0; i < 500 && !both[1].dead; i++) {
-    rc = cuf_peers_check(both, 2, 0, waiting_fn, NULL, &dead, err, sizeof(err));
+    rc = cuf_peers_check(both, 2, 0, waiting_fn, NULL, &dead);
     if (!both[1].dead)
       usleep(2000);
   }
   cr_assert(both[1].dead, "the exited child is seen as dead");
   cr_assert_eq(rc, BRAID_SUCCESS, "not reported while its data waits");
   waiting_flag = 0;
-  rc = cuf_peers_check(both, 2, 0, waiting_fn, NULL, &dead, err, sizeof(err));
+  rc = cuf_peers_check(both, 2, 0, waiting_fn, NULL, &dead);
   cr_assert_eq(rc, BRAID_ERR_REMOTE);
   cr_assert_eq(dead, 3);
-  cr_assert(strstr(err, "rank 3") != NULL, "%s", err);
+  cr_assert(strstr(err_msg(), "rank 3") != NULL, "%s", err_msg());
   /* a peer that left because rank 7 died names rank 7 */
   atomic_store(&seg.hdr->cause, 7);
-  rc = cuf_peers_check(both, 2, 0, NULL, NULL, &dead, err, sizeof(err));
+  rc = cuf_peers_check(both, 2, 0, NULL, NULL, &dead);
   cr_assert_eq(rc, BRAID_ERR_REMOTE);
   cr_assert_eq(dead, 7);
-  cr_assert(strstr(err, "rank 7 died") && strstr(err, "rank 3"), "%s", err);
+  cr_assert(strstr(err_msg(), "rank 7 died") && strstr(err_msg(), "rank 3"),
+            "%s", err_msg());
   /* not reaped yet: a zombie that exited normally, its pidfd readable */
   cr_assert_eq(tp_pid_state(child), TP_PID_EXITED);
   int cfd = tp_pidfd_open(child);

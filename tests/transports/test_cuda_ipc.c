@@ -19,6 +19,7 @@
 #include "src/bootstrap.h"
 #include "src/comm.h"
 #include "src/comm_dev.h"
+#include "src/log.h"
 #include "transports/cuda/cuda_tp.h"
 #include "transports/transport.h"
 
@@ -55,6 +56,7 @@ static void need_gpu(void) {
 static int exchange(const tp_ops *ops, tp_conn *c, const void *src, void *dst,
                     size_t len, const tp_reducer *red, const void *mine,
                     char *msg, size_t msglen, void *state) {
+  (void)state;
   uint64_t t = 0;
   int sent = 0, sdone = 0, rdone = 0;
   for (long i = 0; i < 20000000 && !(sdone && rdone); i++) {
@@ -64,14 +66,14 @@ static int exchange(const tp_ops *ops, tp_conn *c, const void *src, void *dst,
       if (rc == BRAID_SUCCESS)
         sent = 1;
       else if (rc != TP_AGAIN)
-        FAIL("isend: %d %s", rc, ops->last_error(state));
+        FAIL("isend: %d %s", rc, err_msg());
     }
     if (sent && !sdone) {
       rc = ops->send_done(c, t);
       if (rc == BRAID_SUCCESS)
         sdone = 1;
       else if (rc != TP_AGAIN)
-        FAIL("send_done: %d %s", rc, ops->last_error(state));
+        FAIL("send_done: %d %s", rc, err_msg());
     }
     if (!rdone) {
       rc = red ? ops->recv_reduce(c, mine, dst, len, red)
@@ -79,7 +81,7 @@ static int exchange(const tp_ops *ops, tp_conn *c, const void *src, void *dst,
       if (rc == BRAID_SUCCESS)
         rdone = 1;
       else if (rc != TP_AGAIN)
-        FAIL("recv: %d %s", rc, ops->last_error(state));
+        FAIL("recv: %d %s", rc, err_msg());
     }
   }
   if (!(sdone && rdone))
@@ -115,7 +117,7 @@ static int rank_ipc(int rank, int nranks, const braid_unique_id *id, void *arg,
   uint8_t peers[2] = {rank != 0, rank != 1};
   void *state = NULL;
   if (tp_cuda.setup(&su, peers, &state))
-    FAIL("setup: %s", su.errbuf);
+    FAIL("setup: %s", err_msg());
   if (xa && xa->die && rank == 1)
     _exit(0);
   tp_conn *c = tp_cuda.conn(state, 1 - rank, 1);
@@ -127,8 +129,8 @@ static int rank_ipc(int rank, int nranks, const braid_unique_id *id, void *arg,
       int dead = -1;
       int rc = tp_cuda.check_peers(state, &dead);
       if (rc == BRAID_ERR_REMOTE) {
-        if (dead != 1 || !strstr(tp_cuda.last_error(state), "rank 1"))
-          FAIL("dead rank %d: %s", dead, tp_cuda.last_error(state));
+        if (dead != 1 || !strstr(err_msg(), "rank 1"))
+          FAIL("dead rank %d: %s", dead, err_msg());
         tp_cuda.teardown(state);
         boot_close(b);
         return 0;
@@ -185,9 +187,8 @@ static int rank_ipc(int rank, int nranks, const braid_unique_id *id, void *arg,
       ;
     for (long i = 0; i < 20000000 && rc == TP_AGAIN; i++)
       rc = tp_cuda.recv(c, dst, 8192);
-    if (rc != BRAID_ERR_MISMATCH ||
-        !strstr(tp_cuda.last_error(state), "rank 0"))
-      FAIL("mismatch: %d %s", rc, tp_cuda.last_error(state));
+    if (rc != BRAID_ERR_MISMATCH || !strstr(err_msg(), "rank 0"))
+      FAIL("mismatch: %d %s", rc, err_msg());
     while (tp_cuda.send_done(c, t) == TP_AGAIN)
       ;
   }

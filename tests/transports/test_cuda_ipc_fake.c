@@ -15,6 +15,7 @@
 #include "device/cuda_dev.h"
 #include "ranks.h"
 #include "src/bootstrap.h"
+#include "src/log.h"
 #include "transports/cuda/cuda_tp.h"
 #include "transports/transport.h"
 
@@ -55,7 +56,7 @@ static int job_start(job *j, int rank, int nranks, const braid_unique_id *id,
     all[p] = p != rank;
   int rc = tp_cuda.setup(&su, peers ? peers : all, &j->st);
   if (rc)
-    FAIL("setup: %d %s", rc, su.errbuf);
+    FAIL("setup: %d %s", rc, err_msg());
   if (cudev_stream_create(&j->stream))
     FAIL("stream");
   if (rank % 2) /* odd ranks copy on a stream of their own choosing */
@@ -108,21 +109,21 @@ static int all_to_all(job *j, int rank, char *msg, size_t msglen) {
         if (rc == BRAID_SUCCESS)
           sent[p] = 1, left--, moved = 1;
         else if (rc != TP_AGAIN)
-          FAIL("isend to %d: %s", p, tp_cuda.last_error(j->st));
+          FAIL("isend to %d: %s", p, err_msg());
       }
       if (sent[p] && !sdone[p]) {
         rc = tp_cuda.send_done(c, t[p]);
         if (rc == BRAID_SUCCESS)
           sdone[p] = 1, left--, moved = 1;
         else if (rc != TP_AGAIN)
-          FAIL("send_done to %d: %s", p, tp_cuda.last_error(j->st));
+          FAIL("send_done to %d: %s", p, err_msg());
       }
       if (!rdone[p]) {
         rc = tp_cuda.recv(c, in[p], len_of(p, rank));
         if (rc == BRAID_SUCCESS)
           rdone[p] = 1, left--, moved = 1;
         else if (rc != TP_AGAIN)
-          FAIL("recv from %d: %s", p, tp_cuda.last_error(j->st));
+          FAIL("recv from %d: %s", p, err_msg());
       }
     }
     if (!moved) { /* the doorbell wakes this rank when a peer moves */
@@ -161,18 +162,18 @@ static int ring_reduce(job *j, int rank, char *msg, size_t msglen) {
     if (!sent &&
         (rc = tp_cuda.isend_copy(to, mine, sizeof(mine), &t)) != TP_AGAIN) {
       if (rc)
-        FAIL("isend_copy: %s", tp_cuda.last_error(j->st));
+        FAIL("isend_copy: %s", err_msg());
       sent = 1;
     }
     if (sent && !sdone && (rc = tp_cuda.send_done(to, t)) != TP_AGAIN) {
       if (rc)
-        FAIL("send_done: %s", tp_cuda.last_error(j->st));
+        FAIL("send_done: %s", err_msg());
       sdone = 1;
     }
     if (!rdone && (rc = tp_cuda.recv_reduce(from, mine, got, sizeof(got),
                                             &r.base)) != TP_AGAIN) {
       if (rc)
-        FAIL("recv_reduce: %s", tp_cuda.last_error(j->st));
+        FAIL("recv_reduce: %s", err_msg());
       rdone = 1;
     }
   }
@@ -197,13 +198,13 @@ static int mismatch(job *j, int rank, char *msg, size_t msglen) {
     while (rc == BRAID_SUCCESS && (rc = tp_cuda.send_done(c, t)) == TP_AGAIN)
       ;
     if (rc)
-      FAIL("send: %s", tp_cuda.last_error(j->st));
+      FAIL("send: %s", err_msg());
   } else if (rank == 1) {
     tp_conn *c = tp_cuda.conn(j->st, 0, 0);
     int rc = TP_AGAIN;
     for (long it = 0; it < 20000000 && rc == TP_AGAIN; it++)
       rc = tp_cuda.recv(c, buf, 200);
-    const char *e = tp_cuda.last_error(j->st);
+    const char *e = err_msg();
     if (rc != BRAID_ERR_MISMATCH || !strstr(e, "rank 0") ||
         !strstr(e, "100 bytes") || !strstr(e, "expects 200"))
       FAIL("mismatch gave %d: %s", rc, e);
@@ -288,7 +289,7 @@ static int rank_die(int rank, int nranks, const braid_unique_id *id, void *arg,
     int dead = -1;
     int rc = tp_cuda.check_peers(j.st, &dead);
     if (rc == BRAID_ERR_REMOTE) {
-      const char *e = tp_cuda.last_error(j.st);
+      const char *e = err_msg();
       if (dead != 1 || !strstr(e, "rank 1"))
         FAIL("dead rank %d: %s", dead, e);
       tp_cuda.teardown(j.st);

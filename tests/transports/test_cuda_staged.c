@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cuda_fake.h"
+#include "src/log.h"
 #include "transports/cuda/cuda_tp.h"
 
 /* ---- the fake host transport -------------------------------------------- */
@@ -30,7 +31,6 @@ typedef struct loopq {
 
 static loopq lq;
 static tp_conn conn_of[2]; /* [rank]: rank's connection to the other */
-static char loop_err[256];
 static int loop_dead = -1;
 
 static int loop_isend(tp_conn *c, const void *src, size_t len, uint64_t *t) {
@@ -52,13 +52,11 @@ static int loop_recv(tp_conn *c, void *dst, size_t len) {
   if (q->recvd == q->sent)
     return TP_AGAIN;
   size_t have = q->len[q->recvd % LOOP_DEPTH];
-  if (have != len) {
-    snprintf(loop_err, sizeof(loop_err),
-             "loop recv from rank %d: message has %zu bytes, the receive "
-             "expects %zu",
-             c->peer, have, len);
-    return BRAID_ERR_MISMATCH;
-  }
+  if (have != len)
+    return ERR(BRAID_ERR_MISMATCH,
+               "loop recv from rank %d: message has %zu bytes, the receive "
+               "expects %zu",
+               c->peer, have, len);
   memcpy(dst, q->msg[q->recvd % LOOP_DEPTH], len);
   q->recvd++;
   return BRAID_SUCCESS;
@@ -69,21 +67,14 @@ static int loop_check(void *state, int *dead) {
   if (loop_dead < 0)
     return BRAID_SUCCESS;
   *dead = loop_dead;
-  snprintf(loop_err, sizeof(loop_err), "loop: rank %d is gone", loop_dead);
-  return BRAID_ERR_REMOTE;
-}
-
-static const char *loop_last_error(void *state) {
-  (void)state;
-  return loop_err;
+  return ERR(BRAID_ERR_REMOTE, "loop: rank %d is gone", loop_dead);
 }
 
 static const tp_ops tp_loop = {.name = "loop",
                                .isend = loop_isend,
                                .send_done = loop_send_done,
                                .recv = loop_recv,
-                               .check_peers = loop_check,
-                               .last_error = loop_last_error};
+                               .check_peers = loop_check};
 
 static tp_conn *inner_conn(void *arg, int peer, int channel) {
   int rank = (int)(intptr_t)arg;
@@ -107,7 +98,6 @@ static tp_conn *tx, *rx;
 static void open_pair(int nslots, size_t slot_bytes) {
   fake_reset();
   memset(&lq, 0, sizeof(lq));
-  loop_err[0] = 0;
   loop_dead = -1;
   for (int r = 0; r < 2; r++) {
     conn_of[r] = (tp_conn){.peer = 1 - r, .q = &lq};
@@ -121,9 +111,7 @@ static void open_pair(int nslots, size_t slot_bytes) {
                     .nchannels = 1,
                     .nslots = nslots,
                     .slot_bytes = slot_bytes};
-    char err[256] = "";
-    cr_assert_eq(staged_new(&g, &st[r], err, sizeof(err)), BRAID_SUCCESS, "%s",
-                 err);
+    cr_assert_eq(staged_new(&g, &st[r]), BRAID_SUCCESS, "%s", err_msg());
   }
   tx = tp_staged.conn(st[0], 1, 0);
   rx = tp_staged.conn(st[1], 0, 0);
@@ -169,7 +157,7 @@ Test(cuda_staged, copy_of_the_next_message_overlaps_the_send) {
     rc = tp_staged.recv(rx, out, 64);
     fake_run(-1);
   }
-  cr_assert_eq(rc, BRAID_SUCCESS, "%s", tp_staged.last_error(st[1]));
+  cr_assert_eq(rc, BRAID_SUCCESS, "%s", err_msg());
   cr_assert_arr_eq(out, a, 64);
   cr_assert_eq(tp_staged.send_done(tx, t1), BRAID_SUCCESS);
   cr_assert_eq(tp_staged.flush(st[0]), TP_AGAIN, "message 2 is not done");
@@ -214,7 +202,7 @@ Test(cuda_staged, send_done_does_not_wait_for_the_receiver) {
     if (rc == TP_AGAIN)
       (void)tp_staged.send_done(tx, t);
   }
-  cr_assert_eq(rc, BRAID_SUCCESS, "%s", tp_staged.last_error(st[1]));
+  cr_assert_eq(rc, BRAID_SUCCESS, "%s", err_msg());
   cr_assert_arr_eq(out, a, 200);
   cr_assert_eq(tp_staged.send_done(tx, t), BRAID_SUCCESS);
   cr_assert_eq(tp_staged.flush(st[0]), BRAID_SUCCESS);
@@ -265,7 +253,7 @@ Test(cuda_staged, many_messages_in_order_with_fragments) {
       cr_assert_arr_eq(dst, src[got], lens[got], "message %d", got);
       got++;
     } else {
-      cr_assert_eq(rc, TP_AGAIN, "%s", tp_staged.last_error(st[1]));
+      cr_assert_eq(rc, TP_AGAIN, "%s", err_msg());
     }
   }
   cr_assert_eq(got, N);
@@ -299,7 +287,7 @@ Test(cuda_staged, recv_reduce) {
     rc = tp_staged.recv_reduce(rx, mine, out, sizeof(out), &r.base);
     fake_run(-1);
   }
-  cr_assert_eq(rc, BRAID_SUCCESS, "%s", tp_staged.last_error(st[1]));
+  cr_assert_eq(rc, BRAID_SUCCESS, "%s", err_msg());
   for (int i = 0; i < N; i++)
     cr_assert_eq(out[i], i % 2 ? 100 + i : 50, "element %d", i);
   close_pair();
@@ -315,7 +303,7 @@ Test(cuda_staged, length_mismatch_and_dead_peer_are_named) {
   (void)tp_staged.send_done(tx, t);
   int rc = tp_staged.recv(rx, dst, 64);
   cr_assert_eq(rc, BRAID_ERR_MISMATCH);
-  const char *e = tp_staged.last_error(st[1]);
+  const char *e = err_msg();
   cr_assert(strstr(e, "rank 0") && strstr(e, "loop") && strstr(e, "100"), "%s",
             e);
   cr_assert_eq(tp_staged.recv(rx, dst, 100), BRAID_ERR_MISMATCH, "sticky");
@@ -323,8 +311,7 @@ Test(cuda_staged, length_mismatch_and_dead_peer_are_named) {
   int dead = -1;
   cr_assert_eq(tp_staged.check_peers(st[0], &dead), BRAID_ERR_REMOTE);
   cr_assert_eq(dead, 1);
-  cr_assert(strstr(tp_staged.last_error(st[0]), "rank 1") != NULL, "%s",
-            tp_staged.last_error(st[0]));
+  cr_assert(strstr(err_msg(), "rank 1") != NULL, "%s", err_msg());
   close_pair();
 }
 
@@ -335,16 +322,16 @@ Test(cuda_staged, copy_failure_and_bad_arguments) {
   uint64_t t;
   cr_assert_eq(tp_staged.isend(tx, NULL, 64, &t), BRAID_ERR_INVALID_ARG);
   cr_assert_eq(tp_staged.send_done(tx, 9), BRAID_ERR_INVALID_ARG);
-  cr_assert(strstr(tp_staged.last_error(st[0]), "ticket 9") != NULL);
+  cr_assert(strstr(err_msg(), "ticket 9") != NULL);
   tp_setup su;
   memset(&su, 0, sizeof(su));
   void *none = NULL;
   cr_assert_eq(tp_staged.setup(&su, NULL, &none), BRAID_ERR_UNSUPPORTED);
-  cr_assert(strstr(su.errbuf, "staged_new") != NULL, "%s", su.errbuf);
+  cr_assert(strstr(err_msg(), "staged_new") != NULL, "%s", err_msg());
   fake_fail_next(BRAID_ERR_SYSTEM);
   cr_assert_eq(tp_staged.isend(tx, src, 64, &t), BRAID_ERR_SYSTEM);
-  cr_assert(strstr(tp_staged.last_error(st[0]), "rank 1") &&
-                strstr(tp_staged.last_error(st[0]), "fake engine failure"),
-            "%s", tp_staged.last_error(st[0]));
+  cr_assert(strstr(err_msg(), "rank 1") &&
+                strstr(err_msg(), "fake engine failure"),
+            "%s", err_msg());
   close_pair();
 }

@@ -12,6 +12,7 @@
 
 #include "ranks.h"
 #include "src/bootstrap.h"
+#include "src/log.h"
 #include "transports/sock_util.h"
 #include "transports/transport.h"
 
@@ -61,7 +62,7 @@ static int job_tcp(job *j, int nchannels, const uint8_t *peers, char *msg,
   st.timeout_ms = 20000;
   int r = tp_tcp.setup(&st, peers ? peers : all, &j->st);
   if (r != BRAID_SUCCESS)
-    FAIL("tcp setup: %d: %s", r, st.errbuf);
+    FAIL("tcp setup: %d: %s", r, err_msg());
   return 0;
 }
 
@@ -139,7 +140,7 @@ static int rank_sizes(int rank, int nranks, const braid_unique_id *id,
              sock_now_ms() < end)
         wait_io(c, POLLOUT, r);
       if (r != BRAID_SUCCESS)
-        FAIL("isend %zu bytes: %d %s", sizes[m], r, tp_tcp.last_error(j.st));
+        FAIL("isend %zu bytes: %d %s", sizes[m], r, err_msg());
     }
     int64_t end = sock_now_ms() + 10000;
     while ((r = tp_tcp.send_done(c, t[NSIZES - 1])) == TP_AGAIN &&
@@ -151,7 +152,7 @@ static int rank_sizes(int rank, int nranks, const braid_unique_id *id,
     for (size_t m = 0; m < NSIZES; m++) {
       memset(in, 0xee, sizes[m] + 1);
       if ((r = xrecv(c, in, sizes[m])) != BRAID_SUCCESS)
-        FAIL("echo recv %zu: %d %s", sizes[m], r, tp_tcp.last_error(j.st));
+        FAIL("echo recv %zu: %d %s", sizes[m], r, err_msg());
       if (memcmp(in, buf[m], sizes[m]) != 0 || in[sizes[m]] != 0xee)
         FAIL("echo of %zu bytes differs", sizes[m]);
     }
@@ -159,13 +160,13 @@ static int rank_sizes(int rank, int nranks, const braid_unique_id *id,
     for (size_t m = 0; m < NSIZES; m++) {
       memset(in, 0xee, sizes[m] + 1);
       if ((r = xrecv(c, in, sizes[m])) != BRAID_SUCCESS)
-        FAIL("recv %zu: %d %s", sizes[m], r, tp_tcp.last_error(j.st));
+        FAIL("recv %zu: %d %s", sizes[m], r, err_msg());
       if (memcmp(in, buf[m], sizes[m]) != 0 || in[sizes[m]] != 0xee)
         FAIL("message of %zu bytes differs (or overran)", sizes[m]);
     }
     for (size_t m = 0; m < NSIZES; m++)
       if ((r = xsend(c, buf[m], sizes[m])) != BRAID_SUCCESS)
-        FAIL("echo send %zu: %d %s", sizes[m], r, tp_tcp.last_error(j.st));
+        FAIL("echo send %zu: %d %s", sizes[m], r, err_msg());
   }
   if (boot_barrier(j.b) != BRAID_SUCCESS)
     FAIL("barrier: %s", boot_last_error(j.b));
@@ -208,7 +209,7 @@ static int rank_inflight(int rank, int nranks, const braid_unique_id *id,
         wait_io(c, POLLOUT, r);
       }
       if (r != BRAID_SUCCESS)
-        FAIL("isend %zu: %d %s", m, r, tp_tcp.last_error(j.st));
+        FAIL("isend %zu: %d %s", m, r, err_msg());
       if (!again)
         before++;
     }
@@ -230,7 +231,7 @@ static int rank_inflight(int rank, int nranks, const braid_unique_id *id,
     usleep(300000); /* the sender runs ahead */
     for (size_t m = 0; m < INFLIGHT; m++) {
       if ((r = xrecv(c, buf, len)) != BRAID_SUCCESS)
-        FAIL("recv %zu: %d %s", m, r, tp_tcp.last_error(j.st));
+        FAIL("recv %zu: %d %s", m, r, err_msg());
       for (size_t i = 0; i < len; i++)
         if (buf[i] != pat(m, i))
           FAIL("message %zu byte %zu wrong (out of order?)", m, i);
@@ -276,7 +277,7 @@ static int rank_reduce(int rank, int nranks, const braid_unique_id *id,
   if (rank == 0) {
     if ((r = xsend(c, a, NF * sizeof(float))) != BRAID_SUCCESS ||
         (r = xsend(c, a, NF * sizeof(float))) != BRAID_SUCCESS)
-      FAIL("send: %d %s", r, tp_tcp.last_error(j.st));
+      FAIL("send: %d %s", r, err_msg());
   } else {
     int64_t end = sock_now_ms() + 10000;
     while ((r = tp_tcp.recv_reduce(c, b, out, NF * sizeof(float), &red)) ==
@@ -284,7 +285,7 @@ static int rank_reduce(int rank, int nranks, const braid_unique_id *id,
            sock_now_ms() < end)
       wait_io(c, POLLIN, r);
     if (r != BRAID_SUCCESS)
-      FAIL("recv_reduce: %d %s", r, tp_tcp.last_error(j.st));
+      FAIL("recv_reduce: %d %s", r, err_msg());
     for (int i = 0; i < NF; i++)
       if (out[i] != a[i] + b[i])
         FAIL("element %d: %g, expected %g", i, out[i], a[i] + b[i]);
@@ -294,7 +295,7 @@ static int rank_reduce(int rank, int nranks, const braid_unique_id *id,
            sock_now_ms() < end)
       wait_io(c, POLLIN, r);
     if (r != BRAID_SUCCESS)
-      FAIL("in-place recv_reduce: %d %s", r, tp_tcp.last_error(j.st));
+      FAIL("in-place recv_reduce: %d %s", r, err_msg());
     if (memcmp(b, out, NF * sizeof(float)) != 0)
       FAIL("in-place recv_reduce differs");
   }
@@ -339,9 +340,9 @@ static int rank_channels(int rank, int nranks, const braid_unique_id *id,
   int r;
   if (rank == 0) {
     if (xsend(c1, "channel-one", 12) || xsend(c0, "channel-zero", 13))
-      FAIL("send: %s", tp_tcp.last_error(j.st));
+      FAIL("send: %s", err_msg());
     if (xsend(c0, "sixteen-bytes..", 16))
-      FAIL("send: %s", tp_tcp.last_error(j.st));
+      FAIL("send: %s", err_msg());
   } else {
     if ((r = xrecv(c0, in, 13)) != BRAID_SUCCESS || strcmp(in, "channel-zero"))
       FAIL("channel 0: %d '%s'", r, in);
@@ -349,7 +350,7 @@ static int rank_channels(int rank, int nranks, const braid_unique_id *id,
       FAIL("channel 1: %d '%s'", r, in);
     char big[24];
     r = xrecv(c0, big, 24);
-    const char *e = tp_tcp.last_error(j.st);
+    const char *e = err_msg();
     if (r != BRAID_ERR_MISMATCH || !strstr(e, "rank 0") ||
         !strstr(e, "16-byte") || !strstr(e, "24 bytes") ||
         !strstr(e, "BRAID_CHECK"))
@@ -384,7 +385,7 @@ static int rank_ring(int rank, int nranks, const braid_unique_id *id, void *arg,
   int out = rank * 100 + 1, in = -1, r;
   if ((r = xsend(tp_tcp.conn(j.st, next, 0), &out, sizeof(out))) != 0 ||
       (r = xrecv(tp_tcp.conn(j.st, prev, 0), &in, sizeof(in))) != 0)
-    FAIL("ring: %d %s", r, tp_tcp.last_error(j.st));
+    FAIL("ring: %d %s", r, err_msg());
   if (in != prev * 100 + 1)
     FAIL("got %d from rank %d", in, prev);
   if (boot_barrier(j.b) != BRAID_SUCCESS)
@@ -421,8 +422,8 @@ static int rank_killed(int rank, int nranks, const braid_unique_id *id,
   int64_t took = sock_now_ms() - start;
   if (r != BRAID_ERR_REMOTE)
     FAIL("recv returned %d after %lld ms", r, (long long)took);
-  if (!strstr(tp_tcp.last_error(j.st), "rank 1"))
-    FAIL("error does not name rank 1: %s", tp_tcp.last_error(j.st));
+  if (!strstr(err_msg(), "rank 1"))
+    FAIL("error does not name rank 1: %s", err_msg());
   int dead = -1;
   if (tp_tcp.check_peers(j.st, &dead) != BRAID_ERR_REMOTE || dead != 1)
     FAIL("tcp check_peers: dead=%d", dead);
@@ -438,8 +439,7 @@ static int rank_killed(int rank, int nranks, const braid_unique_id *id,
   uint64_t t;
   if (tp_tcp.isend(c, buf, 8, &t) != BRAID_ERR_REMOTE)
     FAIL("isend to a dead peer did not fail");
-  snprintf(msg, msglen, "%s (after %lld ms)", tp_tcp.last_error(j.st),
-           (long long)took);
+  snprintf(msg, msglen, "%s (after %lld ms)", err_msg(), (long long)took);
   job_end(&j);
   return 0;
 }
@@ -486,7 +486,8 @@ static int rank_cascade(int rank, int nranks, const braid_unique_id *id,
     return 0;
   }
   r = xrecv(tp_tcp.conn(j.st, 1, 0), buf, sizeof(buf));
-  const char *e = tp_tcp.last_error(j.st);
+  char e[512];
+  snprintf(e, sizeof e, "%s", err_msg());
   if (r != BRAID_ERR_REMOTE || strncmp(e, "tcp: rank 2 ", 12) != 0)
     FAIL("rank 0: %d: %s", r, e);
   int dead = -1;
@@ -549,7 +550,7 @@ static int rank_tcp_rogue(int rank, int nranks, const braid_unique_id *id,
   int v = rank + 40, in = -1, r;
   tp_conn *c = tp_tcp.conn(j.st, 1 - rank, 1);
   if ((r = xsend(c, &v, sizeof(v))) || (r = xrecv(c, &in, sizeof(in))))
-    FAIL("exchange: %d %s", r, tp_tcp.last_error(j.st));
+    FAIL("exchange: %d %s", r, err_msg());
   if (in != 41 - rank)
     FAIL("got %d", in);
   if (boot_barrier(j.b) != BRAID_SUCCESS)
@@ -609,7 +610,7 @@ Test(self, ordered_bounded_queue) {
   st.slot_bytes = 1024;
   uint8_t peers[4] = {0, 0, 1, 0};
   void *s = NULL;
-  cr_assert_eq(tp_self.setup(&st, peers, &s), BRAID_SUCCESS, "%s", st.errbuf);
+  cr_assert_eq(tp_self.setup(&st, peers, &s), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_null(tp_self.conn(s, 1, 0));
   cr_assert_null(tp_self.conn(s, 2, 2));
   tp_conn *c = tp_self.conn(s, 2, 1);
@@ -629,8 +630,7 @@ Test(self, ordered_bounded_queue) {
   cr_assert_eq(tp_self.recv(c, scratch, 0), BRAID_SUCCESS);
   cr_assert_eq(tp_self.isend(c, "abc", 4, &t3), BRAID_SUCCESS);
   cr_assert_eq(tp_self.recv(c, scratch, 10), BRAID_ERR_MISMATCH);
-  cr_assert(strstr(tp_self.last_error(s), "5000") != NULL, "%s",
-            tp_self.last_error(s));
+  cr_assert(strstr(err_msg(), "5000") != NULL, "%s", err_msg());
   cr_assert_eq(tp_self.recv(c, scratch, sizeof(big)), BRAID_SUCCESS);
   big[0] ^= 1;
   cr_assert_eq(memcmp(scratch, big, sizeof(big)), 0);

@@ -12,6 +12,7 @@
 
 #include "ranks.h"
 #include "src/bootstrap.h"
+#include "src/log.h"
 #include "transports/sock_util.h"
 #include "transports/transport.h"
 
@@ -52,7 +53,7 @@ static int job_start(job *j, int rank, const braid_unique_id *id, char *msg,
   st.timeout_ms = 20000;
   int r = tp_tcp.setup(&st, peers, &j->st);
   if (r != BRAID_SUCCESS)
-    FAIL("tcp setup: %d: %s", r, st.errbuf);
+    FAIL("tcp setup: %d: %s", r, err_msg());
   j->c = tp_tcp.conn(j->st, 1 - rank, 0);
   if (j->c == NULL)
     FAIL("no connection to rank %d", 1 - rank);
@@ -145,7 +146,7 @@ static int rank_overwrite(int rank, int nranks, const braid_unique_id *id,
         wait_io(j.c, POLLOUT);
       }
       if (r != BRAID_SUCCESS)
-        FAIL("isend_copy %zu: %d %s", m, r, tp_tcp.last_error(j.st));
+        FAIL("isend_copy %zu: %d %s", m, r, err_msg());
       if ((r = tp_tcp.send_done(j.c, t)) != BRAID_SUCCESS)
         FAIL("send_done of copy %zu returned %d, not at once", m, r);
       memset(buf, 0xa5, SLOT);
@@ -154,15 +155,15 @@ static int rank_overwrite(int rank, int nranks, const braid_unique_id *id,
       FAIL("%d messages of %d bytes never filled the socket and the copies",
            NMSG, SLOT);
     if ((r = drain(&j, 0)) != BRAID_SUCCESS)
-      FAIL("flush: %d %s", r, tp_tcp.last_error(j.st));
+      FAIL("flush: %d %s", r, err_msg());
     if ((r = xrecv(j.c, &ack, 1)) != BRAID_SUCCESS || ack != 'k')
-      FAIL("ack: %d %s", r, tp_tcp.last_error(j.st));
+      FAIL("ack: %d %s", r, err_msg());
     snprintf(msg, msglen, "isend_copy said TP_AGAIN %d times", again);
   } else {
     usleep(300000); /* the sender runs ahead */
     for (size_t m = 0; m < NMSG; m++) {
       if ((r = xrecv(j.c, buf, SLOT)) != BRAID_SUCCESS)
-        FAIL("recv %zu: %d %s", m, r, tp_tcp.last_error(j.st));
+        FAIL("recv %zu: %d %s", m, r, err_msg());
       if (check(buf, m, SLOT, msg, msglen))
         return 1;
     }
@@ -170,7 +171,7 @@ static int rank_overwrite(int rank, int nranks, const braid_unique_id *id,
     uint64_t t;
     if ((r = xisend(j.c, &ack, 1, &t)) != BRAID_SUCCESS ||
         (r = drain(&j, t)) != BRAID_SUCCESS)
-      FAIL("ack: %d %s", r, tp_tcp.last_error(j.st));
+      FAIL("ack: %d %s", r, err_msg());
   }
   if (boot_barrier(j.b) != BRAID_SUCCESS)
     FAIL("barrier: %s", boot_last_error(j.b));
@@ -230,10 +231,10 @@ static int rank_teardown(int rank, int nranks, const braid_unique_id *id,
   if (rank == 0) {
     uint64_t t;
     if ((r = xisend(j.c, big, BIG, &t)) != BRAID_SUCCESS)
-      FAIL("isend of %u bytes: %d %s", BIG, r, tp_tcp.last_error(j.st));
+      FAIL("isend of %u bytes: %d %s", BIG, r, err_msg());
     r = copies(&j, 0, SLOT, NSLOTS - 1, &n, msg, msglen);
     if (r != BRAID_SUCCESS || n != NSLOTS - 1)
-      FAIL("%d copies taken: %d %s", n, r, tp_tcp.last_error(j.st));
+      FAIL("%d copies taken: %d %s", n, r, err_msg());
     if ((r = tp_tcp.flush(j.st)) != TP_AGAIN)
       FAIL("flush returned %d with copies queued behind %u bytes", r, BIG);
     int64_t t0 = sock_now_ms();
@@ -245,10 +246,10 @@ static int rank_teardown(int rank, int nranks, const braid_unique_id *id,
     usleep(300000);
     if ((r = xrecv(j.c, g_in, BIG)) != BRAID_SUCCESS ||
         memcmp(g_in, big, BIG) != 0)
-      FAIL("the zero-copy message: %d %s", r, tp_tcp.last_error(j.st));
+      FAIL("the zero-copy message: %d %s", r, err_msg());
     for (size_t m = 0; m < NSLOTS - 1; m++) {
       if ((r = xrecv(j.c, buf, SLOT)) != BRAID_SUCCESS)
-        FAIL("recv copy %zu: %d %s", m, r, tp_tcp.last_error(j.st));
+        FAIL("recv copy %zu: %d %s", m, r, err_msg());
       if (check(buf, m, SLOT, msg, msglen))
         return 1;
     }
@@ -296,8 +297,7 @@ static int rank_bound(int rank, int nranks, const braid_unique_id *id,
     if (rank == 0) {
       uint64_t tbig;
       if ((r = xisend(j.c, big, BIG, &tbig)) != BRAID_SUCCESS)
-        FAIL("phase %d: isend of %u bytes: %d %s", phase, BIG, r,
-             tp_tcp.last_error(j.st));
+        FAIL("phase %d: isend of %u bytes: %d %s", phase, BIG, r, err_msg());
       if (tp_tcp.send_done(j.c, tbig) != TP_AGAIN)
         FAIL("phase %d: a %u-byte message fit the socket: cannot test", phase,
              BIG);
@@ -317,10 +317,8 @@ static int rank_bound(int rank, int nranks, const braid_unique_id *id,
         unsigned char *h = calloc(1, huge);
         r = tp_tcp.isend_copy(j.c, h, huge, &t);
         free(h);
-        if (r != BRAID_ERR_INVALID_ARG ||
-            !strstr(tp_tcp.last_error(j.st), "isend_copy"))
-          FAIL("a copy larger than the bound returned %d: %s", r,
-               tp_tcp.last_error(j.st));
+        if (r != BRAID_ERR_INVALID_ARG || !strstr(err_msg(), "isend_copy"))
+          FAIL("a copy larger than the bound returned %d: %s", r, err_msg());
       }
       if ((r = tp_tcp.flush(j.st)) != TP_AGAIN)
         FAIL("phase %d: flush returned %d with copies queued", phase, r);
@@ -330,26 +328,25 @@ static int rank_bound(int rank, int nranks, const braid_unique_id *id,
       if ((r = drain(&j, tbig)) != BRAID_SUCCESS ||
           (r = xisend(j.c, &endmark, sizeof(endmark), &t)) != BRAID_SUCCESS ||
           (r = drain(&j, t)) != BRAID_SUCCESS)
-        FAIL("phase %d: drain: %d %s", phase, r, tp_tcp.last_error(j.st));
+        FAIL("phase %d: drain: %d %s", phase, r, err_msg());
     } else {
       if (boot_barrier(j.b) != BRAID_SUCCESS)
         FAIL("barrier: %s", boot_last_error(j.b));
       unsigned char *in = g_in;
       if ((r = xrecv(j.c, in, BIG)) != BRAID_SUCCESS)
-        FAIL("phase %d: recv big: %d %s", phase, r, tp_tcp.last_error(j.st));
+        FAIL("phase %d: recv big: %d %s", phase, r, err_msg());
       if (memcmp(in, big, BIG) != 0)
         FAIL("phase %d: the zero-copy message differs", phase);
       for (int m = 0; m < expect; m++) {
         if ((r = xrecv(j.c, in, len)) != BRAID_SUCCESS)
-          FAIL("phase %d: recv copy %d: %d %s", phase, m, r,
-               tp_tcp.last_error(j.st));
+          FAIL("phase %d: recv copy %d: %d %s", phase, m, r, err_msg());
         if (check(in, first + (size_t)m, len, msg, msglen))
           return 1;
       }
       uint32_t e = 0;
       if ((r = xrecv(j.c, &e, sizeof(e))) != BRAID_SUCCESS || e != endmark)
         FAIL("phase %d: after the copies: %d (%s), not the end marker", phase,
-             r, tp_tcp.last_error(j.st));
+             r, err_msg());
     }
     if (boot_barrier(j.b) != BRAID_SUCCESS)
       FAIL("barrier: %s", boot_last_error(j.b));

@@ -20,6 +20,7 @@
 
 #include "../test_fork.h"
 #include "src/bootstrap.h"
+#include "src/log.h"
 #include "transports/ofi/ofi.h"
 #include "xchg.h"
 
@@ -64,7 +65,7 @@ static int rank_main(const job *j, int rank) {
     ts.slot_bytes = j->slot_bytes;
     ts.timeout_ms = RANK_MS;
     r = tp_ofi.setup(&ts, peers, &st);
-    snprintf(err, sizeof(err), "%s", ts.errbuf);
+    snprintf(err, sizeof(err), "%s", err_msg());
   } else {
     r = xchg_setup(&tp_ofi, b, j->nchannels, j->nslots, j->slot_bytes, RANK_MS,
                    &st, err, sizeof(err));
@@ -244,12 +245,11 @@ static int body_mismatch(boot *b, void *st, int rank, int n, char *err,
   int r = xchg_wait_recv(&tp_ofi, c, buf, g_want, 10000);
   if (r != BRAID_ERR_MISMATCH) {
     snprintf(err, len, "100 bytes into a %zu-byte receive gave %d, not %d (%s)",
-             g_want, r, BRAID_ERR_MISMATCH, tp_ofi.last_error(st));
+             g_want, r, BRAID_ERR_MISMATCH, err_msg());
     return 32;
   }
-  if (strstr(tp_ofi.last_error(st), "rank 0") == NULL) {
-    snprintf(err, len, "error text does not name rank 0: %s",
-             tp_ofi.last_error(st));
+  if (strstr(err_msg(), "rank 0") == NULL) {
+    snprintf(err, len, "error text does not name rank 0: %s", err_msg());
     return 33;
   }
   return boot_barrier(b) == BRAID_SUCCESS ? 0 : 34;
@@ -277,7 +277,7 @@ static int body_window(boot *b, void *st, int rank, int n, char *err,
              xchg_now_ms() < dl)
         sched_yield();
       if (r != BRAID_SUCCESS) {
-        snprintf(err, len, "isend %d: %d (%s)", i, r, tp_ofi.last_error(st));
+        snprintf(err, len, "isend %d: %d (%s)", i, r, err_msg());
         return 50;
       }
     }
@@ -296,8 +296,7 @@ static int body_window(boot *b, void *st, int rank, int n, char *err,
       while ((r = tp_ofi.send_done(c, t[4])) == TP_AGAIN && xchg_now_ms() < dl)
         sched_yield();
     if (r != BRAID_SUCCESS) {
-      snprintf(err, len, "finishing the sends: %d (%s)", r,
-               tp_ofi.last_error(st));
+      snprintf(err, len, "finishing the sends: %d (%s)", r, err_msg());
       return 53;
     }
     return 0;
@@ -307,7 +306,7 @@ static int body_window(boot *b, void *st, int rank, int n, char *err,
   for (int i = 0; i < 5; i++) {
     int r = xchg_wait_recv(&tp_ofi, c, bufs[i], sz, 10000);
     if (r != BRAID_SUCCESS) {
-      snprintf(err, len, "recv %d: %d (%s)", i, r, tp_ofi.last_error(st));
+      snprintf(err, len, "recv %d: %d (%s)", i, r, err_msg());
       return 55;
     }
     for (size_t j = 0; j < sz; j++)
@@ -366,7 +365,7 @@ static int body_copy(boot *b, void *st, int rank, int n, char *err,
       while ((r = tp_ofi.flush(st)) == TP_AGAIN && xchg_now_ms() < dl)
         sched_yield();
     if (r != BRAID_SUCCESS) {
-      snprintf(err, len, "flush: %d (%s)", r, tp_ofi.last_error(st));
+      snprintf(err, len, "flush: %d (%s)", r, err_msg());
       return 64;
     }
     return 0;
@@ -376,7 +375,7 @@ static int body_copy(boot *b, void *st, int rank, int n, char *err,
   for (int i = 0; i < 5; i++) {
     int r = xchg_wait_recv(&tp_ofi, c, buf, sz, 10000);
     if (r != BRAID_SUCCESS) {
-      snprintf(err, len, "recv %d: %d (%s)", i, r, tp_ofi.last_error(st));
+      snprintf(err, len, "recv %d: %d (%s)", i, r, err_msg());
       return 66;
     }
     for (size_t j = 0; j < sz; j++)
@@ -508,7 +507,7 @@ Test(transports_ofi, bad_setup_arguments) {
   cr_expect(r == BRAID_ERR_INVALID_ARG || r == BRAID_ERR_UNSUPPORTED,
             "bad setup gave %d", r);
   cr_expect_null(st);
-  cr_expect_neq(ts.errbuf[0], '\0', "no error text");
+  cr_expect_neq(err_msg()[0], '\0', "no error text");
 }
 
 Test(transports_ofi, probe_names_the_default_provider) {

@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "src/log.h"
+
 int64_t xchg_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -41,7 +43,7 @@ int xchg_setup(const tp_ops *tp, boot *b, int nchannels, int nslots,
   free(peers);
   if (r != BRAID_SUCCESS)
     snprintf(err, errlen, "%s setup: %s (%s)", tp->name,
-             braid_result_string((braid_result)r), ts.errbuf);
+             braid_result_string((braid_result)r), err_msg());
   return r;
 }
 
@@ -152,8 +154,7 @@ int xchg_run(const tp_ops *tp, void *state, int rank, int peer, int nchannels,
           break;
         if (r != BRAID_SUCCESS) {
           snprintf(err, errlen, "%s send_done to rank %d: %s (%s)", tp->name,
-                   peer, braid_result_string((braid_result)r),
-                   tp->last_error(state));
+                   peer, braid_result_string((braid_result)r), err_msg());
           rc = r;
           break;
         }
@@ -169,7 +170,7 @@ int xchg_run(const tp_ops *tp, void *state, int rank, int peer, int nchannels,
           break;
         if (r != BRAID_SUCCESS) {
           snprintf(err, errlen, "%s isend to rank %d: %s (%s)", tp->name, peer,
-                   braid_result_string((braid_result)r), tp->last_error(state));
+                   braid_result_string((braid_result)r), err_msg());
           rc = r;
           break;
         }
@@ -195,7 +196,7 @@ int xchg_run(const tp_ops *tp, void *state, int rank, int peer, int nchannels,
           break;
         if (r != BRAID_SUCCESS) {
           snprintf(err, errlen, "%s recv from rank %d: %s (%s)", tp->name, peer,
-                   braid_result_string((braid_result)r), tp->last_error(state));
+                   braid_result_string((braid_result)r), err_msg());
           rc = r;
           break;
         }
@@ -212,7 +213,7 @@ int xchg_run(const tp_ops *tp, void *state, int rank, int peer, int nchannels,
       int dead = -1;
       if (tp->check_peers(state, &dead) == BRAID_ERR_REMOTE) {
         snprintf(err, errlen, "%s: rank %d died (%s)", tp->name, dead,
-                 tp->last_error(state));
+                 err_msg());
         rc = BRAID_ERR_REMOTE;
       } else if (xchg_now_ms() > deadline) {
         snprintf(err, errlen,

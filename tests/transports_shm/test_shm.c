@@ -21,6 +21,7 @@
 
 #include "../test_fork.h"
 #include "src/bootstrap.h"
+#include "src/log.h"
 #include "transports/shm.h"
 
 #define SKIP_CODE 77
@@ -89,7 +90,7 @@ static int shm_up(world *w, void **st, int nch, int nslots, size_t slot_bytes,
   su.timeout_ms = 10000;
   int r = tp_shm.setup(&su, peers ? peers : all, st);
   if (r != BRAID_SUCCESS)
-    fprintf(stderr, "rank %d: shm setup: %s\n", w->rank, su.errbuf);
+    fprintf(stderr, "rank %d: shm setup: %s\n", w->rank, err_msg());
   return r;
 }
 
@@ -204,8 +205,7 @@ static int send_sizes(world *w, void *st, int to) {
     bufs[i] = malloc(sizes[i] + 1);
     fill(bufs[i], sizes[i], (unsigned)(i + 10 * w->rank));
     int r = WAIT(st, tp_shm.isend(c, bufs[i], sizes[i], &t));
-    CHK(r == BRAID_SUCCESS, "isend %zu bytes: %d (%s)", sizes[i], r,
-        tp_shm.last_error(st));
+    CHK(r == BRAID_SUCCESS, "isend %zu bytes: %d (%s)", sizes[i], r, err_msg());
   }
   int r = WAIT(st, tp_shm.send_done(c, t));
   CHK(r == BRAID_SUCCESS, "send_done: %d", r);
@@ -226,8 +226,7 @@ static int recv_sizes(world *w, void *st, int from) {
     fill(want, n, (unsigned)(i + 10 * from));
     memset(got, 0xEE, n + 64);
     int r = WAIT(st, tp_shm.recv(c, got, n));
-    CHK(r == BRAID_SUCCESS, "recv %zu bytes: %d (%s)", n, r,
-        tp_shm.last_error(st));
+    CHK(r == BRAID_SUCCESS, "recv %zu bytes: %d (%s)", n, r, err_msg());
     CHK(memcmp(got, want, n) == 0, "data of the %zu-byte message differ", n);
     for (size_t k = n; k < n + 64; k++)
       CHK(got[k] == 0xEE, "recv of %zu bytes wrote past the end", n);
@@ -303,8 +302,7 @@ static int run_ahead_rank(world *w) {
     CHK(sent == 4, "%d messages accepted into 4 slots", sent);
     CHK(tp_shm.send_done(c, t + 1) == BRAID_ERR_INVALID_ARG,
         "send_done accepted a ticket never issued");
-    CHK(strstr(tp_shm.last_error(st), "never issued"), "last_error: %s",
-        tp_shm.last_error(st));
+    CHK(strstr(err_msg(), "never issued"), "last_error: %s", err_msg());
     CHK(boot_barrier(w->b) == BRAID_SUCCESS, "barrier");
     for (; sent < RUN_MSGS; sent++) {
       r = WAIT(st, tp_shm.isend(c, msgs[sent], 100, &t));
@@ -477,8 +475,7 @@ static int alltoall_rank(world *w) {
       }
       if (!got[p]) {
         r = tp_shm.recv(c, in[p], a2a_len(p, w->rank));
-        CHK(r == 0 || r == TP_AGAIN, "recv from %d: %d (%s)", p, r,
-            tp_shm.last_error(st));
+        CHK(r == 0 || r == TP_AGAIN, "recv from %d: %d (%s)", p, r, err_msg());
         if (r == 0)
           got[p] = 1, left--, moved = 1;
       }
@@ -542,8 +539,7 @@ static int stream_rank(world *w) {
     if (nr < STREAM_MSGS) {
       size_t len = stream_len(nr);
       r = tp_shm.recv(c, in, len);
-      CHK(r == 0 || r == TP_AGAIN, "recv #%d: %d (%s)", nr, r,
-          tp_shm.last_error(st));
+      CHK(r == 0 || r == TP_AGAIN, "recv #%d: %d (%s)", nr, r, err_msg());
       if (r == 0) {
         fill(want, len, (unsigned)(nr + 1 - w->rank));
         CHK(memcmp(in, want, len) == 0, "message %d differs", nr);
@@ -605,9 +601,9 @@ static int partial_rank(world *w) {
   int r = tp_shm.setup(&su, one_sided, &st);
   CHK(r != BRAID_SUCCESS && st == NULL, "one-sided peers: setup gave %d", r);
   if (w->rank == 0)
-    CHK(strstr(su.errbuf, "rank 1 has no shm peers"), "errbuf: %s", su.errbuf);
+    CHK(strstr(err_msg(), "rank 1 has no shm peers"), "errbuf: %s", err_msg());
   else
-    CHK(strstr(su.errbuf, "rank 0 could not attach"), "errbuf: %s", su.errbuf);
+    CHK(strstr(err_msg(), "rank 0 could not attach"), "errbuf: %s", err_msg());
   return 0;
 }
 
@@ -672,8 +668,7 @@ static int dead_peer_rank(world *w) {
   CHK(r == BRAID_ERR_REMOTE && dead == 1, "check_peers: %d, dead rank %d", r,
       dead);
   CHK(dt < 1000, "the death was seen after %lld ms", (long long)dt);
-  CHK(strstr(tp_shm.last_error(st), "rank 1") != NULL, "last_error: %s",
-      tp_shm.last_error(st));
+  CHK(strstr(err_msg(), "rank 1") != NULL, "last_error: %s", err_msg());
   char got[8];
   r = tp_shm.recv(tp_shm.conn(st, 1, 0), got, 8);
   CHK(r == TP_AGAIN, "recv from a dead peer: %d", r);
@@ -734,7 +729,7 @@ static int mismatch_rank(world *w) {
     int r = WAIT(st, tp_shm.recv(c, got, 20));
     CHK(r == BRAID_ERR_MISMATCH, "a 10-byte message into a 20-byte recv: %d",
         r);
-    const char *e = tp_shm.last_error(st);
+    const char *e = err_msg();
     CHK(strstr(e, "rank 0") && strstr(e, "10") && strstr(e, "20"),
         "last_error: %s", e);
   }
@@ -763,13 +758,13 @@ static int too_big_rank(world *w) {
                   .slot_bytes = slot};
   int r = tp_shm.setup(&su, peers, &st);
   CHK(r == BRAID_ERR_NOMEM && st == NULL, "setup of %d GiB gave %d", nslots, r);
-  CHK(strstr(su.errbuf, "/dev/shm") && strstr(su.errbuf, "too small"),
-      "errbuf: %s", su.errbuf);
+  CHK(strstr(err_msg(), "/dev/shm") && strstr(err_msg(), "too small"),
+      "errbuf: %s", err_msg());
   /* bad arguments fail on every rank before anything is exchanged */
   su.nslots = 0;
   r = tp_shm.setup(&su, peers, &st);
-  CHK(r == BRAID_ERR_INVALID_ARG && strstr(su.errbuf, "nslots"),
-      "nslots 0: %d %s", r, su.errbuf);
+  CHK(r == BRAID_ERR_INVALID_ARG && strstr(err_msg(), "nslots"),
+      "nslots 0: %d %s", r, err_msg());
   /* the transport is usable afterwards */
   CHK(shm_up(w, &st, 1, 2, 64, NULL) == BRAID_SUCCESS, "setup after errors");
   CHK(boot_barrier(w->b) == BRAID_SUCCESS, "final barrier");

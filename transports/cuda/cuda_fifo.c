@@ -22,21 +22,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "src/log.h"
+
 static uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 /* ---- segments ------------------------------------------------------------ */
 
 int cuf_seg_create(cuf_seg *s, int rank, int npeers, const int32_t *peer_rank,
                    int nchannels, int nslots, uint64_t slot_data,
-                   uint64_t token, char *err, size_t errlen) {
+                   uint64_t token) {
   memset(s, 0, sizeof(*s));
-  if (npeers < 1 || nchannels < 1 || nslots < 1 || !peer_rank) {
-    tp_seterr(err, errlen,
-              "cuda: rank %d: bad segment shape (%d peers, %d channels, %d "
-              "slots)",
-              rank, npeers, nchannels, nslots);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (npeers < 1 || nchannels < 1 || nslots < 1 || !peer_rank)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "cuda: rank %d: bad segment shape (%d peers, %d channels, %d "
+               "slots)",
+               rank, npeers, nchannels, nslots);
   uint64_t ring =
       round_up(sizeof(cuf_ring) + (uint64_t)nslots * sizeof(cuf_slot), CUF_CL);
   uint64_t hdr =
@@ -48,7 +48,7 @@ int cuf_seg_create(cuf_seg *s, int rank, int npeers, const int32_t *peer_rank,
                     .rank = rank,
                     .bytes = total};
   void *m = NULL;
-  int rc = tp_seg_create(&req, s->name, sizeof(s->name), &m, err, errlen);
+  int rc = tp_seg_create(&req, s->name, sizeof(s->name), &m);
   if (rc)
     return rc;
   cuf_hdr *h = m;
@@ -74,28 +74,26 @@ int cuf_seg_create(cuf_seg *s, int rank, int npeers, const int32_t *peer_rank,
 }
 
 int cuf_seg_attach(cuf_seg *s, const char *name, uint64_t size, int rank,
-                   int nchannels, char *err, size_t errlen) {
+                   int nchannels) {
   memset(s, 0, sizeof(*s));
   snprintf(s->name, sizeof(s->name), "%s", name);
   void *m = NULL;
   int e = tp_seg_map(name, size, &m);
-  if (e) {
-    tp_seterr(err, errlen,
-              "cuda: cannot map the segment %s of rank %d: %s (is rank %d on "
-              "this host?)",
-              name, rank, strerror(e), rank);
-    return BRAID_ERR_SYSTEM;
-  }
+  if (e)
+    return ERR(BRAID_ERR_SYSTEM,
+               "cuda: cannot map the segment %s of rank %d: %s (is rank %d on "
+               "this host?)",
+               name, rank, strerror(e), rank);
   s->hdr = m;
   s->size = size;
   if (s->hdr->magic != CUF_MAGIC || s->hdr->rank != rank ||
       s->hdr->nchannels != nchannels) {
-    tp_seterr(err, errlen,
-              "cuda: the segment of rank %d is not what this rank expects "
-              "(rank %d, channels %d vs %d)",
-              rank, (int)s->hdr->rank, (int)s->hdr->nchannels, nchannels);
+    int r = ERR(BRAID_ERR_INTERNAL,
+                "cuda: the segment of rank %d is not what this rank expects "
+                "(rank %d, channels %d vs %d)",
+                rank, (int)s->hdr->rank, (int)s->hdr->nchannels, nchannels);
     cuf_seg_unmap(s);
-    return BRAID_ERR_INTERNAL;
+    return r;
   }
   return BRAID_SUCCESS;
 }
@@ -165,17 +163,23 @@ void cuf_bell_wait(cuf_hdr *h, uint32_t seen, int timeout_us) {
 
 /* ---- events of one side -------------------------------------------------- */
 
+static const char *eng_err(const cuf_engine *eng) {
+  const char *m = eng->error ? eng->error() : NULL;
+  return m && m[0] ? m : "no detail";
+}
+
 static int events_new(const cuf_engine *eng, uint64_t n, void ***out) {
   void **ev = calloc(n, sizeof(void *));
   if (!ev)
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "cuda: no memory for %llu events",
+               (unsigned long long)n);
   for (uint64_t i = 0; i < n; i++) {
     int rc = eng->event_new(&ev[i]);
     if (rc) {
       for (uint64_t j = 0; j < i; j++)
         eng->event_free(ev[j]);
       free(ev);
-      return rc;
+      return ERR(rc, "cuda: creating an event failed: %s", eng_err(eng));
     }
   }
   *out = ev;
@@ -189,24 +193,17 @@ static void events_free(const cuf_engine *eng, void **ev, uint64_t n) {
   free(ev);
 }
 
-static const char *eng_err(const cuf_engine *eng) {
-  const char *m = eng->error ? eng->error() : NULL;
-  return m && m[0] ? m : "no detail";
-}
-
 /* ---- send side ----------------------------------------------------------- */
 
 int cuf_tx_init(cuf_tx *t, const cuf_engine *eng, void *stream, cuf_ring *ring,
                 cuf_hdr *bell, char *data, uint64_t nslots, uint64_t cap) {
   int peer = t->peer, channel = t->channel;
-  char *err = t->err;
-  size_t errlen = t->errlen;
+  char *why = t->why;
   *t = (cuf_tx){.eng = eng,
                 .stream = stream,
                 .peer = peer,
                 .channel = channel,
-                .err = err,
-                .errlen = errlen,
+                .why = why,
                 .ring = ring,
                 .slots = cuf_ring_slots(ring),
                 .bell = bell,
@@ -215,7 +212,8 @@ int cuf_tx_init(cuf_tx *t, const cuf_engine *eng, void *stream, cuf_ring *ring,
                 .cap = cap};
   t->last = calloc(nslots, sizeof(uint64_t));
   if (!t->last)
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "cuda: no memory for %llu slots",
+               (unsigned long long)nslots);
   return events_new(eng, nslots, &t->ev);
 }
 
@@ -228,9 +226,10 @@ void cuf_tx_fini(cuf_tx *t) {
 }
 
 static int tx_fail(cuf_tx *t, int code, const char *what) {
-  tp_seterr(t->err, t->errlen, "cuda send to rank %d channel %d: %s failed: %s",
-            t->peer, t->channel, what, eng_err(t->eng));
-  return t->failed = code ? code : BRAID_ERR_INTERNAL;
+  t->failed = code ? code : BRAID_ERR_INTERNAL;
+  return tp_keep(t->why, ERR(t->failed,
+                             "cuda send to rank %d channel %d: %s failed: %s",
+                             t->peer, t->channel, what, eng_err(t->eng)));
 }
 
 /* Publishes, in order, the slots whose copy has completed. */
@@ -297,7 +296,7 @@ static int tx_push(cuf_tx *t) {
 
 int cuf_tx_progress(cuf_tx *t) {
   if (t->failed)
-    return t->failed;
+    return tp_repeat(t->why, t->failed);
   int rc = tx_publish(t);
   if (!rc)
     rc = tx_push(t);
@@ -324,13 +323,11 @@ int cuf_tx_isend(cuf_tx *t, const void *src, size_t len, int whole,
 }
 
 int cuf_tx_send_done(cuf_tx *t, uint64_t ticket) {
-  if (ticket > t->msgs) {
-    tp_seterr(t->err, t->errlen,
-              "cuda send_done to rank %d channel %d: ticket %" PRIu64
-              " never issued",
-              t->peer, t->channel, ticket);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (ticket > t->msgs)
+    return tp_keep(t->why, ERR(BRAID_ERR_INVALID_ARG,
+                               "cuda send_done to rank %d channel %d: ticket "
+                               "%" PRIu64 " never issued",
+                               t->peer, t->channel, ticket));
   int rc = cuf_tx_progress(t);
   if (rc)
     return rc;
@@ -344,14 +341,12 @@ int cuf_tx_idle(const cuf_tx *t) { return !t->pushing && t->pub == t->prod; }
 int cuf_rx_init(cuf_rx *x, const cuf_engine *eng, void *stream, cuf_ring *ring,
                 cuf_hdr *bell, char *data, uint64_t nslots, uint64_t cap) {
   int peer = x->peer, channel = x->channel;
-  char *err = x->err;
-  size_t errlen = x->errlen;
+  char *why = x->why;
   *x = (cuf_rx){.eng = eng,
                 .stream = stream,
                 .peer = peer,
                 .channel = channel,
-                .err = err,
-                .errlen = errlen,
+                .why = why,
                 .ring = ring,
                 .slots = cuf_ring_slots(ring),
                 .bell = bell,
@@ -368,10 +363,10 @@ void cuf_rx_fini(cuf_rx *x) {
 }
 
 static int rx_fail(cuf_rx *x, int code, const char *what) {
-  tp_seterr(x->err, x->errlen,
-            "cuda recv from rank %d channel %d: %s failed: %s", x->peer,
-            x->channel, what, eng_err(x->eng));
-  return x->failed = code ? code : BRAID_ERR_INTERNAL;
+  x->failed = code ? code : BRAID_ERR_INTERNAL;
+  return tp_keep(x->why, ERR(x->failed,
+                             "cuda recv from rank %d channel %d: %s failed: %s",
+                             x->peer, x->channel, what, eng_err(x->eng)));
 }
 
 /* Releases, in order, the slots whose copy-out has completed. */
@@ -404,20 +399,23 @@ static int rx_issue(cuf_rx *x, const char *src, char *dst, size_t len,
     uint64_t s = x->issued % x->nslots;
     const cuf_slot *h = &x->slots[s];
     if (h->msg_len != len) {
-      tp_seterr(x->err, x->errlen,
-                "cuda recv from rank %d channel %d: message has %" PRIu64
-                " bytes, the receive expects %zu",
-                x->peer, x->channel, h->msg_len, len);
-      return x->failed = BRAID_ERR_MISMATCH;
+      x->failed = BRAID_ERR_MISMATCH;
+      return tp_keep(x->why, ERR(x->failed,
+                                 "cuda recv from rank %d channel %d: message "
+                                 "has %" PRIu64 " bytes, the receive expects "
+                                 "%zu",
+                                 x->peer, x->channel, h->msg_len, len));
     }
     uint64_t n = h->frag_len;
     if (h->off != x->off || n > x->cap || n > len - x->off ||
         (n == 0 && len != 0) || (r && n % r->elem_size)) {
-      tp_seterr(x->err, x->errlen,
-                "cuda recv from rank %d channel %d: bad slot (offset %" PRIu64
-                ", %" PRIu64 " bytes, message %" PRIu64 ") at offset %" PRIu64,
-                x->peer, x->channel, h->off, n, h->msgno, x->off);
-      return x->failed = BRAID_ERR_INTERNAL;
+      x->failed = BRAID_ERR_INTERNAL;
+      return tp_keep(x->why,
+                     ERR(x->failed,
+                         "cuda recv from rank %d channel %d: bad slot (offset "
+                         "%" PRIu64 ", %" PRIu64 " bytes, message %" PRIu64
+                         ") at offset %" PRIu64,
+                         x->peer, x->channel, h->off, n, h->msgno, x->off));
     }
     const char *slot = x->data + s * x->cap;
     int rc = BRAID_SUCCESS;
@@ -443,7 +441,7 @@ static int rx_issue(cuf_rx *x, const char *src, char *dst, size_t len,
 int cuf_rx_recv(cuf_rx *x, const void *src, void *dst, size_t len,
                 const tp_reducer *r, void *stream) {
   if (x->failed)
-    return x->failed;
+    return tp_repeat(x->why, x->failed);
   if (!stream)
     stream = x->stream;
   int rc = rx_release(x);
@@ -476,8 +474,8 @@ int cuf_peer_gone(cuf_peer *p) {
 }
 
 int cuf_peers_check(cuf_peer *peers, int n, int self_rank,
-                    int (*waiting)(void *arg, int i), void *arg, int *dead_rank,
-                    char *err, size_t errlen) {
+                    int (*waiting)(void *arg, int i), void *arg,
+                    int *dead_rank) {
   for (int i = 0; i < n; i++) {
     cuf_peer *p = &peers[i];
     /* what it published before leaving is in our memory: read it first */
@@ -487,15 +485,15 @@ int cuf_peers_check(cuf_peer *peers, int n, int self_rank,
     if (cause >= 0 && cause != self_rank) {
       if (dead_rank)
         *dead_rank = cause;
-      tp_seterr(err, errlen, "cuda: rank %d died; rank %d (pid %d) then left",
-                cause, p->rank, p->pid);
-      return BRAID_ERR_REMOTE;
+      return ERR(BRAID_ERR_REMOTE,
+                 "cuda: rank %d died; rank %d (pid %d) then left", cause,
+                 p->rank, p->pid);
     }
     if (dead_rank)
       *dead_rank = p->rank;
-    tp_seterr(err, errlen, "cuda: rank %d (pid %d) on this host has exited",
-              p->rank, p->pid);
-    return BRAID_ERR_REMOTE;
+    return ERR(BRAID_ERR_REMOTE,
+               "cuda: rank %d (pid %d) on this host has exited", p->rank,
+               p->pid);
   }
   return BRAID_SUCCESS;
 }

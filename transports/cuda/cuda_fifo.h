@@ -106,13 +106,14 @@ typedef struct cuf_seg {
 } cuf_seg;
 
 /* Creates this rank's segment for npeers senders (peer_rank[i]) x nchannels
- * rings of nslots slots. token names the job in the segment's name. */
+ * rings of nslots slots. token names the job in the segment's name. A
+ * failure's message is recorded (ERR), as for the calls below. */
 int cuf_seg_create(cuf_seg *s, int rank, int npeers, const int32_t *peer_rank,
                    int nchannels, int nslots, uint64_t slot_data,
-                   uint64_t token, char *err, size_t errlen);
+                   uint64_t token);
 /* Maps a peer's segment by name and checks its header. */
 int cuf_seg_attach(cuf_seg *s, const char *name, uint64_t size, int rank,
-                   int nchannels, char *err, size_t errlen);
+                   int nchannels);
 void cuf_seg_unlink(cuf_seg *s);
 void cuf_seg_unmap(cuf_seg *s); /* unlinks too when owned */
 
@@ -133,14 +134,14 @@ void cuf_bell_ring(cuf_hdr *h);
 void cuf_bell_wait(cuf_hdr *h, uint32_t seen, int timeout_us);
 
 /* ---- one connection -------------------------------------------------------
- * Both sides record errors into err (the transport state's buffer) and keep
- * them (sticky) in `failed`. */
+ * Both sides record a failure's message (ERR) and keep it in why (the
+ * transport state's sticky message, TP_WHY bytes: tp_keep), and the failure
+ * (sticky) in `failed`: every later call records the message again. */
 typedef struct cuf_tx {
   const cuf_engine *eng;
   void *stream;
   int peer, channel;
-  char *err;
-  size_t errlen;
+  char *why;
   int failed;
   cuf_ring *ring;  /* in the receiver's segment */
   cuf_slot *slots; /* its slot headers */
@@ -164,8 +165,7 @@ typedef struct cuf_rx {
   const cuf_engine *eng;
   void *stream;
   int peer, channel;
-  char *err;
-  size_t errlen;
+  char *why;
   int failed;
   cuf_ring *ring; /* in our segment */
   cuf_slot *slots;
@@ -223,9 +223,9 @@ int cuf_peer_gone(cuf_peer *p);
 /* Checks peers[0..n) once. A dead peer is reported only when waiting(arg,
  * i) says nothing it published is left unread (waiting may be NULL), as
  * BRAID_ERR_REMOTE with *dead_rank set -- to the cause it recorded when it
- * left because another rank died -- and err naming both. */
+ * left because another rank died -- and a message naming both. */
 int cuf_peers_check(cuf_peer *peers, int n, int self_rank,
-                    int (*waiting)(void *arg, int i), void *arg, int *dead_rank,
-                    char *err, size_t errlen);
+                    int (*waiting)(void *arg, int i), void *arg,
+                    int *dead_rank);
 
 #endif

@@ -104,7 +104,7 @@ typedef struct cu_state {
   void *order_stream; /* cuda_tp_set_stream: all copies go there */
   tp_conn *conns;     /* npeers * nchannels */
   uint32_t lone_bell;
-  char err[256];
+  char why[TP_WHY]; /* the last failure's message (tp_keep) */
 } cu_state;
 
 typedef struct cu_rec {
@@ -114,17 +114,15 @@ typedef struct cu_rec {
   uint8_t ipc[CUDEV_IPC_BYTES];
 } cu_rec;
 
-#define SERR(su_, code, ...)                                                   \
-  (tp_seterr((su_)->errbuf, sizeof((su_)->errbuf), __VA_ARGS__), (code))
-
-/* A bad argument: named in last_error, the connection stays usable. */
+/* A bad argument: the connection stays usable. */
 #define AERR(c, ...)                                                           \
-  ((c) ? tp_seterr((c)->st->err, sizeof((c)->st->err), __VA_ARGS__) : (void)0, \
-   BRAID_ERR_INVALID_ARG)
+  ((c) ? tp_keep((c)->st->why, ERR(BRAID_ERR_INVALID_ARG, __VA_ARGS__))        \
+       : (int)ERR(BRAID_ERR_INVALID_ARG, __VA_ARGS__))
 
 static int logged(tp_conn *c, int rc) {
+  (void)c;
   if (rc != BRAID_SUCCESS && rc != TP_AGAIN)
-    WARN(LOG_SHM, "%s", c->st->err);
+    WARN(LOG_SHM, "%s", err_msg());
   return rc;
 }
 
@@ -165,7 +163,7 @@ static int cu_isend_copy(tp_conn *c, const void *src, size_t len,
 
 static int cu_send_done(tp_conn *c, uint64_t ticket) {
   if (!c)
-    return BRAID_ERR_INVALID_ARG;
+    return ERR(BRAID_ERR_INVALID_ARG, "cuda send_done: no connection");
   int rc = progress_all(c->st);
   if (!rc)
     rc = cuf_tx_send_done(&c->tx, ticket);
@@ -253,18 +251,14 @@ static int rx_waiting(void *arg, int i) {
 static int cu_check_peers(void *state, int *dead_rank) {
   cu_state *st = state;
   int rc = cuf_peers_check(st->live, st->npeers, st->rank, rx_waiting, st,
-                           dead_rank, st->err, sizeof(st->err));
-  return rc ? rc : progress_all(st);
+                           dead_rank);
+  return rc ? tp_keep(st->why, rc) : progress_all(st);
 }
 
 static void cu_set_cause(void *state, int dead_rank) {
   cu_state *st = state;
   if (st && st->me.hdr)
     atomic_store(&st->me.hdr->cause, dead_rank);
-}
-
-static const char *cu_last_error(void *state) {
-  return state ? ((cu_state *)state)->err : "cuda: no state";
 }
 
 void cuda_tp_set_stream(void *state, void *stream) {
@@ -372,8 +366,8 @@ static int local_create(tp_setup *su, cu_state *st, cu_rec *mine) {
   if (!rc)
     rc = cudev_stream_create(&st->rx_stream);
   if (rc)
-    return SERR(su, rc, "cuda: rank %d cannot create streams: %s", st->rank,
-                cudev_error());
+    return ERR(rc, "cuda: rank %d cannot create streams: %s", st->rank,
+               cudev_error());
   uint64_t rings = (uint64_t)st->npeers * (uint64_t)st->nchannels;
   st->dev_bytes = rings * (uint64_t)st->nslots * st->slot_data;
   void *dev = NULL;
@@ -381,24 +375,22 @@ static int local_create(tp_setup *su, cu_state *st, cu_rec *mine) {
   if (!rc)
     st->dev = dev;
   if (rc)
-    return SERR(su, rc,
-                "cuda: rank %d cannot allocate %zu bytes of device memory "
-                "for %d peers x %d channels x %d slots of %" PRIu64
-                " bytes: %s",
-                st->rank, st->dev_bytes, st->npeers, st->nchannels, st->nslots,
-                st->slot_data, cudev_error());
+    return ERR(rc,
+               "cuda: rank %d cannot allocate %zu bytes of device memory "
+               "for %d peers x %d channels x %d slots of %" PRIu64 " bytes: %s",
+               st->rank, st->dev_bytes, st->npeers, st->nchannels, st->nslots,
+               st->slot_data, cudev_error());
   rc = cudev_ipc_get(st->dev, mine->ipc);
   if (rc)
-    return SERR(su, rc, "cuda: rank %d cannot export its slots (IPC): %s",
-                st->rank, cudev_error());
+    return ERR(rc, "cuda: rank %d cannot export its slots (IPC): %s", st->rank,
+               cudev_error());
   int32_t *ranks = malloc(sizeof(int32_t) * (size_t)st->npeers);
   if (!ranks)
-    return SERR(su, BRAID_ERR_NOMEM, "cuda setup: no memory");
+    return ERR(BRAID_ERR_NOMEM, "cuda setup: no memory");
   for (int i = 0; i < st->npeers; i++)
     ranks[i] = st->peers[i].rank;
   rc = cuf_seg_create(&st->me, st->rank, st->npeers, ranks, st->nchannels,
-                      st->nslots, st->slot_data, tp_job_token(su->boot),
-                      su->errbuf, sizeof(su->errbuf));
+                      st->nslots, st->slot_data, tp_job_token(su->boot));
   free(ranks);
   if (rc)
     return rc;
@@ -410,32 +402,32 @@ static int local_create(tp_setup *su, cu_state *st, cu_rec *mine) {
 }
 
 /* Maps peer i's segment and slots and binds its connections. */
-static int peer_attach(tp_setup *su, cu_state *st, int i, const cu_rec *rec) {
+static int peer_attach(cu_state *st, int i, const cu_rec *rec) {
   cu_peer *p = &st->peers[i];
   cuf_peer *lv = &st->live[i];
   if (!rec->name[0])
-    return SERR(su, BRAID_ERR_INVALID_ARG,
-                "cuda setup: rank %d lists rank %d as a cuda peer, but rank "
-                "%d has no cuda peers",
-                st->rank, p->rank, p->rank);
-  int rc = cuf_seg_attach(&p->seg, rec->name, rec->size, p->rank, st->nchannels,
-                          su->errbuf, sizeof(su->errbuf));
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "cuda setup: rank %d lists rank %d as a cuda peer, but rank "
+               "%d has no cuda peers",
+               st->rank, p->rank, p->rank);
+  int rc =
+      cuf_seg_attach(&p->seg, rec->name, rec->size, p->rank, st->nchannels);
   if (rc)
     return rc;
   if (p->seg.hdr->nslots != st->nslots ||
       p->seg.hdr->slot_data != st->slot_data)
-    return SERR(su, BRAID_ERR_INVALID_ARG,
-                "cuda setup: rank %d has %d slots of %" PRIu64
-                " bytes, rank %d %d of %" PRIu64,
-                p->rank, (int)p->seg.hdr->nslots, p->seg.hdr->slot_data,
-                st->rank, st->nslots, st->slot_data);
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "cuda setup: rank %d has %d slots of %" PRIu64
+               " bytes, rank %d %d of %" PRIu64,
+               p->rank, (int)p->seg.hdr->nslots, p->seg.hdr->slot_data,
+               st->rank, st->nslots, st->slot_data);
   /* counted before it is mapped, so that the owner never frees it mapped */
   _Atomic int32_t *held = cuf_held(p->seg.hdr, st->rank);
   if (held == NULL)
-    return SERR(su, BRAID_ERR_INVALID_ARG,
-                "cuda setup: rank %d lists rank %d as a cuda peer but not "
-                "the other way round",
-                p->rank, st->rank);
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "cuda setup: rank %d lists rank %d as a cuda peer but not "
+               "the other way round",
+               p->rank, st->rank);
   atomic_fetch_add(held, 1);
   p->held = 1;
   if (rec->pid == (int32_t)getpid() && rec->pidns == tp_pidns_id()) {
@@ -443,19 +435,18 @@ static int peer_attach(tp_setup *su, cu_state *st, int i, const cu_rec *rec) {
   } else {
     rc = cudev_ipc_open(rec->ipc, &p->dev);
     if (rc)
-      return SERR(su, rc,
-                  "cuda setup: rank %d cannot map the slots of rank %d "
-                  "(CUDA IPC): %s",
-                  st->rank, p->rank, cudev_error());
+      return ERR(rc,
+                 "cuda setup: rank %d cannot map the slots of rank %d "
+                 "(CUDA IPC): %s",
+                 st->rank, p->rank, cudev_error());
     p->ipc_mapped = 1;
   }
   lv->hdr = p->seg.hdr;
   if (lv->pid_ok) {
     lv->pidfd = tp_pidfd_open(lv->pid);
     if (lv->pidfd < 0 && errno == ESRCH)
-      return SERR(su, BRAID_ERR_REMOTE,
-                  "cuda: rank %d (pid %d) exited during setup", p->rank,
-                  lv->pid);
+      return ERR(BRAID_ERR_REMOTE, "cuda: rank %d (pid %d) exited during setup",
+                 p->rank, lv->pid);
   } else {
     INFO(LOG_SHM,
          "cuda: rank %d is in another pid namespace: liveness through the "
@@ -470,14 +461,13 @@ static int peer_attach(tp_setup *su, cu_state *st, int i, const cu_rec *rec) {
     cuf_ring *tx = cuf_ring_of(p->seg.hdr, st->rank, ch, &at_peer);
     cuf_ring *rx = cuf_ring_of(st->me.hdr, p->rank, ch, &at_me);
     if (!tx || !rx)
-      return SERR(su, BRAID_ERR_INVALID_ARG,
-                  "cuda setup: rank %d lists rank %d as a cuda peer but not "
-                  "the other way round",
-                  p->rank, st->rank);
+      return ERR(BRAID_ERR_INVALID_ARG,
+                 "cuda setup: rank %d lists rank %d as a cuda peer but not "
+                 "the other way round",
+                 p->rank, st->rank);
     c->tx.peer = c->rx.peer = p->rank;
     c->tx.channel = c->rx.channel = ch;
-    c->tx.err = c->rx.err = st->err;
-    c->tx.errlen = c->rx.errlen = sizeof(st->err);
+    c->tx.why = c->rx.why = st->why;
     rc = cuf_tx_init(&c->tx, &cuf_cuda_engine, st->tx_stream, tx, p->seg.hdr,
                      (char *)p->dev + (uint64_t)at_peer * ring_data,
                      (uint64_t)st->nslots, st->slot_data);
@@ -486,28 +476,27 @@ static int peer_attach(tp_setup *su, cu_state *st, int i, const cu_rec *rec) {
                        (char *)st->dev + (uint64_t)at_me * ring_data,
                        (uint64_t)st->nslots, st->slot_data);
     if (rc)
-      return SERR(su, rc, "cuda setup: rank %d: events for rank %d: %s",
-                  st->rank, p->rank, cudev_error());
+      return ERR(rc, "cuda setup: rank %d: events for rank %d: %s", st->rank,
+                 p->rank, cudev_error());
   }
   return BRAID_SUCCESS;
 }
 
 static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
   if (!su || !state)
-    return BRAID_ERR_INVALID_ARG;
+    return ERR(BRAID_ERR_INVALID_ARG, "cuda setup: no setup or state");
   *state = NULL;
-  su->errbuf[0] = 0;
   (void)cuda_release_sweep(); /* earlier communicators' memory let go of */
   boot *b = su->boot;
   if (!b || !peers || su->nranks < 1 || su->rank < 0 || su->rank >= su->nranks)
-    return SERR(su, BRAID_ERR_INVALID_ARG,
-                "cuda setup: missing bootstrap/peers or bad rank %d of %d",
-                su->rank, su->nranks);
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "cuda setup: missing bootstrap/peers or bad rank %d of %d",
+               su->rank, su->nranks);
   if (su->nchannels < 1 || su->nslots < 1 || su->slot_bytes == 0)
-    return SERR(su, BRAID_ERR_INVALID_ARG,
-                "cuda setup: nchannels (%d), nslots (%d) and slot_bytes "
-                "(%zu) must be >= 1",
-                su->nchannels, su->nslots, su->slot_bytes);
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "cuda setup: nchannels (%d), nslots (%d) and slot_bytes "
+               "(%zu) must be >= 1",
+               su->nchannels, su->nslots, su->slot_bytes);
   /* Failures are shared through the two exchanges: all ranks fail
    * together instead of waiting for each other. */
   cu_state *st = calloc(1, sizeof(*st));
@@ -524,8 +513,7 @@ static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
   }
   if (!st || !recs || !all || !st->lidx || !st->peers || !st->live ||
       !st->conns) {
-    rc = SERR(su, BRAID_ERR_NOMEM, "cuda setup: no memory for %d ranks",
-              su->nranks);
+    rc = ERR(BRAID_ERR_NOMEM, "cuda setup: no memory for %d ranks", su->nranks);
   } else {
     st->rank = su->rank;
     st->nranks = su->nranks;
@@ -542,13 +530,13 @@ static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
       }
     }
     if (st->npeers > 0 && !cudev_built())
-      rc = SERR(su, BRAID_ERR_UNSUPPORTED,
-                "cuda: rank %d: libbraid was built without CUDA", st->rank);
+      rc = ERR(BRAID_ERR_UNSUPPORTED,
+               "cuda: rank %d: libbraid was built without CUDA", st->rank);
     else if (st->npeers > 0)
       rc = local_create(su, st, &mine);
   }
   mine.status = rc ? 1 : 0;
-  int x = 0;
+  int x = 0, own = rc != 0; /* own: this rank failed before the round */
   rc = tp_setup_round(su, rc, &mine, recs, sizeof(mine),
                       offsetof(cu_rec, status), "cuda setup",
                       "create its slots", &x);
@@ -563,7 +551,8 @@ static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
   }
   int32_t status = 0;
   for (int i = 0; i < st->npeers && !status; i++)
-    status = peer_attach(su, st, i, &recs[st->peers[i].rank]);
+    status = peer_attach(st, i, &recs[st->peers[i].rank]);
+  own = status != 0;
   rc = tp_setup_round(su, status, &status, all, sizeof(status), 0, "cuda setup",
                       "map its cuda peers", &x);
   cuf_seg_unlink(&st->me);
@@ -575,16 +564,14 @@ static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
 out:
   if (st)
     cuf_seg_unlink(&st->me);
-  if (x && !su->errbuf[0]) {
-    tp_seterr(su->errbuf, sizeof(su->errbuf),
-              "cuda setup: bootstrap exchange failed: %s", boot_last_error(b));
-  } else if (x) {
+  if (x && own) {
     /* a failure here, then the exchange that tells the others: its reason
      * often names the rank whose death caused both (a peer that gave up
      * and unlinked its segment before this rank mapped it) */
-    size_t n = strlen(su->errbuf);
-    tp_seterr(su->errbuf + n, sizeof(su->errbuf) - n,
-              "; then the exchange of results failed: %s", boot_last_error(b));
+    char why[TP_WHY];
+    snprintf(why, sizeof why, "%s", err_msg());
+    (void)ERR(rc, "%s; then the exchange of results failed: %s", why,
+              boot_last_error(b));
   }
   free(recs);
   free(all);
@@ -611,6 +598,5 @@ const tp_ops tp_cuda = {
     .check_peers = cu_check_peers,
     .set_cause = cu_set_cause,
     .teardown = cu_teardown,
-    .last_error = cu_last_error,
     .flush = cu_flush,
 };

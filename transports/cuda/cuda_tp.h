@@ -113,7 +113,8 @@ typedef struct staged_cfg {
 } staged_cfg;
 
 /* The adapter's state for tp_staged's calls; teardown with
- * tp_staged.teardown (which leaves the inner transport alone). */
-int staged_new(const staged_cfg *cfg, void **state, char *err, size_t errlen);
+ * tp_staged.teardown (which leaves the inner transport alone). A failure's
+ * message is recorded (ERR). */
+int staged_new(const staged_cfg *cfg, void **state);
 
 #endif

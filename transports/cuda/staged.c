@@ -37,6 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/log.h"
+#include "transports/common.h"
 #include "transports/cuda/cuda_fifo.h"
 #include "transports/cuda/cuda_tp.h"
 
@@ -64,25 +66,33 @@ struct tp_conn {
 
 typedef struct stg_state {
   staged_cfg cfg;
-  tp_conn *conns; /* nranks * nchannels, set up on first use */
-  char err[256];
+  tp_conn *conns;   /* nranks * nchannels, set up on first use */
+  char why[TP_WHY]; /* the last failure's message (tp_keep) */
 } stg_state;
 
+/* The connection breaks: its later calls fail with the same code and
+ * message. The text may quote the message below (inner_err). */
 static int fail(tp_conn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail(tp_conn *c, int code, const char *fmt, ...) {
+  char m[TP_WHY];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(c->st->err, sizeof(c->st->err), fmt, ap);
+  vsnprintf(m, sizeof m, fmt, ap);
   va_end(ap);
-  return c->failed = code ? code : BRAID_ERR_INTERNAL;
+  c->failed = code ? code : BRAID_ERR_INTERNAL;
+  return tp_keep(c->st->why, ERR(c->failed, "%s", m));
 }
 
-static const char *inner_err(stg_state *st) {
-  const char *m = st->cfg.inner->last_error
-                      ? st->cfg.inner->last_error(st->cfg.inner_state)
-                      : NULL;
-  return m && m[0] ? m : "no detail";
+/* A bad argument: the connection stays usable. */
+#define AERR(c, ...)                                                           \
+  ((c) ? tp_keep((c)->st->why, ERR(BRAID_ERR_INVALID_ARG, __VA_ARGS__))        \
+       : (int)ERR(BRAID_ERR_INVALID_ARG, __VA_ARGS__))
+
+/* The message of the inner transport's call that just failed. */
+static const char *inner_err(void) {
+  const char *m = err_msg();
+  return m[0] ? m : "no detail";
 }
 
 static const char *eng_err(stg_state *st) {
@@ -115,7 +125,7 @@ static int conn_ready(tp_conn *c) {
   if (c->ready)
     return BRAID_SUCCESS;
   if (c->failed)
-    return c->failed;
+    return tp_repeat(c->st->why, c->failed);
   stg_state *st = c->st;
   const staged_cfg *g = &st->cfg;
   c->inner = g->inner_conn(g->inner_arg, c->peer, c->channel);
@@ -163,7 +173,7 @@ static int conn_ready(tp_conn *c) {
  * done with. */
 static int tx_progress(tp_conn *c) {
   if (c->failed)
-    return c->failed;
+    return tp_repeat(c->st->why, c->failed);
   if (!c->ready)
     return BRAID_SUCCESS;
   stg_state *st = c->st;
@@ -176,7 +186,7 @@ static int tx_progress(tp_conn *c) {
       break;
     if (rc)
       return fail(c, rc, "staged send to rank %d channel %d over %s: %s",
-                  c->peer, c->channel, in->name, inner_err(st));
+                  c->peer, c->channel, in->name, inner_err());
     if (c->tlast[s])
       c->done = c->tlast[s];
     c->tfree++;
@@ -199,7 +209,7 @@ static int tx_progress(tp_conn *c) {
       break;
     if (rc)
       return fail(c, rc, "staged send to rank %d channel %d over %s: %s",
-                  c->peer, c->channel, in->name, inner_err(st));
+                  c->peer, c->channel, in->name, inner_err());
     c->tsent++;
   }
   while (c->pushing && c->tprod - c->tfree < c->nslots) { /* new copies */
@@ -237,13 +247,11 @@ static int progress_all(stg_state *st) {
 
 static int stg_isend_mode(tp_conn *c, const void *src, size_t len,
                           uint64_t *ticket, int whole) {
-  if (!c || !ticket || (!src && len)) {
-    if (c)
-      tp_seterr(c->st->err, sizeof(c->st->err),
-                "staged isend to rank %d: %s is NULL", c->peer,
-                ticket ? "src" : "ticket");
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (!c || !ticket || (!src && len))
+    return AERR(c, "staged isend to rank %d: %s is NULL", c ? c->peer : -1,
+                c == NULL ? "the connection"
+                : ticket  ? "src"
+                          : "ticket");
   int rc = conn_ready(c);
   if (!rc)
     rc = progress_all(c->st);
@@ -274,14 +282,10 @@ static int stg_isend_copy(tp_conn *c, const void *src, size_t len,
 }
 
 static int stg_send_done(tp_conn *c, uint64_t ticket) {
-  if (!c)
-    return BRAID_ERR_INVALID_ARG;
-  if (ticket > c->msgs) {
-    tp_seterr(c->st->err, sizeof(c->st->err),
-              "staged send_done to rank %d: ticket %" PRIu64 " never issued",
-              c->peer, ticket);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (!c || ticket > c->msgs)
+    return AERR(c,
+                "staged send_done to rank %d: ticket %" PRIu64 " never issued",
+                c ? c->peer : -1, ticket);
   int rc = progress_all(c->st);
   if (rc)
     return rc;
@@ -328,7 +332,7 @@ static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
       break;
     if (rc)
       return fail(c, rc, "staged recv from rank %d channel %d over %s: %s",
-                  c->peer, c->channel, in->name, inner_err(st));
+                  c->peer, c->channel, in->name, inner_err());
     if (n && r)
       rc = eng->reduce(dst + off, src + off, slot, (size_t)n, r, stream);
     else if (n)
@@ -349,26 +353,19 @@ static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
 }
 
 static int stg_recv(tp_conn *c, void *dst, size_t len) {
-  if (!c || (!dst && len)) {
-    if (c)
-      tp_seterr(c->st->err, sizeof(c->st->err),
-                "staged recv from rank %d: dst is NULL", c->peer);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (!c || (!dst && len))
+    return AERR(c, "staged recv from rank %d: dst is NULL", c ? c->peer : -1);
   return rx_progress(c, NULL, dst, len, NULL);
 }
 
 static int stg_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
                            const tp_reducer *r) {
   if (!c || (len && (!src || !dst)) || !r || r->elem_size == 0 ||
-      len % r->elem_size || c->cap % r->elem_size) {
-    if (c)
-      tp_seterr(c->st->err, sizeof(c->st->err),
+      len % r->elem_size || c->cap % r->elem_size)
+    return AERR(c,
                 "staged recv_reduce from rank %d: NULL buffer or reducer, or "
                 "%zu bytes not a multiple of the element size %zu",
-                c->peer, len, r ? r->elem_size : 0);
-    return BRAID_ERR_INVALID_ARG;
-  }
+                c ? c->peer : -1, len, r ? r->elem_size : 0);
   return rx_progress(c, src, dst, len, r);
 }
 
@@ -386,9 +383,9 @@ static int stg_check_peers(void *state, int *dead_rank) {
   if (in->check_peers) {
     int rc = in->check_peers(st->cfg.inner_state, dead_rank);
     if (rc) {
-      tp_seterr(st->err, sizeof(st->err), "staged over %s: %s", in->name,
-                inner_err(st));
-      return rc;
+      char m[TP_WHY];
+      snprintf(m, sizeof m, "%s", inner_err());
+      return tp_keep(st->why, ERR(rc, "staged over %s: %s", in->name, m));
     }
   }
   return progress_all(st);
@@ -427,10 +424,6 @@ static void stg_teardown(void *state) {
   free(st);
 }
 
-static const char *stg_last_error(void *state) {
-  return state ? ((stg_state *)state)->err : "staged: no state";
-}
-
 static tp_conn *stg_conn(void *state, int peer, int channel) {
   stg_state *st = state;
   if (!st || peer < 0 || peer >= st->cfg.nranks || channel < 0 ||
@@ -441,35 +434,31 @@ static tp_conn *stg_conn(void *state, int peer, int channel) {
 
 static int stg_setup(tp_setup *su, const uint8_t *peers, void **state) {
   (void)peers;
+  (void)su;
   if (state)
     *state = NULL;
-  if (su)
-    tp_seterr(su->errbuf, sizeof(su->errbuf),
-              "staged: created over a host transport with staged_new, not set "
-              "up on its own");
-  return BRAID_ERR_UNSUPPORTED;
+  return ERR(BRAID_ERR_UNSUPPORTED,
+             "staged: created over a host transport with staged_new, not set "
+             "up on its own");
 }
 
-int staged_new(const staged_cfg *cfg, void **state, char *err, size_t errlen) {
+int staged_new(const staged_cfg *cfg, void **state) {
   *state = NULL;
   if (!cfg || !cfg->inner || !cfg->inner_conn || !cfg->eng || !cfg->mem ||
       cfg->nranks < 1 || cfg->nchannels < 1 || cfg->nslots < 1 ||
-      cfg->slot_bytes < 64) {
-    tp_seterr(err, errlen,
-              "staged: missing inner transport, engine or memory, or bad shape "
-              "(%d ranks, %d channels, %d slots of %zu bytes)",
-              cfg ? cfg->nranks : 0, cfg ? cfg->nchannels : 0,
-              cfg ? cfg->nslots : 0, cfg ? cfg->slot_bytes : 0);
-    return BRAID_ERR_INVALID_ARG;
-  }
+      cfg->slot_bytes < 64)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "staged: missing inner transport, engine or memory, or bad "
+               "shape (%d ranks, %d channels, %d slots of %zu bytes)",
+               cfg ? cfg->nranks : 0, cfg ? cfg->nchannels : 0,
+               cfg ? cfg->nslots : 0, cfg ? cfg->slot_bytes : 0);
   stg_state *st = calloc(1, sizeof(*st));
   size_t n = (size_t)cfg->nranks * (size_t)cfg->nchannels;
   if (st)
     st->conns = calloc(n, sizeof(tp_conn));
   if (!st || !st->conns) {
     free(st);
-    tp_seterr(err, errlen, "staged: no memory for %d ranks", cfg->nranks);
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "staged: no memory for %d ranks", cfg->nranks);
   }
   st->cfg = *cfg;
   for (size_t i = 0; i < n; i++)
@@ -497,7 +486,6 @@ const tp_ops tp_staged = {
     .check_peers = stg_check_peers,
     .set_cause = stg_set_cause,
     .teardown = stg_teardown,
-    .last_error = stg_last_error,
     .flush = stg_flush,
     .prepare = conn_ready,
 };

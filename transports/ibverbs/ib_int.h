@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "src/bootstrap.h"
+#include "src/log.h"
 #include "transports/common.h"
 #include "transports/ibverbs/ib_proto.h"
 #include "transports/transport.h"
@@ -70,8 +71,13 @@ struct ib_state {
   uint64_t fp;    /* the call's fingerprint (tp_ops.set_fp) */
   tp_mismatch mm; /* the first message of another call met here */
   int mm_set;
-  char err[256];
+  char why[TP_WHY]; /* the last failure's message (tp_keep) */
 };
+
+/* A failure of state st: records the message (ERR) and keeps it in
+ * st->why, which a broken connection records again (IREPEAT). */
+#define IERR(st, code, ...) tp_keep((st)->why, ERR((code), __VA_ARGS__))
+#define IREPEAT(st, code) tp_repeat((st)->why, (code))
 
 /* Bytes from one slot to the next: the fingerprint word and slot_bytes. */
 static inline size_t slot_stride(const ib_state *st) {
@@ -88,7 +94,8 @@ static inline volatile uint64_t *credit_word(tp_conn *c) {
                                             slot_stride(c->st));
 }
 
-/* Records a failure on a connection; returns its (sticky) result. */
+/* Records a failure on a connection, with its message (IERR); returns its
+ * (sticky) result. */
 int ib_conn_fail(tp_conn *c, int r, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Posts one zero-length receive (consumed by a write with immediate). */

@@ -67,10 +67,10 @@ int ib_conn_fail(tp_conn *c, int r, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  snprintf(st->err, sizeof(st->err),
-           "ibverbs: %.150s, connection to rank %d channel %d on %.40s", msg,
-           c->peer, c->channel, st->dev);
-  WARN(LOG_NET, "%s", st->err);
+  (void)IERR(st, r,
+             "ibverbs: %.150s, connection to rank %d channel %d on %.40s", msg,
+             c->peer, c->channel, st->dev);
+  WARN(LOG_NET, "%s", st->why);
   ib_conn_step(&c->state, IB_EV_FAIL);
   if (c->err == 0)
     c->err = r;
@@ -112,11 +112,9 @@ static int ib_progress(ib_state *st) {
   struct ibv_wc wc[32];
   for (int round = 0; round < 8; round++) {
     int n = ibv_poll_cq(st->cq, 32, wc);
-    if (n < 0) {
-      snprintf(st->err, sizeof(st->err), "ibverbs: ibv_poll_cq failed on %s",
-               st->dev);
-      return BRAID_ERR_SYSTEM;
-    }
+    if (n < 0)
+      return IERR(st, BRAID_ERR_SYSTEM, "ibverbs: ibv_poll_cq failed on %s",
+                  st->dev);
     for (int i = 0; i < n; i++) {
       size_t idx = (size_t)(wc[i].wr_id >> 8);
       int kind = (int)(wc[i].wr_id & 0xff);
@@ -159,7 +157,7 @@ static int ib_refresh(tp_conn *c) {
   if (r != 0)
     return r;
   if (c->err != 0)
-    return c->err;
+    return IREPEAT(c->st, c->err);
   if (ib_tx_ack(&c->tx, *credit_word(c)) != 0)
     return ib_conn_fail(c, BRAID_ERR_REMOTE, "protocol error: %s",
                         "credit counter moved backwards or past the sends");
@@ -183,13 +181,11 @@ static int ibv_isend(tp_conn *c, const void *src, size_t len,
   int r = ib_refresh(c);
   if (r != 0)
     return r;
-  if (len > st->net.slot_bytes) {
-    snprintf(st->err, sizeof(st->err),
-             "ibverbs: a %zu-byte message to rank %d is larger than the "
-             "%zu-byte slots",
-             len, c->peer, st->net.slot_bytes);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (len > st->net.slot_bytes)
+    return IERR(st, BRAID_ERR_INVALID_ARG,
+                "ibverbs: a %zu-byte message to rank %d is larger than the "
+                "%zu-byte slots",
+                len, c->peer, st->net.slot_bytes);
   if (ib_tx_credits(&c->tx) == 0 ||
       c->tx.sent - c->tx.completed >= (uint64_t)st->net.nslots ||
       c->sq_out >= c->sq_max)
@@ -227,7 +223,11 @@ static int ibv_send_done(tp_conn *c, uint64_t ticket) {
   int r = ib_refresh(c);
   if (r != 0)
     return r;
-  return ticket <= c->tx.sent ? BRAID_SUCCESS : BRAID_ERR_INVALID_ARG;
+  if (ticket > c->tx.sent)
+    return IERR(c->st, BRAID_ERR_INVALID_ARG,
+                "ibverbs: send_done to rank %d: ticket %llu never issued",
+                c->peer, (unsigned long long)ticket);
+  return BRAID_SUCCESS;
 }
 
 static int ibv_take(tp_conn *c, size_t len, const uint8_t **data) {
@@ -246,19 +246,17 @@ static int ibv_take(tp_conn *c, size_t len, const uint8_t **data) {
     if (!st->mm_set)
       st->mm = (tp_mismatch){st->net.rank, c->peer, theirs, fp};
     st->mm_set = 1;
-    snprintf(st->err, sizeof(st->err), "ibverbs: channel %d from rank %d: %s",
-             c->channel, c->peer, what);
     c->err = BRAID_ERR_MISMATCH;
-    return c->err;
+    return IERR(st, c->err, "ibverbs: channel %d from rank %d: %s", c->channel,
+                c->peer, what);
   }
   if (mlen != len) {
-    snprintf(st->err, sizeof(st->err),
-             "ibverbs: message %llu from rank %d channel %d has %u bytes, "
-             "expected %zu (ranks disagree on sizes)",
-             (unsigned long long)c->rx.consumed + 1, c->peer, c->channel, mlen,
-             len);
     c->err = BRAID_ERR_MISMATCH;
-    return c->err;
+    return IERR(st, c->err,
+                "ibverbs: message %llu from rank %d channel %d has %u bytes, "
+                "expected %zu (ranks disagree on sizes)",
+                (unsigned long long)c->rx.consumed + 1, c->peer, c->channel,
+                mlen, len);
   }
   *data = recv_slot(c, slot) + IB_FP_BYTES;
   return BRAID_SUCCESS;
@@ -287,13 +285,11 @@ static int ibv_recv(tp_conn *c, void *dst, size_t len) {
 static int ibv_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
                            const tp_reducer *red) {
   if (red == NULL || red->fn == NULL || red->elem_size == 0 ||
-      len % red->elem_size != 0) {
-    snprintf(c->st->err, sizeof(c->st->err),
-             "ibverbs: recv_reduce of %zu bytes from rank %d: bad reducer or "
-             "a length that is not a multiple of the element size",
-             len, c->peer);
-    return BRAID_ERR_INVALID_ARG;
-  }
+      len % red->elem_size != 0)
+    return IERR(c->st, BRAID_ERR_INVALID_ARG,
+                "ibverbs: recv_reduce of %zu bytes from rank %d: bad reducer "
+                "or a length that is not a multiple of the element size",
+                len, c->peer);
   const uint8_t *p;
   int r = ibv_take(c, len, &p);
   if (r != BRAID_SUCCESS)
@@ -322,13 +318,13 @@ static int ibv_check_peers(void *state, int *dead_rank) {
   for (size_t i = 0; st->conns != NULL && i < n; i++)
     if (st->conns[i].qp != NULL && st->conns[i].err == BRAID_ERR_REMOTE) {
       *dead_rank = st->conns[i].peer;
-      return BRAID_ERR_REMOTE;
+      return IREPEAT(st, BRAID_ERR_REMOTE);
     }
   int dead = -1;
   braid_result r = boot_check_peers(st->net.boot, &dead);
   if (r == BRAID_ERR_REMOTE)
     *dead_rank = dead;
-  return r;
+  return r != BRAID_SUCCESS ? IREPEAT(st, r) : BRAID_SUCCESS;
 }
 
 static void ibv_set_fp(void *state, uint64_t fp) {
@@ -342,11 +338,6 @@ static int ibv_mismatch(void *state, tp_mismatch *m) {
     return 0;
   *m = st->mm;
   return 1;
-}
-
-static const char *ibv_last_error(void *state) {
-  ib_state *st = state;
-  return st != NULL ? st->err : "ibverbs: no state";
 }
 
 void ibv_teardown(void *state) {
@@ -389,11 +380,16 @@ int ib_probe_device(char *name, size_t len) {
 
 static int ibv_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   (void)peers;
+  (void)ts;
   *state = NULL;
-  snprintf(ts->errbuf, sizeof(ts->errbuf),
-           "ibverbs: this braid was built without libibverbs (install "
-           "libibverbs-dev and reconfigure)");
-  return BRAID_ERR_UNSUPPORTED;
+  return ERR(BRAID_ERR_UNSUPPORTED,
+             "ibverbs: this braid was built without libibverbs (install "
+             "libibverbs-dev and reconfigure)");
+}
+/* Calls on a state that setup never made: none reach here. */
+static int ibv_none(void) {
+  return ERR(BRAID_ERR_UNSUPPORTED,
+             "ibverbs: this braid was built without libibverbs");
 }
 static tp_conn *ibv_conn(void *state, int peer, int channel) {
   (void)state, (void)peer, (void)channel;
@@ -402,20 +398,20 @@ static tp_conn *ibv_conn(void *state, int peer, int channel) {
 static int ibv_isend(tp_conn *c, const void *src, size_t len,
                      uint64_t *ticket) {
   (void)c, (void)src, (void)len, (void)ticket;
-  return BRAID_ERR_UNSUPPORTED;
+  return ibv_none();
 }
 static int ibv_send_done(tp_conn *c, uint64_t ticket) {
   (void)c, (void)ticket;
-  return BRAID_ERR_UNSUPPORTED;
+  return ibv_none();
 }
 static int ibv_recv(tp_conn *c, void *dst, size_t len) {
   (void)c, (void)dst, (void)len;
-  return BRAID_ERR_UNSUPPORTED;
+  return ibv_none();
 }
 static int ibv_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
                            const tp_reducer *r) {
   (void)c, (void)src, (void)dst, (void)len, (void)r;
-  return BRAID_ERR_UNSUPPORTED;
+  return ibv_none();
 }
 static int ibv_pollfd(tp_conn *c) {
   (void)c;
@@ -430,10 +426,6 @@ static void ibv_set_fp(void *state, uint64_t fp) { (void)state, (void)fp; }
 static int ibv_mismatch(void *state, tp_mismatch *m) {
   (void)state, (void)m;
   return 0;
-}
-static const char *ibv_last_error(void *state) {
-  (void)state;
-  return "ibverbs: this braid was built without libibverbs";
 }
 
 #endif
@@ -453,5 +445,4 @@ const tp_ops tp_ibverbs = {
     .check_peers = ibv_check_peers,
     .mismatch = ibv_mismatch,
     .teardown = ibv_teardown,
-    .last_error = ibv_last_error,
 };

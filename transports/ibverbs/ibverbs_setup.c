@@ -71,19 +71,16 @@ int ib_probe_device(char *name, size_t len) {
 }
 
 /* Opens the first active (device, port) the filter selects. */
-static int ib_open(ib_state *st, char *err, size_t errlen) {
+static int ib_open(ib_state *st) {
   const cfg_env *cfg = cfg_get();
   ib_hca_filter f;
-  if (ib_hca_parse(cfg->ib_hca, &f) != BRAID_SUCCESS) {
-    snprintf(err, errlen, "%s", err_msg());
-    return BRAID_ERR_INVALID_ARG;
-  }
+  CHECKR(ib_hca_parse(cfg->ib_hca, &f));
   int ndev = 0;
   struct ibv_device **list = ibv_get_device_list(&ndev);
   if (list == NULL || ndev == 0) {
-    snprintf(err, errlen,
-             "ibverbs: no RDMA device found (ibv_get_device_list: %s)",
-             list == NULL ? strerror(errno) : "empty list");
+    const char *why = list == NULL ? strerror(errno) : "empty list";
+    (void)ERR(BRAID_ERR_UNSUPPORTED,
+              "ibverbs: no RDMA device found (ibv_get_device_list: %s)", why);
     if (list != NULL)
       ibv_free_device_list(list);
     return BRAID_ERR_UNSUPPORTED;
@@ -113,13 +110,11 @@ static int ib_open(ib_state *st, char *err, size_t errlen) {
       ibv_close_device(ctx);
   }
   ibv_free_device_list(list);
-  if (st->ctx == NULL) {
-    snprintf(err, errlen,
-             "ibverbs: no active port on the %d RDMA device(s) passes "
-             "BRAID_IB_HCA=%s",
-             ndev, cfg->ib_hca ? cfg->ib_hca : "(all)");
-    return BRAID_ERR_UNSUPPORTED;
-  }
+  if (st->ctx == NULL)
+    return ERR(BRAID_ERR_UNSUPPORTED,
+               "ibverbs: no active port on the %d RDMA device(s) passes "
+               "BRAID_IB_HCA=%s",
+               ndev, cfg->ib_hca ? cfg->ib_hca : "(all)");
   st->gid_index = cfg->ib_gid_index;
   if (st->eth && st->gid_index < 0) {
     int n = st->pattr.gid_tbl_len > 0 ? st->pattr.gid_tbl_len : 0;
@@ -136,27 +131,22 @@ static int ib_open(ib_state *st, char *err, size_t errlen) {
         gids && v2 ? ib_gid_auto(n, (const uint8_t(*)[16])gids, v2) : -1;
     free(gids);
     free(v2);
-    if (st->gid_index < 0) {
-      snprintf(err, errlen, "ibverbs: %s is RoCE but has no usable GID",
-               st->dev);
-      return BRAID_ERR_UNSUPPORTED;
-    }
+    if (st->gid_index < 0)
+      return ERR(BRAID_ERR_UNSUPPORTED,
+                 "ibverbs: %s is RoCE but has no usable GID", st->dev);
   }
   if (st->gid_index >= 0 &&
-      ibv_query_gid(st->ctx, st->port, st->gid_index, &st->gid) != 0) {
-    snprintf(err, errlen, "ibverbs: %s has no GID at BRAID_IB_GID_INDEX=%d",
-             st->dev, st->gid_index);
-    return BRAID_ERR_INVALID_ARG;
-  }
+      ibv_query_gid(st->ctx, st->port, st->gid_index, &st->gid) != 0)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "ibverbs: %s has no GID at BRAID_IB_GID_INDEX=%d", st->dev,
+               st->gid_index);
   st->pd = ibv_alloc_pd(st->ctx);
   int cqe = st->net.nranks * st->net.nchannels * st->net.nslots * 4 + 64;
   if (st->pd != NULL)
     st->cq = ibv_create_cq(st->ctx, cqe, NULL, NULL, 0);
-  if (st->pd == NULL || st->cq == NULL) {
-    snprintf(err, errlen, "ibverbs: allocating a PD/CQ on %s: %s", st->dev,
-             strerror(errno));
-    return BRAID_ERR_SYSTEM;
-  }
+  if (st->pd == NULL || st->cq == NULL)
+    return ERR(BRAID_ERR_SYSTEM, "ibverbs: allocating a PD/CQ on %s: %s",
+               st->dev, strerror(errno));
   rc_init(&st->rc, st->net.nranks * st->net.nchannels + 1, ib_reg, ib_dereg,
           st);
   st->rc_ready = 1;
@@ -169,14 +159,12 @@ static int conn_create(ib_state *st, tp_conn *c, ib_wire_info *w) {
   size_t ring = (size_t)st->net.nslots * slot_stride(st);
   c->mem_len = 2 * ring + 64;
   if (posix_memalign((void **)&c->mem, 4096, c->mem_len) != 0)
-    return BRAID_ERR_NOMEM;
+    return IERR(st, BRAID_ERR_NOMEM, "ibverbs: out of memory");
   memset(c->mem, 0, c->mem_len);
   void *key;
-  if (rc_get(&st->rc, c->mem, c->mem_len, &key, &c->rc_entry) != 0) {
-    snprintf(st->err, sizeof(st->err), "ibverbs: ibv_reg_mr of %zu bytes: %s",
-             c->mem_len, strerror(errno));
-    return BRAID_ERR_SYSTEM;
-  }
+  if (rc_get(&st->rc, c->mem, c->mem_len, &key, &c->rc_entry) != 0)
+    return IERR(st, BRAID_ERR_SYSTEM, "ibverbs: ibv_reg_mr of %zu bytes: %s",
+                c->mem_len, strerror(errno));
   struct ibv_mr *mr = key;
   c->lkey = mr->lkey;
   c->sq_max = 2 * st->net.nslots + 4;
@@ -191,11 +179,9 @@ static int conn_create(ib_state *st, tp_conn *c, ib_wire_info *w) {
   qa.cap.max_recv_sge = 1;
   qa.cap.max_inline_data = 64;
   c->qp = ibv_create_qp(st->pd, &qa);
-  if (c->qp == NULL) {
-    snprintf(st->err, sizeof(st->err), "ibverbs: ibv_create_qp: %s",
-             strerror(errno));
-    return BRAID_ERR_SYSTEM;
-  }
+  if (c->qp == NULL)
+    return IERR(st, BRAID_ERR_SYSTEM, "ibverbs: ibv_create_qp: %s",
+                strerror(errno));
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_INIT;
@@ -203,19 +189,15 @@ static int conn_create(ib_state *st, tp_conn *c, ib_wire_info *w) {
   a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
   if (ibv_modify_qp(c->qp, &a,
                     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                        IBV_QP_ACCESS_FLAGS) != 0) {
-    snprintf(st->err, sizeof(st->err), "ibverbs: QP to INIT: %s",
-             strerror(errno));
-    return BRAID_ERR_SYSTEM;
-  }
+                        IBV_QP_ACCESS_FLAGS) != 0)
+    return IERR(st, BRAID_ERR_SYSTEM, "ibverbs: QP to INIT: %s",
+                strerror(errno));
   for (int i = 0; i < 2 * st->net.nslots; i++)
-    if (ib_post_recv(c) != 0) {
-      snprintf(st->err, sizeof(st->err), "ibverbs: posting receives failed");
-      return BRAID_ERR_SYSTEM;
-    }
+    if (ib_post_recv(c) != 0)
+      return IERR(st, BRAID_ERR_SYSTEM, "ibverbs: posting receives failed");
   ib_tx_init(&c->tx, (uint32_t)st->net.nslots);
   if (ib_rx_init(&c->rx, (uint32_t)st->net.nslots) != 0)
-    return BRAID_ERR_NOMEM;
+    return IERR(st, BRAID_ERR_NOMEM, "ibverbs: out of memory");
   ib_conn_step(&c->state, IB_EV_CREATED);
   memset(w, 0, sizeof(*w));
   w->qpn = c->qp->qp_num;
@@ -282,7 +264,9 @@ static int ib_connect_all(ib_state *st) {
   size_t bytes = nch * IB_WIRE_BYTES;
   uint8_t *mine = malloc(bytes), *theirs = malloc(bytes);
   ib_wire_info *w = calloc(nch, sizeof(*w));
-  int r = mine && theirs && w ? BRAID_SUCCESS : BRAID_ERR_NOMEM;
+  int r = mine && theirs && w
+              ? BRAID_SUCCESS
+              : IERR(st, BRAID_ERR_NOMEM, "ibverbs: out of memory");
   for (int p = 0; p < st->net.nranks && r == BRAID_SUCCESS; p++) {
     if (!st->net.used[p])
       continue;
@@ -302,20 +286,17 @@ static int ib_connect_all(ib_state *st) {
       b2 = b1 == BRAID_SUCCESS ? boot_send(st->net.boot, p, mine, bytes) : b1;
     }
     if (b2 != BRAID_SUCCESS) {
-      snprintf(st->err, sizeof(st->err),
-               "ibverbs: exchanging QP info with rank %d: %s", p,
+      r = IERR(st, b2, "ibverbs: exchanging QP info with rank %d: %s", p,
                boot_last_error(st->net.boot));
-      r = b2;
       break;
     }
     for (size_t ch = 0; ch < nch && r == BRAID_SUCCESS; ch++) {
       tp_conn *c = &st->conns[(size_t)p * nch + ch];
-      if (ib_wire_unpack(theirs + ch * IB_WIRE_BYTES, &c->remote,
+      r = ib_wire_unpack(theirs + ch * IB_WIRE_BYTES, &c->remote,
                          (uint32_t)st->net.nslots, st->net.slot_bytes, p,
-                         (int)ch) != BRAID_SUCCESS) {
-        snprintf(st->err, sizeof(st->err), "ibverbs: rank %d: %s", p,
-                 err_msg());
-        r = BRAID_ERR_INVALID_ARG;
+                         (int)ch);
+      if (r != BRAID_SUCCESS) {
+        r = tp_keep(st->why, ERR_WRAP(r, "ibverbs: rank %d", p));
         break;
       }
       ib_conn_step(&c->state, IB_EV_PEER_INFO);
@@ -330,59 +311,57 @@ static int ib_connect_all(ib_state *st) {
 
 int ibv_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   *state = NULL;
-  ts->errbuf[0] = '\0';
   int r = tp_setup_check(ts, "ibverbs", 0xffffffffu);
   if (r != BRAID_SUCCESS)
     return r;
   const size_t nr = (unsigned)ts->nranks, nch = (unsigned)ts->nchannels;
-  if (nr * nch >= ((size_t)1 << 48)) {
-    snprintf(ts->errbuf, sizeof(ts->errbuf), "ibverbs: too many connections");
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (nr * nch >= ((size_t)1 << 48))
+    return ERR(BRAID_ERR_INVALID_ARG, "ibverbs: too many connections");
   ib_state *st = calloc(1, sizeof(*st));
   if (st == NULL)
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "ibverbs: out of memory");
   int any = tp_net_init(&st->net, ts, peers);
   ibv_blob *all = calloc(nr, sizeof(ibv_blob));
   if (any < 0 || all == NULL) {
     free(all);
     ibv_teardown(st);
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "ibverbs: out of memory");
   }
   ibv_blob me;
   memset(&me, 0, sizeof(me));
   me.magic = IBV_MAGIC;
   me.status = ST_IDLE;
   int lr = BRAID_SUCCESS;
+  char own[TP_WHY] = ""; /* the message of lr, kept over the exchange */
   if (any) {
-    lr = ib_open(st, ts->errbuf, sizeof(ts->errbuf));
+    lr = ib_open(st);
     me.status = lr == BRAID_SUCCESS ? ST_OK : ST_FAILED;
     snprintf(me.dev, sizeof(me.dev), "%.55s", st->dev);
+    if (lr != BRAID_SUCCESS)
+      snprintf(own, sizeof own, "%s", err_msg());
   }
   braid_result br = boot_allgather(ts->boot, &me, all, sizeof(me));
   r = br != BRAID_SUCCESS ? (int)br : lr;
   if (br != BRAID_SUCCESS)
-    snprintf(ts->errbuf, sizeof(ts->errbuf),
-             "ibverbs: exchanging device status failed: %s",
-             boot_last_error(ts->boot));
+    (void)ERR(br, "ibverbs: exchanging device status failed: %s",
+              boot_last_error(ts->boot));
+  else if (lr != BRAID_SUCCESS)
+    (void)tp_repeat(own, lr);
   for (int p = 0; p < ts->nranks && r == BRAID_SUCCESS; p++) {
     if (!st->net.used[p])
       continue;
-    if (all[p].magic != IBV_MAGIC || all[p].status == ST_FAILED) {
-      snprintf(ts->errbuf, sizeof(ts->errbuf),
-               "ibverbs: rank %d has no usable RDMA device (see its log)", p);
-      r = BRAID_ERR_UNSUPPORTED;
-    } else if (all[p].status == ST_IDLE) {
-      snprintf(ts->errbuf, sizeof(ts->errbuf),
-               "ibverbs: rank %d does not list rank %d as a peer", p, ts->rank);
-      r = BRAID_ERR_INVALID_ARG;
-    }
+    if (all[p].magic != IBV_MAGIC || all[p].status == ST_FAILED)
+      r = ERR(BRAID_ERR_UNSUPPORTED,
+              "ibverbs: rank %d has no usable RDMA device (see its log)", p);
+    else if (all[p].status == ST_IDLE)
+      r = ERR(BRAID_ERR_INVALID_ARG,
+              "ibverbs: rank %d does not list rank %d as a peer", p, ts->rank);
   }
   free(all);
   if (r == BRAID_SUCCESS && any) {
     st->conns = calloc(nr * nch, sizeof(tp_conn));
     if (st->conns == NULL)
-      r = BRAID_ERR_NOMEM;
+      r = ERR(BRAID_ERR_NOMEM, "ibverbs: out of memory");
     for (size_t i = 0; r == BRAID_SUCCESS && i < nr * nch; i++) {
       st->conns[i].st = st;
       st->conns[i].peer = (int)(i / nch);
@@ -392,15 +371,11 @@ int ibv_setup(tp_setup *ts, const uint8_t *peers, void **state) {
     }
     if (r == BRAID_SUCCESS)
       r = ib_connect_all(st);
-    if (r != BRAID_SUCCESS && ts->errbuf[0] == '\0')
-      snprintf(ts->errbuf, sizeof(ts->errbuf), "%s", st->err);
   }
   /* Nobody writes before every peer's QP is ready to receive. */
-  if (r == BRAID_SUCCESS && boot_barrier(ts->boot) != BRAID_SUCCESS) {
-    snprintf(ts->errbuf, sizeof(ts->errbuf), "ibverbs: final barrier: %s",
-             boot_last_error(ts->boot));
-    r = BRAID_ERR_REMOTE;
-  }
+  if (r == BRAID_SUCCESS && boot_barrier(ts->boot) != BRAID_SUCCESS)
+    r = ERR(BRAID_ERR_REMOTE, "ibverbs: final barrier: %s",
+            boot_last_error(ts->boot));
   if (r != BRAID_SUCCESS) {
     ibv_teardown(st);
     return r;

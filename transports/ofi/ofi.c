@@ -73,10 +73,10 @@ int ofi_fail(tp_conn *c, int fierr, const char *what, const char *detail) {
     r = BRAID_ERR_SYSTEM;
     break;
   }
-  snprintf(st->err, sizeof(st->err), "ofi: %s with rank %d channel %d: %s%s%s",
-           what, c->peer, c->channel, fi_strerror(fierr),
-           detail != NULL && *detail ? ": " : "", detail ? detail : "");
-  WARN(LOG_NET, "%s", st->err);
+  (void)OERR(st, r, "ofi: %s with rank %d channel %d: %s%s%s", what, c->peer,
+             c->channel, fi_strerror(fierr),
+             detail != NULL && *detail ? ": " : "", detail ? detail : "");
+  WARN(LOG_NET, "%s", st->why);
   if (c->err == 0)
     c->err = r;
   return r;
@@ -101,9 +101,9 @@ static int ofi_fp_check(tp_conn *c, uint64_t theirs) {
   if (!st->mm_set)
     st->mm = (tp_mismatch){st->net.rank, c->peer, theirs, fp};
   st->mm_set = 1;
-  snprintf(st->err, sizeof(st->err), "ofi: channel %d from rank %d: %s",
-           c->channel, c->peer, what);
-  WARN(LOG_NET, "%s", st->err);
+  (void)OERR(st, BRAID_ERR_MISMATCH, "ofi: channel %d from rank %d: %s",
+             c->channel, c->peer, what);
+  WARN(LOG_NET, "%s", st->why);
   if (c->err == 0)
     c->err = BRAID_ERR_MISMATCH;
   return BRAID_ERR_MISMATCH;
@@ -140,11 +140,9 @@ int ofi_progress(ofi_state *st) {
         ofi_fail(op->c, op->err, rx ? "receive failed" : "send failed", d);
       continue;
     }
-    if (n < 0) {
-      snprintf(st->err, sizeof(st->err), "ofi: fi_cq_read: %s",
-               fi_strerror((int)-n));
-      return BRAID_ERR_SYSTEM;
-    }
+    if (n < 0)
+      return OERR(st, BRAID_ERR_SYSTEM, "ofi: fi_cq_read: %s",
+                  fi_strerror((int)-n));
     for (ssize_t i = 0; i < n; i++) {
       ofi_op *op = ent[i].op_context;
       if (op == NULL)
@@ -160,7 +158,8 @@ int ofi_progress(ofi_state *st) {
   return 0;
 }
 
-/* Releases completed sends in order; returns the connection's sticky error. */
+/* Releases completed sends in order; returns the connection's sticky error
+ * (its message recorded again). */
 static int ofi_reap_tx(tp_conn *c) {
   int nslots = c->st->net.nslots;
   while (c->tx_done < c->tx_seq) {
@@ -172,7 +171,7 @@ static int ofi_reap_tx(tp_conn *c) {
     op->mr_entry = -1;
     c->tx_done++;
   }
-  return c->err;
+  return c->err != 0 ? OREPEAT(c->st, c->err) : 0;
 }
 
 static int ofi_desc(ofi_state *st, const void *buf, size_t len, void **desc,
@@ -181,12 +180,10 @@ static int ofi_desc(ofi_state *st, const void *buf, size_t len, void **desc,
   *entry = -1;
   if (!st->mr_local || len == 0)
     return 0;
-  if (rc_get(&st->rc, buf, len, desc, entry) != 0) {
-    snprintf(st->err, sizeof(st->err),
-             "ofi: registering %zu bytes at %p with the provider failed", len,
-             buf);
-    return BRAID_ERR_SYSTEM;
-  }
+  if (rc_get(&st->rc, buf, len, desc, entry) != 0)
+    return OERR(st, BRAID_ERR_SYSTEM,
+                "ofi: registering %zu bytes at %p with the provider failed",
+                len, buf);
   return 0;
 }
 
@@ -200,20 +197,19 @@ static int ofi_post_send(tp_conn *c, const void *src, size_t len,
     return r;
   if ((r = ofi_reap_tx(c)) != 0)
     return r;
-  if (len > st->max_msg || (copy && len > st->net.slot_bytes)) {
-    snprintf(st->err, sizeof(st->err),
-             "ofi: a %zu-byte message to rank %d is larger than the %zu-byte "
-             "%s",
-             len, c->peer, copy ? st->net.slot_bytes : st->max_msg,
-             copy ? "slots" : "limit of the provider");
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (len > st->max_msg || (copy && len > st->net.slot_bytes))
+    return OERR(st, BRAID_ERR_INVALID_ARG,
+                "ofi: a %zu-byte message to rank %d is larger than the "
+                "%zu-byte %s",
+                len, c->peer, copy ? st->net.slot_bytes : st->max_msg,
+                copy ? "slots" : "limit of the provider");
   if (c->tx_seq - c->tx_done >= (uint64_t)st->net.nslots)
     return TP_AGAIN;
   if (copy && c->cbuf == NULL) {
     c->cbuf = malloc((size_t)st->net.nslots * st->net.slot_bytes);
     if (c->cbuf == NULL)
-      return BRAID_ERR_NOMEM;
+      return OERR(st, BRAID_ERR_NOMEM,
+                  "ofi: no memory for the copies of sends to rank %d", c->peer);
   }
   uint64_t idx = c->tx_seq % (uint64_t)st->net.nslots;
   ofi_op *op = &c->tx[idx];
@@ -295,7 +291,11 @@ static int ofi_send_done(tp_conn *c, uint64_t ticket) {
     if (!op->done && !op->copied)
       return TP_AGAIN;
   }
-  return ticket <= c->tx_seq ? BRAID_SUCCESS : BRAID_ERR_INVALID_ARG;
+  if (ticket > c->tx_seq)
+    return OERR(c->st, BRAID_ERR_INVALID_ARG,
+                "ofi: send_done to rank %d: ticket %llu never issued", c->peer,
+                (unsigned long long)ticket);
+  return BRAID_SUCCESS;
 }
 
 /* Posts (once) and tests the receive of the next message into buf. */
@@ -303,7 +303,7 @@ static int ofi_recv_into(tp_conn *c, void *buf, size_t len) {
   ofi_state *st = c->st;
   int r;
   if (c->err != 0)
-    return c->err;
+    return OREPEAT(st, c->err);
   if (!c->rx_posted) {
     ofi_op *op = &c->rx;
     memset(op, 0, sizeof(*op));
@@ -325,32 +325,30 @@ static int ofi_recv_into(tp_conn *c, void *buf, size_t len) {
     c->rx_posted = 1;
     c->rx_len = len;
   } else if (len != c->rx_len) {
-    snprintf(st->err, sizeof(st->err),
-             "ofi: receive from rank %d resumed with %zu bytes, posted with "
-             "%zu",
-             c->peer, len, c->rx_len);
-    return BRAID_ERR_INTERNAL;
+    return OERR(st, BRAID_ERR_INTERNAL,
+                "ofi: receive from rank %d resumed with %zu bytes, posted with "
+                "%zu",
+                c->peer, len, c->rx_len);
   }
   if ((r = ofi_progress(st)) != 0)
     return r;
   if (!c->rx.done)
-    return c->err != 0 ? c->err : TP_AGAIN;
+    return c->err != 0 ? OREPEAT(st, c->err) : TP_AGAIN;
   c->rx_posted = 0;
   if (c->rx.mr_entry >= 0)
     rc_put(&st->rc, c->rx.mr_entry);
   if (c->rx.err != 0)
-    return c->err != 0 ? c->err
+    return c->err != 0 ? OREPEAT(st, c->err)
                        : ofi_fail(c, c->rx.err, "receive failed", NULL);
   if (ofi_fp_check(c, c->rx.data) != 0)
-    return c->err;
+    return OREPEAT(st, c->err);
   if (c->rx.got != len) {
-    snprintf(st->err, sizeof(st->err),
-             "ofi: message %llu from rank %d channel %d has %zu bytes, "
-             "expected %zu (ranks disagree on sizes)",
-             (unsigned long long)c->rx_seq + 1, c->peer, c->channel, c->rx.got,
-             len);
     c->err = BRAID_ERR_MISMATCH;
-    return c->err;
+    return OERR(st, c->err,
+                "ofi: message %llu from rank %d channel %d has %zu bytes, "
+                "expected %zu (ranks disagree on sizes)",
+                (unsigned long long)c->rx_seq + 1, c->peer, c->channel,
+                c->rx.got, len);
   }
   c->rx_seq++;
   return BRAID_SUCCESS;
@@ -364,20 +362,19 @@ static int ofi_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
                            const tp_reducer *r) {
   ofi_state *st = c->st;
   if (r == NULL || r->fn == NULL || r->elem_size == 0 ||
-      len % r->elem_size != 0) {
-    snprintf(st->err, sizeof(st->err),
-             "ofi: recv_reduce of %zu bytes from rank %d: bad reducer or a "
-             "length that is not a multiple of the element size",
-             len, c->peer);
-    return BRAID_ERR_INVALID_ARG;
-  }
+      len % r->elem_size != 0)
+    return OERR(st, BRAID_ERR_INVALID_ARG,
+                "ofi: recv_reduce of %zu bytes from rank %d: bad reducer or a "
+                "length that is not a multiple of the element size",
+                len, c->peer);
   if (!c->rx_posted && len > c->stage_cap) {
     /* Drop the old buffer's registration before it can be freed. */
     if (st->mr_local && c->stage != NULL)
       rc_invalidate(&st->rc, c->stage, c->stage_cap);
     void *p = realloc(c->stage, len);
     if (p == NULL)
-      return BRAID_ERR_NOMEM;
+      return OERR(st, BRAID_ERR_NOMEM,
+                  "ofi: no memory for a %zu-byte staging buffer", len);
     c->stage = p;
     c->stage_cap = len;
   }
@@ -411,7 +408,7 @@ static int ofi_check_peers(void *state, int *dead_rank) {
       tp_conn *c = &st->conns[(size_t)p * (size_t)st->net.nchannels + ch];
       if (c->err == BRAID_ERR_REMOTE) {
         *dead_rank = p;
-        return BRAID_ERR_REMOTE;
+        return OREPEAT(st, BRAID_ERR_REMOTE);
       }
     }
   }
@@ -419,10 +416,10 @@ static int ofi_check_peers(void *state, int *dead_rank) {
   braid_result r = boot_check_peers(st->net.boot, &dead);
   if (r == BRAID_ERR_REMOTE) {
     *dead_rank = dead;
-    snprintf(st->err, sizeof(st->err),
-             "ofi: rank %d is gone (its bootstrap connection closed)", dead);
+    return OERR(st, r, "ofi: rank %d is gone (its bootstrap connection closed)",
+                dead);
   }
-  return r;
+  return r != BRAID_SUCCESS ? OREPEAT(st, r) : BRAID_SUCCESS;
 }
 
 static void ofi_set_fp(void *state, uint64_t fp) {
@@ -436,11 +433,6 @@ static int ofi_mismatch(void *state, tp_mismatch *m) {
     return 0;
   *m = st->mm;
   return 1;
-}
-
-static const char *ofi_last_error(void *state) {
-  ofi_state *st = state;
-  return st != NULL ? st->err : "ofi: no state";
 }
 
 void ofi_teardown(void *state) {
@@ -486,11 +478,16 @@ int ofi_probe_fast(char *name, size_t len) {
 
 static int ofi_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   (void)peers;
+  (void)ts;
   *state = NULL;
-  snprintf(ts->errbuf, sizeof(ts->errbuf),
-           "ofi: this braid was built without libfabric (install "
-           "libfabric-dev and reconfigure)");
-  return BRAID_ERR_UNSUPPORTED;
+  return ERR(BRAID_ERR_UNSUPPORTED,
+             "ofi: this braid was built without libfabric (install "
+             "libfabric-dev and reconfigure)");
+}
+/* Calls on a state that setup never made: none reach here. */
+static int ofi_none(void) {
+  return ERR(BRAID_ERR_UNSUPPORTED,
+             "ofi: this braid was built without libfabric");
 }
 static tp_conn *ofi_conn(void *state, int peer, int channel) {
   (void)state, (void)peer, (void)channel;
@@ -499,12 +496,12 @@ static tp_conn *ofi_conn(void *state, int peer, int channel) {
 static int ofi_isend(tp_conn *c, const void *src, size_t len,
                      uint64_t *ticket) {
   (void)c, (void)src, (void)len, (void)ticket;
-  return BRAID_ERR_UNSUPPORTED;
+  return ofi_none();
 }
 static int ofi_isend_copy(tp_conn *c, const void *src, size_t len,
                           uint64_t *ticket) {
   (void)c, (void)src, (void)len, (void)ticket;
-  return BRAID_ERR_UNSUPPORTED;
+  return ofi_none();
 }
 static int ofi_flush(void *state) {
   (void)state;
@@ -512,16 +509,16 @@ static int ofi_flush(void *state) {
 }
 static int ofi_send_done(tp_conn *c, uint64_t ticket) {
   (void)c, (void)ticket;
-  return BRAID_ERR_UNSUPPORTED;
+  return ofi_none();
 }
 static int ofi_recv(tp_conn *c, void *dst, size_t len) {
   (void)c, (void)dst, (void)len;
-  return BRAID_ERR_UNSUPPORTED;
+  return ofi_none();
 }
 static int ofi_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
                            const tp_reducer *r) {
   (void)c, (void)src, (void)dst, (void)len, (void)r;
-  return BRAID_ERR_UNSUPPORTED;
+  return ofi_none();
 }
 static int ofi_pollfd(tp_conn *c) {
   (void)c;
@@ -536,10 +533,6 @@ static void ofi_set_fp(void *state, uint64_t fp) { (void)state, (void)fp; }
 static int ofi_mismatch(void *state, tp_mismatch *m) {
   (void)state, (void)m;
   return 0;
-}
-static const char *ofi_last_error(void *state) {
-  (void)state;
-  return "ofi: this braid was built without libfabric";
 }
 
 #endif
@@ -560,7 +553,6 @@ const tp_ops tp_ofi = {
     .check_peers = ofi_check_peers,
     .mismatch = ofi_mismatch,
     .teardown = ofi_teardown,
-    .last_error = ofi_last_error,
     .flush = ofi_flush,
 };
 

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "src/bootstrap.h"
+#include "src/log.h"
 #include "transports/transport.h"
 
 #include <rdma/fabric.h>
@@ -93,8 +94,13 @@ struct ofi_state {
   fi_addr_t *addrs;
   tp_conn *conns;    /* nranks * nchannels, NULL rows for unused peers */
   ofi_op *hello_ops; /* greeting ops left posted by a failed setup */
-  char err[256];
+  char why[TP_WHY];  /* the last failure's message (tp_keep) */
 };
+
+/* A failure of state st: records the message (ERR) and keeps it in
+ * st->why, which a broken connection records again (OREPEAT). */
+#define OERR(st, code, ...) tp_keep((st)->why, ERR((code), __VA_ARGS__))
+#define OREPEAT(st, code) tp_repeat((st)->why, (code))
 
 static inline uint64_t ofi_tag(int rank, int channel, uint64_t seq) {
   return ((uint64_t)rank << (64 - OFI_RANK_BITS)) |
@@ -102,8 +108,8 @@ static inline uint64_t ofi_tag(int rank, int channel, uint64_t seq) {
          (seq & 0xffffffffu);
 }
 
-/* Records a failure on a connection (fierr: a positive fi_errno) and maps it
- * to a braid_result, which it returns. */
+/* Records a failure on a connection (fierr: a positive fi_errno), with its
+ * message (OERR), and maps it to a braid_result, which it returns. */
 int ofi_fail(tp_conn *c, int fierr, const char *what, const char *detail);
 /* Reads completions until the queue is empty (bounded per call). */
 int ofi_progress(ofi_state *st);

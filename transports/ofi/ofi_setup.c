@@ -78,9 +78,9 @@ static int ofi_socket_prov(const char *prov) {
          (core == 7 && strncmp(prov, "sockets", 7) == 0);
 }
 
-/* Picks one fi_info entry; fills err when none fits. */
-static struct fi_info *ofi_choose(struct fi_info *list, char *err,
-                                  size_t errlen) {
+/* Picks one fi_info entry; NULL, with its message recorded, when none
+ * fits. */
+static struct fi_info *ofi_choose(struct fi_info *list) {
   const cfg_env *cfg = cfg_get();
   const char *want = cfg->ofi_provider;
   const char *dom = cfg->ofi_domain;
@@ -119,24 +119,24 @@ static struct fi_info *ofi_choose(struct fi_info *list, char *err,
       best_score = score;
     }
   }
-  if (best == NULL) {
-    if (want != NULL || dom != NULL)
-      snprintf(err, errlen,
-               "ofi: no libfabric provider matches BRAID_OFI_PROVIDER=%s "
-               "BRAID_OFI_DOMAIN=%s with reliable tagged messaging",
-               want ? want : "(any)", dom ? dom : "(any)");
-    else
-      snprintf(err, errlen,
-               "ofi: no libfabric provider offers reliable tagged messaging "
-               "between hosts (shm is used only when named)");
-  }
+  if (best == NULL && (want != NULL || dom != NULL))
+    (void)ERR(BRAID_ERR_UNSUPPORTED,
+              "ofi: no libfabric provider matches BRAID_OFI_PROVIDER=%s "
+              "BRAID_OFI_DOMAIN=%s with reliable tagged messaging",
+              want ? want : "(any)", dom ? dom : "(any)");
+  else if (best == NULL)
+    (void)ERR(BRAID_ERR_UNSUPPORTED,
+              "ofi: no libfabric provider offers reliable tagged messaging "
+              "between hosts (shm is used only when named)");
   return best;
 }
 
-static struct fi_info *ofi_list(char *err, size_t errlen) {
+/* The providers with reliable tagged messaging; NULL, with its message
+ * recorded, when there are none. */
+static struct fi_info *ofi_list(void) {
   struct fi_info *hints = fi_allocinfo();
   if (hints == NULL) {
-    snprintf(err, errlen, "ofi: out of memory");
+    (void)ERR(BRAID_ERR_NOMEM, "ofi: out of memory");
     return NULL;
   }
   hints->ep_attr->type = FI_EP_RDM;
@@ -151,23 +151,22 @@ static struct fi_info *ofi_list(char *err, size_t errlen) {
                       NULL, 0, hints, &list);
   fi_freeinfo(hints);
   if (rc != 0 || list == NULL) {
-    snprintf(err, errlen,
-             "ofi: fi_getinfo found no provider with reliable tagged "
-             "messaging: %s",
-             fi_strerror(-rc));
+    (void)ERR(BRAID_ERR_UNSUPPORTED,
+              "ofi: fi_getinfo found no provider with reliable tagged "
+              "messaging: %s",
+              fi_strerror(-rc));
     return NULL;
   }
   return list;
 }
 
 int ofi_probe_fast(char *name, size_t len) {
-  char err[256];
   if (name != NULL && len > 0)
     name[0] = '\0';
-  struct fi_info *list = ofi_list(err, sizeof(err));
+  struct fi_info *list = ofi_list();
   if (list == NULL)
     return 0;
-  struct fi_info *pick = ofi_choose(list, err, sizeof(err));
+  struct fi_info *pick = ofi_choose(list);
   int fast = 0;
   if (pick != NULL) {
     if (name != NULL && len > 0)
@@ -179,12 +178,12 @@ int ofi_probe_fast(char *name, size_t len) {
   return fast;
 }
 
-static int ofi_open(ofi_state *st, ofi_blob *me, char *err, size_t errlen) {
-  struct fi_info *list = ofi_list(err, errlen);
+static int ofi_open(ofi_state *st, ofi_blob *me) {
+  struct fi_info *list = ofi_list();
   if (list == NULL)
     return BRAID_ERR_UNSUPPORTED;
   int rc;
-  struct fi_info *pick = ofi_choose(list, err, errlen);
+  struct fi_info *pick = ofi_choose(list);
   if (pick == NULL) {
     fi_freeinfo(list);
     return BRAID_ERR_UNSUPPORTED;
@@ -192,7 +191,7 @@ static int ofi_open(ofi_state *st, ofi_blob *me, char *err, size_t errlen) {
   st->info = fi_dupinfo(pick);
   fi_freeinfo(list);
   if (st->info == NULL)
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "ofi: out of memory");
   struct fi_info *fi = st->info;
   st->mr_local = (fi->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
   st->mr_endpoint = (fi->domain_attr->mr_mode & FI_MR_ENDPOINT) != 0;
@@ -247,12 +246,10 @@ static int ofi_open(ofi_state *st, ofi_blob *me, char *err, size_t errlen) {
     step = "fi_getname";
     rc = fi_getname(&st->ep->fid, me->addr, &alen);
   }
-  if (rc != 0) {
-    snprintf(err, errlen, "ofi: %s on provider %s domain %s: %s", step,
-             fi->fabric_attr->prov_name, fi->domain_attr->name,
-             fi_strerror(-rc));
-    return BRAID_ERR_SYSTEM;
-  }
+  if (rc != 0)
+    return ERR(BRAID_ERR_SYSTEM, "ofi: %s on provider %s domain %s: %s", step,
+               fi->fabric_attr->prov_name, fi->domain_attr->name,
+               fi_strerror(-rc));
   me->addrlen = (uint32_t)alen;
   snprintf(me->prov, sizeof(me->prov), "%s", fi->fabric_attr->prov_name);
   if (st->mr_local)
@@ -299,13 +296,13 @@ static int ofi_wait_op(ofi_state *st, ofi_op *op, int64_t deadline) {
   return op->done ? op->err : FI_ETIMEDOUT;
 }
 
-static int ofi_hello(ofi_state *st, int timeout_ms, char *err, size_t errlen) {
+static int ofi_hello(ofi_state *st, int timeout_ms) {
   int n = 0;
   for (int p = 0; p < st->net.nranks; p++)
     n += st->net.used[p];
   ofi_op *ops = calloc((size_t)n * 2 + 1, sizeof(ofi_op));
   if (ops == NULL)
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "ofi: out of memory");
   int64_t deadline = sock_now_ms() + (timeout_ms > 0 ? timeout_ms : 300000);
   int k = 0, e = 0, bad = -1;
   const char *what = "";
@@ -345,11 +342,10 @@ static int ofi_hello(ofi_state *st, int timeout_ms, char *err, size_t errlen) {
     e = ofi_wait_op(st, &ops[2 * i + 1], deadline);
   }
   int r = BRAID_SUCCESS;
-  if (e != 0) {
-    snprintf(err, errlen, "ofi: %s rank %d at setup: %s", what, bad,
-             e == FI_ETIMEDOUT ? "timed out" : fi_strerror(e));
-    r = e == FI_ETIMEDOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_REMOTE;
-  }
+  if (e != 0)
+    r = ERR(e == FI_ETIMEDOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_REMOTE,
+            "ofi: %s rank %d at setup: %s", what, bad,
+            e == FI_ETIMEDOUT ? "timed out" : fi_strerror(e));
   int pending = 0;
   for (int i = 0; i < 2 * k; i++) {
     pending |= ops[i].posted && !ops[i].done;
@@ -364,27 +360,24 @@ static int ofi_hello(ofi_state *st, int timeout_ms, char *err, size_t errlen) {
 
 int ofi_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   *state = NULL;
-  ts->errbuf[0] = '\0';
   int r = tp_setup_check(ts, "ofi", 0);
   if (r != BRAID_SUCCESS)
     return r;
-  if (ts->nranks > (1 << OFI_RANK_BITS) || ts->nchannels >= OFI_HELLO_CHAN) {
-    snprintf(ts->errbuf, sizeof(ts->errbuf),
-             "ofi: %d ranks x %d channels do not fit the tag (at most %d "
-             "ranks, %d channels)",
-             ts->nranks, ts->nchannels, 1 << OFI_RANK_BITS, OFI_HELLO_CHAN);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (ts->nranks > (1 << OFI_RANK_BITS) || ts->nchannels >= OFI_HELLO_CHAN)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "ofi: %d ranks x %d channels do not fit the tag (at most %d "
+               "ranks, %d channels)",
+               ts->nranks, ts->nchannels, 1 << OFI_RANK_BITS, OFI_HELLO_CHAN);
   const size_t nr = (unsigned)ts->nranks, nch = (unsigned)ts->nchannels;
   ofi_state *st = calloc(1, sizeof(*st));
   if (st == NULL)
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "ofi: out of memory");
   int any = tp_net_init(&st->net, ts, peers);
   ofi_blob *all = calloc(nr, sizeof(ofi_blob));
   if (any < 0 || all == NULL) {
     free(all);
     ofi_teardown(st);
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "ofi: out of memory");
   }
 
   /* Open the endpoint only when this rank has peers; always take part in
@@ -394,60 +387,55 @@ int ofi_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   me.magic = OFI_MAGIC;
   me.status = OFI_IDLE;
   int lr = BRAID_SUCCESS;
+  char own[TP_WHY] = ""; /* the message of lr, kept over the exchange */
   if (any) {
-    lr = ofi_open(st, &me, ts->errbuf, sizeof(ts->errbuf));
+    lr = ofi_open(st, &me);
     me.status = lr == BRAID_SUCCESS ? OFI_OK : OFI_FAILED;
+    if (lr != BRAID_SUCCESS)
+      snprintf(own, sizeof own, "%s", err_msg());
   }
   braid_result br = boot_allgather(ts->boot, &me, all, sizeof(me));
   if (br != BRAID_SUCCESS) {
-    snprintf(ts->errbuf, sizeof(ts->errbuf),
-             "ofi: exchanging endpoint addresses failed: %s",
-             boot_last_error(ts->boot));
     free(all);
     ofi_teardown(st);
-    return br;
+    return ERR(br, "ofi: exchanging endpoint addresses failed: %s",
+               boot_last_error(ts->boot));
   }
   if (lr != BRAID_SUCCESS) {
     free(all);
     ofi_teardown(st);
-    return lr;
+    return tp_repeat(own, lr);
   }
   for (int p = 0; p < ts->nranks && r == BRAID_SUCCESS; p++) {
     if (!st->net.used[p])
       continue;
     const ofi_blob *b = &all[p];
-    if (b->magic != OFI_MAGIC || b->status == OFI_FAILED) {
-      snprintf(ts->errbuf, sizeof(ts->errbuf),
-               "ofi: rank %d could not open libfabric (see its log)", p);
-      r = BRAID_ERR_UNSUPPORTED;
-    } else if (b->status == OFI_IDLE) {
-      snprintf(ts->errbuf, sizeof(ts->errbuf),
-               "ofi: rank %d does not list rank %d as an ofi peer", p,
-               ts->rank);
-      r = BRAID_ERR_INVALID_ARG;
-    } else if (strncmp(b->prov, me.prov, sizeof(b->prov)) != 0) {
-      snprintf(ts->errbuf, sizeof(ts->errbuf),
-               "ofi: rank %d chose provider %.36s, this rank %.36s (set "
-               "BRAID_OFI_PROVIDER alike everywhere)",
-               p, b->prov, me.prov);
-      r = BRAID_ERR_UNSUPPORTED;
-    }
+    if (b->magic != OFI_MAGIC || b->status == OFI_FAILED)
+      r = ERR(BRAID_ERR_UNSUPPORTED,
+              "ofi: rank %d could not open libfabric (see its log)", p);
+    else if (b->status == OFI_IDLE)
+      r = ERR(BRAID_ERR_INVALID_ARG,
+              "ofi: rank %d does not list rank %d as an ofi peer", p, ts->rank);
+    else if (strncmp(b->prov, me.prov, sizeof(b->prov)) != 0)
+      r = ERR(BRAID_ERR_UNSUPPORTED,
+              "ofi: rank %d chose provider %.36s, this rank %.36s (set "
+              "BRAID_OFI_PROVIDER alike everywhere)",
+              p, b->prov, me.prov);
   }
   if (r == BRAID_SUCCESS && any) {
     size_t nconn = nr * nch;
     st->addrs = calloc(nr, sizeof(fi_addr_t));
     st->conns = calloc(nconn, sizeof(tp_conn));
     if (st->addrs == NULL || st->conns == NULL)
-      r = BRAID_ERR_NOMEM;
+      r = ERR(BRAID_ERR_NOMEM, "ofi: out of memory");
     for (int p = 0; p < ts->nranks && r == BRAID_SUCCESS; p++) {
       st->addrs[p] = FI_ADDR_NOTAVAIL;
       if (!st->net.used[p])
         continue;
       int n = fi_av_insert(st->av, all[p].addr, 1, &st->addrs[p], 0, NULL);
       if (n != 1) {
-        snprintf(ts->errbuf, sizeof(ts->errbuf),
-                 "ofi: fi_av_insert of rank %d's address failed (%d)", p, n);
-        r = BRAID_ERR_SYSTEM;
+        r = ERR(BRAID_ERR_SYSTEM,
+                "ofi: fi_av_insert of rank %d's address failed (%d)", p, n);
         break;
       }
       for (int ch = 0; ch < ts->nchannels; ch++) {
@@ -458,7 +446,7 @@ int ofi_setup(tp_setup *ts, const uint8_t *peers, void **state) {
         c->addr = st->addrs[p];
         c->tx = calloc((size_t)ts->nslots, sizeof(ofi_op));
         if (c->tx == NULL) {
-          r = BRAID_ERR_NOMEM;
+          r = ERR(BRAID_ERR_NOMEM, "ofi: out of memory");
           break;
         }
       }
@@ -466,10 +454,8 @@ int ofi_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   }
   free(all);
   if (r == BRAID_SUCCESS && any)
-    r = ofi_hello(st, ts->timeout_ms, ts->errbuf, sizeof(ts->errbuf));
+    r = ofi_hello(st, ts->timeout_ms);
   if (r != BRAID_SUCCESS) {
-    if (r == BRAID_ERR_NOMEM && ts->errbuf[0] == '\0')
-      snprintf(ts->errbuf, sizeof(ts->errbuf), "ofi: out of memory");
     ofi_teardown(st);
     return r;
   }
