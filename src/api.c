@@ -87,10 +87,9 @@ braid_result braid_unique_id_from_string(braid_unique_id *id,
     return comm_arg_bad(NULL, "%s: id is NULL", fn);
   if (text == NULL)
     return comm_arg_bad(NULL, "%s: text is NULL", fn);
-  char why[128];
-  if (boot_id_from_text(text, id, why, sizeof why) != 0)
+  if (boot_id_from_text(text, id) != BRAID_SUCCESS)
     return comm_arg_bad(NULL, "%s: text \"%.16s%s\": %s", fn, text,
-                        strlen(text) > 16 ? "..." : "", why);
+                        strlen(text) > 16 ? "..." : "", err_msg());
   return BRAID_SUCCESS;
 }
 

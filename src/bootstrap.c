@@ -62,7 +62,6 @@ struct tp_bootstrap {
   int *map; /* rank of this view -> world rank */
   boot_peer *peers;
   int timeout_ms;
-  char err[TEXT_LEN];
 };
 
 /* ---- identity ------------------------------------------------------------ */
@@ -151,9 +150,8 @@ void boot_close(boot *b) {
 
 /* The local address the kernel would use to reach `to` (a UDP connect
  * sends nothing), port 0. */
-static int route_source(const struct sockaddr_storage *to,
-                        struct sockaddr_storage *local, char *err,
-                        size_t errlen) {
+static braid_result route_source(const struct sockaddr_storage *to,
+                                 struct sockaddr_storage *local) {
   char as[80];
   int s = socket(to->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   socklen_t l = sizeof(*local);
@@ -161,35 +159,30 @@ static int route_source(const struct sockaddr_storage *to,
   if (s < 0 ||
       connect(s, (const struct sockaddr *)to, sock_addr_len(to)) != 0 ||
       getsockname(s, (struct sockaddr *)local, &l) != 0) {
-    snprintf(err, errlen, "no route to the bootstrap root at %s: %s",
-             sock_addr_str(to, as, sizeof(as)), strerror(errno));
+    braid_result r =
+        ERR(BRAID_ERR_SYSTEM, "no route to the bootstrap root at %s: %s",
+            sock_addr_str(to, as, sizeof(as)), strerror(errno));
     if (s >= 0)
       close(s);
-    return -1;
+    return r;
   }
   close(s);
   sock_addr_set_port(local, 0);
-  return 0;
+  return BRAID_SUCCESS;
 }
 
 static braid_result rendezvous(const struct sockaddr_storage *root,
                                const uint8_t secret[16], int rank, int nranks,
-                               int64_t deadline, boot *b, int *lfd, char *err,
-                               size_t errlen) {
+                               int64_t deadline, boot *b, int *lfd) {
   char e[200], as[80];
   sock_addr_str(root, as, sizeof(as));
   /* Listen on the address this host uses to reach the root (the kernel's
    * choice of source address for it). */
   struct sockaddr_storage local, bound;
-  int lr = route_source(root, &local, e, sizeof(e));
-  if (lr == 0 && sock_listen(&local, 0, 0, lfd, &bound) != 0) {
-    snprintf(e, sizeof(e), "%s", err_msg());
-    lr = -1;
-  }
-  if (lr != 0) {
-    SETERR(err, errlen, "rank %d: control listener: %s", rank, e);
-    return BRAID_ERR_SYSTEM;
-  }
+  if (route_source(root, &local) != BRAID_SUCCESS)
+    return ERR_WRAP(BRAID_ERR_SYSTEM, "rank %d: control listener", rank);
+  if (sock_listen(&local, 0, 0, lfd, &bound) != 0)
+    return ERR_WRAP(BRAID_ERR_SYSTEM, "rank %d: control listener", rank);
   root_hello h;
   memset(&h, 0, sizeof(h));
   h.rank = rank;
@@ -199,52 +192,50 @@ static braid_result rendezvous(const struct sockaddr_storage *root,
   int crc = sock_connect_auth(root, deadline, 0, BOOT_MAGIC, KIND_ROOT, secret,
                               &h, sizeof(h), &fd);
   if (crc != 0) {
-    SETERR(err, errlen, "rank %d: %s the bootstrap root: %s", rank,
-           crc == SOCK_REFUSED ? "refused by" : "cannot reach", err_msg());
     close(*lfd);
-    return crc == SOCK_TIMEOUT   ? BRAID_ERR_TIMEOUT
-           : crc == SOCK_REFUSED ? BRAID_ERR_INVALID_ARG
-                                 : BRAID_ERR_SYSTEM;
+    return ERR(crc == SOCK_TIMEOUT   ? BRAID_ERR_TIMEOUT
+               : crc == SOCK_REFUSED ? BRAID_ERR_INVALID_ARG
+                                     : BRAID_ERR_SYSTEM,
+               "rank %d: %s the bootstrap root: %s", rank,
+               crc == SOCK_REFUSED ? "refused by" : "cannot reach", err_msg());
   }
   root_reply r;
   int rc = sock_read_full(fd, &r, sizeof(r), deadline);
   if (rc == 0 && r.status == BRAID_SUCCESS) {
     if (r.nranks != nranks) {
-      SETERR(err, errlen,
-             "rank %d: the bootstrap root at %s answered with a table of %d "
-             "ranks, not %d",
-             rank, as, (int)r.nranks, nranks);
       close(fd);
       close(*lfd);
-      return BRAID_ERR_INTERNAL;
+      return ERR(BRAID_ERR_INTERNAL,
+                 "rank %d: the bootstrap root at %s answered with a table of "
+                 "%d ranks, not %d",
+                 rank, as, (int)r.nranks, nranks);
     }
     rc = sock_read_full(fd, b->peers, (size_t)nranks * sizeof(boot_peer),
                         deadline);
   }
   close(fd);
   if (rc != 0) {
-    SETERR(err, errlen,
-           "rank %d: rendezvous with the bootstrap root at %s failed: %s", rank,
-           as,
-           rc == SOCK_TIMEOUT ? "timed out waiting for the other ranks"
-           : rc == SOCK_EOF   ? "the root closed the connection (did it "
-                                "already finish?)"
-                              : sock_strerror(rc, e, sizeof(e)));
+    braid_result res =
+        ERR(rc == SOCK_TIMEOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_REMOTE,
+            "rank %d: rendezvous with the bootstrap root at %s failed: %s",
+            rank, as,
+            rc == SOCK_TIMEOUT ? "timed out waiting for the other ranks"
+            : rc == SOCK_EOF   ? "the root closed the connection (did it "
+                                 "already finish?)"
+                               : sock_strerror(rc, e, sizeof(e)));
     close(*lfd);
-    return rc == SOCK_TIMEOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_REMOTE;
+    return res;
   }
   if (r.status != BRAID_SUCCESS) {
     r.text[sizeof(r.text) - 1] = '\0';
-    SETERR(err, errlen, "rank %d: bootstrap root %s refused: %s", rank, as,
-           r.text);
     close(*lfd);
-    return (braid_result)r.status;
+    return ERR((braid_result)r.status, "rank %d: bootstrap root %s refused: %s",
+               rank, as, r.text);
   }
   return BRAID_SUCCESS;
 }
 
-static braid_result build_mesh(boot *b, int lfd, int64_t deadline, char *err,
-                               size_t errlen) {
+static braid_result build_mesh(boot *b, int lfd, int64_t deadline) {
   boot_mesh *m = b->m;
   char as[80];
   int rank = b->rank, n = b->nranks;
@@ -252,11 +243,9 @@ static braid_result build_mesh(boot *b, int lfd, int64_t deadline, char *err,
     mesh_hello h = {rank, n};
     int fd;
     if (sock_connect_auth(&b->peers[j].addr, deadline, 0, BOOT_MAGIC, KIND_MESH,
-                          m->secret, &h, sizeof(h), &fd) != 0) {
-      SETERR(err, errlen, "rank %d: control connection to rank %d: %s", rank, j,
-             err_msg());
-      return BRAID_ERR_SYSTEM;
-    }
+                          m->secret, &h, sizeof(h), &fd) != 0)
+      return ERR_WRAP(BRAID_ERR_SYSTEM,
+                      "rank %d: control connection to rank %d", rank, j);
     m->fds[j] = fd;
   }
   char what[96];
@@ -278,10 +267,10 @@ static braid_result build_mesh(boot *b, int lfd, int64_t deadline, char *err,
         if (m->fds[j] < 0)
           off += (size_t)snprintf(missing + off, sizeof(missing) - off, "%s%d",
                                   off ? "," : "", j);
-      SETERR(err, errlen,
-             "rank %d: %s waiting for control connections from ranks %s", rank,
-             rc == SOCK_TIMEOUT ? "timed out" : "accept failed", missing);
-      res = rc == SOCK_TIMEOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_SYSTEM;
+      res =
+          ERR(rc == SOCK_TIMEOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_SYSTEM,
+              "rank %d: %s waiting for control connections from ranks %s", rank,
+              rc == SOCK_TIMEOUT ? "timed out" : "accept failed", missing);
       break;
     }
     if (h.nranks != n || h.rank <= rank || h.rank >= n || m->fds[h.rank] >= 0) {
@@ -301,26 +290,22 @@ static braid_result build_mesh(boot *b, int lfd, int64_t deadline, char *err,
 }
 
 braid_result boot_init(const braid_unique_id *id, int rank, int nranks,
-                       int timeout_ms, boot **out, char *err, size_t errlen) {
+                       int timeout_ms, boot **out) {
   if (out)
     *out = NULL;
-  if (id == NULL || out == NULL) {
-    SETERR(err, errlen, "boot_init: %s is NULL", id ? "out" : "id");
-    return BRAID_ERR_INVALID_ARG;
-  }
-  if (nranks <= 0 || rank < 0 || rank >= nranks) {
-    SETERR(err, errlen, "boot_init: rank %d is not in 0..nranks-1 (nranks %d)",
-           rank, nranks);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (id == NULL || out == NULL)
+    return ERR(BRAID_ERR_INVALID_ARG, "boot_init: %s is NULL",
+               id ? "out" : "id");
+  if (nranks <= 0 || rank < 0 || rank >= nranks)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "boot_init: rank %d is not in 0..nranks-1 (nranks %d)", rank,
+               nranks);
   struct sockaddr_storage root;
   uint8_t secret[16];
-  if (boot_id_decode(id, &root, secret) != 0) {
-    SETERR(err, errlen,
-           "boot_init: the unique id is not a braid id of this version "
-           "(bad magic/version/address family)");
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (boot_id_decode(id, &root, secret) != 0)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "boot_init: the unique id is not a braid id of this version "
+               "(bad magic/version/address family)");
   timeout_ms = boot_timeout_or_default(timeout_ms);
   int64_t deadline = sock_now_ms() + timeout_ms;
   boot *b = boot_alloc(nranks);
@@ -328,8 +313,7 @@ braid_result boot_init(const braid_unique_id *id, int rank, int nranks,
   if (b == NULL || m == NULL || !(m->fds = malloc(nranks * sizeof(int)))) {
     free(m);
     boot_close(b);
-    SETERR(err, errlen, "boot_init: out of memory");
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "boot_init: out of memory");
   }
   atomic_init(&m->refs, 1);
   m->nranks = nranks;
@@ -342,10 +326,9 @@ braid_result boot_init(const braid_unique_id *id, int rank, int nranks,
   b->rank = rank;
   b->timeout_ms = timeout_ms;
   int lfd = -1;
-  braid_result r =
-      rendezvous(&root, secret, rank, nranks, deadline, b, &lfd, err, errlen);
+  braid_result r = rendezvous(&root, secret, rank, nranks, deadline, b, &lfd);
   if (r == BRAID_SUCCESS) {
-    r = build_mesh(b, lfd, deadline, err, errlen);
+    r = build_mesh(b, lfd, deadline);
     close(lfd);
   }
   if (r != BRAID_SUCCESS) {
@@ -376,7 +359,6 @@ const uint8_t *boot_secret(const boot *b, size_t *len) {
     *len = sizeof(b->m->secret);
   return b->m->secret;
 }
-const char *boot_last_error(const boot *b) { return b ? b->err : ""; }
 
 /* ---- framed exchange over the mesh ----------------------------------------
  */
@@ -394,11 +376,10 @@ typedef struct xop {
 static int peer_fd(const boot *b, int peer) { return b->m->fds[b->map[peer]]; }
 
 static braid_result xop_dead(boot *b, xop *o, const char *what, int rc) {
-  snprintf(b->err, sizeof(b->err),
-           "%s: rank %d closed its control connection to rank %d (%s; "
-           "process died?)",
-           what, o->peer, b->rank, rc == 0 ? "end of file" : strerror(errno));
-  return BRAID_ERR_REMOTE;
+  return ERR(BRAID_ERR_REMOTE,
+             "%s: rank %d closed its control connection to rank %d (%s; "
+             "process died?)",
+             what, o->peer, b->rank, rc == 0 ? "end of file" : strerror(errno));
 }
 
 /* The peer of o sent FR_LEFT: reads its message (sent in one piece right
@@ -419,24 +400,22 @@ static braid_result peer_left(boot *b, xop *o, const char *what) {
     got += n > 0 ? (size_t)n : 0;
   }
   why[got] = '\0';
-  char full[2 * TEXT_LEN];
-  snprintf(full, sizeof full, "%s: rank %d left the exchange: %s", what,
-           o->peer, got > 0 ? why : "(no reason received)");
-  memcpy(b->err, full, sizeof(b->err) - 1);
-  b->err[sizeof(b->err) - 1] = '\0';
-  return BRAID_ERR_REMOTE;
+  return ERR(BRAID_ERR_REMOTE, "%s: rank %d left the exchange: %s", what,
+             o->peer, got > 0 ? why : "(no reason received)");
 }
 
-/* This rank gives up on an exchange (b->err says why): tells every peer
- * whose frame of this exchange is not half sent, so that those waiting for
- * it learn the cause. Best effort: never waits. */
+/* This rank gives up on an exchange (the thread's message, err_msg, says
+ * why): tells every peer whose frame of this exchange is not half sent, so
+ * that those waiting for it learn the cause. Best effort: never waits. */
 static void tell_left(boot *b, const xop *ops, int n) {
-  size_t len = strlen(b->err);
+  char why[TEXT_LEN];
+  snprintf(why, sizeof why, "%s", err_msg());
+  size_t len = strlen(why);
   for (int i = 0; i < n; i++) {
     if (!ops[i].send || (ops[i].hoff > 0 && !ops[i].done))
       continue;
     frame_hdr h = {FRAME_MAGIC, FR_LEFT, len};
-    struct iovec iov[2] = {{&h, sizeof h}, {b->err, len}};
+    struct iovec iov[2] = {{&h, sizeof h}, {why, len}};
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
     (void)sendmsg(peer_fd(b, ops[i].peer), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
   }
@@ -475,31 +454,26 @@ static braid_result xop_step(boot *b, xop *o, uint32_t kind, const char *what) {
       o->hoff += (size_t)n;
       if (o->hoff < sizeof(o->hdr))
         continue;
-      if (o->hdr.magic != FRAME_MAGIC) {
-        snprintf(b->err, sizeof(b->err),
-                 "%s: garbage on the control connection from rank %d", what,
-                 o->peer);
-        return BRAID_ERR_REMOTE;
-      }
+      if (o->hdr.magic != FRAME_MAGIC)
+        return ERR(BRAID_ERR_REMOTE,
+                   "%s: garbage on the control connection from rank %d", what,
+                   o->peer);
       if (o->hdr.kind == FR_LEFT)
         return peer_left(b, o, what);
-      if (o->hdr.kind != kind) {
-        snprintf(b->err, sizeof(b->err),
-                 "%s: rank %d sent a %s message instead (bootstrap calls in a "
-                 "different order?)",
-                 what, o->peer,
-                 o->hdr.kind <= FR_LEFT ? frame_name[o->hdr.kind] : "unknown");
-        return BRAID_ERR_INVALID_ARG;
-      }
-      if (o->hdr.len != o->len) {
-        snprintf(b->err, sizeof(b->err),
-                 "%s: rank %d sent %llu bytes where rank %d expects %zu "
-                 "(lengths differ between ranks, or calls in a different "
-                 "order)",
-                 what, o->peer, (unsigned long long)o->hdr.len, b->rank,
-                 o->len);
-        return BRAID_ERR_INVALID_ARG;
-      }
+      if (o->hdr.kind != kind)
+        return ERR(BRAID_ERR_INVALID_ARG,
+                   "%s: rank %d sent a %s message instead (bootstrap calls in "
+                   "a different order?)",
+                   what, o->peer,
+                   o->hdr.kind <= FR_LEFT ? frame_name[o->hdr.kind]
+                                          : "unknown");
+      if (o->hdr.len != o->len)
+        return ERR(BRAID_ERR_INVALID_ARG,
+                   "%s: rank %d sent %llu bytes where rank %d expects %zu "
+                   "(lengths differ between ranks, or calls in a different "
+                   "order)",
+                   what, o->peer, (unsigned long long)o->hdr.len, b->rank,
+                   o->len);
     } else {
       n = recv(fd, o->buf + o->off, o->len - o->off, MSG_DONTWAIT);
       if (n <= 0)
@@ -527,8 +501,7 @@ static braid_result xchg(boot *b, xop *ops, int n, uint32_t kind) {
   if (p == NULL || idx == NULL) {
     free(p);
     free(idx);
-    snprintf(b->err, sizeof(b->err), "%s: out of memory", what);
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "%s: out of memory", what);
   }
   for (int i = 0; i < n; i++) {
     ops[i].hdr.magic = FRAME_MAGIC;
@@ -555,11 +528,10 @@ static braid_result xchg(boot *b, xop *ops, int n, uint32_t kind) {
       continue;
     if (k <= 0) {
       xop *o = &ops[idx[0]];
-      snprintf(b->err, sizeof(b->err),
-               "%s: rank %d timed out after %d ms waiting to %s rank %d", what,
-               b->rank, b->timeout_ms, o->send ? "send to" : "receive from",
-               o->peer);
-      r = BRAID_ERR_TIMEOUT;
+      r = ERR(BRAID_ERR_TIMEOUT,
+              "%s: rank %d timed out after %d ms waiting to %s rank %d", what,
+              b->rank, b->timeout_ms, o->send ? "send to" : "receive from",
+              o->peer);
       break;
     }
     for (int j = 0; j < np && r == BRAID_SUCCESS; j++)
@@ -584,10 +556,8 @@ static braid_result gather_kind(boot *b, const void *mine, void *all,
   if (n == 1)
     return BRAID_SUCCESS;
   xop *ops = calloc(2 * (size_t)(n - 1), sizeof(xop));
-  if (ops == NULL) {
-    snprintf(b->err, sizeof(b->err), "%s: out of memory", frame_name[kind]);
-    return BRAID_ERR_NOMEM;
-  }
+  if (ops == NULL)
+    return ERR(BRAID_ERR_NOMEM, "%s: out of memory", frame_name[kind]);
   int k = 0;
   for (int p = 0; p < n; p++) {
     if (p == b->rank)
@@ -606,35 +576,29 @@ static braid_result gather_kind(boot *b, const void *mine, void *all,
 }
 
 braid_result boot_allgather(boot *b, const void *mine, void *all, size_t len) {
-  if (b == NULL || (len && (mine == NULL || all == NULL))) {
-    if (b)
-      snprintf(b->err, sizeof(b->err), "boot_allgather: NULL buffer");
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (b == NULL || (len && (mine == NULL || all == NULL)))
+    return ERR(BRAID_ERR_INVALID_ARG, "boot_allgather: NULL %s",
+               b ? "buffer" : "bootstrap");
   return gather_kind(b, mine, all, len, FR_ALLGATHER);
 }
 
 braid_result boot_barrier(boot *b) {
   if (b == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return ERR(BRAID_ERR_INVALID_ARG, "boot_barrier: NULL bootstrap");
   char none = 0;
   return gather_kind(b, &none, &none, 0, FR_BARRIER);
 }
 
 static braid_result p2p(boot *b, int peer, void *buf, size_t len, int send) {
-  if (b == NULL)
-    return BRAID_ERR_INVALID_ARG;
   const char *what = send ? "boot_send" : "boot_recv";
-  if (peer < 0 || peer >= b->nranks || peer == b->rank) {
-    snprintf(b->err, sizeof(b->err),
-             "%s: peer %d is not another rank of 0..%d (this is rank %d)", what,
-             peer, b->nranks - 1, b->rank);
-    return BRAID_ERR_INVALID_ARG;
-  }
-  if (len && buf == NULL) {
-    snprintf(b->err, sizeof(b->err), "%s: NULL buffer", what);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (b == NULL)
+    return ERR(BRAID_ERR_INVALID_ARG, "%s: NULL bootstrap", what);
+  if (peer < 0 || peer >= b->nranks || peer == b->rank)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "%s: peer %d is not another rank of 0..%d (this is rank %d)",
+               what, peer, b->nranks - 1, b->rank);
+  if (len && buf == NULL)
+    return ERR(BRAID_ERR_INVALID_ARG, "%s: NULL buffer", what);
   xop o;
   memset(&o, 0, sizeof(o));
   o.peer = peer;
@@ -653,45 +617,36 @@ braid_result boot_recv(boot *b, int peer, void *buf, size_t len) {
 }
 
 braid_result boot_split(boot *parent, const int *ranks, int nranks, int rank,
-                        boot **out, char *err, size_t errlen) {
+                        boot **out) {
   if (out)
     *out = NULL;
-  if (parent == NULL || ranks == NULL || out == NULL) {
-    SETERR(err, errlen, "boot_split: %s is NULL",
-           parent == NULL  ? "parent"
-           : ranks == NULL ? "ranks"
-                           : "out");
-    return BRAID_ERR_INVALID_ARG;
-  }
-  if (nranks <= 0 || nranks > parent->nranks || rank < 0 || rank >= nranks) {
-    SETERR(err, errlen,
-           "boot_split: rank %d / nranks %d invalid for a parent of %d ranks",
-           rank, nranks, parent->nranks);
-    return BRAID_ERR_INVALID_ARG;
-  }
-  if (ranks[rank] != parent->rank) {
-    SETERR(err, errlen,
-           "boot_split: ranks[%d] is %d but this process is parent rank %d",
-           rank, ranks[rank], parent->rank);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (parent == NULL || ranks == NULL || out == NULL)
+    return ERR(BRAID_ERR_INVALID_ARG, "boot_split: %s is NULL",
+               parent == NULL  ? "parent"
+               : ranks == NULL ? "ranks"
+                               : "out");
+  if (nranks <= 0 || nranks > parent->nranks || rank < 0 || rank >= nranks)
+    return ERR(
+        BRAID_ERR_INVALID_ARG,
+        "boot_split: rank %d / nranks %d invalid for a parent of %d ranks",
+        rank, nranks, parent->nranks);
+  if (ranks[rank] != parent->rank)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "boot_split: ranks[%d] is %d but this process is parent rank %d",
+               rank, ranks[rank], parent->rank);
   for (int i = 0; i < nranks; i++) {
     int bad = ranks[i] < 0 || ranks[i] >= parent->nranks;
     for (int j = 0; j < i && !bad; j++)
       bad = ranks[j] == ranks[i];
-    if (bad) {
-      SETERR(err, errlen,
-             "boot_split: ranks[%d]=%d is out of range or repeated "
-             "(parent has %d ranks)",
-             i, ranks[i], parent->nranks);
-      return BRAID_ERR_INVALID_ARG;
-    }
+    if (bad)
+      return ERR(BRAID_ERR_INVALID_ARG,
+                 "boot_split: ranks[%d]=%d is out of range or repeated "
+                 "(parent has %d ranks)",
+                 i, ranks[i], parent->nranks);
   }
   boot *b = boot_alloc(nranks);
-  if (b == NULL) {
-    SETERR(err, errlen, "boot_split: out of memory");
-    return BRAID_ERR_NOMEM;
-  }
+  if (b == NULL)
+    return ERR(BRAID_ERR_NOMEM, "boot_split: out of memory");
   for (int i = 0; i < nranks; i++) {
     b->map[i] = parent->map[ranks[i]];
     b->peers[i] = parent->peers[ranks[i]];
@@ -704,20 +659,16 @@ braid_result boot_split(boot *parent, const int *ranks, int nranks, int rank,
   uint64_t h =
       fnv1a(1469598103934665603ull, b->map, (size_t)nranks * sizeof(int));
   uint64_t *all = malloc((size_t)nranks * sizeof(uint64_t));
-  braid_result r =
-      all ? gather_kind(b, &h, all, sizeof(h), FR_SPLIT) : BRAID_ERR_NOMEM;
+  braid_result r = all ? gather_kind(b, &h, all, sizeof(h), FR_SPLIT)
+                       : ERR(BRAID_ERR_NOMEM, "boot_split: out of memory");
   for (int i = 0; r == BRAID_SUCCESS && i < nranks; i++)
-    if (all[i] != h) {
-      snprintf(b->err, sizeof(b->err),
-               "boot_split: rank %d (parent rank %d) passed a different member "
-               "list than rank %d",
-               i, ranks[i], rank);
-      r = BRAID_ERR_INVALID_ARG;
-    }
+    if (all[i] != h)
+      r = ERR(BRAID_ERR_INVALID_ARG,
+              "boot_split: rank %d (parent rank %d) passed a different member "
+              "list than rank %d",
+              i, ranks[i], rank);
   free(all);
   if (r != BRAID_SUCCESS) {
-    SETERR(err, errlen, "%s",
-           r == BRAID_ERR_NOMEM ? "boot_split: out of memory" : b->err);
     boot_close(b);
     return r;
   }
@@ -734,7 +685,7 @@ int boot_peer_gone(boot *b, int p) {
 
 braid_result boot_check_peers(boot *b, int *dead) {
   if (b == NULL)
-    return BRAID_ERR_INVALID_ARG;
+    return ERR(BRAID_ERR_INVALID_ARG, "boot_check_peers: NULL bootstrap");
   for (int p = 0; p < b->nranks; p++) {
     if (p == b->rank)
       continue;
@@ -756,16 +707,14 @@ braid_result boot_check_peers(boot *b, int *dead) {
       if (dead)
         *dead = d;
       if (d != p)
-        snprintf(b->err, sizeof(b->err),
-                 "rank %d (pid %d on %s) died; rank %d then closed its "
-                 "control connection to rank %d",
-                 d, (int)b->peers[d].pid, b->peers[d].host, p, b->rank);
-      else
-        snprintf(b->err, sizeof(b->err),
+        return ERR(BRAID_ERR_REMOTE,
+                   "rank %d (pid %d on %s) died; rank %d then closed its "
+                   "control connection to rank %d",
+                   d, (int)b->peers[d].pid, b->peers[d].host, p, b->rank);
+      return ERR(BRAID_ERR_REMOTE,
                  "rank %d (pid %d on %s) closed its control connection to "
                  "rank %d (process died?)",
                  p, (int)b->peers[p].pid, b->peers[p].host, b->rank);
-      return BRAID_ERR_REMOTE;
     }
   }
   return BRAID_SUCCESS;

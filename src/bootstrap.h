@@ -28,35 +28,39 @@ typedef struct boot_peer {
   struct sockaddr_storage addr; /* this rank's control listener (IP to reach) */
 } boot_peer;
 
+/* Every call that can fail returns a braid_result and says why in the
+ * calling thread's message (ERR, src/log.h; read it with err_msg). */
+
 /* Fills id: root address (from BRAID_SOCKET_IFNAME / first non-loopback
  * interface, else loopback), a random secret, a magic. Starts, in this
  * process, the root service thread that answers one rendezvous. */
-braid_result boot_unique_id(braid_unique_id *id, char *err, size_t errlen);
+braid_result boot_unique_id(braid_unique_id *id);
 
 /* An id for a root at a known address (torchrun's MASTER_ADDR/MASTER_PORT,
  * BRAID_COMM_ID): the secret comes from the caller. When is_root, this
  * process starts the root service listening on host:port. */
 braid_result boot_unique_id_at(const char *host, int port,
                                const uint8_t secret[16], int is_root,
-                               braid_unique_id *id, char *err, size_t errlen);
+                               braid_unique_id *id);
 
 /* Reads braid_unique_id_to_string's text into *id (untouched on failure):
- * 0, or -1 with why (length, a character that is not a hex digit, or hex
- * that is no braid id: its magic, version and address family). */
-int boot_id_from_text(const char *text, braid_unique_id *id, char *err,
-                      size_t errlen);
-/* 0 when id is a braid id of this version (magic, version, address
- * family), else -1 with why, to follow "id": "has no braid magic ...". */
-int boot_id_check(const braid_unique_id *id, char *err, size_t errlen);
+ * BRAID_SUCCESS, or BRAID_ERR_INVALID_ARG with why (length, a character
+ * that is not a hex digit, or hex that is no braid id: its magic, version
+ * and address family). */
+braid_result boot_id_from_text(const char *text, braid_unique_id *id);
+/* BRAID_SUCCESS when id is a braid id of this version (magic, version,
+ * address family), else BRAID_ERR_INVALID_ARG with why, in words to follow
+ * "id": "has no braid magic ...". */
+braid_result boot_id_check(const braid_unique_id *id);
 
 /* Collective over nranks: rendezvous, then the control mesh. */
 braid_result boot_init(const braid_unique_id *id, int rank, int nranks,
-                       int timeout_ms, boot **out, char *err, size_t errlen);
+                       int timeout_ms, boot **out);
 /* A bootstrap for a subset of the ranks of `parent` (split): ranks[i] is the
  * parent rank of new rank i. Shares the parent's sockets. Collective over the
  * subset. */
 braid_result boot_split(boot *parent, const int *ranks, int nranks, int rank,
-                        boot **out, char *err, size_t errlen);
+                        boot **out);
 void boot_close(boot *b);
 
 int boot_rank(const boot *b);
@@ -76,6 +80,5 @@ braid_result boot_recv(boot *b, int peer, void *buf, size_t len);
 /* Polls every control socket once: BRAID_SUCCESS, or BRAID_ERR_REMOTE with
  * *dead set to the (this bootstrap's) rank whose socket closed. */
 braid_result boot_check_peers(boot *b, int *dead);
-const char *boot_last_error(const boot *b);
 
 #endif

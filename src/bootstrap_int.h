@@ -49,12 +49,6 @@ typedef struct root_reply {
   char text[TEXT_LEN]; /* why, when status != 0 */
 } root_reply;          /* followed by nranks boot_peer when status == 0 */
 
-#define SETERR(buf, len, ...)                                                  \
-  do {                                                                         \
-    if ((buf) && (len))                                                        \
-      snprintf((buf), (len), __VA_ARGS__);                                     \
-  } while (0)
-
 /* The root's address and the secret from an id: 0, or -1 when it is no
  * braid id of this version. */
 int boot_id_decode(const braid_unique_id *id, struct sockaddr_storage *a,
@@ -68,7 +62,6 @@ int boot_timeout_or_default(int timeout_ms);
  * gets the address it listens on. */
 braid_result boot_root_start(const struct sockaddr_storage *bind_addr,
                              int reuse, const uint8_t secret[16],
-                             struct sockaddr_storage *bound, char *err,
-                             size_t errlen);
+                             struct sockaddr_storage *bound);
 
 #endif

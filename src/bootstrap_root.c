@@ -169,17 +169,13 @@ static void *root_main(void *arg) {
 
 braid_result boot_root_start(const struct sockaddr_storage *bind_addr,
                              int reuse, const uint8_t secret[16],
-                             struct sockaddr_storage *bound, char *err,
-                             size_t errlen) {
+                             struct sockaddr_storage *bound) {
   root_svc *s = calloc(1, sizeof(*s));
-  if (s == NULL) {
-    SETERR(err, errlen, "bootstrap root: out of memory");
-    return BRAID_ERR_NOMEM;
-  }
+  if (s == NULL)
+    return ERR(BRAID_ERR_NOMEM, "bootstrap root: out of memory");
   if (sock_listen(bind_addr, reuse, 0, &s->lfd, bound) != 0) {
-    SETERR(err, errlen, "bootstrap root: %s", err_msg());
     free(s);
-    return BRAID_ERR_SYSTEM;
+    return ERR_WRAP(BRAID_ERR_SYSTEM, "bootstrap root");
   }
   memcpy(s->secret, secret, 16);
   s->timeout_ms = boot_timeout_or_default(0);
@@ -191,11 +187,10 @@ braid_result boot_root_start(const struct sockaddr_storage *bind_addr,
   int rc = pthread_create(&th, &at, root_main, s);
   pthread_attr_destroy(&at);
   if (rc != 0) {
-    SETERR(err, errlen, "bootstrap root: cannot start its thread: %s",
-           strerror(rc));
     close(s->lfd);
     free(s);
-    return BRAID_ERR_SYSTEM;
+    return ERR(BRAID_ERR_SYSTEM, "bootstrap root: cannot start its thread: %s",
+               strerror(rc));
   }
   return BRAID_SUCCESS;
 }
@@ -252,84 +247,73 @@ static int hexval(char ch) {
   return -1;
 }
 
-int boot_id_from_text(const char *text, braid_unique_id *id, char *err,
-                      size_t errlen) {
+braid_result boot_id_from_text(const char *text, braid_unique_id *id) {
   size_t len = strlen(text);
-  if (len != 2 * BRAID_UNIQUE_ID_BYTES) {
-    snprintf(err, errlen, "%zu characters, where a unique id has %d hex digits",
-             len, 2 * BRAID_UNIQUE_ID_BYTES);
-    return -1;
-  }
+  if (len != 2 * BRAID_UNIQUE_ID_BYTES)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "%zu characters, where a unique id has %d hex digits", len,
+               2 * BRAID_UNIQUE_ID_BYTES);
   braid_unique_id parsed;
   for (size_t i = 0; i < len; i++) {
     int v = hexval(text[i]);
-    if (v < 0) {
-      snprintf(err, errlen, "character %zu ('%c') is not a hex digit", i,
-               text[i]);
-      return -1;
-    }
+    if (v < 0)
+      return ERR(BRAID_ERR_INVALID_ARG,
+                 "character %zu ('%c') is not a hex digit", i, text[i]);
     if (i % 2 == 0)
       parsed.internal[i / 2] = (char)(v << 4);
     else
       parsed.internal[i / 2] = (char)(parsed.internal[i / 2] | v);
   }
-  char why[96];
-  if (boot_id_check(&parsed, why, sizeof why) != 0) {
-    snprintf(err, errlen, "hex that %s", why);
-    return -1;
+  if (boot_id_check(&parsed) != BRAID_SUCCESS) {
+    char why[96];
+    snprintf(why, sizeof why, "%s", err_msg());
+    return ERR(BRAID_ERR_INVALID_ARG, "hex that %s", why);
   }
   *id = parsed;
-  return 0;
+  return BRAID_SUCCESS;
 }
 
-int boot_id_check(const braid_unique_id *id, char *err, size_t errlen) {
+braid_result boot_id_check(const braid_unique_id *id) {
   id_wire w;
   memcpy(&w, id->internal, sizeof(w));
   if (w.magic != BOOT_MAGIC)
-    snprintf(err, errlen, "has no braid magic: not a braid unique id");
-  else if (w.version != BOOT_VERSION)
-    snprintf(err, errlen,
-             "is a unique id of another braid version (%u, not %u)",
-             (unsigned)w.version, (unsigned)BOOT_VERSION);
-  else if (w.family != AF_INET && w.family != AF_INET6)
-    snprintf(err, errlen, "has an unknown address family %u",
-             (unsigned)w.family);
-  else
-    return 0;
-  return -1;
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "has no braid magic: not a braid unique id");
+  if (w.version != BOOT_VERSION)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "is a unique id of another braid version (%u, not %u)",
+               (unsigned)w.version, (unsigned)BOOT_VERSION);
+  if (w.family != AF_INET && w.family != AF_INET6)
+    return ERR(BRAID_ERR_INVALID_ARG, "has an unknown address family %u",
+               (unsigned)w.family);
+  return BRAID_SUCCESS;
 }
 
-static braid_result make_secret(uint8_t secret[16], char *err, size_t errlen) {
+static braid_result make_secret(uint8_t secret[16]) {
   size_t got = 0;
   while (got < 16) {
     ssize_t n = getrandom(secret + got, 16 - got, 0);
     if (n < 0 && errno == EINTR)
       continue;
-    if (n < 0) {
-      SETERR(err, errlen, "getrandom failed: %s", strerror(errno));
-      return BRAID_ERR_SYSTEM;
-    }
+    if (n < 0)
+      return ERR(BRAID_ERR_SYSTEM, "getrandom failed: %s", strerror(errno));
     got += (size_t)n;
   }
   return BRAID_SUCCESS;
 }
 
-braid_result boot_unique_id(braid_unique_id *id, char *err, size_t errlen) {
-  if (id == NULL) {
-    SETERR(err, errlen, "boot_unique_id: id is NULL");
-    return BRAID_ERR_INVALID_ARG;
-  }
+braid_result boot_unique_id(braid_unique_id *id) {
+  if (id == NULL)
+    return ERR(BRAID_ERR_INVALID_ARG, "boot_unique_id: id is NULL");
   const cfg_env *c = cfg_get();
   struct sockaddr_storage addr, bound;
   char ifname[64];
   if (sock_pick_addr(c ? c->socket_ifname : NULL, &addr, ifname,
-                     sizeof(ifname)) != 0) {
-    SETERR(err, errlen, "boot_unique_id: %s", err_msg());
-    return BRAID_ERR_SYSTEM;
-  }
+                     sizeof(ifname)) != 0)
+    return ERR_WRAP(BRAID_ERR_SYSTEM, "boot_unique_id");
   uint8_t secret[16];
-  CHECKR(make_secret(secret, err, errlen));
-  CHECKR(boot_root_start(&addr, 0, secret, &bound, err, errlen));
+  CHECKR(make_secret(secret));
+  CHECKR(boot_root_start(&addr, 0, secret, &bound));
   char as[80];
   INFO(LOG_BOOT, "bootstrap root listening on %s (interface %s)",
        sock_addr_str(&bound, as, sizeof(as)), ifname);
@@ -339,23 +323,18 @@ braid_result boot_unique_id(braid_unique_id *id, char *err, size_t errlen) {
 
 braid_result boot_unique_id_at(const char *host, int port,
                                const uint8_t secret[16], int is_root,
-                               braid_unique_id *id, char *err, size_t errlen) {
-  if (id == NULL || secret == NULL || host == NULL) {
-    SETERR(err, errlen, "boot_unique_id_at: %s is NULL",
-           id == NULL       ? "id"
-           : secret == NULL ? "secret"
-                            : "host");
-    return BRAID_ERR_INVALID_ARG;
-  }
-  if (port <= 0 || port > 65535) {
-    SETERR(err, errlen, "boot_unique_id_at: port %d is not in 1..65535", port);
-    return BRAID_ERR_INVALID_ARG;
-  }
+                               braid_unique_id *id) {
+  if (id == NULL || secret == NULL || host == NULL)
+    return ERR(BRAID_ERR_INVALID_ARG, "boot_unique_id_at: %s is NULL",
+               id == NULL       ? "id"
+               : secret == NULL ? "secret"
+                                : "host");
+  if (port <= 0 || port > 65535)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "boot_unique_id_at: port %d is not in 1..65535", port);
   struct sockaddr_storage addr;
-  if (sock_resolve(host, port, &addr) != 0) {
-    SETERR(err, errlen, "boot_unique_id_at: %s", err_msg());
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (sock_resolve(host, port, &addr) != 0)
+    return ERR_WRAP(BRAID_ERR_INVALID_ARG, "boot_unique_id_at");
   if (is_root) {
     /* Listen on every address of the family so that any name of this host
      * reaches the root. */
@@ -364,7 +343,7 @@ braid_result boot_unique_id_at(const char *host, int port,
     any.ss_family = addr.ss_family;
     sock_addr_set_port(&any, port);
     struct sockaddr_storage bound;
-    CHECKR(boot_root_start(&any, 1, secret, &bound, err, errlen));
+    CHECKR(boot_root_start(&any, 1, secret, &bound));
   }
   id_encode(id, &addr, secret);
   return BRAID_SUCCESS;

@@ -165,24 +165,23 @@ braid_result check_fingerprint(braid_comm *c, const exec_op *op) {
     return BRAID_ERR_NOMEM;
   braid_result r = boot_allgather(c->boot, &mine, all, sizeof mine);
   if (r != BRAID_SUCCESS) {
-    comm_set_error(c, "BRAID_CHECK: exchanging fingerprints of %s #%llu: %s",
-                   op->name, (unsigned long long)op->seq,
-                   boot_last_error(c->boot));
     free(all);
-    return r;
+    return comm_fail(c, r,
+                     "BRAID_CHECK: exchanging fingerprints of %s #%llu: %s",
+                     op->name, (unsigned long long)op->seq, err_msg());
   }
   for (int p = 0; p < c->nranks; p++) {
     if (memcmp(&all[p], &all[0], sizeof mine) != 0) {
       char a[160], b[160];
       describe(&all[0], a, sizeof a);
       describe(&all[p], b, sizeof b);
-      comm_set_error(c,
-                     "BRAID_CHECK: collective mismatch: rank 0 called %s, "
-                     "rank %d called %s",
-                     a, p, b);
-      WARN(LOG_COLL, "%s", c->last_error);
       free(all);
-      return BRAID_ERR_MISMATCH;
+      braid_result m = comm_fail(c, BRAID_ERR_MISMATCH,
+                                 "BRAID_CHECK: collective mismatch: rank 0 "
+                                 "called %s, rank %d called %s",
+                                 a, p, b);
+      WARN(LOG_COLL, "%s", err_msg());
+      return m;
     }
   }
   free(all);

@@ -144,10 +144,8 @@ static braid_result remote_choice(braid_comm *c, const tp_ops **out) {
   for (int p = 0; p < c->nranks; p++)
     common &= all[p];
   free(all);
-  if (r != BRAID_SUCCESS) {
-    comm_set_error(c, "transport choice: %s", boot_last_error(c->boot));
-    return r;
-  }
+  if (r != BRAID_SUCCESS)
+    return comm_fail(c, r, "transport choice: %s", err_msg());
   *out = (common & CAP_IB)         ? &tp_ibverbs
          : (common & CAP_OFI_FAST) ? &tp_ofi
                                    : &tp_tcp;
@@ -160,23 +158,19 @@ static braid_result setup_transports(braid_comm *c) {
   const tp_ops *want_local = &tp_shm, *want_remote = NULL;
   if (forced != NULL) {
     const tp_ops *t = comm_tp_by_name(forced);
-    if (t == NULL) {
-      comm_set_error(c,
-                     "BRAID_TRANSPORT=%s is not a transport (shm, tcp, ofi, "
-                     "ibverbs)",
-                     forced);
-      return BRAID_ERR_INVALID_ARG;
-    }
+    if (t == NULL)
+      return comm_fail(c, BRAID_ERR_INVALID_ARG,
+                       "BRAID_TRANSPORT=%s is not a transport (shm, tcp, ofi, "
+                       "ibverbs)",
+                       forced);
     want_local = t;
     if (t == &tp_shm) {
       for (int p = 0; p < c->nranks; p++)
-        if (!boot_same_host(c->boot, c->rank, p)) {
-          comm_set_error(c,
-                         "BRAID_TRANSPORT=shm but rank %d is on another host "
-                         "(%s)",
-                         p, boot_peer_info(c->boot, p)->host);
-          return BRAID_ERR_INVALID_ARG;
-        }
+        if (!boot_same_host(c->boot, c->rank, p))
+          return comm_fail(c, BRAID_ERR_INVALID_ARG,
+                           "BRAID_TRANSPORT=shm but rank %d is on another "
+                           "host (%s)",
+                           p, boot_peer_info(c->boot, p)->host);
       want_remote = &tp_tcp; /* unused */
     } else {
       want_remote = t;
@@ -353,46 +347,45 @@ void comm_free(braid_comm *c) {
   free(c);
 }
 
-/* A config's fields out of range, named (0 or NULL: the environment's). */
-static int config_invalid(const braid_config *cfg, char *why, size_t len) {
+/* A config's fields out of range, named (0 or NULL: the environment's):
+ * BRAID_ERR_INVALID_ARG with the field and its value. */
+static braid_result config_check(const braid_config *cfg) {
+  const braid_result bad = BRAID_ERR_INVALID_ARG;
   if (cfg == NULL)
-    return 0;
+    return BRAID_SUCCESS;
   select_filter f;
   if (cfg->size != sizeof(braid_config))
-    snprintf(why, len,
-             "cfg->size is %zu, not sizeof(braid_config) = %zu: cfg was not "
-             "set up by braid_config_init",
-             cfg->size, sizeof(braid_config));
-  else if (cfg->timeout_ms < 0)
-    snprintf(why, len, "cfg->timeout_ms is %d (0: BRAID_TIMEOUT, else > 0)",
-             cfg->timeout_ms);
-  else if (cfg->nchannels < 0 || cfg->nchannels > 32)
-    snprintf(why, len,
-             "cfg->nchannels is %d (0: BRAID_NCHANNELS, else 1 to 32)",
-             cfg->nchannels);
-  else if (cfg->check < -1 || cfg->check > 1)
-    snprintf(why, len, "cfg->check is %d (1: on, -1: off, 0: BRAID_CHECK)",
-             cfg->check);
-  else if (cfg->blocking != 0 && cfg->blocking != 1)
-    snprintf(why, len, "cfg->blocking is %d (1: blocking, 0: non-blocking)",
-             cfg->blocking);
-  else if (cfg->deterministic < -1 || cfg->deterministic > 1)
-    snprintf(why, len,
-             "cfg->deterministic is %d (1: on, -1: off, 0: "
-             "BRAID_DETERMINISTIC)",
-             cfg->deterministic);
-  else if (cfg->transport != NULL && cfg->transport[0] != '\0' &&
-           comm_tp_by_name(cfg->transport) == NULL)
-    snprintf(why, len,
-             "cfg->transport \"%.40s\" is not a transport (shm, tcp, ofi, "
-             "ibverbs)",
-             cfg->transport);
-  else if (cfg->algo != NULL &&
-           select_filter_parse(cfg->algo, &f) != BRAID_SUCCESS)
-    snprintf(why, len, "cfg->algo is \"%.60s\": %.199s", cfg->algo, err_msg());
-  else
-    return 0;
-  return 1;
+    return ERR(bad,
+               "cfg->size is %zu, not sizeof(braid_config) = %zu: cfg was not "
+               "set up by braid_config_init",
+               cfg->size, sizeof(braid_config));
+  if (cfg->timeout_ms < 0)
+    return ERR(bad, "cfg->timeout_ms is %d (0: BRAID_TIMEOUT, else > 0)",
+               cfg->timeout_ms);
+  if (cfg->nchannels < 0 || cfg->nchannels > 32)
+    return ERR(bad, "cfg->nchannels is %d (0: BRAID_NCHANNELS, else 1 to 32)",
+               cfg->nchannels);
+  if (cfg->check < -1 || cfg->check > 1)
+    return ERR(bad, "cfg->check is %d (1: on, -1: off, 0: BRAID_CHECK)",
+               cfg->check);
+  if (cfg->blocking != 0 && cfg->blocking != 1)
+    return ERR(bad, "cfg->blocking is %d (1: blocking, 0: non-blocking)",
+               cfg->blocking);
+  if (cfg->deterministic < -1 || cfg->deterministic > 1)
+    return ERR(bad,
+               "cfg->deterministic is %d (1: on, -1: off, 0: "
+               "BRAID_DETERMINISTIC)",
+               cfg->deterministic);
+  if (cfg->transport != NULL && cfg->transport[0] != '\0' &&
+      comm_tp_by_name(cfg->transport) == NULL)
+    return ERR(bad,
+               "cfg->transport \"%.40s\" is not a transport (shm, tcp, ofi, "
+               "ibverbs)",
+               cfg->transport);
+  if (cfg->algo != NULL &&
+      select_filter_parse(cfg->algo, &f) != BRAID_SUCCESS)
+    return ERR(bad, "cfg->algo is \"%.60s\": %.199s", cfg->algo, err_msg());
+  return BRAID_SUCCESS;
 }
 
 braid_result comm_init_into(braid_comm *shell, int nranks,
@@ -402,13 +395,13 @@ braid_result comm_init_into(braid_comm *shell, int nranks,
   int timeout = cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms : env->timeout_ms;
   char err[256] = "";
   boot *b = NULL;
-  braid_result r = boot_init(id, rank, nranks, timeout, &b, err, sizeof err);
+  braid_result r = boot_init(id, rank, nranks, timeout, &b);
   if (r != BRAID_SUCCESS) {
+    snprintf(err, sizeof err, "%s", err_msg());
     WARN(LOG_INIT, "braid_comm_init (rank %d of %d): %s", rank, nranks, err);
     doc_init_failed(rank, nranks, NULL, err);
-    comm_set_error(shell, "braid_comm_init (rank %d of %d): %s", rank, nranks,
-                   err);
-    return r;
+    return comm_fail(shell, r, "braid_comm_init (rank %d of %d): %s", rank,
+                     nranks, err);
   }
   braid_comm *c = NULL;
   r = comm_new(&c, b, cfg, NULL, shell);
@@ -439,13 +432,12 @@ braid_result braid_comm_init(braid_comm **comm, int nranks,
                         "braid_comm_init: rank is %d, nranks is %d (a rank is "
                         "0..%d)",
                         rank, nranks, nranks - 1);
-  char bad[320];
   if (id == NULL)
     return comm_arg_bad(NULL, "braid_comm_init: id is NULL");
-  if (boot_id_check(id, bad, sizeof bad) != 0)
-    return comm_arg_bad(NULL, "braid_comm_init: id %s", bad);
-  if (config_invalid(cfg, bad, sizeof bad))
-    return comm_arg_bad(NULL, "braid_comm_init: %s", bad);
+  if (boot_id_check(id) != BRAID_SUCCESS)
+    return comm_arg_bad(NULL, "braid_comm_init: id %s", err_msg());
+  if (config_check(cfg) != BRAID_SUCCESS)
+    return comm_arg_bad(NULL, "braid_comm_init: %s", err_msg());
   if (cfg != NULL && cfg->blocking == 0)
     return comm_start(
         comm,
@@ -466,9 +458,8 @@ braid_result braid_comm_init_env(braid_comm **comm, const braid_config *cfg) {
   if (comm == NULL)
     return comm_arg_bad(NULL, "braid_comm_init_env: comm is NULL");
   *comm = NULL;
-  char bad[320];
-  if (config_invalid(cfg, bad, sizeof bad))
-    return comm_arg_bad(NULL, "braid_comm_init_env: %s", bad);
+  if (config_check(cfg) != BRAID_SUCCESS)
+    return comm_arg_bad(NULL, "braid_comm_init_env: %s", err_msg());
   if (cfg != NULL && cfg->blocking == 0)
     return comm_start(comm, &(comm_job){.env = 1, .cfg = cfg});
   braid_comm *c = comm_alloc();
@@ -489,12 +480,12 @@ braid_result comm_init_env_into(braid_comm *shell, const braid_config *cfg) {
   braid_unique_id id;
   char err[256] = "";
   int timeout = cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms : env->timeout_ms;
-  braid_result r = launch_detect(&li, &id, timeout, err, sizeof err);
+  braid_result r = launch_detect(&li, &id, timeout);
   if (r != BRAID_SUCCESS) {
+    snprintf(err, sizeof err, "%s", err_msg());
     WARN(LOG_INIT, "braid_comm_init_env: %s", err);
     doc_init_failed(-1, 0, NULL, err);
-    comm_set_error(shell, "braid_comm_init_env: %s", err);
-    return r;
+    return comm_fail(shell, r, "braid_comm_init_env: %s", err);
   }
   INFO(LOG_INIT, "launcher %s: rank %d of %d", li.source, li.rank, li.size);
   shell->rank = li.rank;
@@ -506,19 +497,16 @@ braid_result comm_init_env_into(braid_comm *shell, const braid_config *cfg) {
 
 braid_result comm_sub(braid_comm *c, const int *ranks, int n, int me,
                       const char *fn, braid_comm *into, braid_comm **out) {
-  char err[256] = "";
   boot *b = NULL;
   pthread_mutex_lock(&c->lock);
-  braid_result r = boot_split(c->boot, ranks, n, me, &b, err, sizeof err);
+  braid_result r = boot_split(c->boot, ranks, n, me, &b);
   pthread_mutex_unlock(&c->lock);
-  if (r != BRAID_SUCCESS) {
-    comm_set_error(c, "%s: %s", fn, err);
-    return r;
-  }
+  if (r != BRAID_SUCCESS)
+    return comm_fail(c, r, "%s: %s", fn, err_msg());
   braid_comm *nc = NULL;
   r = comm_new(&nc, b, NULL, c, into);
   if (r != BRAID_SUCCESS) {
-    comm_set_error(c, "%s: %s", fn, nc ? nc->last_error : "");
+    (void)comm_fail(c, r, "%s: %s", fn, nc ? nc->last_error : "");
     if (into == NULL)
       comm_free(nc);
     return r;
@@ -561,7 +549,7 @@ braid_result comm_split_into(braid_comm *c, int color, int key,
   braid_result r = boot_allgather(c->boot, mine, all, sizeof mine);
   pthread_mutex_unlock(&c->lock);
   if (r != BRAID_SUCCESS) {
-    comm_set_error(c, "braid_comm_split: %s", boot_last_error(c->boot));
+    r = comm_fail(c, r, "braid_comm_split: %s", err_msg());
     goto done;
   }
   if (color == BRAID_SPLIT_NOCOLOR)
@@ -602,7 +590,7 @@ braid_result braid_comm_finalize(braid_comm *c) {
   braid_result r = boot_barrier(c->boot);
   pthread_mutex_unlock(&c->lock);
   if (r != BRAID_SUCCESS)
-    comm_set_error(c, "braid_comm_finalize: %s", boot_last_error(c->boot));
+    return comm_fail(c, r, "braid_comm_finalize: %s", err_msg());
   return r;
 }
 
@@ -686,9 +674,8 @@ braid_result braid_get_unique_id(braid_unique_id *id) {
   (void)cfg_get();
   if (id == NULL)
     return comm_arg_bad(NULL, "braid_get_unique_id: id is NULL");
-  char err[256] = "";
-  braid_result r = boot_unique_id(id, err, sizeof err);
+  braid_result r = boot_unique_id(id);
   if (r != BRAID_SUCCESS)
-    WARN(LOG_BOOT, "braid_get_unique_id: %s", err);
+    WARN(LOG_BOOT, "braid_get_unique_id: %s", err_msg());
   return r;
 }

@@ -195,7 +195,7 @@ static braid_result cuda_setup(braid_comm *c, dev_priv *p, const uint8_t *on) {
     return comm_fail(c, b,
                      "cuda transport setup failed on rank %d: %s; then the "
                      "bootstrap failed: %s",
-                     c->rank, why, boot_last_error(c->boot));
+                     c->rank, why, err_msg());
   WARN(LOG_SHM,
        "rank %d: the cuda transport is unavailable (%s); device buffers "
        "between ranks of one host go through host memory",
@@ -428,8 +428,8 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
         remote[q] = 1;
     }
   } else {
-    comm_set_error(c, "rank %d: exchanging device capabilities: %s", c->rank,
-                   boot_last_error(c->boot));
+    r = comm_fail(c, r, "rank %d: exchanging device capabilities: %s", c->rank,
+                  err_msg());
   }
   d->slice_mixed = any_cuda && d->slot_bytes < c->slice_bytes ? d->slot_bytes
                                                               : c->slice_bytes;

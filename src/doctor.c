@@ -127,8 +127,7 @@ static void job_shape(const doc_opts *o, shape *s) {
   const cfg_env *env = cfg_get();
   memset(s, 0, sizeof *s);
   launch_info li;
-  char err[256];
-  int launched = launch_rank(&li, err, sizeof err) == BRAID_SUCCESS;
+  int launched = launch_rank(&li) == BRAID_SUCCESS;
   s->nranks = o->nranks > 0 ? o->nranks : launched ? li.size : 0;
   if (o->local_ranks > 0) {
     s->local = o->local_ranks;

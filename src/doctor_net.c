@@ -395,12 +395,11 @@ static long long now_ms(void) {
 
 braid_result doc_ranks(int nranks, int timeout_ms, doc_report *r) {
   launch_info li;
-  char err[512] = "";
-  if (launch_rank(&li, err, sizeof err) != BRAID_SUCCESS) {
+  if (launch_rank(&li) != BRAID_SUCCESS) {
     doc_add(r, "ranks", DOC_ERROR,
             "start the doctor on every rank: braidrun -n N braid-doctor "
             "--ranks N, torchrun ... or mpirun -n N braid-doctor --ranks N",
-            "--ranks %d: %s", nranks, err);
+            "--ranks %d: %s", nranks, err_msg());
     return BRAID_SUCCESS;
   }
   if (nranks > 0 && nranks != li.size) {
@@ -420,6 +419,7 @@ braid_result doc_ranks(int nranks, int timeout_ms, doc_report *r) {
   braid_result res = braid_comm_init_env(&c, &cfg);
   doc_init_quiet(0);
   if (res != BRAID_SUCCESS) {
+    char err[512] = "";
     doc_last_init_error(err, sizeof err);
     const char *fix =
         strstr(err, "cannot reach") != NULL || strstr(err, "connect") != NULL

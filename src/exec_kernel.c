@@ -301,8 +301,8 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
     x->k.blocks = blocks_for(all, n);
   free(all);
   if (r != BRAID_SUCCESS) {
-    comm_set_error(c, "rank %d: setting up collectives in one kernel: %s",
-                   c->rank, boot_last_error(c->boot));
+    r = comm_fail(c, r, "rank %d: setting up collectives in one kernel: %s",
+                  c->rank, err_msg());
     exk_free(x);
     return r;
   }

@@ -98,13 +98,11 @@ braid_result exec_check_health(braid_comm *c, xop *xs, int nops) {
       return dead_peer(c, xs, nops, r, dead);
   }
   int dead = -1;
-  if (boot_check_peers(c->boot, &dead) != BRAID_SUCCESS) {
-    comm_set_error(c,
-                   "rank %d died or closed its connections (seen by rank "
-                   "%d on the bootstrap socket)",
-                   dead, c->rank);
-    return BRAID_ERR_REMOTE;
-  }
+  if (boot_check_peers(c->boot, &dead) != BRAID_SUCCESS)
+    return comm_fail(c, BRAID_ERR_REMOTE,
+                     "rank %d died or closed its connections (seen by rank "
+                     "%d on the bootstrap socket)",
+                     dead, c->rank);
   return BRAID_SUCCESS;
 }
 

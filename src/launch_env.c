@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,25 +36,13 @@
 static pthread_mutex_t rdv_lock = PTHREAD_MUTEX_INITIALIZER;
 static char rdv_path[PATH_MAX]; /* the file this process created, if any */
 
-__attribute__((format(printf, 3, 4))) static void
-seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (err == NULL || errlen == 0)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  /* the analyzer misreads va_start in static variadic functions */
-  // NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized)
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 /* A variable's value; NULL when unset. */
 static const char *env(const char *name) { return getenv(name); }
 
 /* Strict decimal: digits only (an optional leading '-' is parsed so that a
  * negative value is reported as out of range rather than as garbage). */
 static braid_result parse_int(const char *name, const char *val, long lo,
-                              long hi, int *out, char *err, size_t errlen) {
+                              long hi, int *out) {
   const char *p = val;
   if (*p == '-')
     p++;
@@ -63,17 +50,14 @@ static braid_result parse_int(const char *name, const char *val, long lo,
   for (const char *q = p; *q; q++)
     if (*q < '0' || *q > '9')
       ok = 0;
-  if (!ok) {
-    seterr(err, errlen, "%s='%s' is not a decimal integer", name, val);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (!ok)
+    return ERR(BRAID_ERR_INVALID_ARG, "%s='%s' is not a decimal integer", name,
+               val);
   errno = 0;
   long v = strtol(val, NULL, 10);
-  if (errno == ERANGE || v < lo || v > hi) {
-    seterr(err, errlen, "%s='%s' is out of range (%ld..%ld)", name, val, lo,
-           hi);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (errno == ERANGE || v < lo || v > hi)
+    return ERR(BRAID_ERR_INVALID_ARG, "%s='%s' is out of range (%ld..%ld)",
+               name, val, lo, hi);
   *out = (int)v;
   return BRAID_SUCCESS;
 }
@@ -109,44 +93,36 @@ const char *launch_env_var(size_t i) {
   return i < sizeof own_vars / sizeof *own_vars ? own_vars[i] : NULL;
 }
 
-static braid_result detect_rank(launch_info *li, char *err, size_t errlen) {
+static braid_result detect_rank(launch_info *li) {
   for (size_t i = 0; i < sizeof launchers / sizeof *launchers; i++) {
     const launcher *l = &launchers[i];
     const char *r = env(l->rank), *s = env(l->size);
     if (r == NULL && s == NULL)
       continue;
-    if (r == NULL || s == NULL) {
-      seterr(err, errlen, "%s is set but %s is not (launcher %s)",
-             r ? l->rank : l->size, r ? l->size : l->rank, l->source);
-      return BRAID_ERR_INVALID_ARG;
-    }
-    CHECKR(parse_int(l->size, s, 1, INT_MAX, &li->size, err, errlen));
-    CHECKR(parse_int(l->rank, r, 0, INT_MAX, &li->rank, err, errlen));
-    if (li->rank >= li->size) {
-      seterr(err, errlen, "%s=%d is not below %s=%d", l->rank, li->rank,
-             l->size, li->size);
-      return BRAID_ERR_INVALID_ARG;
-    }
+    if (r == NULL || s == NULL)
+      return ERR(BRAID_ERR_INVALID_ARG, "%s is set but %s is not (launcher %s)",
+                 r ? l->rank : l->size, r ? l->size : l->rank, l->source);
+    CHECKR(parse_int(l->size, s, 1, INT_MAX, &li->size));
+    CHECKR(parse_int(l->rank, r, 0, INT_MAX, &li->rank));
+    if (li->rank >= li->size)
+      return ERR(BRAID_ERR_INVALID_ARG, "%s=%d is not below %s=%d", l->rank,
+                 li->rank, l->size, li->size);
     const char *lr = l->local_rank ? env(l->local_rank) : NULL;
     const char *ls = l->local_size ? env(l->local_size) : NULL;
     if (lr != NULL)
-      CHECKR(parse_int(l->local_rank, lr, 0, li->size - 1, &li->local_rank, err,
-                       errlen));
+      CHECKR(parse_int(l->local_rank, lr, 0, li->size - 1, &li->local_rank));
     if (ls != NULL)
-      CHECKR(parse_int(l->local_size, ls, 1, li->size, &li->local_size, err,
-                       errlen));
-    if (lr != NULL && ls != NULL && li->local_rank >= li->local_size) {
-      seterr(err, errlen, "%s=%d is not below %s=%d", l->local_rank,
-             li->local_rank, l->local_size, li->local_size);
-      return BRAID_ERR_INVALID_ARG;
-    }
+      CHECKR(parse_int(l->local_size, ls, 1, li->size, &li->local_size));
+    if (lr != NULL && ls != NULL && li->local_rank >= li->local_size)
+      return ERR(BRAID_ERR_INVALID_ARG, "%s=%d is not below %s=%d",
+                 l->local_rank, li->local_rank, l->local_size, li->local_size);
     li->source = l->source;
     return BRAID_SUCCESS;
   }
-  seterr(err, errlen,
-         "no launcher found (set BRAID_RANK/BRAID_SIZE/BRAID_UNIQUE_ID, or "
-         "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or run under mpirun/srun)");
-  return BRAID_ERR_INVALID_ARG;
+  return ERR(
+      BRAID_ERR_INVALID_ARG,
+      "no launcher found (set BRAID_RANK/BRAID_SIZE/BRAID_UNIQUE_ID, or "
+      "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or run under mpirun/srun)");
 }
 
 /* ---- hashing (not cryptographic) ----------------------------------------- */
@@ -193,8 +169,7 @@ static int hexval(char c) {
   return -1;
 }
 
-static braid_result get_secret(const char *host, int port, uint8_t out[16],
-                               char *err, size_t errlen) {
+static braid_result get_secret(const char *host, int port, uint8_t out[16]) {
   const char *s = env(own_vars[V_SECRET]);
   if (s != NULL) { /* the value itself is never printed */
     size_t n = strlen(s);
@@ -206,13 +181,11 @@ static braid_result get_secret(const char *host, int port, uint8_t out[16],
       else
         out[i] = (uint8_t)(hi << 4 | lo);
     }
-    if (!ok) {
-      seterr(err, errlen,
-             "BRAID_SECRET must be 32 hexadecimal digits (got %zu characters"
-             "%s)",
-             n, n == 32 ? ", not all hexadecimal" : "");
-      return BRAID_ERR_INVALID_ARG;
-    }
+    if (!ok)
+      return ERR(BRAID_ERR_INVALID_ARG,
+                 "BRAID_SECRET must be 32 hexadecimal digits (got %zu "
+                 "characters%s)",
+                 n, n == 32 ? ", not all hexadecimal" : "");
     return BRAID_SUCCESS;
   }
   char ps[16];
@@ -231,7 +204,7 @@ static braid_result get_secret(const char *host, int port, uint8_t out[16],
 
 /* "host:port" or "[v6addr]:port". */
 static braid_result parse_comm_id(const char *v, char *host, size_t hostlen,
-                                  int *port, char *err, size_t errlen) {
+                                  int *port) {
   const char *colon = strrchr(v, ':');
   const char *h = v;
   size_t hl = colon ? (size_t)(colon - v) : 0;
@@ -239,10 +212,8 @@ static braid_result parse_comm_id(const char *v, char *host, size_t hostlen,
     h++;
     hl -= 2;
   }
-  if (colon == NULL || hl == 0 || hl >= hostlen) {
-    seterr(err, errlen, "BRAID_COMM_ID='%s' is not host:port", v);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (colon == NULL || hl == 0 || hl >= hostlen)
+    return ERR(BRAID_ERR_INVALID_ARG, "BRAID_COMM_ID='%s' is not host:port", v);
   memcpy(host, h, hl);
   host[hl] = '\0';
   const char *ps = colon + 1;
@@ -251,54 +222,48 @@ static braid_result parse_comm_id(const char *v, char *host, size_t hostlen,
     if (*q < '0' || *q > '9')
       ok = 0;
   long p = ok && strlen(ps) <= 5 ? strtol(ps, NULL, 10) : -1;
-  if (p < 1 || p > 65535) {
-    seterr(err, errlen, "BRAID_COMM_ID='%s': port '%s' is not in 1..65535", v,
-           ps);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (p < 1 || p > 65535)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "BRAID_COMM_ID='%s': port '%s' is not in 1..65535", v, ps);
   *port = (int)p;
   return BRAID_SUCCESS;
 }
 
 /* *found = 1 when an address was given and *id is built from it. */
 static braid_result rdv_address(const launch_info *li, braid_unique_id *id,
-                                int *found, char *err, size_t errlen) {
+                                int *found) {
   char host[256];
   int port = 0;
   const char *cid = env(own_vars[V_COMM_ID]);
   const char *ma = env("MASTER_ADDR"), *mp = env("MASTER_PORT");
   *found = 0;
   if (cid != NULL) {
-    CHECKR(parse_comm_id(cid, host, sizeof host, &port, err, errlen));
+    CHECKR(parse_comm_id(cid, host, sizeof host, &port));
   } else if (ma != NULL || mp != NULL) {
-    if (ma == NULL || mp == NULL) {
-      seterr(err, errlen, "%s is set but %s is not",
-             ma ? "MASTER_ADDR" : "MASTER_PORT",
-             ma ? "MASTER_PORT" : "MASTER_ADDR");
-      return BRAID_ERR_INVALID_ARG;
-    }
-    if (*ma == '\0' || strlen(ma) >= sizeof host) {
-      seterr(err, errlen, "MASTER_ADDR='%s' is not a host name or address", ma);
-      return BRAID_ERR_INVALID_ARG;
-    }
+    if (ma == NULL || mp == NULL)
+      return ERR(BRAID_ERR_INVALID_ARG, "%s is set but %s is not",
+                 ma ? "MASTER_ADDR" : "MASTER_PORT",
+                 ma ? "MASTER_PORT" : "MASTER_ADDR");
+    if (*ma == '\0' || strlen(ma) >= sizeof host)
+      return ERR(BRAID_ERR_INVALID_ARG,
+                 "MASTER_ADDR='%s' is not a host name or address", ma);
     snprintf(host, sizeof host, "%s", ma);
-    CHECKR(parse_int("MASTER_PORT", mp, 1, 65535, &port, err, errlen));
+    CHECKR(parse_int("MASTER_PORT", mp, 1, 65535, &port));
   } else {
     return BRAID_SUCCESS;
   }
   uint8_t secret[16];
-  CHECKR(get_secret(host, port, secret, err, errlen));
-  char e[256] = "";
-  braid_result r =
-      boot_unique_id_at(host, port, secret, li->rank == 0, id, e, sizeof e);
+  CHECKR(get_secret(host, port, secret));
+  braid_result r = boot_unique_id_at(host, port, secret, li->rank == 0, id);
   if (r != BRAID_SUCCESS) {
     /* torchrun's agent may hold MASTER_PORT for its own store */
-    seterr(err, errlen, "rendezvous at %s:%d (from %s): %s%s", host, port,
-           cid ? "BRAID_COMM_ID" : "MASTER_ADDR/MASTER_PORT", e,
-           cid || li->rank != 0
-               ? ""
-               : " (for another port: BRAID_COMM_ID=host:port)");
-    return r;
+    char e[256];
+    snprintf(e, sizeof e, "%s", err_msg());
+    return ERR(r, "rendezvous at %s:%d (from %s): %s%s", host, port,
+               cid ? "BRAID_COMM_ID" : "MASTER_ADDR/MASTER_PORT", e,
+               cid || li->rank != 0
+                   ? ""
+                   : " (for another port: BRAID_COMM_ID=host:port)");
   }
   *found = 1;
   return BRAID_SUCCESS;
@@ -339,8 +304,8 @@ static time_t proc_start_time(void) {
   return hz > 0 ? (time_t)(btime + (long long)(start / (unsigned long)hz)) : 0;
 }
 
-static braid_result rdv_file_path(const launch_info *li, char *path, size_t len,
-                                  char *err, size_t errlen) {
+static braid_result rdv_file_path(const launch_info *li, char *path,
+                                  size_t len) {
   const char *dir = env(own_vars[V_RENDEZVOUS_DIR]);
   if (dir == NULL || *dir == '\0')
     dir = "/tmp";
@@ -367,26 +332,22 @@ static braid_result rdv_file_path(const launch_info *li, char *path, size_t len,
   h = hash_str(h, ss);
   int n = snprintf(path, len, "%s/braid-rdv-%u-%016llx", dir,
                    (unsigned)geteuid(), (unsigned long long)h);
-  if (n < 0 || (size_t)n >= len) {
-    seterr(err, errlen, "BRAID_RENDEZVOUS_DIR='%s' is too long", dir);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (n < 0 || (size_t)n >= len)
+    return ERR(BRAID_ERR_INVALID_ARG, "BRAID_RENDEZVOUS_DIR='%s' is too long",
+               dir);
   TRACE(LOG_ENV, "rendezvous file %s (key %s)", path, key);
   return BRAID_SUCCESS;
 }
 
-static braid_result rdv_publish(const char *path, const braid_unique_id *id,
-                                char *err, size_t errlen) {
+static braid_result rdv_publish(const char *path, const braid_unique_id *id) {
   char tmp[PATH_MAX + 32];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   unlink(tmp);
   int fd =
       open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    seterr(err, errlen, "cannot create rendezvous file %s: %s", tmp,
-           strerror(errno));
-    return BRAID_ERR_SYSTEM;
-  }
+  if (fd < 0)
+    return ERR(BRAID_ERR_SYSTEM, "cannot create rendezvous file %s: %s", tmp,
+               strerror(errno));
   char buf[RDV_MAGIC_LEN + sizeof id->internal];
   memcpy(buf, RDV_MAGIC, RDV_MAGIC_LEN);
   memcpy(buf + RDV_MAGIC_LEN, id->internal, sizeof id->internal);
@@ -399,9 +360,8 @@ static braid_result rdv_publish(const char *path, const braid_unique_id *id,
     e = errno;
   if (e != 0) {
     unlink(tmp);
-    seterr(err, errlen, "cannot write rendezvous file %s: %s", path,
-           strerror(e));
-    return BRAID_ERR_SYSTEM;
+    return ERR(BRAID_ERR_SYSTEM, "cannot write rendezvous file %s: %s", path,
+               strerror(e));
   }
   pthread_mutex_lock(&rdv_lock);
   snprintf(rdv_path, sizeof rdv_path, "%s", path);
@@ -409,40 +369,39 @@ static braid_result rdv_publish(const char *path, const braid_unique_id *id,
   return BRAID_SUCCESS;
 }
 
-/* 1: read a fresh id; 0: not there (yet) or stale; <0 with err: refused. */
-static int rdv_try_read(const char *path, time_t not_before,
-                        braid_unique_id *id, char *err, size_t errlen) {
+/* *got = 1: read a fresh id; 0: not there (yet) or stale. A failure: the
+ * file is refused. */
+static braid_result rdv_try_read(const char *path, time_t not_before,
+                                 braid_unique_id *id, int *got) {
+  *got = 0;
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT)
-      return 0;
-    seterr(err, errlen, "cannot open rendezvous file %s: %s", path,
-           strerror(errno));
-    return -1;
+      return BRAID_SUCCESS;
+    return ERR(BRAID_ERR_SYSTEM, "cannot open rendezvous file %s: %s", path,
+               strerror(errno));
   }
   struct stat st;
   char buf[RDV_MAGIC_LEN + BRAID_UNIQUE_ID_BYTES];
-  int rc = 0;
+  braid_result r = BRAID_SUCCESS;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    seterr(err, errlen, "rendezvous file %s is not a regular file", path);
-    rc = -1;
+    r = ERR(BRAID_ERR_SYSTEM, "rendezvous file %s is not a regular file", path);
   } else if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-    seterr(err, errlen,
-           "rendezvous file %s belongs to uid %u with mode %03o; refusing it "
-           "(expected uid %u, mode 0600)",
-           path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777),
-           (unsigned)geteuid());
-    rc = -1;
+    r = ERR(BRAID_ERR_SYSTEM,
+            "rendezvous file %s belongs to uid %u with mode %03o; refusing it "
+            "(expected uid %u, mode 0600)",
+            path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777),
+            (unsigned)geteuid());
   } else if (not_before != 0 && st.st_mtime < not_before) {
-    rc = 0; /* left by an earlier job: wait for rank 0 to replace it */
+    /* left by an earlier job: wait for rank 0 to replace it */
   } else if (st.st_size == (off_t)sizeof buf &&
              read(fd, buf, sizeof buf) == (ssize_t)sizeof buf &&
              memcmp(buf, RDV_MAGIC, RDV_MAGIC_LEN) == 0) {
     memcpy(id->internal, buf + RDV_MAGIC_LEN, sizeof id->internal);
-    rc = 1;
+    *got = 1;
   }
   close(fd);
-  return rc;
+  return r;
 }
 
 static long long now_ms(void) {
@@ -452,32 +411,27 @@ static long long now_ms(void) {
 }
 
 static braid_result rdv_file(const launch_info *li, braid_unique_id *id,
-                             int timeout_ms, char *err, size_t errlen) {
+                             int timeout_ms) {
   int nodes = 0;
   const char *nn = env("SLURM_STEP_NUM_NODES");
   if (nn == NULL)
     nn = env("SLURM_NNODES");
-  if (nn != NULL && parse_int("SLURM_NNODES", nn, 1, INT_MAX, &nodes, NULL,
-                              0) != BRAID_SUCCESS)
+  if (nn != NULL &&
+      parse_int("SLURM_NNODES", nn, 1, INT_MAX, &nodes) != BRAID_SUCCESS)
     nodes = 0;
-  if ((li->local_size > 0 && li->local_size != li->size) || nodes > 1) {
-    seterr(err, errlen,
-           "the %d ranks (%s) span more than one host: set MASTER_ADDR and "
-           "MASTER_PORT (or BRAID_COMM_ID=host:port) to a free port on rank "
-           "0's host",
-           li->size, li->source);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if ((li->local_size > 0 && li->local_size != li->size) || nodes > 1)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "the %d ranks (%s) span more than one host: set MASTER_ADDR "
+               "and MASTER_PORT (or BRAID_COMM_ID=host:port) to a free port "
+               "on rank 0's host",
+               li->size, li->source);
   char path[PATH_MAX];
-  CHECKR(rdv_file_path(li, path, sizeof path, err, errlen));
+  CHECKR(rdv_file_path(li, path, sizeof path));
   if (li->rank == 0) {
-    char e[256] = "";
-    braid_result r = boot_unique_id(id, e, sizeof e);
-    if (r != BRAID_SUCCESS) {
-      seterr(err, errlen, "rendezvous: %s", e);
-      return r;
-    }
-    CHECKR(rdv_publish(path, id, err, errlen));
+    braid_result r = boot_unique_id(id);
+    if (r != BRAID_SUCCESS)
+      return ERR_WRAP(r, "rendezvous");
+    CHECKR(rdv_publish(path, id));
     INFO(LOG_ENV, "published the unique id in %s", path);
     return BRAID_SUCCESS;
   }
@@ -486,21 +440,18 @@ static braid_result rdv_file(const launch_info *li, braid_unique_id *id,
   long long deadline = now_ms() + timeout_ms;
   long sleep_us = 1000;
   for (;;) {
-    int rc = rdv_try_read(path, not_before, id, err, errlen);
-    if (rc > 0) {
+    int got = 0;
+    CHECKR(rdv_try_read(path, not_before, id, &got));
+    if (got) {
       INFO(LOG_ENV, "read the unique id from %s", path);
       return BRAID_SUCCESS;
     }
-    if (rc < 0)
-      return BRAID_ERR_SYSTEM;
-    if (now_ms() >= deadline) {
-      seterr(err, errlen,
-             "rank %d waited %d ms for rank 0's rendezvous file %s (needs "
-             "one host, one BRAID_RENDEZVOUS_DIR; else set MASTER_ADDR/"
-             "MASTER_PORT)",
-             li->rank, timeout_ms, path);
-      return BRAID_ERR_TIMEOUT;
-    }
+    if (now_ms() >= deadline)
+      return ERR(BRAID_ERR_TIMEOUT,
+                 "rank %d waited %d ms for rank 0's rendezvous file %s (needs "
+                 "one host, one BRAID_RENDEZVOUS_DIR; else set MASTER_ADDR/"
+                 "MASTER_PORT)",
+                 li->rank, timeout_ms, path);
     usleep((useconds_t)sleep_us);
     if (sleep_us < 20000)
       sleep_us *= 2;
@@ -509,50 +460,41 @@ static braid_result rdv_file(const launch_info *li, braid_unique_id *id,
 
 /* ---- entry points -------------------------------------------------------- */
 
-braid_result launch_detect(launch_info *li, braid_unique_id *id, int timeout_ms,
-                           char *err, size_t errlen) {
-  if (err != NULL && errlen > 0)
-    err[0] = '\0';
-  if (li == NULL || id == NULL) {
-    seterr(err, errlen, "launch_detect: %s is NULL", li ? "id" : "li");
-    return BRAID_ERR_INVALID_ARG;
-  }
+braid_result launch_detect(launch_info *li, braid_unique_id *id,
+                           int timeout_ms) {
+  if (li == NULL || id == NULL)
+    return ERR(BRAID_ERR_INVALID_ARG, "launch_detect: %s is NULL",
+               li ? "id" : "li");
   memset(li, 0, sizeof *li);
   li->local_rank = li->local_size = -1;
   memset(id, 0, sizeof *id);
   if (timeout_ms <= 0)
     timeout_ms = DEFAULT_TIMEOUT_MS;
-  CHECKR(detect_rank(li, err, errlen));
+  CHECKR(detect_rank(li));
   INFO(LOG_ENV, "launcher %s: rank %d of %d (local %d of %d)", li->source,
        li->rank, li->size, li->local_rank, li->local_size);
 
   const char *uid = env(own_vars[V_UNIQUE_ID]);
   if (uid != NULL) {
-    char why[128];
-    if (boot_id_from_text(uid, id, why, sizeof why) != 0) {
-      seterr(err, errlen,
-             "BRAID_UNIQUE_ID is not the text of braid_unique_id_to_string: "
-             "%s",
-             why);
-      return BRAID_ERR_INVALID_ARG;
-    }
+    braid_result r = boot_id_from_text(uid, id);
+    if (r != BRAID_SUCCESS)
+      return ERR_WRAP(r, "BRAID_UNIQUE_ID is not the text of "
+                         "braid_unique_id_to_string");
     return BRAID_SUCCESS;
   }
   int found = 0;
-  CHECKR(rdv_address(li, id, &found, err, errlen));
+  CHECKR(rdv_address(li, id, &found));
   if (found)
     return BRAID_SUCCESS;
   if (li->size == 1) /* nobody to meet: a private root */
-    return boot_unique_id(id, err, errlen);
-  return rdv_file(li, id, timeout_ms, err, errlen);
+    return boot_unique_id(id);
+  return rdv_file(li, id, timeout_ms);
 }
 
-braid_result launch_rank(launch_info *li, char *err, size_t errlen) {
-  if (err != NULL && errlen > 0)
-    err[0] = '\0';
+braid_result launch_rank(launch_info *li) {
   memset(li, 0, sizeof *li);
   li->local_rank = li->local_size = -1;
-  return detect_rank(li, err, errlen);
+  return detect_rank(li);
 }
 
 void launch_cleanup(void) {

@@ -18,15 +18,16 @@ typedef struct launch_info {
 /* Detects the launcher and builds the unique id every rank of the job agrees
  * on (BRAID_UNIQUE_ID, MASTER_ADDR/MASTER_PORT or BRAID_COMM_ID with the
  * root at rank 0, or a rendezvous file keyed by the job id on one host).
- * Errors name the variable that is missing or malformed. */
-braid_result launch_detect(launch_info *li, braid_unique_id *id, int timeout_ms,
-                           char *err, size_t errlen);
+ * Errors (the thread's message, err_msg in src/log.h) name the variable
+ * that is missing or malformed. */
+braid_result launch_detect(launch_info *li, braid_unique_id *id,
+                           int timeout_ms);
 /* The i-th of braid's own variables (BRAID_*) read here, NULL past the
  * last (braid-doctor tells them from misspellings). */
 const char *launch_env_var(size_t i);
 /* Rank and size only (launch_detect's first half: no rendezvous, no
  * file, no socket). */
-braid_result launch_rank(launch_info *li, char *err, size_t errlen);
+braid_result launch_rank(launch_info *li);
 /* Rank 0 removes the rendezvous file, if it made one (after init). */
 void launch_cleanup(void);
 

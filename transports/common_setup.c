@@ -30,11 +30,14 @@ int tp_setup_round(tp_setup *su, int rc, const void *mine, void *all,
     snprintf(own, sizeof own, "%s", err_msg());
   int x = boot_allgather(su->boot, mine, all, len);
   *boot_rc = x;
+  /* a failure here, then the exchange that tells the others: the
+   * exchange's reason often names the rank whose death caused both (a peer
+   * that gave up and unlinked its segment before this rank mapped it) */
   if (x && rc)
-    return tp_repeat(own, x);
+    return ERR((braid_result)x, "%s; then the exchange of results failed: %s",
+               own, err_msg());
   if (x)
-    return ERR((braid_result)x, "%s: bootstrap exchange failed: %s", who,
-               boot_last_error(su->boot));
+    return ERR_WRAP((braid_result)x, "%s: bootstrap exchange failed", who);
   for (int i = 0; !rc && i < su->nranks; i++) {
     int32_t status;
     memcpy(&status, (const char *)all + (size_t)i * len + status_off,

@@ -191,8 +191,7 @@ int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
   }
   r = boot_allgather(st->boot, &bound, addrs, sizeof(bound));
   if (r != BRAID_SUCCESS) {
-    r = ERR(r, "tcp setup on rank %d: exchanging addresses: %.180s", st->rank,
-            boot_last_error(st->boot));
+    r = ERR_WRAP(r, "tcp setup on rank %d: exchanging addresses", st->rank);
   } else {
     const uint8_t *secret = boot_secret(st->boot, NULL);
     r = tcp_connect_all(st, s, peers, addrs, bufs, secret, deadline);

@@ -16,6 +16,7 @@
 
 #include "../transports/ranks.h"
 #include "src/bootstrap.h"
+#include "src/log.h"
 
 static double now_ms(void) {
   struct timespec ts;
@@ -67,8 +68,7 @@ static int rank_abort(int rank, int nranks, const braid_unique_id *id,
 
 static void abort_on(const char *tp) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[2];
   for (int r = 0; r < 2; r++)
     spawn_rank(&p[r], r, 2, &id, rank_abort, (void *)tp);

@@ -17,6 +17,7 @@
 
 #include "../transports/ranks.h"
 #include "src/bootstrap.h"
+#include "src/log.h"
 
 static char dir[64];
 
@@ -28,8 +29,7 @@ static void start(braid_unique_id *id) {
   char pattern[128];
   snprintf(pattern, sizeof pattern, "%s/auto.r%%r.jsonl", dir);
   setenv("BRAID_FLIGHT_RECORDER_FILE", pattern, 1);
-  char err[256];
-  cr_assert_eq(boot_unique_id(id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(id), BRAID_SUCCESS, "%s", err_msg());
 }
 
 /* The file's text (at most 64 KiB), or "" when it is not there. */

@@ -14,6 +14,7 @@
 
 #include "../transports/ranks.h"
 #include "src/bootstrap.h"
+#include "src/log.h"
 
 static char go[64];
 
@@ -101,8 +102,7 @@ Test(nbinit, a_rank_that_joins_late, .timeout = 60) {
   snprintf(go, sizeof go, "/tmp/braid-nbinit.%d", (int)getpid());
   unlink(go);
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(run_ranks(2, &id, rank_late, NULL, 40000, NULL), 0);
   unlink(go);
 }
@@ -127,8 +127,7 @@ static int rank_alone(int rank, int n, const braid_unique_id *id, void *arg,
 
 Test(nbinit, a_rank_that_never_joins, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   int later = 0;
   rank_proc p[1];
   spawn_rank(&p[0], 0, 2, &id, rank_alone, &later); /* rank 1 never comes */
@@ -140,8 +139,7 @@ Test(nbinit, a_rank_that_never_joins, .timeout = 60) {
 
 Test(nbinit, destroyed_while_being_made, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   int at_once = 1;
   rank_proc p[1];
   spawn_rank(&p[0], 0, 2, &id, rank_alone, &at_once);
@@ -176,7 +174,6 @@ static int rank_split(int rank, int n, const braid_unique_id *id, void *arg,
 
 Test(nbinit, split, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(run_ranks(4, &id, rank_split, NULL, 40000, NULL), 0);
 }

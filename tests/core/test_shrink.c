@@ -12,6 +12,7 @@
 
 #include "../transports/ranks.h"
 #include "src/bootstrap.h"
+#include "src/log.h"
 
 typedef struct shrink_case {
   const char *tp;
@@ -108,8 +109,7 @@ static int rank_shrink(int rank, int nranks, const braid_unique_id *id,
 
 static void run_case(const shrink_case *k) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof err), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[4];
   run_ranks(4, &id, rank_shrink, (void *)k, 60000, p);
   for (int r = 0; r < 4; r++) {

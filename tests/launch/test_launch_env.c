@@ -20,6 +20,7 @@
 #include "../free_port.h"
 #include "../test_fork.h"
 #include "src/launch_env.h"
+#include "src/log.h"
 
 typedef struct result {
   int rc;
@@ -74,7 +75,9 @@ static pid_t spawn_detect(const char *const *vars, int timeout_ms, int *rfd,
     result r;
     memset(&r, 0, sizeof r);
     launch_info li;
-    r.rc = launch_detect(&li, &r.id, timeout_ms, r.err, sizeof r.err);
+    r.rc = launch_detect(&li, &r.id, timeout_ms);
+    if (r.rc != BRAID_SUCCESS)
+      snprintf(r.err, sizeof r.err, "%s", err_msg());
     if (r.rc == BRAID_SUCCESS) {
       r.rank = li.rank;
       r.size = li.size;

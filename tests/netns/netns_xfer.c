@@ -270,9 +270,9 @@ int main(int argc, char **argv) {
   char err[512];
   braid_unique_id id;
   if (rank == 0) {
-    if (boot_unique_id(&id, err, sizeof(err)) != BRAID_SUCCESS ||
-        write_id(idfile, &id) != 0) {
-      fprintf(stderr, "rank 0: making the id: %s %s\n", err, strerror(errno));
+    if (boot_unique_id(&id) != BRAID_SUCCESS || write_id(idfile, &id) != 0) {
+      fprintf(stderr, "rank 0: making the id: %s %s\n", err_msg(),
+              strerror(errno));
       return 2;
     }
   } else if (read_id(idfile, &id, 30000) != 0) {
@@ -282,9 +282,8 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "stuck"))
     return stuck(rank, &id);
   boot *b = NULL;
-  if (boot_init(&id, rank, nranks, TIMEOUT_MS, &b, err, sizeof(err)) !=
-      BRAID_SUCCESS) {
-    fprintf(stderr, "rank %d: boot_init: %s\n", rank, err);
+  if (boot_init(&id, rank, nranks, TIMEOUT_MS, &b) != BRAID_SUCCESS) {
+    fprintf(stderr, "rank %d: boot_init: %s\n", rank, err_msg());
     return 2;
   }
   int rc;

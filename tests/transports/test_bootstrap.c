@@ -33,11 +33,10 @@ typedef struct blob {
 static int rank_basic(int rank, int nranks, const braid_unique_id *id,
                       void *arg, char *msg, size_t msglen) {
   (void)arg;
-  char err[256] = "";
   boot *b = NULL;
-  braid_result r = boot_init(id, rank, nranks, 20000, &b, err, sizeof(err));
+  braid_result r = boot_init(id, rank, nranks, 20000, &b);
   if (r != BRAID_SUCCESS)
-    FAIL("boot_init: %s (%s)", braid_result_string(r), err);
+    FAIL("boot_init: %s (%s)", braid_result_string(r), err_msg());
   if (boot_rank(b) != rank || boot_nranks(b) != nranks)
     FAIL("rank/nranks %d/%d", boot_rank(b), boot_nranks(b));
   if (boot_peer_info(b, rank)->pid != getpid())
@@ -53,7 +52,7 @@ static int rank_basic(int rank, int nranks, const braid_unique_id *id,
   blob *all = calloc((size_t)nranks, sizeof(blob));
   r = boot_allgather(b, &mine, all, sizeof(blob));
   if (r != BRAID_SUCCESS)
-    FAIL("allgather: %s", boot_last_error(b));
+    FAIL("allgather: %s", err_msg());
   for (int p = 0; p < nranks; p++)
     if (all[p].rank != p || all[p].nranks != nranks ||
         all[p].pattern != 0xabc00000u + (uint32_t)p ||
@@ -68,14 +67,14 @@ static int rank_basic(int rank, int nranks, const braid_unique_id *id,
     ball[(size_t)rank * big + i] = (unsigned char)(i * 7 + (size_t)rank);
   r = boot_allgather(b, ball + (size_t)rank * big, ball, big);
   if (r != BRAID_SUCCESS)
-    FAIL("big allgather: %s", boot_last_error(b));
+    FAIL("big allgather: %s", err_msg());
   for (int p = 0; p < nranks; p++)
     for (size_t i = 0; i < big; i++)
       if (ball[(size_t)p * big + i] != (unsigned char)(i * 7 + (size_t)p))
         FAIL("big allgather: rank %d byte %zu wrong", p, i);
   free(ball);
   if ((r = boot_barrier(b)) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(b));
+    FAIL("barrier: %s", err_msg());
   /* ring send/recv, including an empty message */
   if (nranks > 1) {
     int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
@@ -93,7 +92,7 @@ static int rank_basic(int rank, int nranks, const braid_unique_id *id,
         r = boot_send(b, next, out, olen);
     }
     if (r != BRAID_SUCCESS)
-      FAIL("ring: %s", boot_last_error(b));
+      FAIL("ring: %s", err_msg());
     for (size_t i = 0; i < ilen; i++)
       if (in[i] != (char)(prev * 31 + (int)i))
         FAIL("ring: byte %zu from rank %d wrong", i, prev);
@@ -102,23 +101,22 @@ static int rank_basic(int rank, int nranks, const braid_unique_id *id,
     else if (rank == 1)
       r = boot_recv(b, 0, NULL, 0);
     if (r != BRAID_SUCCESS)
-      FAIL("empty message: %s", boot_last_error(b));
+      FAIL("empty message: %s", err_msg());
   } else if (boot_send(b, 0, "x", 1) != BRAID_ERR_INVALID_ARG) {
     FAIL("boot_send to itself was accepted");
   }
   int dead = -1;
   if (boot_check_peers(b, &dead) != BRAID_SUCCESS)
-    FAIL("check_peers reports rank %d: %s", dead, boot_last_error(b));
+    FAIL("check_peers reports rank %d: %s", dead, err_msg());
   if ((r = boot_barrier(b)) != BRAID_SUCCESS)
-    FAIL("final barrier: %s", boot_last_error(b));
+    FAIL("final barrier: %s", err_msg());
   boot_close(b);
   return 0;
 }
 
 static void run_basic(int n) {
   braid_unique_id id;
-  char err[256] = "";
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(run_ranks(n, &id, rank_basic, NULL, 40000, NULL), 0,
                "some of %d ranks failed (see stderr)", n);
 }
@@ -130,22 +128,18 @@ Test(bootstrap, four_ranks, .timeout = 60) { run_basic(4); }
 Test(bootstrap, eight_ranks, .timeout = 60) { run_basic(8); }
 
 Test(bootstrap, bad_arguments) {
-  char err[256] = "";
   boot *b = (boot *)1;
   braid_unique_id id;
   memset(&id, 0, sizeof(id));
-  cr_assert_eq(boot_init(&id, 0, 2, 1000, &b, err, sizeof(err)),
-               BRAID_ERR_INVALID_ARG);
+  cr_assert_eq(boot_init(&id, 0, 2, 1000, &b), BRAID_ERR_INVALID_ARG);
   cr_assert(b == NULL);
-  cr_assert(strstr(err, "unique id") != NULL, "message: %s", err);
-  cr_assert_eq(boot_init(&id, 2, 2, 1000, &b, err, sizeof(err)),
-               BRAID_ERR_INVALID_ARG);
-  cr_assert(strstr(err, "rank 2") != NULL, "message: %s", err);
+  cr_assert(strstr(err_msg(), "unique id") != NULL, "message: %s", err_msg());
+  cr_assert_eq(boot_init(&id, 2, 2, 1000, &b), BRAID_ERR_INVALID_ARG);
+  cr_assert(strstr(err_msg(), "rank 2") != NULL, "message: %s", err_msg());
   uint8_t secret[16] = {0};
-  cr_assert_eq(
-      boot_unique_id_at("127.0.0.1", 0, secret, 0, &id, err, sizeof(err)),
-      BRAID_ERR_INVALID_ARG);
-  cr_assert(strstr(err, "port 0") != NULL, "message: %s", err);
+  cr_assert_eq(boot_unique_id_at("127.0.0.1", 0, secret, 0, &id),
+               BRAID_ERR_INVALID_ARG);
+  cr_assert(strstr(err_msg(), "port 0") != NULL, "message: %s", err_msg());
 }
 
 Test(bootstrap, ifname_filter) {
@@ -174,16 +168,15 @@ Test(bootstrap, rogue_to_root_is_rejected, .timeout = 60) {
   for (int i = 0; i < 16; i++)
     secret[i] = (uint8_t)(0x5a ^ i);
   braid_unique_id id;
-  char err[256] = "";
   int port = -1;
   braid_result r = BRAID_ERR_SYSTEM;
   /* a free port may be taken again by a connection of a parallel test */
   for (int tries = 0; tries < 20 && r != BRAID_SUCCESS; tries++) {
     port = free_port();
     cr_assert_gt(port, 0);
-    r = boot_unique_id_at("127.0.0.1", port, secret, 1, &id, err, sizeof(err));
+    r = boot_unique_id_at("127.0.0.1", port, secret, 1, &id);
   }
-  cr_assert_eq(r, BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(r, BRAID_SUCCESS, "%s", err_msg());
   struct sockaddr_storage root;
   cr_assert_eq(sock_resolve("127.0.0.1", port, &root), 0);
   int silent = rogue_connect(&root, 0, NULL);
@@ -201,8 +194,7 @@ Test(bootstrap, rogue_to_root_is_rejected, .timeout = 60) {
 
 Test(bootstrap, rogue_to_mesh_listener_is_rejected, .timeout = 60) {
   braid_unique_id id;
-  char err[256] = "";
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[3];
   spawn_rank(&p[0], 0, 3, &id, rank_basic, NULL);
   struct sockaddr_storage l;
@@ -234,29 +226,27 @@ Test(bootstrap, rogue_to_mesh_listener_is_rejected, .timeout = 60) {
 static int rank_maybe_dup(int rank, int nranks, const braid_unique_id *id,
                           void *arg, char *msg, size_t msglen) {
   int claimed = arg ? *(int *)arg : nranks;
-  char err[256] = "";
   boot *b = NULL;
-  braid_result r = boot_init(id, rank, claimed, 20000, &b, err, sizeof(err));
+  braid_result r = boot_init(id, rank, claimed, 20000, &b);
   if (r == BRAID_ERR_INVALID_ARG) {
-    snprintf(msg, msglen, "%s", err);
-    if (strstr(err, "duplicate rank") && strstr(err, "rank 1"))
+    snprintf(msg, msglen, "%s", err_msg());
+    if (strstr(err_msg(), "duplicate rank") && strstr(err_msg(), "rank 1"))
       return 10;
-    if (strstr(err, "nranks=5") && strstr(err, "nranks=3"))
+    if (strstr(err_msg(), "nranks=5") && strstr(err_msg(), "nranks=3"))
       return 11;
     return 2;
   }
   if (r != BRAID_SUCCESS)
-    FAIL("boot_init: %s (%s)", braid_result_string(r), err);
+    FAIL("boot_init: %s (%s)", braid_result_string(r), err_msg());
   if (boot_barrier(b) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(b));
+    FAIL("barrier: %s", err_msg());
   boot_close(b);
   return 0;
 }
 
 Test(bootstrap, duplicate_rank_is_refused, .timeout = 60) {
   braid_unique_id id;
-  char err[256] = "";
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[4];
   spawn_rank(&p[0], 1, 3, &id, rank_maybe_dup, NULL);
   spawn_rank(&p[1], 1, 3, &id, rank_maybe_dup, NULL);
@@ -275,8 +265,7 @@ Test(bootstrap, duplicate_rank_is_refused, .timeout = 60) {
 
 Test(bootstrap, nranks_disagreement_is_refused, .timeout = 60) {
   braid_unique_id id;
-  char err[256] = "";
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[4];
   int five = 5;
   spawn_rank(&p[0], 0, 3, &id, rank_maybe_dup, NULL);
@@ -296,20 +285,19 @@ Test(bootstrap, nranks_disagreement_is_refused, .timeout = 60) {
 static int rank_alone(int rank, int nranks, const braid_unique_id *id,
                       void *arg, char *msg, size_t msglen) {
   (void)arg;
-  char err[256] = "";
   boot *b = NULL;
-  braid_result r = boot_init(id, rank, nranks, 800, &b, err, sizeof(err));
+  braid_result r = boot_init(id, rank, nranks, 800, &b);
   if (r != BRAID_ERR_TIMEOUT)
-    FAIL("expected a timeout, got %s (%s)", braid_result_string(r), err);
-  if (strstr(err, "timed out") == NULL || strstr(err, "rank 0") == NULL)
-    FAIL("message does not say what timed out: %s", err);
+    FAIL("expected a timeout, got %s (%s)", braid_result_string(r), err_msg());
+  if (strstr(err_msg(), "timed out") == NULL ||
+      strstr(err_msg(), "rank 0") == NULL)
+    FAIL("message does not say what timed out: %s", err_msg());
   return 0;
 }
 
 Test(bootstrap, missing_rank_times_out, .timeout = 30) {
   braid_unique_id id;
-  char err[256] = "";
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p;
   spawn_rank(&p, 0, 2, &id, rank_alone, NULL);
   wait_ranks(&p, 1, 10000);
@@ -323,16 +311,15 @@ Test(bootstrap, missing_rank_times_out, .timeout = 30) {
 static int rank_left(int rank, int nranks, const braid_unique_id *id, void *arg,
                      char *msg, size_t msglen) {
   (void)arg;
-  char err[256] = "";
   boot *b = NULL;
-  if (boot_init(id, rank, nranks, 10000, &b, err, sizeof(err)))
-    FAIL("boot_init: %s", err);
+  if (boot_init(id, rank, nranks, 10000, &b))
+    FAIL("boot_init: %s", err_msg());
   if (rank == 1)
     _exit(0);
   usleep(rank == 0 ? 100 * 1000 : 400 * 1000);
   int32_t mine = rank, all[3];
   braid_result r = boot_allgather(b, &mine, all, sizeof mine);
-  const char *e = boot_last_error(b);
+  const char *e = err_msg();
   if (rank == 0 && (r != BRAID_ERR_REMOTE || !strstr(e, "rank 1")))
     FAIL("rank 0: allgather gave %s: %s", braid_result_string(r), e);
   if (rank == 2 &&
@@ -345,8 +332,7 @@ static int rank_left(int rank, int nranks, const braid_unique_id *id, void *arg,
 
 Test(bootstrap, leaving_rank_tells_the_cause, .timeout = 60) {
   braid_unique_id id;
-  char err[256] = "";
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[3];
   run_ranks(3, &id, rank_left, NULL, 30000, p);
   cr_expect_eq(p[0].status, 0, "%s", p[0].msg);
@@ -358,15 +344,14 @@ Test(bootstrap, leaving_rank_tells_the_cause, .timeout = 60) {
 static int rank_split(int rank, int nranks, const braid_unique_id *id,
                       void *arg, char *msg, size_t msglen) {
   (void)arg;
-  char err[256] = "";
   boot *b = NULL, *s = NULL;
-  braid_result r = boot_init(id, rank, nranks, 20000, &b, err, sizeof(err));
+  braid_result r = boot_init(id, rank, nranks, 20000, &b);
   if (r != BRAID_SUCCESS)
-    FAIL("boot_init: %s", err);
+    FAIL("boot_init: %s", err_msg());
   int members[2] = {rank % 2, rank % 2 + 2};
-  r = boot_split(b, members, 2, rank / 2, &s, err, sizeof(err));
+  r = boot_split(b, members, 2, rank / 2, &s);
   if (r != BRAID_SUCCESS)
-    FAIL("split: %s", err);
+    FAIL("split: %s", err_msg());
   boot_close(b);
   if (boot_rank(s) != rank / 2 || boot_nranks(s) != 2)
     FAIL("split rank %d of %d", boot_rank(s), boot_nranks(s));
@@ -374,22 +359,21 @@ static int rank_split(int rank, int nranks, const braid_unique_id *id,
     FAIL("split table holds this process as the other member");
   int mine = rank * 10, all[2] = {0, 0};
   if (boot_allgather(s, &mine, all, sizeof(int)) != BRAID_SUCCESS)
-    FAIL("split allgather: %s", boot_last_error(s));
+    FAIL("split allgather: %s", err_msg());
   if (all[0] != members[0] * 10 || all[1] != members[1] * 10)
     FAIL("split allgather got %d,%d", all[0], all[1]);
   if (boot_barrier(s) != BRAID_SUCCESS)
-    FAIL("split barrier: %s", boot_last_error(s));
+    FAIL("split barrier: %s", err_msg());
   /* rank 0 of the split sends 8 bytes, rank 1 expects 12 */
   char buf[12] = {0};
   if (boot_rank(s) == 0) {
     if (boot_send(s, 1, buf, 8) != BRAID_SUCCESS)
-      FAIL("send: %s", boot_last_error(s));
+      FAIL("send: %s", err_msg());
   } else {
     r = boot_recv(s, 0, buf, 12);
-    if (r != BRAID_ERR_INVALID_ARG || !strstr(boot_last_error(s), "8 bytes") ||
-        !strstr(boot_last_error(s), "12"))
-      FAIL("mismatch not reported: %s: %s", braid_result_string(r),
-           boot_last_error(s));
+    if (r != BRAID_ERR_INVALID_ARG || !strstr(err_msg(), "8 bytes") ||
+        !strstr(err_msg(), "12"))
+      FAIL("mismatch not reported: %s: %s", braid_result_string(r), err_msg());
   }
   boot_close(s);
   return 0;
@@ -397,8 +381,7 @@ static int rank_split(int rank, int nranks, const braid_unique_id *id,
 
 Test(bootstrap, split_outlives_parent, .timeout = 60) {
   braid_unique_id id;
-  char err[256] = "";
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(run_ranks(4, &id, rank_split, NULL, 30000, NULL), 0);
 }
 
@@ -406,10 +389,9 @@ Test(bootstrap, split_outlives_parent, .timeout = 60) {
 static int rank_family(int rank, int nranks, const braid_unique_id *id,
                        void *arg, char *msg, size_t msglen) {
   int family = *(int *)arg;
-  char err[256] = "";
   boot *b = NULL;
-  if (boot_init(id, rank, nranks, 20000, &b, err, sizeof(err)) != BRAID_SUCCESS)
-    FAIL("boot_init: %s", err);
+  if (boot_init(id, rank, nranks, 20000, &b) != BRAID_SUCCESS)
+    FAIL("boot_init: %s", err_msg());
   const struct sockaddr_storage *a = &boot_peer_info(b, rank)->addr;
   if (a->ss_family != family)
     FAIL("control listener family %d, expected %d", a->ss_family, family);
@@ -418,12 +400,12 @@ static int rank_family(int rank, int nranks, const braid_unique_id *id,
     FAIL("control listener not on loopback");
   int x = rank, all[4];
   if (boot_allgather(b, &x, all, sizeof(int)) != BRAID_SUCCESS)
-    FAIL("allgather: %s", boot_last_error(b));
+    FAIL("allgather: %s", err_msg());
   for (int p = 0; p < nranks; p++)
     if (all[p] != p)
       FAIL("allgather slot %d = %d", p, all[p]);
   if (boot_barrier(b) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(b));
+    FAIL("barrier: %s", err_msg());
   boot_close(b);
   return 0;
 }
@@ -432,8 +414,7 @@ Test(bootstrap, socket_ifname_selects_loopback, .timeout = 60) {
   /* config is read once per process; each test runs in its own process */
   setenv("BRAID_SOCKET_IFNAME", "=lo", 1);
   braid_unique_id id;
-  char err[256] = "";
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   int family = AF_INET;
   cr_assert_eq(run_ranks(3, &id, rank_family, &family, 30000, NULL), 0);
 }
@@ -452,11 +433,10 @@ Test(bootstrap, ipv6_root, .timeout = 60) {
   close(s);
   uint8_t secret[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   braid_unique_id id;
-  char err[256] = "";
   braid_result r = BRAID_ERR_SYSTEM;
   for (int tries = 0; tries < 20 && r != BRAID_SUCCESS; tries++)
-    r = boot_unique_id_at("::1", free_port(), secret, 1, &id, err, sizeof(err));
-  cr_assert_eq(r, BRAID_SUCCESS, "%s", err);
+    r = boot_unique_id_at("::1", free_port(), secret, 1, &id);
+  cr_assert_eq(r, BRAID_SUCCESS, "%s", err_msg());
   int family = AF_INET6;
   cr_assert_eq(run_ranks(2, &id, rank_family, &family, 30000, NULL), 0);
 }
@@ -468,17 +448,14 @@ Test(bootstrap, root_at_known_port_starts_late, .timeout = 60) {
   int port = free_port();
   cr_assert_gt(port, 0);
   braid_unique_id id, root_id;
-  char err[256] = "";
-  cr_assert_eq(
-      boot_unique_id_at("localhost", port, secret, 0, &id, err, sizeof(err)),
-      BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id_at("localhost", port, secret, 0, &id),
+               BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[3];
   spawn_rank(&p[1], 1, 3, &id, rank_basic, NULL);
   spawn_rank(&p[2], 2, 3, &id, rank_basic, NULL);
   usleep(300000);
-  cr_assert_eq(boot_unique_id_at("localhost", port, secret, 1, &root_id, err,
-                                 sizeof(err)),
-               BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id_at("localhost", port, secret, 1, &root_id),
+               BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(memcmp(&id, &root_id, sizeof(id)), 0,
                "root and ranks built different ids");
   spawn_rank(&p[0], 0, 3, &id, rank_basic, NULL);

@@ -26,6 +26,7 @@
 
 #include "ranks.h"
 #include "src/bootstrap.h"
+#include "src/log.h"
 
 typedef enum { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_NONE } kind;
 
@@ -101,8 +102,7 @@ static int rank_fp(int rank, int nranks, const braid_unique_id *id, void *arg,
 
 static void run_case(const fp_case *t) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[2];
   int bad = run_ranks(2, &id, rank_fp, (void *)t, 60000, p);
   cr_assert_eq(bad, 0, "%s over %s: a rank failed or hung", t->name, t->tp);
@@ -262,10 +262,8 @@ static int rank_told(int rank, int nranks, const braid_unique_id *id, void *arg,
 
 static void run_told(told_case *t) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
-  cr_assert_eq(boot_unique_id(&t->side, err, sizeof(err)), BRAID_SUCCESS, "%s",
-               err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
+  cr_assert_eq(boot_unique_id(&t->side), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[4];
   int bad = run_ranks(t->nranks, &id, rank_told, t, 120000, p);
   cr_assert_eq(bad, 0, "%s over %s: a rank failed or hung", t->name, t->tp);

@@ -100,9 +100,8 @@ static int rank_ipc(int rank, int nranks, const braid_unique_id *id, void *arg,
                     char *msg, size_t msglen) {
   xargs *xa = arg;
   boot *b = NULL;
-  char err[256] = "";
-  if (boot_init(id, rank, nranks, 30000, &b, err, sizeof(err)))
-    FAIL("boot_init: %s", err);
+  if (boot_init(id, rank, nranks, 30000, &b))
+    FAIL("boot_init: %s", err_msg());
   if (cudev_set_device(0))
     FAIL("set_device: %s", cudev_error());
   tp_setup su;
@@ -204,8 +203,7 @@ static int rank_ipc(int rank, int nranks, const braid_unique_id *id, void *arg,
 Test(cuda_ipc, two_ranks_one_gpu_exchange_1mib) {
   need_gpu();
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   xargs xa = {0};
   rank_proc p[2];
   cr_assert_eq(run_ranks(2, &id, rank_ipc, &xa, 60000, p), 0, "%s | %s",
@@ -215,8 +213,7 @@ Test(cuda_ipc, two_ranks_one_gpu_exchange_1mib) {
 Test(cuda_ipc, dead_peer_on_one_gpu_is_named) {
   need_gpu();
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   xargs xa = {.die = 1};
   rank_proc p[2];
   run_ranks(2, &id, rank_ipc, &xa, 60000, p);
@@ -272,8 +269,7 @@ static int rank_setup(int rank, int nranks, const braid_unique_id *id,
 Test(cuda_ipc, comm_dev_setup_agrees_or_refuses) {
   int gpus = cudev_built() ? gpu_count() : 0;
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[2];
   cr_assert_eq(run_ranks(2, &id, rank_setup, &gpus, 60000, p), 0, "%s | %s",
                p[0].msg, p[1].msg);

@@ -38,10 +38,9 @@ typedef struct job {
 
 static int job_start(job *j, int rank, int nranks, const braid_unique_id *id,
                      const uint8_t *peers, char *msg, size_t msglen) {
-  char err[256] = "";
   memset(j, 0, sizeof(*j));
-  if (boot_init(id, rank, nranks, 20000, &j->b, err, sizeof(err)))
-    FAIL("boot_init: %s", err);
+  if (boot_init(id, rank, nranks, 20000, &j->b))
+    FAIL("boot_init: %s", err_msg());
   tp_setup su;
   memset(&su, 0, sizeof(su));
   su.boot = j->b;
@@ -266,8 +265,8 @@ static int leftovers(const rank_proc *p, int n, char *name, size_t len) {
 
 Test(cuda_ipc_fake, three_ranks_exchange_reduce_and_clean_up) {
   braid_unique_id id;
-  char err[256], name[256] = "";
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  char name[256] = "";
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[NR];
   cr_assert_eq(run_ranks(NR, &id, rank_main, NULL, 60000, p), 0, "%s | %s | %s",
                p[0].msg, p[1].msg, p[2].msg);
@@ -306,8 +305,7 @@ static int rank_die(int rank, int nranks, const braid_unique_id *id, void *arg,
 
 Test(cuda_ipc_fake, dead_peer_is_named) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[2];
   cr_assert_eq(run_ranks(2, &id, rank_die, NULL, 60000, p), 0, "%s | %s",
                p[0].msg, p[1].msg);
@@ -331,8 +329,7 @@ static int rank_asym(int rank, int nranks, const braid_unique_id *id, void *arg,
 
 Test(cuda_ipc_fake, one_sided_peers_fail_everywhere) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[2];
   cr_assert_eq(run_ranks(2, &id, rank_asym, NULL, 60000, p), 0, "%s | %s",
                p[0].msg, p[1].msg);

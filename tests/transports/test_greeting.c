@@ -117,15 +117,14 @@ Test(greeting, sha256_and_hmac_match_rfc4231) {
 /* Starts a root at a free loopback port: its id and address. */
 static void root_at(const uint8_t secret[16], braid_unique_id *id,
                     struct sockaddr_storage *addr) {
-  char err[256] = "";
   int port = -1;
   braid_result r = BRAID_ERR_SYSTEM;
   for (int tries = 0; tries < 20 && r != BRAID_SUCCESS; tries++) {
     port = free_port();
     cr_assert_gt(port, 0);
-    r = boot_unique_id_at("127.0.0.1", port, secret, 1, id, err, sizeof(err));
+    r = boot_unique_id_at("127.0.0.1", port, secret, 1, id);
   }
-  cr_assert_eq(r, BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(r, BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(sock_resolve("127.0.0.1", port, addr), 0, "%s", err_msg());
 }
 
@@ -137,16 +136,15 @@ static void test_secret(uint8_t secret[16], uint8_t salt) {
 static int rank_join(int rank, int nranks, const braid_unique_id *id, void *arg,
                      char *msg, size_t msglen) {
   (void)arg;
-  char err[256] = "";
   boot *b = NULL;
   int64_t t0 = sock_now_ms();
-  braid_result r = boot_init(id, rank, nranks, 30000, &b, err, sizeof(err));
+  braid_result r = boot_init(id, rank, nranks, 30000, &b);
   if (r == BRAID_SUCCESS)
     r = boot_barrier(b);
   int64_t t1 = sock_now_ms();
   if (r != BRAID_SUCCESS) {
     snprintf(msg, msglen, "boot_init: %s (%s)", braid_result_string(r),
-             b ? boot_last_error(b) : err);
+             err_msg());
     boot_close(b);
     return 1;
   }
@@ -164,19 +162,20 @@ Test(greeting, wrong_secret_is_refused_with_a_clear_error, .timeout = 60) {
   braid_unique_id id, bad;
   struct sockaddr_storage addr;
   root_at(right, &id, &addr);
-  char err[256] = "", as[80];
+  char as[80];
   sock_addr_str(&addr, as, sizeof(as));
-  cr_assert_eq(boot_unique_id_at("127.0.0.1", sock_addr_port(&addr), wrong, 0,
-                                 &bad, err, sizeof(err)),
-               BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(
+      boot_unique_id_at("127.0.0.1", sock_addr_port(&addr), wrong, 0, &bad),
+      BRAID_SUCCESS, "%s", err_msg());
   boot *b = NULL;
   int64_t t0 = sock_now_ms();
-  braid_result r = boot_init(&bad, 0, 1, 20000, &b, err, sizeof(err));
+  braid_result r = boot_init(&bad, 0, 1, 20000, &b);
   cr_assert_eq(r, BRAID_ERR_INVALID_ARG, "boot_init with a wrong secret: %s",
                braid_result_string(r));
   cr_assert(b == NULL);
-  cr_assert(strstr(err, "secret") != NULL && strstr(err, as) != NULL,
-            "message: %s", err);
+  cr_assert(strstr(err_msg(), "secret") != NULL &&
+                strstr(err_msg(), as) != NULL,
+            "message: %s", err_msg());
   cr_assert_lt(sock_now_ms() - t0, 15000, "the refusal waited for a timeout");
   /* the root still admits the job */
   cr_assert_eq(run_ranks(1, &id, rank_join, NULL, 30000, NULL), 0);
@@ -237,13 +236,12 @@ Test(greeting, replayed_greeting_is_refused, .timeout = 60) {
   proxy px;
   memset(&px, 0, sizeof(px));
   root_at(secret, &id, &px.root);
-  char err[256] = "";
   struct sockaddr_storage lo, bound;
   cr_assert_eq(sock_resolve("127.0.0.1", 0, &lo), 0);
   cr_assert_eq(sock_listen(&lo, 0, 0, &px.lfd, &bound), 0, "%s", err_msg());
-  cr_assert_eq(boot_unique_id_at("127.0.0.1", sock_addr_port(&bound), secret, 0,
-                                 &via, err, sizeof(err)),
-               BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(
+      boot_unique_id_at("127.0.0.1", sock_addr_port(&bound), secret, 0, &via),
+      BRAID_SUCCESS, "%s", err_msg());
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, proxy_main, &px), 0);
   /* rank 1 reaches the root through the proxy, which records its greeting */

@@ -22,6 +22,7 @@
 
 #include "ranks.h"
 #include "src/bootstrap.h"
+#include "src/log.h"
 
 static int rank_stuck(int rank, int nranks, const braid_unique_id *id,
                       void *arg, char *msg, size_t len) {
@@ -51,8 +52,7 @@ static int rank_stuck(int rank, int nranks, const braid_unique_id *id,
 
 Test(stuck, stopped_rank_named_at_the_timeout, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[3];
   for (int r = 0; r < 3; r++)
     spawn_rank(&p[r], r, 3, &id, rank_stuck, "shm");
@@ -77,8 +77,7 @@ Test(stuck, stopped_rank_named_by_heartbeat_over_tcp, .timeout = 60) {
   /* read by each rank's first configuration look-up, after the fork */
   setenv("BRAID_HEARTBEAT_MS", "200", 1);
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[3];
   for (int r = 0; r < 3; r++)
     spawn_rank(&p[r], r, 3, &id, rank_stuck, "tcp");

@@ -36,13 +36,11 @@ typedef struct job {
 /* boot_init, then tcp setup with the given peers (NULL: everyone else). */
 static int job_boot(job *j, int rank, int nranks, const braid_unique_id *id,
                     char *msg, size_t msglen) {
-  char err[256] = "";
   memset(j, 0, sizeof(*j));
   j->rank = rank;
   j->nranks = nranks;
-  if (boot_init(id, rank, nranks, 20000, &j->b, err, sizeof(err)) !=
-      BRAID_SUCCESS)
-    FAIL("boot_init: %s", err);
+  if (boot_init(id, rank, nranks, 20000, &j->b) != BRAID_SUCCESS)
+    FAIL("boot_init: %s", err_msg());
   return 0;
 }
 
@@ -169,15 +167,14 @@ static int rank_sizes(int rank, int nranks, const braid_unique_id *id,
         FAIL("echo send %zu: %d %s", sizes[m], r, err_msg());
   }
   if (boot_barrier(j.b) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(j.b));
+    FAIL("barrier: %s", err_msg());
   job_end(&j);
   return 0;
 }
 
 Test(tcp, ordered_sizes, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(run_ranks(2, &id, rank_sizes, NULL, 40000, NULL), 0);
 }
 
@@ -198,7 +195,7 @@ static int rank_inflight(int rank, int nranks, const braid_unique_id *id,
       for (size_t i = 0; i < len; i++)
         buf[m * len + i] = pat(m, i);
     if (boot_barrier(j.b) != BRAID_SUCCESS)
-      FAIL("barrier: %s", boot_last_error(j.b));
+      FAIL("barrier: %s", err_msg());
     uint64_t t[INFLIGHT];
     int before = 0, again = 0;
     for (size_t m = 0; m < INFLIGHT; m++) {
@@ -227,7 +224,7 @@ static int rank_inflight(int rank, int nranks, const braid_unique_id *id,
         FAIL("earlier ticket %zu not done", m);
   } else {
     if (boot_barrier(j.b) != BRAID_SUCCESS)
-      FAIL("barrier: %s", boot_last_error(j.b));
+      FAIL("barrier: %s", err_msg());
     usleep(300000); /* the sender runs ahead */
     for (size_t m = 0; m < INFLIGHT; m++) {
       if ((r = xrecv(c, buf, len)) != BRAID_SUCCESS)
@@ -238,7 +235,7 @@ static int rank_inflight(int rank, int nranks, const braid_unique_id *id,
     }
   }
   if (boot_barrier(j.b) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(j.b));
+    FAIL("barrier: %s", err_msg());
   free(buf);
   job_end(&j);
   return 0;
@@ -246,8 +243,7 @@ static int rank_inflight(int rank, int nranks, const braid_unique_id *id,
 
 Test(tcp, many_in_flight, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(run_ranks(2, &id, rank_inflight, NULL, 40000, NULL), 0);
 }
 
@@ -300,15 +296,14 @@ static int rank_reduce(int rank, int nranks, const braid_unique_id *id,
       FAIL("in-place recv_reduce differs");
   }
   if (boot_barrier(j.b) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(j.b));
+    FAIL("barrier: %s", err_msg());
   job_end(&j);
   return 0;
 }
 
 Test(tcp, recv_reduce_float_sum, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   size_t slot = SLOT;
   cr_assert_eq(run_ranks(2, &id, rank_reduce, &slot, 40000, NULL), 0);
 }
@@ -317,8 +312,7 @@ Test(tcp, recv_reduce_float_sum, .timeout = 60) {
  * partial elements carried between reads. */
 Test(tcp, recv_reduce_tiny_staging, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   size_t slot = 102;
   cr_assert_eq(run_ranks(2, &id, rank_reduce, &slot, 40000, NULL), 0);
 }
@@ -357,15 +351,14 @@ static int rank_channels(int rank, int nranks, const braid_unique_id *id,
       FAIL("mismatch not reported: %d: %s", r, e);
   }
   if (boot_barrier(j.b) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(j.b));
+    FAIL("barrier: %s", err_msg());
   job_end(&j);
   return 0;
 }
 
 Test(tcp, two_channels_and_mismatch, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(run_ranks(2, &id, rank_channels, NULL, 40000, NULL), 0);
 }
 
@@ -389,15 +382,14 @@ static int rank_ring(int rank, int nranks, const braid_unique_id *id, void *arg,
   if (in != prev * 100 + 1)
     FAIL("got %d from rank %d", in, prev);
   if (boot_barrier(j.b) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(j.b));
+    FAIL("barrier: %s", err_msg());
   job_end(&j);
   return 0;
 }
 
 Test(tcp, ring_with_partial_peers, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(run_ranks(4, &id, rank_ring, NULL, 40000, NULL), 0);
 }
 
@@ -409,7 +401,7 @@ static int rank_killed(int rank, int nranks, const braid_unique_id *id,
   if (job_start(&j, rank, nranks, id, 1, NULL, msg, msglen))
     return 1;
   if (boot_barrier(j.b) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(j.b));
+    FAIL("barrier: %s", err_msg());
   if (rank == 1)
     raise(SIGKILL);
   tp_conn *c = tp_tcp.conn(j.st, 1, 0);
@@ -433,9 +425,8 @@ static int rank_killed(int rank, int nranks, const braid_unique_id *id,
     dead = -1;
     r = boot_check_peers(j.b, &dead);
   } while (r == BRAID_SUCCESS && sock_now_ms() < end && usleep(1000) == 0);
-  if (r != BRAID_ERR_REMOTE || dead != 1 ||
-      !strstr(boot_last_error(j.b), "rank 1"))
-    FAIL("boot_check_peers: %d dead=%d: %s", r, dead, boot_last_error(j.b));
+  if (r != BRAID_ERR_REMOTE || dead != 1 || !strstr(err_msg(), "rank 1"))
+    FAIL("boot_check_peers: %d dead=%d: %s", r, dead, err_msg());
   uint64_t t;
   if (tp_tcp.isend(c, buf, 8, &t) != BRAID_ERR_REMOTE)
     FAIL("isend to a dead peer did not fail");
@@ -446,8 +437,7 @@ static int rank_killed(int rank, int nranks, const braid_unique_id *id,
 
 Test(tcp, killed_peer_is_named, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[2];
   for (int r = 0; r < 2; r++)
     spawn_rank(&p[r], r, 2, &id, rank_killed, NULL);
@@ -468,7 +458,7 @@ static int rank_cascade(int rank, int nranks, const braid_unique_id *id,
   if (job_start(&j, rank, nranks, id, 1, NULL, msg, msglen))
     return 1;
   if (boot_barrier(j.b) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(j.b));
+    FAIL("barrier: %s", err_msg());
   if (rank == 2)
     raise(SIGKILL);
   char buf[8];
@@ -500,8 +490,7 @@ static int rank_cascade(int rank, int nranks, const braid_unique_id *id,
 
 static void run_cascade(int raw) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[3];
   for (int r = 0; r < 3; r++)
     spawn_rank(&p[r], r, 3, &id, rank_cascade, &raw);
@@ -554,15 +543,14 @@ static int rank_tcp_rogue(int rank, int nranks, const braid_unique_id *id,
   if (in != 41 - rank)
     FAIL("got %d", in);
   if (boot_barrier(j.b) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(j.b));
+    FAIL("barrier: %s", err_msg());
   job_end(&j);
   return 0;
 }
 
 Test(tcp, rogue_to_listener_is_rejected, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   int ready[2], go[2];
   cr_assert_eq(pipe(ready), 0);
   cr_assert_eq(pipe(go), 0);

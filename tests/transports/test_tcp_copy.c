@@ -37,10 +37,9 @@ typedef struct job {
 
 static int job_start(job *j, int rank, const braid_unique_id *id, char *msg,
                      size_t msglen) {
-  char err[256] = "";
   memset(j, 0, sizeof(*j));
-  if (boot_init(id, rank, 2, 20000, &j->b, err, sizeof(err)) != BRAID_SUCCESS)
-    FAIL("boot_init: %s", err);
+  if (boot_init(id, rank, 2, 20000, &j->b) != BRAID_SUCCESS)
+    FAIL("boot_init: %s", err_msg());
   uint8_t peers[2] = {rank != 0, rank != 1};
   tp_setup st;
   memset(&st, 0, sizeof(st));
@@ -131,7 +130,7 @@ static int rank_overwrite(int rank, int nranks, const braid_unique_id *id,
     return 1;
   unsigned char *buf = g_buf;
   if (boot_barrier(j.b) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(j.b));
+    FAIL("barrier: %s", err_msg());
   int r;
   char ack = 0;
   if (rank == 0) {
@@ -174,15 +173,14 @@ static int rank_overwrite(int rank, int nranks, const braid_unique_id *id,
       FAIL("ack: %d %s", r, err_msg());
   }
   if (boot_barrier(j.b) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(j.b));
+    FAIL("barrier: %s", err_msg());
   job_end(&j);
   return 0;
 }
 
 Test(tcp_copy, overwritten_source_arrives_intact, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[2];
   cr_assert_eq(run_ranks(2, &id, rank_overwrite, NULL, 40000, p), 0);
   cr_log_info("rank 0: %s", p[0].msg);
@@ -226,7 +224,7 @@ static int rank_teardown(int rank, int nranks, const braid_unique_id *id,
   unsigned char *big = g_big, *buf = g_buf;
   fill(big, 1000, BIG);
   if (boot_barrier(j.b) != BRAID_SUCCESS)
-    FAIL("barrier: %s", boot_last_error(j.b));
+    FAIL("barrier: %s", err_msg());
   int r, n;
   if (rank == 0) {
     uint64_t t;
@@ -260,8 +258,7 @@ static int rank_teardown(int rank, int nranks, const braid_unique_id *id,
 
 Test(tcp_copy, teardown_pushes_queued_copies_out, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   rank_proc p[2];
   cr_assert_eq(run_ranks(2, &id, rank_teardown, NULL, 40000, p), 0);
   cr_log_info("rank 0: %s", p[0].msg);
@@ -323,7 +320,7 @@ static int rank_bound(int rank, int nranks, const braid_unique_id *id,
       if ((r = tp_tcp.flush(j.st)) != TP_AGAIN)
         FAIL("phase %d: flush returned %d with copies queued", phase, r);
       if (boot_barrier(j.b) != BRAID_SUCCESS) /* rank 1 reads now */
-        FAIL("barrier: %s", boot_last_error(j.b));
+        FAIL("barrier: %s", err_msg());
       uint64_t t;
       if ((r = drain(&j, tbig)) != BRAID_SUCCESS ||
           (r = xisend(j.c, &endmark, sizeof(endmark), &t)) != BRAID_SUCCESS ||
@@ -331,7 +328,7 @@ static int rank_bound(int rank, int nranks, const braid_unique_id *id,
         FAIL("phase %d: drain: %d %s", phase, r, err_msg());
     } else {
       if (boot_barrier(j.b) != BRAID_SUCCESS)
-        FAIL("barrier: %s", boot_last_error(j.b));
+        FAIL("barrier: %s", err_msg());
       unsigned char *in = g_in;
       if ((r = xrecv(j.c, in, BIG)) != BRAID_SUCCESS)
         FAIL("phase %d: recv big: %d %s", phase, r, err_msg());
@@ -349,7 +346,7 @@ static int rank_bound(int rank, int nranks, const braid_unique_id *id,
              r, err_msg());
     }
     if (boot_barrier(j.b) != BRAID_SUCCESS)
-      FAIL("barrier: %s", boot_last_error(j.b));
+      FAIL("barrier: %s", err_msg());
   }
   if (rank == 0 && (r = tp_tcp.flush(j.st)) != BRAID_SUCCESS)
     FAIL("flush with nothing queued: %d", r);
@@ -359,8 +356,7 @@ static int rank_bound(int rank, int nranks, const braid_unique_id *id,
 
 Test(tcp_copy, queue_and_byte_bounds, .timeout = 60) {
   braid_unique_id id;
-  char err[256];
-  cr_assert_eq(boot_unique_id(&id, err, sizeof(err)), BRAID_SUCCESS, "%s", err);
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   cr_assert_eq(run_ranks(2, &id, rank_bound, NULL, 40000, NULL), 0);
 }
 

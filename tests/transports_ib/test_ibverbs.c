@@ -14,6 +14,7 @@
 
 #include "../test_fork.h"
 #include "src/bootstrap.h"
+#include "src/log.h"
 #include "transports/ibverbs/ibverbs.h"
 #include "xchg.h"
 
@@ -28,9 +29,12 @@ static int rank_main(shared *sh, int rank) {
   char *err = sh->msg[rank];
   boot *b = NULL;
   braid_unique_id id;
-  if (xchg_get_id(g_box, rank, &id, 20000, err, 512) != 0 ||
-      boot_init(&id, rank, 2, 20000, &b, err, 512) != BRAID_SUCCESS)
+  if (xchg_get_id(g_box, rank, &id, 20000, err, 512) != 0)
     return 2;
+  if (boot_init(&id, rank, 2, 20000, &b) != BRAID_SUCCESS) {
+    snprintf(err, 512, "boot_init: %s", err_msg());
+    return 2;
+  }
   void *st = NULL;
   int r =
       xchg_setup(&tp_ibverbs, b, 2, 4, (1u << 20) + 4, 20000, &st, err, 512);
@@ -103,9 +107,12 @@ static int rank_bad_hca(shared *sh, int rank) {
   char *err = sh->msg[rank];
   boot *b = NULL;
   braid_unique_id id;
-  if (xchg_get_id(g_box, rank, &id, 20000, err, 512) != 0 ||
-      boot_init(&id, rank, 2, 20000, &b, err, 512) != BRAID_SUCCESS)
+  if (xchg_get_id(g_box, rank, &id, 20000, err, 512) != 0)
     return 2;
+  if (boot_init(&id, rank, 2, 20000, &b) != BRAID_SUCCESS) {
+    snprintf(err, 512, "boot_init: %s", err_msg());
+    return 2;
+  }
   void *st = NULL;
   int r = xchg_setup(&tp_ibverbs, b, 1, 4, 4096, 20000, &st, err, 512);
   boot_close(b);

@@ -45,9 +45,9 @@ static int rank_main(const job *j, int rank) {
     fprintf(stderr, "rank %d: %s\n", rank, err);
     return 2;
   }
-  braid_result r = boot_init(&id, rank, j->n, RANK_MS, &b, err, sizeof(err));
+  braid_result r = boot_init(&id, rank, j->n, RANK_MS, &b);
   if (r != BRAID_SUCCESS) {
-    fprintf(stderr, "rank %d: boot_init: %s\n", rank, err);
+    fprintf(stderr, "rank %d: boot_init: %s\n", rank, err_msg());
     return 2;
   }
   void *st = NULL;
@@ -85,7 +85,7 @@ static int rank_main(const job *j, int rank) {
   if (rc != 0)
     fprintf(stderr, "rank %d: %s\n", rank, err);
   if (rc == 0 && boot_barrier(b) != BRAID_SUCCESS) {
-    fprintf(stderr, "rank %d: final barrier: %s\n", rank, boot_last_error(b));
+    fprintf(stderr, "rank %d: final barrier: %s\n", rank, err_msg());
     rc = 4;
   }
   tp_ofi.teardown(st);

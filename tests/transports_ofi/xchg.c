@@ -269,7 +269,8 @@ void xchg_idbox_free(xchg_idbox *b) {
 int xchg_get_id(xchg_idbox *b, int rank, braid_unique_id *id, int timeout_ms,
                 char *err, size_t errlen) {
   if (rank == 0) {
-    if (boot_unique_id(&b->id, b->err, sizeof(b->err)) != BRAID_SUCCESS) {
+    if (boot_unique_id(&b->id) != BRAID_SUCCESS) {
+      snprintf(b->err, sizeof(b->err), "%s", err_msg());
       __atomic_store_n(&b->state, -1, __ATOMIC_RELEASE);
       snprintf(err, errlen, "boot_unique_id: %s", b->err);
       return -1;

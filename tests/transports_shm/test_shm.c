@@ -114,10 +114,9 @@ static int run_ranks(int n, int (*fn)(world *), int killed_rank) {
     cr_assert_geq(pids[r], 0, "fork: %s", strerror(errno));
     if (pids[r] == 0) {
       braid_unique_id id;
-      char e[256] = "";
       if (r == 0) {
-        if (boot_unique_id(&id, e, sizeof(e)) != BRAID_SUCCESS) {
-          fprintf(stderr, "boot_unique_id: %s\n", e);
+        if (boot_unique_id(&id) != BRAID_SUCCESS) {
+          fprintf(stderr, "boot_unique_id: %s\n", err_msg());
           _exit(2);
         }
         for (int q = 1; q < n; q++)
@@ -127,8 +126,8 @@ static int run_ranks(int n, int (*fn)(world *), int killed_rank) {
         _exit(2);
       }
       world w = {NULL, r, n};
-      if (boot_init(&id, r, n, 10000, &w.b, e, sizeof(e)) != BRAID_SUCCESS) {
-        fprintf(stderr, "rank %d: boot_init: %s\n", r, e);
+      if (boot_init(&id, r, n, 10000, &w.b) != BRAID_SUCCESS) {
+        fprintf(stderr, "rank %d: boot_init: %s\n", r, err_msg());
         _exit(2);
       }
       int rc = fn(&w);

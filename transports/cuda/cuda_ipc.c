@@ -536,7 +536,7 @@ static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
       rc = local_create(su, st, &mine);
   }
   mine.status = rc ? 1 : 0;
-  int x = 0, own = rc != 0; /* own: this rank failed before the round */
+  int x = 0;
   rc = tp_setup_round(su, rc, &mine, recs, sizeof(mine),
                       offsetof(cu_rec, status), "cuda setup",
                       "create its slots", &x);
@@ -552,7 +552,6 @@ static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
   int32_t status = 0;
   for (int i = 0; i < st->npeers && !status; i++)
     status = peer_attach(st, i, &recs[st->peers[i].rank]);
-  own = status != 0;
   rc = tp_setup_round(su, status, &status, all, sizeof(status), 0, "cuda setup",
                       "map its cuda peers", &x);
   cuf_seg_unlink(&st->me);
@@ -564,15 +563,6 @@ static int cu_setup(tp_setup *su, const uint8_t *peers, void **state) {
 out:
   if (st)
     cuf_seg_unlink(&st->me);
-  if (x && own) {
-    /* a failure here, then the exchange that tells the others: its reason
-     * often names the rank whose death caused both (a peer that gave up
-     * and unlinked its segment before this rank mapped it) */
-    char why[TP_WHY];
-    snprintf(why, sizeof why, "%s", err_msg());
-    (void)ERR(rc, "%s; then the exchange of results failed: %s", why,
-              boot_last_error(b));
-  }
   free(recs);
   free(all);
   if (rc) {

@@ -287,7 +287,7 @@ static int ib_connect_all(ib_state *st) {
     }
     if (b2 != BRAID_SUCCESS) {
       r = IERR(st, b2, "ibverbs: exchanging QP info with rank %d: %s", p,
-               boot_last_error(st->net.boot));
+               err_msg());
       break;
     }
     for (size_t ch = 0; ch < nch && r == BRAID_SUCCESS; ch++) {
@@ -343,8 +343,7 @@ int ibv_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   braid_result br = boot_allgather(ts->boot, &me, all, sizeof(me));
   r = br != BRAID_SUCCESS ? (int)br : lr;
   if (br != BRAID_SUCCESS)
-    (void)ERR(br, "ibverbs: exchanging device status failed: %s",
-              boot_last_error(ts->boot));
+    (void)ERR_WRAP(br, "ibverbs: exchanging device status failed");
   else if (lr != BRAID_SUCCESS)
     (void)tp_repeat(own, lr);
   for (int p = 0; p < ts->nranks && r == BRAID_SUCCESS; p++) {
@@ -374,8 +373,7 @@ int ibv_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   }
   /* Nobody writes before every peer's QP is ready to receive. */
   if (r == BRAID_SUCCESS && boot_barrier(ts->boot) != BRAID_SUCCESS)
-    r = ERR(BRAID_ERR_REMOTE, "ibverbs: final barrier: %s",
-            boot_last_error(ts->boot));
+    r = ERR_WRAP(BRAID_ERR_REMOTE, "ibverbs: final barrier");
   if (r != BRAID_SUCCESS) {
     ibv_teardown(st);
     return r;

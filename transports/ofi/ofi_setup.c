@@ -396,10 +396,10 @@ int ofi_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   }
   braid_result br = boot_allgather(ts->boot, &me, all, sizeof(me));
   if (br != BRAID_SUCCESS) {
+    br = ERR_WRAP(br, "ofi: exchanging endpoint addresses failed");
     free(all);
     ofi_teardown(st);
-    return ERR(br, "ofi: exchanging endpoint addresses failed: %s",
-               boot_last_error(ts->boot));
+    return br;
   }
   if (lr != BRAID_SUCCESS) {
     free(all);
