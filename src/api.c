@@ -118,13 +118,11 @@ static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
  * caller. */
 static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
   const char *fn = op->name;
-  if (c->broken != BRAID_SUCCESS) {
-    comm_set_error(c,
-                   "%s: the communicator is broken since an earlier error "
-                   "(%s); destroy it",
-                   fn, comm_broken_why(c));
-    return c->broken;
-  }
+  if (c->broken != BRAID_SUCCESS)
+    return comm_fail(c, c->broken,
+                     "%s: the communicator is broken since an earlier error "
+                     "(%s); destroy it",
+                     fn, comm_broken_why(c));
   if ((unsigned)op->dt >= BRAID_NUM_DTYPES)
     return bad(c, fn, "dtype is %d, not a braid_dtype (0..%d)", (int)op->dt,
                BRAID_NUM_DTYPES - 1);
@@ -491,13 +489,11 @@ braid_result braid_barrier(braid_comm *comm, braid_stream *stream) {
   /* The barrier's bytes live in the op (see xop_prepare), so a queued copy
    * points at its own. */
   o.is_barrier = 1;
-  if (comm->broken != BRAID_SUCCESS) {
-    comm_set_error(comm,
-                   "barrier: the communicator is broken since an "
-                   "earlier error (%s); destroy it",
-                   braid_result_string(comm->broken));
-    return comm->broken;
-  }
+  if (comm->broken != BRAID_SUCCESS)
+    return comm_fail(comm, comm->broken,
+                     "barrier: the communicator is broken since an "
+                     "earlier error (%s); destroy it",
+                     braid_result_string(comm->broken));
   braid_result ready = comm_ready(comm);
   if (ready != BRAID_SUCCESS)
     return ready;

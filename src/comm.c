@@ -23,18 +23,6 @@
 #include "transports/ibverbs/ibverbs.h"
 #include "transports/ofi/ofi.h"
 
-void comm_set_error(braid_comm *c, const char *fmt, ...) {
-  char buf[sizeof c->last_error];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  pthread_mutex_lock(&c->err_lock);
-  memcpy(c->last_error, buf, sizeof buf);
-  pthread_mutex_unlock(&c->err_lock);
-  INFO(LOG_COLL, "%s", buf);
-}
-
 static void comm_keep_error(braid_comm *c, const char *msg) {
   pthread_mutex_lock(&c->err_lock);
   snprintf(c->last_error, sizeof c->last_error, "%s", msg);
@@ -67,7 +55,7 @@ braid_result comm_arg_bad(braid_comm *c, const char *fmt, ...) {
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   if (c != NULL)
-    comm_set_error(c, "%s", buf);
+    comm_keep_error(c, buf);
   WARN(c != NULL ? LOG_COLL : LOG_INIT, "%s", buf);
   return BRAID_ERR_INVALID_ARG;
 }
@@ -287,8 +275,9 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
     const gen_desc *g = NULL;
     if (select_algo(SCHED_ALLREDUCE, c->nranks, 8, SELECT_TP_SHM, c->algo,
                     &g) != BRAID_SUCCESS) {
-      comm_set_error(c, "BRAID_ALGO=%s: %s", c->algo, err_msg());
-      WARN(LOG_INIT, "BRAID_ALGO=%s: %s", c->algo, err_msg());
+      (void)comm_fail(c, BRAID_ERR_INVALID_ARG, "BRAID_ALGO=%s: %s", c->algo,
+                      err_msg());
+      WARN(LOG_INIT, "%s", err_msg());
     }
   }
   braid_result r = comm_view_setup(c);
@@ -409,7 +398,7 @@ braid_result comm_init_into(braid_comm *shell, int nranks,
       (env->topo_file != NULL || env->topo_dump_file != NULL)) {
     r = comm_topo_load(&c->topo);
     if (r != BRAID_SUCCESS) {
-      comm_fail(c, r, "topology: %s", err_msg());
+      (void)comm_fail(c, r, "topology: %s", err_msg());
       WARN(LOG_TOPO, "braid_comm_init (rank %d): %s", rank, err_msg());
     }
   }

@@ -219,8 +219,6 @@ int comm_orphan(braid_comm *c);
 /* The transport BRAID_TRANSPORT names ("shm", "tcp", "ofi", "ibverbs" or
  * "ib"), NULL for anything else. */
 const tp_ops *comm_tp_by_name(const char *name);
-void comm_set_error(braid_comm *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 /* The failure point in src/ with the communicator at hand: ERR(r, ...)
  * (src/log.h), and the message becomes c's last error. Returns r. */
 braid_result comm_fail(braid_comm *c, braid_result r, const char *fmt, ...)

@@ -36,8 +36,8 @@ static void *maker_main(void *arg) {
   if (m->job.parent != NULL) {
     braid_comm *out = NULL;
     r = comm_split_into(m->job.parent, m->job.color, m->job.key, c, &out);
-    if (r != BRAID_SUCCESS)
-      comm_set_error(c, "braid_comm_split: %s", m->job.parent->last_error);
+    if (r != BRAID_SUCCESS) /* this thread's message: the parent's error */
+      (void)comm_fail(c, r, "braid_comm_split: %s", err_why(r));
     atomic_fetch_sub(&m->job.parent->inflight, 1);
   } else if (m->job.env) {
     r = comm_init_env_into(c, cfg);
@@ -86,8 +86,9 @@ braid_result comm_start(braid_comm **out, const comm_job *job) {
   c->rank = job->env || job->parent ? -1 : job->rank;
   c->nranks = job->env || job->parent ? 0 : job->nranks;
   atomic_store(&c->made, (int)BRAID_IN_PROGRESS);
-  comm_set_error(c, "the communicator is still being made (non-blocking "
-                    "init): poll braid_comm_get_async_error");
+  (void)comm_fail(c, BRAID_IN_PROGRESS,
+                  "the communicator is still being made (non-blocking "
+                  "init): poll braid_comm_get_async_error");
   if (job->parent != NULL)
     atomic_fetch_add(&job->parent->inflight, 1); /* its destroy waits */
   pthread_t t;
@@ -116,8 +117,9 @@ braid_result comm_ready(braid_comm *c) {
       pthread_equal(pthread_self(), c->maker))
     return BRAID_SUCCESS;
   if (r == BRAID_IN_PROGRESS)
-    comm_set_error(c, "the communicator is still being made (non-blocking "
-                      "init): poll braid_comm_get_async_error");
+    return comm_fail(c, r,
+                     "the communicator is still being made (non-blocking "
+                     "init): poll braid_comm_get_async_error");
   return r;
 }
 
@@ -138,7 +140,8 @@ braid_result braid_comm_get_async_error(braid_comm *c,
     WARN(LOG_INIT, "braid_comm_get_async_error: %s is NULL",
          c == NULL ? "comm" : "async_error");
     if (c != NULL)
-      comm_set_error(c, "braid_comm_get_async_error: async_error is NULL");
+      return comm_fail(c, BRAID_ERR_INVALID_ARG,
+                       "braid_comm_get_async_error: async_error is NULL");
     return BRAID_ERR_INVALID_ARG;
   }
   braid_result r = comm_ready(c);

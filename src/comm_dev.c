@@ -376,9 +376,9 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
     free(all);
     free(local);
     free(remote);
-    comm_set_error(c, "rank %d: out of memory setting up device buffers",
-                   c->rank);
-    return BRAID_ERR_NOMEM;
+    return comm_fail(c, BRAID_ERR_NOMEM,
+                     "rank %d: out of memory setting up device buffers",
+                     c->rank);
   }
   comm_dev *d = &p->pub;
   d->device = device;
@@ -448,11 +448,10 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
   c->dev = d;
   if (r == BRAID_SUCCESS && mine.ok) /* ipc_all: the same on every rank */
     r = exk_setup(c, kernel_max, kernel_slot);
-  if (r == BRAID_SUCCESS && !mine.ok) {
-    r = BRAID_ERR_UNSUPPORTED;
-    comm_set_error(c, "rank %d cannot move device buffers on GPU %d: %s",
-                   c->rank, device, why);
-  }
+  if (r == BRAID_SUCCESS && !mine.ok)
+    r = comm_fail(c, BRAID_ERR_UNSUPPORTED,
+                  "rank %d cannot move device buffers on GPU %d: %s", c->rank,
+                  device, why);
   if (r != BRAID_SUCCESS) {
     comm_dev_teardown(c);
     return r;
@@ -583,11 +582,9 @@ static int retire_room(dev_list *l) {
  * synchronises the stream first. */
 static braid_result grow(braid_comm *c, dev_list *l, void **buf, size_t *have,
                          size_t bytes, int host, int device) {
-  if (retire_room(l) != 0) {
-    comm_set_error(c, "rank %d: out of memory growing %s", c->rank,
-                   host ? "pinned staging" : "device scratch");
-    return BRAID_ERR_NOMEM;
-  }
+  if (retire_room(l) != 0)
+    return comm_fail(c, BRAID_ERR_NOMEM, "rank %d: out of memory growing %s",
+                     c->rank, host ? "pinned staging" : "device scratch");
   size_t want = *have > SIZE_MAX / 2 ? bytes : 2 * *have;
   if (want < bytes)
     want = bytes;
@@ -597,15 +594,12 @@ static braid_result grow(braid_comm *c, dev_list *l, void **buf, size_t *have,
     want = bytes;
     r = host ? cudev_host_alloc(&n, want) : cudev_malloc(&n, want);
   }
-  if (r != BRAID_SUCCESS) {
-    if (host)
-      comm_set_error(c, "rank %d: %zu bytes of pinned host memory: %s", c->rank,
-                     bytes, cudev_error());
-    else
-      comm_set_error(c, "rank %d: %zu bytes of device scratch on GPU %d: %s",
+  if (r != BRAID_SUCCESS && host)
+    return comm_fail(c, r, "rank %d: %zu bytes of pinned host memory: %s",
+                     c->rank, bytes, cudev_error());
+  if (r != BRAID_SUCCESS)
+    return comm_fail(c, r, "rank %d: %zu bytes of device scratch on GPU %d: %s",
                      c->rank, bytes, device, cudev_error());
-    return r;
-  }
   if (*buf != NULL)
     l->v[l->n++] = (dev_retired){*buf, host};
   *buf = n;
@@ -667,17 +661,14 @@ typedef struct comm_loose {
 braid_result comm_dev_loose(braid_comm *c, int dev, size_t bytes, void **host,
                             void **stream) {
   comm_loose *l = c->loose;
-  if (l == NULL && (l = c->loose = calloc(1, sizeof *l)) == NULL) {
-    comm_set_error(c, "rank %d: out of memory", c->rank);
-    return BRAID_ERR_NOMEM;
-  }
-  if (l->stream != NULL && l->dev != dev) {
-    comm_set_error(c,
-                   "rank %d: device buffers on GPU %d after sends or receives "
-                   "on GPU %d: a rank uses one GPU",
-                   c->rank, dev, l->dev);
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (l == NULL && (l = c->loose = calloc(1, sizeof *l)) == NULL)
+    return comm_fail(c, BRAID_ERR_NOMEM, "rank %d: out of memory", c->rank);
+  if (l->stream != NULL && l->dev != dev)
+    return comm_fail(
+        c, BRAID_ERR_INVALID_ARG,
+        "rank %d: device buffers on GPU %d after sends or receives "
+        "on GPU %d: a rank uses one GPU",
+        c->rank, dev, l->dev);
   braid_result r = BRAID_SUCCESS;
   if (l->stream == NULL || bytes > l->bytes) {
     int mine = cudev_get_device();
@@ -688,8 +679,8 @@ braid_result comm_dev_loose(braid_comm *c, int dev, size_t bytes, void **host,
         l->dev = dev;
     }
     if (r != BRAID_SUCCESS)
-      comm_set_error(c, "rank %d: a stream on GPU %d: %s", c->rank, dev,
-                     cudev_error());
+      r = comm_fail(c, r, "rank %d: a stream on GPU %d: %s", c->rank, dev,
+                    cudev_error());
     else if (bytes > l->bytes)
       r = grow(c, &l->retired, &l->host, &l->bytes, bytes, 1, dev);
     if (mine >= 0 && mine != dev)
@@ -726,10 +717,10 @@ braid_result comm_dev_order_after(braid_comm *c, const char *name,
     return BRAID_SUCCESS;
   braid_result r = cudev_stream_wait(stream, d->order_ev);
   if (r != BRAID_SUCCESS)
-    comm_set_error(c,
-                   "%s on rank %d: cannot order the call after the last one "
-                   "on another CUDA stream: %s",
-                   name, c->rank, cudev_error());
+    return comm_fail(c, r,
+                     "%s on rank %d: cannot order the call after the last one "
+                     "on another CUDA stream: %s",
+                     name, c->rank, cudev_error());
   return r;
 }
 
@@ -768,8 +759,8 @@ braid_result comm_dev_select_of(braid_comm *c, const char *name, int dev,
   *mine = cudev_get_device();
   braid_result r = *mine == dev ? BRAID_SUCCESS : cudev_set_device(dev);
   if (r != BRAID_SUCCESS)
-    comm_set_error(c, "%s on rank %d: selecting GPU %d: %s", name, c->rank, dev,
-                   cudev_error());
+    return comm_fail(c, r, "%s on rank %d: selecting GPU %d: %s", name, c->rank,
+                     dev, cudev_error());
   return r;
 }
 

@@ -75,19 +75,17 @@ static braid_result agree(braid_comm *c, uint8_t *gone) {
         continue;
       }
       if (in->round != round) {
-        comm_set_error(c,
-                       "braid_comm_shrink: rank %d is in round %d of the "
-                       "agreement, this rank in round %d",
-                       p, in->round, round);
-        r = BRAID_ERR_MISMATCH;
+        r = comm_fail(c, BRAID_ERR_MISMATCH,
+                      "braid_comm_shrink: rank %d is in round %d of the "
+                      "agreement, this rank in round %d",
+                      p, in->round, round);
         break;
       }
       if (in->gone[c->rank]) {
-        comm_set_error(c,
-                       "braid_comm_shrink: rank %d counts this rank (%d) as "
-                       "gone: it is excluded from the new communicator",
-                       p, c->rank);
-        r = BRAID_ERR_INVALID_ARG;
+        r = comm_fail(c, BRAID_ERR_INVALID_ARG,
+                      "braid_comm_shrink: rank %d counts this rank (%d) as "
+                      "gone: it is excluded from the new communicator",
+                      p, c->rank);
         break;
       }
       for (int q = 0; q < n; q++) {

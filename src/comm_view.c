@@ -81,8 +81,8 @@ static braid_result build_view(braid_comm *c) {
   }
   if (res != BRAID_SUCCESS) {
     topo_graph_free(g);
-    comm_set_error(c, "the communicator's host map: %s",
-                   err[0] ? err : "out of memory");
+    res = comm_fail(c, res, "the communicator's host map: %s",
+                    err[0] ? err : "out of memory");
   }
   free(host);
   return res;
@@ -103,14 +103,15 @@ static braid_result load_schedules(braid_comm *c, const char *path) {
       continue;
     used++;
     if (s[i]->nchannels > 32) {
-      comm_set_error(c,
-                     "BRAID_SCHEDULE_FILE=%s: schedule %d (%s) has %d "
-                     "channels; at most 32 are supported",
-                     path, i, sched_coll_name(s[i]->coll), s[i]->nchannels);
+      braid_result r =
+          comm_fail(c, BRAID_ERR_INVALID_ARG,
+                    "BRAID_SCHEDULE_FILE=%s: schedule %d (%s) has %d "
+                    "channels; at most 32 are supported",
+                    path, i, sched_coll_name(s[i]->coll), s[i]->nchannels);
       for (int j = 0; j < n; j++)
         sched_free(s[j]);
       free(s);
-      return BRAID_ERR_INVALID_ARG;
+      return r;
     }
     if (s[i]->nchannels > c->nchannels)
       c->nchannels = s[i]->nchannels;

@@ -96,10 +96,10 @@ static braid_result run_ops(braid_comm *c, exec_op *ops, int nops) {
 static braid_result broken(braid_comm *c) {
   braid_result r = __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE);
   if (r != BRAID_SUCCESS)
-    comm_set_error(c,
-                   "the communicator is broken since an earlier error (%s);"
-                   " destroy it",
-                   comm_broken_why(c));
+    return comm_fail(c, r,
+                     "the communicator is broken since an earlier error (%s);"
+                     " destroy it",
+                     comm_broken_why(c));
   return r;
 }
 
@@ -161,14 +161,12 @@ static braid_result reach_wait(braid_comm *c, const exec_op *op,
                       : cudev_event_query(ev);
     if (q == BRAID_SUCCESS)
       return BRAID_SUCCESS;
-    if (q != CUDEV_AGAIN) {
-      comm_set_error(c,
-                     "%s #%llu on rank %d: waiting for the CUDA stream to "
-                     "reach the call: %s; the call did not run",
-                     op->name, (unsigned long long)op->seq, c->rank,
-                     cudev_error());
-      return (braid_result)q;
-    }
+    if (q != CUDEV_AGAIN)
+      return comm_fail(c, (braid_result)q,
+                       "%s #%llu on rank %d: waiting for the CUDA stream to "
+                       "reach the call: %s; the call did not run",
+                       op->name, (unsigned long long)op->seq, c->rank,
+                       cudev_error());
     if (atomic_load(&c->aborted))
       return BRAID_ERR_ABORTED;
     if (polls < 2000)
@@ -178,18 +176,18 @@ static braid_result reach_wait(braid_comm *c, const exec_op *op,
       continue;
     }
     if (exec_ms_since(&t0) > c->timeout_ms) {
-      comm_set_error(c,
-                     "%s #%llu on rank %d: the CUDA stream did not reach the "
-                     "call within %d ms (BRAID_TIMEOUT): work issued on the "
-                     "stream before it is still running or waits for "
-                     "something that never comes; the call did not run",
-                     op->name, (unsigned long long)op->seq, c->rank,
-                     c->timeout_ms);
+      braid_result r = comm_fail(
+          c, BRAID_ERR_TIMEOUT,
+          "%s #%llu on rank %d: the CUDA stream did not reach the "
+          "call within %d ms (BRAID_TIMEOUT): work issued on the "
+          "stream before it is still running or waits for "
+          "something that never comes; the call did not run",
+          op->name, (unsigned long long)op->seq, c->rank, c->timeout_ms);
       /* the other ranks ran (or wait in) this call: it cannot be skipped */
       pthread_mutex_lock(&c->lock);
-      comm_break(c, BRAID_ERR_TIMEOUT);
+      comm_break(c, r);
       pthread_mutex_unlock(&c->lock);
-      return BRAID_ERR_TIMEOUT;
+      return r;
     }
     struct timespec nap = {0, 20000};
     nanosleep(&nap, NULL);
@@ -288,10 +286,9 @@ static void *progress_main(void *arg) {
 static braid_result start_thread_locked(braid_comm *c) {
   if (c->thread_started)
     return BRAID_SUCCESS;
-  if (pthread_create(&c->thread, NULL, progress_main, c) != 0) {
-    comm_set_error(c, "rank %d: cannot start the progress thread", c->rank);
-    return BRAID_ERR_SYSTEM;
-  }
+  if (pthread_create(&c->thread, NULL, progress_main, c) != 0)
+    return comm_fail(c, BRAID_ERR_SYSTEM,
+                     "rank %d: cannot start the progress thread", c->rank);
   c->thread_started = 1;
   return BRAID_SUCCESS;
 }
@@ -333,10 +330,10 @@ static braid_result gate_enqueue(braid_comm *c, const exec_op *op,
     /* Its number stays used (part of the gate may be on the stream: a
      * later "reached" must not be this one's) and ends here. */
     stream_gate_end(s, g->seq);
-    comm_set_error(c,
-                   "%s on rank %d: cannot order the call on the CUDA "
-                   "stream: %s",
-                   op->name, c->rank, cudev_error());
+    r = comm_fail(c, r,
+                  "%s on rank %d: cannot order the call on the CUDA "
+                  "stream: %s",
+                  op->name, c->rank, cudev_error());
   }
   return r;
 }
@@ -440,10 +437,10 @@ static braid_result stream_reached(braid_comm *c, const exec_op *op,
     r = BRAID_ERR_SYSTEM;
   if (r == BRAID_SUCCESS &&
       (r = cudev_event_record(s->reach_ev, s->user)) != BRAID_SUCCESS)
-    comm_set_error(c,
-                   "%s on rank %d: cannot mark the call on its CUDA "
-                   "stream: %s",
-                   op->name, c->rank, cudev_error());
+    r = comm_fail(c, r,
+                  "%s on rank %d: cannot mark the call on its CUDA "
+                  "stream: %s",
+                  op->name, c->rank, cudev_error());
   comm_dev_restore_of(dev, mine);
   if (r == BRAID_SUCCESS) {
     TRACE(LOG_COLL,

@@ -72,9 +72,10 @@ int exec_dev_div(braid_comm *c, const xop *x) {
   if (r == BRAID_SUCCESS)
     r = cudev_stream_sync(c->dev->stream);
   if (r != BRAID_SUCCESS)
-    comm_set_error(c, "%s #%llu on rank %d: dividing the average on GPU %d: %s",
-                   x->op->name, (unsigned long long)x->op->seq, c->rank, x->dev,
-                   cudev_error());
+    return comm_fail(c, r,
+                     "%s #%llu on rank %d: dividing the average on GPU %d: %s",
+                     x->op->name, (unsigned long long)x->op->seq, c->rank,
+                     x->dev, cudev_error());
   return r;
 }
 
@@ -157,17 +158,19 @@ static braid_result stage_out(const exec_stage *st, int nst, const char *host,
 
 static braid_result dev_error(braid_comm *c, const exec_op *op, int dev,
                               const char *what, braid_result r) {
-  comm_set_error(c, "%s #%llu on rank %d: %s (GPU %d): %s", op->name,
-                 (unsigned long long)op->seq, c->rank, what, dev,
-                 cudev_error());
-  return r;
+  return comm_fail(c, r, "%s #%llu on rank %d: %s (GPU %d): %s", op->name,
+                   (unsigned long long)op->seq, c->rank, what, dev,
+                   cudev_error());
 }
 
-/* The device all device ops use; -1 with the message set when they differ
- * or when the communicator already uses another one. */
-static int op_device(braid_comm *c, const exec_op *ops, int nops) {
+/* The device all device ops use (*out, -1 on failure): a failure when they
+ * differ or when the communicator already uses another one, or when none
+ * is on a device. */
+static braid_result op_device(braid_comm *c, const exec_op *ops, int nops,
+                              int *out) {
   int dev = -1;
   const exec_op *first = &ops[0];
+  *out = -1;
   for (int k = 0; k < nops; k++) {
     if (ops[k].dev < 0 || ops[k].is_barrier)
       continue;
@@ -175,21 +178,22 @@ static int op_device(braid_comm *c, const exec_op *ops, int nops) {
       dev = ops[k].dev;
       first = &ops[k];
     } else if (ops[k].dev != dev) {
-      comm_set_error(c,
-                     "%s and %s in one group use buffers on GPU %d and GPU %d;"
-                     " a rank uses one GPU",
-                     first->name, ops[k].name, dev, ops[k].dev);
-      return -1;
+      return comm_fail(
+          c, BRAID_ERR_INVALID_ARG,
+          "%s and %s in one group use buffers on GPU %d and GPU %d;"
+          " a rank uses one GPU",
+          first->name, ops[k].name, dev, ops[k].dev);
     }
   }
-  if (dev >= 0 && c->dev != NULL && c->dev->device != dev) {
-    comm_set_error(c,
-                   "%s: this communicator moves device buffers of GPU %d on "
-                   "rank %d; these are on GPU %d",
-                   first->name, c->dev->device, c->rank, dev);
-    return -1;
-  }
-  return dev;
+  if (dev >= 0 && c->dev != NULL && c->dev->device != dev)
+    return comm_fail(c, BRAID_ERR_INVALID_ARG,
+                     "%s: this communicator moves device buffers of GPU %d on "
+                     "rank %d; these are on GPU %d",
+                     first->name, c->dev->device, c->rank, dev);
+  if (dev < 0)
+    return BRAID_ERR_INVALID_ARG;
+  *out = dev;
+  return BRAID_SUCCESS;
 }
 
 /* A device collective: the first one sets the device side up. */
@@ -202,9 +206,7 @@ static int sets_up(const exec_op *op) {
  * buffers, for messages. */
 static braid_result prepare(braid_comm *c, const exec_op *ops, int nops,
                             const exec_op **first, int *dev) {
-  *dev = op_device(c, ops, nops);
-  if (*dev < 0)
-    return BRAID_ERR_INVALID_ARG;
+  CHECKR(op_device(c, ops, nops, dev));
   int need_setup = 0;
   *first = &ops[0];
   for (int k = nops - 1; k >= 0; k--) {
@@ -222,11 +224,11 @@ static braid_result prepare(braid_comm *c, const exec_op *ops, int nops,
   if (r != BRAID_SUCCESS) {
     char why[sizeof c->last_error];
     snprintf(why, sizeof why, "%s", c->last_error);
-    comm_set_error(c,
-                   "%s #%llu on rank %d: setting up device buffers on GPU %d: "
-                   "%s",
-                   (*first)->name, (unsigned long long)(*first)->seq, c->rank,
-                   *dev, why[0] ? why : braid_result_string(r));
+    return comm_fail(c, r,
+                     "%s #%llu on rank %d: setting up device buffers on GPU "
+                     "%d: %s",
+                     (*first)->name, (unsigned long long)(*first)->seq, c->rank,
+                     *dev, why[0] ? why : braid_result_string(r));
   }
   return r;
 }
@@ -250,14 +252,11 @@ int exec_dev_needs_setup(braid_comm *c, const exec_op *ops, int nops) {
 static braid_result loose(braid_comm *c, const exec_op *op, int dev,
                           size_t bytes, void **host, void **stream) {
   braid_result r = comm_dev_loose(c, dev, bytes, host, stream);
-  if (r == BRAID_ERR_INVALID_ARG) {
-    char why[sizeof c->last_error];
-    snprintf(why, sizeof why, "%s", c->last_error);
-    comm_set_error(c, "%s #%llu: %s", op->name, (unsigned long long)op->seq,
-                   why);
-  } else if (r != BRAID_SUCCESS) {
-    dev_error(c, op, dev, "allocating host staging memory", r);
-  }
+  if (r == BRAID_ERR_INVALID_ARG)
+    return comm_fail(c, r, "%s #%llu: %s", op->name,
+                     (unsigned long long)op->seq, err_msg());
+  if (r != BRAID_SUCCESS)
+    return dev_error(c, op, dev, "allocating host staging memory", r);
   return r;
 }
 
@@ -390,9 +389,9 @@ static braid_result run_prepared(braid_comm *c, exec_op *ops, int nops,
   if (run == NULL || st == NULL) {
     free(run);
     free(st);
-    comm_set_error(c, "%s: out of memory staging %d operations", first->name,
-                   nops);
-    return BRAID_ERR_NOMEM;
+    return comm_fail(c, BRAID_ERR_NOMEM,
+                     "%s: out of memory staging %d operations", first->name,
+                     nops);
   }
   memcpy(run, ops, sizeof *run * (size_t)nops);
   int nst = 0;
@@ -514,10 +513,10 @@ braid_result exec_dev_stream_in(braid_comm *c, exec_op *ops,
                                 void *stream) {
   braid_result r = stage_in(ops, st, nst, host, stream);
   if (r != BRAID_SUCCESS)
-    comm_set_error(c,
-                   "%s on rank %d: copying the inputs to pinned host memory "
-                   "on the CUDA stream (GPU %d): %s",
-                   ops[st[0].k].name, c->rank, c->dev->device, cudev_error());
+    return comm_fail(c, r,
+                     "%s on rank %d: copying the inputs to pinned host memory "
+                     "on the CUDA stream (GPU %d): %s",
+                     ops[st[0].k].name, c->rank, c->dev->device, cudev_error());
   return r;
 }
 
@@ -526,10 +525,10 @@ braid_result exec_dev_stream_out(braid_comm *c, const exec_op *ops,
                                  const char *host, void *stream) {
   braid_result r = stage_out(st, nst, host, stream);
   if (r != BRAID_SUCCESS)
-    comm_set_error(c,
-                   "%s on rank %d: copying the outputs back from pinned host "
-                   "memory on the CUDA stream (GPU %d): %s",
-                   ops[st[0].k].name, c->rank, c->dev->device, cudev_error());
+    return comm_fail(c, r,
+                     "%s on rank %d: copying the outputs back from pinned host "
+                     "memory on the CUDA stream (GPU %d): %s",
+                     ops[st[0].k].name, c->rank, c->dev->device, cudev_error());
   return r;
 }
 

@@ -203,8 +203,8 @@ static void exk_free(exk *x) {
   free(x);
 }
 
-/* This rank's area, zeroed, and its pinned words; 0 on failure (why). */
-static int make_area(braid_comm *c, exk *x, char *why, size_t len) {
+/* This rank's area, zeroed, and its pinned words. */
+static braid_result make_area(braid_comm *c, exk *x) {
   size_t bytes = CUDEV_KA_AREA(x->k.slot);
   void *zero = calloc(1, CUDEV_KA_FLAGS);
   void *area = NULL;
@@ -221,14 +221,12 @@ static int make_area(braid_comm *c, exk *x, char *why, size_t len) {
     memset(x->host, 0, 16);
     ok = cudev_host_dptr(x->host, &dptr) == BRAID_SUCCESS;
   }
-  if (!ok) {
-    snprintf(why, len, "%zu bytes of device memory and its flags: %s", bytes,
-             cudev_error());
-    return 0;
-  }
+  if (!ok)
+    return ERR(BRAID_ERR_SYSTEM, "%zu bytes of device memory and its flags: %s",
+               bytes, cudev_error());
   x->k.status = (uint64_t *)dptr;
   x->k.abort = (uint32_t *)((char *)dptr + 8);
-  return 1;
+  return BRAID_SUCCESS;
 }
 
 /* Collective when the communicator qualifies (the same on every rank). */
@@ -252,7 +250,9 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
     for (int q = 0; q < n && x->tp == NULL; q++)
       x->tp = q != c->rank ? d->state[q] : NULL;
   }
-  if (x != NULL && all != NULL && make_area(c, x, why, sizeof why)) {
+  if (x != NULL && all != NULL && make_area(c, x) != BRAID_SUCCESS) {
+    snprintf(why, sizeof why, "%s", err_msg());
+  } else if (x != NULL && all != NULL) {
     if (cudev_ipc_get(x->k.area[c->rank], mine.handle) != BRAID_SUCCESS)
       snprintf(why, sizeof why, "an IPC handle for its area: %s",
                cudev_error());
@@ -270,7 +270,7 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
   int here = !mine.ok; /* the failure, if any, is this rank's */
   braid_result r = all != NULL
                        ? boot_allgather(c->boot, &mine, all, sizeof mine)
-                       : BRAID_ERR_NOMEM;
+                       : ERR(BRAID_ERR_NOMEM, "out of memory");
   int ok = r == BRAID_SUCCESS && x != NULL; /* x: else mine.ok is 0 */
   for (int q = 0; q < n && ok; q++)
     ok = all[q].ok;
@@ -293,7 +293,7 @@ braid_result exk_setup(braid_comm *c, size_t max, size_t slot) {
   int32_t okw = ok, *oks = r == BRAID_SUCCESS ? calloc((size_t)n, 4) : NULL;
   if (r == BRAID_SUCCESS)
     r = oks != NULL ? boot_allgather(c->boot, &okw, oks, sizeof okw)
-                    : BRAID_ERR_NOMEM;
+                    : ERR(BRAID_ERR_NOMEM, "out of memory");
   for (int q = 0; q < n && r == BRAID_SUCCESS && ok; q++)
     ok = oks[q];
   free(oks);
@@ -421,14 +421,14 @@ static braid_result get_event(braid_comm *c, exk *x, void **ev) {
   if (x->nfree > 0) {
     *ev = x->free_ev[--x->nfree];
   } else if (x->nall >= EXK_EVENTS_MAX) {
-    r = BRAID_ERR_NOMEM;
-    comm_set_error(c, "rank %d: %d collective kernels in flight at once",
-                   c->rank, x->nall);
+    r = comm_fail(c, BRAID_ERR_NOMEM,
+                  "rank %d: %d collective kernels in flight at once", c->rank,
+                  x->nall);
   } else if ((r = cudev_event_create(ev)) == BRAID_SUCCESS) {
     x->all_ev[x->nall++] = *ev;
   } else {
-    comm_set_error(c, "rank %d: an event for a collective kernel: %s", c->rank,
-                   cudev_error());
+    r = comm_fail(c, r, "rank %d: an event for a collective kernel: %s",
+                  c->rank, cudev_error());
   }
   pthread_mutex_unlock(&x->lock);
   return r;
@@ -467,9 +467,9 @@ braid_result exk_launch(braid_comm *c, const exec_op *ops, int nops,
   if (r != BRAID_SUCCESS) {
     /* the launched ones run; the rest is missing on this rank: the peers'
      * kernels time out, and so does this communicator */
-    comm_set_error(c, "%s #%llu on rank %d (in one kernel): %s: %s",
-                   ops[0].name, (unsigned long long)ops[0].seq, c->rank, what,
-                   cudev_error());
+    r = comm_fail(c, r, "%s #%llu on rank %d (in one kernel): %s: %s",
+                  ops[0].name, (unsigned long long)ops[0].seq, c->rank, what,
+                  cudev_error());
     put_event(x, e);
     return r;
   }
@@ -496,31 +496,27 @@ int exk_blocks(const braid_comm *c) {
 static braid_result report(braid_comm *c, const exec_op *op, uint64_t st) {
   int why = (int)(st >> 56), peer = (int)((st >> 48) & 0xff);
   unsigned long long call = st & 0xffffffffffffull;
-  if (why == CUDEV_KA_MISMATCH) {
-    comm_set_error(c,
-                   "%s #%llu on rank %d: rank %d ran another call (collective, "
-                   "root, count, dtype or op) as kernel chunk %llu: every rank "
-                   "must make the same calls in the same order",
-                   op->name, (unsigned long long)op->seq, c->rank, peer, call);
-    return BRAID_ERR_MISMATCH;
-  }
-  if (why == CUDEV_KA_TIMEOUT) {
-    comm_set_error(c,
-                   "%s #%llu on rank %d: rank %d did not reach kernel chunk "
-                   "%llu within %d ms (BRAID_TIMEOUT)",
-                   op->name, (unsigned long long)op->seq, c->rank, peer, call,
-                   c->timeout_ms);
-    return BRAID_ERR_TIMEOUT;
-  }
+  if (why == CUDEV_KA_MISMATCH)
+    return comm_fail(
+        c, BRAID_ERR_MISMATCH,
+        "%s #%llu on rank %d: rank %d ran another call (collective, "
+        "root, count, dtype or op) as kernel chunk %llu: every rank "
+        "must make the same calls in the same order",
+        op->name, (unsigned long long)op->seq, c->rank, peer, call);
+  if (why == CUDEV_KA_TIMEOUT)
+    return comm_fail(c, BRAID_ERR_TIMEOUT,
+                     "%s #%llu on rank %d: rank %d did not reach kernel chunk "
+                     "%llu within %d ms (BRAID_TIMEOUT)",
+                     op->name, (unsigned long long)op->seq, c->rank, peer, call,
+                     c->timeout_ms);
   braid_result r = __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE);
   if (r == BRAID_SUCCESS)
     r = BRAID_ERR_ABORTED;
-  comm_set_error(c,
-                 "%s #%llu on rank %d: kernel chunk %llu stopped: the "
-                 "communicator was aborted or broken (%s)",
-                 op->name, (unsigned long long)op->seq, c->rank, call,
-                 atomic_load(&c->aborted) ? "aborted" : comm_broken_why(c));
-  return r;
+  return comm_fail(c, r,
+                   "%s #%llu on rank %d: kernel chunk %llu stopped: the "
+                   "communicator was aborted or broken (%s)",
+                   op->name, (unsigned long long)op->seq, c->rank, call,
+                   atomic_load(&c->aborted) ? "aborted" : comm_broken_why(c));
 }
 
 /* The peers' health as the executor checks it (c->lock held, or taken
@@ -581,23 +577,22 @@ braid_result exk_finish(braid_comm *c, const exec_op *op, void *ev,
      * has not reached it yet */
     if (r == BRAID_SUCCESS && exec_ms_since(&t0) > 2L * c->timeout_ms + 1000) {
       *abort_word = 1;
-      comm_set_error(c,
-                     "%s #%llu on rank %d: the CUDA stream did not reach the "
-                     "call (in one kernel) within %d ms (twice "
-                     "BRAID_TIMEOUT): work issued on the stream before it is "
-                     "still running or waits for something that never comes",
-                     op->name, (unsigned long long)op->seq, c->rank,
-                     2 * c->timeout_ms + 1000);
-      r = BRAID_ERR_TIMEOUT;
+      r = comm_fail(c, BRAID_ERR_TIMEOUT,
+                    "%s #%llu on rank %d: the CUDA stream did not reach the "
+                    "call (in one kernel) within %d ms (twice "
+                    "BRAID_TIMEOUT): work issued on the stream before it is "
+                    "still running or waits for something that never comes",
+                    op->name, (unsigned long long)op->seq, c->rank,
+                    2 * c->timeout_ms + 1000);
     }
     struct timespec nap = {0, 20000};
     nanosleep(&nap, NULL);
   }
   if (q != BRAID_SUCCESS && r == BRAID_SUCCESS) {
-    comm_set_error(c, "%s #%llu on rank %d: the collective kernel failed: %s",
-                   op->name, (unsigned long long)op->seq, c->rank,
-                   cudev_error());
-    r = (braid_result)q;
+    r = comm_fail(c, (braid_result)q,
+                  "%s #%llu on rank %d: the collective kernel failed: %s",
+                  op->name, (unsigned long long)op->seq, c->rank,
+                  cudev_error());
   }
   put_event(x, ev);
   /* a failed kernel ends every later one at once */

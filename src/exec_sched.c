@@ -52,10 +52,12 @@ braid_result exec_get_sched(braid_comm *c, exec_op *op,
                        pl.gen->name, err_why(r));
   }
   if (s->nchannels > c->nchannels) {
-    comm_set_error(c, "%s: generator %s made %d channels, the comm has %d",
-                   op->name, s->algo, s->nchannels, c->nchannels);
+    braid_result r =
+        comm_fail(c, BRAID_ERR_INTERNAL,
+                  "%s: generator %s made %d channels, the comm has %d",
+                  op->name, s->algo, s->nchannels, c->nchannels);
     sched_free(s);
-    return BRAID_ERR_INTERNAL;
+    return r;
   }
   if (log_level_now >= LOG_TRACE) { /* once per schedule made */
     const char *why = pl.why;
@@ -86,10 +88,9 @@ braid_result exec_scratch_reserve(braid_comm *c, size_t bytes) {
   if (bytes <= c->scratch_bytes)
     return BRAID_SUCCESS;
   void *p = realloc(c->scratch, bytes);
-  if (p == NULL) {
-    comm_set_error(c, "cannot allocate %zu bytes of scratch", bytes);
-    return BRAID_ERR_NOMEM;
-  }
+  if (p == NULL)
+    return comm_fail(c, BRAID_ERR_NOMEM, "cannot allocate %zu bytes of scratch",
+                     bytes);
   c->scratch = p;
   c->scratch_bytes = bytes;
   return BRAID_SUCCESS;

@@ -66,14 +66,12 @@ static braid_result dead_peer(braid_comm *c, xop *xs, int nops, int r,
        i = comm_dev_transports(c, i, &dt, &ds))
     if (dt->set_cause != NULL)
       dt->set_cause(ds, dead);
-  return BRAID_ERR_REMOTE;
+  return r;
 }
 
 braid_result exec_check_health(braid_comm *c, xop *xs, int nops) {
-  if (atomic_load(&c->aborted)) {
-    comm_set_error(c, "the communicator was aborted");
-    return BRAID_ERR_ABORTED;
-  }
+  if (atomic_load(&c->aborted))
+    return comm_fail(c, BRAID_ERR_ABORTED, "the communicator was aborted");
   for (int i = 0; i < c->ntp; i++) {
     int dead = -1;
     int r = c->tp[i]->check_peers != NULL
@@ -521,11 +519,11 @@ static braid_result wait_cycle(braid_comm *c, xop *xs, int nops,
   tp_fp_mismatch(pfp, fp, p, what, sizeof what);
   tp_mismatch m = {c->rank, p, pfp, fp};
   check_tell_mismatch(c, &m);
-  comm_set_error(c,
-                 "%s #%llu on rank %d: rank %d waits for this rank, and this "
-                 "rank for it, with nothing in flight between them: %s",
-                 x->op->name, (unsigned long long)x->op->seq, c->rank, p, what);
-  return BRAID_ERR_MISMATCH;
+  return comm_fail(c, BRAID_ERR_MISMATCH,
+                   "%s #%llu on rank %d: rank %d waits for this rank, and this "
+                   "rank for it, with nothing in flight between them: %s",
+                   x->op->name, (unsigned long long)x->op->seq, c->rank, p,
+                   what);
 }
 
 /* 1 if rank r runs on this host and its process is stopped (SIGSTOP, a
@@ -629,10 +627,8 @@ static void heartbeats(braid_comm *c, exec_waiter *w, const xop *x,
 braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
                             const uint32_t *seen) {
   const cfg_env *cfg = cfg_get();
-  if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) {
-    comm_set_error(c, "the communicator was aborted");
-    return BRAID_ERR_ABORTED;
-  }
+  if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+    return comm_fail(c, BRAID_ERR_ABORTED, "the communicator was aborted");
   int64_t t = exec_now_us();
   if (w->idle_since == 0) {
     w->idle_since = t;
@@ -682,11 +678,11 @@ braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
       if (p >= 0)
         (void)wait_chain(c, p, chain, sizeof chain);
       const exec_op *op = first_pending(xs, nops);
-      comm_set_error(c, "%s #%llu timed out after %d ms on rank %d: %s%s%s%s%s",
-                     op->name, (unsigned long long)op->seq, c->timeout_ms,
-                     c->rank, what, chain[0] ? "; " : "", chain,
-                     hb[0] ? "; " : "", hb);
-      return BRAID_ERR_TIMEOUT;
+      return comm_fail(c, BRAID_ERR_TIMEOUT,
+                       "%s #%llu timed out after %d ms on rank %d: %s%s%s%s%s",
+                       op->name, (unsigned long long)op->seq, c->timeout_ms,
+                       c->rank, what, chain[0] ? "; " : "", chain,
+                       hb[0] ? "; " : "", hb);
     }
   }
   if (idle < w->spin_us) {

@@ -435,13 +435,12 @@ static int xop_finish(braid_comm *c, xop *x) {
   int r = BRAID_SUCCESS;
   if (op->is_count && op->coll == SCHED_RECV &&
       op->count_msg != op->count_want) {
-    comm_set_error(c,
-                   "%s: rank %d sends %llu elements to rank %d, which expects "
-                   "%llu (recvcounts[%d] must equal rank %d's sendcounts[%d])",
-                   op->name, op->root, (unsigned long long)op->count_msg,
-                   c->rank, (unsigned long long)op->count_want, op->root,
-                   op->root, c->rank);
-    return BRAID_ERR_MISMATCH;
+    return comm_fail(
+        c, BRAID_ERR_MISMATCH,
+        "%s: rank %d sends %llu elements to rank %d, which expects "
+        "%llu (recvcounts[%d] must equal rank %d's sendcounts[%d])",
+        op->name, op->root, (unsigned long long)op->count_msg, c->rank,
+        (unsigned long long)op->count_want, op->root, op->root, c->rank);
   }
   if (op->op == BRAID_AVG && x->E > 0) {
     int div = 0;

@@ -151,8 +151,8 @@ braid_result flight_new(braid_comm *c) {
   if (f == NULL || recs == NULL) {
     free(f);
     free(recs);
-    comm_set_error(c, "flight recorder: no memory for %d calls", n);
-    return BRAID_ERR_NOMEM;
+    return comm_fail(c, BRAID_ERR_NOMEM,
+                     "flight recorder: no memory for %d calls", n);
   }
   f->n = n;
   f->recs = recs;
@@ -306,7 +306,8 @@ braid_result flight_dump(braid_comm *c, const char *reason, const char *path) {
   const struct flight *f = c->flight;
   if (f == NULL) { /* off, or a communicator that broke while being made */
     if (strcmp(reason, "api") == 0)
-      comm_set_error(c, "flight recorder: off (BRAID_FLIGHT_RECORDER=0)");
+      return comm_fail(c, BRAID_ERR_UNSUPPORTED,
+                       "flight recorder: off (BRAID_FLIGHT_RECORDER=0)");
     return BRAID_ERR_UNSUPPORTED;
   }
   char file[512];
@@ -314,10 +315,11 @@ braid_result flight_dump(braid_comm *c, const char *reason, const char *path) {
            sizeof file);
   FILE *out = fopen(file, "we");
   if (out == NULL) {
-    comm_set_error(c, "flight recorder: cannot write %s: %s", file,
-                   strerror(errno));
-    WARN(LOG_COLL, "%s", c->last_error);
-    return BRAID_ERR_SYSTEM;
+    braid_result r =
+        comm_fail(c, BRAID_ERR_SYSTEM, "flight recorder: cannot write %s: %s",
+                  file, strerror(errno));
+    WARN(LOG_COLL, "%s", err_msg());
+    return r;
   }
   uint64_t calls = __atomic_load_n(&f->calls, __ATOMIC_RELAXED);
   uint64_t first = calls > (uint64_t)f->n ? calls - (uint64_t)f->n : 0;
@@ -335,10 +337,9 @@ braid_result flight_dump(braid_comm *c, const char *reason, const char *path) {
     put_rec(out, &f->recs[i % (uint64_t)f->n]);
   int bad = ferror(out);
   bad |= fclose(out) != 0;
-  if (bad) {
-    comm_set_error(c, "flight recorder: writing %s failed", file);
-    return BRAID_ERR_SYSTEM;
-  }
+  if (bad)
+    return comm_fail(c, BRAID_ERR_SYSTEM, "flight recorder: writing %s failed",
+                     file);
   WARN(LOG_COLL, "flight recorder (%s): the last %llu calls of rank %d in %s",
        reason, (unsigned long long)(calls - first), c->rank, file);
   return BRAID_SUCCESS;

@@ -40,9 +40,8 @@ int premul_is_op(braid_op op) {
 
 static braid_result pm_bad(braid_comm *c, const char *fn, const char *why,
                            unsigned h) {
-  comm_set_error(c, "%s: op %#x %s", fn, h, why);
   WARN(LOG_COLL, "%s: op %#x %s", fn, h, why);
-  return BRAID_ERR_INVALID_ARG;
+  return comm_fail(c, BRAID_ERR_INVALID_ARG, "%s: op %#x %s", fn, h, why);
 }
 
 /* The live op of handle h on c, or NULL with the error set. */
@@ -101,9 +100,8 @@ braid_result braid_op_create_premul_sum(braid_op *op, const void *scalar,
              "scalar_on_device is 1 but scalar %p is not device memory",
              scalar);
   if (why[0] || op == NULL || scalar == NULL) { /* (the last two: said) */
-    comm_set_error(comm, "%s: %s", fn, why);
     WARN(LOG_COLL, "%s: %s", fn, why);
-    return BRAID_ERR_INVALID_ARG;
+    return comm_fail(comm, BRAID_ERR_INVALID_ARG, "%s: %s", fn, why);
   }
   if (comm->premul == NULL) {
     premul_tab *t = calloc(1, sizeof *t);
@@ -130,9 +128,9 @@ braid_result braid_op_create_premul_sum(braid_op *op, const void *scalar,
   if (s == PM_SLOTS) {
     pthread_mutex_unlock(&t->lock);
     free(p);
-    comm_set_error(comm, "%s: %d ops exist on this communicator already", fn,
-                   PM_SLOTS);
-    return BRAID_ERR_NOMEM;
+    return comm_fail(comm, BRAID_ERR_NOMEM,
+                     "%s: %d ops exist on this communicator already", fn,
+                     PM_SLOTS);
   }
   if (s == t->n)
     t->n++;
@@ -190,13 +188,13 @@ braid_result premul_resolve(braid_comm *c, exec_op *op) {
   if (p == NULL)
     return r;
   if (p->dt != op->dt) {
-    comm_set_error(c,
-                   "%s: op %#x is a pre-multiplied sum for dtype %s, the "
-                   "call's dtype is %s",
-                   op->name, (unsigned)op->op, braid_dtype_name(p->dt),
-                   braid_dtype_name(op->dt));
-    WARN(LOG_COLL, "%s: %s", op->name, braid_comm_last_error(c));
-    return BRAID_ERR_INVALID_ARG;
+    r = comm_fail(c, BRAID_ERR_INVALID_ARG,
+                  "%s: op %#x is a pre-multiplied sum for dtype %s, the "
+                  "call's dtype is %s",
+                  op->name, (unsigned)op->op, braid_dtype_name(p->dt),
+                  braid_dtype_name(op->dt));
+    WARN(LOG_COLL, "%s: %s", op->name, err_msg());
+    return r;
   }
   op->premul = p;
   op->op = BRAID_SUM;
@@ -233,12 +231,11 @@ braid_result premul_begin(braid_comm *c, exec_op *ops, int nops,
       if (r == BRAID_SUCCESS)
         r = cudev_stream_sync(st);
       if (r != BRAID_SUCCESS) {
-        comm_set_error(c,
-                       "%s: reading the pre-multiplied sum's device "
-                       "scalar failed: %s",
-                       op->name, cudev_error());
         premul_end(ops, nops, saved);
-        return r;
+        return comm_fail(c, r,
+                         "%s: reading the pre-multiplied sum's device "
+                         "scalar failed: %s",
+                         op->name, cudev_error());
       }
     } else {
       memcpy(s, p->scalar, es);
@@ -291,10 +288,10 @@ braid_result premul_dev_begin(braid_comm *c, exec_op *ops, int nops,
                     p->on_device ? p->dscalar : p->scalar, p->on_device,
                     c->dev->stream);
     if (r != BRAID_SUCCESS) {
-      comm_set_error(c,
-                     "%s: multiplying the input by the pre-multiplied sum's "
-                     "scalar on GPU %d: %s",
-                     op->name, c->dev->device, cudev_error());
+      r = comm_fail(c, r,
+                    "%s: multiplying the input by the pre-multiplied sum's "
+                    "scalar on GPU %d: %s",
+                    op->name, c->dev->device, cudev_error());
       break;
     }
     saved[k] = op->in;
@@ -305,8 +302,9 @@ braid_result premul_dev_begin(braid_comm *c, exec_op *ops, int nops,
    * from another process */
   if (r == BRAID_SUCCESS && total > 0 &&
       (r = cudev_stream_sync(c->dev->stream)) != BRAID_SUCCESS)
-    comm_set_error(c, "%s: multiplying by the pre-multiplied sum's scalar: %s",
-                   ops[0].name, cudev_error());
+    r = comm_fail(c, r,
+                  "%s: multiplying by the pre-multiplied sum's scalar: %s",
+                  ops[0].name, cudev_error());
   if (r != BRAID_SUCCESS)
     premul_dev_end(ops, nops, saved);
   if (off != at)
