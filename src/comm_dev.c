@@ -111,34 +111,29 @@ static tp_conn *host_conn(void *arg, int peer, int channel) {
   return comm_conn((braid_comm *)arg, peer, channel);
 }
 
-/* Whether this rank can serve device buffers on `device`; why when not. */
-static int local_ok(comm_dev *d, int device, char *why, size_t len) {
-  if (!cudev_built()) {
-    snprintf(why, len,
-             "libbraid was built without CUDA (BRAID_CUDA=OFF or "
-             "no nvcc at build time)");
-    return 0;
-  }
+/* Whether this rank can serve device buffers on `device`: BRAID_SUCCESS,
+ * or why not. */
+static braid_result local_ok(comm_dev *d, int device) {
+  if (!cudev_built())
+    return ERR(BRAID_ERR_UNSUPPORTED,
+               "libbraid was built without CUDA (BRAID_CUDA=OFF or "
+               "no nvcc at build time)");
   int n = cudev_count();
-  if (n <= 0) {
-    snprintf(why, len, "no CUDA device is visible (driver or GPU missing): %s",
-             cudev_error());
-    return 0;
-  }
-  if (device < 0 || device >= n) {
-    snprintf(why, len, "GPU %d does not exist (%d visible)", device, n);
-    return 0;
-  }
+  if (n <= 0)
+    return ERR(BRAID_ERR_UNSUPPORTED,
+               "no CUDA device is visible (driver or GPU missing): %s",
+               cudev_error());
+  if (device < 0 || device >= n)
+    return ERR(BRAID_ERR_UNSUPPORTED, "GPU %d does not exist (%d visible)",
+               device, n);
   /* the kernels loaded now, before any gate holds a stream: loaded lazily
    * at their first launch, behind a gate, they could wait for it */
   if (cudev_set_device(device) != BRAID_SUCCESS ||
       cudev_preload() != BRAID_SUCCESS ||
       cudev_stream_create(&d->stream) != BRAID_SUCCESS ||
-      cudev_event_create(&d->order_ev) != BRAID_SUCCESS) {
-    snprintf(why, len, "GPU %d: %s", device, cudev_error());
-    return 0;
-  }
-  return 1;
+      cudev_event_create(&d->order_ev) != BRAID_SUCCESS)
+    return ERR(BRAID_ERR_UNSUPPORTED, "GPU %d: %s", device, cudev_error());
+  return BRAID_SUCCESS;
 }
 
 /* Host usability: every rank of the host is ok. */
@@ -395,7 +390,9 @@ braid_result comm_dev_setup(braid_comm *c, int device) {
                   .kernel_slot = env->cuda_kernel_slot,
                   .buffsize =
                       env->cuda_buffsize ? env->cuda_buffsize : env->buffsize};
-  mine.ok = local_ok(d, device, why, sizeof why);
+  mine.ok = local_ok(d, device) == BRAID_SUCCESS;
+  if (!mine.ok)
+    snprintf(why, sizeof why, "%s", err_msg());
   if (mine.ok) {
     place_gpu(c, d);
     mine.vertex = d->gpu_vertex;

@@ -248,38 +248,35 @@ static void ipc_stop(ipc_child *k) {
   k->pid = -1;
 }
 
-/* 1 works, 0 fails (why in err), -1 could not run. */
-static int ipc_probe(ipc_child *k, int dev, int timeout_ms, char *err,
-                     size_t errlen) {
-  if (k->pid < 0) {
-    snprintf(err, errlen, "no probe process (fork failed)");
-    return -1;
-  }
-  int rc = -1;
+/* BRAID_SUCCESS: it works; BRAID_ERR_UNSUPPORTED: it does not; another
+ * failure: it could not be probed. Each failure says why. */
+static braid_result ipc_probe(ipc_child *k, int dev, int timeout_ms) {
+  if (k->pid < 0)
+    return ERR(BRAID_ERR_SYSTEM, "no probe process (fork failed)");
+  braid_result rc = BRAID_ERR_SYSTEM;
   void *p = NULL;
   unsigned char h[CUDEV_IPC_BYTES + sizeof(int)];
   memset(h, 0, sizeof h);
   if (cudev_set_device(0) != BRAID_SUCCESS ||
       cudev_malloc(&p, 1 << 20) != BRAID_SUCCESS ||
       cudev_ipc_get(p, h) != BRAID_SUCCESS) {
-    snprintf(err, errlen, "exporting a handle failed: %s", cudev_error());
-    rc = 0;
+    rc = ERR(BRAID_ERR_UNSUPPORTED, "exporting a handle failed: %s",
+             cudev_error());
   } else {
     memcpy(h + CUDEV_IPC_BYTES, &dev, sizeof dev);
     struct pollfd pf = {k->from, POLLIN, 0};
     char res = 0;
     if (write(k->to, h, sizeof h) != (ssize_t)sizeof h)
-      snprintf(err, errlen, "the probe process is gone");
-    else if (poll(&pf, 1, timeout_ms) == 1 && read(k->from, &res, 1) == 1) {
-      rc = res == 1;
-      if (!rc)
-        snprintf(err, errlen,
-                 "opening the handle in another process on GPU %d failed", dev);
-    } else {
-      snprintf(err, errlen, "the probe process did not answer in %d ms",
-               timeout_ms);
-      rc = 0;
-    }
+      rc = ERR(BRAID_ERR_SYSTEM, "the probe process is gone");
+    else if (poll(&pf, 1, timeout_ms) == 1 && read(k->from, &res, 1) == 1)
+      rc = res == 1 ? BRAID_SUCCESS
+                    : ERR(BRAID_ERR_UNSUPPORTED,
+                          "opening the handle in another process on GPU %d "
+                          "failed",
+                          dev);
+    else
+      rc = ERR(BRAID_ERR_UNSUPPORTED,
+               "the probe process did not answer in %d ms", timeout_ms);
   }
   ipc_stop(k);
   if (p != NULL)
@@ -352,8 +349,10 @@ void doc_gpu(const doc_opts *o, int local, doc_report *r) {
   }
   gpu_paths(n, paths, sizeof paths);
   doc_add(r, "gpu", DOC_OK, NULL, "%d GPUs: %s; paths: %s", n, bus, paths);
-  int ipc = ipc_probe(&kid, n > 1 ? 1 : 0, 10000, ipc_err, sizeof ipc_err);
-  if (ipc == 1)
+  braid_result ipc = ipc_probe(&kid, n > 1 ? 1 : 0, 10000);
+  if (ipc != BRAID_SUCCESS)
+    snprintf(ipc_err, sizeof ipc_err, "%s", err_msg());
+  if (ipc == BRAID_SUCCESS)
     doc_add(r, "gpu", DOC_OK, NULL,
             "CUDA IPC works: a handle of GPU 0's memory opened in another "
             "process on GPU %d%s",
@@ -365,7 +364,8 @@ void doc_gpu(const doc_opts *o, int local, doc_report *r) {
             "driver allows peer access (nvidia-smi topo -p2p r)",
             "CUDA IPC %s (%s): device buffers between ranks of this host "
             "go through host memory, much slower",
-            ipc < 0 ? "could not be probed" : "does not work",
+            ipc != BRAID_ERR_UNSUPPORTED ? "could not be probed"
+                                         : "does not work",
             ipc_err[0] ? ipc_err : "no detail");
   if (local > n) {
     const char *dir = cfg_get()->mps_pipe_dir;
