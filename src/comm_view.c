@@ -31,21 +31,18 @@
 #include "src/log.h"
 
 /* One CPU host with one NIC of `nic_gbs` GB/s, replicated nhosts times. */
-static braid_result cluster_graph(int nhosts, double nic_gbs, topo_graph **out,
-                                  char *err, size_t errlen) {
+static braid_result cluster_graph(int nhosts, double nic_gbs,
+                                  topo_graph **out) {
   topo_graph *h = topo_graph_new("cpu-host");
   if (h == NULL)
-    return BRAID_ERR_NOMEM;
+    return ERR(BRAID_ERR_NOMEM, "out of memory");
   int cpu = topo_add_vertex(h, TOPO_CPU, "CPU0");
   int nic = topo_add_vertex(h, TOPO_NIC, "NIC0");
-  braid_result r = BRAID_ERR_NOMEM;
+  braid_result r = ERR(BRAID_ERR_NOMEM, "out of memory");
   if (cpu >= 0 && nic >= 0) {
     h->v[nic].speed = nic_gbs;
-    if (topo_add_link(h, cpu, nic, TOPO_LINK_PCI, 0, -1, 1) >= 0) {
+    if (topo_add_link(h, cpu, nic, TOPO_LINK_PCI, 0, -1, 1) >= 0)
       r = topo_cluster(h, nhosts, nic_gbs, out);
-      if (r != BRAID_SUCCESS)
-        snprintf(err, errlen, "%s", err_msg());
-    }
   }
   topo_graph_free(h);
   return r;
@@ -65,24 +62,22 @@ static braid_result build_view(braid_comm *c) {
     if (host[r] < 0)
       host[r] = nhosts++;
   }
-  char err[256] = "";
   topo_graph *g = NULL;
   braid_result res = BRAID_SUCCESS;
   if (nhosts >= 2) {
     const select_model *tcp = select_model_get(SELECT_TP_TCP);
-    res = cluster_graph(nhosts, 1.0 / tcp->beta_ns, &g, err, sizeof err);
+    res = cluster_graph(nhosts, 1.0 / tcp->beta_ns, &g);
   }
   if (res == BRAID_SUCCESS) {
-    if (view_hosts(g, n, host, &c->view) != BRAID_SUCCESS) {
-      snprintf(err, sizeof err, "%s", err_msg());
+    res = view_hosts(g, n, host, &c->view);
+    if (res != BRAID_SUCCESS)
       res = BRAID_ERR_INTERNAL;
-    } else
+    else
       c->view->owns_graph = g != NULL;
   }
   if (res != BRAID_SUCCESS) {
     topo_graph_free(g);
-    res = comm_fail(c, res, "the communicator's host map: %s",
-                    err[0] ? err : "out of memory");
+    res = comm_fail(c, res, "the communicator's host map: %s", err_msg());
   }
   free(host);
   return res;
