@@ -41,12 +41,6 @@ braid_result comm_fail(braid_comm *c, braid_result r, const char *fmt, ...) {
   return r;
 }
 
-braid_result comm_adopt(braid_comm *c, braid_result r) {
-  if (r != BRAID_SUCCESS && r != BRAID_IN_PROGRESS && c != NULL)
-    comm_keep_error(c, err_why(r));
-  return r;
-}
-
 braid_result comm_arg_bad(braid_comm *c, const char *fmt, ...) {
   (void)cfg_get(); /* BRAID_DEBUG_FILE and the level, before the first log */
   char buf[sizeof c->last_error];

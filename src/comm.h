@@ -223,10 +223,6 @@ const tp_ops *comm_tp_by_name(const char *name);
  * (src/log.h), and the message becomes c's last error. Returns r. */
 braid_result comm_fail(braid_comm *c, braid_result r, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Where a call of the public API ends with r from the layers below: when r
- * is a failure, c's last error becomes the thread's message (err_why, so
- * r's name when none was recorded). Returns r. */
-braid_result comm_adopt(braid_comm *c, braid_result r);
 /* A bad argument, in words that name the function, the argument and its
  * value ("braid_x: root is 7, ..."): set as c's last error and logged at
  * WARN; with c NULL (a call with no communicator to hold it) only logged,

@@ -56,8 +56,10 @@ void log_configure(const char *level, const char *subsys, const char *file);
  * one), logs it with file:line at TRACE and gives the result back. Callers
  * propagate the result with CHECKR, or keep it and go to their cleanup;
  * ERR_WRAP puts a prefix before the message found below ("topology: ...").
- * The communicator takes the message where a call of the public API ends
- * (comm_fail, comm_adopt in src/comm.h): braid_comm_last_error returns it. */
+ * In src/, the failure point with a communicator at hand is comm_fail
+ * (src/comm.h): ERR, and the message becomes the communicator's last error,
+ * which braid_comm_last_error returns; a failure from below reaches it as
+ * comm_fail(c, r, "prefix: %s", err_msg()). */
 braid_result err_at(const char *file, int line, braid_result r,
                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 braid_result err_wrap_at(const char *file, int line, braid_result r,

@@ -1,8 +1,8 @@
 /*
  * The library's error idiom (src/log.h, docs/CONTRIBUTING.md "Errors"): ERR
  * records one message per thread and gives the result back, ERR_WRAP puts a
- * prefix before the message found below, CHECKR propagates, and the
- * communicator takes the message where a public call ends (comm_adopt).
+ * prefix before the message found below, CHECKR propagates, and comm_fail
+ * gives the message to the communicator as well.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -90,22 +90,18 @@ Test(errors, one_message_per_thread) {
   cr_assert_str_eq(err_msg(), "this thread's failure");
 }
 
-Test(errors, the_communicator_adopts_the_message) {
+Test(errors, the_communicator_keeps_the_message) {
   braid_comm c;
   memset(&c, 0, sizeof c);
   pthread_mutex_init(&c.err_lock, NULL);
   err_clear();
-  cr_assert_eq(comm_adopt(&c, middle(-1)), BRAID_ERR_INVALID_ARG);
-  cr_assert_str_eq(braid_comm_last_error(&c), "leaf: v is -1, below 0");
-  cr_assert_eq(comm_adopt(&c, middle(1)), BRAID_SUCCESS);
-  cr_assert_str_eq(braid_comm_last_error(&c), "leaf: v is -1, below 0",
-                   "a success leaves the last error as it was");
-  err_clear();
-  cr_assert_eq(comm_adopt(&c, BRAID_ERR_TIMEOUT), BRAID_ERR_TIMEOUT);
-  cr_assert_str_eq(braid_comm_last_error(&c), "timed out");
+  cr_assert_eq(middle(-1), BRAID_ERR_INVALID_ARG);
+  cr_assert_eq(comm_fail(&c, BRAID_ERR_INVALID_ARG, "setup: %s", err_msg()),
+               BRAID_ERR_INVALID_ARG);
+  cr_assert_str_eq(braid_comm_last_error(&c), "setup: leaf: v is -1, below 0");
+  cr_assert_str_eq(err_msg(), "setup: leaf: v is -1, below 0");
   cr_assert_eq(comm_fail(&c, BRAID_ERR_NOMEM, "no room for %d", 7),
                BRAID_ERR_NOMEM);
   cr_assert_str_eq(braid_comm_last_error(&c), "no room for 7");
-  cr_assert_str_eq(err_msg(), "no room for 7");
   pthread_mutex_destroy(&c.err_lock);
 }
