@@ -13,10 +13,12 @@
 #include "src/bootstrap.h"
 #include "src/comm.h"
 #include "src/config.h"
+#include "src/enqueue.h"
 #include "src/exec_int.h"
 #include "src/flight.h"
 #include "src/log.h"
 #include "src/premul.h"
+#include "src/stream.h"
 
 /* ---- small public helpers --------------------------------------------- */
 

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/check.h"
 #include "src/comm.h"
 #include "src/log.h"
 

@@ -3,6 +3,7 @@
  * split, finalize, destroy, abort, errors.
  */
 #include "src/comm.h"
+#include "src/check.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include "src/comm_dev.h"
 #include "src/config.h"
 #include "src/doctor.h"
+#include "src/enqueue.h"
 #include "src/exec_int.h"
 #include "src/flight.h"
 #include "src/launch_env.h"
@@ -365,8 +367,7 @@ static braid_result config_check(const braid_config *cfg) {
                "cfg->transport \"%.40s\" is not a transport (shm, tcp, ofi, "
                "ibverbs)",
                cfg->transport);
-  if (cfg->algo != NULL &&
-      select_filter_parse(cfg->algo, &f) != BRAID_SUCCESS)
+  if (cfg->algo != NULL && select_filter_parse(cfg->algo, &f) != BRAID_SUCCESS)
     return ERR(bad, "cfg->algo is \"%.60s\": %.199s", cfg->algo, err_msg());
   return BRAID_SUCCESS;
 }

@@ -256,22 +256,4 @@ void comm_plan_request(braid_comm *c, sched_coll coll, int root, size_t bytes,
 /* The schedule BRAID_SCHEDULE_FILE gives for a call, or NULL. */
 sched *comm_file_sched(braid_comm *c, sched_coll coll, int root);
 
-/* src/executor.c: runs a set of ops to completion (caller holds c->lock). */
-braid_result exec_run(braid_comm *c, exec_op *ops, int nops);
-
-/* src/enqueue.c: submit work (blocking or on a stream), groups, streams. */
-braid_result enq_submit(braid_comm *c, exec_op *op);
-void enq_shutdown(braid_comm *c);
-braid_result enq_drain(braid_comm *c);
-
-/* src/check.c: BRAID_CHECK fingerprint comparison (collective). */
-braid_result check_fingerprint(braid_comm *c, const exec_op *op);
-/* The compact fingerprint a collective's messages carry (0: send/recv). */
-uint64_t check_call_fp(const exec_op *op);
-/* Tells every rank of the comm's transports of mismatch m (found here). */
-void check_tell_mismatch(braid_comm *c, const tp_mismatch *m);
-/* c broke on BRAID_ERR_MISMATCH: tells the others of the one a transport of
- * this rank found (none: a peer told this rank, or BRAID_CHECK). */
-void check_broke(braid_comm *c);
-
 #endif

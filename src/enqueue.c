@@ -37,8 +37,10 @@
 #include <time.h>
 
 #include "device/cuda_dev.h"
+#include "src/check.h"
 #include "src/comm.h"
 #include "src/config.h"
+#include "src/enqueue.h"
 #include "src/exec_int.h"
 #include "src/exec_plan.h"
 #include "src/flight.h"

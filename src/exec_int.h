@@ -246,14 +246,7 @@ int exec_dev_reduce(braid_comm *c, const xop *x, void *dst, const void *src,
                     size_t len);
 int exec_dev_div(braid_comm *c, const xop *x);
 
-/* src/stream.c: the wrapped cudaStream_t of a stream (non-NULL for every
- * CUDA stream, even the default one), NULL for host streams and NULL. */
-void *enq_stream_cuda(const braid_stream *s);
-/* 1 while a wrapped CUDA stream is being captured into a CUDA graph, 0 not
- * (or a host stream), -1 when CUDA cannot say. */
-int enq_stream_capturing(const braid_stream *s);
-/* How many small calls went on the stream with their copies (tests). */
-uint64_t enq_stream_host_calls(braid_stream *s);
-uint64_t enq_stream_kernel_calls(braid_stream *s);
+/* src/executor.c: runs a set of ops to completion (caller holds c->lock). */
+braid_result exec_run(braid_comm *c, exec_op *ops, int nops);
 
 #endif

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "collectives/view.h"
+#include "src/check.h"
 #include "src/config.h"
 #include "src/exec_int.h"
 #include "src/flight.h"

@@ -30,6 +30,7 @@
 #include "collectives/generators.h"
 #include "collectives/select.h"
 #include "device/cuda_dev.h"
+#include "src/check.h"
 #include "src/config.h"
 #include "src/exec_int.h"
 #include "src/flight.h"

@@ -15,6 +15,7 @@
  * SIGUSR1 was left at its default action) does the writing.
  */
 #include "src/flight.h"
+#include "src/check.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -184,8 +184,8 @@ static void err_log(const char *file, int line, braid_result r) {
             t_err);
 }
 
-braid_result err_at(const char *file, int line, braid_result r,
-                    const char *fmt, ...) {
+braid_result err_at(const char *file, int line, braid_result r, const char *fmt,
+                    ...) {
   char buf[sizeof t_err]; /* the arguments may be err_msg() itself */
   va_list ap;
   va_start(ap, fmt);

@@ -44,4 +44,14 @@ void stream_complete(braid_stream *s, braid_result r);
  * every gate before it has ended too. */
 void stream_gate_end(braid_stream *s, uint32_t seq);
 
+/* The wrapped cudaStream_t of a stream (non-NULL for every
+ * CUDA stream, even the default one), NULL for host streams and NULL. */
+void *enq_stream_cuda(const braid_stream *s);
+/* 1 while a wrapped CUDA stream is being captured into a CUDA graph, 0 not
+ * (or a host stream), -1 when CUDA cannot say. */
+int enq_stream_capturing(const braid_stream *s);
+/* How many small calls went on the stream with their copies (tests). */
+uint64_t enq_stream_host_calls(braid_stream *s);
+uint64_t enq_stream_kernel_calls(braid_stream *s);
+
 #endif

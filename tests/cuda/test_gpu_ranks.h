@@ -23,6 +23,7 @@
 #include "device/cuda_dev.h"
 #include "src/config.h"
 #include "src/exec_int.h"
+#include "src/stream.h"
 
 typedef int (*gpu_rank_fn)(braid_comm *c, int rank, int n);
 

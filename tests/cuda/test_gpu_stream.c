@@ -21,6 +21,7 @@
 
 #include "src/config.h"
 #include "src/exec_int.h"
+#include "src/stream.h"
 #include "test_gpu_ranks.h"
 
 #define N ((size_t)1 << 20)

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "src/exec_int.h"
+#include "src/stream.h"
 #include "test_gpu_ranks.h"
 
 #define VICTIM 1
