@@ -24,6 +24,7 @@
 #include "src/check.h"
 #include "src/comm.h"
 #include "src/log.h"
+#include "transports/call_fp.h"
 
 typedef struct fingerprint {
   int32_t coll, dt, op, root;
@@ -47,87 +48,32 @@ static void describe(const fingerprint *f, char *buf, size_t len) {
     snprintf(buf + n, len - (size_t)n, ")");
 }
 
-/* ---- the compact fingerprint (64 bits) ----------------------------------
- * bit 63: 1 | kind: 7 | dtype: 4 | op: 4 (15: no reduction, 14: barrier) |
- * root mod 4096: 12 (4095: unrooted) | hash of the count: 12 | sequence
- * number mod 2^24: 24 */
+/* ---- the compact fingerprint (transports/call_fp.h) ------------------- */
 
-#define FP_NOOP 15u
-#define FP_BARRIER 14u
-#define FP_NOROOT 4095u
+_Static_assert(TP_FP_ALLREDUCE == (int)SCHED_ALLREDUCE &&
+                   TP_FP_BROADCAST == (int)SCHED_BROADCAST &&
+                   TP_FP_REDUCE == (int)SCHED_REDUCE &&
+                   TP_FP_ALLGATHER == (int)SCHED_ALLGATHER &&
+                   TP_FP_REDUCE_SCATTER == (int)SCHED_REDUCE_SCATTER &&
+                   TP_FP_GATHER == (int)SCHED_GATHER &&
+                   TP_FP_SCATTER == (int)SCHED_SCATTER &&
+                   TP_FP_ALLTOALL == (int)SCHED_ALLTOALL,
+               "a fingerprint's kind is the call's sched_coll");
 
 static int rooted(sched_coll k) {
   return k == SCHED_BROADCAST || k == SCHED_REDUCE || k == SCHED_GATHER ||
          k == SCHED_SCATTER;
 }
 
-static uint64_t count_hash(uint64_t n) {
-  return ((n + 1) * 0x9e3779b97f4a7c15ULL) >> 52;
-}
-
 uint64_t check_call_fp(const exec_op *op) {
   if (op->coll == SCHED_SEND || op->coll == SCHED_RECV)
     return 0;
-  uint64_t o = op->is_barrier            ? FP_BARRIER
-               : sched_reduces(op->coll) ? (uint64_t)op->op & 0xfu
-                                         : FP_NOOP;
-  uint64_t root =
-      rooted(op->coll) ? (uint64_t)op->root & 0xfffu : (uint64_t)FP_NOROOT;
-  return 1ULL << 63 | ((uint64_t)op->coll & 0x7fu) << 56 |
-         ((uint64_t)op->dt & 0xfu) << 52 | o << 48 | root << 36 |
-         count_hash(op->count) << 24 | (op->seq & 0xffffffu);
-}
-
-void tp_fp_describe(uint64_t fp, char *buf, size_t len) {
-  sched_coll k = (sched_coll)((fp >> 56) & 0x7fu);
-  unsigned o = (unsigned)(fp >> 48) & 0xfu;
-  unsigned root = (unsigned)(fp >> 36) & 0xfffu;
-  if (fp == 0) {
-    snprintf(buf, len, "a send or receive");
-    return;
-  }
-  if (k >= SCHED_NUM_COLLS) {
-    snprintf(buf, len, "an unknown call (fingerprint %016llx)",
-             (unsigned long long)fp);
-    return;
-  }
-  int n = snprintf(buf, len, "%s #%llu (%s",
-                   o == FP_BARRIER ? "barrier" : sched_coll_name(k),
-                   (unsigned long long)(fp & 0xffffffu),
-                   braid_dtype_name((braid_dtype)((fp >> 52) & 0xfu)));
-  if (n > 0 && (size_t)n < len && o < FP_BARRIER)
-    n += snprintf(buf + n, len - (size_t)n, ", %s", braid_op_name((braid_op)o));
-  if (n > 0 && (size_t)n < len && root != FP_NOROOT)
-    n += snprintf(buf + n, len - (size_t)n, ", root %u", root);
-  if (n > 0 && (size_t)n < len)
-    snprintf(buf + n, len - (size_t)n, ")");
-}
-
-void tp_fp_mismatch(uint64_t theirs, uint64_t mine, int peer, char *buf,
-                    size_t len) {
-  char a[96], b[96];
-  tp_fp_describe(theirs, a, sizeof a);
-  tp_fp_describe(mine, b, sizeof b);
-  int counts = ((theirs ^ mine) >> 24 & 0xfffu) != 0;
-  snprintf(buf, len,
-           "collective mismatch: rank %d is in %s where this rank is in "
-           "%s%s (sequence numbers mod 2^24)",
-           peer, a, b, counts ? ", with another count" : "");
-}
-
-void tp_fp_told(const tp_mismatch *m, int me, char *buf, size_t len) {
-  if (m->by == me) {
-    tp_fp_mismatch(m->theirs, m->mine, m->peer, buf, len);
-    return;
-  }
-  char a[96], b[96];
-  tp_fp_describe(m->theirs, a, sizeof a);
-  tp_fp_describe(m->mine, b, sizeof b);
-  snprintf(buf, len,
-           "collective mismatch: rank %d is in %s where rank %d is in %s "
-           "(found by rank %d, which told every rank; sequence numbers mod "
-           "2^24)",
-           (int)m->peer, a, (int)m->by, b, (int)m->by);
+  unsigned o = op->is_barrier            ? TP_FP_BARRIER
+               : sched_reduces(op->coll) ? (unsigned)op->op & 0xfu
+                                         : TP_FP_NOOP;
+  unsigned root = rooted(op->coll) ? (unsigned)op->root & 0xfffu : TP_FP_NOROOT;
+  return tp_fp_make((unsigned)op->coll, (unsigned)op->dt, o, root, op->count,
+                    op->seq);
 }
 
 void check_tell_mismatch(braid_comm *c, const tp_mismatch *m) {

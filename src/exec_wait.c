@@ -18,6 +18,7 @@
 #include "src/exec_int.h"
 #include "src/flight.h"
 #include "src/log.h"
+#include "transports/call_fp.h"
 
 /* The longest nap while a channel waits on a transport that can neither
  * be polled nor ring a doorbell. */

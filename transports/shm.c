@@ -5,6 +5,7 @@
  * described in transports/shm.h.
  */
 #include "transports/shm.h"
+#include "transports/call_fp.h"
 
 #include <errno.h>
 #include <fcntl.h>

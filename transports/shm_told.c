@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "src/log.h"
+#include "transports/call_fp.h"
 #include "transports/shm.h"
 
 int shm_mismatch(void *state, tp_mismatch *m) {

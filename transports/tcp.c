@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "src/log.h"
+#include "transports/call_fp.h"
 #include "transports/common.h"
 #include "transports/sock_util.h"
 #include "transports/tcp_int.h"

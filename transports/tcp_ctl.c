@@ -31,6 +31,7 @@
 
 #include "src/config.h"
 #include "src/log.h"
+#include "transports/call_fp.h"
 #include "transports/sock_util.h"
 #include "transports/tcp_int.h"
 

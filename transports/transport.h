@@ -54,8 +54,8 @@ static inline const tp_dev_reducer *tp_reducer_dev(const tp_reducer *r) {
 struct tp_bootstrap; /* src/bootstrap.h */
 
 /* A collective mismatch: rank `by` met a message, or a wait, of call
- * `theirs` (a fingerprint, src/check.c) from rank `peer` where it runs call
- * `mine`. */
+ * `theirs` (a fingerprint, transports/call_fp.h) from rank `peer` where it
+ * runs call `mine`. */
 typedef struct tp_mismatch {
   int32_t by, peer;
   uint64_t theirs, mine;
@@ -165,16 +165,6 @@ typedef struct tp_ops {
    * NULL: nothing to make ahead. */
   int (*prepare)(tp_conn *c);
 } tp_ops;
-
-/* The error text of a message of call `theirs` from `peer` met by this
- * rank's call `mine` (src/check.c). */
-void tp_fp_mismatch(uint64_t theirs, uint64_t mine, int peer, char *buf,
-                    size_t len);
-/* A mismatch that rank m->by found, in words for rank `me` (which found it,
- * or was told). */
-void tp_fp_told(const tp_mismatch *m, int me, char *buf, size_t len);
-/* The call of fingerprint fp in words: "reduce #2 (float32, sum, root 1)". */
-void tp_fp_describe(uint64_t fp, char *buf, size_t len);
 
 extern const tp_ops tp_self;
 extern const tp_ops tp_shm;

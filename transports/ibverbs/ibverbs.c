@@ -23,6 +23,7 @@
  * Device and port: BRAID_IB_HCA (NCCL's syntax); RoCE GID: BRAID_IB_GID_INDEX
  * or automatic (RoCE v2 with an IPv4 address first).
  */
+#include "transports/call_fp.h"
 #include "transports/transport.h"
 
 #include <stdarg.h>

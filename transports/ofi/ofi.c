@@ -26,6 +26,7 @@
  * the interface the tcp transport would pick, else the first domain.
  */
 #include "transports/ofi/ofi.h"
+#include "transports/call_fp.h"
 #include "transports/ofi/ofi_int.h"
 #include "transports/transport.h"
 
