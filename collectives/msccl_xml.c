@@ -26,13 +26,11 @@ typedef struct rd {
 __attribute__((format(printf, 6, 7))) static int
 fail_at(const char *file, int line, rd *r, braid_result res, size_t pos,
         const char *fmt, ...) {
-  char msg[512];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  r->rc = err_vat(file, line, res, fmt, ap);
   va_end(ap);
   *r->errpos = pos;
-  r->rc = err_at(file, line, res, "%s", msg);
   return -1;
 }
 #define fail(r, pos, ...)                                                      \

@@ -24,13 +24,11 @@ typedef struct jp {
 __attribute__((format(printf, 6, 7))) static int
 fail_at(const char *file, int line, jp *p, braid_result r, size_t pos,
         const char *fmt, ...) {
-  char msg[512];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  p->rc = err_vat(file, line, r, fmt, ap);
   va_end(ap);
   *p->errpos = pos;
-  p->rc = err_at(file, line, r, "%s", msg);
   return -1;
 }
 #define fail(p, pos, ...)                                                      \

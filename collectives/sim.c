@@ -178,12 +178,10 @@ __attribute__((format(printf, 5, 6))) static int fail_at(const char *file,
                                                          int line, simst *st,
                                                          braid_result r,
                                                          const char *fmt, ...) {
-  char msg[512];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  st->fail_rc = err_vat(file, line, r, fmt, ap);
   va_end(ap);
-  st->fail_rc = err_at(file, line, r, "%s", msg);
   return -1;
 }
 #define fail(st, ...)                                                          \

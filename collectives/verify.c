@@ -30,12 +30,10 @@
 
 int verify_fail_at(const char *file, int line, vctx *v, braid_result r,
                    const char *fmt, ...) {
-  char msg[512];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  v->rc = err_vat(file, line, r, fmt, ap);
   va_end(ap);
-  v->rc = err_at(file, line, r, "%s", msg);
   return -1;
 }
 

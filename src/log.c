@@ -184,15 +184,21 @@ static void err_log(const char *file, int line, braid_result r) {
             t_err);
 }
 
-braid_result err_at(const char *file, int line, braid_result r, const char *fmt,
-                    ...) {
+braid_result err_vat(const char *file, int line, braid_result r,
+                     const char *fmt, va_list ap) {
   char buf[sizeof t_err]; /* the arguments may be err_msg() itself */
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
   memcpy(t_err, buf, sizeof t_err);
   err_log(file, line, r);
+  return r;
+}
+
+braid_result err_at(const char *file, int line, braid_result r, const char *fmt,
+                    ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  r = err_vat(file, line, r, fmt, ap);
+  va_end(ap);
   return r;
 }
 

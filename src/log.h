@@ -5,6 +5,7 @@
 #ifndef BRAID_SRC_LOG_H
 #define BRAID_SRC_LOG_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #include "braid.h"
@@ -60,11 +61,15 @@ void log_configure(const char *level, const char *subsys, const char *file);
  * (src/comm.h): ERR, and the message becomes the communicator's last error,
  * which braid_comm_last_error returns; a failure from below reaches it as
  * comm_fail(c, r, "prefix: %s", err_msg()). */
-braid_result err_at(const char *file, int line, braid_result r,
-                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+braid_result err_at(const char *file, int line, braid_result r, const char *fmt,
+                    ...) __attribute__((format(printf, 4, 5)));
 braid_result err_wrap_at(const char *file, int line, braid_result r,
                          const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* err_at with its arguments in ap: for a module's own failure helper that
+ * also notes where the failure was (a parser's position, a state's result). */
+braid_result err_vat(const char *file, int line, braid_result r,
+                     const char *fmt, va_list ap);
 #define ERR(r, ...) err_at(__FILE__, __LINE__, (r), __VA_ARGS__)
 #define ERR_WRAP(r, ...) err_wrap_at(__FILE__, __LINE__, (r), __VA_ARGS__)
 /* The calling thread's last message ("" when none since err_clear). */
