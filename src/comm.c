@@ -115,9 +115,11 @@ static braid_result remote_choice(braid_comm *c, const tp_ops **out) {
   uint32_t mine = 0, *all = NULL;
   if (remote) {
     char name[64];
-    if (ib_probe_device(name, sizeof name))
+    tp_settings set;
+    cfg_tp_settings(&set);
+    if (ib_probe_device(&set, name, sizeof name))
       mine |= CAP_IB;
-    if (ofi_probe_fast(name, sizeof name))
+    if (ofi_probe_fast(&set, name, sizeof name))
       mine |= CAP_OFI_FAST;
   }
   all = calloc((size_t)c->nranks, sizeof *all);
@@ -196,6 +198,7 @@ static braid_result setup_transports(braid_comm *c) {
     st.nslots = c->nslots;
     st.slot_bytes = c->slot_bytes;
     st.timeout_ms = c->timeout_ms;
+    cfg_tp_settings(&st.set);
     void *state = NULL;
     err_clear(); /* what setup records is its own */
     int r = t->setup(&st, peers, &state);

@@ -172,6 +172,7 @@ static braid_result cuda_setup(braid_comm *c, dev_priv *p, const uint8_t *on) {
   st.nslots = c->nslots;
   st.slot_bytes = p->pub.slot_bytes;
   st.timeout_ms = c->timeout_ms;
+  cfg_tp_settings(&st.set);
   void *state = NULL;
   err_clear(); /* what setup records is its own */
   int r = tp_cuda.setup(&st, on, &state);

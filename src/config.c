@@ -12,6 +12,7 @@
 
 #include "collectives/plan.h"
 #include "log.h"
+#include "transports/transport.h"
 
 static cfg_env g_cfg;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -201,4 +202,16 @@ void cfg_slots(size_t buffsize, size_t *slot, size_t *slice) {
 const cfg_env *cfg_get(void) {
   pthread_once(&g_once, cfg_load);
   return &g_cfg;
+}
+
+void cfg_tp_settings(tp_settings *out) {
+  const cfg_env *c = cfg_get();
+  *out = (tp_settings){.shm_cma = c->shm_cma,
+                       .cma_threshold = c->cma_threshold,
+                       .heartbeat_ms = c->heartbeat_ms,
+                       .socket_ifname = c->socket_ifname,
+                       .ofi_provider = c->ofi_provider,
+                       .ofi_domain = c->ofi_domain,
+                       .ib_hca = c->ib_hca,
+                       .ib_gid_index = c->ib_gid_index};
 }

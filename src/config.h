@@ -57,6 +57,10 @@ typedef struct cfg_env {
 
 /* Reads the environment once (thread-safe); later calls return the cache. */
 const cfg_env *cfg_get(void);
+struct tp_settings; /* transports/transport.h */
+/* The transports' settings from cfg_get(): what src/ hands them in
+ * tp_setup and to their probes (transports read no environment). */
+void cfg_tp_settings(struct tp_settings *out);
 /* The slot of a connection with `buffsize` bytes of slots (BRAID_NSLOTS
  * of them, rounded down to 64 bytes) and its pipeline slice (BRAID_SLICE
  * when smaller than the slot, else the slot). */

@@ -695,8 +695,10 @@ braid_result doc_run(const doc_opts *o, doc_report *r) {
   /* the transports' probes, once (libfabric's can take a second) */
   doc_probe p;
   memset(&p, 0, sizeof p);
-  p.ib = ib_probe_device(p.dev, sizeof p.dev);
-  p.ofi = ofi_probe_fast(p.prov, sizeof p.prov);
+  tp_settings set;
+  cfg_tp_settings(&set);
+  p.ib = ib_probe_device(&set, p.dev, sizeof p.dev);
+  p.ofi = ofi_probe_fast(&set, p.prov, sizeof p.prov);
   check_limits(&s, &p, r);
   doc_rdma(o, &p, r);
   check_cores(&s, r);

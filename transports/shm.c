@@ -28,7 +28,6 @@
 #include <unistd.h>
 
 #include "src/bootstrap.h"
-#include "src/config.h"
 #include "src/log.h"
 #include "transports/common.h"
 

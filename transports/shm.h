@@ -202,9 +202,9 @@ int shm_mismatch(void *state, tp_mismatch *m);
 void shm_tell_mismatch(void *state, const tp_mismatch *m);
 int shm_told(shm_state *st);
 
-/* Overrides BRAID_SHM_CMA for setups that follow: -1 (default) follows the
- * configuration, 0 forces copies, 1 allows single-copy where the probe works.
- */
+/* Overrides BRAID_SHM_CMA (tp_setup's set.shm_cma) for setups that follow:
+ * -1 (default) follows the setting, 0 forces copies, 1 allows single-copy
+ * where the probe works. */
 void shm_force_cma(int mode);
 
 /* 1 when messages of at least the CMA threshold from this rank to `peer` go

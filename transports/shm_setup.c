@@ -29,7 +29,6 @@
 #include <unistd.h>
 
 #include "src/bootstrap.h"
-#include "src/config.h"
 #include "src/log.h"
 #include "transports/common.h"
 
@@ -311,11 +310,10 @@ int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
                       .peers = st->peers,
                       .conns = st->conns,
                       .pend = st->pend};
-    const cfg_env *cfg = cfg_get();
     int mode = atomic_load(&shm_cma_mode);
-    use_cma = mode >= 0 ? mode : (cfg ? cfg->shm_cma : 1);
-    st->cma_threshold = cfg && cfg->cma_threshold ? cfg->cma_threshold
-                                                  : SHM_DEFAULT_CMA_THRESHOLD;
+    use_cma = mode >= 0 ? mode : su->set.shm_cma;
+    st->cma_threshold = su->set.cma_threshold ? su->set.cma_threshold
+                                              : SHM_DEFAULT_CMA_THRESHOLD;
     for (int i = 0; i < su->nranks; i++) {
       int on = peers[i] && i != su->rank; /* self is tp_self's job */
       st->lidx[i] = on ? st->npeers : -1;

@@ -29,7 +29,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "src/config.h"
 #include "src/log.h"
 #include "transports/call_fp.h"
 #include "transports/sock_util.h"
@@ -162,11 +161,11 @@ static void *hb_main(void *arg) {
   return NULL;
 }
 
-braid_result tcp_ctl_start(tcp_state *s) {
+braid_result tcp_ctl_start(tcp_state *s, int hb_ms) {
   int any = 0;
   for (int p = 0; p < s->nranks; p++)
     any |= s->ctl[p].fd >= 0;
-  s->hb_ms = cfg_get()->heartbeat_ms;
+  s->hb_ms = hb_ms;
   if (!any || s->hb_ms <= 0) {
     s->hb_ms = 0;
     return BRAID_SUCCESS;

@@ -142,11 +142,12 @@ int tcp_flush(void *state);
 
 /* transports/tcp_ctl.c: the control connections. tcp_ctl_init before
  * setup connects them (ctl fds -1), tcp_ctl_start once they are (the
- * heartbeat thread, when BRAID_HEARTBEAT_MS > 0), tcp_ctl_stop before they
- * close. tcp_ctl_check reads what arrived (when no thread does): 1 when a
- * peer told of a mismatch (its message recorded, and kept in s->why). */
+ * heartbeat thread, when hb_ms, BRAID_HEARTBEAT_MS, is > 0), tcp_ctl_stop
+ * before they close. tcp_ctl_check reads what arrived (when no thread does):
+ * 1 when a peer told of a mismatch (its message recorded, and kept in
+ * s->why). */
 int tcp_ctl_init(tcp_state *s);
-braid_result tcp_ctl_start(tcp_state *s);
+braid_result tcp_ctl_start(tcp_state *s, int hb_ms);
 void tcp_ctl_stop(tcp_state *s);
 int tcp_ctl_check(tcp_state *s);
 int tcp_mismatch(void *state, tp_mismatch *m);

@@ -218,7 +218,7 @@ int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
       s->pfd[s->npfd].events = POLLIN;
       s->pfd_conn[s->npfd++] = (int)i;
     }
-  r = tcp_ctl_start(s);
+  r = tcp_ctl_start(s, st->set.heartbeat_ms);
   if (r != BRAID_SUCCESS)
     return setup_fail(s, r);
   INFO(LOG_NET,

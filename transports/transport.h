@@ -63,6 +63,26 @@ typedef struct tp_mismatch {
 
 typedef struct tp_conn tp_conn; /* one per (peer, channel), transport-owned */
 
+/* The settings of the environment that transports read (docs/ENV.md; the
+ * cuda transports read none). A transport reads no environment itself: src/
+ * fills this from its cached configuration (cfg_tp_settings, src/config.h)
+ * and hands it over in tp_setup, or to a probe. Each field holds the value
+ * of its variable as src/ took it, the default when unset. A test that
+ * builds a tp_setup by hand fills it the same way: a zeroed one is not the
+ * defaults (shm_cma 0 turns single-copy off, heartbeat_ms 0 turns
+ * heartbeats off, ib_gid_index 0 picks GID 0). */
+typedef struct tp_settings {
+  int shm_cma;               /* shm: BRAID_SHM_CMA, 1 single-copy (default) */
+  size_t cma_threshold;      /* shm: BRAID_SHM_CMA_THRESHOLD, 0: 64K */
+  int heartbeat_ms;          /* tcp: BRAID_HEARTBEAT_MS (1000), 0: off */
+  const char *socket_ifname; /* ofi: BRAID_SOCKET_IFNAME, NULL: the first up
+                                non-loopback interface */
+  const char *ofi_provider;  /* ofi: BRAID_OFI_PROVIDER, NULL: fastest */
+  const char *ofi_domain;    /* ofi: BRAID_OFI_DOMAIN, NULL: automatic */
+  const char *ib_hca;        /* ibverbs: BRAID_IB_HCA, NULL: all devices */
+  int ib_gid_index;          /* ibverbs: BRAID_IB_GID_INDEX, -1: automatic */
+} tp_settings;
+
 /* What a transport needs from the communicator at setup. */
 typedef struct tp_setup {
   struct tp_bootstrap *boot; /* allgather / p2p exchange of small blobs */
@@ -71,6 +91,7 @@ typedef struct tp_setup {
   int nslots;        /* messages a connection buffers */
   size_t slot_bytes; /* largest message */
   int timeout_ms;
+  tp_settings set; /* the environment's settings (above) */
 } tp_setup;
 
 typedef struct tp_ops {

@@ -12,6 +12,7 @@
 
 #include "ranks.h"
 #include "src/bootstrap.h"
+#include "src/config.h"
 #include "src/log.h"
 #include "transports/sock_util.h"
 #include "transports/transport.h"
@@ -58,6 +59,7 @@ static int job_tcp(job *j, int nchannels, const uint8_t *peers, char *msg,
   st.nslots = NSLOTS;
   st.slot_bytes = g_slot;
   st.timeout_ms = 20000;
+  cfg_tp_settings(&st.set);
   int r = tp_tcp.setup(&st, peers ? peers : all, &j->st);
   if (r != BRAID_SUCCESS)
     FAIL("tcp setup: %d: %s", r, err_msg());

@@ -12,6 +12,7 @@
 
 #include "ranks.h"
 #include "src/bootstrap.h"
+#include "src/config.h"
 #include "src/log.h"
 #include "transports/sock_util.h"
 #include "transports/transport.h"
@@ -50,6 +51,7 @@ static int job_start(job *j, int rank, const braid_unique_id *id, char *msg,
   st.nslots = NSLOTS;
   st.slot_bytes = SLOT;
   st.timeout_ms = 20000;
+  cfg_tp_settings(&st.set);
   int r = tp_tcp.setup(&st, peers, &j->st);
   if (r != BRAID_SUCCESS)
     FAIL("tcp setup: %d: %s", r, err_msg());

@@ -14,6 +14,7 @@
 
 #include "../test_fork.h"
 #include "src/bootstrap.h"
+#include "src/config.h"
 #include "src/log.h"
 #include "transports/ibverbs/ibverbs.h"
 #include "xchg.h"
@@ -154,7 +155,9 @@ Test(transports_ib, bad_hca_filter_is_invalid_arg) {
 
 Test(transports_ib, probe_agrees_with_setup) {
   char name[64] = "x";
-  int have = ib_probe_device(name, sizeof(name));
+  tp_settings set;
+  cfg_tp_settings(&set);
+  int have = ib_probe_device(&set, name, sizeof(name));
   if (!have) {
     cr_expect_str_eq(name, "", "no device: empty name");
     fprintf(stderr, "transports_ib: probe found no RDMA device\n");

@@ -20,6 +20,7 @@
 
 #include "../test_fork.h"
 #include "src/bootstrap.h"
+#include "src/config.h"
 #include "src/log.h"
 #include "transports/ofi/ofi.h"
 #include "xchg.h"
@@ -64,6 +65,7 @@ static int rank_main(const job *j, int rank) {
     ts.nslots = j->nslots;
     ts.slot_bytes = j->slot_bytes;
     ts.timeout_ms = RANK_MS;
+    cfg_tp_settings(&ts.set);
     r = tp_ofi.setup(&ts, peers, &st);
     snprintf(err, sizeof(err), "%s", err_msg());
   } else {
@@ -503,6 +505,7 @@ Test(transports_ofi, bad_setup_arguments) {
   ts.rank = 5;
   ts.nchannels = 1;
   ts.nslots = 4;
+  cfg_tp_settings(&ts.set);
   int r = tp_ofi.setup(&ts, NULL, &st);
   cr_expect(r == BRAID_ERR_INVALID_ARG || r == BRAID_ERR_UNSUPPORTED,
             "bad setup gave %d", r);
@@ -513,7 +516,9 @@ Test(transports_ofi, bad_setup_arguments) {
 Test(transports_ofi, probe_names_the_default_provider) {
   unsetenv("BRAID_OFI_PROVIDER");
   char name[64] = "x";
-  int fast = ofi_probe_fast(name, sizeof(name));
+  tp_settings set;
+  cfg_tp_settings(&set);
+  int fast = ofi_probe_fast(&set, name, sizeof(name));
   /* This machine has only socket providers: tcp is chosen, not "fast". */
   cr_expect_neq(name[0], '\0', "a provider should be found here");
   if (strncmp(name, "tcp", 3) == 0 || strncmp(name, "net", 3) == 0)

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "src/config.h"
 #include "src/log.h"
 
 int64_t xchg_now_ms(void) {
@@ -39,6 +40,7 @@ int xchg_setup(const tp_ops *tp, boot *b, int nchannels, int nslots,
   ts.nslots = nslots;
   ts.slot_bytes = slot_bytes;
   ts.timeout_ms = timeout_ms;
+  cfg_tp_settings(&ts.set);
   int r = tp->setup(&ts, peers, state);
   free(peers);
   if (r != BRAID_SUCCESS)

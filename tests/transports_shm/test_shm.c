@@ -21,6 +21,7 @@
 
 #include "../test_fork.h"
 #include "src/bootstrap.h"
+#include "src/config.h"
 #include "src/log.h"
 #include "transports/shm.h"
 
@@ -88,6 +89,7 @@ static int shm_up(world *w, void **st, int nch, int nslots, size_t slot_bytes,
   su.nslots = nslots;
   su.slot_bytes = slot_bytes;
   su.timeout_ms = 10000;
+  cfg_tp_settings(&su.set);
   int r = tp_shm.setup(&su, peers ? peers : all, st);
   if (r != BRAID_SUCCESS)
     fprintf(stderr, "rank %d: shm setup: %s\n", w->rank, err_msg());
@@ -596,6 +598,7 @@ static int partial_rank(world *w) {
                   .nchannels = 1,
                   .nslots = 2,
                   .slot_bytes = 64};
+  cfg_tp_settings(&su.set);
   st = NULL;
   int r = tp_shm.setup(&su, one_sided, &st);
   CHK(r != BRAID_SUCCESS && st == NULL, "one-sided peers: setup gave %d", r);
@@ -755,6 +758,7 @@ static int too_big_rank(world *w) {
                   .nchannels = 1,
                   .nslots = nslots,
                   .slot_bytes = slot};
+  cfg_tp_settings(&su.set);
   int r = tp_shm.setup(&su, peers, &st);
   CHK(r == BRAID_ERR_NOMEM && st == NULL, "setup of %d GiB gave %d", nslots, r);
   CHK(strstr(err_msg(), "/dev/shm") && strstr(err_msg(), "too small"),

@@ -32,7 +32,6 @@
 #include <string.h>
 
 #include "src/bootstrap.h"
-#include "src/config.h"
 #include "src/log.h"
 #include "transports/ibverbs/ib_int.h"
 #include "transports/ibverbs/ib_proto.h"
@@ -373,7 +372,8 @@ void ibv_teardown(void *state) {
 
 #else /* !BRAID_HAVE_IBVERBS */
 
-int ib_probe_device(char *name, size_t len) {
+int ib_probe_device(const tp_settings *set, char *name, size_t len) {
+  (void)set;
   if (name != NULL && len > 0)
     name[0] = '\0';
   return 0;

@@ -7,9 +7,12 @@
 
 #include <stddef.h>
 
-/* 1 when this host has an active RDMA port that BRAID_IB_HCA selects; name
- * (may be NULL) gets "device:port". 0 when built without libibverbs, when
- * there is no device, or when BRAID_IB_HCA is malformed. Local only. */
-int ib_probe_device(char *name, size_t len);
+#include "transports/transport.h"
+
+/* 1 when this host has an active RDMA port that set's ib_hca (BRAID_IB_HCA)
+ * selects; name (may be NULL) gets "device:port". 0 when built without
+ * libibverbs, when there is no device, or when ib_hca is malformed. Local
+ * only. */
+int ib_probe_device(const tp_settings *set, char *name, size_t len);
 
 #endif

@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "src/bootstrap.h"
-#include "src/config.h"
 #include "src/log.h"
 #include "transports/common.h"
 
@@ -38,11 +37,11 @@ static void ib_dereg(void *ctx, void *handle) {
   ibv_dereg_mr(handle);
 }
 
-int ib_probe_device(char *name, size_t len) {
+int ib_probe_device(const tp_settings *set, char *name, size_t len) {
   if (name != NULL && len > 0)
     name[0] = '\0';
   ib_hca_filter f;
-  if (ib_hca_parse(cfg_get()->ib_hca, &f) != BRAID_SUCCESS)
+  if (ib_hca_parse(set->ib_hca, &f) != BRAID_SUCCESS)
     return 0;
   int ndev = 0, found = 0;
   struct ibv_device **list = ibv_get_device_list(&ndev);
@@ -70,11 +69,11 @@ int ib_probe_device(char *name, size_t len) {
   return found;
 }
 
-/* Opens the first active (device, port) the filter selects. */
-static int ib_open(ib_state *st) {
-  const cfg_env *cfg = cfg_get();
+/* Opens the first active (device, port) set's ib_hca selects, with its
+ * ib_gid_index. */
+static int ib_open(ib_state *st, const tp_settings *set) {
   ib_hca_filter f;
-  CHECKR(ib_hca_parse(cfg->ib_hca, &f));
+  CHECKR(ib_hca_parse(set->ib_hca, &f));
   int ndev = 0;
   struct ibv_device **list = ibv_get_device_list(&ndev);
   if (list == NULL || ndev == 0) {
@@ -114,8 +113,8 @@ static int ib_open(ib_state *st) {
     return ERR(BRAID_ERR_UNSUPPORTED,
                "ibverbs: no active port on the %d RDMA device(s) passes "
                "BRAID_IB_HCA=%s",
-               ndev, cfg->ib_hca ? cfg->ib_hca : "(all)");
-  st->gid_index = cfg->ib_gid_index;
+               ndev, set->ib_hca ? set->ib_hca : "(all)");
+  st->gid_index = set->ib_gid_index;
   if (st->eth && st->gid_index < 0) {
     int n = st->pattr.gid_tbl_len > 0 ? st->pattr.gid_tbl_len : 0;
     uint8_t(*gids)[16] = calloc((size_t)n + 1, 16);
@@ -334,7 +333,7 @@ int ibv_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   int lr = BRAID_SUCCESS;
   char own[TP_WHY] = ""; /* the message of lr, kept over the exchange */
   if (any) {
-    lr = ib_open(st);
+    lr = ib_open(st, &ts->set);
     me.status = lr == BRAID_SUCCESS ? ST_OK : ST_FAILED;
     snprintf(me.dev, sizeof(me.dev), "%.55s", st->dev);
     if (lr != BRAID_SUCCESS)

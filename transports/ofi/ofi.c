@@ -39,7 +39,6 @@
 #include <string.h>
 
 #include "src/bootstrap.h"
-#include "src/config.h"
 #include "src/log.h"
 
 #ifdef BRAID_HAVE_OFI
@@ -471,7 +470,8 @@ void ofi_teardown(void *state) {
 
 #else /* !BRAID_HAVE_OFI */
 
-int ofi_probe_fast(char *name, size_t len) {
+int ofi_probe_fast(const tp_settings *set, char *name, size_t len) {
+  (void)set;
   if (name != NULL && len > 0)
     name[0] = '\0';
   return 0;

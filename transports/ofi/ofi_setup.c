@@ -19,7 +19,6 @@
 #include <rdma/fi_tagged.h>
 
 #include "src/bootstrap.h"
-#include "src/config.h"
 #include "src/log.h"
 #include "transports/common.h"
 #include "transports/ibverbs/ib_proto.h"
@@ -78,16 +77,16 @@ static int ofi_socket_prov(const char *prov) {
          (core == 7 && strncmp(prov, "sockets", 7) == 0);
 }
 
-/* Picks one fi_info entry; NULL, with its message recorded, when none
- * fits. */
-static struct fi_info *ofi_choose(struct fi_info *list) {
-  const cfg_env *cfg = cfg_get();
-  const char *want = cfg->ofi_provider;
-  const char *dom = cfg->ofi_domain;
+/* Picks one fi_info entry by set's ofi_provider, ofi_domain and
+ * socket_ifname; NULL, with its message recorded, when none fits. */
+static struct fi_info *ofi_choose(struct fi_info *list,
+                                  const tp_settings *set) {
+  const char *want = set->ofi_provider;
+  const char *dom = set->ofi_domain;
   char ifname[64] = "";
   if (dom == NULL) {
     struct sockaddr_storage a;
-    if (sock_pick_addr(cfg->socket_ifname, &a, ifname, sizeof(ifname)) != 0)
+    if (sock_pick_addr(set->socket_ifname, &a, ifname, sizeof(ifname)) != 0)
       ifname[0] = '\0';
   }
   struct fi_info *best = NULL;
@@ -160,13 +159,13 @@ static struct fi_info *ofi_list(void) {
   return list;
 }
 
-int ofi_probe_fast(char *name, size_t len) {
+int ofi_probe_fast(const tp_settings *set, char *name, size_t len) {
   if (name != NULL && len > 0)
     name[0] = '\0';
   struct fi_info *list = ofi_list();
   if (list == NULL)
     return 0;
-  struct fi_info *pick = ofi_choose(list);
+  struct fi_info *pick = ofi_choose(list, set);
   int fast = 0;
   if (pick != NULL) {
     if (name != NULL && len > 0)
@@ -178,12 +177,12 @@ int ofi_probe_fast(char *name, size_t len) {
   return fast;
 }
 
-static int ofi_open(ofi_state *st, ofi_blob *me) {
+static int ofi_open(ofi_state *st, ofi_blob *me, const tp_settings *set) {
   struct fi_info *list = ofi_list();
   if (list == NULL)
     return BRAID_ERR_UNSUPPORTED;
   int rc;
-  struct fi_info *pick = ofi_choose(list);
+  struct fi_info *pick = ofi_choose(list, set);
   if (pick == NULL) {
     fi_freeinfo(list);
     return BRAID_ERR_UNSUPPORTED;
@@ -389,7 +388,7 @@ int ofi_setup(tp_setup *ts, const uint8_t *peers, void **state) {
   int lr = BRAID_SUCCESS;
   char own[TP_WHY] = ""; /* the message of lr, kept over the exchange */
   if (any) {
-    lr = ofi_open(st, &me);
+    lr = ofi_open(st, &me, &ts->set);
     me.status = lr == BRAID_SUCCESS ? OFI_OK : OFI_FAILED;
     if (lr != BRAID_SUCCESS)
       snprintf(own, sizeof own, "%s", err_msg());
