@@ -28,16 +28,8 @@ cd "$root"
 
 # FILE-PATTERN HEADER  reason
 exceptions='
-transports/shm.c src/config.h
-transports/shm_setup.c src/config.h
-transports/ofi/ofi.c src/config.h
-transports/ofi/ofi_setup.c src/config.h
-transports/ibverbs/ibverbs.c src/config.h
-transports/ibverbs/ibverbs_setup.c src/config.h
-transports/tcp_ctl.c src/config.h
 tools/braid-doctor.c src/doctor.h
 '
-# transports read their settings with cfg_get() instead of from tp_setup;
 # braid-doctor runs the library's own preflight.
 # An exception that no include uses any more is named (remove it).
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # check_includes.sh on small trees made here: a tree within the layering
 # passes (and is told that a listed exception it does not use can go); each
-# include that breaks it (a collective reading the settings, topology/
-# including collectives/, a transport including collectives/, the public
-# header including an internal one, perf/ reaching into transports/, the
-# device layer including a transport) fails, named by file and line; an
-# exception listed in the script is let through only for the file it names.
+# include that breaks it (a collective or a transport reading the settings,
+# topology/ including collectives/, a transport including collectives/, the
+# public header including an internal one, perf/ reaching into transports/,
+# the device layer including a transport, a tool reaching into src/) fails,
+# named by file and line; an exception listed in the script is let through
+# only for the file it names.
 set -euo pipefail
 check=$(cd "$(dirname "$0")" && pwd)/check_includes.sh
 work=$(mktemp -d)
@@ -13,10 +14,12 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 tree() { # tree DIR: a small tree within the layering
-  mkdir -p "$1"/{include,src,collectives,topology,transports,perf,device}
+  mkdir -p "$1"/{include,src,collectives,topology,transports,perf,device,tools}
   echo '#include <stddef.h>' >"$1/include/braid.h"
   printf '#include "braid.h"\n#include "src/log.h"\n' >"$1/src/config.h"
   echo '/* log */' >"$1/src/log.h"
+  echo '' >"$1/src/doctor.h"
+  printf '#include "braid.h"\n#include "src/log.h"\n' >"$1/tools/braid-doctor.c"
   printf '#include "topology/topo.h"\n#include "src/log.h"\n' \
     >"$1/collectives/view.c"
   printf '#include "braid.h"\n' >"$1/topology/topo.h"
@@ -32,7 +35,7 @@ tree() { # tree DIR: a small tree within the layering
 
 tree "$work/good"
 out=$("$check" "$work/good") || fail "a tree within the layering is refused: $out"
-grep -qF 'the exception "transports/shm.c src/config.h" is no longer needed' \
+grep -qF 'the exception "tools/braid-doctor.c src/doctor.h" is no longer needed' \
   <<<"$out" || fail "an unused exception is not named: $out"
 echo "ok: a tree within the layering passes ($out)"
 
@@ -66,11 +69,15 @@ bad device/dev.c '#include "transports/shm.h"' \
   "the device layer knows nothing of transports/"
 bad topology/graph.c '#include "../src/config.h"' \
   "topology uses of src/ only log.h and bootstrap.h"
-# listed exceptions: transports/shm.c may read src/config.h, tcp.c may not
+# transports read no settings: src/config.h is refused in every one
+bad transports/shm.c '#include "src/config.h"' \
+  "transports use of src/ only log.h and bootstrap.h"
+# listed exceptions: tools/braid-doctor.c may include src/doctor.h, another
+# tool may not
 d="$work/exc"
 tree "$d"
-echo '#include "src/config.h"' >>"$d/transports/shm.c"
+echo '#include "src/doctor.h"' >>"$d/tools/braid-doctor.c"
 out=$("$check" "$d") || fail "a listed exception is refused: $out"
-bad transports/tcp.c '#include "src/config.h"' \
-  "transports use of src/ only log.h and bootstrap.h"
+bad tools/braid-trace.c '#include "src/doctor.h"' \
+  "tools use only include/, the headers of topology/ and collectives/"
 echo "ok: the listed exception passes, the same include elsewhere does not"
