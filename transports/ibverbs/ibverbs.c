@@ -273,7 +273,7 @@ static int ibv_release(tp_conn *c) {
 }
 
 static int ibv_recv(tp_conn *c, void *dst, size_t len) {
-  const uint8_t *p;
+  const uint8_t *p = NULL;
   int r = ibv_take(c, len, &p);
   if (r != BRAID_SUCCESS)
     return r;
@@ -290,7 +290,7 @@ static int ibv_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
                 "ibverbs: recv_reduce of %zu bytes from rank %d: bad reducer "
                 "or a length that is not a multiple of the element size",
                 len, c->peer);
-  const uint8_t *p;
+  const uint8_t *p = NULL;
   int r = ibv_take(c, len, &p);
   if (r != BRAID_SUCCESS)
     return r;
