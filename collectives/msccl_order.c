@@ -382,8 +382,8 @@ braid_result ms_build(const ms_algo *a, sched **out, ms_origin ***orgp) {
   o.org = calloc((size_t)o.n, sizeof(ms_origin *));
   o.norg = calloc((size_t)o.n, sizeof(int));
   o.caporg = calloc((size_t)o.n, sizeof(int));
-  int nomem = sched_new(a->coll, o.n, 0, a->K, 1, "msccl", &o.s) !=
-              BRAID_SUCCESS;
+  int nomem =
+      sched_new(a->coll, o.n, 0, a->K, 1, "msccl", &o.s) != BRAID_SUCCESS;
   nomem = nomem || !o.q || !o.st || !o.org || !o.norg || !o.caporg;
   for (int g = 0; g < o.n && !nomem; g++)
     nomem = !(o.st[g] = calloc((size_t)(a->gpu[g].ntb + 1), sizeof(tbst)));
