@@ -32,7 +32,8 @@ static void comm_keep_error(braid_comm *c, const char *msg) {
   INFO(LOG_COLL, "%s", msg);
 }
 
-braid_result comm_fail(braid_comm *c, braid_result r, const char *fmt, ...) {
+braid_result comm_fail_msg(braid_comm *c, braid_result r, const char *fmt,
+                           ...) {
   char buf[sizeof c->last_error];
   va_list ap;
   va_start(ap, fmt);

@@ -221,8 +221,15 @@ int comm_orphan(braid_comm *c);
 const tp_ops *comm_tp_by_name(const char *name);
 /* The failure point in src/ with the communicator at hand: ERR(r, ...)
  * (src/log.h), and the message becomes c's last error. Returns r. */
-braid_result comm_fail(braid_comm *c, braid_result r, const char *fmt, ...)
+braid_result comm_fail_msg(braid_comm *c, braid_result r, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* r evaluated once and the macro's own value, as ERR's (src/log.h). */
+#define comm_fail(c, r, ...)                                                   \
+  __extension__({                                                              \
+    braid_result comm_r__ = (r);                                               \
+    (void)comm_fail_msg((c), comm_r__, __VA_ARGS__);                           \
+    comm_r__;                                                                  \
+  })
 /* A bad argument, in words that name the function, the argument and its
  * value ("braid_x: root is 7, ..."): set as c's last error and logged at
  * WARN; with c NULL (a call with no communicator to hold it) only logged,

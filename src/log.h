@@ -70,8 +70,20 @@ braid_result err_wrap_at(const char *file, int line, braid_result r,
  * also notes where the failure was (a parser's position, a state's result). */
 braid_result err_vat(const char *file, int line, braid_result r,
                      const char *fmt, va_list ap);
-#define ERR(r, ...) err_at(__FILE__, __LINE__, (r), __VA_ARGS__)
-#define ERR_WRAP(r, ...) err_wrap_at(__FILE__, __LINE__, (r), __VA_ARGS__)
+/* The result is the macro's own value (r evaluated once), so that the
+ * compiler and the static analyzer see a failure leave as a failure. */
+#define ERR(r, ...)                                                            \
+  __extension__({                                                              \
+    braid_result err_r__ = (r);                                                \
+    (void)err_at(__FILE__, __LINE__, err_r__, __VA_ARGS__);                    \
+    err_r__;                                                                   \
+  })
+#define ERR_WRAP(r, ...)                                                       \
+  __extension__({                                                              \
+    braid_result err_r__ = (r);                                                \
+    (void)err_wrap_at(__FILE__, __LINE__, err_r__, __VA_ARGS__);               \
+    err_r__;                                                                   \
+  })
 /* The calling thread's last message ("" when none since err_clear). */
 const char *err_msg(void);
 /* err_msg, or r's name when no message was recorded. */

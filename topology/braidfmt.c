@@ -37,7 +37,11 @@ bf_err(const bf *b, const char *fmt, ...) {
   va_end(ap);
   return ERR(BRAID_ERR_INVALID_ARG, "%s:%d: %s", b->fname, b->line, m);
 }
-#define BF_FAIL(b, ...) return bf_err(b, __VA_ARGS__)
+#define BF_FAIL(b, ...)                                                        \
+  do {                                                                         \
+    (void)bf_err(b, __VA_ARGS__);                                              \
+    return BRAID_ERR_INVALID_ARG;                                              \
+  } while (0)
 
 /* Splits a line in place into *nt tokens. */
 static braid_result tokenize(bf *b, char *s, tok *t, int *nt) {

@@ -22,8 +22,14 @@ typedef struct xp {
 } xp;
 
 /* Fails with "fname:line: what" at the reader's line. */
-#define XERR_R(x, r, ...) xerr(x, r, __VA_ARGS__)
-#define XERR(x, ...) xerr(x, BRAID_ERR_INVALID_ARG, __VA_ARGS__)
+/* r evaluated once and the macro's own value, as ERR's (src/log.h). */
+#define XERR_R(x, r, ...)                                                      \
+  __extension__({                                                              \
+    braid_result xerr_r__ = (r);                                               \
+    (void)xerr(x, xerr_r__, __VA_ARGS__);                                      \
+    xerr_r__;                                                                  \
+  })
+#define XERR(x, ...) XERR_R(x, BRAID_ERR_INVALID_ARG, __VA_ARGS__)
 
 __attribute__((format(printf, 3, 4))) static braid_result
 xerr(const xp *x, braid_result r, const char *fmt, ...) {

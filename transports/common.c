@@ -25,14 +25,8 @@
 #define SYS_pidfd_open 434
 #endif
 
-int tp_keep(char *why, int r) {
-  snprintf(why, TP_WHY, "%s", err_msg());
-  return r;
-}
+void tp_keep_msg(char *why) { snprintf(why, TP_WHY, "%s", err_msg()); }
 
-int tp_repeat(const char *why, int r) {
-  return ERR((braid_result)r, "%s", why);
-}
 
 /* ---- peer processes ------------------------------------------------------ */
 

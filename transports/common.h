@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "src/log.h"
 #include "transports/transport.h"
 
 /* A state's sticky message (char why[TP_WHY]): the text of the failure
@@ -25,8 +26,15 @@
  * thread the same way: kept in the state, recorded by the call that reports
  * it. */
 #define TP_WHY 512
-int tp_keep(char *why, int r);
-int tp_repeat(const char *why, int r);
+void tp_keep_msg(char *why);
+/* Inline, so that the compiler and the static analyzer see r come back. */
+static inline int tp_keep(char *why, int r) {
+  tp_keep_msg(why);
+  return r;
+}
+static inline int tp_repeat(const char *why, int r) {
+  return ERR((braid_result)r, "%s", why);
+}
 
 /* What happened to process pid (of this pid namespace). */
 #define TP_PID_RUNNING 0 /* runs, sleeps or is stopped */
