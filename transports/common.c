@@ -27,7 +27,6 @@
 
 void tp_keep_msg(char *why) { snprintf(why, TP_WHY, "%s", err_msg()); }
 
-
 /* ---- peer processes ------------------------------------------------------ */
 
 int tp_pid_state(int pid) {
