@@ -38,12 +38,13 @@ static braid_result cluster_graph(int nhosts, double nic_gbs,
     return ERR(BRAID_ERR_NOMEM, "out of memory");
   int cpu = topo_add_vertex(h, TOPO_CPU, "CPU0");
   int nic = topo_add_vertex(h, TOPO_NIC, "NIC0");
-  braid_result r = ERR(BRAID_ERR_NOMEM, "out of memory");
-  if (cpu >= 0 && nic >= 0) {
+  if (nic >= 0)
     h->v[nic].speed = nic_gbs;
-    if (topo_add_link(h, cpu, nic, TOPO_LINK_PCI, 0, -1, 1) >= 0)
-      r = topo_cluster(h, nhosts, nic_gbs, out);
-  }
+  braid_result r =
+      cpu >= 0 && nic >= 0 &&
+              topo_add_link(h, cpu, nic, TOPO_LINK_PCI, 0, -1, 1) >= 0
+          ? topo_cluster(h, nhosts, nic_gbs, out)
+          : ERR(BRAID_ERR_NOMEM, "out of memory");
   topo_graph_free(h);
   return r;
 }

@@ -107,7 +107,7 @@ static expr *at(int r, sched_chunks c, uint32_t i) {
 }
 
 /* One step of rank r: 0 when it must wait for a message. */
-static int step(const sched *s, int r, const sched_step *st) {
+static int step(int r, const sched_step *st) {
   uint32_t n = st->prim == SCHED_P_SEND || st->prim == SCHED_P_COPY ||
                        st->prim == SCHED_P_REDUCE
                    ? st->src.count
@@ -151,7 +151,6 @@ static int step(const sched *s, int r, const sched_step *st) {
   if (st->prim == SCHED_P_RECV_REDUCE_SEND ||
       st->prim == SCHED_P_RECV_COPY_SEND)
     push(r, st->peer_out, tmp, (int)n);
-  (void)s;
   return 1;
 }
 
@@ -168,7 +167,7 @@ static void run_sched(const sched *s) {
     moved = 0;
     for (int r = 0; r < n; r++) {
       const sched_channel *c = sched_chan_c(s, r, 0);
-      while (pc[r] < c->nsteps && step(s, r, &c->steps[pc[r]])) {
+      while (pc[r] < c->nsteps && step(r, &c->steps[pc[r]])) {
         pc[r]++;
         moved = 1;
       }
