@@ -97,7 +97,10 @@ int cudev_count(void) {
 }
 
 int cudev_is_device(const void *p, int *device) {
-  if (p == NULL || cudev_count() == 0)
+  /* asked twice in every call (src/api.c classify): on a machine without a
+   * device, the answer without cudev_count's message */
+  (void)pthread_once(&dev_count_once, dev_count_init);
+  if (p == NULL || dev_count_cached == 0)
     return 0;
   struct cudaPointerAttributes at;
   cudaError_t e = cudaPointerGetAttributes(&at, p);

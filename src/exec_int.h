@@ -43,6 +43,7 @@ typedef struct xchan {
   int phase;
   int done;
   double w_lo, w_hi;
+  int whole;          /* one slice of the whole range: cptr's short way */
   const uint8_t *vol; /* per step: the source is overwritten later */
   int npend;
   /* what the channel waits for, for sleeping and for error messages */
@@ -101,10 +102,13 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops);
 typedef struct exec_waiter {
   int64_t idle_since; /* 0: not waiting */
   int64_t last_check;
-  int64_t last_progress;
   int64_t dead_seen; /* when a peer check first found a peer gone, or 0 */
   int spin_us;       /* this wait's spinning budget (exec_wait_pass) */
   int sleeps;
+  /* the clock as last read, and the passes since: a spinning pass reads it
+   * one time in EXEC_SPIN_CLOCK_EVERY (a read costs as much as a poll) */
+  int64_t t_last;
+  unsigned polls;
   /* a wait that lasted is noted where peers see it (tp_ops.note_wait):
    * the transport it was noted on (-1: none), and for whom */
   int noted_tp, noted_on;

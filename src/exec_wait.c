@@ -23,6 +23,8 @@
 /* The longest nap while a channel waits on a transport that can neither
  * be polled nor ring a doorbell. */
 #define EXEC_BLIND_NAP_US 200
+/* A spinning wait reads the clock every this many passes. */
+#define EXEC_SPIN_CLOCK_EVERY 8
 
 int64_t exec_now_us(void) {
   struct timespec ts;
@@ -631,10 +633,14 @@ braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
   const cfg_env *cfg = cfg_get();
   if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
     return comm_fail(c, BRAID_ERR_ABORTED, "the communicator was aborted");
-  int64_t t = exec_now_us();
+  int64_t t;
+  if (w->idle_since != 0 && w->t_last - w->idle_since < w->spin_us &&
+      ++w->polls % EXEC_SPIN_CLOCK_EVERY != 0)
+    t = w->t_last; /* still spinning: the budget is read coarsely */
+  else
+    t = w->t_last = exec_now_us();
   if (w->idle_since == 0) {
     w->idle_since = t;
-    w->last_progress = t;
     w->spin_us = wait_begin(c, xs, nops, t);
   }
   int64_t idle = t - w->idle_since;

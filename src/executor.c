@@ -54,6 +54,10 @@ static void part_range(const xop *x, const xchan *h, int j, size_t *lo,
 static char *cptr(const xop *x, const xchan *h, sched_chunks ck, uint32_t sub,
                   size_t *len) {
   uint32_t idx = ck.index + sub;
+  if (h->whole && x->K == 1) { /* every small call: no division */
+    *len = x->E * x->esize;
+    return x->bufs[ck.buf] + (size_t)idx * x->E * x->esize;
+  }
   uint32_t block = idx / (uint32_t)x->K;
   int j = (int)(idx % (uint32_t)x->K);
   size_t lo, hi;
@@ -304,7 +308,10 @@ static void chan_init(braid_comm *c, xop *x, xchan *h, const sched_channel *sc,
   h->w_hi = w_hi;
   h->wait_peer = -1;
   size_t maxpart = 0;
-  for (int j = 0; j < x->K; j++) {
+  int whole = w_lo == 0.0 && w_hi >= 1.0;
+  if (whole) /* the longest chunk: E / K rounded up */
+    maxpart = x->K == 1 ? x->E : (x->E + (size_t)x->K - 1) / (size_t)x->K;
+  for (int j = 0; !whole && j < x->K; j++) {
     size_t lo, hi;
     part_range(x, h, j, &lo, &hi);
     if (hi - lo > maxpart)
@@ -315,6 +322,7 @@ static void chan_init(braid_comm *c, xop *x, xchan *h, const sched_channel *sc,
   h->nslices = bytes == 0 ? 1 : (int)((bytes + slice - 1) / slice);
   if (sc->nsteps == 0)
     h->nslices = 0;
+  h->whole = whole && h->nslices == 1;
 }
 
 /* Readies the device connection to peer on a channel (tp_ops.prepare). */
@@ -529,7 +537,6 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
   if (res != BRAID_SUCCESS)
     goto out;
   exec_wait_note_cpu(c);
-  w.last_progress = exec_now_us();
   uint32_t seen[COMM_MAX_TRANSPORTS] = {0};
   for (;;) {
     for (int i = 0; i < c->ntp; i++)
