@@ -69,17 +69,33 @@ WorkBraid::WorkBraid(int rank, c10d::OpType type,
 WorkBraid::~WorkBraid() = default;
 
 bool WorkBraid::wait(std::chrono::milliseconds timeout) {
-  if (timeout == ::kNoTimeout && !done()) {
+  if (!done()) {
     std::shared_ptr<Runner> r = runner_.lock();
-    if (r)
+    if (r && timeout == ::kNoTimeout)
       r->help(*this);
+    else if (r)
+      r->kick(); /* blocks below: the worker runs it */
   }
   return c10d::Work::wait(timeout);
+}
+
+bool WorkBraid::isCompleted() {
+  if (!done()) {
+    std::shared_ptr<Runner> r = runner_.lock();
+    if (r)
+      r->kick();
+  }
+  return c10d::Work::isCompleted();
 }
 
 std::vector<at::Tensor> WorkBraid::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkBraid::getFuture() {
+  if (!done()) { /* whoever waits on the future does not run it */
+    std::shared_ptr<Runner> r = runner_.lock();
+    if (r)
+      r->kick();
+  }
   return future_;
 }
 
@@ -123,9 +139,24 @@ void Runner::push(std::vector<Op> batch) {
   {
     std::lock_guard<std::mutex> lk(mutex_);
     queue_.push_back(std::move(batch));
-    /* A thread that runs a batch wakes the worker when it is done. */
+    last_push_ = std::chrono::steady_clock::now();
+    /* A thread that runs a batch wakes the worker when it is done; a
+     * napping worker finds the batch when it wakes. */
     if (asleep_ && !running_) {
       asleep_ = false;
+      wake = true;
+    }
+  }
+  if (wake)
+    cv_.notify_one();
+}
+
+void Runner::kick() {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lk(mutex_);
+    if ((asleep_ || napping_) && !running_ && !queue_.empty()) {
+      asleep_ = napping_ = false;
       wake = true;
     }
   }
@@ -165,8 +196,8 @@ void Runner::runFront(std::unique_lock<std::mutex> &lk) {
   batch.clear(); /* the closures' tensors go now, outside the lock */
   lk.lock();
   running_ = false;
-  if (asleep_ && (!queue_.empty() || stop_)) {
-    asleep_ = false;
+  if ((asleep_ || napping_) && (!queue_.empty() || stop_)) {
+    asleep_ = napping_ = false;
     cv_.notify_one();
   }
 }
@@ -180,9 +211,15 @@ void Runner::worker() {
     }
     if (stop_ && !running_)
       return; /* and the queue is empty */
-    asleep_ = true;
-    cv_.wait(lk);
-    asleep_ = false;
+    if (std::chrono::steady_clock::now() - last_push_ < kRunnerHot) {
+      napping_ = true;
+      cv_.wait_for(lk, kRunnerNap);
+      napping_ = false;
+    } else {
+      asleep_ = true;
+      cv_.wait(lk);
+      asleep_ = false;
+    }
   }
 }
 

@@ -4,9 +4,17 @@
  *
  * Operations run in issue order, one batch at a time (a communicator takes
  * calls from one thread at a time), by whichever thread comes first:
- *  - the worker thread, woken when a batch is queued while it sleeps, so an
- *    operation nobody waits for (async_op=True, DDP's buckets, a future's
- *    .then chain) progresses on its own;
+ *  - the worker thread, so that an operation nobody waits for
+ *    (async_op=True, DDP's buckets, a future's .then chain) progresses on
+ *    its own. Waking it costs the issuing thread a system call and, on a
+ *    machine with few cores, a core the ranks want (dist.all_reduce of 8
+ *    bytes took 6 to 30 us with a wake-up per call, 3 us without): so
+ *    while operations come often (a push in the last kRunnerHot) the
+ *    worker naps (kRunnerNap at a time) instead of sleeping, and a push
+ *    leaves it to find the batch when it wakes, unless a waiter has run it
+ *    by then. getFuture(), isCompleted() and a wait with a timeout wake
+ *    it at once (DDP takes every bucket's future as it issues it). After
+ *    kRunnerHot without a push it sleeps until the next push wakes it;
  *  - a thread in Work::wait() without a timeout: while its operation is
  *    queued and nobody runs, it runs the batches up to its own itself
  *    (dist.all_reduce(t) is allreduce() then wait(): the call then costs no
@@ -51,6 +59,9 @@ public:
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   int sourceRank() const override;
 
+  /* Not done yet: wakes the worker (Runner::kick) so that it runs now. */
+  bool isCompleted() override;
+
   /* Marks the work done (e == nullptr) or failed, then completes the
    * future; called once, by the thread that ran the operation. */
   void complete(const std::exception_ptr &e);
@@ -91,6 +102,11 @@ template <typename F> braid_result in_group(F body) {
   return r != BRAID_SUCCESS ? r : e;
 }
 
+/* The worker's naps while operations come often, and how long after the
+ * last push it keeps napping (runner.h's top comment). */
+constexpr std::chrono::microseconds kRunnerNap{200};
+constexpr std::chrono::milliseconds kRunnerHot{20};
+
 class Runner : public std::enable_shared_from_this<Runner> {
 public:
   /* Takes the communicator; the worker starts with start(). */
@@ -103,6 +119,9 @@ public:
   /* Queues a batch (run as one, in issue order after those before it) and
    * wakes the worker if it sleeps. */
   void push(std::vector<Op> batch);
+  /* Someone looks for a result without running it: wakes the worker when
+   * it naps or sleeps with batches queued and nobody running them. */
+  void kick();
   /* The waiting side of WorkBraid::wait: returns once `w` is done, or once
    * it is worth blocking (someone else runs and the polling budget is
    * spent, or w is not queued). */
@@ -127,7 +146,9 @@ private:
   std::condition_variable cv_; /* the worker sleeps here */
   std::deque<std::vector<Op>> queue_;
   bool running_ = false; /* a thread runs a batch */
-  bool asleep_ = false;  /* the worker sleeps on cv_ */
+  bool asleep_ = false;  /* the worker sleeps on cv_ until woken */
+  bool napping_ = false; /* the worker naps on cv_ (kRunnerNap) */
+  std::chrono::steady_clock::time_point last_push_{};
   bool stop_ = false;
   std::thread thread_;
 };

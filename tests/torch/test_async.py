@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -99,6 +100,34 @@ def future_chains(rank, size):
         assert torch.all(f.value()[0] == float(size * i + size * (size - 1) // 2))
 
 
+def unwaited(rank, size):
+    # An operation nobody waits for still runs: rank 0 issues it and then
+    # blocks in another backend (gloo) until the others have finished the
+    # same operation synchronously. Issued while calls come often (the
+    # worker naps and finds it) and after a quiet spell (the worker sleeps
+    # and the issue wakes it); then found by polling is_completed().
+    tri = size * (size + 1) // 2
+    g = dist.new_group(backend="gloo")
+    for quiet in (False, True):
+        if quiet:
+            time.sleep(0.1)  # longer than the runner's hot window (20 ms)
+        t = torch.full((5,), float(rank + 1))
+        if rank == 0:
+            w = dist.all_reduce(t, async_op=True)
+            dist.barrier(group=g)
+            assert w.wait() is True
+        else:
+            dist.all_reduce(t)
+            dist.barrier(group=g)
+        assert torch.equal(t, torch.full((5,), float(tri))), "unwaited: %s" % t
+    t = torch.full((5,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    while not w.is_completed():
+        pass
+    assert torch.equal(t, torch.full((5,), float(tri))), "is_completed: %s" % t
+    dist.destroy_process_group(g)
+
+
 def ddp(rank, size):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
@@ -123,6 +152,7 @@ def body(rank, size):
     in_flight(rank, size)
     issue_order(rank, size)
     future_chains(rank, size)
+    unwaited(rank, size)
     ddp(rank, size)
     dist.barrier()
     if rank == 0:
