@@ -68,14 +68,24 @@ def main():
     errors = []
     if p.returncode != 0:
         errors.append(f"the launcher exited {p.returncode}")
+    # one host: the communication time is split into the wait for the
+    # last rank's call and the time after it
     epoch_re = re.compile(r"epoch (\d+): loss [\d.]+, train acc [\d.]+, test acc "
                           r"[\d.]+, [\d.]+ s \(\d+ steps\), communication "
-                          r"[\d.]+ s \([\d.]+%\)")
-    seen = sorted({int(m.group(1)) for m in epoch_re.finditer(p.stdout)})
+                          r"([\d.]+) s \([\d.]+%\): (-?[\d.]+) s waiting for the "
+                          r"last rank's call, ([\d.]+) s \([\d.]+%\) after it")
+    found = list(epoch_re.finditer(p.stdout))
+    seen = sorted({int(m.group(1)) for m in found})
     if seen != list(range(1, epochs + 1)):
         errors.append(f"epoch lines for {seen}, expected 1..{epochs}")
+    for m in found:
+        comm, wait, after = (float(m.group(i)) for i in (2, 3, 4))
+        if wait < -0.01 or after > comm + 0.01:
+            errors.append(f"epoch {m.group(1)}: the split {wait} + {after} s "
+                          f"does not fit in {comm} s")
     m = re.search(rf"{re.escape(args.backend)}, {args.nproc} workers: .* "
-                  r"communication [\d.]+% of the time, (\d+) all_reduce calls",
+                  r"communication [\d.]+% of the time \([\d.]+% after the "
+                  r"last rank's call\), (\d+) all_reduce calls",
                   p.stdout)
     if not m or int(m.group(1)) == 0:
         errors.append("no summary line with all_reduce calls")

@@ -21,7 +21,10 @@ Per epoch, rank 0 prints the mean training loss, the training and test
 accuracy, the epoch's training time and the share of it spent in gradient
 communication: a DDP comm hook starts each bucket's all_reduce and notes
 when its future completes, and the union of those intervals is the
-communication time (averaged over the ranks).
+communication time (averaged over the ranks). When every rank runs on one
+host, the line also splits it: the time a rank waited for the last rank
+to reach the same all_reduce (the ranks' uneven progress, which no
+backend can shorten), and the time after that, the all_reduce itself.
 
 The data are the IDX files of Debian's dataset-fashion-mnist
 (/usr/share/datasets/fashion-mnist, --data to change); nothing is
@@ -124,19 +127,42 @@ class CommTimer:
         return fut.then(done)
 
     def take(self):
-        """Seconds covered by the spans since the last call (overlapping
-        spans counted once)."""
+        """The spans since the last call, in call order."""
         with self.lock:
-            spans, self.spans = sorted(self.spans), []
-        total, end = 0.0, None
-        for a, b in spans:
-            if end is None or a > end:
-                total += b - a
-                end = b
-            elif b > end:
-                total += b - end
-                end = b
-        return total
+            spans, self.spans = self.spans, []
+        return spans
+
+
+def covered(spans):
+    """Seconds covered by the spans (overlapping spans counted once)."""
+    total, end = 0.0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
+def after_arrival(spans, ws):
+    """The part of the spans after the last rank's call of the same
+    all_reduce: every rank's start times are gathered (ranks start the
+    same buckets in the same order), so the rest of a span is this rank
+    waiting for a later one. Only where the ranks share a clock (one
+    host); None elsewhere."""
+    if int(os.environ.get("LOCAL_WORLD_SIZE", ws)) != ws:
+        return None
+    counts = [torch.zeros(1, dtype=torch.int64) for _ in range(ws)]
+    dist.all_gather(counts, torch.tensor([len(spans)], dtype=torch.int64))
+    if any(int(c) != len(spans) for c in counts):
+        return None
+    starts = torch.tensor([a for a, _ in spans], dtype=torch.float64)
+    every = [torch.zeros_like(starts) for _ in range(ws)]
+    dist.all_gather(every, starts)
+    last = torch.stack(every).max(0).values.tolist() if spans else []
+    return covered([(max(a, t), b) for (a, b), t in zip(spans, last) if b > t])
 
 
 def evaluate(model, x, y, rank, ws, batch, max_batches):
@@ -207,6 +233,7 @@ def main():
     if args.max_steps:
         steps_per_epoch = min(steps_per_epoch, args.max_steps)
     total_time = total_comm = 0.0
+    total_after = None
     for epoch in range(args.epochs):
         g = torch.Generator().manual_seed(args.seed * 1000 + epoch)
         order = torch.randperm(x_train.shape[0], generator=g)
@@ -227,27 +254,39 @@ def main():
             correct += (out.argmax(1) == yb).sum().item()
             seen += yb.numel()
         elapsed = time.perf_counter() - t0
-        comm = timer.take()
-        stats = torch.tensor([loss_sum.item(), correct, seen, elapsed, comm],
+        spans = timer.take()
+        comm = covered(spans)
+        after = after_arrival(spans, ws)
+        stats = torch.tensor([loss_sum.item(), correct, seen, elapsed, comm,
+                              after if after is not None else 0.0],
                              dtype=torch.float64)
         dist.all_reduce(stats)
         loss_avg = stats[0] / stats[2]
         train_acc = stats[1] / stats[2]
         elapsed, comm = stats[3].item() / ws, stats[4].item() / ws
+        after = stats[5].item() / ws if after is not None else None
         test_acc = evaluate(model, x_test, y_test, rank, ws, per_rank,
                             args.eval_batches)
         total_time += elapsed
         total_comm += comm
+        if after is not None:
+            total_after = (total_after or 0.0) + after
+        split = "" if after is None else (
+            f": {comm - after:.2f} s waiting for the last rank's call, "
+            f"{after:.2f} s ({100 * after / elapsed:.1f}%) after it")
         if rank == 0:
             print(f"epoch {epoch + 1}: loss {loss_avg:.4f}, train acc "
                   f"{train_acc:.3f}, test acc {test_acc:.3f}, "
                   f"{elapsed:.2f} s ({steps_per_epoch} steps), "
-                  f"communication {comm:.2f} s ({100 * comm / elapsed:.1f}%)",
-                  flush=True)
+                  f"communication {comm:.2f} s ({100 * comm / elapsed:.1f}%)"
+                  f"{split}", flush=True)
     if rank == 0:
+        after = "" if total_after is None else (
+            f" ({100 * total_after / total_time:.1f}% after the last rank's "
+            f"call)")
         print(f"{args.backend}, {ws} workers: {args.epochs} epochs, "
               f"{total_time / args.epochs:.2f} s per epoch, communication "
-              f"{100 * total_comm / total_time:.1f}% of the time, "
+              f"{100 * total_comm / total_time:.1f}% of the time{after}, "
               f"{timer.calls} all_reduce calls on rank 0", flush=True)
     dist.barrier()
     dist.destroy_process_group()
