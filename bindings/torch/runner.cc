@@ -11,6 +11,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <stdexcept>
@@ -204,16 +205,23 @@ void Runner::runFront(std::unique_lock<std::mutex> &lk) {
 
 void Runner::worker() {
   std::unique_lock<std::mutex> lk(mutex_);
+  bool napped = false; /* this pass follows a nap that ran out */
   for (;;) {
     if (!running_ && !queue_.empty()) {
+      if (napped)
+        nap_ = kRunnerNap; /* nobody ran it: look often again */
+      napped = false;
       runFront(lk);
       continue;
     }
+    if (napped)
+      nap_ = std::min(nap_ * 2, kRunnerNapMax);
+    napped = false;
     if (stop_ && !running_)
       return; /* and the queue is empty */
     if (std::chrono::steady_clock::now() - last_push_ < kRunnerHot) {
       napping_ = true;
-      cv_.wait_for(lk, kRunnerNap);
+      napped = cv_.wait_for(lk, nap_) == std::cv_status::timeout;
       napping_ = false;
     } else {
       asleep_ = true;
