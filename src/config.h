@@ -21,6 +21,7 @@ typedef struct cfg_env {
   size_t slice_bytes;        /* BRAID_SLICE: pipeline slice (0 = auto) */
   int shm_cma;               /* BRAID_SHM_CMA: single-copy, default 1 */
   size_t cma_threshold;      /* BRAID_SHM_CMA_THRESHOLD */
+  size_t cma_max;            /* BRAID_SHM_CMA_MAX (0: no limit) */
   int spin_us;               /* BRAID_SPIN_US: spin before yielding */
   int yield_us;              /* BRAID_YIELD_US: poll with yields, then sleep */
   int unstack;               /* BRAID_UNSTACK: move off a peer's CPU */

@@ -44,7 +44,7 @@ typedef struct xchan {
   int done;
   double w_lo, w_hi;
   int whole;          /* one slice of the whole range: cptr's short way */
-  const uint8_t *vol; /* per step: the source is overwritten later */
+  const uint8_t *vol; /* per step: EXEC_SEND_* bits (exec_volatile_map) */
   int npend;
   /* what the channel waits for, for sleeping and for error messages */
   tp_conn *wait_conn;
@@ -69,6 +69,7 @@ typedef struct xop {
   int is_p2p;
   int dev;    /* -1: host buffers; else device buffers, moved directly */
   int fp_set; /* the transports carry its fingerprint (tp_ops.set_fp) */
+  int large;  /* blocks of at least BRAID_SHM_CMA_MAX: EXEC_SEND_STAGE holds */
 } xop;
 
 int64_t exec_now_us(void);
@@ -173,9 +174,18 @@ int exec_dev_needs_setup(braid_comm *c, const exec_op *ops, int nops);
 int exec_dev_reserved(braid_comm *c, const exec_op *ops, int nops);
 braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops);
 /* src/exec_sched.c: an op's schedule (from BRAID_SCHEDULE_FILE or the
- * planner, cached in c->cache), its volatile-source map (per send step: 1
- * where a later step overwrites what it reads), and scratch. All with
- * c->lock held. */
+ * planner, cached in c->cache), its send map (per step, the EXEC_SEND_*
+ * bits below), and scratch. All with c->lock held. */
+/* A later step overwrites what the step sends: the transport must not read
+ * it after the send returns (tp_ops.isend_copy). */
+#define EXEC_SEND_VOLATILE 1u
+/* In a large call (BRAID_SHM_CMA_MAX), the step's data goes through the
+ * transport's buffers, copied by the sender, not read by the receiver
+ * (tp_ops.isend_staged): the sending rank copies nothing else in its
+ * channel, so single copy would leave its core idle while the receiver's
+ * does all the work, or the receiver reduces what it gets, which single
+ * copy does in two passes (read, then reduce) on the receiver's core. */
+#define EXEC_SEND_STAGE 2u
 braid_result exec_get_sched(braid_comm *c, exec_op *op,
                             sched_cache_entry **out);
 const uint8_t *exec_volatile_map(sched_cache_entry *e, const exec_op *op,

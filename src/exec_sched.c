@@ -167,6 +167,58 @@ static int is_volatile(const exec_op *op, int rank, int K,
   return 0;
 }
 
+static int receives(sched_prim p) {
+  return p == SCHED_P_RECV || p == SCHED_P_RECV_COPY_SEND ||
+         p == SCHED_P_RECV_REDUCE || p == SCHED_P_RECV_REDUCE_SEND;
+}
+
+/* The peer a step sends to, or -1. */
+static int send_peer(const sched_step *st) {
+  if (st->prim == SCHED_P_SEND)
+    return st->peer;
+  if (st->prim == SCHED_P_RECV_COPY_SEND ||
+      st->prim == SCHED_P_RECV_REDUCE_SEND)
+    return st->peer_out;
+  return -1;
+}
+
+/* Does rank's channel copy anything itself besides its sends: a receive,
+ * or a local copy or reduction that writes (an in-place no-op copy does
+ * not)? */
+static int copies_besides_sends(const exec_op *op, int rank, int K,
+                                const sched_channel *sc) {
+  for (int i = 0; i < sc->nsteps; i++) {
+    const sched_step *w = &sc->steps[i];
+    if (receives((sched_prim)w->prim) || w->prim == SCHED_P_REDUCE ||
+        (w->prim == SCHED_P_COPY && !noop_copy(op, rank, K, w)))
+      return 1;
+  }
+  return 0;
+}
+
+/* Does the peer reduce what step i of rank's channel ch sends it? The n-th
+ * step that sends to the peer meets the peer's n-th step that receives
+ * from rank on the same channel (the verifier holds schedules to it). */
+static int peer_reduces(const sched *s, int rank, int ch, int i) {
+  const sched_channel *sc = sched_chan_c(s, rank, ch);
+  int peer = send_peer(&sc->steps[i]);
+  if (peer < 0 || peer >= s->nranks)
+    return 0;
+  int n = 0;
+  for (int j = 0; j < i; j++)
+    n += send_peer(&sc->steps[j]) == peer;
+  const sched_channel *pc = sched_chan_c(s, peer, ch);
+  for (int j = 0; j < pc->nsteps; j++) {
+    const sched_step *w = &pc->steps[j];
+    if (!receives((sched_prim)w->prim) || w->peer != rank)
+      continue;
+    if (n-- == 0)
+      return w->prim == SCHED_P_RECV_REDUCE ||
+             w->prim == SCHED_P_RECV_REDUCE_SEND;
+  }
+  return 0;
+}
+
 const uint8_t *exec_volatile_map(sched_cache_entry *e, const exec_op *op,
                                  int rank) {
   int ip = op->inplace ? 1 : 0;
@@ -180,10 +232,17 @@ const uint8_t *exec_volatile_map(sched_cache_entry *e, const exec_op *op,
   if (m == NULL)
     return NULL; /* everything counts as stable; hazards still protect */
   size_t o = 0;
+  int K = s->chunks_per_block;
   for (int ch = 0; ch < s->nchannels; ch++) {
     const sched_channel *sc = sched_chan_c(s, rank, ch);
-    for (int i = 0; i < sc->nsteps; i++)
-      m[o++] = (uint8_t)is_volatile(op, rank, s->chunks_per_block, sc, i);
+    int alone = !copies_besides_sends(op, rank, K, sc);
+    for (int i = 0; i < sc->nsteps; i++) {
+      int stage = send_peer(&sc->steps[i]) >= 0 &&
+                  (alone || peer_reduces(s, rank, ch, i));
+      m[o++] =
+          (uint8_t)((is_volatile(op, rank, K, sc, i) ? EXEC_SEND_VOLATILE : 0) |
+                    (stage ? EXEC_SEND_STAGE : 0));
+    }
   }
   e->volatile_src[ip] = m;
   return m;

@@ -120,15 +120,19 @@ static int pend_room(braid_comm *c, xchan *h) {
 
 static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
                    const char *p, size_t len) {
-  int vol = h->vol != NULL && h->vol[h->step];
+  unsigned f = h->vol != NULL ? h->vol[h->step] : 0u;
   int r = pend_room(c, h);
   if (r != BRAID_SUCCESS)
     return r;
   tp_conn *conn = x_conn(c, x, h, peer);
   const tp_ops *ops = x_ops(c, x, h, peer);
   uint64_t t = 0;
-  r = vol && ops->isend_copy != NULL ? ops->isend_copy(conn, p, len, &t)
-                                     : ops->isend(conn, p, len, &t);
+  if ((f & EXEC_SEND_VOLATILE) && ops->isend_copy != NULL)
+    r = ops->isend_copy(conn, p, len, &t);
+  else if ((f & EXEC_SEND_STAGE) && x->large && ops->isend_staged != NULL)
+    r = ops->isend_staged(conn, p, len, &t);
+  else
+    r = ops->isend(conn, p, len, &t);
   if (r == TP_AGAIN) {
     h->wait_conn = conn;
     h->wait_events = POLLOUT;
@@ -372,6 +376,8 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
   x->esize = braid_dtype_size(op->dt);
   x->E = op->count;
   x->dev = op->is_barrier ? -1 : op->dev;
+  size_t cma_max = cfg_get()->cma_max;
+  x->large = cma_max > 0 && op->count * x->esize >= cma_max;
   x->red.base.fn = red_get(op->dt, op->op);
   x->red.base.elem_size = x->esize;
   x->red.dt = op->dt;

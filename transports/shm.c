@@ -184,7 +184,8 @@ static int shm_isend(tp_conn *c, const void *src, size_t len,
   return shm_isend_mode(c, src, len, ticket, 1);
 }
 
-/* The source may change once this returns: never single-copy. */
+/* The source may change once this returns (isend_copy), or the sender
+ * copies (isend_staged): never single-copy. */
 static int shm_isend_copy(tp_conn *c, const void *src, size_t len,
                           uint64_t *ticket) {
   return shm_isend_mode(c, src, len, ticket, 0);
@@ -534,6 +535,7 @@ const tp_ops tp_shm = {
     .conn = shm_conn,
     .isend = shm_isend,
     .isend_copy = shm_isend_copy,
+    .isend_staged = shm_isend_copy,
     .send_done = shm_send_done,
     .recv = shm_recv,
     .recv_reduce = shm_recv_reduce,

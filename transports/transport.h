@@ -110,6 +110,13 @@ typedef struct tp_ops {
    * of the receiver. NULL: isend already behaves so. (shm: never
    * single-copy.) */
   int (*isend_copy)(tp_conn *c, const void *src, size_t len, uint64_t *ticket);
+  /* Optional: like isend, with the data copied by the sender into the
+   * transport's own buffers rather than read from src by the receiver
+   * (the executor asks for it in large calls where the sender's core would
+   * otherwise sit idle, src/exec_int.h EXEC_SEND_STAGE). NULL: isend
+   * already does so. (shm: never single-copy.) */
+  int (*isend_staged)(tp_conn *c, const void *src, size_t len,
+                      uint64_t *ticket);
   /* BRAID_SUCCESS once every send up to ticket no longer reads its source. */
   int (*send_done)(tp_conn *c, uint64_t ticket);
   /* Receive the next message (len bytes) into dst. Resumable: TP_AGAIN until
