@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -302,12 +303,17 @@ static inline void cpu_relax(void) {
 /* Ranks on this host (from the communicator's host map, which every rank
  * shares), whether any host holds several, and the CPUs this thread may
  * use; counted once. */
+static int same_host(const braid_comm *c, int q) {
+  const sched_view *v = c->view;
+  return v != NULL ? v->host[q] == v->host[c->rank]
+                   : q == c->rank || boot_same_host(c->boot, c->rank, q);
+}
+
 static void wait_count(braid_comm *c) {
   const sched_view *v = c->view;
   int n = 0;
   for (int q = 0; q < c->nranks; q++)
-    n += v != NULL ? v->host[q] == v->host[c->rank]
-                   : q == c->rank || boot_same_host(c->boot, c->rank, q);
+    n += same_host(c, q);
   c->wait.shared_host = v != NULL && v->nhosts < c->nranks;
   cpu_set_t set;
   int ncpus = 1;
@@ -380,19 +386,44 @@ braid_result exec_wait_settle(braid_comm *c) {
    * rank asleep in the first (the others still connecting) is woken ~50 us
    * after the others leave it, and a rank that moves pays the wake-up of
    * its new CPU: a round after the last move has every rank awake where
-   * it stays, so they leave it, and start their first calls, together. */
+   * it stays, so they leave it, and start their first calls, together.
+   * Each round also gathers every rank's CPU, so that ranks of one host on
+   * one CPU part here whatever their transport: shm peers find it in their
+   * waits as well (a note in the segment), tcp peers would not, and a new
+   * process often starts on a CPU another rank holds (libfabric's psm
+   * providers narrow a process to CPU 0 for a moment while they load: 2
+   * tcp ranks then took 58 us per 8-byte call, for hundreds of calls). */
+  int32_t *cpus = calloc((size_t)c->nranks, sizeof *cpus);
+  if (cpus == NULL)
+    return comm_fail(c, BRAID_ERR_NOMEM,
+                     "braid_comm_init: no memory for the CPUs of %d ranks",
+                     c->nranks);
   uint8_t any = 1;
   uint64_t seq = c->coll_seq; /* a user's first call stays #1 */
+  braid_result r = BRAID_SUCCESS;
   for (int round = 0; round < 4 && (round < 2 || any); round++) {
+    int32_t cpu = sched_getcpu();
+    r = braid_allgather(&cpu, cpus, 1, BRAID_INT32, c, NULL);
+    if (r != BRAID_SUCCESS)
+      break;
+    if (cfg_get()->unstack && cpu >= 0 && c->wait.nlocal <= c->wait.ncpus)
+      for (int q = 0; q < c->rank; q++) /* of two, the higher rank moves */
+        if (cpus[q] == cpu && same_host(c, q)) {
+          if (unstack(cpu)) {
+            c->wait.moves++;
+            note_cpu(c, sched_getcpu());
+          }
+          break;
+        }
     uint8_t mine = c->wait.moves != 0;
     c->wait.moves = 0;
-    braid_result r =
-        braid_allreduce(&mine, &any, 1, BRAID_UINT8, BRAID_MAX, c, NULL);
+    r = braid_allreduce(&mine, &any, 1, BRAID_UINT8, BRAID_MAX, c, NULL);
     if (r != BRAID_SUCCESS)
-      return r;
+      break;
   }
+  free(cpus);
   c->coll_seq = seq;
-  return BRAID_SUCCESS;
+  return r;
 }
 
 /* The spinning budget of a wait that starts now. */
