@@ -34,8 +34,9 @@ static int send_bits(sched *s, const exec_op *op, int rank, unsigned *bits,
       int sends = p == SCHED_P_SEND || p == SCHED_P_RECV_COPY_SEND ||
                   p == SCHED_P_RECV_REDUCE_SEND;
       if (!sends) {
-        cr_assert_eq(m[o], 0, "rank %d channel %d step %d sends nothing but "
-                              "has bits %u",
+        cr_assert_eq(m[o], 0,
+                     "rank %d channel %d step %d sends nothing but "
+                     "has bits %u",
                      rank, ch, i, m[o]);
         continue;
       }
@@ -49,8 +50,7 @@ static int send_bits(sched *s, const exec_op *op, int rank, unsigned *bits,
 }
 
 static sched *ring(sched_coll coll, int nranks, int root) {
-  gen_params p = {.coll = coll, .nranks = nranks, .root = root,
-                  .nchannels = 1};
+  gen_params p = {.coll = coll, .nranks = nranks, .root = root, .nchannels = 1};
   sched *s = NULL;
   cr_assert_eq(gen_ring(&p, &s), BRAID_SUCCESS, "ring %d: %s", (int)coll,
                err_msg());
