@@ -313,12 +313,8 @@ void comm_free(braid_comm *c) {
   for (int i = 0; i < c->ntp; i++)
     if (c->tp[i]->teardown != NULL)
       c->tp[i]->teardown(c->tp_state[i]);
-  for (int i = 0; i < c->ncache; i++) {
-    if (!c->cache[i].borrowed)
-      sched_free(c->cache[i].s);
-    free(c->cache[i].volatile_src[0]);
-    free(c->cache[i].volatile_src[1]);
-  }
+  exec_sched_cache_clear(c);
+  free(c->prep);
   if (c->boot != NULL)
     boot_close(c->boot);
   if (c->topo != NULL)

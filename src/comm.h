@@ -94,6 +94,10 @@ struct braid_comm {
   /* schedules */
   sched_cache_entry cache[COMM_SCHED_CACHE];
   int ncache;
+  uint64_t cache_gen; /* schedules evicted so far: c->prep is stale after */
+  /* the last small call, prepared (src/executor.c prep_take): a call that
+   * repeats it starts from a copy */
+  struct exec_prep *prep;
 
   /* the selector's picks, per collective and power-of-two size: [0] on
    * c->view, [1] on the ranks' GPUs (c->dev->view) for device calls */

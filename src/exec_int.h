@@ -73,6 +73,9 @@ typedef struct xop {
 } xop;
 
 int64_t exec_now_us(void);
+/* 1 when a prepared small call is kept (src/executor.c) and was kept after
+ * the last schedule left the cache (tests). */
+int exec_prep_fresh(const braid_comm *c);
 
 /* The transport, connection and transport state that carry channel h of x
  * to `peer`: for device buffers, the device transport of c->dev that the
@@ -190,6 +193,9 @@ braid_result exec_get_sched(braid_comm *c, exec_op *op,
                             sched_cache_entry **out);
 const uint8_t *exec_volatile_map(sched_cache_entry *e, const exec_op *op,
                                  int rank);
+/* Frees every cached schedule (comm_free; tests); a kept call made
+ * from them is stale after (c->cache_gen). */
+void exec_sched_cache_clear(braid_comm *c);
 /* Bytes of scratch op takes when it runs. */
 braid_result exec_scratch_need(braid_comm *c, exec_op *op, size_t *bytes);
 /* Grows the communicator's host scratch to at least bytes. */

@@ -77,11 +77,23 @@ braid_result exec_get_sched(braid_comm *c, exec_op *op,
     memmove(&c->cache[0], &c->cache[1],
             sizeof c->cache[0] * (COMM_SCHED_CACHE - 1));
     c->ncache--;
+    c->cache_gen++;
   }
   c->cache[c->ncache] = (sched_cache_entry){
       op->coll, root, nch, key, view, s, {NULL, NULL}, fs != NULL};
   *out = &c->cache[c->ncache++];
   return BRAID_SUCCESS;
+}
+
+void exec_sched_cache_clear(braid_comm *c) {
+  for (int i = 0; i < c->ncache; i++) {
+    if (!c->cache[i].borrowed)
+      sched_free(c->cache[i].s);
+    free(c->cache[i].volatile_src[0]);
+    free(c->cache[i].volatile_src[1]);
+  }
+  c->ncache = 0;
+  c->cache_gen++;
 }
 
 braid_result exec_scratch_reserve(braid_comm *c, size_t bytes) {

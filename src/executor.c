@@ -445,6 +445,93 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
   return BRAID_SUCCESS;
 }
 
+/* ---- a repeated small call --------------------------------------------- */
+
+/* The op fields xop_prepare reads: a call equal in all of them prepares
+ * to the same state, while the schedule cache keeps what it made. */
+typedef struct prep_key {
+  const void *in;
+  void *out;
+  size_t count;
+  int coll, dt, op, root, inplace;
+} prep_key;
+
+/* The last prepared call that qualifies (prep_keep), and its channels'
+ * states up to their pending sends (XCHAN_HEAD bytes each). */
+struct exec_prep {
+  prep_key key;
+  uint64_t gen;   /* c->cache_gen when it was kept */
+  size_t scratch; /* bytes of the communicator's scratch it takes */
+  xop x;
+  char chans[];
+};
+
+#define XCHAN_HEAD offsetof(xchan, pend)
+
+static prep_key key_of(const exec_op *op) {
+  return (prep_key){op->in,      op->out,     op->count, (int)op->coll,
+                    (int)op->dt, (int)op->op, op->root,  op->inplace};
+}
+
+static int same_key(const prep_key *a, const prep_key *b) {
+  return a->in == b->in && a->out == b->out && a->count == b->count &&
+         a->coll == b->coll && a->dt == b->dt && a->op == b->op &&
+         a->root == b->root && a->inplace == b->inplace;
+}
+
+/* Host collectives whose buffers are the user's (a barrier's and a count
+ * message's live in the op itself) and need no pre-multiplied copy. */
+static int preparable(const exec_op *op) {
+  return !op->is_barrier && !op->is_count && op->dev < 0 &&
+         op->premul == NULL && op->coll != SCHED_SEND && op->coll != SCHED_RECV;
+}
+
+/* 1, with x and chans prepared, when op repeats the kept call. */
+static int prep_take(braid_comm *c, xop *x, exec_op *op, xchan *chans) {
+  const struct exec_prep *p = c->prep;
+  if (p == NULL || p->gen != c->cache_gen || !preparable(op))
+    return 0;
+  prep_key k = key_of(op);
+  if (!same_key(&k, &p->key))
+    return 0;
+  /* the scratch may have moved since (grown for a larger call) */
+  if (p->scratch > 0 && exec_scratch_reserve(c, p->scratch) != BRAID_SUCCESS)
+    return 0; /* xop_prepare meets the same and says so */
+  *x = p->x;
+  x->op = op;
+  x->chans = chans;
+  if (p->scratch > 0)
+    x->bufs[SCHED_BUF_SCRATCH] = c->scratch;
+  for (int i = 0; i < x->nch; i++)
+    memcpy(&chans[i], p->chans + (size_t)i * XCHAN_HEAD, XCHAN_HEAD);
+  return 1;
+}
+
+/* Keeps a just prepared call for its repeats: small ones only (every
+ * channel one slice of its whole range). */
+static void prep_keep(braid_comm *c, const xop *x, const exec_op *op) {
+  if (!preparable(op) || x->s == NULL)
+    return;
+  for (int i = 0; i < x->nch; i++)
+    if (!x->chans[i].whole)
+      return;
+  if (c->prep == NULL &&
+      (c->prep = malloc(sizeof *c->prep + (size_t)c->nchannels * XCHAN_HEAD)) ==
+          NULL)
+    return;
+  struct exec_prep *p = c->prep;
+  p->key = key_of(op);
+  p->gen = c->cache_gen;
+  p->scratch = (size_t)x->s->scratch_blocks * op->count * x->esize;
+  p->x = *x;
+  for (int i = 0; i < x->nch; i++)
+    memcpy(p->chans + (size_t)i * XCHAN_HEAD, &x->chans[i], XCHAN_HEAD);
+}
+
+int exec_prep_fresh(const braid_comm *c) {
+  return c->prep != NULL && c->prep->gen == c->cache_gen;
+}
+
 static int xop_finish(braid_comm *c, xop *x) {
   exec_op *op = x->op;
   int r = BRAID_SUCCESS;
@@ -536,7 +623,11 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
   }
   for (int k = 0; k < nops && res == BRAID_SUCCESS; k++) {
     xchan *chans = (xchan *)c->xpool + (size_t)k * (size_t)c->nchannels;
+    if (nops == 1 && prep_take(c, &xs[k], &ops[k], chans))
+      continue; /* the last call again: no schedule set-up */
     res = xop_prepare(c, &xs[k], &ops[k], chans, parts ? parts[k] : NULL);
+    if (res == BRAID_SUCCESS && nops == 1)
+      prep_keep(c, &xs[k], &ops[k]);
   }
   if (parts != stack_parts)
     free(parts);
