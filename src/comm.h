@@ -63,10 +63,9 @@ typedef struct sched_cache_entry {
   const void *key;  /* the gen_desc that made s, or the file's schedule */
   const void *view; /* the sched_view it was generated on */
   sched *s;
-  /* Per step of this rank's channels (channel after channel): does a later
-   * step overwrite what the step sends? [0] out of place, [1] in place.
-   * Sends of such "volatile" sources must not be single-copy. */
-  uint8_t *volatile_src[2];
+  /* Per step of this rank's channels (channel after channel), how it sends
+   * (EXEC_SEND_* bits, src/exec_int.h): [0] out of place, [1] in place. */
+  uint8_t *send_map[2];
   int borrowed; /* s belongs to c->file_scheds: not freed with the entry */
 } sched_cache_entry;
 

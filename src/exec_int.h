@@ -43,8 +43,8 @@ typedef struct xchan {
   int phase;
   int done;
   double w_lo, w_hi;
-  int whole;          /* one slice of the whole range: cptr's short way */
-  const uint8_t *vol; /* per step: EXEC_SEND_* bits (exec_volatile_map) */
+  int whole;           /* one slice of the whole range: cptr's short way */
+  const uint8_t *smap; /* per step: EXEC_SEND_* bits (exec_send_map) */
   int npend;
   /* what the channel waits for, for sleeping and for error messages */
   tp_conn *wait_conn;
@@ -191,8 +191,7 @@ braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops);
 #define EXEC_SEND_STAGE 2u
 braid_result exec_get_sched(braid_comm *c, exec_op *op,
                             sched_cache_entry **out);
-const uint8_t *exec_volatile_map(sched_cache_entry *e, const exec_op *op,
-                                 int rank);
+const uint8_t *exec_send_map(sched_cache_entry *e, const exec_op *op, int rank);
 /* Frees every cached schedule (comm_free; tests); a kept call made
  * from them is stale after (c->cache_gen). */
 void exec_sched_cache_clear(braid_comm *c);

@@ -21,6 +21,13 @@ static size_t coll_bytes(const exec_op *op) {
   return op->count * braid_dtype_size(op->dt);
 }
 
+static void entry_free(sched_cache_entry *e) {
+  if (!e->borrowed)
+    sched_free(e->s);
+  free(e->send_map[0]);
+  free(e->send_map[1]);
+}
+
 braid_result exec_get_sched(braid_comm *c, exec_op *op,
                             sched_cache_entry **out) {
   exec_plan pl;
@@ -70,10 +77,7 @@ braid_result exec_get_sched(braid_comm *c, exec_op *op,
           s->nchannels, plan_path_name(path), why, pl.gen_why, coll_bytes(op));
   }
   if (c->ncache == COMM_SCHED_CACHE) { /* evict the oldest */
-    if (!c->cache[0].borrowed)
-      sched_free(c->cache[0].s);
-    free(c->cache[0].volatile_src[0]);
-    free(c->cache[0].volatile_src[1]);
+    entry_free(&c->cache[0]);
     memmove(&c->cache[0], &c->cache[1],
             sizeof c->cache[0] * (COMM_SCHED_CACHE - 1));
     c->ncache--;
@@ -86,12 +90,8 @@ braid_result exec_get_sched(braid_comm *c, exec_op *op,
 }
 
 void exec_sched_cache_clear(braid_comm *c) {
-  for (int i = 0; i < c->ncache; i++) {
-    if (!c->cache[i].borrowed)
-      sched_free(c->cache[i].s);
-    free(c->cache[i].volatile_src[0]);
-    free(c->cache[i].volatile_src[1]);
-  }
+  for (int i = 0; i < c->ncache; i++)
+    entry_free(&c->cache[i]);
   c->ncache = 0;
   c->cache_gen++;
 }
@@ -231,11 +231,11 @@ static int peer_reduces(const sched *s, int rank, int ch, int i) {
   return 0;
 }
 
-const uint8_t *exec_volatile_map(sched_cache_entry *e, const exec_op *op,
-                                 int rank) {
+const uint8_t *exec_send_map(sched_cache_entry *e, const exec_op *op,
+                             int rank) {
   int ip = op->inplace ? 1 : 0;
-  if (e->volatile_src[ip] != NULL)
-    return e->volatile_src[ip];
+  if (e->send_map[ip] != NULL)
+    return e->send_map[ip];
   const sched *s = e->s;
   size_t total = 0;
   for (int ch = 0; ch < s->nchannels; ch++)
@@ -256,7 +256,7 @@ const uint8_t *exec_volatile_map(sched_cache_entry *e, const exec_op *op,
                     (stage ? EXEC_SEND_STAGE : 0));
     }
   }
-  e->volatile_src[ip] = m;
+  e->send_map[ip] = m;
   return m;
 }
 

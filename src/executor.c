@@ -120,7 +120,7 @@ static int pend_room(braid_comm *c, xchan *h) {
 
 static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
                    const char *p, size_t len) {
-  unsigned f = h->vol != NULL ? h->vol[h->step] : 0u;
+  unsigned f = h->smap != NULL ? h->smap[h->step] : 0u;
   int r = pend_room(c, h);
   if (r != BRAID_SUCCESS)
     return r;
@@ -413,7 +413,7 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
   CHECKR(exec_get_sched(c, op, &e));
   x->s = e->s;
   const sched *s = x->s;
-  const uint8_t *vol = exec_volatile_map(e, op, c->rank);
+  const uint8_t *smap = exec_send_map(e, op, c->rank);
   x->K = s->chunks_per_block;
   x->me = c->rank;
   if (s->scratch_blocks > 0 && part != NULL) {
@@ -437,9 +437,9 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
     const sched_channel *sc = sched_chan_c(s, x->me, ch);
     chan_init(c, x, &x->chans[ch], sc, ch, ch,
               s->route != NULL ? s->route[ch] : SCHED_ROUTE_ANY, w, wn);
-    x->chans[ch].vol = vol;
-    if (vol != NULL)
-      vol += sc->nsteps;
+    x->chans[ch].smap = smap;
+    if (smap != NULL)
+      smap += sc->nsteps;
     w = wn;
   }
   return BRAID_SUCCESS;

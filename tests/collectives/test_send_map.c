@@ -1,5 +1,5 @@
 /*
- * The executor's send map (src/exec_sched.c exec_volatile_map): per step of
+ * The executor's send map (src/exec_sched.c exec_send_map): per step of
  * a rank's channels, EXEC_SEND_VOLATILE where a later step overwrites what
  * the step sends, and EXEC_SEND_STAGE where, in a large call, the sender
  * copies the data into the transport's buffers instead of letting the
@@ -23,7 +23,7 @@ static int send_bits(sched *s, const exec_op *op, int rank, unsigned *bits,
   sched_cache_entry e;
   memset(&e, 0, sizeof e);
   e.s = s;
-  const uint8_t *m = exec_volatile_map(&e, op, rank);
+  const uint8_t *m = exec_send_map(&e, op, rank);
   cr_assert_not_null(m, "no send map");
   int n = 0;
   size_t o = 0;
@@ -44,8 +44,8 @@ static int send_bits(sched *s, const exec_op *op, int rank, unsigned *bits,
       bits[n++] = m[o];
     }
   }
-  free(e.volatile_src[0]);
-  free(e.volatile_src[1]);
+  free(e.send_map[0]);
+  free(e.send_map[1]);
   return n;
 }
 
