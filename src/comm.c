@@ -13,6 +13,7 @@
 
 #include "collectives/plan.h"
 #include "collectives/select.h"
+#include "device/cuda_dev.h"
 #include "src/comm_dev.h"
 #include "src/config.h"
 #include "src/doctor.h"
@@ -280,6 +281,11 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
       WARN(LOG_INIT, "%s", err_msg());
     }
   }
+  /* The CUDA runtime looks for a driver once per process: on a host
+   * without one it tries libcuda.so.1 in every library directory, 0.25 to
+   * 0.6 ms. Every call asks whether its buffers are on a device
+   * (src/api.c), so asked here the search costs init, not the first call. */
+  (void)cudev_count();
   braid_result r = comm_view_setup(c);
   if (r == BRAID_SUCCESS)
     r = setup_transports(c);
@@ -295,9 +301,10 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
   INFO(LOG_INIT, "comm %s: rank %d of %d, %d channels, transports: %s", c->name,
        c->rank, c->nranks, c->nchannels, names[0] ? names : "none");
   *out = c;
-  r = exec_wait_settle(c);
-  if (r == BRAID_SUCCESS) /* after the settling rounds: a user's calls only */
-    r = flight_new(c);
+  r = flight_new(c);
+  if (r == BRAID_SUCCESS)
+    r = exec_wait_settle(c);
+  flight_forget(c); /* the settling rounds: a user's calls only */
   if (r != BRAID_SUCCESS)
     WARN(LOG_INIT, "%s", c->last_error);
   return r;

@@ -148,7 +148,13 @@ braid_result flight_new(braid_comm *c) {
   if (n <= 0)
     return BRAID_SUCCESS;
   struct flight *f = calloc(1, sizeof *f);
-  flight_rec *recs = calloc((size_t)n, sizeof *recs);
+  /* written now, not left to calloc: fresh pages, each mapped by the call
+   * that first writes a record on it, cost the first calls a page fault
+   * each (tens of us where a virtual machine backs new memory lazily) */
+  flight_rec *recs = malloc((size_t)n * sizeof *recs);
+  if (recs != NULL) /* not memset: a compiler may fold malloc+memset into
+                     * calloc, which writes nothing */
+    explicit_bzero(recs, (size_t)n * sizeof *recs);
   if (f == NULL || recs == NULL) {
     free(f);
     free(recs);
@@ -167,6 +173,14 @@ braid_result flight_new(braid_comm *c) {
   sig_setup();
   pthread_mutex_unlock(&reg_lock);
   return BRAID_SUCCESS;
+}
+
+void flight_forget(braid_comm *c) {
+  struct flight *f = c->flight;
+  if (f == NULL)
+    return;
+  f->calls = 0;
+  memset(f->recs, 0, (size_t)f->n * sizeof *f->recs);
 }
 
 void flight_free(braid_comm *c) {

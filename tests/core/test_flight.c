@@ -107,6 +107,41 @@ Test(flight, last_calls_in_order, .timeout = 60) {
   }
 }
 
+/* The rounds braid_comm_init runs at its end (ranks of one host settle on
+ * their CPUs) are not a user's calls: the recorder holds only these two. */
+static int rank_two_calls(int rank, int n, const braid_unique_id *id, void *arg,
+                          char *msg, size_t len) {
+  (void)arg;
+  braid_comm *c = init(rank, n, id);
+  if (c == NULL)
+    return 1;
+  float buf[8] = {0};
+  if (braid_allreduce(buf, buf, 8, BRAID_FLOAT32, BRAID_SUM, c, NULL) ||
+      braid_barrier(c, NULL))
+    return 2;
+  char path[128];
+  snprintf(path, sizeof path, "%s/two.r%d.jsonl", dir, rank);
+  braid_result r = braid_comm_flight_dump(c, path);
+  snprintf(msg, len, "%s", braid_comm_last_error(c));
+  braid_comm_destroy(c);
+  return r == BRAID_SUCCESS ? 0 : 4;
+}
+
+Test(flight, init_rounds_not_recorded, .timeout = 60) {
+  setenv("BRAID_FLIGHT_RECORDER", "16", 1);
+  braid_unique_id id;
+  start(&id);
+  cr_assert_eq(run_ranks(2, &id, rank_two_calls, NULL, 40000, NULL), 0);
+  for (int r = 0; r < 2; r++) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/two.r%d.jsonl", dir, r);
+    const char *s = slurp(path);
+    cr_expect_eq(count_of(s, "\"seq\":"), 2, "%s", s);
+    cr_expect(strstr(s, "\"seq\":1,\"kind\":\"allreduce\"") != NULL, "%s", s);
+    cr_expect(strstr(s, "\"kind\":\"allgather\"") == NULL, "%s", s);
+  }
+}
+
 /* ---- a peer that died --------------------------------------------------- */
 
 static int rank_dies(int rank, int n, const braid_unique_id *id, void *arg,
