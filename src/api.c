@@ -155,7 +155,8 @@ static braid_result check_op(braid_comm *c, exec_op *op, int reduces) {
   size_t es = braid_dtype_size(op->dt);
   int ib = sched_in_blocks(op->coll, n), ob = sched_out_blocks(op->coll, n);
   int blocks = ib > ob ? ib : ob;
-  if (op->count > SIZE_MAX / es / (size_t)blocks / 2)
+  size_t total; /* a product, not divisions: this check runs per call */
+  if (__builtin_mul_overflow(op->count, es * (size_t)blocks * 2, &total))
     return bad(c, fn,
                "count is %zu, which overflows the buffer size (%d blocks of "
                "%zu-byte %s)",

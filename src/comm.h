@@ -40,7 +40,8 @@ typedef struct exec_op {
    * count_want and fails with BRAID_ERR_MISMATCH when they differ */
   int is_count;
   uint64_t count_msg, count_want;
-  uint64_t flight; /* its flight recorder record (src/flight.c), 0: none */
+  uint64_t flight;      /* its flight recorder record (src/flight.c), 0: none */
+  uint32_t flight_slot; /* where that record is in the recorder */
   /* a pre-multiplied sum (src/premul.h): op is BRAID_SUM and each rank's
    * input is first multiplied by this op's scalar */
   const struct premul_op *premul;

@@ -57,7 +57,10 @@ typedef struct flight_rec {
 
 struct flight {
   int n;
-  uint64_t calls; /* calls recorded so far */
+  /* calls recorded so far, and the record the next one takes: written by
+   * the thread that makes calls (one at a time), read by a dump */
+  uint64_t calls;
+  uint32_t next;
   flight_rec *recs;
 };
 
@@ -180,6 +183,7 @@ void flight_forget(braid_comm *c) {
   if (f == NULL)
     return;
   f->calls = 0;
+  f->next = 0;
   memset(f->recs, 0, (size_t)f->n * sizeof *f->recs);
 }
 
@@ -203,7 +207,7 @@ static flight_rec *rec_of(braid_comm *c, const exec_op *op) {
   struct flight *f = c->flight;
   if (f == NULL || op->flight == 0)
     return NULL;
-  flight_rec *r = &f->recs[(op->flight - 1) % (uint64_t)f->n];
+  flight_rec *r = &f->recs[op->flight_slot];
   return r->index == op->flight ? r : NULL;
 }
 
@@ -211,27 +215,31 @@ void flight_queued(braid_comm *c, exec_op *op) {
   struct flight *f = c->flight;
   if (f == NULL)
     return;
-  uint64_t index = __atomic_add_fetch(&f->calls, 1, __ATOMIC_RELAXED);
-  flight_rec *r = &f->recs[(index - 1) % (uint64_t)f->n];
-  *r = (flight_rec){.index = index,
-                    .seq = op->seq,
-                    .count = op->count,
-                    .fp = check_call_fp(op),
-                    .coll = (int32_t)op->coll,
-                    .dt = (int32_t)op->dt,
-                    .op = (int32_t)op->op,
-                    .root = op->root,
-                    .barrier = op->is_barrier,
-                    .stream = op->stream == NULL         ? 0
-                              : op->stream->cuda == NULL ? 1
-                                                         : 2,
-                    .state = FL_QUEUED,
-                    .waits_on = -1,
-                    .channel = -1,
-                    .step = -1,
-                    .prim = -1,
-                    .t_queued = now_real_us()};
+  /* Per call, so kept cheap (a 0.15 us call spent 0.016 us here): no
+   * locked add (calls come from one thread at a time), no division, and
+   * each field stored once rather than the record zeroed first. */
+  uint64_t index = __atomic_load_n(&f->calls, __ATOMIC_RELAXED) + 1;
+  __atomic_store_n(&f->calls, index, __ATOMIC_RELAXED);
+  uint32_t slot = f->next;
+  f->next = slot + 1 == (uint32_t)f->n ? 0 : slot + 1;
+  flight_rec *r = &f->recs[slot];
+  r->index = index;
+  r->seq = op->seq;
+  r->count = op->count;
+  r->fp = check_call_fp(op);
+  r->coll = (int32_t)op->coll;
+  r->dt = (int32_t)op->dt;
+  r->op = (int32_t)op->op;
+  r->root = op->root;
+  r->barrier = op->is_barrier;
+  r->stream = op->stream == NULL ? 0 : op->stream->cuda == NULL ? 1 : 2;
+  r->state = FL_QUEUED;
+  r->waits_on = r->channel = r->step = r->prim = -1;
+  r->result = 0;
+  r->t_queued = now_real_us();
+  r->t_started = r->t_done = 0;
   op->flight = index;
+  op->flight_slot = slot;
 }
 
 void flight_started(braid_comm *c, const exec_op *op) {
