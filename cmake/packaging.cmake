@@ -45,6 +45,10 @@ set(CPACK_COMPONENT_TORCH_DESCRIPTION
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
   "libbraid0 (= ${braid_deb_version}), libhwloc-dev, libfabric-dev, libibverbs-dev")
 set(CPACK_DEBIAN_TOOLS_PACKAGE_DEPENDS "libbraid0 (= ${braid_deb_version})")
+# libfabric is opened at run time, when a communicator spans hosts
+# (transports/ofi/ofi_lib.c), so dpkg-shlibdeps does not see it: without
+# it the ofi transport reports itself unavailable and tcp serves.
+set(CPACK_DEBIAN_LIB_PACKAGE_RECOMMENDS "libfabric1")
 set(CPACK_DEBIAN_TORCH_PACKAGE_DEPENDS
   "libbraid0 (= ${braid_deb_version}), python3-torch")
 # dpkg-shlibdeps must find libbraid.so.0 for the packages that link it: the

@@ -57,6 +57,8 @@ deps=$(dpkg-deb -f "$scratch"/debs/braid-tools_*.deb Depends)
 grep -q 'libbraid0 (= ' <<<"$deps" || { echo "FAIL: braid-tools does not depend on libbraid0: $deps"; exit 1; }
 deps=$(dpkg-deb -f "$scratch"/debs/libbraid0_*.deb Depends)
 grep -q 'libhwloc' <<<"$deps" || { echo "FAIL: libbraid0 lacks its hwloc dependency: $deps"; exit 1; }
+recs=$(dpkg-deb -f "$scratch"/debs/libbraid0_*.deb Recommends)
+grep -q 'libfabric1' <<<"$recs" || { echo "FAIL: libbraid0 does not recommend libfabric1 (opened at run time): $recs"; exit 1; }
 
 echo "-- dpkg -i"
 for d in "${debs[@]}"; do installed+=("$(dpkg-deb -f "$d" Package)"); done

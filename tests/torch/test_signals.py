@@ -1,10 +1,13 @@
-"""Importing braid_torch leaves the process's signals as Python set them:
-libbraid links libfabric, whose PSM providers' libinfinipath would replace
-the handlers of SIGINT, SIGTERM, SIGSEGV and others as it loads
-(transports/ofi/ofi_signals in ofi.c, bindings/torch/braid_torch). A child
-that imported braid_torch and sleeps gets SIGINT: it must raise
-KeyboardInterrupt (Python's handler), leave no backtrace file behind, and a
-SIGTERM must end it at once with the default action.
+"""Importing braid_torch leaves the process's signals as Python set them.
+Debian's libfabric links the PSM providers, whose libinfinipath replaces
+the handlers of SIGINT, SIGTERM, SIGSEGV and others as it loads; libbraid
+opens libfabric only when a communicator spans hosts, and then puts back
+what a handler of libinfinipath's replaced (transports/ofi/ofi_lib.c; its
+own test: transports_ofi loaded_on_first_use_without_provider_signals).
+A child that imported braid_torch must not have libfabric loaded; it
+sleeps and gets SIGINT: it must raise KeyboardInterrupt (Python's handler)
+and leave no backtrace file behind, and a SIGTERM must end it at once with
+the default action.
 
   test_signals.py
 """
@@ -19,6 +22,10 @@ import time
 CHILD = r"""
 import sys, time
 import braid_torch
+maps = open("/proc/self/maps").read()
+if "libfabric" in maps:
+    print("libfabric loaded by the import", flush=True)
+    sys.exit(4)
 print("ready", flush=True)
 try:
     time.sleep(30)
@@ -31,7 +38,7 @@ except KeyboardInterrupt:
 def run(sig):
     with tempfile.TemporaryDirectory() as cwd:
         env = dict(os.environ)
-        env.pop("IPATH_NO_BACKTRACE", None)  # the package must set it
+        env.pop("IPATH_NO_BACKTRACE", None)  # libinfinipath's own switch
         p = subprocess.Popen([sys.executable, "-c", CHILD], cwd=cwd, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)

@@ -544,10 +544,33 @@ Test(transports_ofi, isend_copy_and_flush_tcp) {
   expect_ok(&j, 60000);
 }
 
-/* Loading braid (and so libfabric and its PSM providers) leaves no signal
- * handler of libinfinipath's in the process: it would write a backtrace
- * file and exit() inside the handler (transports/ofi/ofi.c). */
-Test(transports_ofi, no_provider_signal_handlers) {
+/* libfabric is not loaded with braid (its PSM providers' constructors cost
+ * every process 0.2 s at start), only once the ofi transport looks for a
+ * provider; loading it then leaves no signal handler of libinfinipath's in
+ * the process (it would write a backtrace file and exit() inside the
+ * handler), and a handler of the program's own stays (transports/ofi/
+ * ofi_lib.c). Each test runs in a process of its own. */
+static void own_handler(int sig) { (void)sig; }
+
+static int fabric_loaded(void) {
+  void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (h != NULL)
+    dlclose(h);
+  return h != NULL;
+}
+
+Test(transports_ofi, loaded_on_first_use_without_provider_signals) {
+  cr_assert_not(fabric_loaded(), "libfabric was loaded before any ofi use");
+  struct sigaction mine;
+  memset(&mine, 0, sizeof mine);
+  mine.sa_handler = own_handler;
+  sigemptyset(&mine.sa_mask);
+  cr_assert_eq(sigaction(SIGTERM, &mine, NULL), 0);
+  tp_settings set;
+  cfg_tp_settings(&set);
+  char name[64];
+  (void)ofi_probe_fast(&set, name, sizeof name);
+  cr_assert(fabric_loaded(), "the ofi probe did not load libfabric");
   static const int sigs[] = {SIGINT, SIGILL, SIGABRT, SIGBUS, SIGSEGV, SIGTERM};
   int checked = 0;
   for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
@@ -563,4 +586,8 @@ Test(transports_ofi, no_provider_signal_handlers) {
     checked++;
   }
   cr_expect_eq(checked, 6);
+  struct sigaction term;
+  cr_assert_eq(sigaction(SIGTERM, NULL, &term), 0);
+  cr_expect(term.sa_handler == own_handler,
+            "the program's own SIGTERM handler was replaced");
 }

@@ -30,10 +30,8 @@
 #include "transports/ofi/ofi_int.h"
 #include "transports/transport.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +72,7 @@ int ofi_fail(tp_conn *c, int fierr, const char *what, const char *detail) {
     break;
   }
   (void)OERR(st, r, "ofi: %s with rank %d channel %d: %s%s%s", what, c->peer,
-             c->channel, fi_strerror(fierr),
+             c->channel, ofi_fn.strerror(fierr),
              detail != NULL && *detail ? ": " : "", detail ? detail : "");
   WARN(LOG_NET, "%s", st->why);
   if (c->err == 0)
@@ -142,7 +140,7 @@ int ofi_progress(ofi_state *st) {
     }
     if (n < 0)
       return OERR(st, BRAID_ERR_SYSTEM, "ofi: fi_cq_read: %s",
-                  fi_strerror((int)-n));
+                  ofi_fn.strerror((int)-n));
     for (ssize_t i = 0; i < n; i++) {
       ofi_op *op = ent[i].op_context;
       if (op == NULL)
@@ -452,7 +450,7 @@ void ofi_teardown(void *state) {
   if (st->fabric != NULL)
     fi_close(&st->fabric->fid);
   if (st->info != NULL)
-    fi_freeinfo(st->info);
+    ofi_fn.freeinfo(st->info);
   if (st->conns != NULL) {
     size_t n = (size_t)st->net.nranks * (size_t)st->net.nchannels;
     for (size_t i = 0; i < n; i++) {
@@ -556,34 +554,3 @@ const tp_ops tp_ofi = {
     .teardown = ofi_teardown,
     .flush = ofi_flush,
 };
-
-/* ---- what loading libfabric does to a process's signals, undone. Debian's
- * libfabric links the PSM providers, whose libinfinipath installs, from its
- * constructor, handlers for SIGINT, SIGILL, SIGABRT, SIGBUS, SIGSEGV and
- * SIGTERM that write a backtrace file into the working directory and call
- * exit() inside the handler (which can deadlock on a lock the interrupted
- * code held: a rank that ignores its launcher's SIGTERM). libinfinipath
- * skips this when IPATH_NO_BACKTRACE is set before it loads; a program
- * linked with libbraid cannot set it in time, so braid's constructor, which
- * runs after its dependencies' and before main, puts back the default
- * disposition of every signal whose handler lives in libinfinipath. Hosts
- * that load braid later (Python: braid_torch) set IPATH_NO_BACKTRACE first.
- */
-#ifdef BRAID_HAVE_OFI
-__attribute__((constructor)) static void ofi_undo_provider_signals(void) {
-  static const int sigs[] = {SIGINT, SIGILL, SIGABRT, SIGBUS, SIGSEGV, SIGTERM};
-  for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
-    struct sigaction sa;
-    if (sigaction(sigs[i], NULL, &sa) != 0 || sa.sa_handler == SIG_DFL ||
-        sa.sa_handler == SIG_IGN)
-      continue;
-    Dl_info di;
-    void *fn = (sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction
-                                          : (void *)sa.sa_handler;
-    if (dladdr(fn, &di) == 0 || di.dli_fname == NULL ||
-        strstr(di.dli_fname, "libinfinipath") == NULL)
-      continue;
-    signal(sigs[i], SIG_DFL);
-  }
-}
-#endif

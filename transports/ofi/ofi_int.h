@@ -97,6 +97,23 @@ struct ofi_state {
   char why[TP_WHY];  /* the last failure's message (tp_keep) */
 };
 
+/* The functions of libfabric's that are symbols, set by ofi_lib_load
+ * (transports/ofi/ofi_lib.c), which opens libfabric on first use:
+ * BRAID_SUCCESS, or BRAID_ERR_UNSUPPORTED with why recorded. Every other
+ * fi_* call is inline, through the objects these return. */
+typedef struct ofi_lib {
+  int (*getinfo)(uint32_t version, const char *node, const char *service,
+                 uint64_t flags, const struct fi_info *hints,
+                 struct fi_info **info);
+  void (*freeinfo)(struct fi_info *info);
+  struct fi_info *(*dupinfo)(const struct fi_info *info);
+  int (*fabric)(struct fi_fabric_attr *attr, struct fid_fabric **fabric,
+                void *context);
+  const char *(*strerror)(int errnum);
+} ofi_lib;
+extern ofi_lib ofi_fn;
+braid_result ofi_lib_load(void);
+
 /* A failure of state st: records the message (ERR) and keeps it in
  * st->why, which a broken connection records again (OREPEAT). */
 #define OERR(st, code, ...) tp_keep((st)->why, ERR((code), __VA_ARGS__))

@@ -133,7 +133,9 @@ static struct fi_info *ofi_choose(struct fi_info *list,
 /* The providers with reliable tagged messaging; NULL, with its message
  * recorded, when there are none. */
 static struct fi_info *ofi_list(void) {
-  struct fi_info *hints = fi_allocinfo();
+  if (ofi_lib_load() != BRAID_SUCCESS)
+    return NULL;
+  struct fi_info *hints = ofi_fn.dupinfo(NULL);
   if (hints == NULL) {
     (void)ERR(BRAID_ERR_NOMEM, "ofi: out of memory");
     return NULL;
@@ -146,14 +148,14 @@ static struct fi_info *ofi_list(void) {
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   hints->tx_attr->op_flags = FI_TRANSMIT_COMPLETE;
   struct fi_info *list = NULL;
-  int rc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL,
-                      NULL, 0, hints, &list);
-  fi_freeinfo(hints);
+  int rc = ofi_fn.getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL,
+                          NULL, 0, hints, &list);
+  ofi_fn.freeinfo(hints);
   if (rc != 0 || list == NULL) {
     (void)ERR(BRAID_ERR_UNSUPPORTED,
               "ofi: fi_getinfo found no provider with reliable tagged "
               "messaging: %s",
-              fi_strerror(-rc));
+              ofi_fn.strerror(-rc));
     return NULL;
   }
   return list;
@@ -173,7 +175,7 @@ int ofi_probe_fast(const tp_settings *set, char *name, size_t len) {
     fast = !ofi_socket_prov(pick->fabric_attr->prov_name) &&
            ofi_prov_rank(pick->fabric_attr->prov_name) >= 0;
   }
-  fi_freeinfo(list);
+  ofi_fn.freeinfo(list);
   return fast;
 }
 
@@ -184,11 +186,11 @@ static int ofi_open(ofi_state *st, ofi_blob *me, const tp_settings *set) {
   int rc;
   struct fi_info *pick = ofi_choose(list, set);
   if (pick == NULL) {
-    fi_freeinfo(list);
+    ofi_fn.freeinfo(list);
     return BRAID_ERR_UNSUPPORTED;
   }
-  st->info = fi_dupinfo(pick);
-  fi_freeinfo(list);
+  st->info = ofi_fn.dupinfo(pick);
+  ofi_fn.freeinfo(list);
   if (st->info == NULL)
     return ERR(BRAID_ERR_NOMEM, "ofi: out of memory");
   struct fi_info *fi = st->info;
@@ -197,7 +199,7 @@ static int ofi_open(ofi_state *st, ofi_blob *me, const tp_settings *set) {
   st->max_msg = fi->ep_attr->max_msg_size;
   st->cq_data = fi->domain_attr->cq_data_size >= sizeof(uint64_t);
   const char *step = "fi_fabric";
-  rc = fi_fabric(fi->fabric_attr, &st->fabric, NULL);
+  rc = ofi_fn.fabric(fi->fabric_attr, &st->fabric, NULL);
   if (rc == 0) {
     step = "fi_domain";
     rc = fi_domain(st->fabric, fi, &st->domain, NULL);
@@ -248,7 +250,7 @@ static int ofi_open(ofi_state *st, ofi_blob *me, const tp_settings *set) {
   if (rc != 0)
     return ERR(BRAID_ERR_SYSTEM, "ofi: %s on provider %s domain %s: %s", step,
                fi->fabric_attr->prov_name, fi->domain_attr->name,
-               fi_strerror(-rc));
+               ofi_fn.strerror(-rc));
   me->addrlen = (uint32_t)alen;
   snprintf(me->prov, sizeof(me->prov), "%s", fi->fabric_attr->prov_name);
   if (st->mr_local)
@@ -344,7 +346,7 @@ static int ofi_hello(ofi_state *st, int timeout_ms) {
   if (e != 0)
     r = ERR(e == FI_ETIMEDOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_REMOTE,
             "ofi: %s rank %d at setup: %s", what, bad,
-            e == FI_ETIMEDOUT ? "timed out" : fi_strerror(e));
+            e == FI_ETIMEDOUT ? "timed out" : ofi_fn.strerror(e));
   int pending = 0;
   for (int i = 0; i < 2 * k; i++) {
     pending |= ops[i].posted && !ops[i].done;

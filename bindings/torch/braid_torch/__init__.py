@@ -9,17 +9,12 @@ Importing this package registers the backend name "braid"::
 See docs/TORCH.md for the operations, dtypes and reduce ops it supports.
 """
 
-import os
-
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as _dist
 
-# libbraid links libfabric, whose PSM providers' libinfinipath replaces the
-# handlers of SIGINT, SIGTERM, SIGSEGV and others as it loads (Python's
-# KeyboardInterrupt included) unless this is set first
-# (transports/ofi/ofi_signals.c).
-os.environ.setdefault("IPATH_NO_BACKTRACE", "1")
-
+# libbraid opens libfabric only when a group spans hosts, and then puts
+# back any signal handler its PSM providers replace (Python's
+# KeyboardInterrupt included): transports/ofi/ofi_lib.c.
 from ._C import ProcessGroupBraid, braid_version  # noqa: E402
 
 __all__ = ["ProcessGroupBraid", "braid_version", "BACKEND"]
