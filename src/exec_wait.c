@@ -391,7 +391,8 @@ braid_result exec_wait_settle(braid_comm *c) {
    * one CPU part here whatever their transport: shm peers find it in their
    * waits as well (a note in the segment), tcp peers would not, and a new
    * process often starts on a CPU another rank holds (libfabric's psm
-   * providers narrow a process to CPU 0 for a moment while they load: 2
+   * providers narrow a process to CPU 0 for a moment while they load, now
+   * only in a communicator that spans hosts, transports/ofi/ofi_lib.c: 2
    * tcp ranks then took 58 us per 8-byte call, for hundreds of calls). */
   int32_t *cpus = calloc((size_t)c->nranks, sizeof *cpus);
   if (cpus == NULL)
