@@ -61,6 +61,18 @@ static braid_comm *init(int rank, int n, const braid_unique_id *id) {
 
 /* ---- calls that went well ----------------------------------------------- */
 
+/* Dumps c's recorder to <dir>/<name>.r<rank>.jsonl and destroys c: 0, or 4
+ * with the error in msg. */
+static int dump_and_destroy(braid_comm *c, const char *name, int rank,
+                            char *msg, size_t len) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/%s.r%d.jsonl", dir, name, rank);
+  braid_result r = braid_comm_flight_dump(c, path);
+  snprintf(msg, len, "%s", braid_comm_last_error(c));
+  braid_comm_destroy(c);
+  return r == BRAID_SUCCESS ? 0 : 4;
+}
+
 static int rank_calls(int rank, int n, const braid_unique_id *id, void *arg,
                       char *msg, size_t len) {
   (void)arg;
@@ -73,12 +85,7 @@ static int rank_calls(int rank, int n, const braid_unique_id *id, void *arg,
       return 2;
   if (braid_broadcast(buf, buf, 8, BRAID_FLOAT32, 1, c, NULL))
     return 3;
-  char path[128];
-  snprintf(path, sizeof path, "%s/api.r%d.jsonl", dir, rank);
-  braid_result r = braid_comm_flight_dump(c, path);
-  snprintf(msg, len, "%s", braid_comm_last_error(c));
-  braid_comm_destroy(c);
-  return r == BRAID_SUCCESS ? 0 : 4;
+  return dump_and_destroy(c, "api", rank, msg, len);
 }
 
 Test(flight, last_calls_in_order, .timeout = 60) {
@@ -119,12 +126,7 @@ static int rank_two_calls(int rank, int n, const braid_unique_id *id, void *arg,
   if (braid_allreduce(buf, buf, 8, BRAID_FLOAT32, BRAID_SUM, c, NULL) ||
       braid_barrier(c, NULL))
     return 2;
-  char path[128];
-  snprintf(path, sizeof path, "%s/two.r%d.jsonl", dir, rank);
-  braid_result r = braid_comm_flight_dump(c, path);
-  snprintf(msg, len, "%s", braid_comm_last_error(c));
-  braid_comm_destroy(c);
-  return r == BRAID_SUCCESS ? 0 : 4;
+  return dump_and_destroy(c, "two", rank, msg, len);
 }
 
 Test(flight, init_rounds_not_recorded, .timeout = 60) {
