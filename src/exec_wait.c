@@ -380,8 +380,18 @@ braid_result exec_wait_settle(braid_comm *c) {
     wait_count(c);
   /* collective: every rank decides alike, from the host map alone (not from
    * its CPUs or its BRAID_UNSTACK, which may differ between ranks) */
-  if (!c->wait.shared_host)
-    return BRAID_SUCCESS;
+  uint64_t seq = c->coll_seq; /* a user's first call stays #1 */
+  if (!c->wait.shared_host) {
+    /* one round all the same: the ranks leave init together, and the call
+     * path (arguments, queue, executor, planner) has run once in this
+     * process, so that a user's first call does not pay for its first use
+     * (a one-rank communicator's first call took 70 to 500 us) */
+    uint8_t mine = 0, any = 0;
+    braid_result r =
+        braid_allreduce(&mine, &any, 1, BRAID_UINT8, BRAID_MAX, c, NULL);
+    c->coll_seq = seq;
+    return r;
+  }
   /* Rounds of "did anyone move in the last round?" until one says no. A
    * rank asleep in the first (the others still connecting) is woken ~50 us
    * after the others leave it, and a rank that moves pays the wake-up of
@@ -400,7 +410,6 @@ braid_result exec_wait_settle(braid_comm *c) {
                      "braid_comm_init: no memory for the CPUs of %d ranks",
                      c->nranks);
   uint8_t any = 1;
-  uint64_t seq = c->coll_seq; /* a user's first call stays #1 */
   braid_result r = BRAID_SUCCESS;
   for (int round = 0; round < 4 && (round < 2 || any); round++) {
     int32_t cpu = sched_getcpu();
