@@ -239,6 +239,9 @@ static braid_result check_overlap(braid_comm *c, exec_op *op) {
 /* Host or device: every buffer of a call on the same side (and GPU); sets
  * op->dev. A CUDA stream takes device buffers only (as NCCL's calls). */
 static braid_result classify(braid_comm *c, exec_op *op) {
+  op->dev = -1;
+  if (c->host_only) /* and no stream can wrap a CUDA stream (src/stream.c) */
+    return BRAID_SUCCESS;
   const char *fn = op->name;
   int n = c->nranks, me = c->rank;
   int use_in = sched_uses_in(op->coll, op->root, me) &&
@@ -248,7 +251,6 @@ static braid_result classify(braid_comm *c, exec_op *op) {
   const void *ptr[2] = {use_in ? op->in : NULL, use_out ? op->out : NULL};
   static const char *names[2] = {"sendbuf", "recvbuf"};
   int kind[2] = {-1, -1}, gpu[2] = {-1, -1};
-  op->dev = -1;
   for (int i = 0; i < 2; i++) {
     if (ptr[i] == NULL)
       continue;

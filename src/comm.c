@@ -284,8 +284,9 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
   /* The CUDA runtime looks for a driver once per process: on a host
    * without one it tries libcuda.so.1 in every library directory, 0.25 to
    * 0.6 ms. Every call asks whether its buffers are on a device
-   * (src/api.c), so asked here the search costs init, not the first call. */
-  (void)cudev_count();
+   * (src/api.c), so asked here the search costs init, not the first call;
+   * where the answer is none, the calls need not ask at all. */
+  c->host_only = cudev_count() == 0;
   braid_result r = comm_view_setup(c);
   if (r == BRAID_SUCCESS)
     r = setup_transports(c);

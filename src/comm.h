@@ -84,6 +84,10 @@ struct braid_comm {
   char algo[128];
   char transport_forced[16];
 
+  /* no CUDA device is visible to this process (cudev_count() answered 0
+   * at init, and keeps that answer): every buffer is host memory */
+  int host_only;
+
   /* transports */
   int ntp;
   const tp_ops *tp[COMM_MAX_TRANSPORTS];

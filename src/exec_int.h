@@ -67,9 +67,10 @@ typedef struct xop {
   int nch;
   int done;
   int is_p2p;
-  int dev;    /* -1: host buffers; else device buffers, moved directly */
-  int fp_set; /* the transports carry its fingerprint (tp_ops.set_fp) */
-  int large;  /* blocks of at least BRAID_SHM_CMA_MAX: EXEC_SEND_STAGE holds */
+  int dev;     /* -1: host buffers; else device buffers, moved directly */
+  int fp_set;  /* the transports carry its fingerprint (tp_ops.set_fp) */
+  uint64_t fp; /* that fingerprint (check_call_fp), once fp_set */
+  int large;   /* blocks of at least BRAID_SHM_CMA_MAX: EXEC_SEND_STAGE holds */
 } xop;
 
 int64_t exec_now_us(void);

@@ -530,7 +530,7 @@ static braid_result wait_cycle(braid_comm *c, xop *xs, int nops,
   void *st = c->tp_state[ti];
   if (t->note_wait == NULL || t->peer_wait == NULL || t->quiet == NULL)
     return BRAID_SUCCESS;
-  uint64_t fp = x->is_p2p ? 0 : check_call_fp(x->op);
+  uint64_t fp = x->is_p2p ? 0 : x->fp_set ? x->fp : check_call_fp(x->op);
   if (w->noted_tp != ti || w->noted_on != p) {
     if (w->noted_tp >= 0 && w->noted_tp != ti)
       exec_wait_done(c, w);

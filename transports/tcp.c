@@ -154,6 +154,7 @@ static int conn_flush(tp_conn *c) {
       c->written = m->ticket;
       if (m->copied) {
         c->staged -= m->len;
+        c->s->staged -= m->len;
         m->copied = 0;
         if (m->copy_cap > c->s->slot_bytes) { /* keep only slot-sized ones */
           free(m->copy);
@@ -282,6 +283,7 @@ static int tcp_isend_copy(tp_conn *c, const void *src, size_t len,
   m->off -= done;
   m->copied = 1;
   c->staged += rest;
+  s->staged += rest;
   return BRAID_SUCCESS;
 }
 
@@ -313,6 +315,8 @@ int tcp_flush(void *state) {
   if (s == NULL)
     return BRAID_SUCCESS;
   flush_all(s);
+  if (s->staged == 0) /* per call: no walk over every connection */
+    return BRAID_SUCCESS;
   size_t nconn = (size_t)s->nranks * (size_t)s->nchannels;
   int again = 0;
   for (size_t i = 0; i < nconn; i++) {

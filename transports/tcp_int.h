@@ -106,6 +106,7 @@ struct tcp_state {
   tp_conn **conns; /* [peer * nchannels + channel] */
   tp_conn **flush; /* connections with queued sends */
   int nflush;
+  size_t staged;      /* bytes of queued copies, every connection's together */
   int32_t *pids;      /* per rank, from the bootstrap */
   uint8_t *same_host; /* per rank */
   struct pollfd *pfd;
