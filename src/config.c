@@ -123,7 +123,7 @@ static void cfg_fill(cfg_env *c) {
   c->nslots = env_int("BRAID_NSLOTS", 8, 2, 64);
   c->slice_bytes = env_size("BRAID_SLICE", 0);
   c->shm_cma = env_int("BRAID_SHM_CMA", 1, 0, 1);
-  c->cma_threshold = env_size("BRAID_SHM_CMA_THRESHOLD", (size_t)64 << 10);
+  c->cma_threshold = env_size("BRAID_SHM_CMA_THRESHOLD", 0); /* 0: by CPUs */
   c->cma_max = env_size("BRAID_SHM_CMA_MAX", (size_t)32 << 20);
   c->spin_us = env_int("BRAID_SPIN_US", 50, 0, 1000000);
   c->yield_us = env_int("BRAID_YIELD_US", 2000, 0, 10000000);

@@ -20,7 +20,7 @@ typedef struct cfg_env {
   int nslots;                /* BRAID_NSLOTS, default 8 */
   size_t slice_bytes;        /* BRAID_SLICE: pipeline slice (0 = auto) */
   int shm_cma;               /* BRAID_SHM_CMA: single-copy, default 1 */
-  size_t cma_threshold;      /* BRAID_SHM_CMA_THRESHOLD */
+  size_t cma_threshold;      /* BRAID_SHM_CMA_THRESHOLD, 0: shm_cma_default */
   size_t cma_max;            /* BRAID_SHM_CMA_MAX (0: no limit) */
   int spin_us;               /* BRAID_SPIN_US: spin before yielding */
   int yield_us;              /* BRAID_YIELD_US: poll with yields, then sleep */

@@ -356,7 +356,7 @@ static void check_cma(const doc_opts *o, const shape *s, doc_report *r) {
   char cost[256];
   snprintf(cost, sizeof cost, cost_fmt,
            doc_bytes(env->cma_threshold ? env->cma_threshold
-                                        : SHM_DEFAULT_CMA_THRESHOLD,
+                                        : shm_cma_default(s->local),
                      b1, sizeof b1));
   if (!env->shm_cma) {
     doc_add(r, "cma", DOC_OK, NULL,

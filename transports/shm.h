@@ -59,7 +59,13 @@
 #define SHM_KIND_CMA 2u
 #define SHM_INLINE 24 /* bytes of data a slot header holds (shm_slot.inl) */
 #define SHM_PIECE (64 * 1024) /* CMA reduce: bytes read per piece */
+/* BRAID_SHM_CMA_THRESHOLD's default: single copy from 16 KiB where the
+ * host's ranks of the communicator have a CPU each, from 64 KiB where they
+ * share CPUs (shm_cma_default; docs/PERFORMANCE.md, "Single copy from 16
+ * KiB"). */
+#define SHM_CMA_THRESHOLD_OWN_CPU (16 * 1024)
 #define SHM_DEFAULT_CMA_THRESHOLD (64 * 1024)
+size_t shm_cma_default(int nlocal);
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,
                "shm needs lock-free 32- and 64-bit atomics");

@@ -73,7 +73,7 @@ typedef struct tp_conn tp_conn; /* one per (peer, channel), transport-owned */
  * heartbeats off, ib_gid_index 0 picks GID 0). */
 typedef struct tp_settings {
   int shm_cma;               /* shm: BRAID_SHM_CMA, 1 single-copy (default) */
-  size_t cma_threshold;      /* shm: BRAID_SHM_CMA_THRESHOLD, 0: 64K */
+  size_t cma_threshold;      /* shm: BRAID_SHM_CMA_THRESHOLD, 0: 16K or 64K */
   int heartbeat_ms;          /* tcp: BRAID_HEARTBEAT_MS (1000), 0: off */
   const char *socket_ifname; /* ofi: BRAID_SOCKET_IFNAME, NULL: the first up
                                 non-loopback interface */

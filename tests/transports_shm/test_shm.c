@@ -4,10 +4,12 @@
  * a deadline (killing stragglers) and checks that no segment is left in
  * /dev/shm. Each rank reports a failure on stderr and by its exit status.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -282,6 +284,29 @@ Test(shm, sizes_cma_off_by_env) {
   run_ranks(2, sizes_rank, -1);
 }
 
+/* The default threshold follows the CPUs: 16 KiB while each of the host's
+ * ranks has a CPU of its own, 64 KiB once they share. */
+Test(shm, cma_default_by_cpus) {
+  cpu_set_t set;
+  cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+  int n = CPU_COUNT(&set);
+  cr_assert_gt(n, 0);
+  cr_expect_eq(shm_cma_default(1), (size_t)SHM_CMA_THRESHOLD_OWN_CPU);
+  cr_expect_eq(shm_cma_default(n), (size_t)SHM_CMA_THRESHOLD_OWN_CPU);
+  cr_expect_eq(shm_cma_default(n + 1), (size_t)SHM_DEFAULT_CMA_THRESHOLD);
+  /* this test's own process: narrowed to one CPU, two ranks share it */
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+  cr_expect_eq(shm_cma_default(1), (size_t)SHM_CMA_THRESHOLD_OWN_CPU);
+  cr_expect_eq(shm_cma_default(2), (size_t)SHM_DEFAULT_CMA_THRESHOLD);
+}
+
 /* ---- more in flight than slots ------------------------------------------ */
 
 #define RUN_MSGS 64
@@ -376,9 +401,16 @@ static int reduce_rank(world *w) {
     }
   }
   if (w->rank == 1) {
+    /* the sizes at least the threshold (its default depends on the CPUs),
+     * two receives each */
+    size_t thr = cfg_get()->cma_threshold ? cfg_get()->cma_threshold
+                                          : shm_cma_default(2);
+    uint64_t want = 0;
+    for (size_t k = 0; want_cma && k < 3; k++)
+      want += counts[k] * sizeof(float) >= thr ? 2u : 0u;
     uint64_t ncma = shm_conn_cma_recvd(c);
-    CHK(ncma == (want_cma ? 2u : 0u), "%llu single-copy reduces",
-        (unsigned long long)ncma);
+    CHK(ncma == want, "%llu single-copy reduces, expected %llu",
+        (unsigned long long)ncma, (unsigned long long)want);
     float x = 0;
     CHK(tp_shm.recv_reduce(c, &x, &x, 6, &red) == BRAID_ERR_INVALID_ARG,
         "a length that is not a multiple of the element size was accepted");
