@@ -40,6 +40,8 @@ typedef struct exec_op {
    * count_want and fails with BRAID_ERR_MISMATCH when they differ */
   int is_count;
   uint64_t count_msg, count_want;
+  uint64_t fp;          /* its fingerprint (check_call_fp), made with its flight
+                          record; 0: not made yet */
   uint64_t flight;      /* its flight recorder record (src/flight.c), 0: none */
   uint32_t flight_slot; /* where that record is in the recorder */
   /* a pre-multiplied sum (src/premul.h): op is BRAID_SUM and each rank's
@@ -87,6 +89,11 @@ struct braid_comm {
   /* no CUDA device is visible to this process (cudev_count() answered 0
    * at init, and keeps that answer): every buffer is host memory */
   int host_only;
+  /* The last call that passed every argument check (src/api.c, issue),
+   * kept where the checks depend on nothing but the arguments (host_only):
+   * a call with the same arguments again skips them. */
+  exec_op checked;
+  int checked_set;
 
   /* transports */
   int ntp;

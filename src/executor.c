@@ -651,7 +651,7 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
         coll_active = 1;
         if (!x->fp_set) { /* its messages carry it, and expect it */
           x->fp_set = 1;
-          x->fp = check_call_fp(x->op);
+          x->fp = x->op->fp ? x->op->fp : check_call_fp(x->op);
           for (int i = 0; x->dev < 0 && i < c->ntp; i++)
             if (c->tp[i]->set_fp != NULL)
               c->tp[i]->set_fp(c->tp_state[i], x->fp);

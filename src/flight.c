@@ -226,7 +226,7 @@ void flight_queued(braid_comm *c, exec_op *op) {
   r->index = index;
   r->seq = op->seq;
   r->count = op->count;
-  r->fp = check_call_fp(op);
+  r->fp = op->fp = check_call_fp(op);
   r->coll = (int32_t)op->coll;
   r->dt = (int32_t)op->dt;
   r->op = (int32_t)op->op;

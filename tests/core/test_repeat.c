@@ -170,3 +170,53 @@ static void repeat_on(const char *tp, int n) {
 Test(repeat, shm_2) { repeat_on("shm", 2); }
 Test(repeat, shm_3) { repeat_on("shm", 3); }
 Test(repeat, tcp_2) { repeat_on("tcp", 2); }
+
+/* A call with the same arguments as the last one that passed the argument
+ * checks skips them (src/api.c, checked_before): a call that differs in
+ * any one argument is checked again, a refused call leaves nothing behind,
+ * and what the checks found (in place or not) is never taken from another
+ * call. One rank, so every result is known. */
+Test(repeat, checks_again) {
+  braid_unique_id id;
+  braid_comm *c = NULL;
+  cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+  cr_assert_eq(braid_comm_init(&c, 1, &id, 0, NULL), BRAID_SUCCESS, "%s",
+               err_msg());
+  float s[4] = {1, 2, 3, 4}, r[4] = {0};
+  for (int i = 0; i < 2; i++) /* checked, then the same again */
+    cr_assert_eq(braid_allreduce(s, r, 2, BRAID_FLOAT32, BRAID_SUM, c, NULL),
+                 BRAID_SUCCESS, "%s", braid_comm_last_error(c));
+  cr_expect(r[0] == 1 && r[1] == 2 && r[2] == 0);
+  /* one argument changed, each refused with its own reason */
+  cr_expect_eq(braid_allreduce(s, r, 2, BRAID_FLOAT32, BRAID_BAND, c, NULL),
+               BRAID_ERR_INVALID_ARG);
+  cr_expect(strstr(braid_comm_last_error(c), "not defined on dtype float32"),
+            "%s", braid_comm_last_error(c));
+  cr_expect_eq(braid_allreduce(s, s + 1, 2, BRAID_FLOAT32, BRAID_SUM, c, NULL),
+               BRAID_ERR_INVALID_ARG);
+  cr_expect(strstr(braid_comm_last_error(c), "overlap"), "%s",
+            braid_comm_last_error(c));
+  cr_expect_eq(
+      braid_allreduce((char *)s + 1, r, 2, BRAID_FLOAT32, BRAID_SUM, c, NULL),
+      BRAID_ERR_INVALID_ARG);
+  cr_expect_eq(braid_broadcast(s, r, 2, BRAID_FLOAT32, 1, c, NULL),
+               BRAID_ERR_INVALID_ARG); /* root 1 of 1 rank */
+  cr_expect_eq(braid_allreduce(s, NULL, 2, BRAID_FLOAT32, BRAID_SUM, c, NULL),
+               BRAID_ERR_INVALID_ARG);
+  /* the first call again, after the refusals */
+  r[0] = r[1] = 0;
+  cr_expect_eq(braid_allreduce(s, r, 2, BRAID_FLOAT32, BRAID_SUM, c, NULL),
+               BRAID_SUCCESS, "%s", braid_comm_last_error(c));
+  cr_expect(r[0] == 1 && r[1] == 2);
+  /* in place, then out of place from the same output: each its own */
+  for (int i = 0; i < 2; i++) {
+    cr_expect_eq(braid_allreduce(r, r, 2, BRAID_FLOAT32, BRAID_SUM, c, NULL),
+                 BRAID_SUCCESS, "%s", braid_comm_last_error(c));
+    cr_expect(r[0] == 1 && r[1] == 2);
+  }
+  s[0] = 7;
+  cr_expect_eq(braid_allreduce(s, r, 2, BRAID_FLOAT32, BRAID_SUM, c, NULL),
+               BRAID_SUCCESS, "%s", braid_comm_last_error(c));
+  cr_expect(r[0] == 7 && r[1] == 2);
+  braid_comm_destroy(c);
+}
