@@ -577,21 +577,27 @@ static int p2p_blocked(xop *xs, int k) {
 }
 
 braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
-  int dev = 0;
+  int dev = 0, pm = 0;
   for (int k = 0; k < nops; k++) {
     flight_started(c, &ops[k]);
     dev |= ops[k].dev >= 0 && !ops[k].is_barrier;
+    pm |= ops[k].premul != NULL;
   }
-  /* a pre-multiplied sum reads a copy of its input times the scalar */
-  const void *stack_saved[4], **saved = stack_saved;
-  if (nops > 4 && (saved = calloc((size_t)nops, sizeof *saved)) == NULL)
-    return BRAID_ERR_NOMEM;
-  braid_result r = premul_begin(c, ops, nops, saved);
-  if (r == BRAID_SUCCESS)
+  braid_result r = BRAID_SUCCESS;
+  if (!pm) {
     r = dev ? exec_dev_run(c, ops, nops) : exec_loop(c, ops, nops);
-  premul_end(ops, nops, saved);
-  if (saved != stack_saved)
-    free(saved);
+  } else { /* a pre-multiplied sum reads a copy of its input times the
+              scalar */
+    const void *stack_saved[4], **saved = stack_saved;
+    if (nops > 4 && (saved = calloc((size_t)nops, sizeof *saved)) == NULL)
+      return BRAID_ERR_NOMEM;
+    r = premul_begin(c, ops, nops, saved);
+    if (r == BRAID_SUCCESS)
+      r = dev ? exec_dev_run(c, ops, nops) : exec_loop(c, ops, nops);
+    premul_end(ops, nops, saved);
+    if (saved != stack_saved)
+      free(saved);
+  }
   for (int k = 0; k < nops; k++)
     flight_done(c, &ops[k], r);
   return r;
