@@ -190,6 +190,11 @@ braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops);
  * does all the work, or the receiver reduces what it gets, which single
  * copy does in two passes (read, then reduce) on the receiver's core. */
 #define EXEC_SEND_STAGE 2u
+/* The sending rank copies nothing else in its channel and the receiver
+ * does not reduce what it gets: the transport may have the sender take a
+ * share of the copy while it waits for the send (tp_ops.isend_shared).
+ * In a large call EXEC_SEND_STAGE comes first. */
+#define EXEC_SEND_SHARE 4u
 braid_result exec_get_sched(braid_comm *c, exec_op *op,
                             sched_cache_entry **out);
 const uint8_t *exec_send_map(sched_cache_entry *e, const exec_op *op, int rank);

@@ -249,11 +249,14 @@ const uint8_t *exec_send_map(sched_cache_entry *e, const exec_op *op,
     const sched_channel *sc = sched_chan_c(s, rank, ch);
     int alone = !copies_besides_sends(op, rank, K, sc);
     for (int i = 0; i < sc->nsteps; i++) {
-      int stage = send_peer(&sc->steps[i]) >= 0 &&
-                  (alone || peer_reduces(s, rank, ch, i));
+      int sends = send_peer(&sc->steps[i]) >= 0;
+      int reduced = sends && peer_reduces(s, rank, ch, i);
+      int stage = sends && (alone || reduced);
+      int share = sends && alone && !reduced;
       m[o++] =
           (uint8_t)((is_volatile(op, rank, K, sc, i) ? EXEC_SEND_VOLATILE : 0) |
-                    (stage ? EXEC_SEND_STAGE : 0));
+                    (stage ? EXEC_SEND_STAGE : 0) |
+                    (share ? EXEC_SEND_SHARE : 0));
     }
   }
   e->send_map[ip] = m;

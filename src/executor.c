@@ -131,6 +131,8 @@ static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
     r = ops->isend_copy(conn, p, len, &t);
   else if ((f & EXEC_SEND_STAGE) && x->large && ops->isend_staged != NULL)
     r = ops->isend_staged(conn, p, len, &t);
+  else if ((f & EXEC_SEND_SHARE) && ops->isend_shared != NULL)
+    r = ops->isend_shared(conn, p, len, &t);
   else
     r = ops->isend(conn, p, len, &t);
   if (r == TP_AGAIN) {

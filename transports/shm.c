@@ -141,8 +141,12 @@ static uint64_t conn_fp(const tp_conn *c) {
   return c->channel < c->st->nchannels - 1 ? c->st->fp : 0;
 }
 
+/* mode: SEND_COPY never single-copy, SEND_CMA single-copy from the
+ * threshold, SEND_SHARED the same, copied by both ranks when large. */
+enum { SEND_COPY, SEND_CMA, SEND_SHARED };
+
 static int shm_isend_mode(tp_conn *c, const void *src, size_t len,
-                          uint64_t *ticket, int allow_cma) {
+                          uint64_t *ticket, int mode) {
   if (!c || !ticket || (!src && len))
     return AERR(c, "shm isend to rank %d: %s is NULL", c ? c->peer : -1,
                 c == NULL ? "the connection"
@@ -153,14 +157,22 @@ static int shm_isend_mode(tp_conn *c, const void *src, size_t len,
   pend_progress(c->st);
   if (c->pend_frags > 0 || tx_free(c) == 0)
     return TP_AGAIN;
-  if (allow_cma && c->tx_cma && len > 0 && len >= c->st->cma_threshold) {
+  if (mode != SEND_COPY && c->tx_cma && len > 0 &&
+      len >= c->st->cma_threshold) {
+    uint64_t piece;
+    int shared =
+        mode == SEND_SHARED && c->tx_share && shm_share_pieces(len, &piece) > 1;
     cmaq_pop(c); /* at most nslots - 1 remain: one slot is free */
     shm_slot *s = slot_at(c->tx_base, c->tx_stride, c->tx_nslots, c->tx_prod);
-    s->u.addr = (uint64_t)(uintptr_t)src;
-    tx_publish(c, s, len, 0, conn_fp(c), 0, SHM_KIND_CMA);
+    s->u.cma.addr = (uint64_t)(uintptr_t)src;
+    atomic_store_explicit(&s->u.cma.dst, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->u.cma.claimed, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->u.cma.finished, 0, memory_order_relaxed);
+    tx_publish(c, s, len, 0, conn_fp(c), (uint32_t)shared, SHM_KIND_CMA);
     shm_cmaq *q = &c->cmaq[(c->cmaq_head + c->cmaq_n) % c->tx_nslots];
     q->msgno = ++c->tx_msgno;
     q->slot_end = c->tx_prod;
+    q->shared = shared;
     c->cmaq_n++;
     c->cma_sent++;
     bell_ring(c->tx_hdr);
@@ -181,15 +193,22 @@ static int shm_isend_mode(tp_conn *c, const void *src, size_t len,
 
 static int shm_isend(tp_conn *c, const void *src, size_t len,
                      uint64_t *ticket) {
-  return shm_isend_mode(c, src, len, ticket, 1);
+  return shm_isend_mode(c, src, len, ticket, SEND_CMA);
+}
+
+static int shm_isend_shared(tp_conn *c, const void *src, size_t len,
+                            uint64_t *ticket) {
+  return shm_isend_mode(c, src, len, ticket, SEND_SHARED);
 }
 
 /* The source may change once this returns (isend_copy), or the sender
  * copies (isend_staged): never single-copy. */
 static int shm_isend_copy(tp_conn *c, const void *src, size_t len,
                           uint64_t *ticket) {
-  return shm_isend_mode(c, src, len, ticket, 0);
+  return shm_isend_mode(c, src, len, ticket, SEND_COPY);
 }
+
+static void share_write(tp_conn *c);
 
 static int shm_send_done(tp_conn *c, uint64_t ticket) {
   if (!c || ticket > c->tx_msgno)
@@ -203,8 +222,12 @@ static int shm_send_done(tp_conn *c, uint64_t ticket) {
   if (c->cmaq_n == 0)
     return BRAID_SUCCESS;
   cmaq_pop(c);
-  if (c->cmaq_n > 0 && c->cmaq[c->cmaq_head].msgno <= ticket)
-    return TP_AGAIN;
+  if (c->cmaq_n > 0 && c->cmaq[c->cmaq_head].msgno <= ticket) {
+    share_write(c); /* waiting anyway: copy a share of it */
+    cmaq_pop(c);
+    if (c->cmaq_n > 0 && c->cmaq[c->cmaq_head].msgno <= ticket)
+      return TP_AGAIN;
+  }
   return BRAID_SUCCESS;
 }
 
@@ -247,6 +270,120 @@ static int cma_reduce(tp_conn *c, const char *src, char *dst, uint64_t raddr,
   return BRAID_SUCCESS;
 }
 
+/* ---- Single copy, shared ----------------------------------------------
+ * A single-copy message is copied in pieces (share_pieces). The receiver
+ * publishes where the message goes (u.cma.dst) and then takes pieces one by
+ * one, reading each from the sender's memory. A sender that waits for that
+ * send (send_done) takes pieces too, writing each into the receiver's
+ * memory (process_vm_writev), so two cores copy where one did: a broadcast's
+ * root has nothing else to do. Each piece is taken once (u.cma.claimed),
+ * and the receiver frees the slot only when every piece is copied
+ * (u.cma.finished), so nothing writes into its buffer after the receive
+ * returns. A piece the sender could not write marks the message (bit 31);
+ * the receiver then reads all of it itself, once the sender's pieces are
+ * finished. Reductions are read by the receiver alone (cma_reduce). */
+
+uint32_t shm_share_pieces(uint64_t len, uint64_t *piece) {
+  *piece = len;
+  if (len < SHM_SHARE_FROM)
+    return 1; /* the receiver alone: sharing costs more than it saves */
+  /* 2 to SHM_SHARE_SPLIT pieces of about SHM_SHARE_PIECE bytes or more */
+  uint64_t n = len / SHM_SHARE_PIECE;
+  n = n < 2 ? 2 : n > SHM_SHARE_SPLIT ? SHM_SHARE_SPLIT : n;
+  uint64_t p = ((len + n - 1) / n + 4095) & ~(uint64_t)4095;
+  *piece = p;
+  return (uint32_t)((len + p - 1) / p);
+}
+
+#define SHARE_FAILED 0x80000000u
+
+static _Atomic int share_wait_only; /* shm_force_share_wait */
+void shm_force_share_wait(int on) { atomic_store(&share_wait_only, on); }
+
+static int share_read(tp_conn *c, shm_slot *s, char *dst, size_t len) {
+  uint64_t piece;
+  uint32_t n = shm_share_pieces(len, &piece);
+  if (s->frag_len == 0 || n == 1) /* not shared: no shared word touched */
+    return cma_read(c, dst, s->u.cma.addr, len);
+  if (!c->rx_shared) {
+    c->rx_shared = 1;
+    atomic_store_explicit(&s->u.cma.dst, (uint64_t)(uintptr_t)dst,
+                          memory_order_release);
+  }
+  for (;;) {
+    if (atomic_load_explicit(&share_wait_only, memory_order_relaxed))
+      break;
+    uint32_t i =
+        atomic_fetch_add_explicit(&s->u.cma.claimed, 1, memory_order_acq_rel);
+    if (i >= n)
+      break;
+    uint64_t off = (uint64_t)i * piece;
+    int rc = cma_read(c, dst + off, s->u.cma.addr + off,
+                      len - off < piece ? len - off : piece);
+    if (rc)
+      return rc;
+    atomic_fetch_add_explicit(&s->u.cma.finished, 1, memory_order_release);
+  }
+  uint32_t f = atomic_load_explicit(&s->u.cma.finished, memory_order_acquire);
+  if ((f & ~SHARE_FAILED) < n)
+    return TP_AGAIN; /* the sender is writing a piece */
+  if (f & SHARE_FAILED) {
+    int rc = cma_read(c, dst, s->u.cma.addr, len);
+    if (rc)
+      return rc;
+  }
+  c->rx_shared = 0;
+  return BRAID_SUCCESS;
+}
+
+/* The sender's share of its single-copy sends whose receiver has begun:
+ * pieces not yet taken, written into the receiver's buffer. */
+static void share_write(tp_conn *c) {
+  if (!c->tx_share)
+    return;
+  pid_t pid = c->st->peers[c->lpeer].pid;
+  int wrote = 0;
+  for (uint64_t k = 0; k < c->cmaq_n && c->tx_share; k++) {
+    const shm_cmaq *q = &c->cmaq[(c->cmaq_head + k) % c->tx_nslots];
+    if (!q->shared)
+      continue;
+    shm_slot *s =
+        slot_at(c->tx_base, c->tx_stride, c->tx_nslots, q->slot_end - 1);
+    uint64_t dst = atomic_load_explicit(&s->u.cma.dst, memory_order_acquire);
+    if (dst == 0)
+      break; /* not begun, nor the ones after it */
+    uint64_t piece, len = s->msg_len;
+    uint32_t n = shm_share_pieces(len, &piece);
+    for (;;) {
+      uint32_t i =
+          atomic_fetch_add_explicit(&s->u.cma.claimed, 1, memory_order_acq_rel);
+      if (i >= n)
+        break;
+      uint64_t off = (uint64_t)i * piece, want = len - off;
+      if (want > piece)
+        want = piece;
+      struct iovec l = {(char *)(uintptr_t)s->u.cma.addr + off, want};
+      struct iovec r = {(void *)(uintptr_t)(dst + off), want};
+      ssize_t got = process_vm_writev(pid, &l, 1, &r, 1, 0);
+      if (got != (ssize_t)want) { /* the receiver reads it all itself */
+        atomic_fetch_or_explicit(&s->u.cma.finished, SHARE_FAILED,
+                                 memory_order_relaxed);
+        c->tx_share = 0;
+        INFO(LOG_SHM,
+             "shm send to rank %d: writing into its memory failed (%s): "
+             "it reads single-copy messages alone from now on",
+             c->peer, got < 0 ? strerror(errno) : "short write");
+      } else {
+        c->share_wrote++;
+      }
+      atomic_fetch_add_explicit(&s->u.cma.finished, 1, memory_order_release);
+      wrote = 1;
+    }
+  }
+  if (wrote)
+    bell_ring(c->tx_hdr);
+}
+
 /* Consumes published slots of the current message; reduces when r != NULL. */
 static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
                        const tp_reducer *r) {
@@ -285,8 +422,8 @@ static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
                  "shm recv from rank %d: descriptor inside a message", c->peer);
         break;
       }
-      rc = r ? cma_reduce(c, src, dst, s->u.addr, len, r)
-             : cma_read(c, dst, s->u.addr, len);
+      rc = r ? cma_reduce(c, src, dst, s->u.cma.addr, len, r)
+             : share_read(c, s, dst, len);
       if (rc)
         break;
       c->rx_off = len;
@@ -528,6 +665,9 @@ int shm_peer_cma(void *state, int peer) {
 
 uint64_t shm_conn_cma_sent(const tp_conn *c) { return c ? c->cma_sent : 0; }
 uint64_t shm_conn_cma_recvd(const tp_conn *c) { return c ? c->cma_recvd : 0; }
+uint64_t shm_conn_share_wrote(const tp_conn *c) {
+  return c ? c->share_wrote : 0;
+}
 
 const tp_ops tp_shm = {
     .name = "shm",
@@ -536,6 +676,7 @@ const tp_ops tp_shm = {
     .isend = shm_isend,
     .isend_copy = shm_isend_copy,
     .isend_staged = shm_isend_copy,
+    .isend_shared = shm_isend_shared,
     .send_done = shm_send_done,
     .recv = shm_recv,
     .recv_reduce = shm_recv_reduce,

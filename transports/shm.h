@@ -59,6 +59,14 @@
 #define SHM_KIND_CMA 2u
 #define SHM_INLINE 24 /* bytes of data a slot header holds (shm_slot.inl) */
 #define SHM_PIECE (64 * 1024) /* CMA reduce: bytes read per piece */
+/* A single-copy message of at least SHM_SHARE_FROM bytes, from a sender
+ * with nothing else to copy (isend_shared), is copied in pieces that the
+ * receiver (reading) and the sender (writing, while it waits for the
+ * send) take in turn: 2 to SHM_SHARE_SPLIT pieces, of SHM_SHARE_PIECE
+ * bytes or more (docs/PERFORMANCE.md, "Single copy, shared"). */
+#define SHM_SHARE_FROM (128 * 1024)
+#define SHM_SHARE_SPLIT 8
+#define SHM_SHARE_PIECE (128 * 1024)
 /* BRAID_SHM_CMA_THRESHOLD's default: single copy from 16 KiB where the
  * host's ranks of the communicator have a CPU each, from 64 KiB where they
  * share CPUs (shm_cma_default; docs/PERFORMANCE.md, "Single copy from 16
@@ -66,6 +74,11 @@
 #define SHM_CMA_THRESHOLD_OWN_CPU (16 * 1024)
 #define SHM_DEFAULT_CMA_THRESHOLD (64 * 1024)
 size_t shm_cma_default(int nlocal);
+/* 1 when nlocal ranks have a CPU each among those this thread may run on. */
+int shm_ranks_fit(int nlocal);
+/* The pieces a single-copy message of len bytes is copied in when both
+ * ranks copy it (1: the receiver alone), and their size. */
+uint32_t shm_share_pieces(uint64_t len, uint64_t *piece);
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,
                "shm needs lock-free 32- and 64-bit atomics");
@@ -115,11 +128,18 @@ typedef struct shm_slot {
   alignas(SHM_CL) _Atomic uint64_t seq; /* absolute slot index + 1 */
   uint64_t msg_len;                     /* whole message */
   uint64_t off;                         /* fragment offset in the message */
-  uint64_t fp; /* the sender's call (tp_ops.set_fp), or 0 */
-  uint32_t frag_len;
+  uint64_t fp;       /* the sender's call (tp_ops.set_fp), or 0 */
+  uint32_t frag_len; /* DATA: bytes here; CMA: 1 when copied by both ranks */
   uint32_t kind;
   union {
-    uint64_t addr; /* SHM_KIND_CMA: the sender's address */
+    /* SHM_KIND_CMA: the message's copy, shared by the two ranks
+     * (transports/shm.c, "Single copy, shared") */
+    struct {
+      uint64_t addr;             /* the sender's address */
+      _Atomic uint64_t dst;      /* the receiver's, once it copies; 0 before */
+      _Atomic uint32_t claimed;  /* pieces taken, by either rank */
+      _Atomic uint32_t finished; /* pieces copied; bit 31: one failed */
+    } cma;
     /* SHM_KIND_DATA: a fragment of at most SHM_INLINE bytes lives here, on
      * the line of its sequence word: the receiver's one read brings both */
     uint8_t inl[24];
@@ -133,6 +153,7 @@ _Static_assert(sizeof(shm_ring) == 2 * SHM_CL, "ring header is two lines");
 
 typedef struct shm_cmaq {
   uint64_t msgno, slot_end;
+  int shared; /* copied in pieces, by both ranks (share_pieces > 1) */
 } shm_cmaq;
 
 struct tp_conn {
@@ -147,6 +168,7 @@ struct tp_conn {
   uint64_t tx_prod, tx_tail; /* next slot; last tail seen */
   uint64_t tx_msgno;
   int tx_cma;
+  int tx_share; /* may write its single-copy sends into the peer itself */
   /* a message being pushed fragment by fragment */
   const char *pend_src;
   uint64_t pend_len, pend_off, pend_frags, pend_msgno, pend_fp;
@@ -157,8 +179,10 @@ struct tp_conn {
   shm_ring *rx;
   char *rx_base;
   uint64_t rx_cons, rx_off;
+  int rx_shared; /* the current single-copy message's dst is published */
   char *bounce;
   uint64_t cma_sent, cma_recvd;
+  uint64_t share_wrote; /* pieces this rank wrote into its peer (tests) */
 };
 
 typedef struct shm_peer {
@@ -183,6 +207,7 @@ typedef struct shm_state {
   tp_conn **pend; /* connections with a message half pushed */
   int npend;
   size_t cma_threshold;
+  int ranks_fit;      /* the host's ranks have a CPU each (shm_ranks_fit) */
   uint32_t lone_bell; /* bell when the rank has no segment */
   uint64_t fp;        /* the call this rank runs (tp_ops.set_fp) */
   /* the mismatch this rank met or was told of (tp_ops.mismatch) */
@@ -212,6 +237,10 @@ int shm_told(shm_state *st);
  * -1 (default) follows the setting, 0 forces copies, 1 allows single-copy
  * where the probe works. */
 void shm_force_cma(int mode);
+/* Tests: 1 makes a receiver of a shared single-copy message take no piece
+ * itself (it waits for the sender to write them all), 0 (default) takes
+ * turns. */
+void shm_force_share_wait(int on);
 
 /* 1 when messages of at least the CMA threshold from this rank to `peer` go
  * single-copy (the peer can read this process's memory), else 0. */
@@ -220,5 +249,7 @@ int shm_peer_cma(void *state, int peer);
 /* Messages this connection has sent and received as CMA descriptors. */
 uint64_t shm_conn_cma_sent(const tp_conn *c);
 uint64_t shm_conn_cma_recvd(const tp_conn *c);
+/* Pieces of its single-copy sends this rank wrote into the peer itself. */
+uint64_t shm_conn_share_wrote(const tp_conn *c);
 
 #endif

@@ -41,13 +41,17 @@
  * where ranks share CPUs a sender that waits for a descheduled receiver
  * loses more than the copy (4 ranks on 2 CPUs: reduce_scatter 1.5x slower
  * from 16 KiB), so single copy starts at 64 KiB there. */
-size_t shm_cma_default(int nlocal) {
+int shm_ranks_fit(int nlocal) {
   cpu_set_t set;
   int ncpus = 0;
   if (sched_getaffinity(0, sizeof set, &set) == 0)
     ncpus = CPU_COUNT(&set);
-  return ncpus > 0 && nlocal <= ncpus ? SHM_CMA_THRESHOLD_OWN_CPU
-                                      : SHM_DEFAULT_CMA_THRESHOLD;
+  return ncpus > 0 && nlocal <= ncpus;
+}
+
+size_t shm_cma_default(int nlocal) {
+  return shm_ranks_fit(nlocal) ? SHM_CMA_THRESHOLD_OWN_CPU
+                               : SHM_DEFAULT_CMA_THRESHOLD;
 }
 
 #ifndef PR_SET_PTRACER
@@ -336,8 +340,10 @@ int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
       if (on)
         st->peers[st->npeers++] = (shm_peer){.rank = i, .pidfd = -1};
     }
+    st->ranks_fit = shm_ranks_fit(st->npeers + 1);
     st->cma_threshold = su->set.cma_threshold ? su->set.cma_threshold
-                                              : shm_cma_default(st->npeers + 1);
+                        : st->ranks_fit       ? SHM_CMA_THRESHOLD_OWN_CPU
+                                              : SHM_DEFAULT_CMA_THRESHOLD;
     if (use_cma)
       prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     if (st->npeers > 0) {
@@ -373,8 +379,15 @@ int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
   if (rc)
     goto out;
   /* Peers wrote cma_ok into our rings before phase 2. */
-  for (size_t i = 0; i < (size_t)st->npeers * (size_t)st->nchannels; i++)
-    st->conns[i].tx_cma = use_cma && atomic_load(&st->conns[i].tx->cma_ok);
+  for (size_t i = 0; i < (size_t)st->npeers * (size_t)st->nchannels; i++) {
+    tp_conn *c = &st->conns[i];
+    c->tx_cma = use_cma && atomic_load(&c->tx->cma_ok);
+    /* writing into the peer takes the access reading it took */
+    /* writing into the peer takes the access reading it took; and a
+     * receiver waits for a piece the sender writes, which a sender that
+     * shares its CPU may be descheduled in the middle of */
+    c->tx_share = c->tx_cma && st->peers[c->lpeer].can_read && st->ranks_fit;
+  }
   INFO(LOG_SHM,
        "shm: rank %d connected to %d local peers, %d channels, %d "
        "slots of %zu bytes, single-copy %s",

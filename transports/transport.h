@@ -117,6 +117,12 @@ typedef struct tp_ops {
    * already does so. (shm: never single-copy.) */
   int (*isend_staged)(tp_conn *c, const void *src, size_t len,
                       uint64_t *ticket);
+  /* Optional: like isend, from a sender that copies nothing else while the
+   * message travels (src/exec_int.h EXEC_SEND_SHARE): the transport may
+   * have it copy part of the message itself, in send_done. NULL: isend.
+   * (shm: large single-copy messages are copied by both ranks.) */
+  int (*isend_shared)(tp_conn *c, const void *src, size_t len,
+                      uint64_t *ticket);
   /* BRAID_SUCCESS once every send up to ticket no longer reads its source. */
   int (*send_done)(tp_conn *c, uint64_t ticket);
   /* Receive the next message (len bytes) into dst. Resumable: TP_AGAIN until

@@ -91,6 +91,41 @@ Test(send_map, broadcast_root_stages_in_place_only) {
   sched_free(s);
 }
 
+/* EXEC_SEND_SHARE: the sender copies nothing else and the receiver does
+ * not reduce, so the waiting sender may copy a share (isend_shared). */
+Test(send_map, idle_senders_share) {
+  sched *s = ring(SCHED_BROADCAST, 2, 0);
+  unsigned b[64];
+  exec_op ip = op_of(SCHED_BROADCAST, 0, 1), oop = op_of(SCHED_BROADCAST, 0, 0);
+  int n = send_bits(s, &ip, 0, b, 64);
+  cr_assert_gt(n, 0);
+  for (int i = 0; i < n; i++)
+    cr_assert(b[i] & EXEC_SEND_SHARE,
+              "in-place broadcast root, send %d: not shared (bits %u)", i,
+              b[i]);
+  n = send_bits(s, &oop, 0, b, 64);
+  for (int i = 0; i < n; i++)
+    cr_assert_not(b[i] & EXEC_SEND_SHARE,
+                  "out-of-place broadcast root (it copies too), send %d "
+                  "shared",
+                  i);
+  sched_free(s);
+  /* allgather: every rank receives too; reduce_scatter: the peer reduces */
+  sched_coll busy[] = {SCHED_ALLGATHER, SCHED_REDUCE_SCATTER, SCHED_ALLREDUCE};
+  for (int k = 0; k < 3; k++) {
+    s = ring(busy[k], 2, 0);
+    for (int r = 0; r < 2; r++) {
+      exec_op op = op_of(busy[k], 0, 0);
+      n = send_bits(s, &op, r, b, 64);
+      for (int i = 0; i < n; i++)
+        cr_assert_not(b[i] & EXEC_SEND_SHARE,
+                      "collective %d rank %d send %d shared (bits %u)",
+                      (int)busy[k], r, i, b[i]);
+    }
+    sched_free(s);
+  }
+}
+
 Test(send_map, allgather_keeps_single_copy) {
   sched *s = ring(SCHED_ALLGATHER, 2, 0);
   unsigned b[64];

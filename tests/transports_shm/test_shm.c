@@ -307,6 +307,85 @@ Test(shm, cma_default_by_cpus) {
   cr_expect_eq(shm_cma_default(2), (size_t)SHM_DEFAULT_CMA_THRESHOLD);
 }
 
+/* ---- single copy, shared -------------------------------------------------
+ * isend_shared: the receiver and the waiting sender copy the pieces of a
+ * large single-copy message between them (transports/shm.c). Sizes that do
+ * not divide into pieces, a message too small to share, and, with
+ * shm_force_share_wait, a receiver that takes no piece, so that the sender
+ * must write every one into the receiver's memory. */
+
+static const size_t share_sizes[] = {(1u << 20) + 4097, SHM_SHARE_FROM,
+                                     (4u << 20) + 3, SHM_SHARE_FROM - 1};
+#define NSHARE (sizeof(share_sizes) / sizeof(share_sizes[0]))
+static int share_wait; /* the receiver takes no piece */
+
+static int share_rank(world *w) {
+  void *st = NULL;
+  if (shm_up(w, &st, 1, 4, 64 << 10, NULL) != BRAID_SUCCESS)
+    return 1;
+  int peer = 1 - w->rank;
+  tp_conn *c = tp_shm.conn(st, peer, 0);
+  if (!shm_peer_cma(st, peer)) {
+    fprintf(stderr, "SKIP: process_vm_readv not permitted here\n");
+    tp_shm.teardown(st);
+    return SKIP_CODE;
+  }
+  shm_force_share_wait(share_wait);
+  uint64_t want = 0;
+  for (size_t i = 0; i < NSHARE; i++) {
+    size_t n = share_sizes[i];
+    uint64_t piece;
+    uint32_t np = shm_share_pieces(n, &piece);
+    CHK((np > 1) == (n >= SHM_SHARE_FROM), "%zu bytes in %u pieces", n, np);
+    want += np > 1 ? np : 0;
+    uint8_t *buf = malloc(n + 64), *ref = malloc(n);
+    CHK(buf && ref, "no memory");
+    fill(ref, n, (unsigned)(i + 7));
+    if (w->rank == 0) {
+      memcpy(buf, ref, n);
+      uint64_t t = 0;
+      CHK(WAIT(st, tp_shm.isend_shared(c, buf, n, &t)) == BRAID_SUCCESS,
+          "isend_shared %zu bytes: %s", n, err_msg());
+      CHK(WAIT(st, tp_shm.send_done(c, t)) == BRAID_SUCCESS, "send_done: %s",
+          err_msg());
+    } else {
+      memset(buf, 0xEE, n + 64);
+      int r = WAIT(st, tp_shm.recv(c, buf, n));
+      CHK(r == BRAID_SUCCESS, "recv %zu bytes: %d (%s)", n, r, err_msg());
+      CHK(memcmp(buf, ref, n) == 0, "data of the %zu-byte message differ", n);
+      for (size_t k = n; k < n + 64; k++)
+        CHK(buf[k] == 0xEE, "recv of %zu bytes wrote past the end", n);
+    }
+    free(buf);
+    free(ref);
+  }
+  if (w->rank == 0) {
+    uint64_t wrote = shm_conn_share_wrote(c);
+    if (share_wait)
+      CHK(wrote == want, "the sender wrote %llu pieces, expected all %llu",
+          (unsigned long long)wrote, (unsigned long long)want);
+    else
+      CHK(wrote <= want, "the sender wrote %llu pieces of %llu",
+          (unsigned long long)wrote, (unsigned long long)want);
+  }
+  CHK(boot_barrier(w->b) == BRAID_SUCCESS, "final barrier");
+  tp_shm.teardown(st);
+  return 0;
+}
+
+static void share_on(int wait) {
+  if (!shm_ranks_fit(2))
+    cr_skip_test("2 ranks do not have a CPU each here: the sender never "
+                 "shares a copy then");
+  share_wait = wait;
+  shm_force_cma(1);
+  if (run_ranks(2, share_rank, -1))
+    cr_skip_test("process_vm_readv not permitted between processes here");
+}
+
+Test(shm, shared_copy_taking_turns) { share_on(0); }
+Test(shm, shared_copy_written_by_sender) { share_on(1); }
+
 /* ---- more in flight than slots ------------------------------------------ */
 
 #define RUN_MSGS 64
