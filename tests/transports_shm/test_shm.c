@@ -220,21 +220,35 @@ static int send_sizes(world *w, void *st, int to) {
   return 0;
 }
 
+/* Receives the next message (n bytes) and checks it against want, and
+ * that nothing was written past its end. */
+static int recv_check(world *w, void *st, tp_conn *c, const uint8_t *want,
+                      size_t n) {
+  uint8_t *got = malloc(n + 64);
+  CHK(got != NULL, "no memory");
+  memset(got, 0xEE, n + 64);
+  int r = WAIT(st, tp_shm.recv(c, got, n));
+  int bad = r != BRAID_SUCCESS || memcmp(got, want, n) != 0;
+  for (size_t k = n; k < n + 64 && !bad; k++)
+    bad = got[k] != 0xEE;
+  free(got);
+  CHK(r == BRAID_SUCCESS, "recv %zu bytes: %d (%s)", n, r, err_msg());
+  CHK(!bad, "the %zu-byte message differs, or its receive wrote past the end",
+      n);
+  return 0;
+}
+
 static int recv_sizes(world *w, void *st, int from) {
   tp_conn *c = tp_shm.conn(st, from, 0);
   CHK(c != NULL, "no connection from rank %d", from);
   for (size_t i = 0; i < NSIZES; i++) {
     size_t n = sizes[i];
-    uint8_t *want = malloc(n + 1), *got = malloc(n + 64);
+    uint8_t *want = malloc(n + 1);
     fill(want, n, (unsigned)(i + 10 * from));
-    memset(got, 0xEE, n + 64);
-    int r = WAIT(st, tp_shm.recv(c, got, n));
-    CHK(r == BRAID_SUCCESS, "recv %zu bytes: %d (%s)", n, r, err_msg());
-    CHK(memcmp(got, want, n) == 0, "data of the %zu-byte message differ", n);
-    for (size_t k = n; k < n + 64; k++)
-      CHK(got[k] == 0xEE, "recv of %zu bytes wrote past the end", n);
+    int bad = recv_check(w, st, c, want, n);
     free(want);
-    free(got);
+    if (bad)
+      return bad;
   }
   uint64_t ncma = shm_conn_cma_recvd(c);
   CHK(ncma == (want_cma ? 2u : 0u), "%llu single-copy receives, expected %d",
@@ -338,7 +352,7 @@ static int share_rank(world *w) {
     uint32_t np = shm_share_pieces(n, &piece);
     CHK((np > 1) == (n >= SHM_SHARE_FROM), "%zu bytes in %u pieces", n, np);
     want += np > 1 ? np : 0;
-    uint8_t *buf = malloc(n + 64), *ref = malloc(n);
+    uint8_t *buf = malloc(n), *ref = malloc(n);
     CHK(buf && ref, "no memory");
     fill(ref, n, (unsigned)(i + 7));
     if (w->rank == 0) {
@@ -348,13 +362,8 @@ static int share_rank(world *w) {
           "isend_shared %zu bytes: %s", n, err_msg());
       CHK(WAIT(st, tp_shm.send_done(c, t)) == BRAID_SUCCESS, "send_done: %s",
           err_msg());
-    } else {
-      memset(buf, 0xEE, n + 64);
-      int r = WAIT(st, tp_shm.recv(c, buf, n));
-      CHK(r == BRAID_SUCCESS, "recv %zu bytes: %d (%s)", n, r, err_msg());
-      CHK(memcmp(buf, ref, n) == 0, "data of the %zu-byte message differ", n);
-      for (size_t k = n; k < n + 64; k++)
-        CHK(buf[k] == 0xEE, "recv of %zu bytes wrote past the end", n);
+    } else if (recv_check(w, st, c, ref, n)) {
+      return 1;
     }
     free(buf);
     free(ref);
