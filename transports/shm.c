@@ -495,10 +495,14 @@ static uint32_t shm_bell_read(void *state) {
 }
 
 /* 1 if a peer published a slot this rank has not read, or released slots
- * since this rank last looked (then the look is recorded). */
+ * since this rank last looked (then the look is recorded), or this rank
+ * receives a shared single copy: the sender's pieces end in microseconds,
+ * and a sender that ends one just before this rank sleeps rings no bell. */
 static int shm_changed(shm_state *st) {
   for (int i = 0; i < st->npeers * st->nchannels; i++) {
     tp_conn *c = &st->conns[i];
+    if (c->rx_shared)
+      return 1;
     shm_slot *s = slot_at(c->rx_base, st->me->slot_bytes, (uint64_t)st->nslots,
                           c->rx_cons);
     if (atomic_load_explicit(&s->seq, memory_order_acquire) == c->rx_cons + 1)
