@@ -585,21 +585,19 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
     dev |= ops[k].dev >= 0 && !ops[k].is_barrier;
     pm |= ops[k].premul != NULL;
   }
+  /* a pre-multiplied sum reads a copy of its input times the scalar */
+  const void *stack_saved[4], **saved = stack_saved;
   braid_result r = BRAID_SUCCESS;
-  if (!pm) {
-    r = dev ? exec_dev_run(c, ops, nops) : exec_loop(c, ops, nops);
-  } else { /* a pre-multiplied sum reads a copy of its input times the
-              scalar */
-    const void *stack_saved[4], **saved = stack_saved;
-    if (nops > 4 && (saved = calloc((size_t)nops, sizeof *saved)) == NULL)
-      return BRAID_ERR_NOMEM;
+  if (pm && nops > 4 && (saved = calloc((size_t)nops, sizeof *saved)) == NULL)
+    return BRAID_ERR_NOMEM;
+  if (pm)
     r = premul_begin(c, ops, nops, saved);
-    if (r == BRAID_SUCCESS)
-      r = dev ? exec_dev_run(c, ops, nops) : exec_loop(c, ops, nops);
+  if (r == BRAID_SUCCESS)
+    r = dev ? exec_dev_run(c, ops, nops) : exec_loop(c, ops, nops);
+  if (pm)
     premul_end(ops, nops, saved);
-    if (saved != stack_saved)
-      free(saved);
-  }
+  if (saved != stack_saved)
+    free(saved);
   for (int k = 0; k < nops; k++)
     flight_done(c, &ops[k], r);
   return r;

@@ -271,7 +271,7 @@ static int cma_reduce(tp_conn *c, const char *src, char *dst, uint64_t raddr,
 }
 
 /* ---- Single copy, shared ----------------------------------------------
- * A single-copy message is copied in pieces (share_pieces). The receiver
+ * A single-copy message is copied in pieces (shm_share_pieces). The receiver
  * publishes where the message goes (u.cma.dst) and then takes pieces one by
  * one, reading each from the sender's memory. A sender that waits for that
  * send (send_done) takes pieces too, writing each into the receiver's
