@@ -153,7 +153,7 @@ _Static_assert(sizeof(shm_ring) == 2 * SHM_CL, "ring header is two lines");
 
 typedef struct shm_cmaq {
   uint64_t msgno, slot_end;
-  int shared; /* copied in pieces, by both ranks (share_pieces > 1) */
+  int shared; /* copied in pieces, by both ranks (shm_share_pieces > 1) */
 } shm_cmaq;
 
 struct tp_conn {

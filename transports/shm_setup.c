@@ -342,8 +342,7 @@ int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
     }
     st->ranks_fit = shm_ranks_fit(st->npeers + 1);
     st->cma_threshold = su->set.cma_threshold ? su->set.cma_threshold
-                        : st->ranks_fit       ? SHM_CMA_THRESHOLD_OWN_CPU
-                                              : SHM_DEFAULT_CMA_THRESHOLD;
+                                              : shm_cma_default(st->npeers + 1);
     if (use_cma)
       prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     if (st->npeers > 0) {
@@ -382,7 +381,6 @@ int shm_setup(tp_setup *su, const uint8_t *peers, void **state) {
   for (size_t i = 0; i < (size_t)st->npeers * (size_t)st->nchannels; i++) {
     tp_conn *c = &st->conns[i];
     c->tx_cma = use_cma && atomic_load(&c->tx->cma_ok);
-    /* writing into the peer takes the access reading it took */
     /* writing into the peer takes the access reading it took; and a
      * receiver waits for a piece the sender writes, which a sender that
      * shares its CPU may be descheduled in the middle of */
