@@ -271,16 +271,25 @@ static int seccomp_mode(void) {
   return mode;
 }
 
-/* A read of this process's own memory: fails only where the system call
- * itself is refused (seccomp, a kernel without CMA). */
-static int cma_self(int *err) {
+/* A read of this process's own memory, and a write into it: fail only
+ * where the system calls themselves are refused (seccomp, a kernel without
+ * CMA). Returns 1 when the read works; *wrote says whether the write did
+ * (process_vm_writev, the shared single copy's sender side), *werr its
+ * errno. */
+static int cma_self(int *err, int *wrote, int *werr) {
   volatile uint64_t word = 0x6272616964636d61ull;
   uint64_t got = 0;
   struct iovec l = {&got, sizeof got};
   struct iovec rv = {(void *)&word, sizeof word};
   ssize_t n = process_vm_readv(getpid(), &l, 1, &rv, 1, 0);
   *err = n < 0 ? errno : 0;
-  return n == (ssize_t)sizeof got && got == word;
+  int read_ok = n == (ssize_t)sizeof got && got == word;
+  uint64_t put = 0x77726974656d6521ull;
+  struct iovec wl = {&put, sizeof put};
+  n = process_vm_writev(getpid(), &wl, 1, &rv, 1, 0);
+  *werr = n < 0 ? errno : 0;
+  *wrote = n == (ssize_t)sizeof put && word == put;
+  return read_ok;
 }
 
 pid_t doc_fork_piped(int *in, int *out) {
@@ -368,8 +377,8 @@ static void check_cma(const doc_opts *o, const shape *s, doc_report *r) {
   int have_yama =
       read_int_file("/proc/sys/kernel/yama/ptrace_scope", &yama) == 0;
   int sec = seccomp_mode();
-  int e_self = 0, e_child = 0;
-  int self = cma_self(&e_self);
+  int e_self = 0, e_child = 0, wrote = 0, e_write = 0;
+  int self = cma_self(&e_self, &wrote, &e_write);
   int child = self && !o->cheap ? cma_child(&e_child) : -1;
   char yama_txt[96];
   if (have_yama)
@@ -416,6 +425,20 @@ static void check_cma(const doc_opts *o, const shape *s, doc_report *r) {
                       : "give the ranks CAP_SYS_PTRACE, or set "
                         "kernel.yama.ptrace_scope=1, or set BRAID_SHM_CMA=0",
             "%s: ranks cannot read each other's memory, so %s", yama_txt, cost);
+    return;
+  }
+  if (!wrote) {
+    doc_add(r, "cma", v,
+            "allow process_vm_writev beside process_vm_readv in the "
+            "container's seccomp profile (docker: --cap-add SYS_PTRACE, or a "
+            "profile that allows both)",
+            "cross-memory attach reads but does not write: "
+            "process_vm_writev on this process failed (%s; %s), so a rank "
+            "that only sends (an in-place broadcast's root, a gather's "
+            "senders, a scatter's root) cannot take its share of a large "
+            "single copy, and its receivers copy all of it "
+            "(docs/TRANSPORTS.md, \"Single copy, shared\")",
+            strerror(e_write), sec_txt[0] ? sec_txt + 2 : "no seccomp filter");
     return;
   }
   doc_add(r, "cma", DOC_OK, NULL,

@@ -126,6 +126,29 @@ cma_seccomp)
     >"$tmp/off.out" 2>&1
   finding "$tmp/off.out" ok cma "BRAID_SHM_CMA=0" ""
   ;;
+cma_write_seccomp)
+  # reads allowed, writes refused: the doctor names the write, and a job
+  # whose root cannot write into its peer (the shared single copy) still
+  # broadcasts every byte right, the receiver reading what the root could
+  # not write
+  b=$(baseline --local-ranks 2)
+  "$HELPER" seccomp-write "$DOCTOR" --local-ranks 2 >"$tmp/r.out" \
+    2>"$tmp/r.err"
+  rc=$?
+  [ $rc -eq 77 ] && skip "$(cat "$tmp/r.err")"
+  finding "$tmp/base.out" ok cma "cross-memory attach works" ""
+  finding "$tmp/r.out" warning cma "process_vm_writev on this process failed" \
+    "allow process_vm_writev"
+  finding "$tmp/r.out" warning cma "receivers copy all of it" ""
+  [ $rc -eq "$(want_exit "$b" 1)" ] || fail "exit $rc (baseline $b), want 1+"
+  BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=SHM "$BRAIDRUN" -n 2 "$HELPER" \
+    seccomp-write "$HELPER" bcast >"$tmp/job.out" 2>"$tmp/job.err" ||
+    fail "the broadcast job failed under the write filter"
+  [ "$(grep -c "bcast success, right" "$tmp/job.out")" -eq 2 ] ||
+    fail "not every rank broadcast right"
+  grep -q "writing into its memory failed" "$tmp/job.err" ||
+    fail "the root never tried (or never logged) a refused write"
+  ;;
 ifname)
   BRAID_SOCKET_IFNAME==braid-no-such-if0 "$DOCTOR" --local-ranks 2 \
     >"$tmp/r.out" 2>"$tmp/r.err"
