@@ -40,10 +40,12 @@ set(CPACK_COMPONENT_TORCH_DESCRIPTION
   "braid: the torch.distributed backend \"braid\" (import braid_torch)")
 # The packages that use libbraid.so.0 depend on this very build of it;
 # dpkg-shlibdeps adds the Debian libraries each one links. The static
-# library's users link libbraid's own dependencies: the -dev package pulls
-# in their development packages.
+# library's users link libbraid's own link-time dependencies (braid.pc's
+# Libs.private, the CMake package's braid::braid_static): the -dev package
+# pulls in their development packages. libfabric is not one: it is opened
+# at run time (below).
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-  "libbraid0 (= ${braid_deb_version}), libhwloc-dev, libfabric-dev, libibverbs-dev")
+  "libbraid0 (= ${braid_deb_version}), libhwloc-dev, libibverbs-dev")
 set(CPACK_DEBIAN_TOOLS_PACKAGE_DEPENDS "libbraid0 (= ${braid_deb_version})")
 # libfabric is opened at run time, when a communicator spans hosts
 # (transports/ofi/ofi_lib.c), so dpkg-shlibdeps does not see it: without

@@ -22,6 +22,11 @@ export PKG_CONFIG_PATH="$libdir/pkgconfig"
 cc -o "$prefix/hello_pc" "$here/outside/hello.c" $(pkg-config --cflags --libs braid) \
   -Wl,-rpath,"$libdir"
 "$prefix/hello_pc"
+# the static library with what braid.pc says it needs (Libs.private)
+cc -o "$prefix/hello_pc_static" "$here/outside/hello.c" \
+  $(pkg-config --cflags braid) "$libdir/libbraid.a" \
+  $(pkg-config --static --libs braid | sed 's/ -lbraid / /')
+"$prefix/hello_pc_static"
 
 echo "-- find_package(braid)"
 cmake -S "$here/outside" -B "$prefix/outside-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
