@@ -49,6 +49,17 @@ baseline() {
   echo $?
 }
 
+# cma_under MODE: the doctor's report without a filter ($b, base.out: cma
+# works) and under the helper's seccomp MODE ($rc, r.out); skips where no
+# filter can be installed.
+cma_under() {
+  b=$(baseline --local-ranks 2)
+  "$HELPER" "$1" "$DOCTOR" --local-ranks 2 >"$tmp/r.out" 2>"$tmp/r.err"
+  rc=$?
+  [ $rc -eq 77 ] && skip "$(cat "$tmp/r.err")"
+  finding "$tmp/base.out" ok cma "cross-memory attach works" ""
+}
+
 need_python() {
   command -v python3 >/dev/null 2>&1 || skip "python3 is needed to parse JSON"
 }
@@ -112,11 +123,7 @@ EOF
     fail "the init failure does not log the fix"
   ;;
 cma_seccomp)
-  b=$(baseline --local-ranks 2)
-  "$HELPER" seccomp "$DOCTOR" --local-ranks 2 >"$tmp/r.out" 2>"$tmp/r.err"
-  rc=$?
-  [ $rc -eq 77 ] && skip "$(cat "$tmp/r.err")"
-  finding "$tmp/base.out" ok cma "cross-memory attach works" ""
+  cma_under seccomp
   finding "$tmp/r.out" warning cma "process_vm_readv on this process failed" \
     "seccomp profile"
   finding "$tmp/r.out" warning cma "copied twice" "BRAID_SHM_CMA=0"
@@ -131,12 +138,7 @@ cma_write_seccomp)
   # whose root cannot write into its peer (the shared single copy) still
   # broadcasts every byte right, the receiver reading what the root could
   # not write
-  b=$(baseline --local-ranks 2)
-  "$HELPER" seccomp-write "$DOCTOR" --local-ranks 2 >"$tmp/r.out" \
-    2>"$tmp/r.err"
-  rc=$?
-  [ $rc -eq 77 ] && skip "$(cat "$tmp/r.err")"
-  finding "$tmp/base.out" ok cma "cross-memory attach works" ""
+  cma_under seccomp-write
   finding "$tmp/r.out" warning cma "process_vm_writev on this process failed" \
     "allow process_vm_writev"
   finding "$tmp/r.out" warning cma "receivers copy all of it" ""
