@@ -22,10 +22,12 @@ few warm-up calls, the group's barrier, then N calls timed together; the
 time of a call is the mean over the ranks of their average, as braid-perf's
 default -a 1. braid-perf runs the same collectives and sizes with blocking
 calls (`braidrun -n RANKS braid-perf COLL -b -e -f -y 1`) between the
-rounds: each of --repeat rounds times every size over braid and over gloo,
-then braid-perf once, and the table shows each one's best round. The
-script prints a markdown table per collective: braid-perf's time, torch's
-over braid and over gloo, what torch adds to braid (microseconds and
+rounds: each of --repeat rounds times every size over braid, over gloo and
+as libbraid's C call made from the same processes on the same tensors
+(ctypes, a communicator of its own), then braid-perf once, and the table
+shows each one's best round. The script prints a markdown table per
+collective: braid-perf's time, the C call's, torch's over braid and over
+gloo, what torch adds to braid-perf and to the C call (microseconds and
 ratio) and gloo's time over braid's.
 
 Use /usr/bin/python3 (the interpreter that sees Debian's torch); the build
@@ -84,7 +86,6 @@ class CApi:
 
     def __init__(self, rank, ws, dist, torch):
         import ctypes
-        self.ct = ctypes
         # the library braid_torch's extension loaded (same soname: same copy)
         self.lib = ctypes.CDLL("libbraid.so.0")
         idt = torch.zeros(128, dtype=torch.uint8)
@@ -97,7 +98,6 @@ class CApi:
         self.comm = ctypes.c_void_p()
         self.check(self.lib.braid_comm_init(ctypes.byref(self.comm), ws, uid,
                                             rank, None), "braid_comm_init")
-        self.ws = ws
         vp, sz = ctypes.c_void_p, ctypes.c_size_t
         for fn, args in (("braid_allreduce", [vp, vp, sz, ctypes.c_int, ctypes.c_int, vp, vp]),
                          ("braid_broadcast", [vp, vp, sz, ctypes.c_int, ctypes.c_int, vp, vp]),
