@@ -36,8 +36,8 @@
 #define ARCH AUDIT_ARCH_AARCH64
 #endif
 
-/* refuse: 2 process_vm_readv and process_vm_writev, 1 process_vm_writev */
-static int run_seccomp(char **argv, int refuse) {
+/* Refuses process_vm_writev, and process_vm_readv too when reads_too. */
+static int run_seccomp(char **argv, int reads_too) {
 #ifdef ARCH
   struct sock_filter f[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
@@ -45,7 +45,7 @@ static int run_seccomp(char **argv, int refuse) {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
-               refuse == 2 ? __NR_process_vm_readv : __NR_process_vm_writev, 1,
+               reads_too ? __NR_process_vm_readv : __NR_process_vm_writev, 1,
                0),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
@@ -63,7 +63,7 @@ static int run_seccomp(char **argv, int refuse) {
   return 1;
 #else
   (void)argv;
-  (void)refuse;
+  (void)reads_too;
   fprintf(stderr, "SKIP: no seccomp filter for this architecture\n");
   return 77;
 #endif
@@ -123,9 +123,9 @@ static int run_init(void) {
 
 int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "seccomp") == 0)
-    return run_seccomp(argv + 2, 2);
-  if (argc >= 3 && strcmp(argv[1], "seccomp-write") == 0)
     return run_seccomp(argv + 2, 1);
+  if (argc >= 3 && strcmp(argv[1], "seccomp-write") == 0)
+    return run_seccomp(argv + 2, 0);
   if (argc == 2 && strcmp(argv[1], "bcast") == 0)
     return run_bcast();
   if (argc == 2 && strcmp(argv[1], "ports") == 0) {
