@@ -7,9 +7,11 @@
  *   allreduce       every rank receives every input and folds them in rank
  *                   order ((in0 + in1) + in2) + ... — the same order on every
  *                   rank, so the results are bitwise identical
- *                   (gen_fold_rank_order: ranks > 0 fold the prefix that
- *                   precedes their own input in one scratch block, as their
- *                   input may alias out).
+ *                   (gen_fold_rank_order: rank 1 reduces rank 0's input
+ *                   with its own straight into out, the message as the
+ *                   left operand; ranks > 1 fold the prefix that precedes
+ *                   their own input in one scratch block, as their input
+ *                   may alias out).
  *   allgather       send in to all, receive block q from rank q.
  *   reduce_scatter  send block q to rank q; fold the blocks in rank order.
  *   alltoall        pairwise: in round k (0..nranks-1) rank r exchanges with
@@ -114,7 +116,7 @@ braid_result gen_direct(const gen_params *p, sched **out) {
   int n = p->nranks;
   sched *s;
   CHECKR(sched_new(p->coll, n, p->root, 1, p->nchannels, "direct", &s));
-  if (sched_reduces(p->coll) && n > 1) /* the prefix before a rank's own */
+  if (sched_reduces(p->coll) && n > 2) /* the prefix before a rank's own */
     s->scratch_blocks = 1;
   return gen_done(s, direct_fill(s, p), out);
 }

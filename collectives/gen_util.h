@@ -67,8 +67,9 @@ braid_result gen_exchange(sched_channel *c, int peer, sched_chunks snd,
 /* The rank-order fold of one chunk at rank r of n >= 2 (direct.c, det.c):
  * dst = x0 op x1 op .. op x(n-1), folded left to right, where rank r's own
  * operand is `mine` and every other rank q's arrives from q, received in
- * rank order. Ranks r > 0 fold the operands before their own in `scr`
- * (mine may alias dst in place); dst may be scr. Every rank that folds a
+ * rank order. Rank 1 reduces rank 0's message with mine straight into dst
+ * (RECV_REDUCE_REV); ranks r > 1 fold the operands before their own in
+ * `scr` (mine may alias dst in place); dst may be scr. Every rank that folds a
  * chunk this way gets the same bits (collectives/verify.h,
  * verify_rank_order). Fails as sched_add. */
 braid_result gen_fold_rank_order(sched_channel *c, int n, int r,

@@ -189,6 +189,12 @@ braid_result gen_fold_rank_order(sched_channel *c, int n, int r,
       CHECKR(sched_recv_reduce(c, q, dst, dst));
     return BRAID_SUCCESS;
   }
+  if (r == 1) { /* x0 arrives first: mine is its right operand */
+    CHECKR(sched_recv_reduce_rev(c, 0, mine, dst));
+    for (int q = 2; q < n; q++)
+      CHECKR(sched_recv_reduce(c, q, dst, dst));
+    return BRAID_SUCCESS;
+  }
   CHECKR(sched_recv(c, 0, scr));
   for (int q = 1; q < r; q++)
     CHECKR(sched_recv_reduce(c, q, scr, scr));

@@ -41,6 +41,7 @@ static const unsigned prim_fields[SCHED_NUM_PRIMS] = {
     [SCHED_P_RECV_COPY_SEND] = F_PEER | F_DST | F_PEER_OUT,
     [SCHED_P_COPY] = F_SRC | F_DST,
     [SCHED_P_REDUCE] = F_SRC | F_DST,
+    [SCHED_P_RECV_REDUCE_REV] = F_PEER | F_SRC | F_DST,
 };
 
 static void put_prim(FILE *f, sched_prim p) {
@@ -276,7 +277,8 @@ static braid_result get_step(rd *c, const sjson_val *x, const char *path,
   if (prim < 0)
     return rerr(c, op->pos, sub,
                 "unknown op \"%s\" (send, recv, recv_reduce, "
-                "recv_reduce_send, recv_copy_send, copy, reduce)",
+                "recv_reduce_send, recv_copy_send, copy, reduce, "
+                "recv_reduce_rev)",
                 sjson_str(c->d, op));
   const char *opn = sjson_str(c->d, op);
   unsigned fl = prim_fields[prim];

@@ -128,6 +128,11 @@ braid_result sched_recv_reduce_send(sched_channel *c, int peer,
   return sched_add(c, SCHED_P_RECV_REDUCE_SEND, peer, peer_out, src, dst);
 }
 
+braid_result sched_recv_reduce_rev(sched_channel *c, int peer, sched_chunks src,
+                                   sched_chunks dst) {
+  return sched_add(c, SCHED_P_RECV_REDUCE_REV, peer, -1, src, dst);
+}
+
 braid_result sched_recv_copy_send(sched_channel *c, int peer, sched_chunks dst,
                                   int peer_out) {
   return sched_add(c, SCHED_P_RECV_COPY_SEND, peer, peer_out, none_ck(), dst);
@@ -234,10 +239,26 @@ const char *sched_coll_name(sched_coll coll) {
   return names[coll];
 }
 
+int sched_prim_recvs(sched_prim p) {
+  return p == SCHED_P_RECV || p == SCHED_P_RECV_REDUCE ||
+         p == SCHED_P_RECV_REDUCE_SEND || p == SCHED_P_RECV_COPY_SEND ||
+         p == SCHED_P_RECV_REDUCE_REV;
+}
+
+int sched_prim_reduces_msg(sched_prim p) {
+  return p == SCHED_P_RECV_REDUCE || p == SCHED_P_RECV_REDUCE_SEND ||
+         p == SCHED_P_RECV_REDUCE_REV;
+}
+
+int sched_prim_has_src(sched_prim p) {
+  return p == SCHED_P_SEND || p == SCHED_P_COPY || p == SCHED_P_REDUCE ||
+         sched_prim_reduces_msg(p);
+}
+
 const char *sched_prim_name(sched_prim prim) {
   static const char *const names[SCHED_NUM_PRIMS] = {
       "SEND",           "RECV", "RECV_REDUCE", "RECV_REDUCE_SEND",
-      "RECV_COPY_SEND", "COPY", "REDUCE"};
+      "RECV_COPY_SEND", "COPY", "REDUCE",      "RECV_REDUCE_REV"};
   if ((int)prim < 0 || prim >= SCHED_NUM_PRIMS)
     return "UNKNOWN";
   return names[prim];

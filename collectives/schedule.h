@@ -33,6 +33,10 @@
  *   RECV_COPY_SEND(peer, dst, peer_out) receive into dst; send dst on
  *   COPY(src, dst)                      dst = src
  *   REDUCE(src, dst)                    dst = dst (+) src
+ *   RECV_REDUCE_REV(peer, src, dst)     dst = received (+) src: the message
+ *                                       is the left operand (a rank whose
+ *                                       own input comes after the one it
+ *                                       receives in a rank-order fold)
  * Messages between two ranks on one channel are matched in order.
  */
 #ifndef BRAID_COLLECTIVES_SCHEDULE_H
@@ -72,6 +76,7 @@ typedef enum sched_prim {
   SCHED_P_RECV_COPY_SEND,
   SCHED_P_COPY,
   SCHED_P_REDUCE,
+  SCHED_P_RECV_REDUCE_REV,
   SCHED_NUM_PRIMS
 } sched_prim;
 
@@ -141,6 +146,8 @@ braid_result sched_recv_reduce(sched_channel *c, int peer, sched_chunks src,
 braid_result sched_recv_reduce_send(sched_channel *c, int peer,
                                     sched_chunks src, sched_chunks dst,
                                     int peer_out);
+braid_result sched_recv_reduce_rev(sched_channel *c, int peer, sched_chunks src,
+                                   sched_chunks dst);
 braid_result sched_recv_copy_send(sched_channel *c, int peer, sched_chunks dst,
                                   int peer_out);
 braid_result sched_copy(sched_channel *c, sched_chunks src, sched_chunks dst);
@@ -156,6 +163,13 @@ int sched_uses_in(sched_coll coll, int root, int rank);
 int sched_uses_out(sched_coll coll, int root, int rank);
 /* Does the collective reduce? */
 int sched_reduces(sched_coll coll);
+
+/* What a primitive does with a step's fields: receives a message from
+ * `peer`; reduces a message with a local operand (RECV_REDUCE,
+ * RECV_REDUCE_SEND, RECV_REDUCE_REV); reads `src`. */
+int sched_prim_recvs(sched_prim p);
+int sched_prim_reduces_msg(sched_prim p);
+int sched_prim_has_src(sched_prim p);
 
 const char *sched_coll_name(sched_coll coll);
 const char *sched_prim_name(sched_prim prim);

@@ -343,6 +343,7 @@ static int setup_conns(simst *st) {
         break;
       case SCHED_P_RECV:
       case SCHED_P_RECV_REDUCE:
+      case SCHED_P_RECV_REDUCE_REV:
         from = sp->peer;
         break;
       case SCHED_P_RECV_REDUCE_SEND:
@@ -508,8 +509,7 @@ static int run_agent(simst *st, int ai) {
         if (r != GO)
           break;
         a->phase = 1;
-        if (sp->prim == SCHED_P_RECV_REDUCE ||
-            sp->prim == SCHED_P_RECV_REDUCE_SEND)
+        if (sched_prim_reduces_msg((sched_prim)sp->prim))
           cost = (double)len * st->p->gamma_ns * 1e-3;
         if (cost > 0)
           break;

@@ -55,9 +55,7 @@ void verify_step_str(char *b, size_t n, const sched_step *st, int k) {
     snprintf(b, n, "primitive %u", st->prim);
     return;
   }
-  int has_src = p == SCHED_P_SEND || p == SCHED_P_RECV_REDUCE ||
-                p == SCHED_P_RECV_REDUCE_SEND || p == SCHED_P_COPY ||
-                p == SCHED_P_REDUCE;
+  int has_src = sched_prim_has_src(p);
   int has_dst = p != SCHED_P_SEND;
   if (has_src)
     ck_str(s1, sizeof(s1), ", src", st->src, k);
@@ -69,6 +67,7 @@ void verify_step_str(char *b, size_t n, const sched_step *st, int k) {
     break;
   case SCHED_P_RECV:
   case SCHED_P_RECV_REDUCE:
+  case SCHED_P_RECV_REDUCE_REV:
     snprintf(b, n, "%s from %d%s%s", sched_prim_name(p), st->peer, s1, s2);
     break;
   case SCHED_P_RECV_REDUCE_SEND:
@@ -322,10 +321,11 @@ static int advance(vctx *v, int r) {
   case SCHED_P_RECV_REDUCE:
   case SCHED_P_RECV_REDUCE_SEND:
   case SCHED_P_RECV_COPY_SEND:
+  case SCHED_P_RECV_REDUCE_REV:
     dcell = cell_of(v, r, st->dst.buf, (int)st->dst.index + k);
     if (vs->phase == 0) {
       int scell = -1;
-      if (p == SCHED_P_RECV_REDUCE || p == SCHED_P_RECV_REDUCE_SEND) {
+      if (sched_prim_reduces_msg(p)) {
         if (read_cell(v, r, si, st, k, st->src, &scell))
           return -1;
       }

@@ -73,9 +73,7 @@ int verify_check_static(vctx *v, int r) {
       return verify_fail(v, "rank %d channel %d step %d: unknown primitive %u",
                          r, v->c, si, st->prim);
     sched_prim p = (sched_prim)st->prim;
-    int has_src = p == SCHED_P_SEND || p == SCHED_P_RECV_REDUCE ||
-                  p == SCHED_P_RECV_REDUCE_SEND || p == SCHED_P_COPY ||
-                  p == SCHED_P_REDUCE;
+    int has_src = sched_prim_has_src(p);
     int has_dst = p != SCHED_P_SEND;
     if (p2p) {
       sched_prim want = s->coll == SCHED_SEND ? SCHED_P_SEND : SCHED_P_RECV;
@@ -89,7 +87,7 @@ int verify_check_static(vctx *v, int r) {
                            r, v->c, si, d, st->peer, sched_coll_name(s->coll),
                            s->root);
     }
-    if (p <= SCHED_P_RECV_COPY_SEND &&
+    if ((p == SCHED_P_SEND || sched_prim_recvs(p)) &&
         check_peer(v, r, si, st, st->peer, "peer"))
       return -1;
     if ((p == SCHED_P_RECV_REDUCE_SEND || p == SCHED_P_RECV_COPY_SEND) &&
@@ -135,8 +133,7 @@ int verify_report_stuck(vctx *v) {
     if (vs->pc >= ch->nsteps)
       continue;
     const sched_step *st = &ch->steps[vs->pc];
-    int recv = st->prim != SCHED_P_SEND && st->prim <= SCHED_P_RECV_COPY_SEND &&
-               vs->phase == 0;
+    int recv = sched_prim_recvs((sched_prim)st->prim) && vs->phase == 0;
     if (recv) {
       const sched_channel *pc = sched_chan_c(v->s, st->peer, v->c);
       if (v->st[st->peer].pc >= pc->nsteps) {

@@ -5,7 +5,8 @@
  * one state per chunk: nothing, rank q's input alone (q >= 1), the fold of
  * ranks 0..k-1 in rank order (k >= 1; rank 0's input alone is k = 1), or
  * any other expression. A reduction a op b (RECV_REDUCE: a is the local
- * operand, b the message; REDUCE: a is dst, b is src — the order the
+ * operand, b the message; RECV_REDUCE_REV: a is the message, b the local
+ * operand; REDUCE: a is dst, b is src — the order the
  * reduction kernels take them, src/reduce.h) extends the fold of ranks
  * 0..k-1 only with rank k's input as b; everything else is out of order.
  * Which contributions a chunk holds is verify_sched's business: this check
@@ -123,9 +124,7 @@ static int run_chunk(ord_ctx *o, int r, int si, const sched_step *st, int k) {
   int n = o->v.n;
   int src = cell(o, r, st->src, k), dst = cell(o, r, st->dst, k);
   int32_t msg = ORD_NONE, x;
-  int recv = st->prim == SCHED_P_RECV || st->prim == SCHED_P_RECV_REDUCE ||
-             st->prim == SCHED_P_RECV_REDUCE_SEND ||
-             st->prim == SCHED_P_RECV_COPY_SEND;
+  int recv = sched_prim_recvs((sched_prim)st->prim);
   if (recv) {
     if (st->peer < 0 || st->peer >= n || dst < 0)
       return -1;
@@ -150,6 +149,11 @@ static int run_chunk(ord_ctx *o, int r, int si, const sched_step *st, int k) {
       return -1;
     x = combine(n, o->cell[src], msg);
     break;
+  case SCHED_P_RECV_REDUCE_REV:
+    if (src < 0)
+      return -1;
+    x = combine(n, msg, o->cell[src]);
+    break;
   case SCHED_P_COPY:
     if (src < 0 || dst < 0)
       return -1;
@@ -164,8 +168,8 @@ static int run_chunk(ord_ctx *o, int r, int si, const sched_step *st, int k) {
     return -1;
   }
   if (x == ORD_BAD && !o->bad_at[0] &&
-      (st->prim == SCHED_P_RECV_REDUCE ||
-       st->prim == SCHED_P_RECV_REDUCE_SEND || st->prim == SCHED_P_REDUCE)) {
+      (sched_prim_reduces_msg((sched_prim)st->prim) ||
+       st->prim == SCHED_P_REDUCE)) {
     snprintf(o->bad_at, sizeof o->bad_at,
              "; the first fold out of rank order: rank %d channel %d step %d "
              "(%s from %d, chunk %d of the step)",

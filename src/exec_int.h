@@ -63,6 +63,7 @@ typedef struct xop {
   size_t E, esize;
   int K;
   tp_dev_reducer red;
+  tp_dev_reducer red_rev; /* RECV_REDUCE_REV's: the operands swapped */
   xchan *chans;
   int nch;
   int done;

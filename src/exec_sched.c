@@ -179,11 +179,6 @@ static int is_volatile(const exec_op *op, int rank, int K,
   return 0;
 }
 
-static int receives(sched_prim p) {
-  return p == SCHED_P_RECV || p == SCHED_P_RECV_COPY_SEND ||
-         p == SCHED_P_RECV_REDUCE || p == SCHED_P_RECV_REDUCE_SEND;
-}
-
 /* The peer a step sends to, or -1. */
 static int send_peer(const sched_step *st) {
   if (st->prim == SCHED_P_SEND)
@@ -201,7 +196,7 @@ static int copies_besides_sends(const exec_op *op, int rank, int K,
                                 const sched_channel *sc) {
   for (int i = 0; i < sc->nsteps; i++) {
     const sched_step *w = &sc->steps[i];
-    if (receives((sched_prim)w->prim) || w->prim == SCHED_P_REDUCE ||
+    if (sched_prim_recvs((sched_prim)w->prim) || w->prim == SCHED_P_REDUCE ||
         (w->prim == SCHED_P_COPY && !noop_copy(op, rank, K, w)))
       return 1;
   }
@@ -222,11 +217,10 @@ static int peer_reduces(const sched *s, int rank, int ch, int i) {
   const sched_channel *pc = sched_chan_c(s, peer, ch);
   for (int j = 0; j < pc->nsteps; j++) {
     const sched_step *w = &pc->steps[j];
-    if (!receives((sched_prim)w->prim) || w->peer != rank)
+    if (!sched_prim_recvs((sched_prim)w->prim) || w->peer != rank)
       continue;
     if (n-- == 0)
-      return w->prim == SCHED_P_RECV_REDUCE ||
-             w->prim == SCHED_P_RECV_REDUCE_SEND;
+      return sched_prim_reduces_msg((sched_prim)w->prim);
   }
   return 0;
 }

@@ -246,12 +246,15 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
       break;
     case SCHED_P_RECV_REDUCE:
     case SCHED_P_RECV_REDUCE_SEND:
+    case SCHED_P_RECV_REDUCE_REV:
       if (h->phase == 0) {
         r = hazard(c, h, dst, len);
         if (r == BRAID_SUCCESS) {
           tp_conn *conn = x_conn(c, x, h, peer);
+          const tp_dev_reducer *red =
+              st->prim == SCHED_P_RECV_REDUCE_REV ? &x->red_rev : &x->red;
           r = x_ops(c, x, h, peer)
-                  ->recv_reduce(conn, src, dst, len, &x->red.base);
+                  ->recv_reduce(conn, src, dst, len, &red->base);
           if (r == TP_AGAIN) {
             h->wait_conn = conn;
             h->wait_events = POLLIN;
@@ -385,6 +388,9 @@ static braid_result xop_prepare(braid_comm *c, xop *x, exec_op *op,
   x->red.dt = op->dt;
   x->red.op = op->op;
   x->red.dev_stream = x->dev >= 0 ? c->dev->stream : NULL;
+  x->red_rev = x->red;
+  x->red_rev.base.fn = red_get_rev(op->dt, op->op);
+  x->red_rev.rev = 1;
   x->bufs[SCHED_BUF_IN] = (char *)op->in; /* never written when const */
   x->bufs[SCHED_BUF_OUT] = (char *)op->out;
   if (op->is_barrier) {

@@ -431,6 +431,52 @@ red_fn red_get(braid_dtype dt, braid_op op) {
   return red_table()[dt][red_col(op)];
 }
 
+/* The kernels with their operands the other way round, dst = b op a: a
+ * wrapper per table cell that calls red_get's kernel with a and b swapped,
+ * so that every code path gives the bits of that kernel. */
+#define REV_FN(D, K)                                                           \
+  static void rev_##D##_##K(void *dst, const void *a, const void *b,           \
+                            size_t n) {                                        \
+    red_fn f = red_table()[D][K]; /* NULL cells: never handed out */           \
+    if (f != NULL)                                                             \
+      f(dst, b, a, n);                                                         \
+  }
+#define REV_ROW(D)                                                             \
+  REV_FN(D, 0)                                                                 \
+  REV_FN(D, 1)                                                                 \
+  REV_FN(D, 2) REV_FN(D, 3) REV_FN(D, 4) REV_FN(D, 5) REV_FN(D, 6)
+#define REV_CELLS(D)                                                           \
+  {                                                                            \
+    rev_##D##_0, rev_##D##_1, rev_##D##_2, rev_##D##_3, rev_##D##_4,           \
+        rev_##D##_5, rev_##D##_6                                               \
+  }
+REV_ROW(0)
+REV_ROW(1)
+REV_ROW(2)
+REV_ROW(3)
+REV_ROW(4)
+REV_ROW(5)
+REV_ROW(6)
+REV_ROW(7)
+REV_ROW(8)
+REV_ROW(9)
+REV_ROW(10)
+REV_ROW(11)
+REV_ROW(12)
+REV_ROW(13)
+_Static_assert(BRAID_NUM_DTYPES == 14 && RED_COLS == 7,
+               "one reversed row per dtype, one cell per column");
+static const red_fn tab_rev[BRAID_NUM_DTYPES][RED_COLS] = {
+    REV_CELLS(0),  REV_CELLS(1),  REV_CELLS(2),  REV_CELLS(3), REV_CELLS(4),
+    REV_CELLS(5),  REV_CELLS(6),  REV_CELLS(7),  REV_CELLS(8), REV_CELLS(9),
+    REV_CELLS(10), REV_CELLS(11), REV_CELLS(12), REV_CELLS(13)};
+
+red_fn red_get_rev(braid_dtype dt, braid_op op) {
+  if (red_get(dt, op) == NULL)
+    return NULL;
+  return tab_rev[dt][red_col(op)];
+}
+
 red_fn red_get_scalar(braid_dtype dt, braid_op op) {
   return red_get_path(dt, op, 0);
 }

@@ -27,6 +27,10 @@
  * the sum kernel (the division is red_scale's job, once, at the end). */
 typedef void (*red_fn)(void *dst, const void *a, const void *b, size_t n);
 red_fn red_get(braid_dtype dt, braid_op op);
+/* red_get's kernel with its operands the other way round: dst[i] = b[i] op
+ * a[i] (a schedule's RECV_REDUCE_REV, where the message is the left
+ * operand); NULL where red_get has none. */
+red_fn red_get_rev(braid_dtype dt, braid_op op);
 /* buf[i] /= divisor (integers: truncated toward zero) — for BRAID_AVG. */
 void red_div(void *buf, size_t n, braid_dtype dt, int divisor);
 /* dst[i] = src[i] * *scalar (one element of dt), rounded to dt once

@@ -45,6 +45,10 @@ typedef struct tp_dev_reducer {
   braid_dtype dt;
   braid_op op;
   void *dev_stream;
+  /* 1: dst = message (+) src, the operands the other way round (a
+   * schedule's RECV_REDUCE_REV); base.fn then already takes them so, and a
+   * device transport swaps them for cudev_reduce. */
+  int rev;
 } tp_dev_reducer;
 
 static inline const tp_dev_reducer *tp_reducer_dev(const tp_reducer *r) {

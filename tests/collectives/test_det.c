@@ -101,6 +101,48 @@ Test(det, swapped_operands_are_refused) {
   sched_free(s);
 }
 
+/* RECV_REDUCE_REV puts the message first: at root 1 of two, x0 arriving
+ * and folded with its own input is x0 op x1, in order; at root 0 the same
+ * step gives x1 op x0, refused, and the message names the step. */
+Test(det, message_first_reduction) {
+  for (int root = 0; root < 2; root++) {
+    sched *s;
+    cr_assert_eq(sched_new(SCHED_REDUCE, 2, root, 1, 1, "rev", &s),
+                 BRAID_SUCCESS);
+    sched_channel *cr = sched_chan(s, root, 0),
+                  *co = sched_chan(s, 1 - root, 0);
+    cr_assert(sched_recv_reduce_rev(cr, 1 - root, sched_ck(SCHED_BUF_IN, 0, 1),
+                                    sched_ck(SCHED_BUF_OUT, 0, 1)) == 0);
+    cr_assert(sched_send(co, root, sched_ck(SCHED_BUF_IN, 0, 1)) == 0);
+    cr_assert(verify_sched(s, 0, 2) == 0, "%s", err_msg());
+    cr_assert(verify_sched(s, 1, 2) == 0, "%s", err_msg());
+    if (root == 1) {
+      cr_assert(verify_rank_order(s, 0) == 0, "%s", err_msg());
+      cr_assert(verify_rank_order(s, 1) == 0, "%s", err_msg());
+    } else {
+      cr_assert(verify_rank_order(s, 0) != 0);
+      cr_assert(strstr(err_msg(), "rank 0 channel 0 step 0 (RECV_REDUCE_REV "
+                                  "from 1") != NULL,
+                "%s", err_msg());
+    }
+    sched_free(s);
+  }
+}
+
+/* The direct allreduce of two ranks: rank 1 reduces rank 0's message with
+ * its input straight into the output, one step, and no scratch. */
+Test(det, direct_two_ranks_one_pass) {
+  sched *s = make(gen_find("direct"), SCHED_ALLREDUCE, 2, 0, 1);
+  cr_assert_not_null(s);
+  const sched_channel *c1 = sched_chan(s, 1, 0);
+  cr_assert_eq(c1->nsteps, 2);
+  cr_assert_eq(c1->steps[1].prim, SCHED_P_RECV_REDUCE_REV);
+  cr_assert_eq(c1->steps[1].dst.buf, SCHED_BUF_OUT);
+  cr_assert_eq(s->scratch_blocks, 0);
+  cr_assert(verify_rank_order(s, 1) == 0, "%s", err_msg());
+  sched_free(s);
+}
+
 /* Collectives that do not reduce have nothing to fold. */
 Test(det, non_reducing_pass) {
   sched *s = make(gen_find("ring"), SCHED_ALLGATHER, 4, 0, 2);

@@ -114,7 +114,7 @@ static int step(int r, const sched_step *st) {
                    : st->dst.count;
   expr got[MAXB];
   cr_assert(n <= MAXB);
-  if (st->prim >= SCHED_P_RECV && st->prim <= SCHED_P_RECV_COPY_SEND) {
+  if (sched_prim_recvs((sched_prim)st->prim)) {
     const expr *m = pop(st->peer, r, (int)n);
     if (m == NULL)
       return 0;
@@ -134,6 +134,9 @@ static int step(int r, const sched_step *st) {
     case SCHED_P_RECV_REDUCE:
     case SCHED_P_RECV_REDUCE_SEND:
       tmp[i] = fold(at(r, st->src, i), &got[i]);
+      break;
+    case SCHED_P_RECV_REDUCE_REV:
+      tmp[i] = fold(&got[i], at(r, st->src, i));
       break;
     case SCHED_P_REDUCE:
       tmp[i] = fold(at(r, st->dst, i), at(r, st->src, i));

@@ -90,6 +90,23 @@ Test(schedule, tables) {
   cr_assert_str_eq(sched_coll_name(SCHED_NUM_COLLS), "unknown");
   cr_assert_str_eq(sched_prim_name(SCHED_P_REDUCE), "REDUCE");
   cr_assert_str_eq(sched_prim_name(SCHED_P_RECV_COPY_SEND), "RECV_COPY_SEND");
+  cr_assert_str_eq(sched_prim_name(SCHED_P_RECV_REDUCE_REV), "RECV_REDUCE_REV");
+  cr_assert_str_eq(sched_prim_name(SCHED_NUM_PRIMS), "UNKNOWN");
+  /* what each primitive does with a step's fields */
+  static const struct {
+    sched_prim p;
+    int recvs, reduces_msg, has_src;
+  } what[SCHED_NUM_PRIMS] = {
+      {SCHED_P_SEND, 0, 0, 1},           {SCHED_P_RECV, 1, 0, 0},
+      {SCHED_P_RECV_REDUCE, 1, 1, 1},    {SCHED_P_RECV_REDUCE_SEND, 1, 1, 1},
+      {SCHED_P_RECV_COPY_SEND, 1, 0, 0}, {SCHED_P_COPY, 0, 0, 1},
+      {SCHED_P_REDUCE, 0, 0, 1},         {SCHED_P_RECV_REDUCE_REV, 1, 1, 1}};
+  for (int i = 0; i < SCHED_NUM_PRIMS; i++) {
+    cr_assert_eq(sched_prim_recvs(what[i].p), what[i].recvs, "%d", i);
+    cr_assert_eq(sched_prim_reduces_msg(what[i].p), what[i].reduces_msg, "%d",
+                 i);
+    cr_assert_eq(sched_prim_has_src(what[i].p), what[i].has_src, "%d", i);
+  }
   cr_assert_str_eq(sched_buf_name(SCHED_BUF_SCRATCH), "scratch");
   /* Chunk geometry covers the block exactly. */
   size_t E = 1000003;

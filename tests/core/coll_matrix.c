@@ -150,6 +150,42 @@ static void t_allreduce(braid_comm *c, braid_dtype dt, int op, size_t n,
   release(out);
 }
 
+/* Every rank gets the same bits from an allreduce, whatever the algorithm:
+ * float32 min and max of signed zeros (equal operands give the second,
+ * src/reduce.h), where the order in which a rank folds its operands shows
+ * in the sign. The results are gathered and compared byte for byte. */
+static void t_same_bits(braid_comm *c, int op, size_t n, int inplace) {
+  const braid_dtype dt = BRAID_FLOAT32;
+  float *out = alloc(n, dt);
+  float *in = inplace ? out : alloc(n, dt);
+  for (size_t i = 0; i < n; i++)
+    in[i] = (g_rank + i) % 2 ? -0.0f : 0.0f;
+  int ok = call_ok(braid_allreduce(in, out, n, dt, (braid_op)op, c, NULL), c,
+                   "allreduce of signed zeros");
+  if (!inplace)
+    release(in); /* two buffers at a time (buf_get) */
+  float *all = alloc(n * (size_t)g_n, dt);
+  if (ok && call_ok(braid_allgather(out, all, n, dt, c, NULL), c,
+                    "allgather of the results")) {
+    int bad = 0;
+    for (int q = 1; q < g_n && !bad; q++)
+      for (size_t i = 0; i < n && !bad; i++)
+        if (signbit(all[(size_t)q * n + i]) != signbit(all[i]) ||
+            all[(size_t)q * n + i] != 0.0f) {
+          fprintf(stderr,
+                  "rank %d: allreduce %s of signed zeros, count %zu, %s: "
+                  "element %zu is %g on rank %d, %g on rank 0\n",
+                  g_rank, braid_op_name((braid_op)op), n,
+                  inplace ? "in place" : "out of place", i,
+                  (double)all[(size_t)q * n + i], q, (double)all[i]);
+          bad = 1;
+        }
+    tally(bad, "allreduce of signed zeros");
+  }
+  release(all);
+  release(out);
+}
+
 static void t_reduce(braid_comm *c, braid_dtype dt, int op, size_t n,
                      int inplace, int root) {
   int me_root = g_rank == root;
@@ -508,6 +544,10 @@ int main(int argc, char **argv) {
             t_reduce(c, dt, op, n, ip, root);
           if (RUN("reduce_scatter"))
             t_reduce_scatter(c, dt, op, n, ip);
+        }
+        if (RUN("allreduce") && dt == BRAID_FLOAT32) {
+          t_same_bits(c, BRAID_MIN, n, ip);
+          t_same_bits(c, BRAID_MAX, n, ip);
         }
         if (!moves)
           continue;

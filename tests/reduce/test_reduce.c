@@ -449,6 +449,46 @@ Test(reduce, bad_arguments) {
   cr_log_info("reduction code path: %s", red_isa());
 }
 
+/* red_get_rev's kernels take their operands the other way round: for every
+ * dtype and op, dst = rev(a, b) holds the bytes of red_get's (b, a), on data
+ * with NaNs and signed zeros (float min of +0 and -0 gives its second
+ * operand, so the order shows), and dst may alias either operand. */
+Test(reduce, reversed_kernels_swap_operands) {
+  enum { N = 1031 };
+  static unsigned char a[N * 8], b[N * 8], want[N * 8], got[N * 8];
+  int checked = 0;
+  for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
+    for (int op = 0; op < BRAID_NUM_OPS; op++) {
+      red_fn fwd = red_get((braid_dtype)dt, (braid_op)op);
+      red_fn rev = red_get_rev((braid_dtype)dt, (braid_op)op);
+      cr_assert_eq(rev != NULL, fwd != NULL, "%s %s",
+                   braid_dtype_name((braid_dtype)dt),
+                   braid_op_name((braid_op)op));
+      if (fwd == NULL)
+        continue;
+      size_t bytes = N * esz[dt];
+      fill((braid_dtype)dt, a, N);
+      fill((braid_dtype)dt, b, N);
+      fwd(want, b, a, N);
+      rev(got, a, b, N);
+      cr_assert(memcmp(want, got, bytes) == 0, "%s %s: rev(a, b) != (b, a)",
+                braid_dtype_name((braid_dtype)dt), braid_op_name((braid_op)op));
+      memcpy(got, a, bytes); /* dst aliases a, the local operand */
+      rev(got, got, b, N);
+      cr_assert(memcmp(want, got, bytes) == 0, "%s %s: in place",
+                braid_dtype_name((braid_dtype)dt), braid_op_name((braid_op)op));
+      checked++;
+    }
+  cr_assert_gt(checked, 80);
+  float x[2] = {0.0f, 1.0f}, y[2] = {-0.0f, 2.0f}, d[2];
+  red_get(BRAID_FLOAT32, BRAID_MIN)(d, x, y, 2);
+  cr_assert(signbit(d[0]) && d[1] == 1.0f); /* equal operands give b */
+  red_get_rev(BRAID_FLOAT32, BRAID_MIN)(d, x, y, 2);
+  cr_assert(!signbit(d[0]) && d[1] == 1.0f); /* here b is x */
+  cr_assert_null(red_get_rev(BRAID_FLOAT32, BRAID_BXOR));
+  cr_assert_null(red_get_rev((braid_dtype)BRAID_NUM_DTYPES, BRAID_SUM));
+}
+
 Test(reduce, integer_wrap) {
   int32_t a32[2] = {INT32_MAX, INT32_MIN}, b32[2] = {1, -1}, d32[2];
   red_get(BRAID_INT32, BRAID_SUM)(d32, a32, b32, 2);

@@ -33,6 +33,8 @@ static int eng_copy(void *dst, const void *src, size_t n, void *stream) {
 static int eng_reduce(void *dst, const void *a, const void *b, size_t bytes,
                       const tp_reducer *r, void *stream) {
   const tp_dev_reducer *d = tp_reducer_dev(r);
+  if (d->rev) /* dst = message (+) local: b is the message */
+    return cudev_reduce(dst, b, a, bytes / r->elem_size, d->dt, d->op, stream);
   return cudev_reduce(dst, a, b, bytes / r->elem_size, d->dt, d->op, stream);
 }
 
