@@ -239,6 +239,15 @@ static inline size_t cudev_kc_elems(const cudev_kcall *c, int nranks) {
   return c->coll == CUDEV_KC_REDUCE_SCATTER ? c->count * (size_t)nranks
                                             : c->count;
 }
+/* Whether the device's kernels take dtype dt with op (BRAID_SUM for a call
+ * that only moves data): the dtypes up to float64 and the 8-bit floats,
+ * the ops up to avg. int16, bool and the bitwise ops have none
+ * (docs/CUDA.md); src/api.c refuses their reductions on device buffers and
+ * moves their data as bytes. dt and op must be in range. */
+static inline int cudev_has_kernel(braid_dtype dt, braid_op op) {
+  int fp8 = dt == BRAID_FLOAT8_E4M3 || dt == BRAID_FLOAT8_E5M2;
+  return (dt <= BRAID_FLOAT64 || fp8) && op <= BRAID_AVG;
+}
 /* 1 when k and c make a call the kernel can run (a known collective,
  * dtype, op where it reduces, root, and ranks and slots in range). */
 static inline int cudev_kc_valid(const cudev_ka *k, const cudev_kcall *c) {

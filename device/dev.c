@@ -269,10 +269,7 @@ static braid_result dev_check(const char *fn, braid_dtype dt, braid_op op) {
              (int)op);
     return BRAID_ERR_INVALID_ARG;
   }
-  /* the kernels take the dtypes up to float64, the 8-bit floats, and the
-   * ops up to avg */
-  int fp8 = dt == BRAID_FLOAT8_E4M3 || dt == BRAID_FLOAT8_E5M2;
-  if ((dt > BRAID_FLOAT64 && !fp8) || op > BRAID_AVG) {
+  if (!cudev_has_kernel(dt, op)) {
     snprintf(dev_msg, sizeof dev_msg,
              "%s: dtype %s with op %s is not supported on device buffers", fn,
              braid_dtype_name(dt), braid_op_name(op));
@@ -363,7 +360,12 @@ braid_result cudev_kernel_coll(const cudev_ka *k, uint64_t seq,
              k->nranks, k->slot);
     return BRAID_ERR_INVALID_ARG;
   }
-  braid_result r = cudev_preload(); /* loads kernels before a gate holds one */
+  braid_result r =
+      dev_check("cudev_kernel_coll", call->dt,
+                cudev_kc_reduces(call->coll) ? call->op : BRAID_SUM);
+  if (r != BRAID_SUCCESS)
+    return r;
+  r = cudev_preload(); /* loads kernels before a gate holds one */
   if (r != BRAID_SUCCESS)
     return r;
   DEV_CALL("collective kernel launch",

@@ -135,10 +135,7 @@ static braid_result dev_check(const char *fn, braid_dtype dt, braid_op op) {
              (int)op);
     return BRAID_ERR_INVALID_ARG;
   }
-  /* the kernels take the dtypes up to float64, the 8-bit floats, and the
-   * ops up to avg */
-  int fp8 = dt == BRAID_FLOAT8_E4M3 || dt == BRAID_FLOAT8_E5M2;
-  if ((dt > BRAID_FLOAT64 && !fp8) || op > BRAID_AVG) {
+  if (!cudev_has_kernel(dt, op)) {
     snprintf(emu_msg, sizeof emu_msg,
              "%s: dtype %s with op %s is not supported on device buffers", fn,
              braid_dtype_name(dt), braid_op_name(op));

@@ -203,6 +203,14 @@ braid_result cudev_kernel_coll(const cudev_ka *k, uint64_t seq,
                                const cudev_kcall *call, void *stream) {
   if (!cudev_kc_valid(k, call))
     return BRAID_ERR_INVALID_ARG;
+  braid_op op = cudev_kc_reduces(call->coll) ? call->op : BRAID_SUM;
+  if (!cudev_has_kernel(call->dt, op)) { /* as device/dev.c's dev_check */
+    snprintf(emu_msg, sizeof emu_msg,
+             "cudev_kernel_coll: dtype %s with op %s is not supported on "
+             "device buffers",
+             braid_dtype_name(call->dt), braid_op_name(op));
+    return BRAID_ERR_UNSUPPORTED;
+  }
   int root = k->rank == call->root;
   for (int q = 0; q < k->nranks; q++)
     emu_kernel_reaches("cudev_kernel_coll", "a kernel area", k->area[q]);
