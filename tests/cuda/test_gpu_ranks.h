@@ -249,6 +249,19 @@ static inline void gpu_ones_free(float *d[2], cudaStream_t s[2],
   }
 }
 
+/* Whether the size variable name (BRAID_CUDA_HOST_MAX, BRAID_CUDA_KERNEL_MAX)
+ * sends the tests' small calls its way: set to other than 0, or, for
+ * BRAID_CUDA_KERNEL_MAX, unset (braid's default: no limit, src/config.c).
+ * A test of another path than the default sets these variables in its
+ * ctest environment (gpu.cmake); BRAID_CUDA_HOST_MAX unset (32K by default)
+ * is off here: its tests' calls are larger or run as kernels. */
+static inline int env_on(const char *name) {
+  const char *v = getenv(name);
+  if (v == NULL)
+    return strcmp(name, "BRAID_CUDA_KERNEL_MAX") == 0;
+  return strcmp(v, "0") != 0;
+}
+
 /* Waits up to ms milliseconds for gpu_held_done; whether it came. */
 static inline int gpu_wait_held(int ms) {
   for (int t = 0; t < ms && !atomic_load(gpu_held_done); t++)
@@ -269,15 +282,18 @@ static inline int gpu_while_held(braid_comm *c, int rank, int n, float *d,
                                  int (*what)(void *), void *arg,
                                  const char *name) {
   int rc = 0;
-  /* every stream on one hardware queue and no gates: a call returns only
-   * once it has run (docs/CUDA.md), so no call can be held while what
-   * runs; only the result is checked */
-  const char *q = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  int holds = cfg_get()->cuda_gate || q == NULL || strcmp(q, "1") != 0;
+  /* a call is held while what runs only where it returns before it has
+   * run: as a collective kernel or through host memory (the tests' path:
+   * env_on), or with gates (BRAID_CUDA_GATE=1). Without gates a call on
+   * the direct path waits in the calling thread until it has run
+   * (docs/CUDA.md, "Stream gates and hardware queues"): only the result is
+   * checked there */
+  int holds = cfg_get()->cuda_gate || env_on("BRAID_CUDA_KERNEL_MAX") ||
+              env_on("BRAID_CUDA_HOST_MAX");
   if (!holds && rank == 0)
     fprintf(stderr,
-            "NOTE: on one hardware queue without gates a call returns once "
-            "it has run: %s is not run while a call is held\n",
+            "NOTE: without gates a call on the direct path returns once it "
+            "has run: %s is not run while a call is held\n",
             name);
   if (rank == 1 && holds) {
     if (!gpu_wait_held(HELD_MAX_MS)) {
@@ -310,19 +326,6 @@ static inline int gpu_while_held(braid_comm *c, int rank, int n, float *d,
     }
   free(h);
   return rc;
-}
-
-/* Whether the size variable name (BRAID_CUDA_HOST_MAX, BRAID_CUDA_KERNEL_MAX)
- * sends the tests' small calls its way: set to other than 0, or, for
- * BRAID_CUDA_KERNEL_MAX, unset (braid's default: no limit, src/config.c).
- * A test of another path than the default sets these variables in its
- * ctest environment (gpu.cmake); BRAID_CUDA_HOST_MAX unset (32K by default)
- * is off here: its tests' calls are larger or run as kernels. */
-static inline int env_on(const char *name) {
-  const char *v = getenv(name);
-  if (v == NULL)
-    return strcmp(name, "BRAID_CUDA_KERNEL_MAX") == 0;
-  return strcmp(v, "0") != 0;
 }
 
 /* With BRAID_CUDA_KERNEL_MAX unset or above the calls' size, whether
