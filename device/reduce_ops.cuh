@@ -17,7 +17,9 @@
  *    with its payload truncated. On the device, float16 uses the hardware
  *    conversions (exact, round to nearest even) for everything but NaN.
  *  - float8 e4m3/e5m2: device/fp8.h's functions, shared with the CPU kernels
- *    (widened to float, reduced, rounded to nearest even, saturating);
+ *    (widened to float, reduced, rounded to nearest even, saturating); on
+ *    sm_89 on, vectors without NaN or infinity through the hardware's fp8
+ *    conversions, which round the same (rop_vec_fp8);
  *  - division (BRAID_AVG): integers truncate toward zero; floats divide in the
  *    type (float16/bfloat16 in float), a NaN stays that NaN, quieted.
  */
@@ -32,6 +34,7 @@
 #include "device/half.h"
 
 #ifdef __CUDACC__
+#include <cuda_fp8.h>
 #define ROP_HD __host__ __device__ __forceinline__
 /* out of line: a rare path kept out of the kernels' loops */
 #define ROP_COLD __host__ __device__ __noinline__
@@ -322,10 +325,66 @@ ROP_HD rop_v16 rop_vec_narrow(const rop_v16 &a, const rop_v16 &b) {
   return r;
 }
 
+/* float8 vectors that hold a NaN or an infinity: as rop_vec_narrow_special. */
+template <int DT, int OP>
+ROP_COLD rop_v16 rop_vec_fp8_special(rop_v16 a, rop_v16 b) {
+  return rop_vec_elems<DT, OP>(a, b);
+}
+
+/* float8 e4m3/e5m2 on a GPU with the fp8 conversion instructions (sm_89
+ * on), when no lane of a or b is NaN or infinite (e4m3 x.1111.111, e5m2
+ * x.11111.xx: checked on whole words as in rop_vec_narrow): two lanes at a
+ * time widened exactly (fp8 -> half -> float), reduced in float and rounded
+ * back once to nearest even, saturating (cvt.rn.satfinite: fp8_from_float's
+ * bits for every finite float, and a sum or product of two finite fp8
+ * values is a finite float); min and max give an operand's bits, with
+ * fp8_float_op's comparisons. Else, and on the host, element by element
+ * (device/fp8.h). */
+template <int DT, int OP>
+ROP_HD rop_v16 rop_vec_fp8(const rop_v16 &a, const rop_v16 &b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const bool e5 = DT == BRAID_FLOAT8_E5M2;
+  const uint32_t e = e5 ? 0x7c7c7c7cu : 0x7f7f7f7fu;
+  const uint32_t one = e5 ? 0x04040404u : 0x01010101u;
+  uint32_t special = 0;
+  for (int i = 0; i < 4; i++)
+    special |= ((a.w[i] & e) + one) | ((b.w[i] & e) + one);
+  if (special & 0x80808080u)
+    return rop_vec_fp8_special<DT, OP>(a, b);
+  const __nv_fp8_interpretation_t k = e5 ? __NV_E5M2 : __NV_E4M3;
+  rop_v16 r;
+  for (int i = 0; i < 4; i++) {
+    uint32_t w = 0;
+    for (int sh = 0; sh < 32; sh += 16) {
+      __nv_fp8x2_storage_t pa = (__nv_fp8x2_storage_t)(a.w[i] >> sh);
+      __nv_fp8x2_storage_t pb = (__nv_fp8x2_storage_t)(b.w[i] >> sh);
+      float2 x = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pa, k)));
+      float2 y = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pb, k)));
+      uint32_t o;
+      if (OP == ROP_MAX || OP == ROP_MIN) {
+        bool lo = OP == ROP_MAX ? x.x > y.x : x.x < y.x;
+        bool hi = OP == ROP_MAX ? x.y > y.y : x.y < y.y;
+        o = ((lo ? pa : pb) & 0xffu) | ((hi ? pa : pb) & 0xff00u);
+      } else {
+        float2 z = OP == ROP_PROD ? make_float2(x.x * y.x, x.y * y.y)
+                                  : make_float2(x.x + y.x, x.y + y.y);
+        o = __nv_cvt_float2_to_fp8x2(z, __NV_SATFINITE, k);
+      }
+      w |= o << sh;
+    }
+    r.w[i] = w;
+  }
+  return r;
+#else
+  return rop_vec_elems<DT, OP>(a, b);
+#endif
+}
+
 /* a op b on sixteen bytes of dtype DT, with rop_type<DT>::op<OP>'s results
  * bit for bit: 8-bit integers four lanes per instruction (but products),
  * float16/bfloat16 without the per-element NaN tests when there is no NaN
- * or infinity, the other types element by element. */
+ * or infinity, float8 likewise through the conversion instructions where
+ * the GPU has them, the other types element by element. */
 template <int DT, int OP>
 ROP_HD rop_v16 rop_vec(const rop_v16 &a, const rop_v16 &b) {
   if ((DT == BRAID_INT8 || DT == BRAID_UINT8) && OP != ROP_PROD) {
@@ -336,6 +395,8 @@ ROP_HD rop_v16 rop_vec(const rop_v16 &a, const rop_v16 &b) {
   }
   if (DT == BRAID_FLOAT16 || DT == BRAID_BFLOAT16)
     return rop_vec_narrow<DT, OP>(a, b);
+  if (DT == BRAID_FLOAT8_E4M3 || DT == BRAID_FLOAT8_E5M2)
+    return rop_vec_fp8<DT, OP>(a, b);
   return rop_vec_elems<DT, OP>(a, b);
 }
 
