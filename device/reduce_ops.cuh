@@ -294,14 +294,26 @@ ROP_HD uint32_t rop_narrow_num(uint32_t u, uint32_t v) {
   return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
 }
 
-/* float16/bfloat16 vectors that hold a NaN or an infinity: element by
- * element, out of line (the element functions' NaN cases are long). The
+/* float16/bfloat16/float8 vectors that hold a NaN or an infinity: element
+ * by element, out of line (the element functions' NaN cases are long). The
  * vectors go by value: an address of the caller's would make the caller
  * keep them in local memory, stored there for every vector, special or not
  * (a 32-byte stack frame and a quarter of the memory rate on an H100). */
 template <int DT, int OP>
-ROP_COLD rop_v16 rop_vec_narrow_special(rop_v16 a, rop_v16 b) {
+ROP_COLD rop_v16 rop_vec_special(rop_v16 a, rop_v16 b) {
   return rop_vec_elems<DT, OP>(a, b);
+}
+
+/* Whether a lane of a or b has all the bits of mask e set (a NaN's or an
+ * infinity's exponent bits), on whole words: adding the lowest bit of each
+ * lane's mask (one) to its masked bits carries into the lane's top bit
+ * (top) exactly then. */
+ROP_HD bool rop_any_lane_set(const rop_v16 &a, const rop_v16 &b, uint32_t e,
+                             uint32_t one, uint32_t top) {
+  uint32_t special = 0;
+  for (int i = 0; i < 4; i++)
+    special |= ((a.w[i] & e) + one) | ((b.w[i] & e) + one);
+  return (special & top) != 0;
 }
 
 /* float16/bfloat16: when no lane of a or b is NaN or infinite (checked on
@@ -313,11 +325,8 @@ ROP_HD rop_v16 rop_vec_narrow(const rop_v16 &a, const rop_v16 &b) {
   const bool h = DT == BRAID_FLOAT16;
   const uint32_t e = h ? 0x7c007c00u : 0x7f807f80u;
   const uint32_t one = h ? 0x04000400u : 0x00800080u;
-  uint32_t special = 0;
-  for (int i = 0; i < 4; i++)
-    special |= ((a.w[i] & e) + one) | ((b.w[i] & e) + one);
-  if (special & 0x80008000u)
-    return rop_vec_narrow_special<DT, OP>(a, b);
+  if (rop_any_lane_set(a, b, e, one, 0x80008000u))
+    return rop_vec_special<DT, OP>(a, b);
   rop_v16 r;
   for (int i = 0; i < 4; i++)
     r.w[i] = rop_narrow_num<DT, OP>(a.w[i] & 0xffffu, b.w[i] & 0xffffu) |
@@ -325,15 +334,9 @@ ROP_HD rop_v16 rop_vec_narrow(const rop_v16 &a, const rop_v16 &b) {
   return r;
 }
 
-/* float8 vectors that hold a NaN or an infinity: as rop_vec_narrow_special. */
-template <int DT, int OP>
-ROP_COLD rop_v16 rop_vec_fp8_special(rop_v16 a, rop_v16 b) {
-  return rop_vec_elems<DT, OP>(a, b);
-}
-
 /* float8 e4m3/e5m2 on a GPU with the fp8 conversion instructions (sm_89
  * on), when no lane of a or b is NaN or infinite (e4m3 x.1111.111, e5m2
- * x.11111.xx: checked on whole words as in rop_vec_narrow): two lanes at a
+ * x.11111.xx: rop_any_lane_set): two lanes at a
  * time widened exactly (fp8 -> half -> float), reduced in float and rounded
  * back once to nearest even, saturating (cvt.rn.satfinite: fp8_from_float's
  * bits for every finite float, and a sum or product of two finite fp8
@@ -346,11 +349,8 @@ ROP_HD rop_v16 rop_vec_fp8(const rop_v16 &a, const rop_v16 &b) {
   const bool e5 = DT == BRAID_FLOAT8_E5M2;
   const uint32_t e = e5 ? 0x7c7c7c7cu : 0x7f7f7f7fu;
   const uint32_t one = e5 ? 0x04040404u : 0x01010101u;
-  uint32_t special = 0;
-  for (int i = 0; i < 4; i++)
-    special |= ((a.w[i] & e) + one) | ((b.w[i] & e) + one);
-  if (special & 0x80808080u)
-    return rop_vec_fp8_special<DT, OP>(a, b);
+  if (rop_any_lane_set(a, b, e, one, 0x80808080u))
+    return rop_vec_special<DT, OP>(a, b);
   const __nv_fp8_interpretation_t k = e5 ? __NV_E5M2 : __NV_E4M3;
   rop_v16 r;
   for (int i = 0; i < 4; i++) {
