@@ -189,7 +189,10 @@ braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops);
  * (tp_ops.isend_staged): the sending rank copies nothing else in its
  * channel, so single copy would leave its core idle while the receiver's
  * does all the work, or the receiver reduces what it gets, which single
- * copy does in two passes (read, then reduce) on the receiver's core. */
+ * copy does in two passes (read, then reduce) on the receiver's core, or
+ * the step forwards what it has just reduced (RECV_REDUCE_SEND), still in
+ * the sender's cache (docs/PERFORMANCE.md, "A reduced chunk forwarded
+ * through the slots"). */
 #define EXEC_SEND_STAGE 2u
 /* The sending rank copies nothing else in its channel and the receiver
  * does not reduce what it gets: the transport may have the sender take a

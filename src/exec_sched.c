@@ -245,7 +245,11 @@ const uint8_t *exec_send_map(sched_cache_entry *e, const exec_op *op,
     for (int i = 0; i < sc->nsteps; i++) {
       int sends = send_peer(&sc->steps[i]) >= 0;
       int reduced = sends && peer_reduces(s, rank, ch, i);
-      int stage = sends && (alone || reduced);
+      /* what a RECV_REDUCE_SEND forwards, it has just written: in this
+       * core's cache, from where the copy into the slots costs less than
+       * the receiver's read of it from memory */
+      int hot = sends && sc->steps[i].prim == SCHED_P_RECV_REDUCE_SEND;
+      int stage = sends && (alone || reduced || hot);
       int share = sends && alone && !reduced;
       m[o++] =
           (uint8_t)((is_volatile(op, rank, K, sc, i) ? EXEC_SEND_VOLATILE : 0) |

@@ -4,9 +4,10 @@
  * the step sends, and EXEC_SEND_STAGE where, in a large call, the sender
  * copies the data into the transport's buffers instead of letting the
  * receiver read it (single copy): the sending rank copies nothing else in
- * its channel (an in-place broadcast's root), or the receiver reduces what
- * it gets (a reduce-scatter's sends). A rank that also receives, into a
- * plain copy (allgather), keeps single copy.
+ * its channel (an in-place broadcast's root), the receiver reduces what
+ * it gets (a reduce-scatter's sends), or the step forwards what it has just
+ * reduced (RECV_REDUCE_SEND). A rank that also receives, into a plain copy
+ * (allgather), keeps single copy.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -153,15 +154,26 @@ Test(send_map, reductions_stage_what_the_peer_reduces) {
   for (int i = 0; i < n; i++)
     cr_assert(b[i] & EXEC_SEND_STAGE, "reduce_scatter send %d not staged", i);
   sched_free(s);
-  /* allreduce (reduce-scatter, then allgather): the first sends are
-   * reduced on arrival, the last ones copied */
+  /* allreduce (reduce-scatter, then allgather) on 2 ranks: the first send
+   * is reduced on arrival, the second forwards the chunk the rank has just
+   * reduced (RECV_REDUCE_SEND) */
   s = ring(SCHED_ALLREDUCE, 2, 0);
   exec_op ar = op_of(SCHED_ALLREDUCE, 0, 0);
   n = send_bits(s, &ar, 0, b, 64);
-  cr_assert_geq(n, 2);
+  cr_assert_eq(n, 2);
   cr_assert(b[0] & EXEC_SEND_STAGE, "allreduce's first send not staged");
-  cr_assert_not(b[n - 1] & EXEC_SEND_STAGE,
-                "allreduce's last send (the allgather's) staged");
+  cr_assert(b[1] & EXEC_SEND_STAGE,
+            "the forward of the chunk just reduced not staged");
+  sched_free(s);
+  /* on 3 ranks the allgather's forward of a chunk received as it is
+   * (RECV_COPY_SEND) keeps single copy */
+  s = ring(SCHED_ALLREDUCE, 3, 0);
+  n = send_bits(s, &ar, 0, b, 64);
+  cr_assert_eq(n, 4);
+  for (int i = 0; i < 3; i++)
+    cr_assert(b[i] & EXEC_SEND_STAGE, "allreduce send %d not staged", i);
+  cr_assert_not(b[3] & EXEC_SEND_STAGE,
+                "the allgather's plain forward (RECV_COPY_SEND) staged");
   sched_free(s);
 }
 
