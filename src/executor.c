@@ -129,7 +129,9 @@ static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
   uint64_t t = 0;
   if ((f & EXEC_SEND_VOLATILE) && ops->isend_copy != NULL)
     r = ops->isend_copy(conn, p, len, &t);
-  else if ((f & EXEC_SEND_STAGE) && x->large && ops->isend_staged != NULL)
+  else if ((f & EXEC_SEND_STAGE) && ops->isend_staged != NULL &&
+           (x->large || ((f & EXEC_SEND_IDLE) && c->wait.nlocal > 0 &&
+                         c->wait.nlocal <= c->wait.ncpus)))
     r = ops->isend_staged(conn, p, len, &t);
   else if ((f & EXEC_SEND_SHARE) && ops->isend_shared != NULL)
     r = ops->isend_shared(conn, p, len, &t);

@@ -127,6 +127,50 @@ Test(send_map, idle_senders_share) {
   }
 }
 
+/* EXEC_SEND_IDLE: the sender copies nothing else and the receiver reduces
+ * (a reduce's non-root on 2 ranks, the chain's first rank on 3): staged at
+ * any size where ranks have a CPU each. Nowhere else: a broadcast's root
+ * (its peer copies), the ranks of an allreduce or reduce_scatter (they
+ * receive too), the middle of a reduce chain (it reduces too). */
+Test(send_map, idle_senders_to_a_reduction_stage_at_any_size) {
+  unsigned b[64];
+  for (int nr = 2; nr <= 3; nr++) {
+    sched *s = ring(SCHED_REDUCE, nr, 0);
+    for (int r = 0; r < nr; r++) {
+      exec_op op = op_of(SCHED_REDUCE, 0, 0);
+      int n = send_bits(s, &op, r, b, 64);
+      /* on the ring ending at root 0, rank 1 starts the chain */
+      int leaf = r == 1;
+      cr_assert(r != 0 || n == 0, "the root sends");
+      for (int i = 0; i < n; i++) {
+        cr_assert(b[i] & EXEC_SEND_STAGE,
+                  "reduce, %d ranks, rank %d: "
+                  "send %d not staged",
+                  nr, r, i);
+        cr_assert_eq(!!(b[i] & EXEC_SEND_IDLE), leaf,
+                     "reduce, %d ranks, rank %d send %d: bits %u", nr, r, i,
+                     b[i]);
+      }
+    }
+    sched_free(s);
+  }
+  sched_coll other[] = {SCHED_BROADCAST, SCHED_ALLREDUCE, SCHED_REDUCE_SCATTER,
+                        SCHED_ALLGATHER};
+  for (int k = 0; k < 4; k++) {
+    sched *s = ring(other[k], 2, 0);
+    for (int r = 0; r < 2; r++)
+      for (int ip = 0; ip < 2; ip++) {
+        exec_op op = op_of(other[k], 0, ip);
+        int n = send_bits(s, &op, r, b, 64);
+        for (int i = 0; i < n; i++)
+          cr_assert_not(b[i] & EXEC_SEND_IDLE,
+                        "collective %d rank %d in place %d send %d: bits %u",
+                        (int)other[k], r, ip, i, b[i]);
+      }
+    sched_free(s);
+  }
+}
+
 Test(send_map, allgather_keeps_single_copy) {
   sched *s = ring(SCHED_ALLGATHER, 2, 0);
   unsigned b[64];
