@@ -199,12 +199,15 @@ braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops);
  * share of the copy while it waits for the send (tp_ops.isend_shared).
  * In a large call EXEC_SEND_STAGE comes first. */
 #define EXEC_SEND_SHARE 4u
-/* The sending rank copies nothing else in its channel and the receiver
- * reduces what it gets (a reduce's leaves): EXEC_SEND_STAGE holds at any
- * size where the host's ranks have a CPU each, as single copy would have
- * the receiver read, then reduce, while the sender waits idle
- * (docs/PERFORMANCE.md, "An idle sender's data through the slots"). */
-#define EXEC_SEND_IDLE 8u
+/* EXEC_SEND_STAGE holds at any size, not only in large calls, where the
+ * host's ranks have a CPU each: the sending rank copies nothing else in
+ * its channel and the receiver reduces what it gets (a reduce's leaves:
+ * single copy would have the receiver read, then reduce, while the sender
+ * waits idle), or the step forwards what it has just reduced in an
+ * in-place call, whose other sends go through the transport's buffers
+ * already (EXEC_SEND_VOLATILE) (docs/PERFORMANCE.md, "Sends through the
+ * slots below 32 MiB"). */
+#define EXEC_SEND_EARLY 8u
 braid_result exec_get_sched(braid_comm *c, exec_op *op,
                             sched_cache_entry **out);
 const uint8_t *exec_send_map(sched_cache_entry *e, const exec_op *op, int rank);

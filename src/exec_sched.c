@@ -251,12 +251,12 @@ const uint8_t *exec_send_map(sched_cache_entry *e, const exec_op *op,
       int hot = sends && sc->steps[i].prim == SCHED_P_RECV_REDUCE_SEND;
       int stage = sends && (alone || reduced || hot);
       int share = sends && alone && !reduced;
-      int idle = sends && alone && reduced;
+      int early = sends && ((alone && reduced) || (hot && op->inplace));
       m[o++] =
           (uint8_t)((is_volatile(op, rank, K, sc, i) ? EXEC_SEND_VOLATILE : 0) |
                     (stage ? EXEC_SEND_STAGE : 0) |
                     (share ? EXEC_SEND_SHARE : 0) |
-                    (idle ? EXEC_SEND_IDLE : 0));
+                    (early ? EXEC_SEND_EARLY : 0));
     }
   }
   e->send_map[ip] = m;

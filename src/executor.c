@@ -130,7 +130,7 @@ static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
   if ((f & EXEC_SEND_VOLATILE) && ops->isend_copy != NULL)
     r = ops->isend_copy(conn, p, len, &t);
   else if ((f & EXEC_SEND_STAGE) && ops->isend_staged != NULL &&
-           (x->large || ((f & EXEC_SEND_IDLE) && c->wait.nlocal > 0 &&
+           (x->large || ((f & EXEC_SEND_EARLY) && c->wait.nlocal > 0 &&
                          c->wait.nlocal <= c->wait.ncpus)))
     r = ops->isend_staged(conn, p, len, &t);
   else if ((f & EXEC_SEND_SHARE) && ops->isend_shared != NULL)

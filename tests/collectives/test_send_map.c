@@ -127,12 +127,14 @@ Test(send_map, idle_senders_share) {
   }
 }
 
-/* EXEC_SEND_IDLE: the sender copies nothing else and the receiver reduces
- * (a reduce's non-root on 2 ranks, the chain's first rank on 3): staged at
- * any size where ranks have a CPU each. Nowhere else: a broadcast's root
- * (its peer copies), the ranks of an allreduce or reduce_scatter (they
- * receive too), the middle of a reduce chain (it reduces too). */
-Test(send_map, idle_senders_to_a_reduction_stage_at_any_size) {
+/* EXEC_SEND_EARLY (staged below BRAID_SHM_CMA_MAX too): the sender copies
+ * nothing else and the receiver reduces (a reduce's non-root on 2 ranks,
+ * the chain's first rank on 3), or an in-place call forwards what it has
+ * just reduced (a 2-rank allreduce's RECV_REDUCE_SEND). Nowhere else: a
+ * broadcast's root (its peer copies), an out-of-place allreduce, a
+ * reduce_scatter or an allgather (their ranks receive too), the middle of
+ * a reduce chain (it reduces too). */
+Test(send_map, early_staging) {
   unsigned b[64];
   for (int nr = 2; nr <= 3; nr++) {
     sched *s = ring(SCHED_REDUCE, nr, 0);
@@ -144,26 +146,33 @@ Test(send_map, idle_senders_to_a_reduction_stage_at_any_size) {
       cr_assert(r != 0 || n == 0, "the root sends");
       for (int i = 0; i < n; i++) {
         cr_assert(b[i] & EXEC_SEND_STAGE,
-                  "reduce, %d ranks, rank %d: "
-                  "send %d not staged",
-                  nr, r, i);
-        cr_assert_eq(!!(b[i] & EXEC_SEND_IDLE), leaf,
+                  "reduce, %d ranks, rank %d: send %d not staged", nr, r, i);
+        cr_assert_eq(!!(b[i] & EXEC_SEND_EARLY), leaf,
                      "reduce, %d ranks, rank %d send %d: bits %u", nr, r, i,
                      b[i]);
       }
     }
     sched_free(s);
   }
-  sched_coll other[] = {SCHED_BROADCAST, SCHED_ALLREDUCE, SCHED_REDUCE_SCATTER,
-                        SCHED_ALLGATHER};
-  for (int k = 0; k < 4; k++) {
-    sched *s = ring(other[k], 2, 0);
+  sched *s = ring(SCHED_ALLREDUCE, 2, 0);
+  for (int ip = 0; ip < 2; ip++) {
+    exec_op op = op_of(SCHED_ALLREDUCE, 0, ip);
+    int n = send_bits(s, &op, 0, b, 64);
+    cr_assert_eq(n, 2);
+    cr_assert_not(b[0] & EXEC_SEND_EARLY, "in place %d: bits %u", ip, b[0]);
+    cr_assert_eq(!!(b[1] & EXEC_SEND_EARLY), ip,
+                 "allreduce's forward, in place %d: bits %u", ip, b[1]);
+  }
+  sched_free(s);
+  sched_coll other[] = {SCHED_BROADCAST, SCHED_REDUCE_SCATTER, SCHED_ALLGATHER};
+  for (int k = 0; k < 3; k++) {
+    s = ring(other[k], 2, 0);
     for (int r = 0; r < 2; r++)
       for (int ip = 0; ip < 2; ip++) {
         exec_op op = op_of(other[k], 0, ip);
         int n = send_bits(s, &op, r, b, 64);
         for (int i = 0; i < n; i++)
-          cr_assert_not(b[i] & EXEC_SEND_IDLE,
+          cr_assert_not(b[i] & EXEC_SEND_EARLY,
                         "collective %d rank %d in place %d send %d: bits %u",
                         (int)other[k], r, ip, i, b[i]);
       }
