@@ -51,15 +51,10 @@ static const exec_op *first_pending(xop *xs, int nops) {
   return xs[0].op;
 }
 
-/* check_peers of a transport failed with r (its message recorded). */
-static braid_result dead_peer(braid_comm *c, xop *xs, int nops, int r,
-                              int dead) {
-  const exec_op *op = first_pending(xs, nops);
-  (void)comm_fail(c, BRAID_ERR_REMOTE,
-                  "rank %d died or closed its connections during %s #%llu "
-                  "(seen by rank %d: %s)",
-                  dead, op->name, (unsigned long long)op->seq, c->rank,
-                  exec_tp_why(r));
+/* Records in every transport, host and device, that rank `dead` is the
+ * cause, so that a peer that sees this rank leave next names that rank
+ * too (tp_ops.set_cause). */
+static void tell_cause(braid_comm *c, int dead) {
   for (int k = 0; k < c->ntp; k++)
     if (c->tp[k]->set_cause != NULL)
       c->tp[k]->set_cause(c->tp_state[k], dead);
@@ -71,6 +66,18 @@ static braid_result dead_peer(braid_comm *c, xop *xs, int nops, int r,
        i = comm_dev_transports(c, i, &dt, &ds))
     if (dt->set_cause != NULL)
       dt->set_cause(ds, dead);
+}
+
+/* check_peers of a transport failed with r (its message recorded). */
+static braid_result dead_peer(braid_comm *c, xop *xs, int nops, int r,
+                              int dead) {
+  const exec_op *op = first_pending(xs, nops);
+  (void)comm_fail(c, BRAID_ERR_REMOTE,
+                  "rank %d died or closed its connections during %s #%llu "
+                  "(seen by rank %d: %s)",
+                  dead, op->name, (unsigned long long)op->seq, c->rank,
+                  exec_tp_why(r));
+  tell_cause(c, dead);
   return r;
 }
 
@@ -101,11 +108,15 @@ braid_result exec_check_health(braid_comm *c, xop *xs, int nops) {
       return dead_peer(c, xs, nops, r, dead);
   }
   int dead = -1;
-  if (boot_check_peers(c->boot, &dead) != BRAID_SUCCESS)
-    return comm_fail(c, BRAID_ERR_REMOTE,
-                     "rank %d died or closed its connections (seen by rank "
-                     "%d on the bootstrap socket)",
-                     dead, c->rank);
+  if (boot_check_peers(c->boot, &dead) != BRAID_SUCCESS) {
+    braid_result r = comm_fail(c, BRAID_ERR_REMOTE,
+                               "rank %d died or closed its connections (seen "
+                               "by rank %d on the bootstrap socket)",
+                               dead, c->rank);
+    if (dead >= 0)
+      tell_cause(c, dead);
+    return r;
+  }
   return BRAID_SUCCESS;
 }
 
