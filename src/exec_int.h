@@ -205,8 +205,9 @@ braid_result exec_dev_reserve(braid_comm *c, exec_op *ops, int nops);
  * single copy would have the receiver read, then reduce, while the sender
  * waits idle), or the step forwards what it has just reduced in an
  * in-place call, whose other sends go through the transport's buffers
- * already (EXEC_SEND_VOLATILE) (docs/PERFORMANCE.md, "Sends through the
- * slots below 32 MiB"). */
+ * already (EXEC_SEND_VOLATILE), in calls below EXEC_EARLY_FORWARD_MAX
+ * (src/executor.c; docs/PERFORMANCE.md, "Sends through the slots below
+ * 32 MiB"). */
 #define EXEC_SEND_EARLY 8u
 braid_result exec_get_sched(braid_comm *c, exec_op *op,
                             sched_cache_entry **out);

@@ -118,6 +118,23 @@ static int pend_room(braid_comm *c, xchan *h) {
   return TP_AGAIN;
 }
 
+/* Calls whose blocks are smaller than this stage an in-place forward of a
+ * chunk just reduced (EXEC_SEND_EARLY): a 2-rank allreduce through torch
+ * was 6 to 20% faster so at 512 KiB and 1 MiB, 4 to 9% slower at 2 and
+ * 4 MiB (docs/PERFORMANCE.md, "Sends through the slots below 32 MiB"). */
+#define EXEC_EARLY_FORWARD_MAX ((size_t)2 << 20)
+
+/* EXEC_SEND_EARLY's sends go through the transport's buffers below the
+ * large calls too, where the host's ranks have a CPU each; an in-place
+ * forward only in a call below EXEC_EARLY_FORWARD_MAX. */
+static int early_stage(const braid_comm *c, const xop *x, const xchan *h,
+                       unsigned f) {
+  return (f & EXEC_SEND_EARLY) && c->wait.nlocal > 0 &&
+         c->wait.nlocal <= c->wait.ncpus &&
+         (h->sc->steps[h->step].prim != SCHED_P_RECV_REDUCE_SEND ||
+          x->op->count * x->esize < EXEC_EARLY_FORWARD_MAX);
+}
+
 static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
                    const char *p, size_t len) {
   unsigned f = h->smap != NULL ? h->smap[h->step] : 0u;
@@ -130,8 +147,7 @@ static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
   if ((f & EXEC_SEND_VOLATILE) && ops->isend_copy != NULL)
     r = ops->isend_copy(conn, p, len, &t);
   else if ((f & EXEC_SEND_STAGE) && ops->isend_staged != NULL &&
-           (x->large || ((f & EXEC_SEND_EARLY) && c->wait.nlocal > 0 &&
-                         c->wait.nlocal <= c->wait.ncpus)))
+           (x->large || early_stage(c, x, h, f)))
     r = ops->isend_staged(conn, p, len, &t);
   else if ((f & EXEC_SEND_SHARE) && ops->isend_shared != NULL)
     r = ops->isend_shared(conn, p, len, &t);
