@@ -216,6 +216,29 @@ typedef struct shm_state {
   char why[TP_WHY]; /* the last failure's message (tp_keep) */
 } shm_state;
 
+/* The slot of absolute index idx in a ring of n slots, stride bytes apart. */
+static inline shm_slot *slot_at(char *base, uint64_t stride, uint64_t n,
+                                uint64_t idx) {
+  return (shm_slot *)(base + (idx % n) * stride);
+}
+
+/* transports/shm.c: pushes the half-pushed messages as far as slots allow. */
+void shm_pend_progress(shm_state *st);
+
+/* transports/shm_bell.c: the doorbell, notes on waits and CPUs, liveness
+ * (tp_shm's ops of those names) */
+uint32_t shm_bell_read(void *state);
+void shm_bell_wait(void *state, uint32_t seen, int timeout_us);
+void shm_set_fp(void *state, uint64_t fp);
+void shm_note_wait(void *state, int on, uint64_t fp);
+int shm_peer_wait(void *state, int peer, int *on, uint64_t *fp,
+                  uint32_t *epoch);
+int shm_quiet(void *state, int peer);
+void shm_note_cpu(void *state, int cpu);
+int shm_peer_cpu(void *state, int peer);
+int shm_check_peers(void *state, int *dead_rank);
+void shm_set_cause(void *state, int dead_rank);
+
 /* transports/shm_setup.c: the transport's setup and teardown (tp_shm's) */
 /* Bytes of the segment a rank creates (and reserves in /dev/shm) for
  * npeers shm peers, nchannels channels each, nslots slots of slot_bytes;
