@@ -41,6 +41,7 @@ typedef struct xchan {
   int slice, step;
   uint32_t sub;
   int phase;
+  int forwarded; /* phase 0 sent the step's forward as well (recv_reduce_fwd) */
   int done;
   double w_lo, w_hi;
   int whole;           /* one slice of the whole range: cptr's short way */

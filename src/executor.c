@@ -135,6 +135,13 @@ static int early_stage(const braid_comm *c, const xop *x, const xchan *h,
           x->op->count * x->esize < EXEC_EARLY_FORWARD_MAX);
 }
 
+/* Whether the send of this step goes through the transport's buffers
+ * (EXEC_SEND_STAGE, in a large call or early). */
+static int staged(const braid_comm *c, const xop *x, const xchan *h,
+                  unsigned f) {
+  return (f & EXEC_SEND_STAGE) && (x->large || early_stage(c, x, h, f));
+}
+
 static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
                    const char *p, size_t len) {
   unsigned f = h->smap != NULL ? h->smap[h->step] : 0u;
@@ -146,8 +153,7 @@ static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
   uint64_t t = 0;
   if ((f & EXEC_SEND_VOLATILE) && ops->isend_copy != NULL)
     r = ops->isend_copy(conn, p, len, &t);
-  else if ((f & EXEC_SEND_STAGE) && ops->isend_staged != NULL &&
-           (x->large || early_stage(c, x, h, f)))
+  else if (ops->isend_staged != NULL && staged(c, x, h, f))
     r = ops->isend_staged(conn, p, len, &t);
   else if ((f & EXEC_SEND_SHARE) && ops->isend_shared != NULL)
     r = ops->isend_shared(conn, p, len, &t);
@@ -163,6 +169,48 @@ static int do_send(braid_comm *c, const xop *x, xchan *h, int peer,
     return r;
   h->pend[h->npend++] = (pend){conn, ops, peer, t, p, len};
   return BRAID_SUCCESS;
+}
+
+/* Whether the step's dst is an output nobody reads soon: a large
+ * out-of-place call's output, on the host. Written there past the cache,
+ * a 2-rank allreduce of 32 to 256 MiB was 11 to 17% faster
+ * (docs/PERFORMANCE.md, "Out of place: the output written past the
+ * cache"). */
+static int out_stream(const xop *x, const sched_step *st) {
+  return x->large && !x->op->inplace && x->dev < 0 &&
+         st->dst.buf == SCHED_BUF_OUT;
+}
+
+/* Whether a RECV_REDUCE_SEND into such an output sends its reduction on as
+ * it is made (tp_ops.recv_reduce_fwd): where the send would be staged and
+ * both peers are on one transport that can. */
+static int fused(braid_comm *c, const xop *x, const xchan *h,
+                 const sched_step *st) {
+  if (st->prim != SCHED_P_RECV_REDUCE_SEND || !out_stream(x, st))
+    return 0;
+  unsigned f = h->smap != NULL ? h->smap[h->step] : 0u;
+  const tp_ops *ops = x_ops(c, x, h, st->peer);
+  return ops->recv_reduce_fwd != NULL && ops == x_ops(c, x, h, st->peer_out) &&
+         staged(c, x, h, f);
+}
+
+/* The fused receive of chan_advance: the forward's ticket joins the
+ * channel's pending sends (h->forwarded), or the step sends dst itself. */
+static int recv_reduce_fwd(braid_comm *c, const xop *x, xchan *h, tp_conn *conn,
+                           const char *src, char *dst, size_t len) {
+  const sched_step *st = &h->sc->steps[h->step];
+  int r = pend_room(c, h);
+  if (r != BRAID_SUCCESS)
+    return r;
+  tp_conn *out = x_conn(c, x, h, st->peer_out);
+  const tp_ops *ops = x_ops(c, x, h, st->peer);
+  uint64_t t = 0;
+  r = ops->recv_reduce_fwd(conn, src, dst, len, &x->red.base, out, &t);
+  if (r == BRAID_SUCCESS && t != 0) {
+    h->pend[h->npend++] = (pend){out, ops, st->peer_out, t, dst, len};
+    h->forwarded = 1;
+  }
+  return r;
 }
 
 /* ---- one channel ------------------------------------------------------- */
@@ -245,7 +293,12 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
         r = hazard(c, h, dst, len);
         if (r == BRAID_SUCCESS) {
           tp_conn *conn = x_conn(c, x, h, peer);
-          r = x_ops(c, x, h, peer)->recv(conn, dst, len);
+          const tp_ops *ops = x_ops(c, x, h, peer);
+          if (st->prim == SCHED_P_RECV && ops->recv_stream != NULL &&
+              out_stream(x, st))
+            r = ops->recv_stream(conn, dst, len);
+          else
+            r = ops->recv(conn, dst, len);
           if (r == TP_AGAIN) {
             h->wait_conn = conn;
             h->wait_events = POLLIN;
@@ -271,18 +324,23 @@ static int chan_advance(braid_comm *c, xop *x, xchan *h, int *moved) {
           tp_conn *conn = x_conn(c, x, h, peer);
           const tp_dev_reducer *red =
               st->prim == SCHED_P_RECV_REDUCE_REV ? &x->red_rev : &x->red;
-          r = x_ops(c, x, h, peer)
-                  ->recv_reduce(conn, src, dst, len, &red->base);
+          if (fused(c, x, h, st))
+            r = recv_reduce_fwd(c, x, h, conn, src, dst, len);
+          else
+            r = x_ops(c, x, h, peer)
+                    ->recv_reduce(conn, src, dst, len, &red->base);
           if (r == TP_AGAIN) {
             h->wait_conn = conn;
             h->wait_events = POLLIN;
             h->wait_peer = peer;
           }
         }
-        if (r == BRAID_SUCCESS && st->prim == SCHED_P_RECV_REDUCE_SEND) {
+        if (r == BRAID_SUCCESS && st->prim == SCHED_P_RECV_REDUCE_SEND &&
+            !h->forwarded) {
           h->phase = 1;
           *moved = 1;
         }
+        h->forwarded = 0;
       }
       if (h->phase == 1 && r == BRAID_SUCCESS) {
         peer = st->peer_out;

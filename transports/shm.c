@@ -26,6 +26,9 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "src/bootstrap.h"
 #include "src/log.h"
@@ -98,6 +101,8 @@ static int tx_push(tp_conn *c) {
     uint64_t n = c->pend_len - c->pend_off;
     if (n > c->tx_cap)
       n = c->tx_cap;
+    if (c->pend_off + n > c->pend_ready)
+      break; /* a forward whose data is not reduced yet (shm_recv_reduce_fwd) */
     if (n)
       memcpy(n <= SHM_INLINE ? (char *)s->u.inl : (char *)s + sizeof(shm_slot),
              c->pend_src + c->pend_off, n);
@@ -176,6 +181,7 @@ static int shm_isend_mode(tp_conn *c, const void *src, size_t len,
   }
   c->pend_src = src;
   c->pend_len = len;
+  c->pend_ready = len;
   c->pend_off = 0;
   c->pend_frags = len == 0 ? 1 : (len + c->tx_cap - 1) / c->tx_cap;
   c->pend_msgno = ++c->tx_msgno;
@@ -379,9 +385,62 @@ static void share_write(tp_conn *c) {
     bell_ring(c->tx_hdr);
 }
 
+/* ---- a reduction forwarded as it is made -------------------------------- */
+
+/* dst = src, n bytes; stream: with stores that bypass the cache, for an
+ * output nobody reads soon (an out-of-place call's, large): its lines are
+ * then written without being read first. */
+static void copy_out(char *dst, const char *src, size_t n, int stream) {
+#if defined(__x86_64__)
+  if (stream && n >= 4096) {
+    size_t head = (size_t)(-(uintptr_t)dst & 63);
+    memcpy(dst, src, head);
+    size_t i = head;
+    for (; i + 64 <= n; i += 64)
+      for (int k = 0; k < 64; k += 16)
+        _mm_stream_si128((__m128i *)(dst + i + k),
+                         _mm_loadu_si128((const __m128i *)(src + i + k)));
+    memcpy(dst + i, src + i, n - i);
+    _mm_sfence();
+    return;
+  }
+#endif
+  (void)stream;
+  memcpy(dst, src, n);
+}
+
+/* Whether the fragment at off, n bytes, of the message fwd forwards can be
+ * reduced straight into fwd's next slot: every byte before it pushed, the
+ * fragment the one fwd pushes next, and a slot free. */
+static int fwd_frag(tp_conn *fwd, uint64_t off, uint64_t n) {
+  uint64_t want = fwd->pend_len - fwd->pend_off;
+  if (want > fwd->tx_cap)
+    want = fwd->tx_cap;
+  return fwd->pend_frags > 0 && fwd->pend_off == off && want == n &&
+         n > SHM_INLINE && tx_free(fwd) > 0;
+}
+
+/* Reduces a fragment into fwd's next slot, publishes it, and copies it to
+ * dst. */
+static void fwd_reduce(tp_conn *fwd, char *dst, const char *src,
+                       const char *data, uint64_t n, const tp_reducer *r,
+                       int stream) {
+  shm_slot *s =
+      slot_at(fwd->tx_base, fwd->tx_stride, fwd->tx_nslots, fwd->tx_prod);
+  char *out = (char *)s + sizeof(shm_slot);
+  r->fn(out, src, data, n / r->elem_size);
+  tx_publish(fwd, s, fwd->pend_len, fwd->pend_off, fwd->pend_fp, (uint32_t)n,
+             SHM_KIND_DATA);
+  bell_ring(fwd->tx_hdr);
+  fwd->pend_off += n;
+  fwd->pend_frags--;
+  fwd->fwd_frags++;
+  copy_out(dst, out, n, stream);
+}
+
 /* Consumes published slots of the current message; reduces when r != NULL. */
 static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
-                       const tp_reducer *r) {
+                       const tp_reducer *r, tp_conn *fwd, int stream) {
   if (c->err)
     return conn_broken(c);
   shm_pend_progress(c->st);
@@ -436,12 +495,16 @@ static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
       }
       const char *data = n <= SHM_INLINE ? (const char *)s->u.inl
                                          : (const char *)s + sizeof(shm_slot);
-      if (r && n)
+      if (fwd != NULL && fwd_frag(fwd, c->rx_off, n))
+        fwd_reduce(fwd, dst + c->rx_off, src + c->rx_off, data, n, r, stream);
+      else if (r && n)
         r->fn(dst + c->rx_off, src + c->rx_off, data, n / r->elem_size);
       else if (n)
-        memcpy(dst + c->rx_off, data, n);
+        copy_out(dst + c->rx_off, data, n, stream);
       c->rx_off += n;
     }
+    if (fwd != NULL)
+      fwd->pend_ready = c->rx_off;
     c->rx_cons++;
     atomic_store_explicit(&c->rx->tail, c->rx_cons, memory_order_release);
     freed = 1;
@@ -456,14 +519,23 @@ static int rx_progress(tp_conn *c, const char *src, char *dst, size_t len,
   return rc;
 }
 
-static int shm_recv(tp_conn *c, void *dst, size_t len) {
+static int recv_mode(tp_conn *c, void *dst, size_t len, int stream) {
   if (!c || (!dst && len))
     return AERR(c, "shm recv from rank %d: dst is NULL", c ? c->peer : -1);
-  return rx_progress(c, NULL, dst, len, NULL);
+  return rx_progress(c, NULL, dst, len, NULL, NULL, stream);
 }
 
-static int shm_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
-                           const tp_reducer *r) {
+static int shm_recv(tp_conn *c, void *dst, size_t len) {
+  return recv_mode(c, dst, len, 0);
+}
+
+static int shm_recv_stream(tp_conn *c, void *dst, size_t len) {
+  return recv_mode(c, dst, len, 1);
+}
+
+/* recv_reduce's arguments: BRAID_SUCCESS, or a bad argument's error. */
+static int reduce_args(tp_conn *c, const void *src, const void *dst, size_t len,
+                       const tp_reducer *r) {
   if (!c || (len && (!src || !dst)) || !r || !r->fn || r->elem_size == 0 ||
       r->elem_size > SHM_CL || (r->elem_size & (r->elem_size - 1)) ||
       len % r->elem_size) /* fragments hold whole elements */
@@ -472,7 +544,58 @@ static int shm_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
                 "%zu bytes not a multiple of an element size (1..64, power "
                 "of two) of %zu",
                 c ? c->peer : -1, len, r ? r->elem_size : 0);
-  return rx_progress(c, src, dst, len, r);
+  return BRAID_SUCCESS;
+}
+
+static int shm_recv_reduce(tp_conn *c, const void *src, void *dst, size_t len,
+                           const tp_reducer *r) {
+  int rc = reduce_args(c, src, dst, len, r);
+  return rc != BRAID_SUCCESS ? rc : rx_progress(c, src, dst, len, r, NULL, 0);
+}
+
+/* recv_reduce with the result sent on to out as it is made: each fragment
+ * reduced into out's next slot while free, then streamed into dst; the
+ * rest pushed from dst as it is reduced (pend_ready). *ticket: out's send
+ * of dst; 0 when out was busy at the start (the caller sends dst). */
+static int shm_recv_reduce_fwd(tp_conn *c, const void *src, void *dst,
+                               size_t len, const tp_reducer *r, tp_conn *out,
+                               uint64_t *ticket) {
+  int rc = reduce_args(c, src, dst, len, r);
+  if (rc != BRAID_SUCCESS)
+    return rc;
+  if (!out || !ticket || out->st != c->st)
+    return AERR(c, "shm recv_reduce_fwd from rank %d: no forward connection",
+                c->peer);
+  if (c->rx_off == 0 && out->fwd_msgno == 0) { /* a new message */
+    if (out->err)
+      return conn_broken(out);
+    shm_pend_progress(c->st);
+    if (out->pend_frags > 0 || len == 0) {
+      *ticket = 0;
+      return shm_recv_reduce(c, src, dst, len, r);
+    }
+    out->pend_src = dst;
+    out->pend_len = len;
+    out->pend_ready = 0;
+    out->pend_off = 0;
+    out->pend_frags = (len + out->tx_cap - 1) / out->tx_cap;
+    out->pend_msgno = out->fwd_msgno = ++out->tx_msgno;
+    out->pend_fp = conn_fp(out);
+    c->st->pend[c->st->npend++] = out;
+  }
+  if (out->fwd_msgno == 0) { /* busy at the start: received plainly */
+    *ticket = 0;
+    return shm_recv_reduce(c, src, dst, len, r);
+  }
+  rc = rx_progress(c, src, dst, len, r, out, 1);
+  if (rc == BRAID_SUCCESS) {
+    *ticket = out->fwd_msgno;
+    out->fwd_msgno = 0;
+    shm_pend_progress(c->st);
+  } else if (rc != TP_AGAIN && !out->err) {
+    out->err = rc; /* its message stays incomplete: out fails from now */
+  }
+  return rc;
 }
 
 static int shm_pollfd(tp_conn *c) {
@@ -498,6 +621,7 @@ uint64_t shm_conn_cma_recvd(const tp_conn *c) { return c ? c->cma_recvd : 0; }
 uint64_t shm_conn_share_wrote(const tp_conn *c) {
   return c ? c->share_wrote : 0;
 }
+uint64_t shm_conn_fwd_frags(const tp_conn *c) { return c ? c->fwd_frags : 0; }
 
 const tp_ops tp_shm = {
     .name = "shm",
@@ -509,7 +633,9 @@ const tp_ops tp_shm = {
     .isend_shared = shm_isend_shared,
     .send_done = shm_send_done,
     .recv = shm_recv,
+    .recv_stream = shm_recv_stream,
     .recv_reduce = shm_recv_reduce,
+    .recv_reduce_fwd = shm_recv_reduce_fwd,
     .pollfd = shm_pollfd,
     .bell_read = shm_bell_read,
     .bell_wait = shm_bell_wait,

@@ -172,6 +172,8 @@ struct tp_conn {
   /* a message being pushed fragment by fragment */
   const char *pend_src;
   uint64_t pend_len, pend_off, pend_frags, pend_msgno, pend_fp;
+  uint64_t pend_ready; /* bytes of it that may be pushed */
+  uint64_t fwd_msgno;  /* a forward in progress (shm_recv_reduce_fwd) */
   /* single-copy sends not yet acknowledged */
   shm_cmaq *cmaq;
   uint64_t cmaq_head, cmaq_n;
@@ -183,6 +185,7 @@ struct tp_conn {
   char *bounce;
   uint64_t cma_sent, cma_recvd;
   uint64_t share_wrote; /* pieces this rank wrote into its peer (tests) */
+  uint64_t fwd_frags;   /* fragments reduced straight into a slot (tests) */
 };
 
 typedef struct shm_peer {
@@ -274,5 +277,7 @@ uint64_t shm_conn_cma_sent(const tp_conn *c);
 uint64_t shm_conn_cma_recvd(const tp_conn *c);
 /* Pieces of its single-copy sends this rank wrote into the peer itself. */
 uint64_t shm_conn_share_wrote(const tp_conn *c);
+/* Fragments recv_reduce_fwd reduced straight into this connection's slots. */
+uint64_t shm_conn_fwd_frags(const tp_conn *c);
 
 #endif

@@ -132,9 +132,20 @@ typedef struct tp_ops {
   /* Receive the next message (len bytes) into dst. Resumable: TP_AGAIN until
    * all of it has arrived. */
   int (*recv)(tp_conn *c, void *dst, size_t len);
+  /* Optional: recv into an output nobody reads soon (recv_reduce_fwd),
+   * written past the cache. NULL: recv. */
+  int (*recv_stream)(tp_conn *c, void *dst, size_t len);
   /* Receive the next message and combine: dst = src (+) message. */
   int (*recv_reduce)(tp_conn *c, const void *src, void *dst, size_t len,
                      const tp_reducer *r);
+  /* Optional, host buffers, for an output nobody reads soon (a large
+   * out-of-place call's): recv_reduce whose result also goes on to out, a
+   * connection of the same transport, as a staged send (isend_staged)
+   * while it is made, piece by piece while in this core's cache; dst is
+   * written past the cache. *ticket: that send's, for send_done on out; 0
+   * when it could not start (the caller sends dst itself). NULL: not done. */
+  int (*recv_reduce_fwd)(tp_conn *c, const void *src, void *dst, size_t len,
+                         const tp_reducer *r, tp_conn *out, uint64_t *ticket);
   /* File descriptor to poll for readiness, or -1 (shm uses its doorbell). */
   int (*pollfd)(tp_conn *c);
   /* Optional doorbell (shm): a counter in this rank's memory that peers bump
