@@ -5,9 +5,11 @@
 
 Launches `/usr/bin/python3 -m torch.distributed.run --standalone` with
 --nproc workers on a few steps of one epoch (ARGS replace the defaults
---epochs 1 --max-steps 5 --eval-batches 2) and fails unless the launcher
-exits 0 and rank 0 printed each epoch's line (loss, accuracies, time,
-communication share) and the summary with a non-zero count of all_reduce
+--epochs 1 --max-steps 5 --eval-batches 2 --bind) and fails unless the
+launcher exits 0, every rank said which CPU it was bound to (different
+CPUs where there are enough), and rank 0 printed each epoch's line (loss,
+accuracies, time, communication share, each rank's wait, whose mean is
+the line's wait) and the summary with a non-zero count of all_reduce
 calls.
 
 torch 1.13's launcher cannot parse its default --redirects/--tee ("0")
@@ -42,7 +44,7 @@ def main():
         print(f"FAILED: {DATA} missing (Debian package dataset-fashion-mnist)")
         return 1
     extra = args.rest or ["--epochs", "1", "--max-steps", "5",
-                          "--eval-batches", "2"]
+                          "--eval-batches", "2", "--bind"]
     epochs = 1
     if "--epochs" in extra:
         epochs = int(extra[extra.index("--epochs") + 1])
@@ -73,7 +75,8 @@ def main():
     epoch_re = re.compile(r"epoch (\d+): loss [\d.]+, train acc [\d.]+, test acc "
                           r"[\d.]+, [\d.]+ s \(\d+ steps\), communication "
                           r"([\d.]+) s \([\d.]+%\): (-?[\d.]+) s waiting for the "
-                          r"last rank's call, ([\d.]+) s \([\d.]+%\) after it")
+                          r"last rank's call, ([\d.]+) s \([\d.]+%\) after it; "
+                          r"the ranks waited ((?:-?[\d.]+, )*-?[\d.]+) s")
     found = list(epoch_re.finditer(p.stdout))
     seen = sorted({int(m.group(1)) for m in found})
     if seen != list(range(1, epochs + 1)):
@@ -83,6 +86,21 @@ def main():
         if wait < -0.01 or after > comm + 0.01:
             errors.append(f"epoch {m.group(1)}: the split {wait} + {after} s "
                           f"does not fit in {comm} s")
+        waits = [float(w) for w in m.group(5).split(", ")]
+        # each printed to 0.01 s: their mean within 0.01 of the line's
+        if len(waits) != args.nproc or min(waits) < -0.01 or \
+                abs(sum(waits) / len(waits) - wait) > 0.011:
+            errors.append(f"epoch {m.group(1)}: the ranks' waits {waits} "
+                          f"do not fit {args.nproc} ranks waiting {wait} s "
+                          f"on average")
+    if "--bind" in extra:
+        cpus = [int(c) for c in re.findall(r"rank \d+: bound to CPU (\d+)",
+                                           p.stdout)]
+        if len(cpus) != args.nproc:
+            errors.append(f"{len(cpus)} ranks said which CPU they were "
+                          f"bound to, expected {args.nproc}")
+        elif len(set(cpus)) != min(args.nproc, len(os.sched_getaffinity(0))):
+            errors.append(f"the ranks were bound to CPUs {cpus}")
     m = re.search(rf"{re.escape(args.backend)}, {args.nproc} workers: .* "
                   r"communication [\d.]+% of the time \([\d.]+% after the "
                   r"last rank's call\), (\d+) all_reduce calls",

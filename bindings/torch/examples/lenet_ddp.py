@@ -24,7 +24,11 @@ when its future completes, and the union of those intervals is the
 communication time (averaged over the ranks). When every rank runs on one
 host, the line also splits it: the time a rank waited for the last rank
 to reach the same all_reduce (the ranks' uneven progress, which no
-backend can shorten), and the time after that, the all_reduce itself.
+backend can shorten), and the time after that, the all_reduce itself;
+and it names each rank's wait, so that a rank slower than the others
+through a whole run shows as the one that hardly waits. --bind pins each
+local rank to a CPU of its own (the i-th of those the launcher allows),
+to tell a slow rank from a slow CPU.
 
 The data are the IDX files of Debian's dataset-fashion-mnist
 (/usr/share/datasets/fashion-mnist, --data to change); nothing is
@@ -198,6 +202,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads per rank (0: cores / local ranks)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bind", action="store_true",
+                    help="pin local rank i to the i-th allowed CPU")
     args = ap.parse_args()
 
     if args.backend == "braid":
@@ -211,6 +217,11 @@ def main():
     dist.init_process_group(args.backend)   # env:// from the launcher
     rank, ws = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_WORLD_SIZE", ws))
+    if args.bind:
+        cpus = sorted(os.sched_getaffinity(0))
+        cpu = cpus[int(os.environ.get("LOCAL_RANK", rank)) % len(cpus)]
+        os.sched_setaffinity(0, {cpu})
+        print(f"rank {rank}: bound to CPU {cpu}", flush=True)
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // local))
     if args.batch_size % ws:
         sys.exit(f"--batch-size {args.batch_size} does not split among {ws} workers")
@@ -257,6 +268,11 @@ def main():
         spans = timer.take()
         comm = covered(spans)
         after = after_arrival(spans, ws)
+        waits = None
+        if after is not None:   # each rank's wait for the last one's calls
+            waits = [torch.zeros(1, dtype=torch.float64) for _ in range(ws)]
+            dist.all_gather(waits, torch.tensor([comm - after],
+                                                dtype=torch.float64))
         stats = torch.tensor([loss_sum.item(), correct, seen, elapsed, comm,
                               after if after is not None else 0.0],
                              dtype=torch.float64)
@@ -273,7 +289,9 @@ def main():
             total_after = (total_after or 0.0) + after
         split = "" if after is None else (
             f": {comm - after:.2f} s waiting for the last rank's call, "
-            f"{after:.2f} s ({100 * after / elapsed:.1f}%) after it")
+            f"{after:.2f} s ({100 * after / elapsed:.1f}%) after it; "
+            f"the ranks waited "
+            f"{', '.join(f'{float(w):.2f}' for w in waits)} s")
         if rank == 0:
             print(f"epoch {epoch + 1}: loss {loss_avg:.4f}, train acc "
                   f"{train_acc:.3f}, test acc {test_acc:.3f}, "
