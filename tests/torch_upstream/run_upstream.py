@@ -6,8 +6,13 @@ backend at one world size.
   run_upstream.py --backend braid --world-size 3 --list must_pass.txt
   run_upstream.py --backend gloo --world-size 2 --tests test_barrier,test_gather
 
-Each test spawns --world-size fresh ranks (torch's MultiProcessTestCase) that
-rendezvous through a file:// init method, as upstream's own runs do. A
+Each test starts --world-size ranks (torch's MultiProcessTestCase) that
+rendezvous through a file:// init method, as upstream's own runs do. With
+--start spawn (the default, upstream's way) each rank is a fresh
+interpreter that imports torch; --start fork forks them from this process,
+which has imported torch and the backend already: the same tests, without
+the 2 to 3 s that each test's interpreters take to start on a 2-core
+machine. A
 backend other than torch's own is opted into torch's feature groups
 "plugin", "ddp" and "subgroup", and runs the few tests that torch gates to
 another backend by name only (upstream_suite.OPT_IN_REASONS). One line
@@ -17,7 +22,7 @@ included), then a count.
 With --list, the tests are those the list names for this world size, and
 the run fails unless every one of them ran and passed: a failure, a skip,
 a name the suite lacks or a count of passes other than the list's all fail
-it. --subset narrows --list to the names of another file (CI's subset).
+it.
 --report writes one TSV row per test (name, outcome, seconds, reason).
 
 Use /usr/bin/python3: it is the interpreter that sees Debian's torch.
@@ -59,11 +64,6 @@ def kill_ranks(test):
             p.kill()
 
 
-def parse_subset(path):
-    with open(path) as f:
-        return {l.split("#", 1)[0].strip() for l in f} - {""}
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", required=True)
@@ -74,10 +74,11 @@ def main():
     ap.add_argument("--pythonpath", action="append", default=[],
                     help="directory to put on sys.path (build/python)")
     ap.add_argument("--list", help="must-pass list: run its tests, all must pass")
-    ap.add_argument("--subset", help="with --list: only the names in this file")
     ap.add_argument("--tests", help="comma-separated test names")
     ap.add_argument("--match", help="only tests whose name matches this regex")
     ap.add_argument("--report", help="write name, outcome, seconds, reason as TSV")
+    ap.add_argument("--start", choices=("spawn", "fork"), default="spawn",
+                    help="how each test's ranks start (default: spawn)")
     ap.add_argument("--timeout", type=int, default=180,
                     help="seconds one test may take (torch's harness kills it)")
     ap.add_argument("--names", action="store_true", help="print the test names")
@@ -104,6 +105,7 @@ def main():
     os.environ["DISTRIBUTED_TESTS_DEFAULT_TIMEOUT"] = str(args.timeout)
     skip_dir = tempfile.mkdtemp(prefix="upstream-skips-")
     os.environ["UPSTREAM_SKIP_DIR"] = skip_dir
+    os.environ["UPSTREAM_START"] = args.start
     # torch's test utilities parse sys.argv when imported; they get none of ours.
     sys.argv = sys.argv[:1]
     sys.path.insert(0, HERE)
@@ -118,14 +120,6 @@ def main():
     strict = args.list is not None
     if strict:
         names = parse_list(args.list, args.world_size)
-        if args.subset:
-            sub = parse_subset(args.subset)
-            unknown = sorted(sub - set(parse_list(args.list, 2))
-                             - set(parse_list(args.list, 3)))
-            if unknown:
-                print(f"{args.subset}: not in {args.list}: {' '.join(unknown)}")
-                return 1
-            names = [n for n in names if n in sub]
     else:
         names = every
     if args.tests:

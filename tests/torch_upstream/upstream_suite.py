@@ -17,6 +17,8 @@ Environment (set by run_upstream.py, inherited by the spawned ranks):
   UPSTREAM_SKIP_DIR  where ranks write why they skipped a test: torch's
                    harness reports a skip raised inside a rank only as
                    "skipped at subprocess level", without the reason
+  UPSTREAM_START   "fork": each test's ranks are forked from the runner
+                   instead of spawned (run_upstream.py --start)
 """
 import importlib
 import os
@@ -42,6 +44,7 @@ if not os.environ.get("INIT_METHOD", "").startswith("file://"):
 PLUGIN = os.environ.get("UPSTREAM_PLUGIN", "")
 BUILTIN = {"gloo", "nccl", "mpi", "ucc"}
 
+import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
 
@@ -75,6 +78,7 @@ from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest,
     TestDistBackend,
 )
+import torch.testing._internal.distributed.distributed_test as _dt  # noqa: E402
 
 
 # Tests that torch gates by backend *name* (BACKEND != "mpi", "gloo only",
@@ -186,7 +190,16 @@ class UpstreamDistTest(TestDistBackend, DistributedTest._DistTestBase):
 
     def setUp(self):
         super().setUp()
-        self._spawn_processes()
+        if os.environ.get("UPSTREAM_START") != "fork":
+            self._spawn_processes()
+            return
+        # Spawned ranks import distributed_test afresh and read this test's
+        # INIT_METHOD (its own file, which super().setUp() just put in the
+        # environment) into a module constant; forked ranks keep the
+        # runner's, which test_barrier_timeout_global's second
+        # init_process_group would use: give them this test's.
+        _dt.INIT_METHOD = os.environ["INIT_METHOD"]
+        self._start_processes(torch.multiprocessing.get_context("fork").Process)
 
     def run_test(self, test_name, parent_pipe):
         # In a rank: note a skip's reason before torch's harness turns it
