@@ -147,8 +147,9 @@ class Runner:
 
 
 def harness_rows(out):
-    """(size, time_us, busbw, first_us or None) of the harnesses' lines
-    (harness.h), with or without braidrun's rank prefix."""
+    """(size, time_us, busbw, 6th column or None) of the harnesses' lines
+    (harness.h), with or without braidrun's rank prefix; the 6th column is
+    the first call alone (pattern first) or the median call (gap:G)."""
     rows = []
     for line in out.splitlines():
         f = line.split()
@@ -164,11 +165,16 @@ def harness_rows(out):
     return rows
 
 
-def store_rows(res, coll, key, out, text):
-    for s, t, bus, first in harness_rows(out):
+def extra_field(pattern):
+    """The name a harness line's 6th column is stored under."""
+    return "first_us" if pattern == "first" else "median_us"
+
+
+def store_rows(res, coll, key, out, text, pattern="warm"):
+    for s, t, bus, extra in harness_rows(out):
         e = {"time_us": t, "busbw": bus, "cmd": text}
-        if first is not None:
-            e["first_us"] = first
+        if extra is not None:
+            e[extra_field(pattern)] = extra
         keep_best(res[coll].setdefault(key, {}), s, e)
 
 
@@ -276,13 +282,15 @@ def mpirun_base(n):
 
 def keep_best(d, s, entry):
     """Several repeats: keep the fastest (least disturbed) measurement; the
-    first call alone (first_us) is kept as its own best."""
+    first call alone (first_us) and the median call (median_us) are kept
+    as their own best."""
     old = d.get(s)
-    firsts = [x["first_us"] for x in (old, entry) if x and "first_us" in x]
+    extra = {k: min(x[k] for x in (old, entry) if x and k in x)
+             for k in ("first_us", "median_us")
+             if any(x and k in x for x in (old, entry))}
     if old is None or entry["time_us"] < old["time_us"]:
         d[s] = old = dict(entry)
-    if firsts:
-        old["first_us"] = min(firsts)
+    old.update(extra)
 
 
 def run_bench_braid(r, exe, launcher, coll, transport, sweeps, n, res,
@@ -301,7 +309,7 @@ def run_bench_braid(r, exe, launcher, coll, transport, sweeps, n, res,
         if rc != 0:
             res.setdefault("errors", []).append(
                 "%s %s: exit %d (%s)" % (key, coll, rc, text))
-        store_rows(res, coll, key, out, text)
+        store_rows(res, coll, key, out, text, pattern)
 
 
 def run_braid(r, exe, launcher, coll, transport, sweeps, n, res):
@@ -359,7 +367,7 @@ def run_ompi(r, exe, coll, btl, sweeps, n, res, pattern="warm"):
         if rc != 0:
             res.setdefault("errors", []).append(
                 "%s %s: exit %d (%s)" % (key, coll, rc, text))
-        store_rows(res, coll, key, out, text)
+        store_rows(res, coll, key, out, text, pattern)
 
 
 def run_gloo(r, exe, coll, sweeps, n, res, pattern="warm"):
@@ -395,7 +403,7 @@ def run_gloo(r, exe, coll, sweeps, n, res, pattern="warm"):
         if rc != 0:
             res.setdefault("errors", []).append(
                 "%s %s: exit %s (%s)" % (key, coll, rc, text))
-        store_rows(res, coll, key, outs[0], text)
+        store_rows(res, coll, key, outs[0], text, pattern)
 
 
 def run_ceilings(r, build, lo, hi, n, ceil):
@@ -760,9 +768,12 @@ def main():
     for e in errors:
         print("# error: " + e)
     print_table(res, ceil, colls, szs, n, sys.stdout)
-    if pat == "first":
-        print("\n# the first call alone (first_call_us), mean over ranks:")
-        print_table({c: {lib: {s: dict(v, time_us=v.get("first_us", 0))
+    if pat != "warm":
+        field = extra_field(pat)
+        print("\n# %s, mean over ranks:" % (
+            "the first call alone (first_call_us)" if pat == "first" else
+            "the median call (median_us)"))
+        print_table({c: {lib: {s: dict(v, time_us=v.get(field, 0))
                                for s, v in d.items()}
                          for lib, d in res[c].items()} for c in colls},
                     {}, colls, szs, n, sys.stdout)

@@ -170,19 +170,26 @@ static int h_check(const h_lib *L, int coll, float *s, float *r, size_t cnt) {
   return bad;
 }
 
-/* One size under the pattern: this rank's mean seconds per call, and for
- * H_FIRST the first call alone. */
+static int h_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* One size under the pattern: this rank's mean seconds per call, and in
+ * *extra for H_FIRST the first call alone, for H_GAP the median call (a
+ * mean over a few hundred calls after a gap is at the mercy of the few
+ * that met a descheduled peer). */
 static double h_measure(const h_lib *L, const h_opts *o, float *s, float *r,
-                        size_t cnt, double *first) {
+                        size_t cnt, double *extra) {
   int coll = o->coll;
-  *first = 0;
+  *extra = 0;
   if (o->pattern == H_FIRST) {
     double t0 = h_now();
     L->call(L->ctx, coll, s, r, cnt);
     double t1 = h_now();
     for (int i = 1; i < o->iters; i++)
       L->call(L->ctx, coll, s, r, cnt);
-    *first = t1 - t0;
+    *extra = t1 - t0;
     return (h_now() - t0) / o->iters;
   }
   for (int i = 0; i < o->warmup; i++) {
@@ -197,12 +204,22 @@ static double h_measure(const h_lib *L, const h_opts *o, float *s, float *r,
     return (h_now() - t0) / o->iters;
   }
   double total = 0;
+  double *each = malloc(sizeof(double) * (size_t)o->iters);
+  if (each == NULL) {
+    fprintf(stderr, "%s bench: rank %d: out of memory\n", L->name, L->rank);
+    exit(3);
+  }
   for (int i = 0; i < o->iters; i++) {
     h_compute(o->gap_us);
     double t0 = h_now();
     L->call(L->ctx, coll, s, r, cnt);
-    total += h_now() - t0;
+    each[i] = h_now() - t0;
+    total += each[i];
   }
+  qsort(each, (size_t)o->iters, sizeof(double), h_cmp_double);
+  int m = o->iters / 2;
+  *extra = o->iters % 2 ? each[m] : (each[m - 1] + each[m]) / 2;
+  free(each);
   return total / o->iters;
 }
 
@@ -221,7 +238,9 @@ static void h_header(const h_lib *L, const h_opts *o) {
     printf("# pattern warm: %d calls, a barrier, %d timed calls\n", o->warmup,
            o->iters);
   printf("# size_bytes count time_us algbw_GBps busbw_GBps%s\n",
-         o->pattern == H_FIRST ? " first_call_us" : "");
+         o->pattern == H_FIRST ? " first_call_us"
+         : o->pattern == H_GAP ? " median_us"
+                               : "");
   fflush(stdout);
 }
 
@@ -245,13 +264,13 @@ int h_run(const h_lib *L, const h_opts *o) {
   for (size_t bytes = o->minb; bytes <= o->maxb;
        bytes = bytes ? bytes * 2 : 1) {
     size_t cnt = h_param_count(coll, bytes, n);
-    double first;
-    double t = h_measure(L, o, s, r, cnt, &first);
+    double extra; /* first: the first call; gap: the median call */
+    double t = h_measure(L, o, s, r, cnt, &extra);
     L->sum(L->ctx, &t);
     t /= n;
-    if (o->pattern == H_FIRST) {
-      L->sum(L->ctx, &first);
-      first /= n;
+    if (o->pattern != H_WARM) {
+      L->sum(L->ctx, &extra);
+      extra /= n;
     }
     bad += h_check(L, coll, s, r, cnt);
     if (header) {
@@ -265,8 +284,8 @@ int h_run(const h_lib *L, const h_opts *o) {
                          ? cnt * (size_t)n * 4
                          : cnt * 4;
       printf("%zu %zu %.3f %.6g %.6g", shown, cnt, t * 1e6, alg, bus);
-      if (o->pattern == H_FIRST)
-        printf(" %.3f", first * 1e6);
+      if (o->pattern != H_WARM)
+        printf(" %.3f", extra * 1e6);
       printf("\n");
       fflush(stdout);
     }

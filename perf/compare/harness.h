@@ -21,7 +21,9 @@
  *           mean over ranks of the first call alone (<warmup> is ignored);
  *   gap:G   as warm, but every call, warm-up and timed, follows G
  *           microseconds of computation on the CPU (a training step's
- *           compute); only the calls are timed, and summed.
+ *           compute); only the calls are timed, and summed; the line gets
+ *           a 6th column, median_us, the mean over ranks of each rank's
+ *           median call.
  * After the timed calls of each size, one more call on fresh inputs is
  * spot-checked (first and last element, or each block's first); the exit
  * status is 1 if any was wrong, 2 for a bad command line.

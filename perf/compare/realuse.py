@@ -6,7 +6,9 @@ Small calls as a training job issues them, not only nccl-tests' warm loop:
   first 100 calls      8 B, each rank times its first 100 calls after init
                        (no warm-up, no barrier); also the first call alone
   gap 1 ms             8 B, 1 ms of computation before every call (200
-                       timed, 20 warm-up), only the calls timed
+                       timed, 20 warm-up), only the calls timed; also the
+                       median call (a few calls that meet a descheduled
+                       peer move the mean)
   busy K=1, busy K=2   8 B warm (200 + 20) while K processes spin on the CPU
   4 ranks              8 B warm (200 + 20) with 4 ranks (on a 2-core machine:
                        twice as many ranks as cores); 16 B for allgather and
@@ -139,6 +141,8 @@ def table(cmp, res):
         rows = [(label_of(sc), "time_us")]
         if pattern == "first":
             rows.append(("first call alone", "first_us"))
+        elif pattern.startswith("gap:"):
+            rows.append((label_of(sc) + ", median call", "median_us"))
         for name, field in rows:
             for coll in colls:
                 d = res.get(label_of(sc), {}).get(coll, {})

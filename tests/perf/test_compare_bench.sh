@@ -16,8 +16,9 @@ bad() {
   fails=$((fails + 1))
 }
 
-# The lines of one run: 8 and 16 bytes, 5 columns (6 for first), numbers,
-# the size in the first column.
+# The lines of one run: 8 and 16 bytes, 5 columns (6 for first and gap:
+# the first call, the median call), numbers, the size in the first
+# column.
 shape() { # file ncols
   awk -v nc="$2" '
     /^#/ { next }
@@ -36,7 +37,7 @@ shape() { # file ncols
 }
 
 ncols=5
-[ "$pattern" = first ] && ncols=6
+[ "$pattern" != warm ] && ncols=6
 for tp in shm tcp; do
   for coll in allreduce allgather reduce_scatter broadcast; do
     what="$coll over $tp, pattern $pattern"
@@ -53,6 +54,13 @@ for tp in shm tcp; do
       cat "$T/raw"
     elif ! grep -q "^# pattern ${pattern%%:*}" "$T/out"; then
       bad "$what: no '# pattern' line"
+      cat "$T/raw"
+    elif [ $ncols = 6 ] && ! awk '!/^#/ && !($6 > 0) { exit 1 }' "$T/out"; then
+      bad "$what: a 6th column that is not a time"
+      cat "$T/raw"
+    elif [ "${pattern%%:*}" = gap ] &&
+      ! grep -q '^# size_bytes .* median_us$' "$T/out"; then
+      bad "$what: the header does not name median_us"
       cat "$T/raw"
     else
       ok "$what"

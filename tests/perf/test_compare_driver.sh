@@ -2,7 +2,8 @@
 # perf/compare/compare.py with a call pattern and busy processes, at one
 # tiny size: it exits 0, braid's numbers (braid-bench over shm and TCP) and
 # those of every peer that was built reach compare.json, the first call
-# alone is kept for the first pattern, and no busy process outlives the run.
+# alone is kept for the first pattern and the median call for gap:G, and
+# no busy process outlives the run.
 # Correctness only: no time is compared with anything.
 #
 #   test_compare_driver.sh <build dir> <compare.py>
@@ -43,6 +44,9 @@ for coll in ("allreduce", "broadcast"):
         e = d["results"][coll][lib]["8"]
         assert e["time_us"] > 0, (coll, lib)
         assert ("first_us" in e) == first, (coll, lib, "first_us")
+        assert ("median_us" in e) != first, (coll, lib, "median_us")
+        if not first:
+            assert e["median_us"] > 0, (coll, lib, e["median_us"])
         assert "braid-bench" in e["cmd"] or not lib.startswith("braid"), e
 EOF
     ok "compare.py --pattern $pattern --busy 1: every library in compare.json"
