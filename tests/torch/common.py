@@ -12,9 +12,6 @@ Two ways:
 
 import datetime
 import os
-import random
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,23 +22,8 @@ import torch.distributed as dist
 import torch.multiprocessing as tmp
 
 import braid_torch  # noqa: F401  (registers "braid")
-
-
-def free_port():
-    """A TCP port in 20000..31999 that could be bound just now (below the
-    ephemeral range, which outgoing connections draw from)."""
-    rnd = random.Random(os.getpid() ^ int(time.time() * 1e6))
-    for _ in range(200):
-        port = rnd.randint(20000, 31999)
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.bind(("", port))
-            return port
-        except OSError:
-            pass
-        finally:
-            s.close()
-    raise RuntimeError("no free port found in 200 tries")
+import launch_util
+from launch_util import free_port  # noqa: F401  (tests call common.free_port)
 
 
 def init_method(kind):
@@ -127,18 +109,9 @@ def expect_raises(what, fn, *needles):
 
 
 def torchrun(nproc, script, args):
-    port = free_port()
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nproc_per_node", str(nproc),
-        "--master_addr", "127.0.0.1", "--master_port", str(port),
-        # torch 1.13's launcher on Python 3.11 turns the default "0" of
-        # these into None (IntFlag iteration skips zero): name a local
-        # rank that does not exist instead, which leaves all at NONE.
-        "--redirects", "9:1", "--tee", "9:1",
-        script,
-    ] + list(args)
-    return subprocess.call(cmd)
+    rc, out, _cmd = launch_util.torchrun(nproc, script, args)
+    print(out, flush=True)
+    return rc
 
 
 if __name__ == "__main__":

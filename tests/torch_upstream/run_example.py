@@ -3,7 +3,7 @@
 
   run_example.py --backend braid --nproc 2 [--pythonpath build/python] [-- ARGS]
 
-Launches `/usr/bin/python3 -m torch.distributed.run --standalone` with
+Launches `/usr/bin/python3 -m torch.distributed.run` with
 --nproc workers on a few steps of one epoch (ARGS replace the defaults
 --epochs 1 --max-steps 5 --eval-batches 2 --bind) and fails unless the
 launcher exits 0, every rank said which CPU it was bound to (different
@@ -12,12 +12,14 @@ accuracies, time, communication share, each rank's wait, whose mean is
 the line's wait) and the summary with a non-zero count of all_reduce
 calls.
 
-torch 1.13's launcher cannot parse its default --redirects/--tee ("0")
-under Python 3.11 (IntFlag no longer iterates over the zero member, so
-Std.from_str returns None and the agent fails with "'NoneType' object has
-no attribute 'get'"); it is given --redirects 9:1 --tee 9:1, a mapping
-for a local rank that does not exist, which leaves every worker's output
-as it is.
+The launch is tests/torch/launch_util.py's: the rendezvous on 127.0.0.1
+and a port below the ephemeral range, where the example's own usage says
+--standalone (whose port, an ephemeral one, another test took once before
+torch's store bound it), run again on another port only when the store
+lost its port that way; and --redirects 9:1 --tee 9:1, as torch 1.13's
+launcher cannot parse its default ("0") under Python 3.11 (IntFlag no
+longer iterates over the zero member, so Std.from_str returns None and
+the agent fails with "'NoneType' object has no attribute 'get'").
 """
 import argparse
 import os
@@ -27,6 +29,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "torch"))
+import launch_util  # noqa: E402
 EXAMPLE = os.path.join(HERE, "..", "..", "bindings", "torch", "examples",
                        "lenet_ddp.py")
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -53,23 +57,20 @@ def main():
         [os.path.abspath(p) for p in args.pythonpath]
         + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     with tempfile.TemporaryDirectory() as logs:
-        cmd = ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node", str(args.nproc), "--redirects", "9:1",
-               "--tee", "9:1", "--log_dir", logs, os.path.abspath(EXAMPLE),
-               "--backend", args.backend] + extra
-        print(" ".join(cmd), flush=True)
         try:
-            p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True,
-                               timeout=args.timeout)
+            rc, out, _cmd = launch_util.torchrun(
+                args.nproc, os.path.abspath(EXAMPLE),
+                ["--backend", args.backend] + extra, env=env,
+                timeout=args.timeout, launcher_args=["--log_dir", logs],
+                python="/usr/bin/python3")
         except subprocess.TimeoutExpired as e:
             print(e.output or "")
             print(f"FAILED: not done within {args.timeout} s")
             return 1
-    print(p.stdout)
+    print(out)
     errors = []
-    if p.returncode != 0:
-        errors.append(f"the launcher exited {p.returncode}")
+    if rc != 0:
+        errors.append(f"the launcher exited {rc}")
     # one host: the communication time is split into the wait for the
     # last rank's call and the time after it
     epoch_re = re.compile(r"epoch (\d+): loss [\d.]+, train acc [\d.]+, test acc "
@@ -77,7 +78,7 @@ def main():
                           r"([\d.]+) s \([\d.]+%\): (-?[\d.]+) s waiting for the "
                           r"last rank's call, ([\d.]+) s \([\d.]+%\) after it; "
                           r"the ranks waited ((?:-?[\d.]+, )*-?[\d.]+) s")
-    found = list(epoch_re.finditer(p.stdout))
+    found = list(epoch_re.finditer(out))
     seen = sorted({int(m.group(1)) for m in found})
     if seen != list(range(1, epochs + 1)):
         errors.append(f"epoch lines for {seen}, expected 1..{epochs}")
@@ -95,7 +96,7 @@ def main():
                           f"on average")
     if "--bind" in extra:
         cpus = [int(c) for c in re.findall(r"rank \d+: bound to CPU (\d+)",
-                                           p.stdout)]
+                                           out)]
         if len(cpus) != args.nproc:
             errors.append(f"{len(cpus)} ranks said which CPU they were "
                           f"bound to, expected {args.nproc}")
@@ -104,7 +105,7 @@ def main():
     m = re.search(rf"{re.escape(args.backend)}, {args.nproc} workers: .* "
                   r"communication [\d.]+% of the time \([\d.]+% after the "
                   r"last rank's call\), (\d+) all_reduce calls",
-                  p.stdout)
+                  out)
     if not m or int(m.group(1)) == 0:
         errors.append("no summary line with all_reduce calls")
     if errors:
