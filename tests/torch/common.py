@@ -109,7 +109,8 @@ def expect_raises(what, fn, *needles):
 
 
 def torchrun(nproc, script, args):
-    rc, out, _cmd = launch_util.torchrun(nproc, script, args)
+    # below ctest's 180 s, so that a hang still shows the ranks' output
+    rc, out, _cmd = launch_util.torchrun(nproc, script, args, timeout=150)
     print(out, flush=True)
     return rc
 

@@ -58,8 +58,9 @@ def torchrun(nproc, script, args, env=None, timeout=None, launcher_args=(),
     """Runs script under torch.distributed.run with nproc workers on
     127.0.0.1 and a free port; returns (returncode, output, command). A
     launch whose store lost its port to another process is run again on
-    another port, at most tries times in all. Raises
-    subprocess.TimeoutExpired past timeout."""
+    another port, at most tries times in all. A launch still running after
+    timeout seconds is killed: returncode 124, its output so far and a
+    line saying so."""
     for attempt in range(1, tries + 1):
         cmd = [
             python, "-m", "torch.distributed.run",
@@ -71,9 +72,15 @@ def torchrun(nproc, script, args, env=None, timeout=None, launcher_args=(),
             "--redirects", "9:1", "--tee", "9:1",
         ] + list(launcher_args) + [script] + list(args)
         print(" ".join(cmd), flush=True)
-        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True,
-                           timeout=timeout)
+        try:
+            p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            out = e.output or ""
+            if isinstance(out, bytes):
+                out = out.decode(errors="replace")
+            return 124, out + "\nnot done within %s s: killed\n" % timeout, cmd
         if attempt < tries and store_lost_port(p.returncode, p.stdout):
             print(p.stdout)
             print("NOTE: torch's store could not bind its port (another "

@@ -16,10 +16,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import launch_util  # noqa: E402
 
 # Fails the first $FAILS launches with $TEXT, then prints "launched on
-# <port>"; every launch appends its port to $LOG.
+# <port>"; every launch appends its port to $LOG; with $HANG, prints
+# "started" and sleeps instead.
 FAKE = """#!/bin/sh
 port=$(echo "$@" | sed 's/.*--master_port \\([0-9]*\\).*/\\1/')
 echo "$port" >> "$LOG"
+if [ -n "$HANG" ]; then
+  echo started
+  exec sleep 30
+fi
 n=$(wc -l < "$LOG")
 if [ "$n" -le "$FAILS" ]; then
   echo "$TEXT"
@@ -33,16 +38,18 @@ TAKEN = ("RuntimeError: The server socket has failed to listen on any local "
          "[::]:52969 (errno: 98 - Address already in use).")
 
 
-def run(fails, text, tries=3):
+def run(fails, text, tries=3, hang="", timeout=None):
     with tempfile.TemporaryDirectory() as d:
         fake = os.path.join(d, "python")
         with open(fake, "w") as f:
             f.write(FAKE)
         os.chmod(fake, stat.S_IRWXU)
         log = os.path.join(d, "ports")
-        env = dict(os.environ, LOG=log, FAILS=str(fails), TEXT=text)
+        env = dict(os.environ, LOG=log, FAILS=str(fails), TEXT=text,
+                   HANG=hang)
         rc, out, cmd = launch_util.torchrun(2, "script.py", ["--x"], env=env,
-                                            python=fake, tries=tries)
+                                            python=fake, tries=tries,
+                                            timeout=timeout)
         with open(log) as f:
             ports = [int(p) for p in f.read().split()]
     return rc, out, cmd, ports
@@ -84,6 +91,12 @@ def main():
     check(rc == 1 and len(ports) == 1,
           "'Address already in use' without the store's bind failure is "
           "not launched again: rc %d, ports %s" % (rc, ports))
+
+    rc, out, cmd, ports = run(0, "", hang="1", timeout=1)
+    check(rc == 124 and len(ports) == 1 and "started" in out and
+          "not done within 1 s" in out,
+          "a launch past its timeout is killed, its output kept: rc %d, "
+          "output %r" % (rc, out))
 
     check(re.fullmatch(r"\d+", str(launch_util.free_port())) is not None,
           "free_port gives a port")
