@@ -109,6 +109,7 @@ struct braid_comm {
   /* the last small call, prepared (src/executor.c prep_take): a call that
    * repeats it starts from a copy */
   struct exec_prep *prep;
+  uint64_t fast_calls; /* calls the small-call path ran (src/exec_fast.c) */
 
   /* the selector's picks, per collective and power-of-two size: [0] on
    * c->view, [1] on the ranks' GPUs (c->dev->view) for device calls */

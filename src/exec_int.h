@@ -288,5 +288,36 @@ int exec_dev_div(braid_comm *c, const xop *x);
 
 /* src/executor.c: runs a set of ops to completion (caller holds c->lock). */
 braid_result exec_run(braid_comm *c, exec_op *ops, int nops);
+/* src/executor.c: the pointer and byte length of chunk (ck.index + sub) of
+ * channel h's current slice. */
+char *exec_cptr(const xop *x, const xchan *h, sched_chunks ck, uint32_t sub,
+                size_t *len);
+
+/* src/exec_fast.c: the small-call path. A prepared call (src/executor.c,
+ * prep_keep) whose steps on this rank are at most one receive, first,
+ * then sends and local copies, each a whole message small enough for its
+ * transport's fast ops (tp_ops.fast_*), is compiled into a list of
+ * actions; its repeats run that list and skip the executor's loop. */
+#define EXEC_FAST_MAX 16
+enum { EXEC_FAST_RECV = 1, EXEC_FAST_SEND, EXEC_FAST_COPY };
+typedef struct exec_fast_act {
+  int prim; /* EXEC_FAST_* */
+  tp_conn *conn;
+  const tp_ops *ops;
+  const char *src;
+  char *dst;
+  size_t len;
+} exec_fast_act;
+typedef struct exec_fast {
+  int n; /* actions; 0: the call takes the executor's loop */
+  exec_fast_act a[EXEC_FAST_MAX];
+} exec_fast;
+/* Compiles prepared x (no step run yet) into f; f->n is 0 when it does not
+ * qualify. */
+void exec_fast_compile(braid_comm *c, const xop *x, exec_fast *f);
+/* Runs op by f: 1 when it finished; 0 when it could not at once (a
+ * message not there yet or not what was expected, a send without room),
+ * and then nothing was done that the executor's loop would not do again. */
+int exec_fast_run(braid_comm *c, exec_op *op, const exec_fast *f);
 
 #endif

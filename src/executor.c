@@ -70,6 +70,11 @@ static char *cptr(const xop *x, const xchan *h, sched_chunks ck, uint32_t sub,
   return x->bufs[ck.buf] + elem * x->esize;
 }
 
+char *exec_cptr(const xop *x, const xchan *h, sched_chunks ck, uint32_t sub,
+                size_t *len) {
+  return cptr(x, h, ck, sub, len);
+}
+
 /* ---- pending sends and hazards ---------------------------------------- */
 
 static int retire(braid_comm *c, xchan *h, int i) {
@@ -546,6 +551,7 @@ struct exec_prep {
   prep_key key;
   uint64_t gen;   /* c->cache_gen when it was kept */
   size_t scratch; /* bytes of the communicator's scratch it takes */
+  exec_fast fast; /* its small-call path (src/exec_fast.c), if it has one */
   xop x;
   char chans[];
 };
@@ -570,13 +576,19 @@ static int preparable(const exec_op *op) {
          op->premul == NULL && op->coll != SCHED_SEND && op->coll != SCHED_RECV;
 }
 
-/* 1, with x and chans prepared, when op repeats the kept call. */
-static int prep_take(braid_comm *c, xop *x, exec_op *op, xchan *chans) {
+/* The kept call when op repeats it, else NULL. */
+static const struct exec_prep *prep_of(const braid_comm *c, const exec_op *op) {
   const struct exec_prep *p = c->prep;
   if (p == NULL || p->gen != c->cache_gen || !preparable(op))
-    return 0;
+    return NULL;
   prep_key k = key_of(op);
-  if (!same_key(&k, &p->key))
+  return same_key(&k, &p->key) ? p : NULL;
+}
+
+/* 1, with x and chans prepared, when op repeats the kept call. */
+static int prep_take(braid_comm *c, xop *x, exec_op *op, xchan *chans) {
+  const struct exec_prep *p = prep_of(c, op);
+  if (p == NULL)
     return 0;
   /* the scratch may have moved since (grown for a larger call) */
   if (p->scratch > 0 && exec_scratch_reserve(c, p->scratch) != BRAID_SUCCESS)
@@ -610,6 +622,7 @@ static void prep_keep(braid_comm *c, const xop *x, const exec_op *op) {
   p->x = *x;
   for (int i = 0; i < x->nch; i++)
     memcpy(p->chans + (size_t)i * XCHAN_HEAD, &x->chans[i], XCHAN_HEAD);
+  exec_fast_compile(c, x, &p->fast);
 }
 
 int exec_prep_fresh(const braid_comm *c) {
@@ -661,6 +674,12 @@ static int p2p_blocked(xop *xs, int k) {
 }
 
 braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
+  const struct exec_prep *p = nops == 1 ? prep_of(c, ops) : NULL;
+  if (p != NULL && p->fast.n > 0 && exec_fast_run(c, ops, &p->fast)) {
+    flight_fast(c, ops);
+    c->fast_calls++;
+    return BRAID_SUCCESS;
+  }
   int dev = 0, pm = 0;
   for (int k = 0; k < nops; k++) {
     flight_started(c, &ops[k]);

@@ -274,6 +274,16 @@ void flight_done(braid_comm *c, const exec_op *op, braid_result res) {
   r->state = res == BRAID_SUCCESS ? FL_DONE : FL_FAILED;
 }
 
+void flight_fast(braid_comm *c, const exec_op *op) {
+  flight_rec *r = rec_of(c, op);
+  if (r == NULL || r->state >= FL_DONE)
+    return;
+  r->t_started = r->t_done = r->t_queued;
+  r->result = 0;
+  r->waits_on = -1;
+  r->state = FL_DONE;
+}
+
 int flight_unfinished(const braid_comm *c) {
   const struct flight *f = c->flight;
   if (f == NULL)

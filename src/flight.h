@@ -31,6 +31,9 @@ void flight_started(braid_comm *c, const exec_op *op);
 void flight_waiting(braid_comm *c, const exec_op *op, int on, int channel,
                     int step, int prim);
 void flight_done(braid_comm *c, const exec_op *op, braid_result r);
+/* A call the small-call path finished at once (src/exec_fast.c): started
+ * and done at the time it was queued (one clock reading for the three). */
+void flight_fast(braid_comm *c, const exec_op *op);
 
 /* Writes the recorder to `path` (NULL: BRAID_FLIGHT_RECORDER_FILE's
  * pattern) as JSON Lines; `reason` is timeout, remote, mismatch, abort,

@@ -598,6 +598,46 @@ static int shm_recv_reduce_fwd(tp_conn *c, const void *src, void *dst,
   return rc;
 }
 
+/* ---- the small-call path (tp_ops.fast_*, src/exec_fast.c) --------------- */
+
+/* A message that fits a slot header (SHM_INLINE bytes) goes out in one
+ * slot, which is free and next in line: the same slot isend would fill. */
+static int shm_fast_room(tp_conn *c, size_t len) {
+  return len <= SHM_INLINE && c->err == 0 && c->pend_frags == 0 &&
+         tx_free(c) > 0;
+}
+
+static void shm_fast_send(tp_conn *c, const void *src, size_t len) {
+  shm_slot *s = slot_at(c->tx_base, c->tx_stride, c->tx_nslots, c->tx_prod);
+  if (len)
+    memcpy(s->u.inl, src, len);
+  c->tx_msgno++; /* the ticket isend would have given: send_done sees it */
+  tx_publish(c, s, len, 0, conn_fp(c), (uint32_t)len, SHM_KIND_DATA);
+  bell_ring(c->tx_hdr);
+}
+
+/* Takes the next message only when it is the whole expected one in one
+ * slot header from this rank's call: whatever else is there (another call's,
+ * a fragment, a descriptor) stays for rx_progress to read and name. */
+static int shm_fast_recv(tp_conn *c, void *dst, size_t len) {
+  if (c->err || c->rx_off != 0 || len > SHM_INLINE)
+    return 0;
+  shm_slot *s = slot_at(c->rx_base, c->st->me->slot_bytes,
+                        (uint64_t)c->st->nslots, c->rx_cons);
+  if (atomic_load_explicit(&s->seq, memory_order_acquire) != c->rx_cons + 1)
+    return 0;
+  uint64_t fp = conn_fp(c);
+  if (s->kind != SHM_KIND_DATA || s->msg_len != len || s->frag_len != len ||
+      s->off != 0 || (fp != 0 && s->fp != 0 && s->fp != fp))
+    return 0;
+  if (len)
+    memcpy(dst, s->u.inl, len);
+  c->rx_cons++;
+  atomic_store_explicit(&c->rx->tail, c->rx_cons, memory_order_release);
+  bell_ring(c->st->peers[c->lpeer].hdr);
+  return 1;
+}
+
 static int shm_pollfd(tp_conn *c) {
   (void)c;
   return -1;
@@ -650,4 +690,8 @@ const tp_ops tp_shm = {
     .mismatch = shm_mismatch,
     .tell_mismatch = shm_tell_mismatch,
     .teardown = shm_teardown,
+    .fast_room = shm_fast_room,
+    .fast_send = shm_fast_send,
+    .fast_recv = shm_fast_recv,
+    .fast_max = SHM_INLINE,
 };

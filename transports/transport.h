@@ -213,6 +213,19 @@ typedef struct tp_ops {
    * where allocating could wait for the user's threads (docs/CUDA.md, §3).
    * NULL: nothing to make ahead. */
   int (*prepare)(tp_conn *c);
+  /* Optional (shm): the small-call path (src/exec_fast.c), for messages of
+   * at most fast_max bytes, with the fingerprint set_fp gave. fast_room: 1
+   * when fast_send can send such a message on c now, whole and behind
+   * every earlier one, else 0. fast_send: sends it; called only after
+   * fast_room said 1, so it cannot fail. fast_recv: 1 when the next
+   * message on c was one of len bytes of this rank's call and is now in
+   * dst; 0 when it has not arrived, or is anything else (another call or
+   * size, a part of a larger message, a broken connection): then nothing
+   * was taken, and recv meets it as usual. NULL: no small-call path. */
+  int (*fast_room)(tp_conn *c, size_t len);
+  void (*fast_send)(tp_conn *c, const void *src, size_t len);
+  int (*fast_recv)(tp_conn *c, void *dst, size_t len);
+  size_t fast_max;
 } tp_ops;
 
 extern const tp_ops tp_self;

@@ -1,0 +1,198 @@
+/*
+ * The small-call path (src/exec_fast.c): the repeats of a small broadcast
+ * or scatter run a precompiled list of transport actions. These ranks
+ * check that it is taken where it should be (c->fast_calls), never where it
+ * should not (a message larger than a slot header, tcp, a reduction), that
+ * every result is right whichever path each rank took (values that change
+ * between repeats; a root far ahead of its receivers, whose sends then
+ * find no room; in place and out of place; another root), that its calls
+ * are finished in the flight recorder, and that a call it gives back to the
+ * executor's loop still fails as any call does: another call on the peer
+ * is named as a mismatch, a dead root as a dead rank, and nothing hangs.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../transports/ranks.h"
+#include "src/bootstrap.h"
+#include "src/comm.h"
+#include "src/flight.h"
+#include "src/log.h"
+
+#define FAIL(code, ...)                                                        \
+  do {                                                                         \
+    snprintf(msg, len, __VA_ARGS__);                                           \
+    return (code);                                                             \
+  } while (0)
+
+static braid_comm *up(int rank, int n, const braid_unique_id *id,
+                      const char *tp, int timeout_ms) {
+  braid_config cfg;
+  braid_config_init(&cfg);
+  cfg.transport = tp;
+  cfg.timeout_ms = timeout_ms;
+  braid_comm *c = NULL;
+  return braid_comm_init(&c, n, id, rank, &cfg) == BRAID_SUCCESS ? c : NULL;
+}
+
+/* `reps` broadcasts of `cnt` int32 from `root`, values new in each: the
+ * root's are it * 1000 + i; every rank checks what it got. */
+static int bcasts(braid_comm *c, int rank, int root, size_t cnt, int reps,
+                  int inplace, int32_t *in, int32_t *out, char *msg,
+                  size_t len) {
+  for (int it = 0; it < reps; it++) {
+    for (size_t i = 0; i < cnt; i++) {
+      in[i] = rank == root ? it * 1000 + (int32_t)i : -1;
+      out[i] = -2;
+    }
+    int32_t *o = inplace ? in : out;
+    if (braid_broadcast(in, o, cnt, BRAID_INT32, root, c, NULL) !=
+        BRAID_SUCCESS)
+      FAIL(10, "broadcast %d of %zu from %d: %s", it, cnt, root,
+           braid_comm_last_error(c));
+    for (size_t i = 0; i < cnt; i++)
+      if (o[i] != it * 1000 + (int32_t)i)
+        FAIL(11, "broadcast %d of %zu from %d%s: element %zu is %d, want %d",
+             it, cnt, root, inplace ? " in place" : "", i, o[i],
+             it * 1000 + (int)i);
+  }
+  return 0;
+}
+
+static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
+                      char *msg, size_t len) {
+  const char *tp = arg;
+  int shm = strcmp(tp, "shm") == 0;
+  braid_comm *c = up(rank, n, id, tp, 60000);
+  if (c == NULL)
+    FAIL(1, "init: %s", err_msg());
+  int32_t in[64], out[64 * 8];
+  int bad = 0;
+  /* 2000 repeats: the root runs ahead until its slots are full, so both
+   * paths run on both sides */
+  uint64_t f0 = c->fast_calls;
+  bad = bcasts(c, rank, 0, 2, 2000, 0, in, out, msg, len);
+  if (!bad && shm && c->fast_calls - f0 < 1000)
+    FAIL(2,
+         "%s: 2000 repeated 8-byte broadcasts took the small-call path "
+         "%llu times",
+         tp, (unsigned long long)(c->fast_calls - f0));
+  if (!bad && !shm && c->fast_calls != 0)
+    FAIL(3, "%s has no small-call path, yet %llu calls took it", tp,
+         (unsigned long long)c->fast_calls);
+  /* in place, another root, the largest message a slot header holds */
+  for (int root = 0; root < n && !bad; root++)
+    bad = bcasts(c, rank, root, 6, 200, root % 2, in, out, msg, len);
+  /* larger than a slot header: the executor's loop every time */
+  f0 = c->fast_calls;
+  if (!bad)
+    bad = bcasts(c, rank, n - 1, 8, 200, 0, in, out, msg, len);
+  if (!bad && c->fast_calls != f0)
+    FAIL(4, "32-byte broadcasts took the small-call path %llu times",
+         (unsigned long long)(c->fast_calls - f0));
+  /* a reduction: never */
+  for (int it = 0; it < 200 && !bad; it++) {
+    int32_t v = rank + it, s = -1;
+    if (braid_allreduce(&v, &s, 1, BRAID_INT32, BRAID_SUM, c, NULL) !=
+            BRAID_SUCCESS ||
+        s != n * (n - 1) / 2 + n * it)
+      FAIL(5, "allreduce %d: got %d (%s)", it, s, braid_comm_last_error(c));
+  }
+  if (!bad && c->fast_calls != f0)
+    FAIL(6, "allreduce took the small-call path %llu times",
+         (unsigned long long)(c->fast_calls - f0));
+  /* scatter: the root's sends, one receive each */
+  for (int it = 0; it < 500 && !bad; it++) {
+    int32_t got = -1;
+    for (int q = 0; q < n; q++)
+      out[q] = it * 10 + q;
+    if (braid_scatter(out, &got, 1, BRAID_INT32, 1 % n, c, NULL) !=
+            BRAID_SUCCESS ||
+        got != it * 10 + rank)
+      FAIL(7, "scatter %d: got %d, want %d (%s)", it, got, it * 10 + rank,
+           braid_comm_last_error(c));
+  }
+  if (!bad && shm && c->fast_calls == f0)
+    FAIL(8, "500 repeated scatters never took the small-call path");
+  if (!bad && flight_unfinished(c))
+    FAIL(9, "the flight recorder holds an unfinished call");
+  if (braid_comm_finalize(c) != BRAID_SUCCESS && !bad)
+    FAIL(12, "finalize: %s", err_msg());
+  if (!bad)
+    snprintf(msg, len, "%llu calls took the small-call path",
+             (unsigned long long)c->fast_calls);
+  braid_comm_destroy(c);
+  return bad;
+}
+
+static void paths_on(const char *tp, int n) {
+  braid_unique_id id;
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
+  rank_proc p[4];
+  int failed = run_ranks(n, &id, rank_paths, (void *)tp, 240000, p);
+  for (int r = 0; r < n; r++)
+    cr_expect_eq(p[r].status, 0, "%s, %d ranks: rank %d: status %d: %s", tp, n,
+                 r, p[r].status, p[r].msg);
+  cr_assert_eq(failed, 0);
+  printf("fast %s %d ranks: %s\n", tp, n, p[0].msg);
+}
+
+Test(fast, shm_2) { paths_on("shm", 2); }
+Test(fast, shm_3) { paths_on("shm", 3); }
+Test(fast, shm_4) { paths_on("shm", 4); }
+Test(fast, tcp_2) { paths_on("tcp", 2); }
+
+/* After repeats, rank 0 broadcasts another count (mode 0) or dies (mode
+ * 1); rank 1 repeats the broadcast once more. Its receive finds another
+ * call's message, or none, and the executor's loop names the mismatch or
+ * the dead rank within the timeout. */
+static int rank_fail(int rank, int n, const braid_unique_id *id, void *arg,
+                     char *msg, size_t len) {
+  int mode = *(const int *)arg;
+  braid_comm *c = up(rank, n, id, "shm", 20000);
+  if (c == NULL)
+    FAIL(1, "init: %s", err_msg());
+  int32_t in[4], out[4];
+  int bad = bcasts(c, rank, 0, 2, 100, 0, in, out, msg, len);
+  if (!bad && c->fast_calls == 0)
+    FAIL(2, "100 repeats never took the small-call path");
+  if (bad) {
+    braid_comm_destroy(c);
+    return bad;
+  }
+  if (rank == 0 && mode == 1)
+    _exit(0); /* dies with the communicator up */
+  braid_result want = mode == 0 ? BRAID_ERR_MISMATCH : BRAID_ERR_REMOTE;
+  const char *words = mode == 0 ? "broadcast" : "rank 0 died";
+  braid_result r =
+      braid_broadcast(in, out, rank == 0 ? 1 : 2, BRAID_INT32, 0, c, NULL);
+  if (rank == 0) /* the root's send goes out; its next call is told */
+    r = braid_barrier(c, NULL);
+  const char *e = braid_comm_last_error(c);
+  if (r != want || strstr(e, words) == NULL)
+    bad = 20,
+    snprintf(msg, len, "got %s (%s), want %s naming \"%s\"",
+             braid_result_string(r), e, braid_result_string(want), words);
+  else
+    snprintf(msg, len, "%s", e);
+  braid_comm_abort(c);
+  return bad;
+}
+
+static void fail_on(int mode) {
+  braid_unique_id id;
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
+  rank_proc p[2];
+  int failed = run_ranks(2, &id, rank_fail, &mode, 60000, p);
+  for (int r = 0; r < 2; r++)
+    cr_expect_eq(p[r].status, 0, "rank %d: status %d: %s", r, p[r].status,
+                 p[r].msg);
+  cr_assert_eq(failed, 0);
+  printf("fast, %s: rank 1: %s\n", mode ? "dead root" : "mismatch", p[1].msg);
+}
+
+Test(fast, mismatch) { fail_on(0); }
+Test(fast, dead_root) { fail_on(1); }
