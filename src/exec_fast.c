@@ -1,50 +1,72 @@
 /*
- * The small-call path: the repeats of a small call that only moves data
- * (broadcast, scatter: at most one receive, then sends) run a precompiled
- * list of transport actions instead of the executor's loop
- * (docs/RUNTIME.md, "The small-call path").
+ * The small-call path: the repeats of a small call run a precompiled list
+ * of transport actions instead of the executor's loop (docs/RUNTIME.md,
+ * "The small-call path").
  *
  * The list is made from the same prepared schedule the loop would run
- * (src/executor.c, prep_keep), so both send the same messages on the same
- * connections: a rank that takes this path and one that does not still
- * meet. A run starts only when every send has room at once, and its one
- * receive, if any, comes first and is taken only when the whole expected
- * message is already there; otherwise it gives the call back untouched to
- * the loop, which waits, times out, names dead peers and mismatched calls
- * as for any other call.
+ * (src/executor.c, prep_keep), step after step, channel after channel, so
+ * both send the same messages on the same connections: a rank that takes
+ * this path and one that does not still meet. A run starts only when every
+ * send has room at once (one message per connection, so the room checked
+ * first is still there when its turn comes); a receive takes its message
+ * only when the whole expected one is there, after a short spin where
+ * spinning can help. Where one finds nothing, the run stops and the loop
+ * goes on from that receive (exec_fast_resume), waiting, timing out and
+ * naming dead peers and mismatched calls as for any other call.
  */
 #include <string.h>
 
 #include "src/check.h"
 #include "src/exec_int.h"
 
-static int add(exec_fast *f, int prim, tp_conn *conn, const tp_ops *ops,
-               const char *src, char *dst, size_t len) {
+/* Polls of a receive before the loop takes over (each one PAUSE apart,
+ * where the peer runs on another CPU): 8-byte calls between 2 ranks meet
+ * within a few hundred nanoseconds when both are in step. */
+#define EXEC_FAST_POLLS 64
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* Appends an action; 0 when the call cannot take the path. */
+static int add(braid_comm *c, const xop *x, const xchan *h, exec_fast *f,
+               exec_fast_act a) {
   if (f->n == EXEC_FAST_MAX)
     return 0;
-  if (prim != EXEC_FAST_COPY &&
-      (conn == NULL || ops->fast_room == NULL || len > ops->fast_max))
-    return 0;
-  /* one message per connection: fast_room answers for one */
-  for (int i = 0; prim == EXEC_FAST_SEND && i < f->n; i++)
-    if (f->a[i].prim == EXEC_FAST_SEND && f->a[i].conn == conn)
+  if (a.prim == EXEC_FAST_SEND || a.prim == EXEC_FAST_RECV) {
+    a.conn = x_conn(c, x, h, a.peer);
+    a.ops = x_ops(c, x, h, a.peer);
+    if (a.conn == NULL || a.ops->fast_room == NULL || a.len > a.ops->fast_max)
       return 0;
-  f->a[f->n++] = (exec_fast_act){prim, conn, ops, src, dst, len};
+    /* one message per connection and way: fast_room answers for one, and
+     * a second receive would wait behind the first */
+    for (int i = 0; i < f->n; i++)
+      if (f->a[i].prim == a.prim && f->a[i].conn == a.conn)
+        return 0;
+  }
+  a.ch = (int)(h - x->chans);
+  f->a[f->n++] = a;
   return 1;
 }
 
-/* The actions of one step's chunk; 0 when the step does not qualify. */
-static int add_step(braid_comm *c, const xop *x, const xchan *h,
-                    const sched_step *st, uint32_t sub, exec_fast *f) {
+static int user_buf(uint8_t b) {
+  return b == SCHED_BUF_NONE || b == SCHED_BUF_IN || b == SCHED_BUF_OUT;
+}
+
+/* The actions of chunk `sub` of step k; 0 when it cannot take the path. */
+static int add_step(braid_comm *c, const xop *x, const xchan *h, int k,
+                    uint32_t sub, exec_fast *f) {
+  const sched_step *st = &h->sc->steps[k];
+  if (!user_buf(st->src.buf) || !user_buf(st->dst.buf))
+    return 0; /* the scratch may move between calls */
   size_t len = 0, len2 = 0;
-  if ((st->src.buf != SCHED_BUF_NONE && st->src.buf != SCHED_BUF_IN &&
-       st->src.buf != SCHED_BUF_OUT) ||
-      (st->dst.buf != SCHED_BUF_NONE && st->dst.buf != SCHED_BUF_IN &&
-       st->dst.buf != SCHED_BUF_OUT))
-    return 0; /* scratch may move between calls */
-  const char *src = st->src.buf != SCHED_BUF_NONE
-                        ? exec_cptr(x, h, st->src, sub, &len)
-                        : NULL;
+  char *src = st->src.buf != SCHED_BUF_NONE
+                  ? exec_cptr(x, h, st->src, sub, &len)
+                  : NULL;
   char *dst = st->dst.buf != SCHED_BUF_NONE
                   ? exec_cptr(x, h, st->dst, sub, &len2)
                   : NULL;
@@ -52,32 +74,56 @@ static int add_step(braid_comm *c, const xop *x, const xchan *h,
     len = len2;
   if (len == 0)
     return 1; /* the loop skips it too */
-  int recv = st->prim == SCHED_P_RECV || st->prim == SCHED_P_RECV_COPY_SEND;
-  if (recv && f->n > 0)
-    return 0; /* one receive, before anything else */
+  exec_fast_act a = {.step = k,
+                     .sub = sub,
+                     .src = src,
+                     .dst = dst,
+                     .len = len,
+                     .peer = st->peer};
+  exec_fast_act fwd = {.prim = EXEC_FAST_SEND,
+                       .step = k,
+                       .sub = sub,
+                       .src = dst,
+                       .len = len,
+                       .peer = st->peer_out};
   switch ((sched_prim)st->prim) {
   case SCHED_P_SEND:
-    return add(f, EXEC_FAST_SEND, x_conn(c, x, h, st->peer),
-               x_ops(c, x, h, st->peer), src, NULL, len);
+    a.prim = EXEC_FAST_SEND;
+    return add(c, x, h, f, a);
   case SCHED_P_RECV:
-    return add(f, EXEC_FAST_RECV, x_conn(c, x, h, st->peer),
-               x_ops(c, x, h, st->peer), NULL, dst, len);
   case SCHED_P_RECV_COPY_SEND:
-    return add(f, EXEC_FAST_RECV, x_conn(c, x, h, st->peer),
-               x_ops(c, x, h, st->peer), NULL, dst, len) &&
-           add(f, EXEC_FAST_SEND, x_conn(c, x, h, st->peer_out),
-               x_ops(c, x, h, st->peer_out), dst, NULL, len);
+    a.prim = EXEC_FAST_RECV;
+    a.src = NULL;
+    return add(c, x, h, f, a) &&
+           (st->prim == SCHED_P_RECV || add(c, x, h, f, fwd));
+  case SCHED_P_RECV_REDUCE:
+  case SCHED_P_RECV_REDUCE_SEND:
+  case SCHED_P_RECV_REDUCE_REV:
+    a.prim = EXEC_FAST_RECV;
+    a.red = st->prim == SCHED_P_RECV_REDUCE_REV ? x->red_rev.base : x->red.base;
+    return add(c, x, h, f, a) &&
+           (st->prim != SCHED_P_RECV_REDUCE_SEND || add(c, x, h, f, fwd));
   case SCHED_P_COPY:
-    return src != NULL && dst != NULL &&
-           (src == dst || add(f, EXEC_FAST_COPY, NULL, NULL, src, dst, len));
+    a.prim = EXEC_FAST_COPY;
+    return src != NULL && dst != NULL && (src == dst || add(c, x, h, f, a));
+  case SCHED_P_REDUCE:
+    a.prim = EXEC_FAST_REDUCE;
+    a.red = x->red.base;
+    return src != NULL && dst != NULL && add(c, x, h, f, a);
   default:
-    return 0; /* reductions: the loop's */
+    return 0;
   }
 }
 
 void exec_fast_compile(braid_comm *c, const xop *x, exec_fast *f) {
   f->n = 0;
+  const exec_op *op = x->op;
   if (x->dev >= 0 || x->s == NULL || x->is_p2p)
+    return;
+  /* what xop_finish does after the steps: the average's division, one
+   * rank's bool normalised */
+  if (sched_reduces(op->coll) &&
+      (op->op == BRAID_AVG || (op->dt == BRAID_BOOL && c->nranks == 1)))
     return;
   for (int i = 0; i < x->nch; i++) {
     const xchan *h = &x->chans[i];
@@ -88,13 +134,19 @@ void exec_fast_compile(braid_comm *c, const xop *x, exec_fast *f) {
       uint32_t n =
           st->src.buf != SCHED_BUF_NONE ? st->src.count : st->dst.count;
       for (uint32_t sub = 0; sub < n; sub++)
-        if (!add_step(c, x, h, st, sub, f))
+        if (!add_step(c, x, h, k, sub, f))
           goto no;
     }
   }
   return;
 no:
   f->n = 0;
+}
+
+/* 1 when receive a took its message. */
+static int take(const exec_fast_act *a) {
+  return a->ops->fast_recv(a->conn, a->src, a->dst, a->len,
+                           a->red.fn != NULL ? &a->red : NULL);
 }
 
 int exec_fast_run(braid_comm *c, exec_op *op, const exec_fast *f) {
@@ -108,18 +160,40 @@ int exec_fast_run(braid_comm *c, exec_op *op, const exec_fast *f) {
   for (int i = 0; i < c->ntp; i++)
     if (c->tp[i]->set_fp != NULL)
       c->tp[i]->set_fp(c->tp_state[i], fp);
-  int i = 0;
-  if (f->a[0].prim == EXEC_FAST_RECV) {
-    if (!f->a[0].ops->fast_recv(f->a[0].conn, f->a[0].dst, f->a[0].len))
-      return 0;
-    i = 1;
-  }
-  for (; i < f->n; i++) {
+  for (int i = 0; i < f->n; i++) {
     const exec_fast_act *a = &f->a[i];
-    if (a->prim == EXEC_FAST_SEND)
+    switch (a->prim) {
+    case EXEC_FAST_SEND:
       a->ops->fast_send(a->conn, a->src, a->len);
-    else
+      break;
+    case EXEC_FAST_RECV:
+      if (!take(a)) {
+        if (!exec_wait_may_spin(c, a->peer))
+          return i;
+        int n = 0;
+        while (n < EXEC_FAST_POLLS && !take(a)) {
+          cpu_relax();
+          n++;
+        }
+        if (n == EXEC_FAST_POLLS)
+          return i;
+      }
+      break;
+    case EXEC_FAST_COPY:
       memmove(a->dst, a->src, a->len);
+      break;
+    default: /* EXEC_FAST_REDUCE */
+      a->red.fn(a->dst, a->dst, a->src, a->len / a->red.elem_size);
+    }
   }
-  return 1;
+  return f->n;
+}
+
+void exec_fast_resume(const exec_fast *f, int k, xchan *chans) {
+  const exec_fast_act *a = &f->a[k];
+  for (int i = 0; i < a->ch; i++) /* every step of theirs is done */
+    chans[i].step = chans[i].sc->nsteps;
+  chans[a->ch].step = a->step;
+  chans[a->ch].sub = a->sub;
+  chans[a->ch].phase = 0;
 }

@@ -104,6 +104,10 @@ static inline void *x_state(braid_comm *c, const xop *x, const xchan *h,
 braid_result exec_loop(braid_comm *c, exec_op *ops, int nops);
 
 /* src/exec_wait.c */
+/* 1 when a short spin for a message from `peer` may help: the host has a
+ * CPU for each of its ranks and `peer` did not last note this rank's CPU
+ * (noted here when it changed). */
+int exec_wait_may_spin(braid_comm *c, int peer);
 /* One wait of exec_loop: from the first pass in which nothing moved to the
  * next that moves. */
 typedef struct exec_waiter {
@@ -294,19 +298,25 @@ char *exec_cptr(const xop *x, const xchan *h, sched_chunks ck, uint32_t sub,
                 size_t *len);
 
 /* src/exec_fast.c: the small-call path. A prepared call (src/executor.c,
- * prep_keep) whose steps on this rank are at most one receive, first,
- * then sends and local copies, each a whole message small enough for its
- * transport's fast ops (tp_ops.fast_*), is compiled into a list of
- * actions; its repeats run that list and skip the executor's loop. */
+ * prep_keep) whose steps on this rank are sends, receives (with or without
+ * a reduction) and local copies and reductions, each a whole message small
+ * enough for its transport's fast ops (tp_ops.fast_*), at most one message
+ * per connection and way, is compiled into a list of actions; its repeats
+ * run that list and skip the executor's loop, which takes over where a
+ * receive finds nothing yet. */
 #define EXEC_FAST_MAX 16
-enum { EXEC_FAST_RECV = 1, EXEC_FAST_SEND, EXEC_FAST_COPY };
+enum { EXEC_FAST_RECV = 1, EXEC_FAST_SEND, EXEC_FAST_COPY, EXEC_FAST_REDUCE };
 typedef struct exec_fast_act {
-  int prim; /* EXEC_FAST_* */
-  tp_conn *conn;
+  int prim;      /* EXEC_FAST_* */
+  int ch, step;  /* its channel (index in x->chans) and step there */
+  uint32_t sub;  /* its chunk in the step */
+  int peer;      /* RECV, SEND */
+  tp_conn *conn; /* RECV, SEND */
   const tp_ops *ops;
-  const char *src;
-  char *dst;
+  const char *src; /* SEND, COPY, REDUCE; RECV: the reduction's operand */
+  char *dst;       /* RECV, COPY, REDUCE */
   size_t len;
+  tp_reducer red; /* RECV (fn NULL: a copy), REDUCE */
 } exec_fast_act;
 typedef struct exec_fast {
   int n; /* actions; 0: the call takes the executor's loop */
@@ -315,9 +325,12 @@ typedef struct exec_fast {
 /* Compiles prepared x (no step run yet) into f; f->n is 0 when it does not
  * qualify. */
 void exec_fast_compile(braid_comm *c, const xop *x, exec_fast *f);
-/* Runs op by f: 1 when it finished; 0 when it could not at once (a
- * message not there yet or not what was expected, a send without room),
- * and then nothing was done that the executor's loop would not do again. */
+/* Runs op by f, in order: f->n when it finished; else the action, a
+ * receive whose message is not there (or not the one expected), where it
+ * stopped, every one before it done, and nothing done when it is 0. */
 int exec_fast_run(braid_comm *c, exec_op *op, const exec_fast *f);
+/* Moves prepared channels (prep_take's, no step run) past the first k
+ * actions of f, for the loop to go on from there. */
+void exec_fast_resume(const exec_fast *f, int k, xchan *chans);
 
 #endif

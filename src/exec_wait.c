@@ -386,6 +386,19 @@ void exec_wait_note_cpu(braid_comm *c) {
     note_cpu(c, cpu);
 }
 
+int exec_wait_may_spin(braid_comm *c, int peer) {
+  if (c->wait.nlocal == 0)
+    wait_count(c);
+  if (c->wait.nlocal > c->wait.ncpus)
+    return 0;
+  int cpu = sched_getcpu();
+  if (cpu != c->wait.cpu)
+    note_cpu(c, cpu);
+  const tp_ops *t = c->tp[c->peer_tp[peer]];
+  return cpu < 0 || t->peer_cpu == NULL ||
+         t->peer_cpu(c->tp_state[c->peer_tp[peer]], peer) != cpu;
+}
+
 braid_result exec_wait_settle(braid_comm *c) {
   if (c->wait.nlocal == 0)
     wait_count(c);

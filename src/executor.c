@@ -622,7 +622,10 @@ static void prep_keep(braid_comm *c, const xop *x, const exec_op *op) {
   p->x = *x;
   for (int i = 0; i < x->nch; i++)
     memcpy(p->chans + (size_t)i * XCHAN_HEAD, &x->chans[i], XCHAN_HEAD);
-  exec_fast_compile(c, x, &p->fast);
+  if (p->scratch == 0) /* exec_fast_run then needs no reservation */
+    exec_fast_compile(c, x, &p->fast);
+  else
+    p->fast.n = 0;
 }
 
 int exec_prep_fresh(const braid_comm *c) {
@@ -673,12 +676,22 @@ static int p2p_blocked(xop *xs, int k) {
   return 0;
 }
 
+static braid_result loop_from(braid_comm *c, exec_op *ops, int nops, int done);
+
 braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
   const struct exec_prep *p = nops == 1 ? prep_of(c, ops) : NULL;
-  if (p != NULL && p->fast.n > 0 && exec_fast_run(c, ops, &p->fast)) {
+  int k = p != NULL && p->fast.n > 0 ? exec_fast_run(c, ops, &p->fast) : 0;
+  if (k > 0 && k == p->fast.n) {
     flight_fast(c, ops);
     c->fast_calls++;
     return BRAID_SUCCESS;
+  }
+  if (k > 0) { /* the loop goes on from the receive that found nothing */
+    c->fast_resumed++;
+    flight_started(c, ops);
+    braid_result r = loop_from(c, ops, 1, k);
+    flight_done(c, ops, r);
+    return r;
   }
   int dev = 0, pm = 0;
   for (int k = 0; k < nops; k++) {
@@ -705,6 +718,12 @@ braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
 }
 
 braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
+  return loop_from(c, ops, nops, 0);
+}
+
+/* exec_loop, for one repeated op after the first `done` actions of its
+ * small-call path (0: from the start). */
+static braid_result loop_from(braid_comm *c, exec_op *ops, int nops, int done) {
   exec_waiter w = {.noted_tp = -1, .cycle_peer = -1};
   xop stackx[4];
   xop *xs = nops <= 4 ? stackx : calloc((size_t)nops, sizeof *xs);
@@ -730,8 +749,18 @@ braid_result exec_loop(braid_comm *c, exec_op *ops, int nops) {
   }
   for (int k = 0; k < nops && res == BRAID_SUCCESS; k++) {
     xchan *chans = (xchan *)c->xpool + (size_t)k * (size_t)c->nchannels;
-    if (nops == 1 && prep_take(c, &xs[k], &ops[k], chans))
+    if (nops == 1 && prep_take(c, &xs[k], &ops[k], chans)) {
+      if (done > 0)
+        exec_fast_resume(&c->prep->fast, done, chans);
       continue; /* the last call again: no schedule set-up */
+    }
+    if (done > 0) { /* cannot be: exec_run found it kept a moment ago */
+      res = comm_fail(c, BRAID_ERR_INTERNAL,
+                      "%s: the small-call path stopped after %d actions and "
+                      "the call's prepared state is gone",
+                      ops[k].name, done);
+      break;
+    }
     res = xop_prepare(c, &xs[k], &ops[k], chans, parts ? parts[k] : NULL);
     if (res == BRAID_SUCCESS && nops == 1)
       prep_keep(c, &xs[k], &ops[k]);

@@ -619,8 +619,10 @@ static void shm_fast_send(tp_conn *c, const void *src, size_t len) {
 /* Takes the next message only when it is the whole expected one in one
  * slot header from this rank's call: whatever else is there (another call's,
  * a fragment, a descriptor) stays for rx_progress to read and name. */
-static int shm_fast_recv(tp_conn *c, void *dst, size_t len) {
-  if (c->err || c->rx_off != 0 || len > SHM_INLINE)
+static int shm_fast_recv(tp_conn *c, const void *src, void *dst, size_t len,
+                         const tp_reducer *r) {
+  if (c->err || c->rx_off != 0 || len > SHM_INLINE ||
+      (r != NULL && len % r->elem_size != 0))
     return 0;
   shm_slot *s = slot_at(c->rx_base, c->st->me->slot_bytes,
                         (uint64_t)c->st->nslots, c->rx_cons);
@@ -630,7 +632,9 @@ static int shm_fast_recv(tp_conn *c, void *dst, size_t len) {
   if (s->kind != SHM_KIND_DATA || s->msg_len != len || s->frag_len != len ||
       s->off != 0 || (fp != 0 && s->fp != 0 && s->fp != fp))
     return 0;
-  if (len)
+  if (r != NULL)
+    r->fn(dst, src, s->u.inl, len / r->elem_size);
+  else if (len)
     memcpy(dst, s->u.inl, len);
   c->rx_cons++;
   atomic_store_explicit(&c->rx->tail, c->rx_cons, memory_order_release);

@@ -219,12 +219,15 @@ typedef struct tp_ops {
    * every earlier one, else 0. fast_send: sends it; called only after
    * fast_room said 1, so it cannot fail. fast_recv: 1 when the next
    * message on c was one of len bytes of this rank's call and is now in
-   * dst; 0 when it has not arrived, or is anything else (another call or
+   * dst (r NULL), or combined as dst = src (+) message (recv_reduce's
+   * r); 0 when it has not arrived, or is anything else (another call or
    * size, a part of a larger message, a broken connection): then nothing
-   * was taken, and recv meets it as usual. NULL: no small-call path. */
+   * was taken, and recv or recv_reduce meets it as usual. NULL: no
+   * small-call path. */
   int (*fast_room)(tp_conn *c, size_t len);
   void (*fast_send)(tp_conn *c, const void *src, size_t len);
-  int (*fast_recv)(tp_conn *c, void *dst, size_t len);
+  int (*fast_recv)(tp_conn *c, const void *src, void *dst, size_t len,
+                   const tp_reducer *r);
   size_t fast_max;
 } tp_ops;
 

@@ -1,14 +1,16 @@
 /*
- * The small-call path (src/exec_fast.c): the repeats of a small broadcast
- * or scatter run a precompiled list of transport actions. These ranks
- * check that it is taken where it should be (c->fast_calls), never where it
- * should not (a message larger than a slot header, tcp, a reduction), that
- * every result is right whichever path each rank took (values that change
- * between repeats; a root far ahead of its receivers, whose sends then
- * find no room; in place and out of place; another root), that its calls
- * are finished in the flight recorder, and that a call it gives back to the
- * executor's loop still fails as any call does: another call on the peer
- * is named as a mismatch, a dead root as a dead rank, and nothing hangs.
+ * The small-call path (src/exec_fast.c): the repeats of a small call run a
+ * precompiled list of transport actions. These ranks check that it is
+ * taken where it should be (c->fast_calls, c->fast_resumed), never where
+ * it should not (a message larger than a slot header, tcp, an average),
+ * that every result is right whichever path each rank took (values that
+ * change between repeats; a root far ahead of its receivers, whose sends
+ * then find no room; a rank late now and then, so that the others' runs
+ * stop at a receive and the loop goes on from there; in place and out of
+ * place; another root), that its calls are finished in the flight
+ * recorder, and that a call it gives back to the executor's loop still
+ * fails as any call does: another call on the peer is named as a
+ * mismatch, a dead root as a dead rank, and nothing hangs.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -93,7 +95,10 @@ static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
   if (!bad && c->fast_calls != f0)
     FAIL(4, "32-byte broadcasts took the small-call path %llu times",
          (unsigned long long)(c->fast_calls - f0));
-  /* a reduction: never */
+  /* reductions: 2 ranks exchange one message each way (direct), and the
+   * path starts every repeat but the first; the average never (its
+   * division is the loop's) */
+  uint64_t e0 = c->fast_calls + c->fast_resumed;
   for (int it = 0; it < 200 && !bad; it++) {
     int32_t v = rank + it, s = -1;
     if (braid_allreduce(&v, &s, 1, BRAID_INT32, BRAID_SUM, c, NULL) !=
@@ -101,9 +106,36 @@ static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
         s != n * (n - 1) / 2 + n * it)
       FAIL(5, "allreduce %d: got %d (%s)", it, s, braid_comm_last_error(c));
   }
-  if (!bad && c->fast_calls != f0)
-    FAIL(6, "allreduce took the small-call path %llu times",
-         (unsigned long long)(c->fast_calls - f0));
+  uint64_t entered = c->fast_calls + c->fast_resumed - e0;
+  if (!bad && shm && n == 2 && entered < 199)
+    FAIL(6, "200 repeated allreduces started the small-call path %llu times",
+         (unsigned long long)entered);
+  e0 = c->fast_calls + c->fast_resumed;
+  for (int it = 0; it < 50 && !bad; it++) {
+    float v = (float)(rank + it), s = -1;
+    if (braid_allreduce(&v, &s, 1, BRAID_FLOAT32, BRAID_AVG, c, NULL) !=
+            BRAID_SUCCESS ||
+        s != (float)(n - 1) / 2 + (float)it)
+      FAIL(13, "average %d: got %g (%s)", it, s, braid_comm_last_error(c));
+  }
+  if (!bad && c->fast_calls + c->fast_resumed != e0)
+    FAIL(14, "averages took the small-call path");
+  /* one rank late now and then: the others' runs stop at the receive and
+   * the loop goes on from there; every result still right */
+  uint64_t r0 = c->fast_resumed;
+  for (int it = 0; it < 600 && !bad; it++) {
+    if (it % 8 == 0 && it / 8 % n == rank)
+      usleep(300);
+    int32_t v[2] = {rank + it, -rank}, s[2] = {-1, -1};
+    if (braid_allreduce(v, s, 2, BRAID_INT32, BRAID_SUM, c, NULL) !=
+            BRAID_SUCCESS ||
+        s[0] != n * (n - 1) / 2 + n * it || s[1] != -(n * (n - 1) / 2))
+      FAIL(15, "allreduce %d with a late rank: got %d %d (%s)", it, s[0], s[1],
+           braid_comm_last_error(c));
+  }
+  if (!bad && shm && n == 2 && c->fast_resumed == r0)
+    FAIL(16, "a late peer never made the small-call path hand over");
+  f0 = c->fast_calls;
   /* scatter: the root's sends, one receive each */
   for (int it = 0; it < 500 && !bad; it++) {
     int32_t got = -1;
