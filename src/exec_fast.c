@@ -150,6 +150,10 @@ static int take(const exec_fast_act *a) {
 }
 
 int exec_fast_run(braid_comm *c, exec_op *op, const exec_fast *f) {
+  /* as the loop does at each call: a peer that waits on this rank decides
+   * from this note whether to spin, and a note left stale by calls that
+   * never wait would have it yield, or move onto this rank's CPU */
+  exec_wait_note_cpu(c);
   for (int i = 0; i < f->n; i++) {
     const exec_fast_act *a = &f->a[i];
     if (a->prim == EXEC_FAST_SEND && !a->ops->fast_room(a->conn, a->len))
