@@ -40,7 +40,8 @@ static int add(braid_comm *c, const xop *x, const xchan *h, exec_fast *f,
   if (a.prim == EXEC_FAST_SEND || a.prim == EXEC_FAST_RECV) {
     a.conn = x_conn(c, x, h, a.peer);
     a.ops = x_ops(c, x, h, a.peer);
-    if (a.conn == NULL || a.ops->fast_room == NULL || a.len > a.ops->fast_max)
+    if (a.conn == NULL || a.ops->fast_room == NULL ||
+        a.len > a.ops->fast_max(a.conn))
       return 0;
     /* one message per connection and way: fast_room answers for one, and
      * a second receive would wait behind the first */

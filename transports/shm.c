@@ -600,28 +600,38 @@ static int shm_recv_reduce_fwd(tp_conn *c, const void *src, void *dst,
 
 /* ---- the small-call path (tp_ops.fast_*, src/exec_fast.c) --------------- */
 
-/* A message that fits a slot header (SHM_INLINE bytes) goes out in one
- * slot, which is free and next in line: the same slot isend would fill. */
+/* One slot, copied, where isend would also copy: below the single-copy
+ * threshold to a peer that reads this process's memory. */
+static size_t shm_fast_max(tp_conn *c) {
+  size_t cap = (size_t)c->tx_cap;
+  if (c->tx_cma && c->st->cma_threshold > 0 && c->st->cma_threshold <= cap)
+    cap = c->st->cma_threshold - 1;
+  return cap;
+}
+
+/* A message of one slot goes out in the slot that is free and next in
+ * line: the one isend would fill, filled the same way. */
 static int shm_fast_room(tp_conn *c, size_t len) {
-  return len <= SHM_INLINE && c->err == 0 && c->pend_frags == 0 &&
+  return len <= shm_fast_max(c) && c->err == 0 && c->pend_frags == 0 &&
          tx_free(c) > 0;
 }
 
 static void shm_fast_send(tp_conn *c, const void *src, size_t len) {
   shm_slot *s = slot_at(c->tx_base, c->tx_stride, c->tx_nslots, c->tx_prod);
   if (len)
-    memcpy(s->u.inl, src, len);
+    memcpy(len <= SHM_INLINE ? (char *)s->u.inl : (char *)s + sizeof(shm_slot),
+           src, len);
   c->tx_msgno++; /* the ticket isend would have given: send_done sees it */
   tx_publish(c, s, len, 0, conn_fp(c), (uint32_t)len, SHM_KIND_DATA);
   bell_ring(c->tx_hdr);
 }
 
 /* Takes the next message only when it is the whole expected one in one
- * slot header from this rank's call: whatever else is there (another call's,
- * a fragment, a descriptor) stays for rx_progress to read and name. */
+ * slot from this rank's call: whatever else is there (another call's, a
+ * fragment, a descriptor) stays for rx_progress to read and name. */
 static int shm_fast_recv(tp_conn *c, const void *src, void *dst, size_t len,
                          const tp_reducer *r) {
-  if (c->err || c->rx_off != 0 || len > SHM_INLINE ||
+  if (c->err || c->rx_off != 0 || len > c->st->me->slot_data ||
       (r != NULL && len % r->elem_size != 0))
     return 0;
   shm_slot *s = slot_at(c->rx_base, c->st->me->slot_bytes,
@@ -632,10 +642,12 @@ static int shm_fast_recv(tp_conn *c, const void *src, void *dst, size_t len,
   if (s->kind != SHM_KIND_DATA || s->msg_len != len || s->frag_len != len ||
       s->off != 0 || (fp != 0 && s->fp != 0 && s->fp != fp))
     return 0;
+  const char *data = len <= SHM_INLINE ? (const char *)s->u.inl
+                                       : (const char *)s + sizeof(shm_slot);
   if (r != NULL)
-    r->fn(dst, src, s->u.inl, len / r->elem_size);
+    r->fn(dst, src, data, len / r->elem_size);
   else if (len)
-    memcpy(dst, s->u.inl, len);
+    memcpy(dst, data, len);
   c->rx_cons++;
   atomic_store_explicit(&c->rx->tail, c->rx_cons, memory_order_release);
   bell_ring(c->st->peers[c->lpeer].hdr);
@@ -697,5 +709,5 @@ const tp_ops tp_shm = {
     .fast_room = shm_fast_room,
     .fast_send = shm_fast_send,
     .fast_recv = shm_fast_recv,
-    .fast_max = SHM_INLINE,
+    .fast_max = shm_fast_max,
 };

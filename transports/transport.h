@@ -214,9 +214,9 @@ typedef struct tp_ops {
    * NULL: nothing to make ahead. */
   int (*prepare)(tp_conn *c);
   /* Optional (shm): the small-call path (src/exec_fast.c), for messages of
-   * at most fast_max bytes, with the fingerprint set_fp gave. fast_room: 1
-   * when fast_send can send such a message on c now, whole and behind
-   * every earlier one, else 0. fast_send: sends it; called only after
+   * at most fast_max(c) bytes on c, with the fingerprint set_fp gave.
+   * fast_room: 1 when fast_send can send such a message on c now, whole and
+   * behind every earlier one, else 0. fast_send: sends it; called only after
    * fast_room said 1, so it cannot fail. fast_recv: 1 when the next
    * message on c was one of len bytes of this rank's call and is now in
    * dst (r NULL), or combined as dst = src (+) message (recv_reduce's
@@ -228,7 +228,7 @@ typedef struct tp_ops {
   void (*fast_send)(tp_conn *c, const void *src, size_t len);
   int (*fast_recv)(tp_conn *c, const void *src, void *dst, size_t len,
                    const tp_reducer *r);
-  size_t fast_max;
+  size_t (*fast_max)(tp_conn *c);
 } tp_ops;
 
 extern const tp_ops tp_self;

@@ -1,8 +1,9 @@
 /*
  * The small-call path (src/exec_fast.c): the repeats of a small call run a
  * precompiled list of transport actions. These ranks check that it is
- * taken where it should be (c->fast_calls, c->fast_resumed), never where
- * it should not (a message larger than a slot header, tcp, an average),
+ * taken where it should be (c->fast_calls, c->fast_resumed: messages in a
+ * slot header and in a slot's data), never where it should not (a message
+ * larger than a slot, tcp, an average),
  * that every result is right whichever path each rank took (values that
  * change between repeats; a root far ahead of its receivers, whose sends
  * then find no room; a rank late now and then, so that the others' runs
@@ -88,12 +89,28 @@ static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
   /* in place, another root, the largest message a slot header holds */
   for (int root = 0; root < n && !bad; root++)
     bad = bcasts(c, rank, root, 6, 200, root % 2, in, out, msg, len);
-  /* larger than a slot header: the executor's loop every time */
+  /* a message in a slot's data area (1 KiB): the path too; larger than a
+   * slot (8 KiB; ctest runs this with BRAID_BUFFSIZE=32K, 4 KiB slots):
+   * the executor's loop every time */
+  int32_t *big = calloc(2 * 2048, sizeof *big);
+  if (big == NULL)
+    FAIL(17, "no memory");
   f0 = c->fast_calls;
   if (!bad)
-    bad = bcasts(c, rank, n - 1, 8, 200, 0, in, out, msg, len);
+    bad = bcasts(c, rank, n - 1, 256, 200, 0, big, big + 2048, msg, len);
+  if (!bad && shm && c->fast_calls - f0 < 100)
+    FAIL(18,
+         "200 repeated 1 KiB broadcasts took the small-call path %llu "
+         "times",
+         (unsigned long long)(c->fast_calls - f0));
+  f0 = c->fast_calls;
+  if (!bad)
+    bad = bcasts(c, rank, n - 1, 2048, 50, 0, big, big + 2048, msg, len);
+  free(big);
   if (!bad && c->fast_calls != f0)
-    FAIL(4, "32-byte broadcasts took the small-call path %llu times",
+    FAIL(4,
+         "8 KiB broadcasts (two 4 KiB slots) took the small-call path "
+         "%llu times",
          (unsigned long long)(c->fast_calls - f0));
   /* reductions: 2 ranks exchange one message each way (direct), and the
    * path starts every repeat but the first; the average never (its
