@@ -109,9 +109,9 @@ struct braid_comm {
   /* the last small call, prepared (src/executor.c prep_take): a call that
    * repeats it starts from a copy */
   struct exec_prep *prep;
-  /* calls the small-call path (src/exec_fast.c) finished, and those it
-   * started and handed to the executor's loop at a receive */
-  uint64_t fast_calls, fast_resumed;
+  /* calls that tried the small-call path (src/exec_fast.c), those it
+   * finished, and those it handed to the executor's loop at a receive */
+  uint64_t fast_tried, fast_calls, fast_resumed;
 
   /* the selector's picks, per collective and power-of-two size: [0] on
    * c->view, [1] on the ranks' GPUs (c->dev->view) for device calls */

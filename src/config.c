@@ -128,6 +128,7 @@ static void cfg_fill(cfg_env *c) {
   c->spin_us = env_int("BRAID_SPIN_US", 50, 0, 1000000);
   c->yield_us = env_int("BRAID_YIELD_US", 2000, 0, 10000000);
   c->unstack = env_int("BRAID_UNSTACK", 1, 0, 1);
+  c->fast_path = env_int("BRAID_FAST_PATH", 1, 0, 1);
   c->heartbeat_ms = env_int("BRAID_HEARTBEAT_MS", 1000, 0, 3600000);
   c->flight_n = env_int("BRAID_FLIGHT_RECORDER", 256, 0, 1 << 20);
   c->flight_file = env_str("BRAID_FLIGHT_RECORDER_FILE");

@@ -25,6 +25,7 @@ typedef struct cfg_env {
   int spin_us;               /* BRAID_SPIN_US: spin before yielding */
   int yield_us;              /* BRAID_YIELD_US: poll with yields, then sleep */
   int unstack;               /* BRAID_UNSTACK: move off a peer's CPU */
+  int fast_path;             /* BRAID_FAST_PATH: the small-call path */
   int heartbeat_ms;          /* BRAID_HEARTBEAT_MS: tcp, 0 = off */
   int flight_n;              /* BRAID_FLIGHT_RECORDER: calls kept */
   const char *flight_file;   /* BRAID_FLIGHT_RECORDER_FILE: dump pattern */

@@ -622,7 +622,8 @@ static void prep_keep(braid_comm *c, const xop *x, const exec_op *op) {
   p->x = *x;
   for (int i = 0; i < x->nch; i++)
     memcpy(p->chans + (size_t)i * XCHAN_HEAD, &x->chans[i], XCHAN_HEAD);
-  if (p->scratch == 0) /* exec_fast_run then needs no reservation */
+  /* a call with scratch would need it reserved first: the loop's */
+  if (p->scratch == 0 && cfg_get()->fast_path)
     exec_fast_compile(c, x, &p->fast);
   else
     p->fast.n = 0;
@@ -680,7 +681,11 @@ static braid_result loop_from(braid_comm *c, exec_op *ops, int nops, int done);
 
 braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
   const struct exec_prep *p = nops == 1 ? prep_of(c, ops) : NULL;
-  int k = p != NULL && p->fast.n > 0 ? exec_fast_run(c, ops, &p->fast) : 0;
+  int k = 0;
+  if (p != NULL && p->fast.n > 0) {
+    c->fast_tried++;
+    k = exec_fast_run(c, ops, &p->fast);
+  }
   if (k > 0 && k == p->fast.n) {
     flight_fast(c, ops);
     c->fast_calls++;

@@ -1,9 +1,10 @@
 /*
  * The small-call path (src/exec_fast.c): the repeats of a small call run a
  * precompiled list of transport actions. These ranks check that it is
- * taken where it should be (c->fast_calls, c->fast_resumed: messages in a
- * slot header and in a slot's data), never where it should not (a message
- * larger than a slot, tcp, an average),
+ * tried by every repeat where it should be (c->fast_tried: messages in a
+ * slot header and in a slot's data) and by none where it should not (a
+ * message larger than a slot, tcp, an average), and finishes calls
+ * (c->fast_calls) or hands them on (c->fast_resumed),
  * that every result is right whichever path each rank took (values that
  * change between repeats; a root far ahead of its receivers, whose sends
  * then find no room; a rank late now and then, so that the others' runs
@@ -65,6 +66,21 @@ static int bcasts(braid_comm *c, int rank, int root, size_t cnt, int reps,
   return 0;
 }
 
+/* How many of the last `reps` calls tried the path; the ones in between
+ * (`c->fast_tried` before them in *t0) must be reps - 1 or reps where the
+ * path applies (the first of a new call is prepared, its repeats try),
+ * 0 where it does not. */
+static int tried(const braid_comm *c, uint64_t *t0, int reps, int applies,
+                 const char *what, char *msg, size_t len) {
+  uint64_t t = c->fast_tried - *t0;
+  *t0 = c->fast_tried;
+  if (applies ? t + 1 < (uint64_t)reps || t > (uint64_t)reps : t != 0)
+    FAIL(30, "%d %s tried the small-call path %llu times (%s)", reps, what,
+         (unsigned long long)t,
+         applies ? "every repeat should" : "none should");
+  return 0;
+}
+
 static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
                       char *msg, size_t len) {
   const char *tp = arg;
@@ -73,49 +89,41 @@ static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
   if (c == NULL)
     FAIL(1, "init: %s", err_msg());
   int32_t in[64], out[64 * 8];
-  int bad = 0;
+  uint64_t t0 = c->fast_tried;
   /* 2000 repeats: the root runs ahead until its slots are full, so both
    * paths run on both sides */
-  uint64_t f0 = c->fast_calls;
-  bad = bcasts(c, rank, 0, 2, 2000, 0, in, out, msg, len);
-  if (!bad && shm && c->fast_calls - f0 < 1000)
-    FAIL(2,
-         "%s: 2000 repeated 8-byte broadcasts took the small-call path "
-         "%llu times",
-         tp, (unsigned long long)(c->fast_calls - f0));
-  if (!bad && !shm && c->fast_calls != 0)
-    FAIL(3, "%s has no small-call path, yet %llu calls took it", tp,
-         (unsigned long long)c->fast_calls);
-  /* in place, another root, the largest message a slot header holds */
-  for (int root = 0; root < n && !bad; root++)
+  int bad = bcasts(c, rank, 0, 2, 2000, 0, in, out, msg, len);
+  if (!bad)
+    bad = tried(c, &t0, 2000, shm, "8-byte broadcasts", msg, len);
+  if (!bad && shm && c->fast_calls == 0)
+    FAIL(2, "2000 repeated 8-byte broadcasts never finished on the path");
+  /* in place, another root */
+  for (int root = 0; root < n && !bad; root++) {
     bad = bcasts(c, rank, root, 6, 200, root % 2, in, out, msg, len);
+    if (!bad)
+      bad = tried(c, &t0, 200, shm, "24-byte broadcasts", msg, len);
+  }
   /* a message in a slot's data area (1 KiB): the path too; larger than a
    * slot (8 KiB; ctest runs this with BRAID_BUFFSIZE=32K, 4 KiB slots):
    * the executor's loop every time */
   int32_t *big = calloc(2 * 2048, sizeof *big);
   if (big == NULL)
     FAIL(17, "no memory");
-  f0 = c->fast_calls;
+  uint64_t f0 = c->fast_calls;
   if (!bad)
     bad = bcasts(c, rank, n - 1, 256, 200, 0, big, big + 2048, msg, len);
-  if (!bad && shm && c->fast_calls - f0 < 100)
-    FAIL(18,
-         "200 repeated 1 KiB broadcasts took the small-call path %llu "
-         "times",
-         (unsigned long long)(c->fast_calls - f0));
-  f0 = c->fast_calls;
+  if (!bad)
+    bad = tried(c, &t0, 200, shm, "1 KiB broadcasts", msg, len);
+  if (!bad && shm && c->fast_calls == f0)
+    FAIL(18, "200 repeated 1 KiB broadcasts never finished on the path");
   if (!bad)
     bad = bcasts(c, rank, n - 1, 2048, 50, 0, big, big + 2048, msg, len);
   free(big);
-  if (!bad && c->fast_calls != f0)
-    FAIL(4,
-         "8 KiB broadcasts (two 4 KiB slots) took the small-call path "
-         "%llu times",
-         (unsigned long long)(c->fast_calls - f0));
+  if (!bad)
+    bad = tried(c, &t0, 50, 0, "8 KiB broadcasts (two slots)", msg, len);
   /* reductions: 2 ranks exchange one message each way (direct), and the
-   * path starts every repeat but the first; the average never (its
-   * division is the loop's) */
-  uint64_t e0 = c->fast_calls + c->fast_resumed;
+   * path takes every repeat; the average never (its division is the
+   * loop's) */
   for (int it = 0; it < 200 && !bad; it++) {
     int32_t v = rank + it, s = -1;
     if (braid_allreduce(&v, &s, 1, BRAID_INT32, BRAID_SUM, c, NULL) !=
@@ -123,11 +131,9 @@ static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
         s != n * (n - 1) / 2 + n * it)
       FAIL(5, "allreduce %d: got %d (%s)", it, s, braid_comm_last_error(c));
   }
-  uint64_t entered = c->fast_calls + c->fast_resumed - e0;
-  if (!bad && shm && n == 2 && entered < 199)
-    FAIL(6, "200 repeated allreduces started the small-call path %llu times",
-         (unsigned long long)entered);
-  e0 = c->fast_calls + c->fast_resumed;
+  if (!bad && n == 2)
+    bad = tried(c, &t0, 200, shm, "4-byte allreduces", msg, len);
+  t0 = c->fast_tried;
   for (int it = 0; it < 50 && !bad; it++) {
     float v = (float)(rank + it), s = -1;
     if (braid_allreduce(&v, &s, 1, BRAID_FLOAT32, BRAID_AVG, c, NULL) !=
@@ -135,8 +141,8 @@ static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
         s != (float)(n - 1) / 2 + (float)it)
       FAIL(13, "average %d: got %g (%s)", it, s, braid_comm_last_error(c));
   }
-  if (!bad && c->fast_calls + c->fast_resumed != e0)
-    FAIL(14, "averages took the small-call path");
+  if (!bad)
+    bad = tried(c, &t0, 50, 0, "averages", msg, len);
   /* one rank late now and then: the others' runs stop at the receive and
    * the loop goes on from there; every result still right */
   uint64_t r0 = c->fast_resumed;
@@ -152,8 +158,8 @@ static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
   }
   if (!bad && shm && n == 2 && c->fast_resumed == r0)
     FAIL(16, "a late peer never made the small-call path hand over");
-  f0 = c->fast_calls;
   /* scatter: the root's sends, one receive each */
+  t0 = c->fast_tried;
   for (int it = 0; it < 500 && !bad; it++) {
     int32_t got = -1;
     for (int q = 0; q < n; q++)
@@ -164,15 +170,19 @@ static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
       FAIL(7, "scatter %d: got %d, want %d (%s)", it, got, it * 10 + rank,
            braid_comm_last_error(c));
   }
-  if (!bad && shm && c->fast_calls == f0)
-    FAIL(8, "500 repeated scatters never took the small-call path");
+  if (!bad)
+    bad = tried(c, &t0, 500, shm, "scatters", msg, len);
   if (!bad && flight_unfinished(c))
     FAIL(9, "the flight recorder holds an unfinished call");
   if (braid_comm_finalize(c) != BRAID_SUCCESS && !bad)
     FAIL(12, "finalize: %s", err_msg());
   if (!bad)
-    snprintf(msg, len, "%llu calls took the small-call path",
-             (unsigned long long)c->fast_calls);
+    snprintf(msg, len,
+             "%llu calls tried the small-call path, %llu finished on it, "
+             "%llu went on in the loop",
+             (unsigned long long)c->fast_tried,
+             (unsigned long long)c->fast_calls,
+             (unsigned long long)c->fast_resumed);
   braid_comm_destroy(c);
   return bad;
 }
@@ -245,3 +255,38 @@ static void fail_on(int mode) {
 
 Test(fast, mismatch) { fail_on(0); }
 Test(fast, dead_root) { fail_on(1); }
+
+/* BRAID_FAST_PATH=0: every call takes the loop, with the same results. */
+static int rank_off(int rank, int n, const braid_unique_id *id, void *arg,
+                    char *msg, size_t len) {
+  (void)arg;
+  braid_comm *c = up(rank, n, id, "shm", 60000);
+  if (c == NULL)
+    FAIL(1, "init: %s", err_msg());
+  int32_t in[8], out[8];
+  int bad = bcasts(c, rank, 0, 2, 300, 0, in, out, msg, len);
+  for (int it = 0; it < 300 && !bad; it++) {
+    int32_t v = rank + it, s = -1;
+    if (braid_allreduce(&v, &s, 1, BRAID_INT32, BRAID_SUM, c, NULL) !=
+            BRAID_SUCCESS ||
+        s != n * (n - 1) / 2 + n * it)
+      FAIL(2, "allreduce %d: got %d (%s)", it, s, braid_comm_last_error(c));
+  }
+  if (!bad && c->fast_tried != 0)
+    FAIL(3, "BRAID_FAST_PATH=0, yet %llu calls tried the small-call path",
+         (unsigned long long)c->fast_tried);
+  braid_comm_destroy(c);
+  return bad;
+}
+
+Test(fast, off) {
+  setenv("BRAID_FAST_PATH", "0", 1); /* read by each rank at its init */
+  braid_unique_id id;
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
+  rank_proc p[2];
+  int failed = run_ranks(2, &id, rank_off, NULL, 60000, p);
+  for (int r = 0; r < 2; r++)
+    cr_expect_eq(p[r].status, 0, "rank %d: status %d: %s", r, p[r].status,
+                 p[r].msg);
+  cr_assert_eq(failed, 0);
+}
