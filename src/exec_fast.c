@@ -24,14 +24,6 @@
  * within a few hundred nanoseconds when both are in step. */
 #define EXEC_FAST_POLLS 64
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 /* Appends an action; 0 when the call cannot take the path. */
 static int add(braid_comm *c, const xop *x, const xchan *h, exec_fast *f,
                exec_fast_act a) {
@@ -177,7 +169,7 @@ int exec_fast_run(braid_comm *c, exec_op *op, const exec_fast *f) {
           return i;
         int n = 0;
         while (n < EXEC_FAST_POLLS && !take(a)) {
-          cpu_relax();
+          exec_cpu_relax();
           n++;
         }
         if (n == EXEC_FAST_POLLS)

@@ -15,6 +15,15 @@
 
 #define XPEND 64
 
+/* One pause of a spinning wait (x86 PAUSE, arm64 YIELD). */
+static inline void exec_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 /* Milliseconds since *t0 (CLOCK_MONOTONIC). */
 static inline long exec_ms_since(const struct timespec *t0) {
   struct timespec t;

@@ -290,14 +290,6 @@ int exec_flush(braid_comm *c, const xop *xs, int nops) {
  * paid in braid_comm_init rather than in the first calls.
  */
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 #define EXEC_UNSTACK_EVERY_US 10000
 /* How long two ranks must be seen waiting for each other in different
  * calls, the same note all along, before it is called a mismatch: a rank
@@ -762,7 +754,7 @@ braid_result exec_wait_pass(braid_comm *c, xop *xs, int nops, exec_waiter *w,
     /* a few pauses only: PAUSE costs ~140 cycles on recent x86 cores, and
      * every pass of the loop is a chance to see the peer's message */
     for (int i = 0; i < 2; i++)
-      cpu_relax();
+      exec_cpu_relax();
   } else if (idle < w->spin_us + cfg->yield_us) {
     sched_yield();
   } else {
