@@ -558,8 +558,13 @@ struct exec_prep {
 
 #define XCHAN_HEAD offsetof(xchan, pend)
 
+/* A barrier's bytes live in its op (xop_prepare): their address is its
+ * key, so that a kept barrier is taken only by an op at the same place,
+ * whose bytes the kept state then points at. */
 static prep_key key_of(const exec_op *op) {
-  return (prep_key){op->in,      op->out,     op->count, (int)op->coll,
+  const void *in = op->is_barrier ? &op->barrier_byte[0] : op->in;
+  void *out = op->is_barrier ? (void *)&op->barrier_byte[1] : op->out;
+  return (prep_key){in,          out,         op->count, (int)op->coll,
                     (int)op->dt, (int)op->op, op->root,  op->inplace};
 }
 
@@ -569,11 +574,11 @@ static int same_key(const prep_key *a, const prep_key *b) {
          a->root == b->root && a->inplace == b->inplace;
 }
 
-/* Host collectives whose buffers are the user's (a barrier's and a count
- * message's live in the op itself) and need no pre-multiplied copy. */
+/* Host collectives (and barriers, keyed by where their op is: key_of)
+ * that need no pre-multiplied copy. */
 static int preparable(const exec_op *op) {
-  return !op->is_barrier && !op->is_count && op->dev < 0 &&
-         op->premul == NULL && op->coll != SCHED_SEND && op->coll != SCHED_RECV;
+  return !op->is_count && op->dev < 0 && op->premul == NULL &&
+         op->coll != SCHED_SEND && op->coll != SCHED_RECV;
 }
 
 /* The kept call when op repeats it, else NULL. */

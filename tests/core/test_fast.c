@@ -2,8 +2,8 @@
  * The small-call path (src/exec_fast.c): the repeats of a small call run a
  * precompiled list of transport actions. These ranks check that it is
  * tried by every repeat where it should be (c->fast_tried: messages in a
- * slot header and in a slot's data) and by none where it should not (a
- * message larger than a slot, tcp, an average), and finishes calls
+ * slot header and in a slot's data, barriers) and by none where it should not
+ * (a message larger than a slot, tcp, an average), and finishes calls
  * (c->fast_calls) or hands them on (c->fast_resumed),
  * that every result is right whichever path each rank took (values that
  * change between repeats; a root far ahead of its receivers, whose sends
@@ -158,6 +158,14 @@ static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
   }
   if (!bad && shm && n == 2 && c->fast_resumed == r0)
     FAIL(16, "a late peer never made the small-call path hand over");
+  /* barriers: a one-byte allreduce in bytes of the call's own; its
+   * repeats from here try the path between 2 ranks */
+  t0 = c->fast_tried;
+  for (int it = 0; it < 300 && !bad; it++)
+    if (braid_barrier(c, NULL) != BRAID_SUCCESS)
+      FAIL(19, "barrier %d: %s", it, braid_comm_last_error(c));
+  if (!bad && n == 2)
+    bad = tried(c, &t0, 300, shm, "barriers", msg, len);
   /* scatter: the root's sends, one receive each */
   t0 = c->fast_tried;
   for (int it = 0; it < 500 && !bad; it++) {
