@@ -39,6 +39,9 @@ static void call(void *ctx, int coll, float *s, float *r, size_t cnt) {
     /* In place at the root, as MPI_Bcast. */
     e = braid_broadcast(r, r, cnt, BRAID_FLOAT32, 0, c, NULL);
     break;
+  case H_BARRIER:
+    e = braid_barrier(c, NULL);
+    break;
   }
   if (e != BRAID_SUCCESS)
     fail(c, "collective", e);

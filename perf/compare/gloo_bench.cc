@@ -19,6 +19,7 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/reduce_scatter.h>
@@ -51,6 +52,12 @@ struct Bench {
 void call(void *p, int coll, float *s, float *r, size_t cnt) {
   Bench &b = *static_cast<Bench *>(p);
   int n = b.ctx->size;
+  if (coll == H_BARRIER) {
+    gloo::BarrierOptions o(b.ctx);
+    o.setTag(g_tag++);
+    gloo::barrier(o);
+    return;
+  }
   if (cnt == 0)
     return;
   switch (coll) {

@@ -13,7 +13,7 @@
 #include <time.h>
 
 static const char *const h_names[] = {"allreduce", "allgather",
-                                      "reduce_scatter", "broadcast"};
+                                      "reduce_scatter", "broadcast", "barrier"};
 
 int h_coll(const char *s) {
   if (!strcmp(s, "allreduce") || !strcmp(s, "all_reduce"))
@@ -24,6 +24,8 @@ int h_coll(const char *s) {
     return H_REDUCE_SCATTER;
   if (!strcmp(s, "broadcast"))
     return H_BROADCAST;
+  if (!strcmp(s, "barrier"))
+    return H_BARRIER;
   return -1;
 }
 
@@ -68,6 +70,8 @@ int h_pattern(const char *s, int *pattern, long *gap_us) {
 }
 
 size_t h_param_count(int coll, size_t bytes, int nranks) {
+  if (coll == H_BARRIER)
+    return 0;
   size_t count = bytes / 4;
   if (coll == H_ALLGATHER || coll == H_REDUCE_SCATTER)
     return count / (size_t)nranks;
@@ -98,7 +102,7 @@ int h_args(int argc, char **argv, h_opts *o) {
       o->minb > o->maxb ||
       (argc == 7 && h_pattern(argv[6], &o->pattern, &o->gap_us))) {
     fprintf(stderr,
-            "usage: %s allreduce|allgather|reduce_scatter|broadcast "
+            "usage: %s allreduce|allgather|reduce_scatter|broadcast|barrier "
             "<minbytes> <maxbytes> <iters> <warmup> [warm|first|gap:<us>]\n",
             argv[0]);
     return -1;
@@ -289,7 +293,7 @@ int h_run(const h_lib *L, const h_opts *o) {
       printf("\n");
       fflush(stdout);
     }
-    if (bytes >= o->maxb)
+    if (bytes >= o->maxb || coll == H_BARRIER)
       break;
   }
   double nbad = bad;

@@ -7,8 +7,9 @@
  * Every harness takes the same arguments:
  *   <collective> <minbytes> <maxbytes> <iters> <warmup> [pattern]
  * with collective one of allreduce, allgather, reduce_scatter, broadcast,
- * sizes doubling from minbytes to maxbytes (K/M/G suffixes), float32 and
- * sum, and prints one line per size:
+ * barrier, sizes doubling from minbytes to maxbytes (K/M/G suffixes),
+ * float32 and sum, and prints one line per size (barrier: one line, of
+ * size 0, whatever the sizes):
  *   size_bytes count time_us algbw_GBps busbw_GBps
  * with nccl-tests' size conventions (size = the larger buffer) and busbw
  * formulas, the time being the mean over ranks of the mean per call.
@@ -37,7 +38,7 @@
 extern "C" {
 #endif
 
-enum { H_ALLREDUCE, H_ALLGATHER, H_REDUCE_SCATTER, H_BROADCAST };
+enum { H_ALLREDUCE, H_ALLGATHER, H_REDUCE_SCATTER, H_BROADCAST, H_BARRIER };
 enum { H_WARM, H_FIRST, H_GAP };
 
 typedef struct h_opts {
@@ -58,7 +59,8 @@ typedef struct h_lib {
    * (Gloo's in-place algorithm) instead of in recvbuf. */
   int rs_in_place;
   void *ctx;
-  /* coll on float32 with sum; broadcast from rank 0, in place in r. */
+  /* coll on float32 with sum; broadcast from rank 0, in place in r;
+   * H_BARRIER: the library's barrier (cnt 0). */
   void (*call)(void *ctx, int coll, float *s, float *r, size_t cnt);
   void (*barrier)(void *ctx);
   /* *v becomes the sum of *v over the ranks. */

@@ -27,6 +27,9 @@ static void call(void *ctx, int coll, float *s, float *r, size_t cnt) {
   case H_BROADCAST:
     MPI_Bcast(r, (int)cnt, MPI_FLOAT, 0, MPI_COMM_WORLD);
     break;
+  case H_BARRIER:
+    MPI_Barrier(MPI_COMM_WORLD);
+    break;
   }
 }
 

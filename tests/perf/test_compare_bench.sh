@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # braid-bench, the braid harness of perf/compare, on 2 ranks at tiny sizes
-# under one call pattern: every collective over shm and TCP exits 0 (its
-# spot checks pass) and prints lines of the documented shape (harness.h).
+# under one call pattern: every collective, and the barrier, over shm and
+# TCP exits 0 (its spot checks pass) and prints lines of the documented
+# shape (harness.h).
 # Correctness only: no time is compared with anything.
 #
 #   test_compare_bench.sh <braidrun> <braid-bench> warm|first|gap:<us>
@@ -66,6 +67,26 @@ for tp in shm tcp; do
       ok "$what"
     fi
   done
+done
+
+# barrier: one line of size 0 whatever the sizes asked, a time above 0
+for tp in shm tcp; do
+  what="barrier over $tp, pattern $pattern"
+  BRAID_TRANSPORT=$tp BRAID_TIMEOUT=60 timeout 120 "$braidrun" -n 2 \
+    "$bench" barrier 0 64 5 2 "$pattern" >"$T/raw" 2>&1
+  st=$?
+  sed -n 's/^\[0\] //p' "$T/raw" >"$T/out"
+  if [ $st != 0 ]; then
+    bad "$what: exit $st"
+    cat "$T/raw"
+  elif ! grep -q '^# braid barrier ' "$T/out" ||
+    ! awk -v nc=$ncols '!/^#/ { n++; if (NF != nc || $1 != 0 || $2 != 0 ||
+      !($3 > 0)) bad = 1 } END { exit bad || n != 1 }' "$T/out"; then
+    bad "$what: output"
+    cat "$T/raw"
+  else
+    ok "$what"
+  fi
 done
 
 if [ "$pattern" = warm ]; then
