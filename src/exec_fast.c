@@ -153,10 +153,7 @@ int exec_fast_run(braid_comm *c, exec_op *op, const exec_fast *f) {
       return 0;
   }
   /* what the loop gives the transports before the call's first message */
-  uint64_t fp = op->fp ? op->fp : check_call_fp(op);
-  for (int i = 0; i < c->ntp; i++)
-    if (c->tp[i]->set_fp != NULL)
-      c->tp[i]->set_fp(c->tp_state[i], fp);
+  exec_set_fp(c, op->fp ? op->fp : check_call_fp(op));
   for (int i = 0; i < f->n; i++) {
     const exec_fast_act *a = &f->a[i];
     switch (a->prim) {

@@ -108,6 +108,14 @@ static inline void *x_state(braid_comm *c, const xop *x, const xchan *h,
                      : c->tp_state[c->peer_tp[peer]];
 }
 
+/* Gives every host transport the fingerprint of the call that runs now
+ * (tp_ops.set_fp): its messages carry it and expect it. */
+static inline void exec_set_fp(braid_comm *c, uint64_t fp) {
+  for (int i = 0; i < c->ntp; i++)
+    if (c->tp[i]->set_fp != NULL)
+      c->tp[i]->set_fp(c->tp_state[i], fp);
+}
+
 /* src/executor.c: runs ops whose buffers the executor can address (host
  * buffers, or device buffers with a device transport to every peer). */
 braid_result exec_loop(braid_comm *c, exec_op *ops, int nops);

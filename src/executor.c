@@ -685,9 +685,13 @@ static int p2p_blocked(xop *xs, int k) {
 static braid_result loop_from(braid_comm *c, exec_op *ops, int nops, int done);
 
 braid_result exec_run(braid_comm *c, exec_op *ops, int nops) {
-  const struct exec_prep *p = nops == 1 ? prep_of(c, ops) : NULL;
+  /* only a kept call with a list is looked up here: any other repeat is
+   * found once, by prep_take */
+  const struct exec_prep *p =
+      nops == 1 && c->prep != NULL && c->prep->fast.n > 0 ? prep_of(c, ops)
+                                                          : NULL;
   int k = 0;
-  if (p != NULL && p->fast.n > 0) {
+  if (p != NULL) {
     c->fast_tried++;
     k = exec_fast_run(c, ops, &p->fast);
   }
@@ -798,9 +802,8 @@ static braid_result loop_from(braid_comm *c, exec_op *ops, int nops, int done) {
         if (!x->fp_set) { /* its messages carry it, and expect it */
           x->fp_set = 1;
           x->fp = x->op->fp ? x->op->fp : check_call_fp(x->op);
-          for (int i = 0; x->dev < 0 && i < c->ntp; i++)
-            if (c->tp[i]->set_fp != NULL)
-              c->tp[i]->set_fp(c->tp_state[i], x->fp);
+          if (x->dev < 0)
+            exec_set_fp(c, x->fp);
         }
       } else if (p2p_blocked(xs, k)) {
         continue;
