@@ -21,9 +21,22 @@
 
 static char dir[64];
 
+/* Removes the test's directory and the dumps in it. */
+static void remove_dir(void) {
+  if (dir[0] == '\0')
+    return;
+  char cmd[96];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  cr_expect_eq(system(cmd), 0);
+  dir[0] = '\0';
+}
+
+TestSuite(flight, .fini = remove_dir);
+
 /* A directory for this test's dumps (the ranks' own go there too), and a
  * job id. */
 static void start(braid_unique_id *id) {
+  remove_dir(); /* a test's earlier one */
   snprintf(dir, sizeof dir, "/tmp/braid-flight-test.XXXXXX");
   cr_assert(mkdtemp(dir) != NULL);
   char pattern[128];

@@ -28,8 +28,10 @@ it.
 Use /usr/bin/python3: it is the interpreter that sees Debian's torch.
 """
 import argparse
+import atexit
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -104,6 +106,7 @@ def main():
     os.environ["UPSTREAM_NO_ANYSOURCE"] = "1" if anysource == "no" else "0"
     os.environ["DISTRIBUTED_TESTS_DEFAULT_TIMEOUT"] = str(args.timeout)
     skip_dir = tempfile.mkdtemp(prefix="upstream-skips-")
+    atexit.register(shutil.rmtree, skip_dir, True)
     os.environ["UPSTREAM_SKIP_DIR"] = skip_dir
     os.environ["UPSTREAM_START"] = args.start
     # torch's test utilities parse sys.argv when imported; they get none of ours.

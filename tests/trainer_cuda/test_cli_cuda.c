@@ -42,6 +42,13 @@ static void remove_dir(void) {
 
 TestSuite(trainer_cuda_cli, .init = make_dir, .fini = remove_dir);
 
+/* Criterion runs no fini after a skip: the directory goes first. */
+#define skip(...)                                                              \
+  do {                                                                         \
+    remove_dir();                                                              \
+    cr_skip_test(__VA_ARGS__);                                                 \
+  } while (0)
+
 /* Runs a shell command under timeout(1); stdout and stderr land in out;
  * returns the exit status. */
 static int run(const char *fmt, ...) {
@@ -122,13 +129,12 @@ static void write_subset(const dataset *ds, const char *split, size_t n) {
 
 static void need_gpu_and_data(void) {
   if (lenet_cuda_devices() == 0)
-    cr_skip_test("no CUDA device: cudaGetDeviceCount finds none on "
-                 "this machine; braid-trainer-cuda is trained only on a GPU");
+    skip("no CUDA device: cudaGetDeviceCount finds none on "
+         "this machine; braid-trainer-cuda is trained only on a GPU");
   if (!*BRAIDRUN_PATH)
-    cr_skip_test("braidrun is not built");
+    skip("braidrun is not built");
   if (access(DATA, R_OK) != 0)
-    cr_skip_test("no Fashion-MNIST in " DATA
-                 " (Debian package dataset-fashion-mnist)");
+    skip("no Fashion-MNIST in " DATA " (Debian package dataset-fashion-mnist)");
 }
 
 Test(trainer_cuda_cli, two_ranks_one_epoch_on_a_subset, .timeout = 240) {
