@@ -12,6 +12,14 @@
  * being S divided by the time (per direction). For 2 ranks, bidir GB/s is the
  * busbw ceiling of allreduce, allgather and reduce-scatter; pingpong GB/s is
  * the ceiling of broadcast.
+ *
+ *   tcpbw <minbytes> <maxbytes> stream
+ *
+ * The floor of a repeated small broadcast: A writes messages of S bytes and
+ * a 16-byte header back to back, one send each, and B reads each one whole
+ * (nonblocking, polling as a waiting rank does); time per message, the
+ * pace at which a root can issue blocking broadcasts that each need one
+ * write. Prints: size_bytes stream_us.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -149,8 +157,56 @@ static int sweep(int fd, int me, size_t minb, size_t maxb, char *s, char *r) {
   return 0;
 }
 
-static int run(int fd, int me, size_t minb, size_t maxb) {
-  size_t cap = maxb < 64 ? 64 : maxb;
+/* The stream of S-byte messages, each with a 16-byte header, one send
+ * each; the receiver polls with nonblocking reads. */
+static int stream(int fd, int me, size_t minb, size_t maxb, char *s, char *r) {
+  for (size_t bytes = minb; bytes <= maxb; bytes = bytes ? bytes * 2 : 1) {
+    size_t msg = bytes + 16;
+    int it = iters_for(msg) * 5;
+    double t = 0;
+    for (int pass = 0; pass < 2; pass++) { /* pass 0 warms up */
+      int n = pass ? it : it / 10;
+      char c = 0;
+      if (me == 0) { /* line up */
+        if (send_all(fd, &c, 1) || recv_all(fd, &c, 1))
+          return -1;
+      } else if (recv_all(fd, &c, 1) || send_all(fd, &c, 1))
+        return -1;
+      double t0 = now();
+      for (int i = 0; i < n; i++) {
+        if (me == 0) {
+          if (send_all(fd, s, msg))
+            return -1;
+          continue;
+        }
+        for (size_t got = 0; got < msg;) {
+          ssize_t k = recv(fd, r + got, msg - got, MSG_DONTWAIT);
+          if (k > 0)
+            got += (size_t)k;
+          else if (k == 0 || (errno != EAGAIN && errno != EINTR))
+            return -1;
+        }
+      }
+      /* the last message is in: the receiver says so */
+      if (me == 0) {
+        if (recv_all(fd, &c, 1))
+          return -1;
+      } else if (send_all(fd, &c, 1))
+        return -1;
+      t = (now() - t0) / n;
+    }
+    if (me == 0) {
+      printf("%zu %.3f\n", bytes, t * 1e6);
+      fflush(stdout);
+    }
+    if (bytes >= maxb)
+      break;
+  }
+  return 0;
+}
+
+static int run(int fd, int me, size_t minb, size_t maxb, int streamed) {
+  size_t cap = (maxb < 64 ? 64 : maxb) + 16;
   char *s = malloc(cap), *r = malloc(cap);
   int rc = -1;
   if (s && r) {
@@ -159,7 +215,8 @@ static int run(int fd, int me, size_t minb, size_t maxb) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    rc = sweep(fd, me, minb, maxb, s, r);
+    rc = streamed ? stream(fd, me, minb, maxb, s, r)
+                  : sweep(fd, me, minb, maxb, s, r);
   }
   free(s);
   free(r);
@@ -168,9 +225,10 @@ static int run(int fd, int me, size_t minb, size_t maxb) {
 
 int main(int argc, char **argv) {
   size_t minb, maxb;
-  if (argc != 3 || h_size(argv[1], &minb) || h_size(argv[2], &maxb) ||
-      minb > maxb) {
-    fprintf(stderr, "usage: %s <minbytes> <maxbytes>\n", argv[0]);
+  int streamed = argc == 4 && strcmp(argv[3], "stream") == 0;
+  if ((argc != 3 && !streamed) || h_size(argv[1], &minb) ||
+      h_size(argv[2], &maxb) || minb > maxb) {
+    fprintf(stderr, "usage: %s <minbytes> <maxbytes> [stream]\n", argv[0]);
     return 2;
   }
   int ls = socket(AF_INET, SOCK_STREAM, 0);
@@ -185,7 +243,9 @@ int main(int argc, char **argv) {
     return 3;
   }
   printf("# TCP loopback ceiling, 2 processes, one connection\n");
-  printf("# size_bytes pingpong_us pingpong_GBps bidir_us bidir_GBps\n");
+  printf(streamed ? "# size_bytes stream_us\n"
+                  : "# size_bytes pingpong_us pingpong_GBps bidir_us "
+                    "bidir_GBps\n");
   fflush(stdout);
   pid_t pid = fork();
   if (pid == 0) {
@@ -193,11 +253,11 @@ int main(int argc, char **argv) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a))
       _exit(3);
-    _exit(run(fd, 1, minb, maxb) ? 3 : 0);
+    _exit(run(fd, 1, minb, maxb, streamed) ? 3 : 0);
   }
   int fd = accept(ls, NULL, NULL);
   close(ls);
-  int rc = fd < 0 || run(fd, 0, minb, maxb) ? 3 : 0;
+  int rc = fd < 0 || run(fd, 0, minb, maxb, streamed) ? 3 : 0;
   if (fd >= 0)
     close(fd);
   int st;

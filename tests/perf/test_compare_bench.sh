@@ -3,6 +3,7 @@
 # under one call pattern: every collective, and the barrier, over shm and
 # TCP exits 0 (its spot checks pass) and prints lines of the documented
 # shape (harness.h).
+# In the warm run also braid-tcpbw's stream mode (perf/compare/tcpbw.c).
 # Correctness only: no time is compared with anything.
 #
 #   test_compare_bench.sh <braidrun> <braid-bench> warm|first|gap:<us>
@@ -96,6 +97,26 @@ if [ "$pattern" = warm ]; then
     ok "5 arguments: warm"
   else
     bad "5 arguments"
+    cat "$T/raw"
+  fi
+  # braid-tcpbw's stream, the floor of a repeated small broadcast over TCP:
+  # one line per size, a time above 0; another third argument is refused.
+  tcpbw=$(dirname "$bench")/braid-tcpbw
+  if timeout 120 "$tcpbw" 8 16 stream >"$T/raw" 2>&1 &&
+    grep -q '^# size_bytes stream_us$' "$T/raw" &&
+    awk '!/^#/ { n++; if (NF != 2 || !($2 > 0)) bad = 1; seen[$1] = 1 }
+      END { exit bad || n != 2 || !seen[8] || !seen[16] }' "$T/raw"; then
+    ok "braid-tcpbw stream"
+  else
+    bad "braid-tcpbw stream"
+    cat "$T/raw"
+  fi
+  "$tcpbw" 8 16 streams >"$T/raw" 2>&1
+  st=$?
+  if [ $st = 2 ] && grep -q usage "$T/raw"; then
+    ok "braid-tcpbw: a bad mode is exit 2"
+  else
+    bad "braid-tcpbw: a bad mode: exit $st"
     cat "$T/raw"
   fi
   # A bad pattern is a bad command line (exit 2) before any rank joins.
