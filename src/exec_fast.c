@@ -7,8 +7,10 @@
  * (src/executor.c, prep_keep), step after step, channel after channel, so
  * both send the same messages on the same connections: a rank that takes
  * this path and one that does not still meet. A run starts only when every
- * send has room at once (one message per connection, so the room checked
- * first is still there when its turn comes); a receive takes its message
+ * send has room at once (on each connection for all the list sends there,
+ * so the room checked first is still there when their turn comes); each
+ * connection's messages go and are taken in the order of the steps, as
+ * the loop's do; a receive takes its message
  * only when the whole expected one is there, after a short spin where
  * spinning can help. Where one finds nothing, the run stops and the loop
  * goes on from that receive (exec_fast_resume), waiting, timing out and
@@ -35,27 +37,35 @@ static int add(braid_comm *c, const xop *x, const xchan *h, exec_fast *f,
     if (a.conn == NULL || a.ops->fast_room == NULL ||
         a.len > a.ops->fast_max(a.conn))
       return 0;
-    /* one message per connection and way: fast_room answers for one, and
-     * a second receive would wait behind the first */
-    for (int i = 0; i < f->n; i++)
-      if (f->a[i].prim == a.prim && f->a[i].conn == a.conn)
-        return 0;
+  }
+  if (a.prim == EXEC_FAST_SEND) { /* counted on its connection's first */
+    exec_fast_act *first = NULL;
+    for (int i = 0; i < f->n && first == NULL; i++)
+      if (f->a[i].prim == EXEC_FAST_SEND && f->a[i].conn == a.conn)
+        first = &f->a[i];
+    if (first == NULL)
+      first = &a;
+    first->nsend++;
+    if (a.len > first->maxlen)
+      first->maxlen = a.len;
   }
   a.ch = (int)(h - x->chans);
   f->a[f->n++] = a;
   return 1;
 }
 
-static int user_buf(uint8_t b) {
-  return b == SCHED_BUF_NONE || b == SCHED_BUF_IN || b == SCHED_BUF_OUT;
+/* p as the list keeps it: an offset into the scratch when it is there
+ * (the scratch may have moved by the next call: it grows), else itself. */
+static char *kept(const xop *x, uint8_t buf, char *p) {
+  if (buf != SCHED_BUF_SCRATCH || p == NULL)
+    return p;
+  return (char *)(uintptr_t)(p - x->bufs[SCHED_BUF_SCRATCH]);
 }
 
 /* The actions of chunk `sub` of step k; 0 when it cannot take the path. */
 static int add_step(braid_comm *c, const xop *x, const xchan *h, int k,
                     uint32_t sub, exec_fast *f) {
   const sched_step *st = &h->sc->steps[k];
-  if (!user_buf(st->src.buf) || !user_buf(st->dst.buf))
-    return 0; /* the scratch may move between calls */
   size_t len = 0, len2 = 0;
   char *src = st->src.buf != SCHED_BUF_NONE
                   ? exec_cptr(x, h, st->src, sub, &len)
@@ -67,16 +77,21 @@ static int add_step(braid_comm *c, const xop *x, const xchan *h, int k,
     len = len2;
   if (len == 0)
     return 1; /* the loop skips it too */
+  int src_scr = st->src.buf == SCHED_BUF_SCRATCH;
+  int dst_scr = st->dst.buf == SCHED_BUF_SCRATCH;
   exec_fast_act a = {.step = k,
                      .sub = sub,
-                     .src = src,
-                     .dst = dst,
+                     .src = kept(x, st->src.buf, src),
+                     .dst = kept(x, st->dst.buf, dst),
+                     .scr = (src_scr ? EXEC_FAST_SRC_SCR : 0) |
+                            (dst_scr ? EXEC_FAST_DST_SCR : 0),
                      .len = len,
                      .peer = st->peer};
   exec_fast_act fwd = {.prim = EXEC_FAST_SEND,
                        .step = k,
                        .sub = sub,
-                       .src = dst,
+                       .src = a.dst,
+                       .scr = dst_scr ? EXEC_FAST_SRC_SCR : 0,
                        .len = len,
                        .peer = st->peer_out};
   switch ((sched_prim)st->prim) {
@@ -87,6 +102,7 @@ static int add_step(braid_comm *c, const xop *x, const xchan *h, int k,
   case SCHED_P_RECV_COPY_SEND:
     a.prim = EXEC_FAST_RECV;
     a.src = NULL;
+    a.scr &= ~EXEC_FAST_SRC_SCR;
     return add(c, x, h, f, a) &&
            (st->prim == SCHED_P_RECV || add(c, x, h, f, fwd));
   case SCHED_P_RECV_REDUCE:
@@ -136,9 +152,17 @@ no:
   f->n = 0;
 }
 
+/* Where a's source and destination are now: scr is the scratch. */
+static const char *src_of(const exec_fast_act *a, char *scr) {
+  return a->scr & EXEC_FAST_SRC_SCR ? scr + (uintptr_t)a->src : a->src;
+}
+static char *dst_of(const exec_fast_act *a, char *scr) {
+  return a->scr & EXEC_FAST_DST_SCR ? scr + (uintptr_t)a->dst : a->dst;
+}
+
 /* 1 when receive a took its message. */
-static int take(const exec_fast_act *a) {
-  return a->ops->fast_recv(a->conn, a->src, a->dst, a->len,
+static int take(const exec_fast_act *a, char *scr) {
+  return a->ops->fast_recv(a->conn, src_of(a, scr), dst_of(a, scr), a->len,
                            a->red.fn != NULL ? &a->red : NULL);
 }
 
@@ -149,23 +173,25 @@ int exec_fast_run(braid_comm *c, exec_op *op, const exec_fast *f) {
   exec_wait_note_cpu(c);
   for (int i = 0; i < f->n; i++) {
     const exec_fast_act *a = &f->a[i];
-    if (a->prim == EXEC_FAST_SEND && !a->ops->fast_room(a->conn, a->len))
+    if (a->nsend > 0 && !a->ops->fast_room(a->conn, a->maxlen, a->nsend))
       return 0;
   }
   /* what the loop gives the transports before the call's first message */
   exec_set_fp(c, op->fp ? op->fp : check_call_fp(op));
+  /* the kept call reserved its scratch, which only grows */
+  char *scr = c->scratch;
   for (int i = 0; i < f->n; i++) {
     const exec_fast_act *a = &f->a[i];
     switch (a->prim) {
     case EXEC_FAST_SEND:
-      a->ops->fast_send(a->conn, a->src, a->len);
+      a->ops->fast_send(a->conn, src_of(a, scr), a->len);
       break;
     case EXEC_FAST_RECV:
-      if (!take(a)) {
+      if (!take(a, scr)) {
         if (!exec_wait_may_spin(c, a->peer))
           return i;
         int n = 0;
-        while (n < EXEC_FAST_POLLS && !take(a)) {
+        while (n < EXEC_FAST_POLLS && !take(a, scr)) {
           exec_cpu_relax();
           n++;
         }
@@ -174,10 +200,11 @@ int exec_fast_run(braid_comm *c, exec_op *op, const exec_fast *f) {
       }
       break;
     case EXEC_FAST_COPY:
-      memmove(a->dst, a->src, a->len);
+      memmove(dst_of(a, scr), src_of(a, scr), a->len);
       break;
     default: /* EXEC_FAST_REDUCE */
-      a->red.fn(a->dst, a->dst, a->src, a->len / a->red.elem_size);
+      a->red.fn(dst_of(a, scr), dst_of(a, scr), src_of(a, scr),
+                a->len / a->red.elem_size);
     }
   }
   return f->n;

@@ -317,12 +317,12 @@ char *exec_cptr(const xop *x, const xchan *h, sched_chunks ck, uint32_t sub,
 /* src/exec_fast.c: the small-call path. A prepared call (src/executor.c,
  * prep_keep) whose steps on this rank are sends, receives (with or without
  * a reduction) and local copies and reductions, each a whole message small
- * enough for its transport's fast ops (tp_ops.fast_*), at most one message
- * per connection and way, is compiled into a list of actions; its repeats
- * run that list and skip the executor's loop, which takes over where a
- * receive finds nothing yet. */
+ * enough for its transport's fast ops (tp_ops.fast_*), is compiled into a
+ * list of actions; its repeats run that list and skip the executor's loop,
+ * which takes over where a receive finds nothing yet. */
 #define EXEC_FAST_MAX 16
 enum { EXEC_FAST_RECV = 1, EXEC_FAST_SEND, EXEC_FAST_COPY, EXEC_FAST_REDUCE };
+enum { EXEC_FAST_SRC_SCR = 1, EXEC_FAST_DST_SCR = 2 };
 typedef struct exec_fast_act {
   int prim;      /* EXEC_FAST_* */
   int ch, step;  /* its channel (index in x->chans) and step there */
@@ -332,8 +332,16 @@ typedef struct exec_fast_act {
   const tp_ops *ops;
   const char *src; /* SEND, COPY, REDUCE; RECV: the reduction's operand */
   char *dst;       /* RECV, COPY, REDUCE */
+  /* EXEC_FAST_SRC_SCR, EXEC_FAST_DST_SCR: src, dst are offsets into the
+   * communicator's scratch, which may move between calls (it grows) */
+  int scr;
   size_t len;
   tp_reducer red; /* RECV (fn NULL: a copy), REDUCE */
+  /* SEND: on the first send of its connection, how many the list sends
+   * there and the largest (the room checked before the run); 0 on the
+   * others */
+  int nsend;
+  size_t maxlen;
 } exec_fast_act;
 typedef struct exec_fast {
   int n; /* actions; 0: the call takes the executor's loop */

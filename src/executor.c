@@ -627,8 +627,7 @@ static void prep_keep(braid_comm *c, const xop *x, const exec_op *op) {
   p->x = *x;
   for (int i = 0; i < x->nch; i++)
     memcpy(p->chans + (size_t)i * XCHAN_HEAD, &x->chans[i], XCHAN_HEAD);
-  /* a call with scratch would need it reserved first: the loop's */
-  if (p->scratch == 0 && cfg_get()->fast_path)
+  if (cfg_get()->fast_path)
     exec_fast_compile(c, x, &p->fast);
   else
     p->fast.n = 0;

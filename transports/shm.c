@@ -610,10 +610,11 @@ static size_t shm_fast_max(tp_conn *c) {
 }
 
 /* A message of one slot goes out in the slot that is free and next in
- * line: the one isend would fill, filled the same way. */
-static int shm_fast_room(tp_conn *c, size_t len) {
-  return len <= shm_fast_max(c) && c->err == 0 && c->pend_frags == 0 &&
-         tx_free(c) > 0;
+ * line: the one isend would fill, filled the same way; n of them in the
+ * next n. */
+static int shm_fast_room(tp_conn *c, size_t len, int n) {
+  return len <= shm_fast_max(c) && c->err == 0 && c->pend_frags == 0 && n > 0 &&
+         tx_free(c) >= (uint64_t)n;
 }
 
 static void shm_fast_send(tp_conn *c, const void *src, size_t len) {

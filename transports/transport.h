@@ -215,16 +215,17 @@ typedef struct tp_ops {
   int (*prepare)(tp_conn *c);
   /* Optional (shm): the small-call path (src/exec_fast.c), for messages of
    * at most fast_max(c) bytes on c, with the fingerprint set_fp gave.
-   * fast_room: 1 when fast_send can send such a message on c now, whole and
-   * behind every earlier one, else 0. fast_send: sends it; called only after
-   * fast_room said 1, so it cannot fail. fast_recv: 1 when the next
+   * fast_room: 1 when fast_send can send n such messages (each at most len
+   * bytes) on c now, one after the other, whole and behind every earlier
+   * one, else 0. fast_send: sends one; called only after fast_room said 1
+   * for at least as many, so it cannot fail. fast_recv: 1 when the next
    * message on c was one of len bytes of this rank's call and is now in
    * dst (r NULL), or combined as dst = src (+) message (recv_reduce's
    * r); 0 when it has not arrived, or is anything else (another call or
    * size, a part of a larger message, a broken connection): then nothing
    * was taken, and recv or recv_reduce meets it as usual. NULL: no
    * small-call path. */
-  int (*fast_room)(tp_conn *c, size_t len);
+  int (*fast_room)(tp_conn *c, size_t len, int n);
   void (*fast_send)(tp_conn *c, const void *src, size_t len);
   int (*fast_recv)(tp_conn *c, const void *src, void *dst, size_t len,
                    const tp_reducer *r);

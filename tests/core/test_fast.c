@@ -121,9 +121,9 @@ static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
   free(big);
   if (!bad)
     bad = tried(c, &t0, 50, 0, "8 KiB broadcasts (two slots)", msg, len);
-  /* reductions: 2 ranks exchange one message each way (direct), and the
-   * path takes every repeat; the average never (its division is the
-   * loop's) */
+  /* reductions: direct, a reduce-scatter and an allgather, two messages
+   * each way on every connection from 3 ranks; the path takes every
+   * repeat; the average never (its division is the loop's) */
   for (int it = 0; it < 200 && !bad; it++) {
     int32_t v = rank + it, s = -1;
     if (braid_allreduce(&v, &s, 1, BRAID_INT32, BRAID_SUM, c, NULL) !=
@@ -131,7 +131,7 @@ static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
         s != n * (n - 1) / 2 + n * it)
       FAIL(5, "allreduce %d: got %d (%s)", it, s, braid_comm_last_error(c));
   }
-  if (!bad && n == 2)
+  if (!bad)
     bad = tried(c, &t0, 200, shm, "4-byte allreduces", msg, len);
   t0 = c->fast_tried;
   for (int it = 0; it < 50 && !bad; it++) {
@@ -156,15 +156,15 @@ static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
       FAIL(15, "allreduce %d with a late rank: got %d %d (%s)", it, s[0], s[1],
            braid_comm_last_error(c));
   }
-  if (!bad && shm && n == 2 && c->fast_resumed == r0)
+  if (!bad && shm && c->fast_resumed == r0)
     FAIL(16, "a late peer never made the small-call path hand over");
   /* barriers: a one-byte allreduce in bytes of the call's own; its
-   * repeats from here try the path between 2 ranks */
+   * repeats from here try the path */
   t0 = c->fast_tried;
   for (int it = 0; it < 300 && !bad; it++)
     if (braid_barrier(c, NULL) != BRAID_SUCCESS)
       FAIL(19, "barrier %d: %s", it, braid_comm_last_error(c));
-  if (!bad && n == 2)
+  if (!bad)
     bad = tried(c, &t0, 300, shm, "barriers", msg, len);
   /* scatter: the root's sends, one receive each */
   t0 = c->fast_tried;
@@ -211,6 +211,67 @@ Test(fast, shm_2) { paths_on("shm", 2); }
 Test(fast, shm_3) { paths_on("shm", 3); }
 Test(fast, shm_4) { paths_on("shm", 4); }
 Test(fast, tcp_2) { paths_on("tcp", 2); }
+
+/* Forced algorithms (BRAID_ALGO, set by the test before the ranks start):
+ * schedules with several messages on one connection (ring, rhd's
+ * exchanges, tree up and down) and with scratch (rhd on 3 ranks folds
+ * there). 200 allreduces out of place, then 200 in place, of 5 int32, one
+ * rank late now and then; every result checked, every repeat tries the
+ * path. */
+static int rank_forced(int rank, int n, const braid_unique_id *id, void *arg,
+                       char *msg, size_t len) {
+  (void)arg;
+  braid_comm *c = up(rank, n, id, "shm", 60000);
+  if (c == NULL)
+    FAIL(1, "init: %s", err_msg());
+  int bad = 0;
+  uint64_t t0 = c->fast_tried;
+  for (int inplace = 0; inplace < 2 && !bad; inplace++) {
+    int32_t in[5], out[5];
+    for (int it = 0; it < 200 && !bad; it++) {
+      if (it % 16 == 0 && it / 16 % n == rank)
+        usleep(200);
+      for (int i = 0; i < 5; i++)
+        in[i] = (rank + 1) * (it + i), out[i] = -1;
+      int32_t *o = inplace ? in : out;
+      if (braid_allreduce(in, o, 5, BRAID_INT32, BRAID_SUM, c, NULL) !=
+          BRAID_SUCCESS)
+        FAIL(2, "allreduce %d: %s", it, braid_comm_last_error(c));
+      for (int i = 0; i < 5 && !bad; i++)
+        if (o[i] != n * (n + 1) / 2 * (it + i))
+          FAIL(3, "allreduce %d%s: element %d is %d, want %d", it,
+               inplace ? " in place" : "", i, o[i], n * (n + 1) / 2 * (it + i));
+    }
+    if (!bad)
+      bad = tried(c, &t0, 200, 1,
+                  inplace ? "in-place allreduces" : "allreduces", msg, len);
+  }
+  if (!bad)
+    snprintf(msg, len, "%llu tried, %llu finished, %llu went on in the loop",
+             (unsigned long long)c->fast_tried,
+             (unsigned long long)c->fast_calls,
+             (unsigned long long)c->fast_resumed);
+  braid_comm_destroy(c);
+  return bad;
+}
+
+Test(fast, forced_algorithms) {
+  const char *algos[] = {"ring", "rhd", "tree"};
+  for (int a = 0; a < 3; a++)
+    for (int n = 2; n <= 3; n++) {
+      setenv("BRAID_ALGO", algos[a], 1); /* read by each rank at its init */
+      braid_unique_id id;
+      cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
+      rank_proc p[3];
+      int failed = run_ranks(n, &id, rank_forced, NULL, 60000, p);
+      for (int r = 0; r < n; r++)
+        cr_expect_eq(p[r].status, 0, "%s, %d ranks: rank %d: status %d: %s",
+                     algos[a], n, r, p[r].status, p[r].msg);
+      cr_assert_eq(failed, 0);
+      printf("fast, %s, %d ranks: %s\n", algos[a], n, p[0].msg);
+    }
+  unsetenv("BRAID_ALGO");
+}
 
 /* After repeats, rank 0 broadcasts another count (mode 0) or dies (mode
  * 1); rank 1 repeats the broadcast once more. Its receive finds another
