@@ -109,6 +109,14 @@ static int exchange(int fd, const char *s, char *r, size_t n) {
   return 0;
 }
 
+/* Both sides meet: A writes a byte and waits for B's, B the other way. */
+static int line_up(int fd, int me) {
+  char c = 0;
+  if (me == 0)
+    return send_all(fd, &c, 1) || recv_all(fd, &c, 1) ? -1 : 0;
+  return recv_all(fd, &c, 1) || send_all(fd, &c, 1) ? -1 : 0;
+}
+
 static int iters_for(size_t bytes) {
   size_t it = bytes ? ((size_t)256 << 20) / bytes : 20000;
   if (it > 20000)
@@ -124,11 +132,7 @@ static int sweep(int fd, int me, size_t minb, size_t maxb, char *s, char *r) {
     double pp = 0, bd = 0;
     for (int pass = 0; pass < 2; pass++) { /* pass 0 warms up */
       int n = pass ? it : (it < 10 ? it : 10);
-      char c = 0;
-      if (me == 0) { /* line up */
-        if (send_all(fd, &c, 1) || recv_all(fd, &c, 1))
-          return -1;
-      } else if (recv_all(fd, &c, 1) || send_all(fd, &c, 1))
+      if (line_up(fd, me))
         return -1;
       double t0 = now();
       for (int i = 0; i < n; i++) {
@@ -166,11 +170,7 @@ static int stream(int fd, int me, size_t minb, size_t maxb, char *s, char *r) {
     double t = 0;
     for (int pass = 0; pass < 2; pass++) { /* pass 0 warms up */
       int n = pass ? it : it / 10;
-      char c = 0;
-      if (me == 0) { /* line up */
-        if (send_all(fd, &c, 1) || recv_all(fd, &c, 1))
-          return -1;
-      } else if (recv_all(fd, &c, 1) || send_all(fd, &c, 1))
+      if (line_up(fd, me))
         return -1;
       double t0 = now();
       for (int i = 0; i < n; i++) {
@@ -188,10 +188,8 @@ static int stream(int fd, int me, size_t minb, size_t maxb, char *s, char *r) {
         }
       }
       /* the last message is in: the receiver says so */
-      if (me == 0) {
-        if (recv_all(fd, &c, 1))
-          return -1;
-      } else if (send_all(fd, &c, 1))
+      char c = 0;
+      if (me == 0 ? recv_all(fd, &c, 1) : send_all(fd, &c, 1))
         return -1;
       t = (now() - t0) / n;
     }
