@@ -22,6 +22,7 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 # torch's TCPStore, when the port it was given is taken (torch 1.13)
@@ -60,7 +61,15 @@ def torchrun(nproc, script, args, env=None, timeout=None, launcher_args=(),
     launch whose store lost its port to another process is run again on
     another port, at most tries times in all. A launch still running after
     timeout seconds is killed: returncode 124, its output so far and a
-    line saying so."""
+    line saying so. The launcher's log directory, which torch 1.13 makes
+    in the system's temporary directory and leaves there, is one of ours
+    that goes when the launch is over, unless launcher_args name one."""
+    if not any(str(a).startswith(("--log_dir", "--log-dir"))
+               for a in launcher_args):
+        with tempfile.TemporaryDirectory(prefix="braid-torchrun-") as d:
+            return torchrun(nproc, script, args, env, timeout,
+                            tuple(launcher_args) + ("--log_dir", d), python,
+                            tries)
     for attempt in range(1, tries + 1):
         cmd = [
             python, "-m", "torch.distributed.run",
