@@ -13,11 +13,12 @@
  * busbw ceiling of allreduce, allgather and reduce-scatter; pingpong GB/s is
  * the ceiling of broadcast.
  *
- *   tcpbw <minbytes> <maxbytes> stream
+ *   tcpbw <minbytes> <maxbytes> stream|stream-poll
  *
- * The floor of a repeated small broadcast: A writes messages of S bytes and
- * a 16-byte header back to back, one send each, and B reads each one whole
- * (nonblocking, polling as a waiting rank does); time per message, the
+ * A repeated small broadcast with no library: A writes messages of S bytes
+ * and a 16-byte header back to back, one send each, and B reads each one
+ * whole, spinning on nonblocking reads (stream) or on poll() with a read
+ * only once it says there is data (stream-poll); time per message, the
  * pace at which a root can issue blocking broadcasts that each need one
  * write. Prints: size_bytes stream_us.
  */
@@ -162,8 +163,9 @@ static int sweep(int fd, int me, size_t minb, size_t maxb, char *s, char *r) {
 }
 
 /* The stream of S-byte messages, each with a 16-byte header, one send
- * each; the receiver polls with nonblocking reads. */
-static int stream(int fd, int me, size_t minb, size_t maxb, char *s, char *r) {
+ * each; the receiver spins on nonblocking reads, or on poll() first. */
+static int stream(int fd, int me, size_t minb, size_t maxb, char *s, char *r,
+                  int polled) {
   for (size_t bytes = minb; bytes <= maxb; bytes = bytes ? bytes * 2 : 1) {
     size_t msg = bytes + 16;
     int it = iters_for(msg) * 5;
@@ -180,6 +182,9 @@ static int stream(int fd, int me, size_t minb, size_t maxb, char *s, char *r) {
           continue;
         }
         for (size_t got = 0; got < msg;) {
+          struct pollfd pf = {fd, POLLIN, 0};
+          while (polled && poll(&pf, 1, 0) == 0)
+            ;
           ssize_t k = recv(fd, r + got, msg - got, MSG_DONTWAIT);
           if (k > 0)
             got += (size_t)k;
@@ -213,7 +218,7 @@ static int run(int fd, int me, size_t minb, size_t maxb, int streamed) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    rc = streamed ? stream(fd, me, minb, maxb, s, r)
+    rc = streamed ? stream(fd, me, minb, maxb, s, r, streamed == 2)
                   : sweep(fd, me, minb, maxb, s, r);
   }
   free(s);
@@ -223,10 +228,14 @@ static int run(int fd, int me, size_t minb, size_t maxb, int streamed) {
 
 int main(int argc, char **argv) {
   size_t minb, maxb;
-  int streamed = argc == 4 && strcmp(argv[3], "stream") == 0;
+  int streamed = argc != 4                             ? 0
+                 : strcmp(argv[3], "stream") == 0      ? 1
+                 : strcmp(argv[3], "stream-poll") == 0 ? 2
+                                                       : 0;
   if ((argc != 3 && !streamed) || h_size(argv[1], &minb) ||
       h_size(argv[2], &maxb) || minb > maxb) {
-    fprintf(stderr, "usage: %s <minbytes> <maxbytes> [stream]\n", argv[0]);
+    fprintf(stderr, "usage: %s <minbytes> <maxbytes> [stream|stream-poll]\n",
+            argv[0]);
     return 2;
   }
   int ls = socket(AF_INET, SOCK_STREAM, 0);

@@ -99,18 +99,21 @@ if [ "$pattern" = warm ]; then
     bad "5 arguments"
     cat "$T/raw"
   fi
-  # braid-tcpbw's stream, the floor of a repeated small broadcast over TCP:
-  # one line per size, a time above 0; another third argument is refused.
+  # braid-tcpbw's streams, a repeated small broadcast over TCP with no
+  # library: one line per size, a time above 0; another third argument is
+  # refused.
   tcpbw=$(dirname "$bench")/braid-tcpbw
-  if timeout 120 "$tcpbw" 8 16 stream >"$T/raw" 2>&1 &&
-    grep -q '^# size_bytes stream_us$' "$T/raw" &&
-    awk '!/^#/ { n++; if (NF != 2 || !($2 > 0)) bad = 1; seen[$1] = 1 }
-      END { exit bad || n != 2 || !seen[8] || !seen[16] }' "$T/raw"; then
-    ok "braid-tcpbw stream"
-  else
-    bad "braid-tcpbw stream"
-    cat "$T/raw"
-  fi
+  for mode in stream stream-poll; do
+    if timeout 120 "$tcpbw" 8 16 $mode >"$T/raw" 2>&1 &&
+      grep -q '^# size_bytes stream_us$' "$T/raw" &&
+      awk '!/^#/ { n++; if (NF != 2 || !($2 > 0)) bad = 1; seen[$1] = 1 }
+        END { exit bad || n != 2 || !seen[8] || !seen[16] }' "$T/raw"; then
+      ok "braid-tcpbw $mode"
+    else
+      bad "braid-tcpbw $mode"
+      cat "$T/raw"
+    fi
+  done
   "$tcpbw" 8 16 streams >"$T/raw" 2>&1
   st=$?
   if [ $st = 2 ] && grep -q usage "$T/raw"; then
