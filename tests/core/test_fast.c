@@ -214,64 +214,101 @@ Test(fast, tcp_2) { paths_on("tcp", 2); }
 
 /* Forced algorithms (BRAID_ALGO, set by the test before the ranks start):
  * schedules with several messages on one connection (ring, rhd's
- * exchanges, tree up and down) and with scratch (rhd on 3 ranks folds
- * there). 200 allreduces out of place, then 200 in place, of 5 int32, one
- * rank late now and then; every result checked, every repeat tries the
- * path. */
+ * exchanges, tree up and down) and with steps in the scratch (direct: its
+ * ranks above 1 fold there). 200 allreduces out of place, 200 in place,
+ * then a large one, which is not kept and grows the scratch (direct's
+ * rank 2 must see it move: the list keeps offsets into it), then 200 in
+ * place again; 5 int32, one rank late now and then; every result checked,
+ * every repeat tries the path. arg: the algorithm. */
+static int small_sums(braid_comm *c, int rank, int n, int inplace, char *msg,
+                      size_t len) {
+  int32_t in[5], out[5];
+  for (int it = 0; it < 200; it++) {
+    if (it % 16 == 0 && it / 16 % n == rank)
+      usleep(200);
+    for (int i = 0; i < 5; i++)
+      in[i] = (rank + 1) * (it + i), out[i] = -1;
+    int32_t *o = inplace ? in : out;
+    if (braid_allreduce(in, o, 5, BRAID_INT32, BRAID_SUM, c, NULL) !=
+        BRAID_SUCCESS)
+      FAIL(2, "allreduce %d: %s", it, braid_comm_last_error(c));
+    for (int i = 0; i < 5; i++)
+      if (o[i] != n * (n + 1) / 2 * (it + i))
+        FAIL(3, "allreduce %d%s: element %d is %d, want %d", it,
+             inplace ? " in place" : "", i, o[i], n * (n + 1) / 2 * (it + i));
+  }
+  return 0;
+}
+
 static int rank_forced(int rank, int n, const braid_unique_id *id, void *arg,
                        char *msg, size_t len) {
-  (void)arg;
+  const char *algo = arg;
   braid_comm *c = up(rank, n, id, "shm", 60000);
   if (c == NULL)
     FAIL(1, "init: %s", err_msg());
-  int bad = 0;
   uint64_t t0 = c->fast_tried;
-  for (int inplace = 0; inplace < 2 && !bad; inplace++) {
-    int32_t in[5], out[5];
-    for (int it = 0; it < 200 && !bad; it++) {
-      if (it % 16 == 0 && it / 16 % n == rank)
-        usleep(200);
-      for (int i = 0; i < 5; i++)
-        in[i] = (rank + 1) * (it + i), out[i] = -1;
-      int32_t *o = inplace ? in : out;
-      if (braid_allreduce(in, o, 5, BRAID_INT32, BRAID_SUM, c, NULL) !=
-          BRAID_SUCCESS)
-        FAIL(2, "allreduce %d: %s", it, braid_comm_last_error(c));
-      for (int i = 0; i < 5 && !bad; i++)
-        if (o[i] != n * (n + 1) / 2 * (it + i))
-          FAIL(3, "allreduce %d%s: element %d is %d, want %d", it,
-               inplace ? " in place" : "", i, o[i], n * (n + 1) / 2 * (it + i));
-    }
-    if (!bad)
-      bad = tried(c, &t0, 200, 1,
-                  inplace ? "in-place allreduces" : "allreduces", msg, len);
-  }
+  int bad = small_sums(c, rank, n, 0, msg, len);
   if (!bad)
-    snprintf(msg, len, "%llu tried, %llu finished, %llu went on in the loop",
+    bad = tried(c, &t0, 200, 1, "allreduces", msg, len);
+  if (!bad)
+    bad = small_sums(c, rank, n, 1, msg, len);
+  if (!bad)
+    bad = tried(c, &t0, 200, 1, "in-place allreduces", msg, len);
+  enum { BIG = 1 << 20 };
+  int32_t *big = bad ? NULL : malloc(BIG * sizeof *big);
+  const void *scr = c->scratch;
+  if (!bad && big == NULL)
+    FAIL(4, "no memory for %d int32", BIG);
+  for (int i = 0; !bad && i < BIG; i++)
+    big[i] = rank + i % 7;
+  if (!bad && (braid_allreduce(big, big, BIG, BRAID_INT32, BRAID_SUM, c,
+                               NULL) != BRAID_SUCCESS ||
+               big[BIG - 1] != n * (n - 1) / 2 + n * ((BIG - 1) % 7)))
+    FAIL(5, "the large allreduce: got %d (%s)", big[BIG - 1],
+         braid_comm_last_error(c));
+  free(big);
+  int moved = c->scratch != scr;
+  if (!bad && !moved && rank >= 2 && strcmp(algo, "direct") == 0)
+    FAIL(6, "the large direct allreduce left the scratch where it was (%p)",
+         scr);
+  t0 = c->fast_tried;
+  if (!bad)
+    bad = small_sums(c, rank, n, 1, msg, len);
+  if (!bad)
+    bad = tried(c, &t0, 200, 1, "in-place allreduces after a large one", msg,
+                len);
+  if (!bad)
+    snprintf(msg, len,
+             "%llu tried, %llu finished, %llu went on in the loop; the "
+             "scratch %s",
              (unsigned long long)c->fast_tried,
              (unsigned long long)c->fast_calls,
-             (unsigned long long)c->fast_resumed);
+             (unsigned long long)c->fast_resumed, moved ? "moved" : "stayed");
   braid_comm_destroy(c);
   return bad;
 }
 
-Test(fast, forced_algorithms) {
-  const char *algos[] = {"ring", "rhd", "tree"};
-  for (int a = 0; a < 3; a++)
-    for (int n = 2; n <= 3; n++) {
-      setenv("BRAID_ALGO", algos[a], 1); /* read by each rank at its init */
-      braid_unique_id id;
-      cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
-      rank_proc p[3];
-      int failed = run_ranks(n, &id, rank_forced, NULL, 60000, p);
-      for (int r = 0; r < n; r++)
-        cr_expect_eq(p[r].status, 0, "%s, %d ranks: rank %d: status %d: %s",
-                     algos[a], n, r, p[r].status, p[r].msg);
-      cr_assert_eq(failed, 0);
-      printf("fast, %s, %d ranks: %s\n", algos[a], n, p[0].msg);
-    }
-  unsetenv("BRAID_ALGO");
+/* Each algorithm in a test of its own: a process reads its configuration
+ * once, and the ranks are forked from it. */
+static void forced(const char *algo) {
+  setenv("BRAID_ALGO", algo, 1);
+  for (int n = 2; n <= 3; n++) {
+    braid_unique_id id;
+    cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
+    rank_proc p[3];
+    int failed = run_ranks(n, &id, rank_forced, (void *)algo, 60000, p);
+    for (int r = 0; r < n; r++)
+      cr_expect_eq(p[r].status, 0, "%s, %d ranks: rank %d: status %d: %s", algo,
+                   n, r, p[r].status, p[r].msg);
+    cr_assert_eq(failed, 0);
+    printf("fast, %s, %d ranks: %s\n", algo, n, p[n - 1].msg);
+  }
 }
+
+Test(fast, forced_ring) { forced("ring"); }
+Test(fast, forced_rhd) { forced("rhd"); }
+Test(fast, forced_tree) { forced("tree"); }
+Test(fast, forced_direct) { forced("direct"); }
 
 /* After repeats, rank 0 broadcasts another count (mode 0) or dies (mode
  * 1); rank 1 repeats the broadcast once more. Its receive finds another
