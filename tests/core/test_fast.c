@@ -81,6 +81,16 @@ static int tried(const braid_comm *c, uint64_t *t0, int reps, int applies,
   return 0;
 }
 
+/* What c's calls did on the path, and `more`, into msg. */
+static void counts(const braid_comm *c, const char *more, char *msg,
+                   size_t len) {
+  snprintf(msg, len,
+           "%llu calls tried the small-call path, %llu finished on it, "
+           "%llu went on in the loop%s",
+           (unsigned long long)c->fast_tried, (unsigned long long)c->fast_calls,
+           (unsigned long long)c->fast_resumed, more);
+}
+
 static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
                       char *msg, size_t len) {
   const char *tp = arg;
@@ -185,12 +195,7 @@ static int rank_paths(int rank, int n, const braid_unique_id *id, void *arg,
   if (braid_comm_finalize(c) != BRAID_SUCCESS && !bad)
     FAIL(12, "finalize: %s", err_msg());
   if (!bad)
-    snprintf(msg, len,
-             "%llu calls tried the small-call path, %llu finished on it, "
-             "%llu went on in the loop",
-             (unsigned long long)c->fast_tried,
-             (unsigned long long)c->fast_calls,
-             (unsigned long long)c->fast_resumed);
+    counts(c, "", msg, len);
   braid_comm_destroy(c);
   return bad;
 }
@@ -278,12 +283,7 @@ static int rank_forced(int rank, int n, const braid_unique_id *id, void *arg,
     bad = tried(c, &t0, 200, 1, "in-place allreduces after a large one", msg,
                 len);
   if (!bad)
-    snprintf(msg, len,
-             "%llu tried, %llu finished, %llu went on in the loop; the "
-             "scratch %s",
-             (unsigned long long)c->fast_tried,
-             (unsigned long long)c->fast_calls,
-             (unsigned long long)c->fast_resumed, moved ? "moved" : "stayed");
+    counts(c, moved ? "; the scratch moved" : "; the scratch stayed", msg, len);
   braid_comm_destroy(c);
   return bad;
 }

@@ -38,6 +38,20 @@ shape() { # file ncols
     }' "$1"
 }
 
+# refused WHAT CMD...: CMD is a bad command line: exit 2 and its usage.
+refused() {
+  local what=$1 st
+  shift
+  "$@" >"$T/raw" 2>&1
+  st=$?
+  if [ $st = 2 ] && grep -q usage "$T/raw"; then
+    ok "$what: exit 2"
+  else
+    bad "$what: exit $st"
+    cat "$T/raw"
+  fi
+}
+
 ncols=5
 [ "$pattern" != warm ] && ncols=6
 for tp in shm tcp; do
@@ -114,23 +128,9 @@ if [ "$pattern" = warm ]; then
       cat "$T/raw"
     fi
   done
-  "$tcpbw" 8 16 streams >"$T/raw" 2>&1
-  st=$?
-  if [ $st = 2 ] && grep -q usage "$T/raw"; then
-    ok "braid-tcpbw: a bad mode is exit 2"
-  else
-    bad "braid-tcpbw: a bad mode: exit $st"
-    cat "$T/raw"
-  fi
+  refused "braid-tcpbw: a bad mode" "$tcpbw" 8 16 streams
   # A bad pattern is a bad command line (exit 2) before any rank joins.
-  "$bench" allreduce 8 8 5 2 gap:x >"$T/raw" 2>&1
-  st=$?
-  if [ $st = 2 ] && grep -q usage "$T/raw"; then
-    ok "bad pattern: exit 2"
-  else
-    bad "bad pattern: exit $st"
-    cat "$T/raw"
-  fi
+  refused "bad pattern" "$bench" allreduce 8 8 5 2 gap:x
 fi
 
 [ $fails = 0 ] || {
