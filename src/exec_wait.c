@@ -129,8 +129,11 @@ braid_result exec_remote_cause(braid_comm *c, xop *xs, int nops,
     return r;
   int64_t until = exec_now_us() + 200000;
   for (;;) {
-    if (exec_check_health(c, xs, nops) == BRAID_ERR_REMOTE)
-      return BRAID_ERR_REMOTE;
+    /* a rank told of a mismatch (then gone, so its connections reset)
+     * fails with the mismatch it was told, as over every transport */
+    braid_result h = exec_check_health(c, xs, nops);
+    if (h == BRAID_ERR_REMOTE || h == BRAID_ERR_MISMATCH)
+      return h;
     if (exec_now_us() > until)
       return r; /* keep the transport's own message */
     struct timespec ts = {0, 5000000};

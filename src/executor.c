@@ -36,6 +36,7 @@
 #include "src/flight.h"
 #include "src/log.h"
 #include "src/premul.h"
+#include "transports/call_fp.h"
 
 /* ---- geometry ---------------------------------------------------------- */
 
@@ -642,6 +643,11 @@ static int xop_finish(braid_comm *c, xop *x) {
   int r = BRAID_SUCCESS;
   if (op->is_count && op->coll == SCHED_RECV &&
       op->count_msg != op->count_want) {
+    /* every rank is told, as of a collective's mismatch: the sender, and
+     * any rank waiting on one of them, fail now rather than at a timeout */
+    tp_mismatch m = {c->rank, op->root, tp_fp_a2av_count(op->count_msg),
+                     tp_fp_a2av_count(op->count_want)};
+    check_tell_mismatch(c, &m);
     return comm_fail(
         c, BRAID_ERR_MISMATCH,
         "%s: rank %d sends %llu elements to rank %d, which expects "

@@ -32,6 +32,10 @@ enum tp_fp_kind {
   TP_FP_ALLTOALL,
   TP_FP_NUM_KINDS
 };
+/* Not a collective's fingerprint: an alltoallv's count message that
+ * differs from what its receiver expects (src/executor.c), told to every
+ * rank as a mismatch whose `theirs` and `mine` carry the two counts. */
+#define TP_FP_A2AV_COUNT 0x7eu
 #define TP_FP_NOOP 15u
 #define TP_FP_BARRIER 14u
 #define TP_FP_NOROOT 4095u
@@ -41,6 +45,8 @@ enum tp_fp_kind {
  * elements. */
 uint64_t tp_fp_make(unsigned kind, unsigned dt, unsigned op, unsigned root,
                     uint64_t count, uint64_t seq);
+/* The stand-in fingerprint of an alltoallv count (mod 2^56). */
+uint64_t tp_fp_a2av_count(uint64_t count);
 /* The call of fingerprint fp in words: "reduce #2 (float32, sum, root 1)". */
 void tp_fp_describe(uint64_t fp, char *buf, size_t len);
 /* The error text of a message of call `theirs` from `peer` met by this

@@ -84,10 +84,16 @@ Test(scenarios, alltoallv_streams_and_groups, .timeout = 60) {
 }
 
 /* Rank 0 expects from rank 1 a count other than the one rank 1 sends:
- * g_a2av_want, against 3 (both nonzero) or 0 (a block rank 1 does not
- * send). Rank 0 fails with BRAID_ERR_MISMATCH naming both counts; rank 1
- * returns (success or an error), nothing hangs. */
+ * g_a2av_want, against g_a2av_send (both nonzero, or one of them 0: a
+ * block one side does not send or expect). Rank 0 fails with
+ * BRAID_ERR_MISMATCH naming both counts and tells every rank: rank 1's
+ * alltoallv, or else its barrier after it, fails with the same
+ * mismatch, found by rank 0, well before the 10 s timeout. With
+ * g_a2av_stay rank 0 stays a while after its failure (rank 1 learns it
+ * from the telling alone); else it leaves at once, so that rank 1 also
+ * sees its connections close, and must still name the mismatch. */
 static size_t g_a2av_want, g_a2av_send;
+static int g_a2av_stay;
 
 static int a2av_mismatch(braid_comm *c, int rank, int n) {
   (void)n;
@@ -97,31 +103,43 @@ static int a2av_mismatch(braid_comm *c, int rank, int n) {
     sc[0] = g_a2av_send;
   else
     rc[1] = g_a2av_want;
+  double t0 = now_s();
   braid_result r =
       braid_alltoallv(in, sc, d, out, rc, d, BRAID_FLOAT32, c, NULL);
+  if (rank == 1 && r == BRAID_SUCCESS) /* its own blocks all matched */
+    r = braid_barrier(c, NULL);
+  double dt = now_s() - t0;
   const char *msg = braid_comm_last_error(c);
-  char want[64];
-  snprintf(want, sizeof want, "rank 1 sends %zu elements", g_a2av_send);
-  if (rank == 0 && (r != BRAID_ERR_MISMATCH || strstr(msg, want) == NULL ||
-                    strstr(msg, "expects") == NULL)) {
-    fprintf(stderr, "rank 0: %s: %s\n", braid_result_string(r), msg);
+  char want[96];
+  snprintf(want, sizeof want,
+           "rank 1 sends %zu elements to rank 0, which "
+           "expects %zu",
+           g_a2av_send, g_a2av_want);
+  if (r != BRAID_ERR_MISMATCH || strstr(msg, want) == NULL ||
+      (rank == 1 && strstr(msg, "found by rank 0") == NULL) || dt > 5.0) {
+    fprintf(stderr, "rank %d after %.2f s: %s: %s\n", rank, dt,
+            braid_result_string(r), msg);
     return 80;
   }
+  if (rank == 0 && g_a2av_stay)
+    sleep(3);
   braid_comm_abort(c);
   return 0;
 }
 
-static void a2av_mismatch_on(const char *tp, size_t want, size_t send) {
+static void a2av_mismatch_on(const char *tp, size_t want, size_t send,
+                             int stay) {
   setenv("BRAID_TRANSPORT", tp, 1);
   setenv("BRAID_TIMEOUT", "10", 1);
   g_a2av_want = want;
   g_a2av_send = send;
+  g_a2av_stay = stay;
   int st[2];
   run_ranks(2, a2av_mismatch, 30, st);
   unsetenv("BRAID_TIMEOUT");
   for (int r = 0; r < 2; r++)
-    cr_expect_eq(st[r], 0, "%s want %zu send %zu: rank %d exit %d", tp, want,
-                 send, r, st[r]);
+    cr_expect_eq(st[r], 0, "%s want %zu send %zu%s: rank %d exit %d", tp, want,
+                 send, stay ? ", rank 0 staying" : "", r, st[r]);
 }
 
 /* A rank that never calls alltoallv: the other's call ends with
@@ -160,11 +178,11 @@ Test(scenarios, alltoallv_bounded_by_timeout, .timeout = 60) {
 }
 
 Test(scenarios, alltoallv_count_mismatch, .timeout = 120) {
-  a2av_mismatch_on("shm", 5, 3);
-  a2av_mismatch_on("shm", 0, 3);
-  a2av_mismatch_on("shm", 4, 0);
-  a2av_mismatch_on("tcp", 0, 3);
-  a2av_mismatch_on("tcp", 2, 3);
+  a2av_mismatch_on("shm", 5, 3, 1);
+  a2av_mismatch_on("shm", 0, 3, 1);
+  a2av_mismatch_on("shm", 4, 0, 0);
+  a2av_mismatch_on("tcp", 0, 3, 1);
+  a2av_mismatch_on("tcp", 2, 3, 0);
 }
 
 /* ---- many in a row, 8 ranks on 2 cores ----------------------------------- */
