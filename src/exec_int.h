@@ -46,8 +46,8 @@ typedef struct xchan {
   int ch;    /* schedule channel index */
   int tch;   /* transport channel used for its connections */
   int route; /* the schedule's route hint (sched_route) for device buffers */
-  int nslices;
-  int slice, step;
+  int64_t nslices, slice; /* a call of 2^31 slices is possible (slice >= 1 B) */
+  int step;
   uint32_t sub;
   int phase;
   int forwarded; /* phase 0 sent the step's forward as well (recv_reduce_fwd) */

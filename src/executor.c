@@ -410,7 +410,7 @@ static void chan_init(braid_comm *c, xop *x, xchan *h, const sched_channel *sc,
   }
   size_t bytes = maxpart * x->esize;
   size_t slice = x->dev >= 0 ? comm_dev_slice(c, route) : c->slice_bytes;
-  h->nslices = bytes == 0 ? 1 : (int)((bytes + slice - 1) / slice);
+  h->nslices = bytes == 0 ? 1 : (int64_t)((bytes + slice - 1) / slice);
   if (sc->nsteps == 0)
     h->nslices = 0;
   h->whole = whole && h->nslices == 1;

@@ -252,3 +252,39 @@ Test(scenarios, debug_file_per_process, .timeout = 60) {
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   cr_expect_eq(system(cmd), 0);
 }
+
+/* ---- a call of more than 2^31 slices --------------------------------------
+ */
+
+/* A send of 2^46 float32 (256 TiB, 2^31 and more slices of the default
+ * 512 KiB) that nobody receives ends at the timeout: the slice count once
+ * wrapped to a negative int, and the send returned BRAID_SUCCESS at once
+ * without sending anything. Over shm a message this size goes single-copy,
+ * so the sender never reads its (small) buffer: only the receiver would. */
+static int huge_send(braid_comm *c, int rank, int n) {
+  (void)n;
+  float a[64] = {0};
+  if (rank == 0) {
+    sleep(3);
+    braid_comm_abort(c);
+    return 0;
+  }
+  braid_result r = braid_send(a, (size_t)1 << 46, BRAID_FLOAT32, 0, c, NULL);
+  if (r == BRAID_SUCCESS) {
+    fprintf(stderr, "rank 1: a send of 2^46 elements nobody received "
+                    "succeeded\n");
+    return 81;
+  }
+  braid_comm_abort(c);
+  return 0;
+}
+
+Test(scenarios, more_slices_than_an_int, .timeout = 60) {
+  setenv("BRAID_TRANSPORT", "shm", 1);
+  setenv("BRAID_TIMEOUT", "1", 1);
+  int st[2];
+  run_ranks(2, huge_send, 30, st);
+  unsetenv("BRAID_TIMEOUT");
+  for (int r = 0; r < 2; r++)
+    cr_expect_eq(st[r], 0, "rank %d exit %d", r, st[r]);
+}
