@@ -256,7 +256,7 @@ Test(scenarios, debug_file_per_process, .timeout = 60) {
 /* ---- a call of more than 2^31 slices --------------------------------------
  */
 
-/* A send of 2^46 float32 (256 TiB, 2^31 and more slices of the default
+/* A send of 2^52 float32 (16 PiB, 2^31 and more slices of the default
  * 512 KiB) that nobody receives ends at the timeout: the slice count once
  * wrapped to a negative int, and the send returned BRAID_SUCCESS at once
  * without sending anything. Over shm a message this size goes single-copy,
@@ -269,9 +269,9 @@ static int huge_send(braid_comm *c, int rank, int n) {
     braid_comm_abort(c);
     return 0;
   }
-  braid_result r = braid_send(a, (size_t)1 << 46, BRAID_FLOAT32, 0, c, NULL);
+  braid_result r = braid_send(a, (size_t)1 << 52, BRAID_FLOAT32, 0, c, NULL);
   if (r == BRAID_SUCCESS) {
-    fprintf(stderr, "rank 1: a send of 2^46 elements nobody received "
+    fprintf(stderr, "rank 1: a send of 2^52 elements nobody received "
                     "succeeded\n");
     return 81;
   }
