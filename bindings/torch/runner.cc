@@ -58,6 +58,12 @@ std::chrono::microseconds poll_budget() {
   return std::chrono::microseconds(us);
 }
 
+/* The group whose worker or spare this thread is, and the group whose
+ * futures' callbacks it is running now (nullptr: none). */
+thread_local const Runner *tl_worker_of = nullptr;
+thread_local const Runner *tl_spare_of = nullptr;
+thread_local const Runner *tl_callbacks_of = nullptr;
+
 } // namespace
 
 /* ---- WorkBraid ------------------------------------------------------ */
@@ -70,14 +76,20 @@ WorkBraid::WorkBraid(int rank, c10d::OpType type,
 WorkBraid::~WorkBraid() = default;
 
 bool WorkBraid::wait(std::chrono::milliseconds timeout) {
+  std::shared_ptr<Runner> r = runner_.lock();
   if (!done()) {
-    std::shared_ptr<Runner> r = runner_.lock();
     if (r && timeout == ::kNoTimeout)
       r->help(*this);
     else if (r)
       r->kick(); /* blocks below: the worker runs it */
   }
-  return c10d::Work::wait(timeout);
+  bool ok = c10d::Work::wait(timeout);
+  /* Done; its future may still be queued behind earlier callbacks: a
+   * caller that waited reads get_future().value() next. Not inside this
+   * group's callbacks, which that queue may be waiting for. */
+  if (timeout == ::kNoTimeout && !(r && r->inCallbacks()))
+    future_->wait();
+  return ok;
 }
 
 bool WorkBraid::isCompleted() {
@@ -92,11 +104,16 @@ bool WorkBraid::isCompleted() {
 std::vector<at::Tensor> WorkBraid::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkBraid::getFuture() {
-  if (!done()) { /* whoever waits on the future does not run it */
-    std::shared_ptr<Runner> r = runner_.lock();
-    if (r)
-      r->kick();
+  std::shared_ptr<Runner> r = runner_.lock();
+  if (r && r->inCallbacks() && !future_claimed_.load()) {
+    /* asked for inside a callback, which may wait on it: its completion
+     * must not queue behind that callback */
+    urgent_.store(true);
+    if (done())
+      completeFuture();
   }
+  if (!done() && r) /* whoever waits on the future does not run it */
+    r->kick();
   return future_;
 }
 
@@ -106,15 +123,20 @@ int WorkBraid::sourceRank() const {
   return source_rank_;
 }
 
-void WorkBraid::complete(const std::exception_ptr &e) {
+void WorkBraid::finishRun(const std::exception_ptr &e) {
+  error_ = e;
   finish(e);
-  done_.store(true, std::memory_order_release);
-  /* The future's callbacks (DDP's hooks, .then chains) run here, in the
-   * thread that ran the operation; one that throws fails its own child
-   * future, not this. */
+  done_.store(true);
+}
+
+void WorkBraid::completeFuture() {
+  if (future_claimed_.exchange(true))
+    return;
+  /* The future's callbacks (DDP's hooks, .then chains) run here; one that
+   * throws fails its own child future, not this. */
   try {
-    if (e)
-      future_->setError(e);
+    if (error_)
+      future_->setError(error_);
     else
       future_->markCompleted(c10::IValue(outputs_));
   } catch (...) {
@@ -147,6 +169,7 @@ void Runner::push(std::vector<Op> batch) {
       asleep_ = false;
       wake = true;
     }
+    spareIfNeeded(); /* the worker may be inside callbacks */
   }
   if (wake)
     cv_.notify_one();
@@ -160,6 +183,7 @@ void Runner::kick() {
       asleep_ = napping_ = false;
       wake = true;
     }
+    spareIfNeeded();
   }
   if (wake)
     cv_.notify_one();
@@ -188,12 +212,108 @@ void Runner::help(const WorkBraid &w) {
   }
 }
 
+bool Runner::inCallbacks() const { return tl_callbacks_of == this; }
+
+template <typename F>
+void Runner::runCallbacks(std::unique_lock<std::mutex> &lk, F fn) {
+  bool worker = tl_worker_of == this, spare = tl_spare_of == this;
+  worker_in_callbacks_ += worker;
+  spares_active_ -= spare;
+  spareIfNeeded();
+  const Runner *was = tl_callbacks_of;
+  tl_callbacks_of = this;
+  lk.unlock();
+  fn();
+  lk.lock();
+  tl_callbacks_of = was;
+  worker_in_callbacks_ -= worker;
+  spares_active_ += spare;
+}
+
+void Runner::completeFutures(std::unique_lock<std::mutex> &lk) {
+  if (completing_) { /* in order, by the thread at it */
+    spareIfNeeded(); /* which may be the worker, waiting on them */
+    return takeOverIfStalled(lk);
+  }
+  completing_ = true;
+  while (!ran_.empty()) {
+    std::vector<c10::intrusive_ptr<WorkBraid>> works = std::move(ran_.front());
+    ran_.pop_front();
+    completing_since_ = std::chrono::steady_clock::now();
+    runCallbacks(lk, [&] {
+      for (auto &w : works)
+        w->completeFuture();
+      works.clear();
+    });
+  }
+  completing_ = false;
+}
+
+void Runner::takeOverIfStalled(std::unique_lock<std::mutex> &lk) {
+  while (futuresWait() &&
+         std::chrono::steady_clock::now() - completing_since_ >=
+             kCallbackStall) {
+    std::vector<c10::intrusive_ptr<WorkBraid>> works = std::move(ran_.front());
+    ran_.pop_front();
+    runCallbacks(lk, [&] {
+      for (auto &w : works)
+        w->completeFuture();
+      works.clear();
+    });
+  }
+}
+
+void Runner::spareIfNeeded() {
+  bool waiting = (!running_ && !queue_.empty()) || futuresWait();
+  if (worker_in_callbacks_ == 0 || spares_active_ > 0 || !waiting || stop_)
+    return;
+  spares_active_++; /* counted now: the next check makes no second */
+  if (spares_idle_ > spare_turns_) {
+    spare_turns_++;
+    spare_cv_.notify_one();
+  } else {
+    spares_.emplace_back([this] { spare(); });
+  }
+}
+
+void Runner::spare() {
+  tl_spare_of = this;
+  std::unique_lock<std::mutex> lk(mutex_);
+  for (;;) {
+    /* at work (counted in spares_active_) while the worker is in
+     * callbacks */
+    while (worker_in_callbacks_ > 0 && !stop_) {
+      if (!running_ && !queue_.empty()) {
+        runFront(lk);
+      } else if (futuresWait()) {
+        spare_cv_.wait_for(lk, kCallbackStall);
+        takeOverIfStalled(lk);
+      } else {
+        break;
+      }
+    }
+    spares_active_--;
+    if (stop_)
+      return;
+    spares_idle_++;
+    spare_cv_.wait(lk, [&] { return spare_turns_ > 0 || stop_; });
+    spares_idle_--;
+    if (spare_turns_ == 0)
+      return; /* stopping */
+    spare_turns_--;
+  }
+}
+
 void Runner::runFront(std::unique_lock<std::mutex> &lk) {
   std::vector<Op> batch = std::move(queue_.front());
   queue_.pop_front();
   running_ = true;
   lk.unlock();
-  runBatch(batch);
+  runBatch(batch); /* the works are done, in issue order */
+  std::vector<c10::intrusive_ptr<WorkBraid>> works;
+  works.reserve(batch.size());
+  for (Op &op : batch)
+    works.push_back(op.work);
   batch.clear(); /* the closures' tensors go now, outside the lock */
   lk.lock();
   running_ = false;
@@ -201,9 +321,22 @@ void Runner::runFront(std::unique_lock<std::mutex> &lk) {
     asleep_ = napping_ = false;
     cv_.notify_one();
   }
+  /* Futures asked for inside a callback first, then the rest in order. */
+  bool urgent = false;
+  for (auto &w : works)
+    urgent = urgent || w->urgent_.load();
+  if (urgent)
+    runCallbacks(lk, [&] {
+      for (auto &w : works)
+        if (w->urgent_.load())
+          w->completeFuture();
+    });
+  ran_.push_back(std::move(works));
+  completeFutures(lk);
 }
 
 void Runner::worker() {
+  tl_worker_of = this;
   std::unique_lock<std::mutex> lk(mutex_);
   bool napped = false; /* this pass follows a nap that ran out */
   for (;;) {
@@ -223,11 +356,30 @@ void Runner::worker() {
       napping_ = true;
       napped = cv_.wait_for(lk, nap_) == std::cv_status::timeout;
       napping_ = false;
+    } else if (futuresWait()) { /* behind a callback: look again */
+      asleep_ = true;
+      cv_.wait_for(lk, kCallbackStall);
+      asleep_ = false;
     } else {
       asleep_ = true;
       cv_.wait(lk);
       asleep_ = false;
     }
+    takeOverIfStalled(lk);
+  }
+}
+
+void Runner::join(std::thread &t) {
+  if (!t.joinable())
+    return;
+  /* The thread may be completing a future whose Python callback wants
+   * the GIL: let it have it while we wait. */
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    PyThreadState *st = PyEval_SaveThread();
+    t.join();
+    PyEval_RestoreThread(st);
+  } else {
+    t.join();
   }
 }
 
@@ -238,17 +390,15 @@ void Runner::stop() {
     asleep_ = false;
   }
   cv_.notify_one();
-  if (thread_.joinable()) {
-    /* The worker may be completing a future whose Python callback wants
-     * the GIL: let it have it while we wait. */
-    if (Py_IsInitialized() && PyGILState_Check()) {
-      PyThreadState *st = PyEval_SaveThread();
-      thread_.join();
-      PyEval_RestoreThread(st);
-    } else {
-      thread_.join();
-    }
+  spare_cv_.notify_all();
+  join(thread_);
+  std::vector<std::thread> spares;
+  {
+    std::lock_guard<std::mutex> lk(mutex_);
+    spares.swap(spares_); /* none is made once stop_ is set */
   }
+  for (std::thread &t : spares)
+    join(t);
   /* The worker left with the queue empty and nobody running; no batch
    * comes after (the group is going). Local: never waits for the peers (a
    * finalize would, for the whole timeout if one of them is gone). */
@@ -301,7 +451,7 @@ void Runner::runBatch(std::vector<Op> &batch) {
     err = std::current_exception();
   }
   for (Op &op : batch)
-    op.work->complete(err);
+    op.work->finishRun(err);
 }
 
 } // namespace braid_torch

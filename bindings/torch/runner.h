@@ -27,6 +27,26 @@
  *    hand-off to the worker and back, two thread wake-ups). When another
  *    thread runs, the waiter polls with sched_yield for BRAID_YIELD_US
  *    (default 2000 us, as braid's own waits) before it sleeps.
+ *
+ * An operation completes in two parts. Its Work is done (wait() returns,
+ * isCompleted() is true) as soon as its batch has run, in issue order.
+ * Its future completes after, outside the run, so that the future's
+ * callbacks may issue operations on this group and wait for them
+ * (DDP's PowerSGD hook waits on a second all_reduce inside the first
+ * one's callback): the futures of the batches that have run go through
+ * one queue, and one thread at a time (the one that ran the batch, if
+ * nobody else is at it) completes them, so callbacks too run in issue
+ * order. Two things keep a callback that waits from waiting forever:
+ *  - the future of an operation issued from inside a callback (its
+ *    getFuture() called there) completes at once when its batch has run,
+ *    ahead of the queue that the waiting callback holds up;
+ *  - while the worker thread is inside callbacks, a spare thread runs the
+ *    queued batches (another if that one is inside callbacks too), made
+ *    the first time one is needed;
+ *  - a callback that has run for kCallbackStall holds up the queue no
+ *    longer: the worker, a spare, or the next thread that runs a batch
+ *    completes the futures waiting behind it (a callback may wait on a
+ *    future taken before it began).
  */
 #ifndef BRAID_TORCH_RUNNER_H
 #define BRAID_TORCH_RUNNER_H
@@ -68,9 +88,13 @@ public:
   /* Not done yet: wakes the worker (Runner::kick) so that it runs now. */
   bool isCompleted() override;
 
-  /* Marks the work done (e == nullptr) or failed, then completes the
-   * future; called once, by the thread that ran the operation. */
-  void complete(const std::exception_ptr &e);
+  /* Marks the work done (e == nullptr) or failed; called once, by the
+   * thread that ran the operation. */
+  void finishRun(const std::exception_ptr &e);
+  /* Completes the future (its callbacks run here) with the outcome
+   * finishRun recorded, unless that was done already: returns at once
+   * then. */
+  void completeFuture();
 
   /* Set once the work is complete (after torch's own flag). */
   bool done() const { return done_.load(std::memory_order_acquire); }
@@ -81,7 +105,11 @@ private:
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   int source_rank_;
   std::atomic<bool> done_{false};
-  std::weak_ptr<Runner> runner_; /* set when queued */
+  std::exception_ptr error_;                /* set by finishRun */
+  std::atomic<bool> future_claimed_{false}; /* completeFuture began */
+  std::atomic<bool> urgent_{false};         /* its future was asked for inside a
+                                               callback: complete it at once */
+  std::weak_ptr<Runner> runner_;            /* set when queued */
 };
 
 /* One operation as it runs: issue() makes braid's calls (inside
@@ -115,6 +143,8 @@ template <typename F> braid_result in_group(F body) {
 constexpr std::chrono::microseconds kRunnerNap{200};
 constexpr std::chrono::microseconds kRunnerNapMax{5000};
 constexpr std::chrono::milliseconds kRunnerHot{20};
+/* How long a future's callbacks may hold up the futures after it. */
+constexpr std::chrono::milliseconds kCallbackStall{20};
 
 class Runner : public std::enable_shared_from_this<Runner> {
 public:
@@ -140,12 +170,36 @@ public:
    * for). Called once, by the group's destructor. */
   void stop();
 
+  /* 1 if the calling thread is inside callbacks of this group's futures
+   * (completeFutures). */
+  bool inCallbacks() const;
+
 private:
   void worker();
-  /* Pops the front batch and runs it with `lk` released; lk held on entry
-   * and on return. */
+  void spare();
+  /* Pops the front batch and runs it with `lk` released, then completes
+   * the futures that are due (completeFutures); lk held on entry and on
+   * return. */
   void runFront(std::unique_lock<std::mutex> &lk);
   void runBatch(std::vector<Op> &batch);
+  /* Completes the futures of the batches that have run, in issue order,
+   * unless another thread is at it; lk held on entry and on return. */
+  void completeFutures(std::unique_lock<std::mutex> &lk);
+  /* Under the lock: wakes or makes a spare thread when the worker is
+   * inside callbacks, batches or futures wait, and no spare is at work. */
+  void spareIfNeeded();
+  /* Runs fn (which completes futures) with lk released, counted as this
+   * thread being inside callbacks. */
+  template <typename F>
+  void runCallbacks(std::unique_lock<std::mutex> &lk, F fn);
+  /* When the thread completing futures has been in one batch's callbacks
+   * for kCallbackStall: completes the futures queued behind it here. */
+  void takeOverIfStalled(std::unique_lock<std::mutex> &lk);
+  /* 1 if futures wait behind a thread in callbacks (then a sleeper
+   * should look again within kCallbackStall). */
+  bool futuresWait() const { return completing_ && !ran_.empty(); }
+  /* Joins t, letting a Python callback in it have the GIL meanwhile. */
+  static void join(std::thread &t);
 
   braid_comm *comm_;
   int timeout_ms_;
@@ -161,6 +215,18 @@ private:
   std::chrono::steady_clock::time_point last_push_{};
   bool stop_ = false;
   std::thread thread_;
+
+  /* the futures of the batches that have run, to complete in order */
+  std::deque<std::vector<c10::intrusive_ptr<WorkBraid>>> ran_;
+  bool completing_ = false; /* a thread completes them */
+  /* when that thread began its current batch's callbacks */
+  std::chrono::steady_clock::time_point completing_since_{};
+  int worker_in_callbacks_ = 0;
+  /* the spare threads: those running batches (or about to), those
+   * waiting for a turn, and the turns given */
+  std::vector<std::thread> spares_;
+  int spares_active_ = 0, spares_idle_ = 0, spare_turns_ = 0;
+  std::condition_variable spare_cv_;
 };
 
 } // namespace braid_torch

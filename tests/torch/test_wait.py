@@ -11,7 +11,12 @@ waits for it (bindings/torch/runner.h). What must hold either way:
   * a future's .then callback runs when the waiting thread ran the
     operation;
   * allreduce_coalesced runs its tensors as one braid group, and the same
-    tensor twice (which a group cannot run at once) one after the other.
+    tensor twice (which a group cannot run at once) one after the other;
+  * a .then callback may issue operations on the group and wait for them
+    (blocking, through Work.wait, or through the future as DDP's PowerSGD
+    hook does), also when the worker thread runs it and when the future
+    it waits on was taken before it began; and DDP with the PowerSGD hook
+    trains to the same parameters on every rank.
 
   test_wait.py --world-size N [--init tcp|file]
 """
@@ -166,6 +171,74 @@ def coalesced(rank, size):
     assert torch.equal(u, want), u
 
 
+def callbacks_that_wait(rank, size, side):
+    """Each callback waits on another operation of the group; rank 0 is
+    late, so that on the other ranks the worker thread runs the first
+    operation and its callback. Before, the callback held the group's
+    runner while it waited, and nothing ran its operation: a hang."""
+    want = float(size * (size + 1) // 2)
+
+    def issue_then(cb):
+        dist.barrier(group=side)
+        if rank == 0:
+            time.sleep(0.3)
+        t = torch.full((4,), float(rank + 1))
+        f = dist.all_reduce(t, async_op=True).get_future().then(cb)
+        deadline_poll(f.done, 30, "a callback that waits never ended")
+        return f.value()
+
+    def through_future(fut):  # DDP's PowerSGD hook
+        u = torch.full((2,), float(rank + 1))
+        return dist.all_reduce(u, async_op=True).get_future().wait()[0]
+
+    def blocking(fut):
+        u = torch.full((2,), float(rank + 1))
+        dist.all_reduce(u)
+        return u
+
+    def through_work(fut):
+        u = torch.full((2,), float(rank + 1))
+        dist.all_reduce(u, async_op=True).wait()
+        return u
+
+    for cb in (through_future, blocking, through_work):
+        v = issue_then(cb)
+        assert torch.all(v == want), (cb.__name__, v)
+
+    # the future waited on was taken before the callback began: it queues
+    # behind the callback, which gives way after a while
+    dist.barrier(group=side)
+    a, b = torch.ones(3), torch.full((3,), 2.0)
+    fa = dist.all_reduce(a, async_op=True).get_future()
+    fb = dist.all_reduce(b, async_op=True).get_future()
+    fc = fa.then(lambda _: fb.wait()[0] + 1)
+    deadline_poll(fc.done, 30, "a callback waiting on a later future hung")
+    assert torch.all(fc.value() == 2 * size + 1), fc.value()
+
+    # DDP with PowerSGD: every step past start_powerSGD_iter waits inside
+    # a callback
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    state = powerSGD_hook.PowerSGDState(process_group=None,
+                                        matrix_approximation_rank=1,
+                                        start_powerSGD_iter=2)
+    ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    torch.manual_seed(1 + rank)
+    for _ in range(6):
+        opt.zero_grad()
+        ddp(torch.randn(8, 16)).square().mean().backward()
+        opt.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    every = [torch.empty_like(flat) for _ in range(size)]
+    dist.all_gather(every, flat, group=side)
+    for r in range(size):
+        assert torch.equal(every[r], flat), "rank %d's parameters differ" % r
+
+
 def body(rank, size):
     side = dist.new_group(backend="gloo")
     async_before_peers(rank, size, side)
@@ -173,6 +246,7 @@ def body(rank, size):
     then_on_waiter(rank, size)
     many_waiters(rank, size)
     coalesced(rank, size)
+    callbacks_that_wait(rank, size, side)
     dist.barrier()
     if rank == 0:
         print("test_wait: %d ranks: ok" % size)
