@@ -322,6 +322,7 @@ ProcessGroupBraid::allgather(std::vector<std::vector<at::Tensor>> &outputs,
   check_count(op, "the output list", outputs[0].size(), size_);
   const at::Tensor &in = inputs[0];
   check_tensor(op, "input", in);
+  check_not_quantized(op, "input", in, "all_gather_into_tensor");
   for (size_t i = 0; i < outputs[0].size(); i++) {
     check_tensor(op, nth("output", i), outputs[0][i]);
     check_like(op, nth("output", i), outputs[0][i], in, in.numel());
@@ -376,6 +377,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(
   std::vector<Wire> wires;
   for (size_t j = 0; j < inputs.size(); j++) {
     check_tensor(op, nth("input", j), inputs[j]);
+    check_not_quantized(op, nth("input", j), inputs[j],
+                        "all_gather_into_tensor on each");
     wires.push_back(move_wire(inputs[j]));
     srcs.push_back(inputs[j].contiguous());
     flats.push_back(
@@ -427,6 +430,7 @@ ProcessGroupBraid::gather(std::vector<std::vector<at::Tensor>> &outputs,
   check_count(op, "the input list", inputs.size(), 1);
   const at::Tensor &in = inputs[0];
   check_tensor(op, "input", in);
+  check_not_quantized(op, "input", in, "a send and receive per rank");
   int root = static_cast<int>(opts.rootRank);
   bool at_root = root == rank_;
   std::vector<at::Tensor> outs;
@@ -576,6 +580,12 @@ ProcessGroupBraid::alltoall_base(at::Tensor &output, at::Tensor &input,
   Op x;
   x.name = op;
   x.work = BRAID_OP(ALLTOALL_BASE, std::vector<at::Tensor>{output});
+  /* braid_alltoallv has no in-place form: an input in the output's
+   * memory (all_to_all_single(t, t, splits, splits)) goes from a copy */
+  bool uneven = !output_splits.empty() || !input_splits.empty();
+  if (uneven && output.numel() > 0 && src.numel() > 0 &&
+      src.storage().is_alias_of(output.storage()))
+    src = src.clone();
   if (output_splits.empty() && input_splits.empty()) {
     TORCH_CHECK(input.numel() % size_ == 0, "braid: ", op, ": the input's ",
                 input.numel(), " elements do not split into ", size_,
@@ -590,6 +600,12 @@ ProcessGroupBraid::alltoall_base(at::Tensor &output, at::Tensor &input,
   } else {
     Counts sc = split_counts(op, "input", input, input_splits, size_, w);
     Counts rc = split_counts(op, "output", output, output_splits, size_, w);
+    TORCH_CHECK(
+        sc.counts[rank_] == rc.counts[rank_], "braid: ", op, ": this rank (",
+        rank_, ") sends itself ", sc.counts[rank_] / w.per,
+        " elements (input_split_sizes) "
+        "and receives ",
+        rc.counts[rank_] / w.per, " (output_split_sizes): the two must agree");
     x.issue = [src, o, sc, rc, w](braid_comm *c) {
       return braid_alltoallv(data(src), sc.counts.data(), sc.displs.data(),
                              o.ptr(), rc.counts.data(), rc.displs.data(), w.dt,
@@ -613,6 +629,13 @@ ProcessGroupBraid::alltoall(std::vector<at::Tensor> &outputs,
     check_like(op, nth("input", i), inputs[i], inputs[0], inputs[i].numel());
     check_like(op, nth("output", i), outputs[i], inputs[0], outputs[i].numel());
   }
+  check_not_quantized(op, "input 0", inputs[0], "all_to_all_single");
+  /* the block to itself: only this rank can see it differ, so it is
+   * refused here, before the peers are involved */
+  TORCH_CHECK(outputs[rank_].numel() == inputs[rank_].numel(), "braid: ", op,
+              ": output ", rank_, " has ", outputs[rank_].numel(),
+              " elements and input ", rank_, " ", inputs[rank_].numel(),
+              ": the block a rank sends itself must fit what it receives");
   Wire w = move_wire(inputs[0]);
   Counts sc = list_counts(inputs, w);
   Counts rc = list_counts(outputs, w);

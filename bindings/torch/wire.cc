@@ -165,6 +165,16 @@ void check_tensor(const char *op, const std::string &what,
               ": the braid backend takes dense (strided) tensors only");
 }
 
+void check_not_quantized(const char *op, const std::string &what,
+                         const at::Tensor &t, const char *instead) {
+  TORCH_CHECK(!t.is_quantized(), "braid: ", op, ": ", what, " is quantized (",
+              t.scalar_type(),
+              "): this form stages the data in tensors of "
+              "the same type, which torch cannot make for a quantized one; "
+              "use ",
+              instead);
+}
+
 Wire move_wire(const at::Tensor &t) {
   Wire w;
   if (!braid_type(t.scalar_type(), &w.dt, &w.per)) {

@@ -32,6 +32,12 @@ struct Counts {
 /* A CPU, strided (dense) tensor, or an exception naming `what`. */
 void check_tensor(const char *op, const std::string &what, const at::Tensor &t);
 
+/* Not a quantized tensor: the operations that gather into staging
+ * tensors of their own (list forms) cannot make one of a quantized type
+ * (or an exception naming `what` and the form that takes it). */
+void check_not_quantized(const char *op, const std::string &what,
+                         const at::Tensor &t, const char *instead);
+
 /* A list of `want` tensors (or an exception naming `what`). */
 void check_count(const char *op, const char *what, size_t got, size_t want);
 

@@ -28,6 +28,7 @@ def still_works(size, what):
 def body(rank, size):
     pg = dist.group.WORLD
     t = torch.ones(4)
+    q = torch.quantize_per_tensor(torch.ones(4), 0.5, 0, torch.quint8)
     cases = [
         ("two tensors to allreduce",
          lambda: pg.allreduce([t, t]).wait(),
@@ -89,6 +90,22 @@ def body(rank, size):
         ("recv from a rank outside the group",
          lambda: dist.recv(torch.zeros(2), src=size + 1),
          "recv", "source rank %d is not a rank of the group" % (size + 1)),
+        ("all_to_all: the block to itself differs, refused at the call",
+         lambda: dist.all_to_all([torch.zeros(3 if i == rank else 2) for i in range(size)],
+                                 [torch.zeros(2)] * size, async_op=True),
+         "alltoall", "output %d has 3 elements and input %d 2" % (rank, rank)),
+        ("all_to_all_single: split sizes to itself differ, refused at the call",
+         lambda: dist.all_to_all_single(torch.zeros(size + 1), torch.zeros(size),
+                                        [2 if i == rank else 1 for i in range(size)],
+                                        [1] * size, async_op=True),
+         "alltoall_base", "sends itself 1 elements", "receives 2"),
+        ("all_gather of a quantized tensor into a list",
+         lambda: dist.all_gather([q.clone() for _ in range(size)], q, async_op=True),
+         "allgather", "is quantized (QUInt8)", "all_gather_into_tensor"),
+        ("all_to_all of quantized tensors",
+         lambda: dist.all_to_all([q.clone() for _ in range(size)],
+                                 [q.clone() for _ in range(size)], async_op=True),
+         "alltoall", "is quantized", "all_to_all_single"),
         ("gather outputs on a rank that is not the root",
          lambda: pg.gather([[torch.zeros(4)] * size], [t], _gopts((rank + 1) % size)).wait(),
          "gather: only the root"),

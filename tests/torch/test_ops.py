@@ -211,6 +211,13 @@ def check_movement(rank, size, dt, n):
     same("all_to_all_single uneven " + tag, out,
          torch.cat([pattern(j * size + rank, 3 * s, dt).view(s, 3)
                     for j, s in enumerate(out_splits)]))
+    # in place with the same split sizes both ways (the input is the
+    # output: braid's alltoallv has no in-place form, the binding copies)
+    sp = [2 for _ in range(size)]
+    t = torch.cat([pattern(rank * size + j, 2, dt) for j in range(size)])
+    dist.all_to_all_single(t, t, sp, sp)
+    same("all_to_all_single uneven in place " + tag, t,
+         torch.cat([pattern(j * size + rank, 2, dt) for j in range(size)]))
     # one split of zero rows (rank 0 sends nothing to the last rank)
     in_splits = [0 if (rank == 0 and j == size - 1) else 1 for j in range(size)]
     out_splits = [0 if (j == 0 and rank == size - 1) else 1 for j in range(size)]
