@@ -146,12 +146,26 @@ struct Out {
   }
 };
 
-/* Whether two of the buffers share a byte. */
+/* Whether two of the users' tensors may share a byte: the span of
+ * memory each one's elements lie in, strides included (views that
+ * interleave without sharing count as overlapping, which only costs them
+ * the group). */
 bool any_overlap(const std::vector<Out> &outs) {
   std::vector<std::pair<uintptr_t, uintptr_t>> r;
   for (const Out &o : outs) {
-    uintptr_t lo = reinterpret_cast<uintptr_t>(o.ptr());
-    r.emplace_back(lo, lo + o.buf.nbytes());
+    const at::Tensor &t = o.user;
+    if (t.numel() == 0)
+      continue;
+    uintptr_t lo = reinterpret_cast<uintptr_t>(t.data_ptr()), hi = lo;
+    for (int64_t d = 0; d < t.dim(); d++) {
+      auto step = static_cast<intptr_t>((t.size(d) - 1) * t.stride(d) *
+                                        static_cast<int64_t>(t.itemsize()));
+      if (step < 0)
+        lo += step;
+      else
+        hi += step;
+    }
+    r.emplace_back(lo, hi + t.itemsize());
   }
   std::sort(r.begin(), r.end());
   uintptr_t end = 0;
@@ -273,9 +287,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce_coalesced(
       }
       return BRAID_SUCCESS;
     };
-    return group ? in_group(all) : all();
+    if (group)
+      return in_group(all);
+    /* One after the other: each tensor read as the ones before it left
+     * it, so a non-contiguous one is copied now rather than when issued */
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < outs.size(); i++) {
+      const at::Tensor &u = outs[i].user;
+      at::Tensor b = u.contiguous();
+      braid_result r =
+          braid_allreduce(data(b), data(b), wires[i].count, wires[i].dt,
+                          bops[wires[i].dt]->op(), c, nullptr);
+      if (r != BRAID_SUCCESS)
+        return r;
+      if (!b.is_same(u))
+        u.copy_(b);
+    }
+    return BRAID_SUCCESS;
   };
-  x.post = [outs] {
+  x.post = [outs, group] {
+    if (!group)
+      return; /* copied back as they went */
     for (const Out &o : outs)
       o.back();
   };

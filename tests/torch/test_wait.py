@@ -169,6 +169,13 @@ def coalesced(rank, size):
     want = torch.full((10,), float(size))
     want[4:6] = float(size * size)
     assert torch.equal(u, want), u
+    # overlapping views that are not contiguous (columns 0-1 and 1-2):
+    # one after the other too, the second reading what the first wrote
+    m = torch.ones(3, 3)
+    pg.allreduce_coalesced([m[:, :2], m[:, 1:]], opts).wait()
+    want = torch.full((3, 3), float(size))
+    want[:, 1] = float(size * size)
+    assert torch.equal(m, want), m
 
 
 def callbacks_that_wait(rank, size, side):
