@@ -23,12 +23,14 @@ static void *g_visit_arg;
 static pthread_mutex_t g_visit_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int cfg_parse_size(const char *s, size_t *out) {
-  if (s == NULL || *s == '\0')
+  /* a digit first: strtoull would skip blanks and take a minus sign
+   * (" -1" is SIZE_MAX to it) */
+  if (s == NULL || *s < '0' || *s > '9')
     return -1;
   errno = 0;
   char *end = NULL;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || end == s || s[0] == '-')
+  if (errno != 0 || end == s)
     return -1;
   unsigned long long mult = 1;
   if (*end == 'k' || *end == 'K')
@@ -85,8 +87,9 @@ static int env_int(const char *name, int def, int lo, int hi) {
   errno = 0;
   long x = strtol(v, &end, 10);
   if (errno != 0 || end == v || *end != '\0' || x < lo || x > hi) {
-    refuse(name, v, "%s=%s is not an integer in [%d, %d]; using %d", name, v,
-           lo, hi, def);
+    /* "its default": a default of 0 can mean "chosen by braid" */
+    refuse(name, v, "%s=%s is not an integer in [%d, %d]; using its default",
+           name, v, lo, hi);
     return def;
   }
   return (int)x;
@@ -98,7 +101,8 @@ static size_t env_size(const char *name, size_t def) {
     return def;
   size_t x;
   if (cfg_parse_size(v, &x) != 0) {
-    refuse(name, v, "%s=%s is not a size (like 4M); using %zu", name, v, def);
+    refuse(name, v, "%s=%s is not a size (like 4M); using its default", name,
+           v);
     return def;
   }
   return x;
@@ -164,10 +168,20 @@ static void cfg_fill(cfg_env *c) {
   c->ib_hca = env_str("BRAID_IB_HCA");
   c->mps_pipe_dir = env_str("CUDA_MPS_PIPE_DIRECTORY");
   c->ib_gid_index = env_int("BRAID_IB_GID_INDEX", -1, -1, 65535);
+  const char *bs = env_raw("BRAID_BUFFSIZE");
+  bs = bs != NULL ? bs : "4M";
   if (c->buffsize < (size_t)c->nslots * 4096) {
-    refuse("BRAID_BUFFSIZE", env_raw("BRAID_BUFFSIZE"),
-           "BRAID_BUFFSIZE=%zu is below %d slots of 4 KiB; using 4M",
-           c->buffsize, c->nslots);
+    refuse("BRAID_BUFFSIZE", bs,
+           "BRAID_BUFFSIZE=%s is below %d slots of 4 KiB; using 4M", bs,
+           c->nslots);
+    c->buffsize = (size_t)4 << 20;
+  }
+  /* a slot is at most 4 GiB (the shm ring's limit, transports/shm_setup.c) */
+  if (c->buffsize / (size_t)c->nslots > ((size_t)4 << 30)) {
+    refuse("BRAID_BUFFSIZE", bs,
+           "BRAID_BUFFSIZE=%s makes slots of more than 4 GiB (%d slots, "
+           "BRAID_NSLOTS); using 4M",
+           bs, c->nslots);
     c->buffsize = (size_t)4 << 20;
   }
   if (c->cuda_buffsize != 0 && c->cuda_buffsize < (size_t)c->nslots * 4096) {

@@ -192,6 +192,14 @@ env_refused)
   finding "$tmp/r.out" warning env "BRAID_TIMEOUT=soon is not an integer" \
     "set BRAID_TIMEOUT to a value braid takes"
   [ $rc -eq "$(want_exit "$b" 1)" ] || fail "exit $rc (baseline $b), want 1+"
+  # a size with a blank and a minus sign (strtoull reads " -1" as the
+  # largest size), and slots larger than the shm ring takes
+  BRAID_SHM_CMA_THRESHOLD=" -1" BRAID_BUFFSIZE=64G "$DOCTOR" --local-ranks 2 \
+    >"$tmp/s.out" 2>&1
+  finding "$tmp/s.out" warning env "BRAID_SHM_CMA_THRESHOLD= -1 is not a size" \
+    "set BRAID_SHM_CMA_THRESHOLD to a value braid takes"
+  finding "$tmp/s.out" warning env "BRAID_BUFFSIZE=64G makes slots of more than 4 GiB" \
+    "set BRAID_BUFFSIZE to a value braid takes"
   # a transport that does not exist stops every communicator: an error
   BRAID_TRANSPORT=infiniband "$DOCTOR" --local-ranks 2 >"$tmp/t.out" 2>&1
   rc=$?
