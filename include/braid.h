@@ -230,7 +230,10 @@ BRAID_API braid_result braid_comm_size(const braid_comm *comm, int *size);
  * path is BRAID_ERR_INVALID_ARG. */
 BRAID_API braid_result braid_comm_flight_dump(braid_comm *comm,
                                               const char *path);
-/* The last error on this communicator, in words: what, which rank or peer. */
+/* The last error on this communicator, in words: what, which rank or peer.
+ * With comm NULL, the last error of the calling thread, whatever the
+ * communicator (as NCCL's ncclGetLastError(NULL)): why a braid_comm_init
+ * or braid_comm_init_env that returned no communicator failed. */
 BRAID_API const char *braid_comm_last_error(const braid_comm *comm);
 
 /* ---- reduction ops ---------------------------------------------------- */

@@ -52,6 +52,7 @@ braid_result comm_arg_bad(braid_comm *c, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  (void)ERR(BRAID_ERR_INVALID_ARG, "%s", buf); /* the thread's too */
   if (c != NULL)
     comm_keep_error(c, buf);
   WARN(c != NULL ? LOG_COLL : LOG_INIT, "%s", buf);
@@ -80,8 +81,10 @@ const char *comm_broken_why(const braid_comm *c) {
 }
 
 const char *braid_comm_last_error(const braid_comm *c) {
-  if (c == NULL)
-    return "braid_comm_last_error: comm is NULL";
+  if (c == NULL) { /* the thread's: why a creation failed, say */
+    const char *m = err_msg();
+    return m[0] ? m : "no error";
+  }
   return c->last_error[0] ? c->last_error : "no error";
 }
 
@@ -272,14 +275,13 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
   c->nslots = env->nslots;
   cfg_slots(env->buffsize, &c->slot_bytes, &c->slice_bytes);
   c->broken = BRAID_SUCCESS;
+  braid_result r = BRAID_SUCCESS;
   if (c->algo[0]) { /* validate the filter once, with a clear error */
     const gen_desc *g = NULL;
     if (select_algo(SCHED_ALLREDUCE, c->nranks, 8, SELECT_TP_SHM, c->algo,
-                    &g) != BRAID_SUCCESS) {
-      (void)comm_fail(c, BRAID_ERR_INVALID_ARG, "BRAID_ALGO=%s: %s", c->algo,
-                      err_msg());
-      WARN(LOG_INIT, "%s", err_msg());
-    }
+                    &g) != BRAID_SUCCESS)
+      r = comm_fail(c, BRAID_ERR_INVALID_ARG, "BRAID_ALGO=%s: %s", c->algo,
+                    err_msg());
   }
   /* The CUDA runtime looks for a driver once per process: on a host
    * without one it tries libcuda.so.1 in every library directory, 0.25 to
@@ -287,7 +289,8 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
    * (src/api.c), so asked here the search costs init, not the first call;
    * where the answer is none, the calls need not ask at all. */
   c->host_only = cudev_count() == 0;
-  braid_result r = comm_view_setup(c);
+  if (r == BRAID_SUCCESS)
+    r = comm_view_setup(c);
   if (r == BRAID_SUCCESS)
     r = setup_transports(c);
   if (r != BRAID_SUCCESS) {

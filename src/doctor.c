@@ -746,8 +746,10 @@ void doc_init_quiet(int quiet) {
 
 void doc_init_failed(int rank, int nranks, const struct tp_bootstrap *b,
                      const char *err) {
+  char why[sizeof g_init_err]; /* err may be the thread's own message */
+  snprintf(why, sizeof why, "%s", err ? err : "");
   pthread_mutex_lock(&g_init_lock);
-  snprintf(g_init_err, sizeof g_init_err, "%s", err ? err : "");
+  snprintf(g_init_err, sizeof g_init_err, "%s", why);
   int quiet = g_init_quiet;
   pthread_mutex_unlock(&g_init_lock);
   if (quiet)
@@ -772,4 +774,8 @@ void doc_init_failed(int rank, int nranks, const struct tp_bootstrap *b,
          r.f[i].fix[0] ? "; fix: " : "", r.f[i].fix);
   }
   doc_report_free(&r);
+  /* the checks' own messages do not replace the thread's last error:
+   * braid_comm_last_error(NULL) gives why creation failed */
+  if (why[0] != '\0')
+    (void)ERR(BRAID_ERR_INVALID_ARG, "%s", why);
 }

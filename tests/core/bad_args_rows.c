@@ -253,7 +253,11 @@ static long c_op_create_premul_sum(args *a) {
                                     a->dt, a->value, a->comm);
 }
 static long c_op_destroy(args *a) { return braid_op_destroy(a->op, a->comm); }
+/* with NULL: the thread's last error, here the one just made */
 static long c_comm_last_error(args *a) {
+  int n;
+  if (a->comm == NULL)
+    (void)braid_comm_rank(NULL, &n);
   return strstr(braid_comm_last_error(a->comm), "comm is NULL") != NULL;
 }
 

@@ -105,3 +105,24 @@ Test(errors, the_communicator_keeps_the_message) {
   cr_assert_str_eq(braid_comm_last_error(&c), "no room for 7");
   pthread_mutex_destroy(&c.err_lock);
 }
+
+/* A malformed BRAID_ALGO fails communicator creation, with the variable's
+ * own message: creation went on, and the first collective inside it (an
+ * allgather) failed instead, its message beginning "allgather: no
+ * algorithm". (Criterion runs each test in a process of its own, which
+ * reads the environment afresh.) */
+Test(errors, a_bad_algorithm_filter_fails_init_by_name) {
+  setenv("BRAID_ALGO", "bogus", 1);
+  braid_unique_id id;
+  cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+  braid_comm *c = NULL;
+  braid_result r = braid_comm_init(&c, 1, &id, 0, NULL);
+  cr_assert_eq(r, BRAID_ERR_INVALID_ARG, "init gave %s",
+               braid_result_string(r));
+  const char *m = braid_comm_last_error(c); /* c NULL: this thread's */
+  cr_assert(strncmp(m, "BRAID_ALGO=bogus: ", 18) == 0 &&
+                strstr(m, "unknown algorithm \"bogus\"") != NULL,
+            "init's message: %s", m);
+  if (c != NULL)
+    braid_comm_destroy(c);
+}
