@@ -420,9 +420,8 @@ int main(int argc, char **argv) {
   b.o = &o;
   braid_result e = perf_comm_init(&b.comm, &cfg);
   if (e != BRAID_SUCCESS) {
-    fprintf(stderr, "braid-perf: joining the job failed: %s%s%s\n",
-            braid_result_string(e), b.comm ? ": " : "",
-            b.comm ? braid_comm_last_error(b.comm) : "");
+    fprintf(stderr, "braid-perf: joining the job failed: %s: %s\n",
+            braid_result_string(e), braid_comm_last_error(b.comm));
     return PERF_EXIT_RUNTIME;
   }
   braid_comm_rank(b.comm, &b.rank);

@@ -73,11 +73,9 @@ static const char *detect_launcher(void) {
   return NULL;
 }
 
-/* braid reports failures of init itself in its log, not on a communicator. */
+/* With no communicator, the thread's last error says why init failed. */
 static const char *init_error(const braid_comm *comm) {
-  return comm ? braid_comm_last_error(comm)
-              : "the reason is in braid's log above (BRAID_DEBUG=INFO for "
-                "more)";
+  return braid_comm_last_error(comm);
 }
 
 static int setup(dist *d, braid_ctx *c, char *err, size_t errlen) {

@@ -65,8 +65,7 @@ ProcessGroupBraid::ProcessGroupBraid(
   cfg.name = name_.c_str();
   r = braid_comm_init(&comm, size, &id, rank, &cfg);
   if (r != BRAID_SUCCESS) {
-    std::string why = comm != nullptr ? braid_comm_last_error(comm)
-                                      : "BRAID_DEBUG=INFO tells more";
+    std::string why = braid_comm_last_error(comm); /* NULL: this thread's */
     if (comm != nullptr)
       braid_comm_destroy(comm);
     TORCH_CHECK(false, "braid: braid_comm_init (rank ", rank, " of ", size,
