@@ -173,7 +173,10 @@ BRAID_API braid_result braid_unique_id_to_string(const braid_unique_id *id,
 BRAID_API braid_result braid_unique_id_from_string(braid_unique_id *id,
                                                    const char *text);
 
-/* Collective over the nranks processes that call it with the same id. */
+/* Collective over the nranks processes that call it with the same id. An
+ * id serves one rendezvous: a process that made a communicator with it
+ * already, as the same rank, is refused at once (BRAID_ERR_INVALID_ARG);
+ * get an id per communicator, or split the first (braid_comm_split). */
 BRAID_API braid_result braid_comm_init(braid_comm **comm, int nranks,
                                        const braid_unique_id *id, int rank,
                                        const braid_config *cfg);

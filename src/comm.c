@@ -5,6 +5,7 @@
 #include "src/comm.h"
 #include "src/check.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -383,6 +384,42 @@ static braid_result config_check(const braid_config *cfg) {
   return BRAID_SUCCESS;
 }
 
+/* The ids with which this process made a communicator, and as which rank:
+ * an id serves one rendezvous, whose root (hosted by rank 0) closes once
+ * every rank has joined, so joining again with it would wait the whole
+ * timeout for a root that is gone. Remembered after a success only: a
+ * creation that failed may be tried again. */
+#define USED_IDS 64
+static struct {
+  braid_unique_id id;
+  int rank;
+} g_used[USED_IDS];
+static int g_nused;
+static pthread_mutex_t g_used_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int id_used(const braid_unique_id *id, int rank, int remember) {
+  int found = 0;
+  pthread_mutex_lock(&g_used_lock);
+  for (int i = 0; i < g_nused && i < USED_IDS && !found; i++)
+    found =
+        g_used[i].rank == rank && memcmp(&g_used[i].id, id, sizeof *id) == 0;
+  if (!found && remember) {
+    g_used[g_nused % USED_IDS].id = *id;
+    g_used[g_nused % USED_IDS].rank = rank;
+    g_nused++;
+  }
+  pthread_mutex_unlock(&g_used_lock);
+  return found;
+}
+
+void comm_id_reusable(const braid_unique_id *id) {
+  pthread_mutex_lock(&g_used_lock);
+  for (int i = 0; i < g_nused && i < USED_IDS; i++)
+    if (memcmp(&g_used[i].id, id, sizeof *id) == 0)
+      g_used[i].rank = -1; /* matches no rank */
+  pthread_mutex_unlock(&g_used_lock);
+}
+
 braid_result comm_init_into(braid_comm *shell, int nranks,
                             const braid_unique_id *id, int rank,
                             const braid_config *cfg) {
@@ -390,6 +427,15 @@ braid_result comm_init_into(braid_comm *shell, int nranks,
   int timeout = cfg && cfg->timeout_ms > 0 ? cfg->timeout_ms : env->timeout_ms;
   char err[256] = "";
   boot *b = NULL;
+  if (id_used(id, rank, 0))
+    return comm_fail(
+        shell, BRAID_ERR_INVALID_ARG,
+        "braid_comm_init (rank %d of %d): this process made a communicator "
+        "with this unique id as rank %d already, and an id serves one "
+        "rendezvous: get a new one (braid_get_unique_id) for every "
+        "communicator, or make more from the first with braid_comm_split "
+        "(braidrun's BRAID_UNIQUE_ID is one id per job)",
+        rank, nranks, rank);
   braid_result r = boot_init(id, rank, nranks, timeout, &b);
   if (r != BRAID_SUCCESS) {
     snprintf(err, sizeof err, "%s", err_msg());
@@ -410,6 +456,8 @@ braid_result comm_init_into(braid_comm *shell, int nranks,
   }
   if (r != BRAID_SUCCESS)
     doc_init_failed(rank, nranks, c->boot, c->last_error);
+  else
+    (void)id_used(id, rank, 1);
   return r;
 }
 

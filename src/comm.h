@@ -202,6 +202,12 @@ braid_result comm_sub(braid_comm *c, const int *ranks, int n, int me,
  * non-blocking form hands out at once. */
 braid_comm *comm_alloc(void);
 void comm_free(braid_comm *c);
+/* An id whose root rank 0 runs anew at each creation (an address from
+ * BRAID_COMM_ID or MASTER_ADDR): may be used again in this process, though
+ * a creation with it succeeded (comm_init_into refuses an id used before,
+ * whose root has gone). */
+void comm_id_reusable(const braid_unique_id *id);
+
 /* The work of braid_comm_init, braid_comm_init_env and braid_comm_split
  * into an allocated communicator (the *_into forms leave it to be freed on
  * failure; split's with into NULL allocates, and *out stays NULL for

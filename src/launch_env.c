@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "comm.h"
 #include "log.h"
 
 #define RDV_MAGIC "BRAIDRDV1\n\0\0\0\0\0\0"
@@ -265,6 +266,7 @@ static braid_result rdv_address(const launch_info *li, braid_unique_id *id,
                    ? ""
                    : " (for another port: BRAID_COMM_ID=host:port)");
   }
+  comm_id_reusable(id); /* rank 0 runs its root anew each time */
   *found = 1;
   return BRAID_SUCCESS;
 }

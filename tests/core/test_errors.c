@@ -6,7 +6,9 @@
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "src/comm.h"
 #include "src/log.h"
@@ -125,4 +127,29 @@ Test(errors, a_bad_algorithm_filter_fails_init_by_name) {
             "init's message: %s", m);
   if (c != NULL)
     braid_comm_destroy(c);
+}
+
+/* A unique id serves one rendezvous: making a second communicator with it,
+ * as the same rank, is refused at once by name. It waited out the whole
+ * timeout for a root that had closed, then named the root's address. */
+Test(errors, an_id_used_twice_is_refused_at_once) {
+  setenv("BRAID_TIMEOUT", "5", 1);
+  braid_unique_id id;
+  cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+  braid_comm *c = NULL, *c2 = NULL;
+  cr_assert_eq(braid_comm_init(&c, 1, &id, 0, NULL), BRAID_SUCCESS, "%s",
+               braid_comm_last_error(c));
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  braid_result r = braid_comm_init(&c2, 1, &id, 0, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+  const char *m = braid_comm_last_error(c2);
+  cr_expect_eq(r, BRAID_ERR_INVALID_ARG, "second init: %s: %s",
+               braid_result_string(r), m);
+  cr_expect(strstr(m, "serves one rendezvous") != NULL, "message: %s", m);
+  cr_expect(s < 2.0, "refused after %.2f s", s);
+  if (c2 != NULL)
+    braid_comm_destroy(c2);
+  braid_comm_destroy(c);
 }
