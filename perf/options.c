@@ -433,11 +433,11 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
       break;
     case 'd':
       if (parse_list_dtype(a, o)) {
-        fprintf(err,
-                "%s: unknown datatype '%s' (expected int8, uint8, int32, "
-                "uint32, int64, uint64, float16, bfloat16, float32, float64, "
-                "float8_e4m3, float8_e5m2 or all)\n",
-                prog, a);
+        /* every name perf takes (perf_dtype_str) */
+        fprintf(err, "%s: unknown datatype '%s' (expected", prog, a);
+        for (int i = 0; i < BRAID_NUM_DTYPES; i++)
+          fprintf(err, " %s,", perf_dtype_str(i));
+        fprintf(err, " or all)\n");
         return -1;
       }
       break;

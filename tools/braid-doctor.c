@@ -72,6 +72,11 @@ int main(int argc, char **argv) {
                 a, argv[i]);
         return 2;
       }
+    } else if (strcmp(a, "--ranks") == 0 || strcmp(a, "--local-ranks") == 0 ||
+               strcmp(a, "--timeout") == 0) {
+      fprintf(stderr, "braid-doctor: %s needs a value (a positive integer)\n",
+              a);
+      return 2;
     } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       usage(stdout);
       return 0;

@@ -65,11 +65,15 @@ static int parse_opts(int argc, char **argv, opts *o) {
       }
       char *e;
       double v = strtod(argv[++i], &e);
-      if (*e || e == argv[i] || v <= 0) {
-        fprintf(stderr, "braid-topo: %s: bad value '%s'\n", a, argv[i]);
+      int hosts = !strcmp(a, "--hosts");
+      /* !(v > 0) refuses nan; the range before (int): (int) of inf is UB */
+      if (*e || e == argv[i] || !(v > 0) || v > (hosts ? 4096 : 1e6) ||
+          (hosts && v != (int)v)) {
+        fprintf(stderr, "braid-topo: %s: bad value '%s' (%s)\n", a, argv[i],
+                hosts ? "a whole number, 1 to 4096" : "GB/s, above 0");
         return -1;
       }
-      if (!strcmp(a, "--hosts"))
+      if (hosts)
         o->hosts = (int)v;
       else
         o->nic_bw = v;

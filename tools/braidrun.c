@@ -210,8 +210,12 @@ static void parse_hostfile(const char *path) {
 /* Full path of an executable: as given when it holds a '/', else from PATH
  * (plus extra, a colon list tried after it). NULL when none. */
 static char *find_exec(const char *prog, const char *extra) {
+  struct stat st;
   if (strchr(prog, '/'))
-    return access(prog, X_OK) == 0 ? strdup(prog) : NULL;
+    return stat(prog, &st) == 0 && S_ISREG(st.st_mode) &&
+                   access(prog, X_OK) == 0
+               ? strdup(prog)
+               : NULL;
   const char *path = getenv("PATH");
   char *dirs = malloc(strlen(path ? path : "") + strlen(extra) + 2);
   if (dirs == NULL)
@@ -221,7 +225,6 @@ static char *find_exec(const char *prog, const char *extra) {
   for (char *d = strtok_r(dirs, ":", &save); d && !res;
        d = strtok_r(NULL, ":", &save)) {
     char full[PATH_MAX];
-    struct stat st;
     if (snprintf(full, sizeof full, "%s/%s", d, prog) < (int)sizeof full &&
         stat(full, &st) == 0 && S_ISREG(st.st_mode) && access(full, X_OK) == 0)
       res = strdup(full);
@@ -624,8 +627,12 @@ int main(int argc, char **argv) {
       dup2(po[1], 1);
       dup2(pe[1], 2);
       execve(cpath[r], cargv[r], cenv[r]);
-      static const char msg[] = "braidrun: exec failed\n";
-      (void)!write(2, msg, sizeof msg - 1);
+      /* braidrun has one thread: strerror is safe in the child */
+      char msg[PATH_MAX + 160];
+      int n = snprintf(msg, sizeof msg, "braidrun: cannot run %s: %s\n",
+                       cpath[r], strerror(errno));
+      if (n > 0)
+        (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg);
       _exit(127);
     }
     setpgid(pid, pid); /* also here, so that no signal races the child */

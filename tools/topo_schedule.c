@@ -160,11 +160,11 @@ static int parse_args(int argc, char **argv, sopts *o) {
     if (*e || e == v || !(d > 0))
       return bad("%s: bad value '%s'", a, v);
     if (!strcmp(a, "--hosts")) {
-      if (d != (int)d || d > 4096)
-        return bad("--hosts: bad value '%s'", v);
+      if (d > 4096 || d != (int)d) /* the range first: (int) of inf is UB */
+        return bad("--hosts: bad value '%s' (a whole number, 1 to 4096)", v);
       o->hosts = (int)d;
     } else if (!strcmp(a, "--channels")) {
-      if (d != (int)d || d > 32)
+      if (d > 32 || d != (int)d)
         return bad("--channels: bad value '%s' (1 to 32, as BRAID_NCHANNELS)",
                    v);
       o->channels = (int)d;

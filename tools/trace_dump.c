@@ -179,6 +179,10 @@ static int check_header(line_vals *lv, char *err, size_t errlen) {
     }
   if (!seen(lv, "ncalls"))
     h->ncalls = -1;
+  else if (h->ncalls < 0) {
+    snprintf(err, errlen, "\"ncalls\" %lld is below 0", h->ncalls);
+    return -1;
+  }
   h->comm = or_empty(h->comm), h->host = or_empty(h->host);
   h->reason = or_empty(h->reason), h->error = or_empty(h->error);
   return 0;
@@ -195,10 +199,36 @@ static int check_call(line_vals *lv, const trace_dump *d, char *err,
     snprintf(err, errlen, "a call needs \"kind\"");
     return -1;
   }
+  /* the kinds src/flight.c writes: collectives/schedule.c's
+   * sched_coll_name, and barrier (braid-trace needs nothing of the
+   * library, so the names are here too) */
+  static const char *const kinds[] = {"allreduce", "broadcast",      "reduce",
+                                      "allgather", "reduce_scatter", "gather",
+                                      "scatter",   "alltoall",       "send",
+                                      "recv",      "barrier"};
+  int known = 0;
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0] && !known; k++)
+    known = strcmp(c->kind, kinds[k]) == 0;
+  if (!known) {
+    snprintf(err, errlen,
+             "\"kind\" \"%.40s\" is not a collective braid "
+             "records",
+             c->kind);
+    return -1;
+  }
+  if (seen(lv, "count") && c->count < 0) {
+    snprintf(err, errlen, "\"count\" %lld is below 0", c->count);
+    return -1;
+  }
   if (!seen(lv, "waits_on"))
     c->waits_on = -1;
   if (!seen(lv, "root"))
     c->root = -1;
+  if (c->root < -1 || c->root >= d->nranks) {
+    snprintf(err, errlen, "\"root\" %lld is not a rank of %lld", c->root,
+             d->nranks);
+    return -1;
+  }
   if (c->waits_on < -1 || c->waits_on >= d->nranks) {
     snprintf(err, errlen, "\"waits_on\" %lld is not a rank of %lld",
              c->waits_on, d->nranks);

@@ -206,6 +206,12 @@ env_refused)
   [ $rc -eq 2 ] || fail "BRAID_TRANSPORT=infiniband: exit $rc, want 2"
   finding "$tmp/t.out" error env "BRAID_TRANSPORT=infiniband is not a transport" \
     "BRAID_TRANSPORT takes shm, tcp, ofi or ibverbs"
+  # the command line: an option without its value is named as such
+  "$DOCTOR" --ranks >"$tmp/o.out" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] || fail "--ranks without a value: exit $rc, want 2"
+  grep -q -- "--ranks needs a value" "$tmp/o.out" ||
+    fail "--ranks without a value: $(cat "$tmp/o.out")"
   ;;
 limits)
   # a job of 1000 ranks (the launcher's size) under a soft limit of 128

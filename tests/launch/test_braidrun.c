@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -231,6 +232,25 @@ Test(braidrun, usage_errors) {
   r = run(ARGS("-n", "2", "no-such-command-braid"));
   cr_assert_eq(r->code, 127);
   cr_assert_not_null(strstr(r->err, "command not found"), "%s", r->err);
+  /* a directory is no program (it was started, and every rank said only
+   * "exec failed") */
+  r = run(ARGS("-n", "2", "/tmp"));
+  cr_assert_eq(r->code, 127);
+  cr_assert_not_null(strstr(r->err, "/tmp: not an executable file"), "%s",
+                     r->err);
+  /* an executable file the kernel cannot run: its path and why */
+  char bad[] = "/tmp/braid-test-noexec-XXXXXX";
+  int fd = mkstemp(bad);
+  cr_assert(fd >= 0);
+  cr_assert_eq(write(fd, "\x01\x02garbage\n", 10), 10);
+  close(fd);
+  chmod(bad, 0700);
+  r = run(ARGS("-n", "1", bad));
+  unlink(bad);
+  cr_assert_eq(r->code, 127);
+  cr_assert_not_null(strstr(r->err, "cannot run /tmp/braid-test-noexec-"), "%s",
+                     r->err);
+  cr_assert_not_null(strstr(r->err, "Exec format error"), "%s", r->err);
   r = run(ARGS("-n", "x", HELPER_PATH));
   cr_assert_eq(r->code, 2);
   cr_assert_not_null(strstr(r->err, "-n 'x'"), "%s", r->err);

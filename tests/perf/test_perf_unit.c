@@ -112,6 +112,9 @@ Test(perf_options, bad_values_name_the_problem) {
   EXPECT_BAD("invalid size 'M'", "braid-perf", "all_reduce", "-e", "M");
   EXPECT_BAD("unknown datatype 'float7'", "braid-perf", "all_reduce", "-d",
              "float7");
+  /* the list of what it takes names every type it takes */
+  EXPECT_BAD(" int16,", "braid-perf", "all_reduce", "-d", "float7");
+  EXPECT_BAD(" bool,", "braid-perf", "all_reduce", "-d", "float7");
   EXPECT_BAD("unknown reduction op 'mean'", "braid-perf", "all_reduce", "-o",
              "mean");
   EXPECT_BAD("unknown collective 'allreduce2'", "braid-perf", "allreduce2");

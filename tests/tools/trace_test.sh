@@ -100,7 +100,7 @@ cycle)
 malformed)
   # each fault names its file and line; nothing is analyzed
   for f in syntax:3 type:2 version:1 waits_on:3 not_a_dump:1 escape:2 \
-    trailing:2 fp:3; do
+    trailing:2 fp:3 count:2 ncalls:1 kind:3 root:2; do
     name=${f%:*} at=${f#*:}
     run 2 analyze "$DIR/stopped/rank0.json" "$DIR/malformed/$name.json"
     has "braid-trace: $DIR/malformed/$name.json:$at: " "$tmp/err"
@@ -112,12 +112,21 @@ malformed)
   has 'format version 2 ("braid_flight"); this braid-trace reads version 1' "$tmp/err"
   run 2 analyze "$DIR/malformed/waits_on.json"
   has '"waits_on" 7 is not a rank of 3' "$tmp/err"
-  # every file of a directory is read: seven errors, and the file that is
-  # no dump left out
+  # fields the recorder never writes so: refused, not shown as given
+  run 2 analyze "$DIR/malformed/count.json"
+  has '"count" -100 is below 0' "$tmp/err"
+  run 2 analyze "$DIR/malformed/ncalls.json"
+  has '"ncalls" -1 is below 0' "$tmp/err"
+  run 2 analyze "$DIR/malformed/kind.json"
+  has '"kind" "bogus" is not a collective braid records' "$tmp/err"
+  run 2 analyze "$DIR/malformed/root.json"
+  has '"root" 3 is not a rank of 3' "$tmp/err"
+  # every file of a directory is read: eleven errors, and the file that
+  # is no dump left out
   run 2 analyze "$DIR/malformed"
-  [ "$(grep -c "^braid-trace: $DIR/malformed/" "$tmp/err")" -eq 7 ] ||
-    fail "not seven errors for the directory"
-  line 'braid-trace: 7 unreadable or malformed inputs: no analysis' "$tmp/err"
+  [ "$(grep -c "^braid-trace: $DIR/malformed/" "$tmp/err")" -eq 11 ] ||
+    fail "not eleven errors for the directory"
+  line 'braid-trace: 11 unreadable or malformed inputs: no analysis' "$tmp/err"
   line "braid-trace: warning: $DIR/malformed/not_a_dump.json: not a braid flight dump (its first line has no \"braid_flight\"): left out" "$tmp/err"
   # a directory with other JSON files in it, as /tmp may be
   cp "$DIR/stopped/"*.json "$DIR/malformed/not_a_dump.json" "$tmp/"
