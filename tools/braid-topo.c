@@ -188,7 +188,8 @@ static int cmd_render(opts *o) {
   if (!strcmp(fmt, "dot")) {
     FILE *f = strcmp(o->out, "-") ? fopen(o->out, "w") : stdout;
     if (!f || topo_write_dot(g, f) != BRAID_SUCCESS) {
-      fprintf(stderr, "braid-topo: cannot write %s\n", o->out);
+      fprintf(stderr, "braid-topo: cannot write %s%s%s\n", o->out,
+              f ? "" : ": ", f ? "" : strerror(errno));
       rc = 1;
     }
     if (f && f != stdout && fclose(f))

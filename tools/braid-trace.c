@@ -697,6 +697,10 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc < 3 || strcmp(argv[1], "analyze") != 0) {
+    if (argc >= 2 && strcmp(argv[1], "analyze") != 0)
+      fprintf(stderr, "braid-trace: unknown command '%s'\n", argv[1]);
+    else
+      fprintf(stderr, "braid-trace: analyze needs a dump file or folder\n");
     usage(stderr);
     return 2;
   }

@@ -517,11 +517,13 @@ static int render(const sopts *o, const sched *s, const sched_view *v) {
            sched_coll_name(s->coll), o->size_s, s->algo, s->nchannels);
   if (!strcmp(o->render, "dot")) {
     FILE *f = strcmp(o->out, "-") ? fopen(o->out, "w") : stdout;
+    int open_err = f ? 0 : errno;
     int rc = !f || write_plan(f, s, v, title);
     if (f && f != stdout && fclose(f))
       rc = 1;
     if (rc)
-      fprintf(stderr, "braid-topo schedule: cannot write %s\n", o->out);
+      fprintf(stderr, "braid-topo schedule: cannot write %s%s%s\n", o->out,
+              open_err ? ": " : "", open_err ? strerror(open_err) : "");
     return rc;
   }
   char tmp[] = "/tmp/braid-schedule-XXXXXX.dot";
@@ -753,7 +755,8 @@ static int run(const sopts *o, topo_graph *g) {
   if (!rc && o->save) {
     FILE *f = fopen(o->save, "w");
     if (!f || sched_file_write(chosen->s, f)) {
-      fprintf(stderr, "braid-topo schedule: cannot write %s\n", o->save);
+      fprintf(stderr, "braid-topo schedule: cannot write %s%s%s\n", o->save,
+              f ? "" : ": ", f ? "" : strerror(errno));
       rc = 1;
     }
     if (f && fclose(f))
