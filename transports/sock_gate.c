@@ -22,6 +22,12 @@
 #define GATE_BATCH 64     /* accepts per round before serving the pending */
 #define RETRY_MAX_MS 50   /* longest pause before greeting again */
 #define RETRY_FIRST_MS 10 /* first pause after being dropped */
+/* How long a connection waits for the listener's challenge (its first
+ * bytes, sent as it accepts) before greeting again on a new one: a
+ * connection the listener never saw (the handshake's last ACK lost on a
+ * lossy link, the listener's SYN-ACK retries spent) stays open on this side
+ * alone and would wait out the whole deadline. */
+#define CHALLENGE_WAIT_MS 5000
 
 static const char client_label[] = "braid greeting: client";
 static const char server_label[] = "braid greeting: server";
@@ -80,9 +86,17 @@ static int greet_once(int fd, const char *as, int64_t deadline, uint32_t magic,
                       uint32_t kind, const uint8_t secret[16], const void *body,
                       size_t body_len) {
   sock_challenge ch;
-  int rc = sock_read_full(fd, &ch, sizeof(ch), deadline);
-  if (rc == SOCK_EOF || rc == SOCK_RESET)
+  int64_t wait = sock_now_ms() + CHALLENGE_WAIT_MS;
+  int rc =
+      sock_read_full(fd, &ch, sizeof(ch), wait < deadline ? wait : deadline);
+  if (rc == SOCK_EOF || rc == SOCK_RESET ||
+      (rc == SOCK_TIMEOUT && wait < deadline)) {
+    if (rc == SOCK_TIMEOUT)
+      INFO(LOG_BOOT | LOG_NET,
+           "no challenge from %s within %d ms: connecting again", as,
+           CHALLENGE_WAIT_MS);
     return 1;
+  }
   if (rc != 0) {
     char e[96];
     return SOCK_FAIL(rc, "waiting for the challenge of %s: %s", as,

@@ -229,6 +229,52 @@ static void *proxy_main(void *arg) {
   return NULL;
 }
 
+/* Holds the first connection it accepts without a word (a connection the
+ * root never saw answers as little), then forwards the next to the root. */
+static void *hole_then_proxy(void *arg) {
+  proxy *p = arg;
+  int c;
+  struct sockaddr_storage from;
+  if (sock_accept(p->lfd, sock_now_ms() + 20000, &c, &from) != 0)
+    return NULL;
+  void *r = proxy_main(p);
+  close(c);
+  return r;
+}
+
+/* A rank whose first connection gets no challenge connects again after a
+ * while and joins: it waited for the challenge until its deadline (the
+ * whole timeout), as a rank did once on a lossy link between network
+ * namespaces, where the connection was open on its side alone. */
+Test(greeting, a_connection_without_a_challenge_is_made_again, .timeout = 60) {
+  uint8_t secret[16];
+  test_secret(secret, 0x53);
+  braid_unique_id id, via;
+  proxy px;
+  memset(&px, 0, sizeof(px));
+  root_at(secret, &id, &px.root);
+  struct sockaddr_storage lo, bound;
+  cr_assert_eq(sock_resolve("127.0.0.1", 0, &lo), 0);
+  cr_assert_eq(sock_listen(&lo, 0, 0, &px.lfd, &bound), 0, "%s", err_msg());
+  cr_assert_eq(
+      boot_unique_id_at("127.0.0.1", sock_addr_port(&bound), secret, 0, &via),
+      BRAID_SUCCESS, "%s", err_msg());
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, hole_then_proxy, &px), 0);
+  rank_proc p[2];
+  int64_t t0 = sock_now_ms();
+  spawn_rank(&p[0], 0, 2, &id, rank_join, NULL);
+  spawn_rank(&p[1], 1, 2, &via, rank_join, NULL);
+  wait_ranks(p, 2, 40000);
+  int64_t took = sock_now_ms() - t0;
+  pthread_join(th, NULL);
+  close(px.lfd);
+  for (int r = 0; r < 2; r++)
+    cr_assert_eq(p[r].status, 0, "rank %d: %s", r, p[r].msg);
+  cr_assert(px.ok, "the second connection was not forwarded");
+  cr_assert_lt(took, 15000, "joined after %lld ms", (long long)took);
+}
+
 Test(greeting, replayed_greeting_is_refused, .timeout = 60) {
   uint8_t secret[16];
   test_secret(secret, 0x47);
