@@ -229,6 +229,22 @@ static void *proxy_main(void *arg) {
   return NULL;
 }
 
+/* A root (its id in *id) and a proxy to it on a port of its own (*via:
+ * the same job reached through the proxy), served by fn in *th. */
+static void proxy_start(proxy *px, const uint8_t secret[16],
+                        braid_unique_id *id, braid_unique_id *via,
+                        void *(*fn)(void *), pthread_t *th) {
+  memset(px, 0, sizeof(*px));
+  root_at(secret, id, &px->root);
+  struct sockaddr_storage lo, bound;
+  cr_assert_eq(sock_resolve("127.0.0.1", 0, &lo), 0);
+  cr_assert_eq(sock_listen(&lo, 0, 0, &px->lfd, &bound), 0, "%s", err_msg());
+  cr_assert_eq(
+      boot_unique_id_at("127.0.0.1", sock_addr_port(&bound), secret, 0, via),
+      BRAID_SUCCESS, "%s", err_msg());
+  cr_assert_eq(pthread_create(th, NULL, fn, px), 0);
+}
+
 /* Holds the first connection it accepts without a word (a connection the
  * root never saw answers as little), then forwards the next to the root. */
 static void *hole_then_proxy(void *arg) {
@@ -251,16 +267,8 @@ Test(greeting, a_connection_without_a_challenge_is_made_again, .timeout = 60) {
   test_secret(secret, 0x53);
   braid_unique_id id, via;
   proxy px;
-  memset(&px, 0, sizeof(px));
-  root_at(secret, &id, &px.root);
-  struct sockaddr_storage lo, bound;
-  cr_assert_eq(sock_resolve("127.0.0.1", 0, &lo), 0);
-  cr_assert_eq(sock_listen(&lo, 0, 0, &px.lfd, &bound), 0, "%s", err_msg());
-  cr_assert_eq(
-      boot_unique_id_at("127.0.0.1", sock_addr_port(&bound), secret, 0, &via),
-      BRAID_SUCCESS, "%s", err_msg());
   pthread_t th;
-  cr_assert_eq(pthread_create(&th, NULL, hole_then_proxy, &px), 0);
+  proxy_start(&px, secret, &id, &via, hole_then_proxy, &th);
   rank_proc p[2];
   int64_t t0 = sock_now_ms();
   spawn_rank(&p[0], 0, 2, &id, rank_join, NULL);
@@ -280,16 +288,8 @@ Test(greeting, replayed_greeting_is_refused, .timeout = 60) {
   test_secret(secret, 0x47);
   braid_unique_id id, via;
   proxy px;
-  memset(&px, 0, sizeof(px));
-  root_at(secret, &id, &px.root);
-  struct sockaddr_storage lo, bound;
-  cr_assert_eq(sock_resolve("127.0.0.1", 0, &lo), 0);
-  cr_assert_eq(sock_listen(&lo, 0, 0, &px.lfd, &bound), 0, "%s", err_msg());
-  cr_assert_eq(
-      boot_unique_id_at("127.0.0.1", sock_addr_port(&bound), secret, 0, &via),
-      BRAID_SUCCESS, "%s", err_msg());
   pthread_t th;
-  cr_assert_eq(pthread_create(&th, NULL, proxy_main, &px), 0);
+  proxy_start(&px, secret, &id, &via, proxy_main, &th);
   /* rank 1 reaches the root through the proxy, which records its greeting */
   rank_proc p[2];
   spawn_rank(&p[0], 0, 2, &id, rank_join, NULL);
