@@ -237,30 +237,26 @@ void Runner::completeFutures(std::unique_lock<std::mutex> &lk) {
   }
   completing_ = true;
   while (!ran_.empty()) {
-    std::vector<c10::intrusive_ptr<WorkBraid>> works = std::move(ran_.front());
-    ran_.pop_front();
     completing_since_ = std::chrono::steady_clock::now();
-    runCallbacks(lk, [&] {
-      for (auto &w : works)
-        w->completeFuture();
-      works.clear();
-    });
+    completeFront(lk);
   }
   completing_ = false;
 }
 
+void Runner::completeFront(std::unique_lock<std::mutex> &lk) {
+  std::vector<c10::intrusive_ptr<WorkBraid>> works = std::move(ran_.front());
+  ran_.pop_front();
+  runCallbacks(lk, [&] {
+    for (auto &w : works)
+      w->completeFuture();
+    works.clear();
+  });
+}
+
 void Runner::takeOverIfStalled(std::unique_lock<std::mutex> &lk) {
   while (futuresWait() &&
-         std::chrono::steady_clock::now() - completing_since_ >=
-             kCallbackStall) {
-    std::vector<c10::intrusive_ptr<WorkBraid>> works = std::move(ran_.front());
-    ran_.pop_front();
-    runCallbacks(lk, [&] {
-      for (auto &w : works)
-        w->completeFuture();
-      works.clear();
-    });
-  }
+         std::chrono::steady_clock::now() - completing_since_ >= kCallbackStall)
+    completeFront(lk);
 }
 
 void Runner::spareIfNeeded() {

@@ -185,6 +185,9 @@ private:
   /* Completes the futures of the batches that have run, in issue order,
    * unless another thread is at it; lk held on entry and on return. */
   void completeFutures(std::unique_lock<std::mutex> &lk);
+  /* Pops the oldest batch that has run and completes its futures; lk held
+   * on entry and on return. */
+  void completeFront(std::unique_lock<std::mutex> &lk);
   /* Under the lock: wakes or makes a spare thread when the worker is
    * inside callbacks, batches or futures wait, and no spare is at work. */
   void spareIfNeeded();
