@@ -148,6 +148,13 @@ braid_result select_filter_parse(const char *text, select_filter *f) {
   }
   const char *p = text ? text : "";
   const char *end = p + strlen(p);
+  /* Text that is only separators (";;") names nothing: a slip, not the
+   * default. */
+  if (p[strspn(p, "; \t\n")] == '\0' && strchr(p, ';') != NULL)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "BRAID_ALGO=\"%s\" names no algorithm (expected entries such "
+               "as ring,tree or allreduce:ring;broadcast:tree)",
+               p);
   while (p <= end) {
     const char *q = p;
     while (q < end && *q != ';')

@@ -103,6 +103,14 @@ int sock_ifname_match(const char *spec, const char *name) {
   return exclude ? !hit : hit;
 }
 
+int sock_ifname_names(const char *spec) {
+  if (spec == NULL || spec[0] == '\0')
+    return 1; /* no filter */
+  spec += *spec == '^';
+  spec += *spec == '=';
+  return spec[strspn(spec, ",")] != '\0';
+}
+
 static int usable_family(const struct ifaddrs *ifa) {
   if (ifa->ifa_addr == NULL || !(ifa->ifa_flags & IFF_UP))
     return 0;
@@ -130,6 +138,12 @@ static void take(const struct ifaddrs *ifa, struct sockaddr_storage *out,
 
 int sock_pick_addr(const char *spec, struct sockaddr_storage *out, char *ifname,
                    size_t ifname_len) {
+  if (!sock_ifname_names(spec))
+    return SOCK_FAIL(SOCK_ERR,
+                     "BRAID_SOCKET_IFNAME=%s names no interface (expected "
+                     "name prefixes such as eth,ib; ^docker excludes, =eth0 "
+                     "is an exact name)",
+                     spec);
   struct ifaddrs *list = NULL;
   if (getifaddrs(&list) != 0)
     return SOCK_FAIL(SOCK_ERR, "getifaddrs failed: %s", strerror(errno));

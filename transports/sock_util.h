@@ -47,6 +47,9 @@ void sock_addr_set_port(struct sockaddr_storage *a, int port);
  * comma-separated prefixes; a leading '^' excludes the listed ones; a
  * leading '=' (after any '^') makes them exact names). NULL/"" passes all. */
 int sock_ifname_match(const char *spec, const char *name);
+/* 0 when spec is a filter that names no interface ("^", "=", ","): every
+ * name would pass or none would, which no one means. */
+int sock_ifname_names(const char *spec);
 /* Picks the local address to advertise: with spec, the first up interface
  * that passes it (IPv4 before IPv6, link-local IPv6 skipped); else the first
  * up non-loopback IPv4 interface not named docker* or virbr*; else loopback.

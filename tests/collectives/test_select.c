@@ -153,6 +153,8 @@ Test(select, filter_errors) {
   expect_error("ring,,tree", "empty algorithm name");
   expect_error("^", "empty algorithm name");
   expect_error("allreduce:", "empty algorithm name");
+  expect_error(";;", "BRAID_ALGO=\";;\" names no algorithm");
+  expect_error(" ; ", "names no algorithm");
 }
 
 Test(select, impossible_filter) {

@@ -154,6 +154,13 @@ Test(bootstrap, ifname_filter) {
   cr_assert(!sock_ifname_match("=eth0", "eth01"));
   cr_assert(!sock_ifname_match("^=eth0", "eth0"));
   cr_assert(sock_ifname_match("^=eth0", "eth01"));
+  cr_assert(sock_ifname_names(NULL) && sock_ifname_names("^lo"));
+  for (const char *bad = "^\0=\0^=\0,\0^,,\0"; *bad; bad += strlen(bad) + 1) {
+    struct sockaddr_storage none;
+    cr_assert(!sock_ifname_names(bad), "%s", bad);
+    cr_assert_neq(sock_pick_addr(bad, &none, NULL, 0), 0, "%s", bad);
+    cr_assert(strstr(err_msg(), "names no interface"), "%s", err_msg());
+  }
   struct sockaddr_storage a;
   char name[64];
   cr_assert_eq(sock_pick_addr("lo", &a, name, sizeof(name)), 0, "%s",
