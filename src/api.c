@@ -722,6 +722,14 @@ braid_result braid_alltoallv(const void *sendbuf, const size_t *sendcounts,
   }
   free(blk);
   if (r == BRAID_SUCCESS && nops > 0) {
+    /* a collective: it takes a call number, as the others do (its sends
+     * and receives carry no fingerprint, src/check.c) */
+    uint64_t sent = 0, seq = ++comm->coll_seq;
+    for (int j = 0; j < n; j++)
+      sent += sendcounts[j];
+    for (int k = 0; k < nops; k++)
+      ops[k].seq = seq;
+    flight_queued_alltoallv(comm, ops, nops, sent, dt);
     braid_group_start();
     for (int k = 0; k < nops && r == BRAID_SUCCESS; k++)
       r = enq_submit(comm, &ops[k]);

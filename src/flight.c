@@ -34,6 +34,9 @@
 
 typedef enum { FL_QUEUED, FL_STARTED, FL_WAITING, FL_DONE, FL_FAILED } fl_state;
 
+/* A barrier runs as an allreduce, an alltoallv as sends and receives. */
+enum { FL_AS_COLL, FL_AS_BARRIER, FL_AS_ALLTOALLV };
+
 static const char *state_name[] = {"queued", "started", "waiting", "done",
                                    "failed"};
 
@@ -50,7 +53,8 @@ static const char *result_name(int32_t r) {
 typedef struct flight_rec {
   uint64_t index; /* 1 + the call's position in the communicator's calls */
   uint64_t seq, count, fp;
-  int32_t coll, dt, op, root, barrier, stream;
+  int32_t coll, dt, op, root, stream;
+  int32_t as; /* FL_AS_*: what the call is, where coll does not say */
   int32_t state, waits_on, channel, step, prim, result;
   int64_t t_queued, t_started, t_done; /* CLOCK_REALTIME, us */
 } flight_rec;
@@ -231,7 +235,7 @@ void flight_queued(braid_comm *c, exec_op *op) {
   r->dt = (int32_t)op->dt;
   r->op = (int32_t)op->op;
   r->root = op->root;
-  r->barrier = op->is_barrier;
+  r->as = op->is_barrier ? FL_AS_BARRIER : FL_AS_COLL;
   r->stream = op->stream == NULL ? 0 : op->stream->cuda == NULL ? 1 : 2;
   r->state = FL_QUEUED;
   r->waits_on = r->channel = r->step = r->prim = -1;
@@ -240,6 +244,24 @@ void flight_queued(braid_comm *c, exec_op *op) {
   r->t_started = r->t_done = 0;
   op->flight = index;
   op->flight_slot = slot;
+}
+
+void flight_queued_alltoallv(braid_comm *c, exec_op *ops, int nops,
+                             uint64_t sent, braid_dtype dt) {
+  if (c->flight == NULL || nops <= 0)
+    return;
+  exec_op call = ops[0]; /* the first send or receive stands for the call */
+  call.count = sent;
+  call.dt = dt;
+  call.root = -1;
+  flight_queued(c, &call);
+  flight_rec *r = &c->flight->recs[call.flight_slot];
+  r->as = FL_AS_ALLTOALLV;
+  r->fp = 0;
+  for (int k = 0; k < nops; k++) { /* run as one group: one record */
+    ops[k].flight = call.flight;
+    ops[k].flight_slot = call.flight_slot;
+  }
 }
 
 void flight_started(braid_comm *c, const exec_op *op) {
@@ -312,27 +334,32 @@ static void put_str(FILE *out, const char *s) {
 
 static void put_rec(FILE *out, const flight_rec *r) {
   sched_coll k = (sched_coll)r->coll;
-  const char *kind = r->barrier ? "barrier" : sched_coll_name(k);
-  int rooted = k == SCHED_BROADCAST || k == SCHED_REDUCE || k == SCHED_GATHER ||
-               k == SCHED_SCATTER || k == SCHED_SEND || k == SCHED_RECV;
-  fprintf(out,
-          "{\"seq\":%llu,\"kind\":\"%s\",\"count\":%llu,\"dtype\":\"%s\","
-          "\"op\":\"%s\",\"root\":%d,\"stream\":\"%s\",\"state\":\"%s\","
-          "\"channel\":%d,\"step\":%d,\"prim\":\"%s\",\"waits_on\":%d,"
-          "\"fp\":\"0x%016llx\",\"t_queued_us\":%lld,\"t_started_us\":%lld,"
-          "\"t_done_us\":%lld,\"result\":\"%s\"}\n",
-          (unsigned long long)r->seq, kind, (unsigned long long)r->count,
-          braid_dtype_name((braid_dtype)r->dt),
-          sched_reduces(k) && !r->barrier ? braid_op_name((braid_op)r->op) : "",
-          rooted ? r->root : -1,
-          r->stream == 0   ? "none"
-          : r->stream == 1 ? "host"
-                           : "cuda",
-          state_name[r->state], r->channel, r->step,
-          r->prim >= 0 ? sched_prim_name((sched_prim)r->prim) : "", r->waits_on,
-          (unsigned long long)r->fp, (long long)r->t_queued,
-          (long long)r->t_started, (long long)r->t_done,
-          result_name(r->result));
+  const char *kind = r->as == FL_AS_BARRIER     ? "barrier"
+                     : r->as == FL_AS_ALLTOALLV ? "alltoallv"
+                                                : sched_coll_name(k);
+  int rooted =
+      r->as == FL_AS_COLL &&
+      (k == SCHED_BROADCAST || k == SCHED_REDUCE || k == SCHED_GATHER ||
+       k == SCHED_SCATTER || k == SCHED_SEND || k == SCHED_RECV);
+  fprintf(
+      out,
+      "{\"seq\":%llu,\"kind\":\"%s\",\"count\":%llu,\"dtype\":\"%s\","
+      "\"op\":\"%s\",\"root\":%d,\"stream\":\"%s\",\"state\":\"%s\","
+      "\"channel\":%d,\"step\":%d,\"prim\":\"%s\",\"waits_on\":%d,"
+      "\"fp\":\"0x%016llx\",\"t_queued_us\":%lld,\"t_started_us\":%lld,"
+      "\"t_done_us\":%lld,\"result\":\"%s\"}\n",
+      (unsigned long long)r->seq, kind, (unsigned long long)r->count,
+      braid_dtype_name((braid_dtype)r->dt),
+      sched_reduces(k) && r->as == FL_AS_COLL ? braid_op_name((braid_op)r->op)
+                                              : "",
+      rooted ? r->root : -1,
+      r->stream == 0   ? "none"
+      : r->stream == 1 ? "host"
+                       : "cuda",
+      state_name[r->state], r->channel, r->step,
+      r->prim >= 0 ? sched_prim_name((sched_prim)r->prim) : "", r->waits_on,
+      (unsigned long long)r->fp, (long long)r->t_queued,
+      (long long)r->t_started, (long long)r->t_done, result_name(r->result));
 }
 
 braid_result flight_dump(braid_comm *c, const char *reason, const char *path) {

@@ -27,6 +27,11 @@ void flight_free(braid_comm *c);
  * a wait that lasted (for `on`, at channel/step), finished with r. Each is
  * a few stores; a record that newer calls reused is left alone. */
 void flight_queued(braid_comm *c, exec_op *op);
+/* An alltoallv: one record (kind alltoallv, the call number its sends and
+ * receives carry, count the elements this rank sends) for the group of
+ * sends and receives it runs as, which all take it. */
+void flight_queued_alltoallv(braid_comm *c, exec_op *ops, int nops,
+                             uint64_t sent, braid_dtype dt);
 void flight_started(braid_comm *c, const exec_op *op);
 void flight_waiting(braid_comm *c, const exec_op *op, int on, int channel,
                     int step, int prim);

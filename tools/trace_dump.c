@@ -200,12 +200,12 @@ static int check_call(line_vals *lv, const trace_dump *d, char *err,
     return -1;
   }
   /* the kinds src/flight.c writes: collectives/schedule.c's
-   * sched_coll_name, and barrier (braid-trace needs nothing of the
+   * sched_coll_name, barrier and alltoallv (braid-trace needs nothing of the
    * library, so the names are here too) */
-  static const char *const kinds[] = {"allreduce", "broadcast",      "reduce",
-                                      "allgather", "reduce_scatter", "gather",
-                                      "scatter",   "alltoall",       "send",
-                                      "recv",      "barrier"};
+  static const char *const kinds[] = {
+      "allreduce",      "broadcast", "reduce",  "allgather",
+      "reduce_scatter", "gather",    "scatter", "alltoall",
+      "send",           "recv",      "barrier", "alltoallv"};
   int known = 0;
   for (size_t k = 0; k < sizeof kinds / sizeof kinds[0] && !known; k++)
     known = strcmp(c->kind, kinds[k]) == 0;

@@ -49,8 +49,12 @@ void words_sig(const trace_call *c, int with_fp, char *buf, size_t len) {
   words_clean(c->kind, kind, sizeof kind);
   words_clean(c->dtype, dtype, sizeof dtype);
   words_clean(c->op, op, sizeof op);
-  size_t at = (size_t)snprintf(buf, len, "%s(%lld x %s", kind, c->count,
-                               dtype[0] ? dtype : "?");
+  /* each rank of an alltoallv sends a count of its own: not part of it */
+  size_t at =
+      strcmp(c->kind, "alltoallv") == 0
+          ? (size_t)snprintf(buf, len, "%s(%s", kind, dtype[0] ? dtype : "?")
+          : (size_t)snprintf(buf, len, "%s(%lld x %s", kind, c->count,
+                             dtype[0] ? dtype : "?");
   if (op[0] && at < len)
     at += (size_t)snprintf(buf + at, len - at, ", %s", op);
   if (c->root >= 0 && at < len)

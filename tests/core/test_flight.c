@@ -127,6 +127,45 @@ Test(flight, last_calls_in_order, .timeout = 60) {
   }
 }
 
+/* An alltoallv runs as sends and receives; it is recorded as one call with
+ * its call number, its count the elements its rank sends. */
+static int rank_alltoallv(int rank, int n, const braid_unique_id *id, void *arg,
+                          char *msg, size_t len) {
+  (void)arg;
+  braid_comm *c = init(rank, n, id);
+  if (c == NULL)
+    return 1;
+  float buf[8] = {0}, in[8] = {0}, out[8];
+  size_t sc[2] = {(size_t)rank + 1, (size_t)rank + 1}, sd[2] = {0, 4};
+  size_t rc[2] = {1, 2}, rd[2] = {0, 4};
+  if (braid_allreduce(buf, buf, 8, BRAID_FLOAT32, BRAID_SUM, c, NULL))
+    return 2;
+  if (braid_alltoallv(in, sc, sd, out, rc, rd, BRAID_FLOAT32, c, NULL))
+    return 3;
+  if (braid_allreduce(buf, buf, 8, BRAID_FLOAT32, BRAID_SUM, c, NULL))
+    return 2;
+  return dump_and_destroy(c, "a2av", rank, msg, len);
+}
+
+Test(flight, an_alltoallv_is_one_call, .timeout = 60) {
+  braid_unique_id id;
+  start(&id);
+  cr_assert_eq(run_ranks(2, &id, rank_alltoallv, NULL, 40000, NULL), 0);
+  for (int r = 0; r < 2; r++) {
+    char path[128], want[128];
+    snprintf(path, sizeof path, "%s/a2av.r%d.jsonl", dir, r);
+    const char *s = slurp(path);
+    cr_expect_eq(count_of(s, "\"seq\":"), 3, "%s", s);
+    snprintf(want, sizeof want,
+             "{\"seq\":2,\"kind\":\"alltoallv\",\"count\":%d,"
+             "\"dtype\":\"float32\",\"op\":\"\",\"root\":-1,",
+             2 * (r + 1));
+    cr_expect(strstr(s, want) != NULL, "no %s in %s", want, s);
+    cr_expect(strstr(s, "\"seq\":3,\"kind\":\"allreduce\"") != NULL, "%s", s);
+    cr_expect_eq(count_of(s, "\"state\":\"done\""), 3, "%s", s);
+  }
+}
+
 /* The rounds braid_comm_init runs at its end (ranks of one host settle on
  * their CPUs) are not a user's calls: the recorder holds only these two. */
 static int rank_two_calls(int rank, int n, const braid_unique_id *id, void *arg,
@@ -265,7 +304,7 @@ Test(flight, written_on_sigusr1, .timeout = 60) {
  * themselves when the communicator broke) go to braid-trace, whose verdict
  * must name that rank. */
 
-typedef enum { BAD_STOPPED, BAD_SKIPS, BAD_OP } bad_kind;
+typedef enum { BAD_STOPPED, BAD_SKIPS, BAD_OP, BAD_A2AV } bad_kind;
 
 static int rank_bad(int rank, int n, const braid_unique_id *id, void *arg,
                     char *msg, size_t len) {
@@ -281,8 +320,12 @@ static int rank_bad(int rank, int n, const braid_unique_id *id, void *arg,
   if (braid_allreduce(buf, buf, 8, BRAID_FLOAT32, BRAID_SUM, c, NULL))
     return 2;
   braid_result r = BRAID_SUCCESS;
-  if (k == BAD_STOPPED && rank == 2)
-    raise(SIGSTOP);                /* until the test kills it */
+  if ((k == BAD_STOPPED || k == BAD_A2AV) && rank == 2)
+    raise(SIGSTOP); /* until the test kills it */
+  if (k == BAD_A2AV) {
+    size_t one[3] = {1, 1, 1}, at[3] = {0, 1, 2};
+    r = braid_alltoallv(buf, one, at, buf + 4, one, at, BRAID_FLOAT32, c, NULL);
+  }
   if (k == BAD_SKIPS && rank != 2) /* rank 2 leaves the broadcast out */
     r = braid_broadcast(buf, buf, 8, BRAID_FLOAT32, 0, c, NULL);
   if (r == BRAID_SUCCESS)
@@ -300,8 +343,9 @@ static void analyze(bad_kind k, const char *want) {
   rank_proc p[3];
   for (int r = 0; r < 3; r++)
     spawn_rank(&p[r], r, 3, &id, rank_bad, &k);
-  wait_ranks(p, k == BAD_STOPPED ? 2 : 3, 30000);
-  if (k == BAD_STOPPED) {
+  int stops = k == BAD_STOPPED || k == BAD_A2AV;
+  wait_ranks(p, stops ? 2 : 3, 30000);
+  if (stops) {
     kill(p[2].pid, SIGKILL);
     waitpid(p[2].pid, NULL, 0);
     close(p[2].fd);
@@ -328,4 +372,9 @@ Test(flight, analyzer_names_a_rank_that_skipped_a_call, .timeout = 60) {
 
 Test(flight, analyzer_names_a_mismatched_op, .timeout = 60) {
   analyze(BAD_OP, "likely culprit: rank 2");
+}
+
+Test(flight, analyzer_names_a_rank_missing_from_an_alltoallv, .timeout = 60) {
+  analyze(BAD_A2AV, "likely culprit: rank 2 (rank 0's alltoallv #2 failed "
+                    "waiting for it: BRAID_ERR_TIMEOUT)");
 }
