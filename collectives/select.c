@@ -14,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "collectives/plan.h" /* plan_channels: the runtime's channels */
+
 static int ceil_log2(int n) {
   int l = 0;
   while ((1 << l) < n)
@@ -332,6 +334,10 @@ braid_result select_sim_table(sched_coll coll, int root, const sched_view *v,
     if (!any)
       use = &all;
   }
+  /* topology-blind generators get the channels the runtime gives a call
+   * of this size (plan_channels), so that each is timed as it would run */
+  int blind = plan_channels(bytes, max_channels > 0 ? max_channels
+                                                    : PLAN_DEFAULT_CHANNELS);
   int n = 0;
   GEN_FOREACH (g) {
     if (n >= max)
@@ -342,7 +348,7 @@ braid_result select_sim_table(sched_coll coll, int root, const sched_view *v,
     select_cand *c = &out[n++];
     memset(c, 0, sizeof *c);
     c->gen = g;
-    gen_params gp = {coll, v->nranks, root < 0 ? 0 : root, SELECT_VIEW_CHANNELS,
+    gen_params gp = {coll, v->nranks, root < 0 ? 0 : root, blind,
                      v,    bytes,     max_channels};
     sched *s;
     braid_result r = gen_build(g, &gp, &s);

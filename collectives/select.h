@@ -75,10 +75,6 @@ braid_result select_algo_f(sched_coll coll, int nranks, size_t bytes,
 
 /* ---- selection on a topology view, by simulation (collectives/sim.h) ---- */
 
-/* Channels given to topology-blind generators (ring, tree, ...) when they
- * are simulated on a view; the executor's default BRAID_NCHANNELS. */
-#define SELECT_VIEW_CHANNELS 2
-
 /* One candidate of a selection on a view. */
 typedef struct select_cand {
   const gen_desc *gen;
@@ -93,7 +89,9 @@ typedef struct select_cand {
  * opt-in ones; a default entry that leaves nothing for coll is ignored, as
  * in select_algo_f; select_filter_all: every one), for
  * blocks of `bytes` bytes, root `root` (rooted collectives), at most
- * max_channels channels for topology-aware generators (0: their default).
+ * max_channels channels for topology-aware generators (0: their default),
+ * the runtime's channels for a call of `bytes` for the others
+ * (plan_channels of max_channels, or of PLAN_DEFAULT_CHANNELS for 0).
  * Fills out[0 .. *count) in gen_table order, skipped ones included with
  * ok = 0 (a generator that builds no schedule, or whose schedule does not
  * simulate: its reason in note). BRAID_SUCCESS, or BRAID_ERR_INVALID_ARG

@@ -12,6 +12,7 @@
 
 #include "collectives/flow.h"
 #include "collectives/generators.h"
+#include "collectives/plan.h"
 #include "collectives/route.h"
 #include "collectives/select.h"
 #include "collectives/sim.h"
@@ -593,6 +594,61 @@ Test(sim, select_filter_and_table) {
     seen_ring |= cand[i].ok && !strcmp(cand[i].gen->name, "ring");
   }
   cr_assert(seen_ring);
+  view_free(v);
+  topo_graph_free(g);
+}
+
+/* Each candidate the selector times is the schedule the runtime would run
+ * at that size: built with the planner's parameters (plan_params, whose
+ * channels grow with the size up to BRAID_NCHANNELS), it simulates to the
+ * same time. A selector that timed every topology-blind generator on two
+ * channels, where calls below 512 KiB run one, picked from times of
+ * schedules that never ran. */
+Test(sim, table_times_the_schedules_the_runtime_runs) {
+  topo_graph *g = model("dgx1-v100");
+  sched_view *v = NULL;
+  cr_assert_eq(view_gpus(g, NULL, 0, &v), BRAID_SUCCESS, "%s", err_msg());
+  sim_params p;
+  sim_params_gpu(&p);
+  size_t sizes[] = {8192, 256u << 10, 1u << 20, 64u << 20};
+  int chans[] = {1, 2, 8};
+  int compared = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    for (size_t m = 0; m < sizeof chans / sizeof chans[0]; m++) {
+      select_filter every;
+      select_filter_all(&every);
+      select_cand cand[32];
+      int nc = 0;
+      cr_assert_eq(select_sim_table(SCHED_ALLREDUCE, 0, v, sizes[i], &p, &every,
+                                    chans[m], cand, 32, &nc),
+                   BRAID_SUCCESS, "%s", err_msg());
+      plan_request rq;
+      plan_request_defaults(&rq, SCHED_ALLREDUCE, v->nranks, sizes[i], v, 1);
+      rq.max_channels = chans[m];
+      gen_params gp = plan_params(&rq);
+      for (int k = 0; k < nc; k++) {
+        if (!cand[k].ok)
+          continue;
+        sched *s = NULL;
+        cr_assert_eq(gen_build(cand[k].gen, &gp, &s), BRAID_SUCCESS, "%s: %s",
+                     cand[k].gen->name, err_msg());
+        sim_result r;
+        cr_assert_eq(sim_run(s, v, sizes[i], &p, &r), BRAID_SUCCESS, "%s",
+                     err_msg());
+        cr_expect_eq(cand[k].nchannels, s->nchannels,
+                     "%s at %zu B, BRAID_NCHANNELS=%d: timed on %d channels, "
+                     "runs %d",
+                     cand[k].gen->name, sizes[i], chans[m], cand[k].nchannels,
+                     s->nchannels);
+        cr_expect(fabs(cand[k].res.time_us - r.time_us) <= 1e-9 * r.time_us,
+                  "%s at %zu B, BRAID_NCHANNELS=%d: timed %.3f us, runs %.3f",
+                  cand[k].gen->name, sizes[i], chans[m], cand[k].res.time_us,
+                  r.time_us);
+        sched_free(s);
+        compared++;
+      }
+    }
+  cr_assert_gt(compared, 40, "only %d candidates compared", compared);
   view_free(v);
   topo_graph_free(g);
 }
