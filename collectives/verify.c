@@ -20,6 +20,7 @@
  * schedule against a sender at `root` that sends its in[0..K) in order.
  */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -512,6 +513,27 @@ braid_result verify_sched(const sched *s, int inplace, int slots) {
   return verify_sched_ws(s, inplace, slots, NULL);
 }
 
+braid_result verify_cells(const sched *s, int *in_n, int *out_n, int *scr_n,
+                          int *ncells) {
+  int64_t k = s->chunks_per_block, n = s->nranks;
+  int64_t in = (int64_t)sched_in_blocks(s->coll, s->nranks) * k;
+  int64_t out = (int64_t)sched_out_blocks(s->coll, s->nranks) * k;
+  int64_t scr = (int64_t)s->scratch_blocks * k;
+  int64_t all = in + out + scr;
+  if (k < 1 || s->scratch_blocks < 0 || n < 1 || all * n > INT32_MAX)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "a schedule of %d ranks with chunks_per_block %d and "
+               "scratch_blocks %d has %lld chunks per rank, more than the "
+               "verifier counts (%d chunks in all ranks)",
+               s->nranks, s->chunks_per_block, s->scratch_blocks,
+               (long long)all, INT32_MAX);
+  *in_n = (int)in;
+  *out_n = (int)out;
+  *scr_n = (int)scr;
+  *ncells = (int)all;
+  return BRAID_SUCCESS;
+}
+
 braid_result verify_sched_ws(const sched *s, int inplace, int slots,
                              verify_ws *ws) {
   vctx v;
@@ -550,12 +572,9 @@ braid_result verify_sched_ws(const sched *s, int inplace, int slots,
   v.nch = s->nchannels;
   v.slots = slots;
   v.inplace = inplace;
-  int ib = sched_in_blocks(s->coll, v.n), ob = sched_out_blocks(s->coll, v.n);
+  int ib = sched_in_blocks(s->coll, v.n);
   v.ub = ib > 0 ? ib : 1;
-  v.in_n = ib * v.K;
-  v.out_n = ob * v.K;
-  v.scr_n = s->scratch_blocks * v.K;
-  v.ncells = v.in_n + v.out_n + v.scr_n;
+  CHECKR(verify_cells(s, &v.in_n, &v.out_n, &v.scr_n, &v.ncells));
   size_t U = (size_t)v.n * (size_t)v.ub;
   v.W = (int)((U + 63) / 64);
   size_t ncell = (size_t)v.n * (size_t)v.ncells;

@@ -19,6 +19,14 @@
  * collective's in-place aliasing (NCCL conventions) as well. */
 braid_result verify_sched(const sched *s, int inplace, int slots);
 
+/* The chunk cells both checks model per rank: the input's, the output's and
+ * the scratch's chunks (blocks times chunks_per_block), and their sum.
+ * BRAID_SUCCESS, or BRAID_ERR_INVALID_ARG with a message (ERR) when the
+ * cells of all ranks are more than an int counts (a file's largest
+ * chunks_per_block and scratch_blocks together are). */
+braid_result verify_cells(const sched *s, int *in_n, int *out_n, int *scr_n,
+                          int *ncells);
+
 /* Working memory that verify_sched_ws keeps from call to call: a caller that
  * verifies many schedules (a schedule file, a sweep of rank counts) saves
  * each call's allocations and the faulting-in of their pages, which took

@@ -266,10 +266,7 @@ braid_result verify_rank_order(const sched *s, int inplace) {
   v->n = n;
   v->K = s->chunks_per_block;
   v->inplace = inplace;
-  v->in_n = sched_in_blocks(s->coll, n) * v->K;
-  v->out_n = sched_out_blocks(s->coll, n) * v->K;
-  v->scr_n = s->scratch_blocks * v->K;
-  v->ncells = v->in_n + v->out_n + v->scr_n;
+  CHECKR(verify_cells(s, &v->in_n, &v->out_n, &v->scr_n, &v->ncells));
   o.cell = calloc((size_t)n * (size_t)v->ncells, sizeof(int32_t));
   o.q = calloc((size_t)n * (size_t)n, sizeof(ord_queue));
   o.pc = malloc(sizeof(int) * (size_t)n);

@@ -378,6 +378,38 @@ Test(sched_file, dropped_step_fails_the_verifier) {
   sched_free(s[1]);
 }
 
+/* chunks_per_block and scratch_blocks each within the file's limits, whose
+ * product of chunks no int counts: refused by name (the verifier's count
+ * wrapped, to a refusal as "out of memory", or to 0 cells and acceptance). */
+Test(sched_file, too_many_chunks_for_the_verifier) {
+  static const char *const ks[] = {"65536", "32768"};
+  for (int i = 0; i < 2; i++) {
+    char text[512], path[64];
+    snprintf(text, sizeof text,
+             "{\"braid_schedule\": 1, \"collective\": \"allreduce\", "
+             "\"nranks\": 1, \"chunks_per_block\": %s, \"scratch_blocks\": "
+             "65536, \"channels\": [{\"weight\": 1, \"ranks\": [[{\"op\": "
+             "\"copy\", \"src\": [\"in\", 0, %s], \"dst\": [\"out\", 0, "
+             "%s]}]]}]}",
+             ks[i], ks[i], ks[i]);
+    snprintf(path, sizeof path, "/tmp/braid-test-sched-XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    sched **out = NULL;
+    int n = -1;
+    braid_result rc = sched_file_load(path, &out, &n);
+    unlink(path);
+    cr_assert_eq(rc, BRAID_ERR_INVALID_ARG, "chunks_per_block %s: accepted",
+                 ks[i]);
+    cr_assert_not_null(strstr(err_msg(), "more than the verifier counts"), "%s",
+                       err_msg());
+    cr_assert_not_null(strstr(err_msg(), "scratch_blocks 65536"), "%s",
+                       err_msg());
+  }
+}
+
 /* A large schedule (a 64-rank ring allreduce) loads whole and unchanged;
  * no test asserts how long that takes. */
 Test(sched_file, big_file_loads) {
