@@ -366,18 +366,20 @@ static int write_dot(FILE *f, const sched *s, const sched_view *v,
                      const char *title) {
   const topo_graph *g = v->g;
   int n = s->nranks;
+  char e[512], ea[2 * sizeof g->v[0].name], eb[sizeof ea];
   fprintf(f, "digraph braid_schedule {\n");
   fprintf(f,
           "  graph [label=\"%s\", labelloc=t, fontname=\"Helvetica\", "
           "layout=circo];\n",
-          title);
+          topo_dot_esc(title, e, sizeof e));
   fprintf(f, "  node [shape=box, style=filled, fontname=\"Helvetica\"];\n");
   fprintf(f, "  edge [fontname=\"Helvetica\", fontsize=9];\n");
   for (int i = 0; i < topo_count(g, TOPO_GPU); i++) {
     int id = topo_nth(g, TOPO_GPU, i), used = 0;
     for (int r = 0; r < n; r++)
       used |= v->vertex[r] == id;
-    fprintf(f, "  \"%s\" [fillcolor=\"%s\"];\n", g->v[id].name,
+    fprintf(f, "  \"%s\" [fillcolor=\"%s\"];\n",
+            topo_dot_esc(g->v[id].name, ea, sizeof ea),
             used ? "#76b900" : "#eeeeee");
   }
   /* the machine: direct GPU-GPU links, grey, undirected */
@@ -388,7 +390,8 @@ static int write_dot(FILE *f, const sched *s, const sched_view *v,
     fprintf(f,
             "  \"%s\" -> \"%s\" [dir=none, color=\"#c8c8c8\", "
             "style=dashed, penwidth=%d];\n",
-            g->v[k->a].name, g->v[k->b].name, k->count > 1 ? 3 : 1);
+            topo_dot_esc(g->v[k->a].name, ea, sizeof ea),
+            topo_dot_esc(g->v[k->b].name, eb, sizeof eb), k->count > 1 ? 3 : 1);
   }
   /* the schedule: one edge per (sender, receiver) of each channel */
   int *t = malloc((size_t)n * sizeof(int));
@@ -402,7 +405,9 @@ static int write_dot(FILE *f, const sched *s, const sched_view *v,
         fprintf(f,
                 "  \"%s\" -> \"%s\" [color=\"%s\", fontcolor=\"%s\", "
                 "label=\"c%d %.3f\"];\n",
-                rname(v, r), rname(v, t[i]), col, col, c, s->weights[c]);
+                topo_dot_esc(rname(v, r), ea, sizeof ea),
+                topo_dot_esc(rname(v, t[i]), eb, sizeof eb), col, col, c,
+                s->weights[c]);
     }
   }
   free(t);
@@ -424,11 +429,12 @@ static int write_dot_panels(FILE *f, const sched *s, const sched_view *v,
   while (cols * cols < np)
     cols++;
   const double side = 300, radius = 105;
+  char e[512], ea[2 * sizeof g->v[0].name];
   fprintf(f, "digraph braid_schedule {\n");
   fprintf(f,
           "  graph [label=\"%s\", labelloc=t, fontname=\"Helvetica\", "
           "fontsize=18, layout=neato, inputscale=72, splines=true];\n",
-          title);
+          topo_dot_esc(title, e, sizeof e));
   fprintf(f, "  node [shape=box, style=filled, fontname=\"Helvetica\", "
              "fontsize=10, width=0.5, height=0.3, fixedsize=true];\n");
   fprintf(f, "  edge [arrowsize=0.6];\n");
@@ -458,7 +464,8 @@ static int write_dot_panels(FILE *f, const sched *s, const sched_view *v,
       fprintf(f,
               "  p%d_r%d [label=\"%s\", fillcolor=\"#76b900\", "
               "pos=\"%.0f,%.0f!\"];\n",
-              p, r, rname(v, r), cx + radius * sin(a), cy + radius * cos(a));
+              p, r, topo_dot_esc(rname(v, r), ea, sizeof ea),
+              cx + radius * sin(a), cy + radius * cos(a));
     }
     if (c < 0) { /* links between the ranks' GPUs, NVLink bonds thicker */
       for (int l = 0; l < g->nl; l++) {

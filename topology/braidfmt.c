@@ -382,18 +382,19 @@ braid_result topo_parse_braid(const char *buf, size_t len, const char *fname,
   return BRAID_SUCCESS;
 }
 
-static void wq(FILE *f, const char *key, const char *s) {
-  if (!s[0])
-    return;
-  int plain = 1;
+/* A value as the tokenizer reads it back: as is, or quoted with '"' and
+ * '\\' escaped where it holds a space, a quote, '#', '=' or '\\'. */
+static void put_value(FILE *f, const char *s) {
+  int plain = s[0] != '\0';
   for (const char *p = s; *p; p++)
-    if (isspace((unsigned char)*p) || *p == '"' || *p == '#' || *p == '=')
+    if (isspace((unsigned char)*p) || *p == '"' || *p == '#' || *p == '=' ||
+        *p == '\\')
       plain = 0;
   if (plain) {
-    fprintf(f, " %s=%s", key, s);
+    fputs(s, f);
     return;
   }
-  fprintf(f, " %s=\"", key);
+  fputc('"', f);
   for (const char *p = s; *p; p++) {
     if (*p == '"' || *p == '\\')
       fputc('\\', f);
@@ -402,20 +403,28 @@ static void wq(FILE *f, const char *key, const char *s) {
   fputc('"', f);
 }
 
+static void wq(FILE *f, const char *key, const char *s) {
+  if (!s[0])
+    return;
+  fprintf(f, " %s=", key);
+  put_value(f, s);
+}
+
 braid_result topo_write_braid(const topo_graph *g, FILE *f) {
   static const char *const kw[TOPO_NVTYPES] = {"gpu", "cpu", "pci",
                                                "nvs", "nic", "net"};
   fputs("braid-topology 1\n", f);
   if (g->name[0]) {
-    fputs("name", f);
-    int plain = !strpbrk(g->name, " \t\"#=");
-    fprintf(f, plain ? " %s\n" : " \"%s\"\n", g->name);
+    fputs("name ", f);
+    put_value(f, g->name);
+    fputc('\n', f);
   }
   if (g->nhosts > 1)
     fprintf(f, "hosts %d\n", g->nhosts);
   for (int i = 0; i < g->nv; i++) {
     const topo_vertex *v = &g->v[i];
-    fprintf(f, "%s %s", kw[v->type], v->name);
+    fprintf(f, "%s ", kw[v->type]);
+    put_value(f, v->name);
     if (v->host)
       fprintf(f, " host=%d", v->host);
     wq(f, "busid", v->busid);
@@ -468,8 +477,11 @@ braid_result topo_write_braid(const topo_graph *g, FILE *f) {
   for (int i = 0; i < g->nl; i++) {
     const topo_link *l = &g->links[i];
     static const char *const lk[TOPO_NLTYPES] = {"nvl", "pci", "sys", "net"};
-    fprintf(f, "link %s %s %s bw=%.6g lat=%.6g", g->v[l->a].name,
-            g->v[l->b].name, lk[l->type], l->bw, l->lat_us);
+    fputs("link ", f);
+    put_value(f, g->v[l->a].name);
+    fputc(' ', f);
+    put_value(f, g->v[l->b].name);
+    fprintf(f, " %s bw=%.6g lat=%.6g", lk[l->type], l->bw, l->lat_us);
     if (l->count > 1)
       fprintf(f, " count=%d", l->count);
     fputc('\n', f);

@@ -211,27 +211,43 @@ static const char *const shape[TOPO_NVTYPES] = {
 static const char *const lcolor[TOPO_NLTYPES] = {"#4d7f00", "#525252",
                                                  "#cb181d", "#2171b5"};
 
+const char *topo_dot_esc(const char *s, char *buf, size_t n) {
+  size_t o = 0;
+  for (; *s && o + 2 < n; s++) {
+    if (*s == '"' || *s == '\\')
+      buf[o++] = '\\';
+    buf[o++] = *s;
+  }
+  buf[o] = '\0';
+  return buf;
+}
+
+/* a vertex's name, escaped */
+#define DOT_NAME(v, b) topo_dot_esc((v)->name, b, sizeof b)
+
 static void dot_vertex(const topo_graph *g, int id, FILE *f) {
   const topo_vertex *v = &g->v[id];
-  fprintf(f, "    \"%s\" [shape=%s, fillcolor=\"%s\", label=\"%s", v->name,
-          shape[v->type], fill[v->type], v->name);
+  char nm[2 * sizeof v->name], e[2 * sizeof v->netdev];
+  fprintf(f, "    \"%s\" [shape=%s, fillcolor=\"%s\", label=\"%s",
+          DOT_NAME(v, nm), shape[v->type], fill[v->type], nm);
   if (v->type == TOPO_NIC && v->netdev[0])
-    fprintf(f, "\\n%s", v->netdev);
+    fprintf(f, "\\n%s", topo_dot_esc(v->netdev, e, sizeof e));
   if (v->type == TOPO_CPU && v->cores)
     fprintf(f, "\\n%d cores", v->cores);
   if (v->type == TOPO_GPU && v->sm)
     fprintf(f, "\\nsm%d", v->sm);
   if (v->busid[0] && v->type != TOPO_CPU)
-    fprintf(f, "\\n%s", v->busid);
+    fprintf(f, "\\n%s", topo_dot_esc(v->busid, e, sizeof e));
   fprintf(f, "\"];\n");
 }
 
 braid_result topo_write_dot(const topo_graph *g, FILE *f) {
+  char title[2 * sizeof g->name], na[2 * sizeof g->v[0].name], nb[sizeof na];
   fprintf(f, "graph braid_topology {\n");
   fprintf(f,
           "  graph [label=\"%s\", labelloc=t, fontname=\"Helvetica\", "
           "fontsize=20, newrank=true, nodesep=0.25, ranksep=0.9];\n",
-          g->name[0] ? g->name : "topology");
+          topo_dot_esc(g->name[0] ? g->name : "topology", title, sizeof title));
   fprintf(f, "  node [style=filled, fontname=\"Helvetica\", fontsize=11];\n");
   fprintf(f, "  edge [fontname=\"Helvetica\", fontsize=9];\n");
   for (int h = 0; h < g->nhosts; h++) {
@@ -251,11 +267,11 @@ braid_result topo_write_dot(const topo_graph *g, FILE *f) {
   static const int level[TOPO_NVTYPES] = {2, 0, 1, 3, 2, 3};
   fprintf(f, "  { rank=min;");
   for (int i = 0; i < topo_count(g, TOPO_CPU); i++)
-    fprintf(f, " \"%s\";", g->v[topo_nth(g, TOPO_CPU, i)].name);
+    fprintf(f, " \"%s\";", DOT_NAME(&g->v[topo_nth(g, TOPO_CPU, i)], na));
   fprintf(f, " }\n  { rank=max;");
   for (int i = 0; i < g->nv; i++)
     if (g->v[i].type == TOPO_NVS || g->v[i].type == TOPO_NET)
-      fprintf(f, " \"%s\";", g->v[i].name);
+      fprintf(f, " \"%s\";", DOT_NAME(&g->v[i], na));
   fprintf(f, " }\n");
   for (int l = 0; l < g->nl; l++) {
     const topo_link *k = &g->links[l];
@@ -268,7 +284,7 @@ braid_result topo_write_dot(const topo_graph *g, FILE *f) {
     int flat = level[g->v[a].type] == level[g->v[b].type];
     fprintf(f,
             "  \"%s\" -- \"%s\" [color=\"%s\", penwidth=%.2f%s%s, label=\"%s",
-            g->v[a].name, g->v[b].name, lcolor[k->type], pw,
+            DOT_NAME(&g->v[a], na), DOT_NAME(&g->v[b], nb), lcolor[k->type], pw,
             k->type == TOPO_LINK_SYS ? ", style=dashed" : "",
             flat ? ", constraint=false" : "",
             flat && k->type == TOPO_LINK_NVL ? "NV" : topo_ltype_name(k->type));

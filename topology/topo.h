@@ -222,6 +222,9 @@ braid_result topo_write_hwloc(const topo_graph *g, FILE *f);
 /* Graphviz "dot" text: vertices by type, links labelled with class and
    bandwidth. */
 braid_result topo_write_dot(const topo_graph *g, FILE *f);
+/* s for a double-quoted Graphviz string ('"' and '\\' escaped) in buf, cut
+ * to fit n bytes with the terminator; returns buf. */
+const char *topo_dot_esc(const char *s, char *buf, size_t n);
 braid_result topo_save(const topo_graph *g, const char *path, topo_format fmt);
 
 /* ---- NCCL graph (channel) files, NCCL_GRAPH_FILE ---- */

@@ -60,6 +60,15 @@ if command -v dot >/dev/null 2>&1; then
   check "render png" "$tool" render --format png -o "$work/v100.png" --machine dgx1-v100
   magic=$(head -c 8 "$work/v100.png" | od -An -tx1 | tr -d ' \n')
   [ "$magic" = "89504e470d0a1a0a" ] || { echo "FAIL not a PNG ($magic)"; fail=1; }
+  # a name with quotes and a backslash, through the braid writer and both
+  # pictures (the picture of the machine and of a schedule on it)
+  if [ -f "$work/ndv4.topo" ]; then
+    sed 's/^name .*/name "Lab \\"A\\" \\\\ box"/' "$work/ndv4.topo" >"$work/quoted.topo"
+    check "convert a quoted name" "$tool" convert --from "$work/quoted.topo" --to "$work/quoted2.topo"
+    check "render a quoted name" "$tool" render --format svg -o "$work/quoted.svg" --file "$work/quoted2.topo"
+    check "render a schedule on it" "$tool" schedule --file "$work/quoted2.topo" --coll allreduce --size 1M --render svg -o "$work/quoted-s.svg"
+    grep -q 'Lab &quot;A&quot; \\ box' "$work/quoted.svg" || { echo "FAIL quoted name in the picture"; fail=1; }
+  fi
 else
   skipped="$skipped render"
   echo "SKIP render: Graphviz 'dot' is not installed (svg and png not checked)"
