@@ -14,6 +14,12 @@
 
 /* Writes one schedule as a JSON object. 0 or -1 (I/O error). */
 int sched_file_write(const sched *s, FILE *f);
+/* Writes one schedule to the file at path, if a schedule file may hold it
+ * (SCHED_FILE_MAX_* of ranks, channels, steps and bytes: what
+ * sched_file_load takes). BRAID_SUCCESS, or an error with a message (ERR)
+ * naming the path and the limit or the I/O error; nothing is left at path
+ * then. */
+braid_result sched_file_save(const sched *s, const char *path);
 /* Writes several as a JSON array. */
 int sched_file_write_all(sched *const *s, int n, FILE *f);
 

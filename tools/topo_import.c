@@ -176,10 +176,8 @@ int topo_import_main(int argc, char **argv) {
          s->chunks_per_block, s->scratch_blocks);
   simulate(&o, s);
   if (o.out) {
-    FILE *f = fopen(o.out, "w");
-    if (!f || sched_file_write(s, f) || fclose(f)) {
-      fprintf(stderr, "braid-topo import: %s: cannot write: %s\n", o.out,
-              strerror(errno));
+    if (sched_file_save(s, o.out) != BRAID_SUCCESS) {
+      fprintf(stderr, "braid-topo import: %s\n", err_msg());
       sched_free(s);
       return 1;
     }

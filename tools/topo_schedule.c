@@ -760,14 +760,10 @@ static int run(const sopts *o, topo_graph *g) {
     rc = 1;
   }
   if (!rc && o->save) {
-    FILE *f = fopen(o->save, "w");
-    if (!f || sched_file_write(chosen->s, f)) {
-      fprintf(stderr, "braid-topo schedule: cannot write %s%s%s\n", o->save,
-              f ? "" : ": ", f ? "" : strerror(errno));
+    if (sched_file_save(chosen->s, o->save) != BRAID_SUCCESS) {
+      fprintf(stderr, "braid-topo schedule: %s\n", err_msg());
       rc = 1;
     }
-    if (f && fclose(f))
-      rc = 1;
     if (!rc)
       printf("\nsaved %s (%s) to %s\n", chosen->g->name,
              sched_coll_name(o->coll), o->save);

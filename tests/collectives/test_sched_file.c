@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "collectives/generators.h"
@@ -376,6 +377,54 @@ Test(sched_file, dropped_step_fails_the_verifier) {
   unlink(path);
   sched_free(s[0]);
   sched_free(s[1]);
+}
+
+/* sched_file_save writes what sched_file_load takes, and nothing else: a
+ * schedule over the file's step limit is refused and leaves the file that
+ * was there; a failed write leaves it too, and a device stays a device. */
+Test(sched_file, save_what_load_takes) {
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/braid-test-save-XXXXXX");
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(write(fd, "old\n", 4), 4);
+  close(fd);
+  gen_params big = {SCHED_ALLREDUCE, 512, 0, 2, NULL, 0, 0};
+  sched *s = gen_try(gen_ring, &big);
+  cr_assert_not_null(s);
+  cr_assert_eq(sched_file_save(s, path), BRAID_ERR_INVALID_ARG);
+  cr_assert_not_null(strstr(err_msg(), "more than a schedule file may hold "
+                                       "(524288)"),
+                     "%s", err_msg());
+  sched_free(s);
+  char buf[16] = "";
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f);
+  cr_assert_not_null(fgets(buf, sizeof buf, f));
+  fclose(f);
+  cr_assert_str_eq(buf, "old\n", "the refused save changed the file");
+  gen_params small = {SCHED_ALLREDUCE, 4, 0, 2, NULL, 0, 0};
+  s = gen_try(gen_ring, &small);
+  cr_assert_not_null(s);
+  cr_assert_eq(sched_file_save(s, path), BRAID_SUCCESS, "%s", err_msg());
+  sched **out = NULL;
+  int n = 0;
+  cr_assert_eq(sched_file_load(path, &out, &n), BRAID_SUCCESS, "%s", err_msg());
+  cr_assert_eq(n, 1);
+  same_sched(s, out[0], "saved and loaded");
+  free_all(out, n);
+  cr_assert_eq(sched_file_save(s, "/nonexistent-dir/s.json"), BRAID_ERR_SYSTEM);
+  cr_assert_not_null(strstr(err_msg(), "No such file or directory"), "%s",
+                     err_msg());
+  struct stat st;
+  if (stat("/dev/full", &st) == 0) {
+    cr_assert_eq(sched_file_save(s, "/dev/full"), BRAID_ERR_SYSTEM);
+    cr_assert_not_null(strstr(err_msg(), "No space left"), "%s", err_msg());
+    cr_assert_eq(stat("/dev/full", &st), 0, "/dev/full is gone");
+    cr_assert(S_ISCHR(st.st_mode));
+  }
+  sched_free(s);
+  unlink(path);
 }
 
 /* chunks_per_block and scratch_blocks each within the file's limits, whose
