@@ -97,6 +97,13 @@ static braid_result load_schedules(braid_comm *c, const char *path) {
   for (int i = 0; i < n; i++) {
     if (s[i]->nranks != c->nranks)
       continue;
+    if (s[i]->coll == SCHED_SEND || s[i]->coll == SCHED_RECV) {
+      WARN(LOG_INIT,
+           "BRAID_SCHEDULE_FILE=%s: schedule %d (%s) is not used: braid_send "
+           "and braid_recv run as one message between two ranks",
+           path, i, sched_coll_name(s[i]->coll));
+      continue;
+    }
     used++;
     if (s[i]->nchannels > 32) {
       braid_result r =
@@ -114,8 +121,8 @@ static braid_result load_schedules(braid_comm *c, const char *path) {
   }
   if (used == 0)
     WARN(LOG_INIT,
-         "BRAID_SCHEDULE_FILE=%s: none of its %d schedules is for %d ranks; "
-         "the selector chooses",
+         "BRAID_SCHEDULE_FILE=%s: none of its %d schedules is for a "
+         "collective of %d ranks; the selector chooses",
          path, n, c->nranks);
   else
     INFO(LOG_INIT, "BRAID_SCHEDULE_FILE=%s: %d of %d schedules for %d ranks",

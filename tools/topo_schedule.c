@@ -181,6 +181,10 @@ static int parse_args(int argc, char **argv, sopts *o) {
     return bad("--coll is required (allreduce, allgather, ...)");
   if (parse_coll(o->coll_s, &o->coll))
     return bad("unknown collective '%s'", o->coll_s);
+  if (o->coll == SCHED_SEND || o->coll == SCHED_RECV)
+    return bad("%s takes no schedule: braid_send and braid_recv run as one "
+               "message between two ranks (docs/SCHEDULES.md, \"linear\")",
+               o->coll_s);
   if (!o->size_s)
     return bad("--size is required (e.g. 256M)");
   if (!(o->size = parse_size(o->size_s)))

@@ -260,6 +260,10 @@ Test(topo_schedule, bad_arguments) {
              "bad GPU list '0,x'");
   expect_bad("--machine dgx1-v100 --coll allscatter --size 1M",
              "unknown collective 'allscatter'");
+  expect_bad("--machine pcie-4gpu --coll send --size 1M",
+             "send takes no schedule");
+  expect_bad("--machine pcie-4gpu --coll recv --size 1M --save x.json",
+             "recv takes no schedule");
   expect_bad("--machine dgx1-v100 --coll allreduce --size 12Q",
              "bad size '12Q'");
   expect_bad("--machine dgx1-v100 --coll allreduce --size -4K",

@@ -51,3 +51,42 @@ Test(topo_comm, detects_without_a_file) {
   topo_graph_free(g);
   unlink(dump);
 }
+
+/* A send or recv schedule in BRAID_SCHEDULE_FILE is not used (point-to-point
+ * calls run as one message), and the warning says so; a file of nothing
+ * else leaves every call to the selector. */
+Test(topo_comm, a_send_schedule_in_the_file_is_not_used) {
+  char file[] = "/tmp/braid-sched-send-XXXXXX.json";
+  char log[] = "/tmp/braid-sched-log-XXXXXX";
+  int fd = mkstemps(file, 5), lfd = mkstemp(log);
+  cr_assert(fd >= 0 && lfd >= 0);
+  close(lfd);
+  static const char text[] =
+      "{\"braid_schedule\": 1, \"collective\": \"send\", \"nranks\": 1, "
+      "\"root\": 0, \"chunks_per_block\": 1, \"scratch_blocks\": 0, "
+      "\"channels\": [{\"weight\": 1, \"ranks\": [[]]}]}\n";
+  cr_assert_eq(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+  close(fd);
+  setenv("BRAID_SCHEDULE_FILE", file, 1);
+  setenv("BRAID_DEBUG_FILE", log, 1);
+  braid_unique_id id;
+  cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+  braid_comm *c = NULL;
+  cr_assert_eq(braid_comm_init(&c, 1, &id, 0, NULL), BRAID_SUCCESS, "%s",
+               braid_comm_last_error(NULL));
+  float x = 1, y = 0;
+  cr_assert_eq(braid_send(&x, 1, BRAID_FLOAT32, 0, c, NULL) ||
+                   braid_recv(&y, 1, BRAID_FLOAT32, 0, c, NULL),
+               0);
+  braid_comm_destroy(c);
+  FILE *f = fopen(log, "r");
+  cr_assert_not_null(f);
+  char buf[4096];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  cr_assert_has(buf, "schedule 0 (send) is not used");
+  cr_assert_has(buf, "none of its 1 schedules");
+  unlink(file);
+  unlink(log);
+}
