@@ -409,6 +409,11 @@ braid_result select_algo_view(sched_coll coll, const sched_view *v,
       best_score = score;
     }
   }
+  /* a default entry whose generators all declined the view (hybrid
+   * without an NVLink ring through every rank) leaves the usual choice, as
+   * one that names none for this collective does */
+  if (!best && f != NULL && !(f->named & (1u << coll)))
+    return select_algo_view(coll, v, bytes, p, NULL, max_channels, out);
   if (!best) {
     char msg[512];
     snprintf(msg, sizeof msg,

@@ -608,18 +608,28 @@ static int run(const sopts *o, topo_graph *g) {
                braid_dtype_name(o->dt));
   }
   size_t bytes = count * es;
-  if (o->algo && !gen_supports_view(gen_find(o->algo), o->coll, n, v)) {
-    /* the generator's own reason, where it gives one */
+  if (o->algo) {
+    /* the generator's own reason, where it gives one: it may support the
+     * view and still decline it when it builds (hybrid without an NVLink
+     * ring through every rank, or on one channel) */
     char why[160] = "";
-    gen_params gp = {o->coll, n, 0, 1, v, bytes, o->channels};
+    plan_request rq0;
+    plan_request_defaults(&rq0, o->coll, n, bytes, v, 1);
+    rq0.max_channels = o->channels;
+    gen_params gp = plan_params(&rq0);
     sched *s = NULL;
+    int ok = gen_supports_view(gen_find(o->algo), o->coll, n, v);
     braid_result r = gen_build(gen_find(o->algo), &gp, &s);
     if (r != BRAID_SUCCESS)
       snprintf(why, sizeof(why), "%s", err_why(r));
     sched_free(s);
-    view_free(v);
-    return bad("algorithm '%s' does not support %s on this view%s%s", o->algo,
-               sched_coll_name(o->coll), why[0] ? ": " : "", why);
+    if (!ok || r != BRAID_SUCCESS) {
+      view_free(v);
+      return bad("algorithm '%s' does not support %s on this view%s%s (with "
+                 "BRAID_ALGO=%s braid keeps its usual choice for this call)",
+                 o->algo, sched_coll_name(o->coll), why[0] ? ": " : "", why,
+                 o->algo);
+    }
   }
   sim_params sp;
   sim_params_gpu(&sp);

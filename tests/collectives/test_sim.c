@@ -598,6 +598,39 @@ Test(sim, select_filter_and_table) {
   topo_graph_free(g);
 }
 
+/* A default BRAID_ALGO entry whose generator supports the view but
+ * declines it when it builds (hybrid on DGX-1 GPUs 0, 5, 6: no NVLink ring
+ * through the three) leaves the usual choice, as one naming a generator
+ * the view does not support does; the collective's own entry is binding. */
+Test(sim, a_default_entry_declined_by_the_view_leaves_the_usual_choice) {
+  topo_graph *g = model("dgx1-v100");
+  sched_view *v = NULL;
+  int gpus[] = {0, 5, 6};
+  cr_assert_eq(view_gpus(g, gpus, 3, &v), BRAID_SUCCESS, "%s", err_msg());
+  sim_params p;
+  sim_params_gpu(&p);
+  const gen_desc *hybrid = gen_find("hybrid");
+  cr_assert(gen_supports_view(hybrid, SCHED_ALLREDUCE, 3, v));
+  select_filter f;
+  cr_assert_eq(select_filter_parse("hybrid", &f), 0);
+  const gen_desc *d = NULL;
+  cr_assert_eq(select_algo_view(SCHED_ALLREDUCE, v, 1u << 20, &p, &f, 2, &d),
+               BRAID_SUCCESS, "%s", err_msg());
+  cr_assert_not_null(d);
+  cr_assert_str_neq(d->name, "hybrid");
+  const gen_desc *usual = NULL;
+  cr_assert_eq(
+      select_algo_view(SCHED_ALLREDUCE, v, 1u << 20, &p, NULL, 2, &usual),
+      BRAID_SUCCESS, "%s", err_msg());
+  cr_assert_eq(d, usual, "%s, not the usual %s", d->name, usual->name);
+  cr_assert_eq(select_filter_parse("allreduce:hybrid", &f), 0);
+  cr_assert_eq(select_algo_view(SCHED_ALLREDUCE, v, 1u << 20, &p, &f, 2, &d),
+               BRAID_ERR_UNSUPPORTED);
+  cr_assert_not_null(strstr(err_msg(), "no NVLink ring"), "%s", err_msg());
+  view_free(v);
+  topo_graph_free(g);
+}
+
 /* Each candidate the selector times is the schedule the runtime would run
  * at that size: built with the planner's parameters (plan_params, whose
  * channels grow with the size up to BRAID_NCHANNELS), it simulates to the

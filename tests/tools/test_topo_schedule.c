@@ -260,6 +260,13 @@ Test(topo_schedule, bad_arguments) {
              "bad GPU list '0,x'");
   expect_bad("--machine dgx1-v100 --coll allscatter --size 1M",
              "unknown collective 'allscatter'");
+  expect_bad("--machine dgx1-v100 --gpus 0,5,6 --coll allreduce --size 1M "
+             "--algo hybrid",
+             "no NVLink ring through every rank (with BRAID_ALGO=hybrid braid "
+             "keeps its usual choice");
+  expect_bad("--machine dgx1-v100 --coll allreduce --size 1M --algo hybrid "
+             "--channels 1",
+             "hybrid needs two channels or more");
   expect_bad("--machine pcie-4gpu --coll send --size 1M",
              "send takes no schedule");
   expect_bad("--machine pcie-4gpu --coll recv --size 1M --save x.json",
