@@ -10,6 +10,7 @@
 #include "collectives/sim.h"
 #include "collectives/view.h"
 #include "src/log.h"
+#include "tools/topo_schedule.h"
 #include "topology/topo.h"
 
 #include <errno.h>
@@ -28,23 +29,6 @@ static int usage_err(const char *what, const char *arg) {
   return 2;
 }
 
-static size_t parse_bytes(const char *s) {
-  char *e;
-  errno = 0;
-  double v = strtod(s, &e);
-  if (e == s || errno || !(v >= 1))
-    return 0;
-  double mul = *e == 'K' || *e == 'k'   ? 1024.0
-               : *e == 'M' || *e == 'm' ? 1024.0 * 1024
-               : *e == 'G' || *e == 'g' ? 1024.0 * 1024 * 1024
-                                        : 1;
-  if (mul > 1)
-    e++;
-  if (*e || v * mul > 1e15)
-    return 0;
-  return (size_t)(v * mul);
-}
-
 static int parse(int argc, char **argv, iopts *o) {
   memset(o, 0, sizeof(*o));
   o->machine = "dgx1-v100";
@@ -61,8 +45,8 @@ static int parse(int argc, char **argv, iopts *o) {
     else if (!strcmp(a, "--machine") || !strcmp(a, "-m"))
       o->machine = argv[++i];
     else if (!strcmp(a, "--size")) {
-      if (!(o->size = parse_bytes(argv[++i])))
-        return usage_err("bad size", argv[i]);
+      if (!(o->size = topo_parse_size(argv[++i])))
+        return usage_err("bad size (bytes, with K, M or G):", argv[i]);
     } else if (a[0] == '-' && a[1])
       return usage_err("unknown option", a);
     else if (o->in)
@@ -70,7 +54,13 @@ static int parse(int argc, char **argv, iopts *o) {
     else
       o->in = a;
   }
-  return o->in ? 0 : usage_err("no input file", NULL);
+  if (!o->in)
+    return usage_err("no input file", NULL);
+  topo_graph *g = NULL;
+  if (topo_model_load(o->machine, &g) != BRAID_SUCCESS)
+    return usage_err("unknown machine:", err_msg());
+  topo_graph_free(g);
+  return 0;
 }
 
 static char *slurp(const char *path, size_t *len) {
@@ -98,6 +88,12 @@ static char *slurp(const char *path, size_t *len) {
     n += got;
     if (!got)
       break;
+  }
+  if (b && ferror(f)) {
+    fprintf(stderr, "braid-topo import: %s: cannot read: %s\n", path,
+            strerror(errno));
+    free(b);
+    b = NULL;
   }
   fclose(f);
   *len = n;

@@ -54,7 +54,7 @@ __attribute__((format(printf, 1, 2))) static int bad(const char *fmt, ...) {
 }
 
 /* "256M", "1G", "4096", "64KiB": bytes (powers of 1024). 0 when bad. */
-static size_t parse_size(const char *s) {
+size_t topo_parse_size(const char *s) {
   char *e;
   errno = 0;
   double v = strtod(s, &e);
@@ -187,7 +187,7 @@ static int parse_args(int argc, char **argv, sopts *o) {
                o->coll_s);
   if (!o->size_s)
     return bad("--size is required (e.g. 256M)");
-  if (!(o->size = parse_size(o->size_s)))
+  if (!(o->size = topo_parse_size(o->size_s)))
     return bad("bad size '%s' (bytes, with K, M or G)", o->size_s);
   if (o->dtype_s) {
     int dt = -1;

@@ -3,6 +3,7 @@
 # schedules"), one case per ctest test:
 #   import NAME        braid-topo import accepts NAME.xml (exit 0) and writes
 #                      a schedule file
+#   args               bad arguments: exit 2 naming them; sizes as schedule's
 #   refuse NAME WORDS  braid-topo import refuses NAME.xml (exit 1) and its
 #                      message holds every one of WORDS ('|'-separated)
 #   run NAME COLL      braidrun -np 4 braid-perf COLL -c 1 over shm with
@@ -28,6 +29,24 @@ import)
     fail "no verdict printed"
   grep -q "simulated on" "$WORK/$1.out" || fail "no simulation printed"
   grep -q '"braid_schedule": 1' "$out" || fail "no schedule file written"
+  ;;
+args)
+  # the command line: an unknown machine is a bad argument (exit 2, named),
+  # sizes read as braid-topo schedule reads them, a directory is no file
+  x="$DATA/ring_allreduce_4.xml"
+  "$TOPO" import "$x" --machine nope >"$WORK/args.out" 2>&1
+  rc=$?
+  [ "$rc" -eq 2 ] || { cat "$WORK/args.out"; fail "--machine nope: exit $rc, expected 2"; }
+  grep -q "unknown machine: no machine model 'nope'" "$WORK/args.out" ||
+    { cat "$WORK/args.out"; fail "--machine nope: not named"; }
+  "$TOPO" import "$x" --size 64KiB >"$WORK/args.out" 2>&1 ||
+    { cat "$WORK/args.out"; fail "--size 64KiB refused"; }
+  grep -q ", 65536 bytes:" "$WORK/args.out" ||
+    { cat "$WORK/args.out"; fail "--size 64KiB is not 65536 bytes"; }
+  "$TOPO" import "$DATA" >"$WORK/args.out" 2>&1
+  rc=$?
+  [ "$rc" -eq 1 ] && grep -q "cannot read: Is a directory" "$WORK/args.out" ||
+    { cat "$WORK/args.out"; fail "a directory: exit $rc, not named"; }
   ;;
 refuse)
   name=$1
