@@ -32,12 +32,30 @@ typedef struct opts {
   double nic_bw;
   const char *pos[4];
   int npos;
+  unsigned given; /* OPT_* of the options given */
 } opts;
+
+/* The options, as bits: what was given, and what a command takes. */
+enum {
+  OPT_FILE = 1u << 0,
+  OPT_MACHINE = 1u << 1,
+  OPT_OUT = 1u << 2,
+  OPT_FORMAT = 1u << 3,
+  OPT_FROM = 1u << 4,
+  OPT_TO = 1u << 5,
+  OPT_HOSTS = 1u << 6,
+  OPT_NIC_BW = 1u << 7
+};
+static const char *const opt_names[] = {"--file",   "--machine", "-o",
+                                        "--format", "--from",    "--to",
+                                        "--hosts",  "--nic-bw"};
 
 typedef struct subcmd {
   const char *name;
   int (*run)(opts *o);
   const char *usage;
+  unsigned takes; /* OPT_* it reads */
+  int npos;       /* the words it takes besides options */
 } subcmd;
 
 static int parse_opts(int argc, char **argv, opts *o) {
@@ -46,19 +64,23 @@ static int parse_opts(int argc, char **argv, opts *o) {
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     const char **dst = NULL;
+    unsigned bit = 0;
     if (!strcmp(a, "--file") || !strcmp(a, "-f"))
-      dst = &o->file;
+      dst = &o->file, bit = OPT_FILE;
     else if (!strcmp(a, "--machine") || !strcmp(a, "-m"))
-      dst = &o->machine;
+      dst = &o->machine, bit = OPT_MACHINE;
     else if (!strcmp(a, "-o") || !strcmp(a, "--output"))
-      dst = &o->out;
+      dst = &o->out, bit = OPT_OUT;
     else if (!strcmp(a, "--format"))
-      dst = &o->format;
+      dst = &o->format, bit = OPT_FORMAT;
     else if (!strcmp(a, "--from"))
-      dst = &o->from;
+      dst = &o->from, bit = OPT_FROM;
     else if (!strcmp(a, "--to"))
-      dst = &o->to;
-    else if (!strcmp(a, "--hosts") || !strcmp(a, "--nic-bw")) {
+      dst = &o->to, bit = OPT_TO;
+    o->given |= bit;
+    if (dst != NULL) {
+      /* its value, below */
+    } else if (!strcmp(a, "--hosts") || !strcmp(a, "--nic-bw")) {
       if (i + 1 >= argc) {
         fprintf(stderr, "braid-topo: %s needs a value\n", a);
         return -1;
@@ -66,6 +88,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
       char *e;
       double v = strtod(argv[++i], &e);
       int hosts = !strcmp(a, "--hosts");
+      o->given |= hosts ? OPT_HOSTS : OPT_NIC_BW;
       /* !(v > 0) refuses nan; the range before (int): (int) of inf is UB */
       if (*e || e == argv[i] || !(v > 0) || v > (hosts ? 4096 : 1e6) ||
           (hosts && v != (int)v)) {
@@ -139,10 +162,6 @@ static int cmd_show(opts *o) {
 }
 
 static int cmd_path(opts *o) {
-  if (o->npos != 2) {
-    fprintf(stderr, "braid-topo path: give two vertex names (GPU0 NIC3)\n");
-    return 2;
-  }
   topo_graph *g = get_graph(o);
   if (!g)
     return 1;
@@ -255,22 +274,27 @@ static int cmd_models(opts *o) {
 static const subcmd cmds[] = {
     {"show", cmd_show,
      "show [--file F | --machine M] [--hosts N [--nic-bw GBps]]\n"
-     "      the machine as a tree and the GPU/NIC matrix (nvidia-smi topo -m)"},
+     "      the machine as a tree and the GPU/NIC matrix (nvidia-smi topo -m)",
+     OPT_FILE | OPT_MACHINE | OPT_HOSTS | OPT_NIC_BW, 0},
     {"path", cmd_path,
      "path A B [--file F | --machine M]\n"
-     "      the path between two vertices: class, bandwidth, hops"},
+     "      the path between two vertices: class, bandwidth, hops",
+     OPT_FILE | OPT_MACHINE, 2},
     {"render", cmd_render,
      "render --format svg|png|dot -o OUT [--file F | --machine M] [--hosts N]\n"
-     "      draw the graph with Graphviz"},
+     "      draw the graph with Graphviz",
+     OPT_FILE | OPT_MACHINE | OPT_OUT | OPT_FORMAT | OPT_HOSTS | OPT_NIC_BW, 0},
     {"convert", cmd_convert,
      "convert --from F --to G [--format nccl|hwloc|braid]\n"
      "      between NCCL XML, hwloc XML and braid's format (default: .xml "
-     "NCCL, else braid)"},
-    {"models", cmd_models, "models\n      the machine models braid ships"},
+     "NCCL, else braid)",
+     OPT_FROM | OPT_TO | OPT_FORMAT, 0},
+    {"models", cmd_models, "models\n      the machine models braid ships", 0,
+     0},
     /* reads its own options: tools/topo_schedule.c */
-    {"schedule", NULL, TOPO_SCHEDULE_USAGE},
+    {"schedule", NULL, TOPO_SCHEDULE_USAGE, 0, 0},
     /* reads its own arguments: tools/topo_import.c */
-    {"import", NULL, TOPO_IMPORT_USAGE},
+    {"import", NULL, TOPO_IMPORT_USAGE, 0, 0},
 };
 
 static void usage(FILE *f) {
@@ -278,6 +302,39 @@ static void usage(FILE *f) {
   for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
     fprintf(f, "  braid-topo %s\n", cmds[i].usage);
   fprintf(f, "\nWithout --file or --machine the machine is detected live.\n");
+}
+
+/* An option the command does not read, or a word too many or too few, is
+ * a mistake to say rather than to ignore. */
+static int check_opts(const subcmd *c, const opts *o) {
+  for (unsigned b = 0; b < sizeof opt_names / sizeof opt_names[0]; b++)
+    if ((o->given >> b & 1u) && !(c->takes >> b & 1u)) {
+      fprintf(stderr, "braid-topo %s: takes no %s\nusage: braid-topo %s\n",
+              c->name, opt_names[b], c->usage);
+      return -1;
+    }
+  if ((o->given & OPT_NIC_BW) && !(o->given & OPT_HOSTS)) {
+    fprintf(stderr,
+            "braid-topo %s: --nic-bw sets the NICs of --hosts N; give "
+            "--hosts too\n",
+            c->name);
+    return -1;
+  }
+  if (o->npos > c->npos) {
+    fprintf(stderr,
+            "braid-topo %s: unexpected argument '%s'\nusage: "
+            "braid-topo %s\n",
+            c->name, o->pos[c->npos], c->usage);
+    return -1;
+  }
+  if (o->npos < c->npos) {
+    fprintf(stderr,
+            "braid-topo %s: takes %d names, given %d\nusage: "
+            "braid-topo %s\n",
+            c->name, c->npos, o->npos, c->usage);
+    return -1;
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -292,7 +349,7 @@ int main(int argc, char **argv) {
                    ? topo_import_main(argc - 2, argv + 2)
                    : topo_schedule_main(argc - 2, argv + 2);
       opts o;
-      if (parse_opts(argc - 2, argv + 2, &o))
+      if (parse_opts(argc - 2, argv + 2, &o) || check_opts(&cmds[i], &o))
         return 2;
       return cmds[i].run(&o);
     }

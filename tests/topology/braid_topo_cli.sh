@@ -34,6 +34,26 @@ check "show a 4-host cluster" "$tool" show --machine dgx-h100 --hosts 4 --nic-bw
 has "4 hosts, 32 GPU"
 check "show live" "$tool" show
 has "CPU0 NUMA"
+# refuse WORDS ARGS...: braid-topo ARGS exits 2 and says WORDS
+refuse() {
+  w=$1
+  shift
+  "$tool" "$@" >"$work/out" 2>&1
+  rc=$?
+  if [ $rc -ne 2 ] || ! grep -qF -- "$w" "$work/out"; then
+    echo "FAIL braid-topo $*: exit $rc, expected 2 with '$w'"
+    cat "$work/out"
+    fail=1
+  else
+    echo "ok   braid-topo $* refused"
+  fi
+}
+# options and words a command does not read are mistakes, not ignored
+refuse "unexpected argument 'extra'" show extra
+refuse "takes no -o" show -o x.svg
+refuse "give --hosts too" show --machine dgx-h100 --nic-bw 50
+refuse "takes no --machine" convert --from a.xml --to b.topo --machine dgx1-v100
+refuse "takes 2 names, given 1" path GPU0 --machine dgx1-v100
 if "$tool" show --file "$work/missing.xml" >"$work/out" 2>&1; then
   echo "FAIL a missing file is an error"
   fail=1
