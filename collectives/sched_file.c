@@ -477,10 +477,7 @@ static braid_result get_sched(rd *c, const sjson_val *x, const char *pre,
     return rerr(c, co->pos, sub, "unknown collective \"%s\"",
                 sjson_str(c->d, co));
   const sjson_val *nv = V(c, m[K_N]);
-  CHECKR(get_int(c, nv, SUB("nranks"), 1, 1e18, &n));
-  if (n > SCHED_FILE_MAX_RANKS)
-    return rerr(c, nv->pos, sub, "too many ranks: %lld (limit %d)", n,
-                SCHED_FILE_MAX_RANKS);
+  CHECKR(get_int(c, nv, SUB("nranks"), 1, SCHED_FILE_MAX_RANKS, &n));
   if (m[K_ROOT])
     CHECKR(get_int(c, V(c, m[K_ROOT]), SUB("root"), 0, n - 1, &root));
   CHECKR(get_int(c, V(c, m[K_K]), SUB("chunks_per_block"), 1,

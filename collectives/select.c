@@ -422,8 +422,11 @@ braid_result select_algo_view(sched_coll coll, const sched_view *v,
     for (int i = 0; i < n; i++) { /* the first reason, to help */
       size_t o = strlen(msg);
       if (lo[i].note[0] && o + 8 < sizeof msg) {
-        snprintf(msg + o, sizeof msg - o, " (%s: %s)", lo[i].gen->name,
-                 lo[i].note);
+        size_t nl = strlen(lo[i].gen->name); /* its name once */
+        int named = strncmp(lo[i].note, lo[i].gen->name, nl) == 0 &&
+                    lo[i].note[nl] == ':';
+        snprintf(msg + o, sizeof msg - o, " (%s%s%s)",
+                 named ? "" : lo[i].gen->name, named ? "" : ": ", lo[i].note);
         break;
       }
     }

@@ -34,8 +34,11 @@ int topo_run_dot(const char *who, const char *fmt, const char *in,
     if (w == pid) {
       if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
         return 0;
-      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 127))
-        fprintf(stderr, "%s: dot failed (status %d)\n", who, st);
+      if (WIFSIGNALED(st))
+        fprintf(stderr, "%s: dot was killed by signal %d\n", who, WTERMSIG(st));
+      else if (WEXITSTATUS(st) != 127) /* 127: said when exec failed */
+        fprintf(stderr, "%s: dot failed (exit %d; its message above)\n", who,
+                WEXITSTATUS(st));
       return 1;
     }
     if (w < 0 && errno != EINTR) {

@@ -56,6 +56,8 @@ __attribute__((format(printf, 1, 2))) static int bad(const char *fmt, ...) {
 /* "256M", "1G", "4096", "64KiB": bytes (powers of 1024). 0 when bad. */
 size_t topo_parse_size(const char *s) {
   char *e;
+  if (strpbrk(s, "xXpP")) /* strtod's hexadecimal */
+    return 0;
   errno = 0;
   double v = strtod(s, &e);
   if (e == s || errno || !(v > 0))
@@ -203,6 +205,9 @@ static int parse_args(int argc, char **argv, sopts *o) {
   if (o->render && strcmp(o->render, "svg") && strcmp(o->render, "png") &&
       strcmp(o->render, "dot"))
     return bad("--render: bad format '%s' (svg, png or dot)", o->render);
+  if (o->out && !o->render)
+    return bad("-o %s names the picture of --render, which is not given",
+               o->out);
   if (o->render && !o->out)
     return bad("--render needs -o OUT");
   if (o->machine && o->file)
@@ -715,11 +720,15 @@ static int run(const sopts *o, topo_graph *g) {
            w->verified ? "yes" : "FAILED");
     if (w->simmed) {
       char ht[32], hbd[32];
+      char eff[16] = "     -"; /* one rank: nothing to bound */
       human(w->res.time_us, ht, sizeof(ht));
       human(w->res.bound_us, hbd, sizeof(hbd));
-      printf("%12s %6.2f GB/s %6.2f GB/s %12s %5.1f%%%s%s\n", ht, w->res.algbw,
-             w->res.busbw, hbd, 100 * w->res.efficiency,
-             w->g == pick ? "  <- selected" : "",
+      if (w->res.bound_us > 0)
+        snprintf(eff, sizeof eff, "%5.1f%%", 100 * w->res.efficiency);
+      else
+        snprintf(hbd, sizeof hbd, "-");
+      printf("%12s %6.2f GB/s %6.2f GB/s %12s %s%s%s\n", ht, w->res.algbw,
+             w->res.busbw, hbd, eff, w->g == pick ? "  <- selected" : "",
              w->g != pick && (w->g->flags & GEN_OPT_IN) &&
                      !(o->det && (w->g->flags & GEN_RANK_ORDER))
                  ? "  (opt-in: only with --algo/BRAID_ALGO naming it)"

@@ -234,7 +234,9 @@ Test(sched_file, malformed) {
   expect_line(10, "    {\"weight\": 1, \"route\": \"pcie\",\n",
               "t.json:10:28: channels[0].route: unknown route \"pcie\"");
   expect_line(4, "  \"nranks\": 5000,\n",
-              "t.json:4:13: nranks: too many ranks: 5000 (limit 4096)");
+              "t.json:4:13: nranks: 5000 is out of range (1..4096)");
+  expect_line(4, "  \"nranks\": 0,\n",
+              "t.json:4:13: nranks: 0 is out of range (1..4096)");
   expect_line(3, "  \"collective\": \"allscatter\",\n",
               "t.json:3:17: collective: unknown collective \"allscatter\"");
   expect_line(2, "  \"braid_schedule\": 2,\n",

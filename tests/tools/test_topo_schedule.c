@@ -271,6 +271,10 @@ Test(topo_schedule, bad_arguments) {
              "send takes no schedule");
   expect_bad("--machine pcie-4gpu --coll recv --size 1M --save x.json",
              "recv takes no schedule");
+  expect_bad("--machine dgx1-v100 --coll allreduce --size 1M -o x.svg",
+             "-o x.svg names the picture of --render, which is not given");
+  expect_bad("--machine dgx1-v100 --coll allreduce --size 0x10",
+             "bad size '0x10'");
   expect_bad("--machine dgx1-v100 --coll allreduce --size 12Q",
              "bad size '12Q'");
   expect_bad("--machine dgx1-v100 --coll allreduce --size -4K",
