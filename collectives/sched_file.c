@@ -14,11 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "msccl.h"
 #include "sched_json.h"
+#include "topology/topo.h"
 #include "verify.h"
 
 #define SCHED_FILE_VERSION 1
@@ -127,15 +126,6 @@ int sched_file_write(const sched *s, FILE *f) {
   return ferror(f) || fflush(f) ? -1 : 0;
 }
 
-/* Writes s to f; its size in *size. 0, or an errno. */
-static int write_counted(const sched *s, FILE *f, long *size) {
-  int err = sched_file_write(s, f) ? (errno ? errno : EIO) : 0;
-  *size = err ? 0 : ftell(f);
-  if (fclose(f) != 0 && !err)
-    err = errno ? errno : EIO;
-  return err;
-}
-
 braid_result sched_file_save(const sched *s, const char *path) {
   if (!s || !path || !path[0])
     return ERR(BRAID_ERR_INVALID_ARG, "sched_file_save: no schedule or path");
@@ -156,52 +146,19 @@ braid_result sched_file_save(const sched *s, const char *path) {
                "%s: not written: the schedule has %lld %s, more than a "
                "schedule file may hold (%lld)",
                path, have, what, limit);
-  /* A file is written beside the path and renamed onto it once whole, so a
-   * failure leaves what was there; anything else (a device, a pipe) is
-   * written as it is. */
-  struct stat st;
-  int exists = stat(path, &st) == 0;
-  int regular = !exists || S_ISREG(st.st_mode);
-  char *tmp = NULL;
-  FILE *f = NULL;
-  if (regular) {
-    size_t n = strlen(path) + 16;
-    tmp = malloc(n);
-    if (tmp == NULL)
-      return ERR(BRAID_ERR_NOMEM, "%s: no memory", path);
-    snprintf(tmp, n, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp); /* 0600: given the file's mode, or 0644 */
-    if (fd >= 0)
-      (void)fchmod(fd, exists ? st.st_mode & 07777 : 0644);
-    f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (fd >= 0 && f == NULL)
-      close(fd);
-  } else {
-    f = fopen(path, "w");
+  /* whole or not at all: a failure leaves what was at path */
+  topo_wfile w;
+  CHECKR(topo_wfile_open(&w, path));
+  int bad = sched_file_write(s, w.f);
+  long size = bad ? 0 : ftell(w.f);
+  if (!bad && size > (long)SCHED_FILE_MAX_BYTES) {
+    topo_wfile_close(&w, 1);
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "%s: not written: the schedule takes %ld bytes, more than a "
+               "schedule file may (%u)",
+               path, size, SCHED_FILE_MAX_BYTES);
   }
-  if (f == NULL) {
-    int err = errno;
-    if (tmp != NULL)
-      unlink(tmp);
-    free(tmp);
-    return ERR(BRAID_ERR_SYSTEM, "%s: cannot write: %s", path, strerror(err));
-  }
-  long size = 0;
-  int err = write_counted(s, f, &size);
-  braid_result r = BRAID_SUCCESS;
-  if (err)
-    r = ERR(BRAID_ERR_SYSTEM, "%s: cannot write: %s", path, strerror(err));
-  else if (size > (long)SCHED_FILE_MAX_BYTES)
-    r = ERR(BRAID_ERR_INVALID_ARG,
-            "%s: not written: the schedule takes %ld bytes, more than a "
-            "schedule file may (%u)",
-            path, size, SCHED_FILE_MAX_BYTES);
-  else if (tmp != NULL && rename(tmp, path) != 0)
-    r = ERR(BRAID_ERR_SYSTEM, "%s: cannot write: %s", path, strerror(errno));
-  if (tmp != NULL && r != BRAID_SUCCESS)
-    unlink(tmp);
-  free(tmp);
-  return r;
+  return topo_wfile_close(&w, 0);
 }
 
 int sched_file_write_all(sched *const *s, int n, FILE *f) {

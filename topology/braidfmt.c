@@ -128,8 +128,7 @@ static braid_result str(bf *b, const tok *t, char *out, size_t n) {
   return BRAID_SUCCESS;
 }
 
-static braid_result vertex_attr(bf *b, topo_graph *g, topo_vertex *v,
-                                const tok *t) {
+static braid_result vertex_attr(bf *b, topo_vertex *v, const tok *t) {
   const char *k = t->key;
   double d;
   if (!k)
@@ -137,12 +136,7 @@ static braid_result vertex_attr(bf *b, topo_graph *g, topo_vertex *v,
   if (!strcmp(k, "busid")) {
     if (topo_busid_norm(t->val, v->busid, sizeof(v->busid)))
       BF_FAIL(b, "attribute 'busid': not a PCI bus id (got '%.40s')", t->val);
-    for (int i = 0; i < g->nv; i++)
-      if (&g->v[i] != v && v->type != TOPO_NIC && g->v[i].type != TOPO_NIC &&
-          !strcmp(g->v[i].busid, v->busid))
-        BF_FAIL(b, "attribute 'busid': %s already used by %s", v->busid,
-                g->v[i].name);
-    return BRAID_SUCCESS;
+    return BRAID_SUCCESS; /* unique on its host: checked once the line ends */
   }
   if (!strcmp(k, "numa"))
     return inum(b, t, -1, 4095, &v->numa);
@@ -364,7 +358,14 @@ braid_result topo_parse_braid(const char *buf, size_t len, const char *fname,
         break;
       }
       for (int i = 2; i < nt && rc == BRAID_SUCCESS; i++)
-        rc = vertex_attr(&b, g, &g->v[id], &t[i]);
+        rc = vertex_attr(&b, &g->v[id], &t[i]);
+      const topo_vertex *v = &g->v[id];
+      for (int i = 0; i < id && rc == BRAID_SUCCESS && v->busid[0]; i++)
+        if (v->type != TOPO_NIC && g->v[i].type != TOPO_NIC &&
+            g->v[i].host == v->host && !strcmp(g->v[i].busid, v->busid))
+          rc = bf_err(&b, "attribute 'busid': %s already used by %s%s",
+                      v->busid, g->v[i].name,
+                      g->nhosts > 1 || v->host ? " on the same host" : "");
     }
   }
   free(line);

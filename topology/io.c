@@ -6,8 +6,10 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 braid_result topo_read_file(const char *path, char **buf, size_t *len) {
@@ -232,20 +234,14 @@ braid_result topo_save(const topo_graph *g, const char *path, topo_format fmt) {
     const char *dot = strrchr(path, '.');
     fmt = (dot && !strcasecmp(dot, ".xml")) ? TOPO_FMT_NCCL : TOPO_FMT_BRAID;
   }
-  FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
-  if (!f)
-    return ERR(BRAID_ERR_SYSTEM, "%s: cannot write: %s", path, strerror(errno));
-  braid_result r = fmt == TOPO_FMT_NCCL    ? topo_write_nccl(g, f)
-                   : fmt == TOPO_FMT_HWLOC ? topo_write_hwloc(g, f)
-                                           : topo_write_braid(g, f);
-  int bad = ferror(f);
-  if (f != stdout)
-    bad |= fclose(f) != 0;
-  else
-    fflush(f);
-  if (r == BRAID_SUCCESS && bad)
-    return ERR(BRAID_ERR_SYSTEM, "%s: write error", path);
-  if (r != BRAID_SUCCESS)
+  topo_wfile w;
+  CHECKR(topo_wfile_open(&w, path));
+  braid_result r = fmt == TOPO_FMT_NCCL    ? topo_write_nccl(g, w.f)
+                   : fmt == TOPO_FMT_HWLOC ? topo_write_hwloc(g, w.f)
+                                           : topo_write_braid(g, w.f);
+  if (r != BRAID_SUCCESS) {
+    topo_wfile_close(&w, 1);
     return ERR(r, "%s: cannot express this graph in that format", path);
-  return BRAID_SUCCESS;
+  }
+  return topo_wfile_close(&w, 0);
 }

@@ -227,6 +227,21 @@ braid_result topo_write_dot(const topo_graph *g, FILE *f);
 const char *topo_dot_esc(const char *s, char *buf, size_t n);
 braid_result topo_save(const topo_graph *g, const char *path, topo_format fmt);
 
+/* A file written whole or not at all: topo_wfile_open opens path for
+ * writing; a regular file (or none yet) is written beside it and renamed
+ * onto it by topo_wfile_close, so that neither a failure half-way nor
+ * processes writing the same path at once leave a part of one; anything
+ * else (a device, a pipe; "-": stdout) is written as it is. Close with
+ * failed = 1 to leave what was at path. Both return BRAID_SUCCESS or an
+ * error naming the path and the reason (ERR). */
+typedef struct topo_wfile {
+  FILE *f;
+  char *tmp; /* the file beside path, or NULL */
+  const char *path;
+} topo_wfile;
+braid_result topo_wfile_open(topo_wfile *w, const char *path);
+braid_result topo_wfile_close(topo_wfile *w, int failed);
+
 /* ---- NCCL graph (channel) files, NCCL_GRAPH_FILE ---- */
 typedef struct topo_nccl_channel {
   int n;

@@ -4,6 +4,8 @@
  */
 #include "topo_test_util.h"
 
+#include <sys/wait.h>
+
 static const char *small =
     "# a comment\n"
     "braid-topology 1\n"
@@ -117,6 +119,22 @@ Test(topo_braidfmt, errors) {
   cr_assert_has(err, "d.topo:3:");
   cr_assert_has(err, "itself");
 
+  /* a bus id is unique on its host, whatever the order of attributes */
+  err = parse_fails(TOPO_FMT_BRAID,
+                    "braid-topology 1\ngpu G0 busid=07:00.0 host=1\n"
+                    "gpu G1 host=1 busid=07:00.0\n",
+                    "f.topo");
+  cr_assert_has(err, "f.topo:3:");
+  cr_assert_has(err, "0000:07:00.0 already used by G0 on the same host");
+  static const char *two_hosts = "braid-topology 1\ngpu G0 busid=07:00.0\n"
+                                 "gpu G1 busid=07:00.0 host=1\n";
+  topo_graph *g2 = NULL;
+  cr_assert_eq(
+      topo_parse(two_hosts, strlen(two_hosts), "g.topo", TOPO_FMT_BRAID, &g2),
+      BRAID_SUCCESS, "%s", err_msg());
+  cr_assert_eq(g2->nhosts, 2);
+  topo_graph_free(g2);
+
   err = parse_fails(TOPO_FMT_BRAID, "braid-topology 1\ngpu G0 colour=green\n",
                     "e.topo");
   cr_assert_has(err, "e.topo:2:");
@@ -163,4 +181,57 @@ Test(topo_braidfmt, errors) {
   err = parse_fails(TOPO_FMT_BRAID, "braid-topology 1\nhosts 0\n", "n.topo");
   cr_assert_has(err, "n.topo:2:");
   cr_assert_has(err, "out of range");
+}
+
+/* topo_save writes a file whole or not at all: processes saving one path
+ * at once (every rank of a job with BRAID_TOPO_DUMP_FILE) never leave a
+ * reader part of a file, and nothing is left beside it. */
+Test(topo_braidfmt, saves_are_whole) {
+  char dir[] = "/tmp/braid-topo-save-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  char path[96];
+  snprintf(path, sizeof path, "%s/dump.topo", dir);
+  topo_graph *m = NULL, *g = NULL;
+  cr_assert_eq(topo_model_load("dgx-h100", &m), BRAID_SUCCESS, "%s", err_msg());
+  cr_assert_eq(topo_cluster(m, 16, 0, &g), BRAID_SUCCESS, "%s", err_msg());
+  cr_assert_eq(topo_save(g, path, TOPO_FMT_BRAID), BRAID_SUCCESS, "%s",
+               err_msg());
+  pid_t kids[3];
+  for (int k = 0; k < 3; k++) {
+    kids[k] = fork();
+    cr_assert_geq(kids[k], 0);
+    if (kids[k] == 0) {
+      for (int i = 0; i < 40; i++)
+        if (topo_save(g, path, TOPO_FMT_BRAID) != BRAID_SUCCESS)
+          _exit(1);
+      _exit(0);
+    }
+  }
+  int reads = 0, bad = 0;
+  char first[256] = "";
+  for (;;) {
+    topo_graph *r = NULL;
+    if (topo_load(path, TOPO_FMT_BRAID, &r) != BRAID_SUCCESS ||
+        topo_count(r, TOPO_GPU) != 128) {
+      if (!bad++)
+        snprintf(first, sizeof first, "%s (%d GPUs)", r ? "read" : err_msg(),
+                 r ? topo_count(r, TOPO_GPU) : 0);
+    }
+    topo_graph_free(r);
+    reads++;
+    int running = 0;
+    for (int k = 0; k < 3; k++)
+      running |= waitpid(kids[k], NULL, WNOHANG) == 0;
+    if (!running)
+      break;
+  }
+  cr_assert_eq(bad, 0, "%d of %d reads found part of a file; the first: %s",
+               bad, reads, first);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -eq 1", dir);
+  cr_assert_eq(system(cmd), 0, "files left beside the dump");
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
+  topo_graph_free(g);
+  topo_graph_free(m);
 }
