@@ -729,6 +729,7 @@ braid_result braid_alltoallv(const void *sendbuf, const size_t *sendcounts,
       sent += sendcounts[j];
     for (int k = 0; k < nops; k++)
       ops[k].seq = seq;
+    ops[0].a2av_call = 1;
     flight_queued_alltoallv(comm, ops, nops, sent, dt);
     braid_group_start();
     for (int k = 0; k < nops && r == BRAID_SUCCESS; k++)

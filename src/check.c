@@ -31,7 +31,16 @@ typedef struct fingerprint {
   uint64_t count, seq;
 } fingerprint;
 
+/* The kind an alltoallv's fingerprint gives (its sends and receives are no
+ * sched_coll of their own); its count is each rank's own, so left out. */
+#define FP_ALLTOALLV ((int32_t)SCHED_NUM_COLLS)
+
 static void describe(const fingerprint *f, char *buf, size_t len) {
+  if (f->coll == FP_ALLTOALLV) {
+    snprintf(buf, len, "alltoallv #%llu (%s)", (unsigned long long)f->seq,
+             braid_dtype_name((braid_dtype)f->dt));
+    return;
+  }
   int reduces = sched_reduces((sched_coll)f->coll);
   int rooted = f->coll == SCHED_BROADCAST || f->coll == SCHED_REDUCE ||
                f->coll == SCHED_GATHER || f->coll == SCHED_SCATTER;
@@ -107,6 +116,11 @@ braid_result check_fingerprint(braid_comm *c, const exec_op *op) {
                   : -1;
   mine.count = op->count;
   mine.seq = op->seq;
+  if (op->a2av_call) {
+    mine.coll = FP_ALLTOALLV;
+    mine.op = mine.root = -1;
+    mine.count = 0;
+  }
   fingerprint *all = calloc((size_t)c->nranks, sizeof *all);
   if (all == NULL)
     return BRAID_ERR_NOMEM;

@@ -40,6 +40,9 @@ typedef struct exec_op {
    * count_want and fails with BRAID_ERR_MISMATCH when they differ */
   int is_count;
   uint64_t count_msg, count_want;
+  /* the first op of an alltoallv: under BRAID_CHECK the call's fingerprint
+   * (kind alltoallv, dtype, call number) is compared before it runs */
+  int a2av_call;
   uint64_t fp;          /* its fingerprint (check_call_fp), made with its flight
                           record; 0: not made yet */
   uint64_t flight;      /* its flight recorder record (src/flight.c), 0: none */

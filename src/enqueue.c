@@ -109,7 +109,8 @@ static braid_result checked_locked(braid_comm *c, exec_op *ops, int nops,
                                    ops_fn run) {
   braid_result r = broken(c);
   for (int i = 0; r == BRAID_SUCCESS && c->check && i < nops; i++)
-    if (ops[i].coll != SCHED_SEND && ops[i].coll != SCHED_RECV &&
+    if ((ops[i].a2av_call ||
+         (ops[i].coll != SCHED_SEND && ops[i].coll != SCHED_RECV)) &&
         !ops[i].checked) {
       r = check_fingerprint(c, &ops[i]);
       ops[i].checked = 1;

@@ -468,6 +468,39 @@ Test(scenarios, check_reports_count_mismatch, .timeout = 60) {
   cr_expect_eq(st[1], 0);
 }
 
+/* An alltoallv runs as sends and receives, which BRAID_CHECK does not
+ * compare; the call itself is compared (kind, dtype, call number): a rank
+ * in a barrier where its peer is in an alltoallv is named at once. */
+static int a2av_vs_barrier(braid_comm *c, int rank, int n) {
+  (void)n;
+  float a[4] = {1, 2, 3, 4}, b[4];
+  size_t cnt[2] = {2, 2}, at[2] = {0, 2};
+  braid_result r = braid_allreduce(a, b, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  if (r != BRAID_SUCCESS)
+    return 24;
+  r = rank == 0
+          ? braid_alltoallv(a, cnt, at, b, cnt, at, BRAID_FLOAT32, c, NULL)
+          : braid_barrier(c, NULL);
+  const char *msg = braid_comm_last_error(c);
+  if (r != BRAID_ERR_MISMATCH ||
+      strstr(msg, "alltoallv #2 (float32)") == NULL ||
+      strstr(msg, "allreduce #2") == NULL) {
+    fprintf(stderr, "rank %d: %s: %s\n", rank, braid_result_string(r), msg);
+    return 25;
+  }
+  braid_comm_abort(c);
+  return 0;
+}
+
+Test(scenarios, check_reports_alltoallv_mismatch, .timeout = 60) {
+  setenv("BRAID_CHECK", "1", 1);
+  setenv("BRAID_TIMEOUT", "20", 1);
+  int st[2];
+  run_ranks(2, a2av_vs_barrier, 50, st);
+  cr_expect_eq(st[0], 0);
+  cr_expect_eq(st[1], 0);
+}
+
 /* ---- timeout --------------------------------------------------------------
  */
 
