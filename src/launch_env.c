@@ -11,7 +11,9 @@
  *     address and the job id (weaker: anyone who can read those can derive
  *     it);
  *  3. a rendezvous file on one host, named after the job id: rank 0 creates
- *     an id and publishes it atomically (mode 0600), the others poll for it.
+ *     an id and publishes it atomically (mode 0600) with its own pid and
+ *     start time, the others poll for it and take it while that process
+ *     runs (a file whose writer has exited is an earlier job's).
  */
 #include "launch_env.h"
 
@@ -30,7 +32,7 @@
 #include "comm.h"
 #include "log.h"
 
-#define RDV_MAGIC "BRAIDRDV1\n\0\0\0\0\0\0"
+#define RDV_MAGIC "BRAIDRDV2\n\0\0\0\0\0\0"
 #define RDV_MAGIC_LEN 16
 #define DEFAULT_TIMEOUT_MS 300000
 
@@ -170,25 +172,29 @@ static int hexval(char c) {
   return -1;
 }
 
+/* BRAID_SECRET's value s into out. */
+static braid_result parse_secret(const char *s, uint8_t out[16]) {
+  size_t n = strlen(s); /* the value itself is never printed */
+  int ok = n == 32;
+  for (size_t i = 0; ok && i < 16; i++) {
+    int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+    if (hi < 0 || lo < 0)
+      ok = 0;
+    else
+      out[i] = (uint8_t)(hi << 4 | lo);
+  }
+  if (!ok)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "BRAID_SECRET must be 32 hexadecimal digits (got %zu "
+               "characters%s)",
+               n, n == 32 ? ", not all hexadecimal" : "");
+  return BRAID_SUCCESS;
+}
+
 static braid_result get_secret(const char *host, int port, uint8_t out[16]) {
   const char *s = env(own_vars[V_SECRET]);
-  if (s != NULL) { /* the value itself is never printed */
-    size_t n = strlen(s);
-    int ok = n == 32;
-    for (size_t i = 0; ok && i < 16; i++) {
-      int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
-      if (hi < 0 || lo < 0)
-        ok = 0;
-      else
-        out[i] = (uint8_t)(hi << 4 | lo);
-    }
-    if (!ok)
-      return ERR(BRAID_ERR_INVALID_ARG,
-                 "BRAID_SECRET must be 32 hexadecimal digits (got %zu "
-                 "characters%s)",
-                 n, n == 32 ? ", not all hexadecimal" : "");
-    return BRAID_SUCCESS;
-  }
+  if (s != NULL)
+    return parse_secret(s, out);
   char ps[16];
   snprintf(ps, sizeof ps, "%d", port);
   uint64_t h = hash_str(0xcbf29ce484222325ull, "braid-secret-1");
@@ -230,29 +236,42 @@ static braid_result parse_comm_id(const char *v, char *host, size_t hostlen,
   return BRAID_SUCCESS;
 }
 
-/* *found = 1 when an address was given and *id is built from it. */
-static braid_result rdv_address(const launch_info *li, braid_unique_id *id,
-                                int *found) {
-  char host[256];
-  int port = 0;
+/* The rendezvous address from BRAID_COMM_ID, else MASTER_ADDR and
+ * MASTER_PORT: *found = 1 when one is given (host, port). */
+static braid_result parse_address(char *host, size_t hostlen, int *port,
+                                  int *found) {
   const char *cid = env(own_vars[V_COMM_ID]);
   const char *ma = env("MASTER_ADDR"), *mp = env("MASTER_PORT");
   *found = 0;
   if (cid != NULL) {
-    CHECKR(parse_comm_id(cid, host, sizeof host, &port));
+    CHECKR(parse_comm_id(cid, host, hostlen, port));
   } else if (ma != NULL || mp != NULL) {
     if (ma == NULL || mp == NULL)
       return ERR(BRAID_ERR_INVALID_ARG, "%s is set but %s is not",
                  ma ? "MASTER_ADDR" : "MASTER_PORT",
                  ma ? "MASTER_PORT" : "MASTER_ADDR");
-    if (*ma == '\0' || strlen(ma) >= sizeof host)
+    if (*ma == '\0' || strlen(ma) >= hostlen)
       return ERR(BRAID_ERR_INVALID_ARG,
                  "MASTER_ADDR='%s' is not a host name or address", ma);
-    snprintf(host, sizeof host, "%s", ma);
-    CHECKR(parse_int("MASTER_PORT", mp, 1, 65535, &port));
+    snprintf(host, hostlen, "%s", ma);
+    CHECKR(parse_int("MASTER_PORT", mp, 1, 65535, port));
   } else {
     return BRAID_SUCCESS;
   }
+  *found = 1;
+  return BRAID_SUCCESS;
+}
+
+/* *found = 1 when an address was given and *id is built from it. */
+static braid_result rdv_address(const launch_info *li, braid_unique_id *id,
+                                int *found) {
+  char host[256];
+  int port = 0, given = 0;
+  const char *cid = env(own_vars[V_COMM_ID]);
+  *found = 0;
+  CHECKR(parse_address(host, sizeof host, &port, &given));
+  if (!given)
+    return BRAID_SUCCESS;
   uint8_t secret[16];
   CHECKR(get_secret(host, port, secret));
   braid_result r = boot_unique_id_at(host, port, secret, li->rank == 0, id);
@@ -273,6 +292,46 @@ static braid_result rdv_address(const launch_info *li, braid_unique_id *id,
 
 /* ---- rendezvous file ----------------------------------------------------- */
 
+/* The file: RDV_MAGIC, then who wrote it (rdv_writer, as below), then the
+ * id. A reader takes the id only while its writer, rank 0, still runs: rank
+ * 0 removes the file once its braid_comm_init_env returns, so a file whose
+ * writer has exited was left by an earlier job (rank 0 killed, or an older
+ * braid that did not clean up), however recent it is, and a file whose
+ * writer runs belongs to the job now starting, however late a rank joins. */
+typedef struct rdv_writer {
+  long long pid;
+  unsigned long long
+      start; /* its start, in clock ticks since boot; 0 unknown */
+  unsigned long long pidns; /* inode of its pid namespace; 0 unknown */
+  char boot[40];            /* the kernel's boot id; "" unknown */
+} rdv_writer;
+
+#define RDV_WRITER_LEN 64 /* 8 pid, 8 start, 8 pidns, 40 boot */
+#define RDV_FILE_LEN (RDV_MAGIC_LEN + RDV_WRITER_LEN + BRAID_UNIQUE_ID_BYTES)
+
+/* State (R, S, Z, ...) and start (clock ticks since boot) of a process from
+ * /proc/<pid>/stat ("self" for this one). 0: read; -1: no such process or
+ * no /proc. */
+static int proc_stat(const char *pid, char *state, unsigned long long *start) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%s/stat", pid);
+  FILE *f = fopen(path, "re");
+  if (f == NULL)
+    return -1;
+  char buf[1024];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+  /* after ')': state is field 3; starttime is field 22 */
+  if (p == NULL || sscanf(p + 2,
+                          "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u "
+                          "%*u %*d %*d %*d %*d %*d %*d %llu",
+                          state, start) != 2)
+    return -1;
+  return 0;
+}
+
 /* Wall-clock start time of this process, or 0 when unknown. */
 static time_t proc_start_time(void) {
   FILE *f = fopen("/proc/stat", "re");
@@ -284,26 +343,88 @@ static time_t proc_start_time(void) {
     if (sscanf(line, "btime %lld", &btime) == 1)
       break;
   fclose(f);
-  f = fopen("/proc/self/stat", "re");
-  if (f == NULL || btime == 0) {
-    if (f)
-      fclose(f);
+  char state;
+  unsigned long long start = 0;
+  long hz = sysconf(_SC_CLK_TCK);
+  if (btime == 0 || hz <= 0 || proc_stat("self", &state, &start) != 0)
+    return 0;
+  return (time_t)(btime + (long long)(start / (unsigned long long)hz));
+}
+
+/* This process as a writer of the file. */
+static void writer_self(rdv_writer *w) {
+  memset(w, 0, sizeof *w);
+  w->pid = (long long)getpid();
+  char state;
+  if (proc_stat("self", &state, &w->start) != 0)
+    w->start = 0;
+  struct stat st;
+  if (stat("/proc/self/ns/pid", &st) == 0)
+    w->pidns = (unsigned long long)st.st_ino;
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+  if (f != NULL) {
+    if (fgets(w->boot, sizeof w->boot, f) == NULL)
+      w->boot[0] = '\0';
+    w->boot[strcspn(w->boot, "\n")] = '\0';
+    fclose(f);
+  }
+}
+
+static void put_u64(unsigned char *p, unsigned long long v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static unsigned long long get_u64(const unsigned char *p) {
+  unsigned long long v = 0;
+  for (int i = 0; i < 8; i++)
+    v |= (unsigned long long)p[i] << (8 * i);
+  return v;
+}
+
+static void writer_pack(const rdv_writer *w, unsigned char *p) {
+  memset(p, 0, RDV_WRITER_LEN);
+  put_u64(p, (unsigned long long)w->pid);
+  put_u64(p + 8, w->start);
+  put_u64(p + 16, w->pidns);
+  memcpy(p + 24, w->boot, strnlen(w->boot, sizeof w->boot - 1));
+}
+
+static void writer_unpack(const unsigned char *p, rdv_writer *w) {
+  memset(w, 0, sizeof *w);
+  w->pid = (long long)get_u64(p);
+  w->start = get_u64(p + 8);
+  w->pidns = get_u64(p + 16);
+  memcpy(w->boot, p + 24, sizeof w->boot - 1);
+}
+
+/* Whether the file's writer w still runs, seen from reader me: 1 yes, 0 no
+ * (why says so), -1 cannot tell (another pid namespace, no /proc). */
+static int writer_alive(const rdv_writer *w, const rdv_writer *me, char *why,
+                        size_t len) {
+  if (w->boot[0] && me->boot[0] && strcmp(w->boot, me->boot) != 0) {
+    snprintf(why, len, "written by pid %lld before this machine last booted",
+             w->pid);
     return 0;
   }
-  char buf[1024];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+  if (w->pidns == 0 || w->start == 0 || me->pidns == 0 ||
+      w->pidns != me->pidns || w->pid <= 0)
+    return -1;
+  char pid[24], state = '?';
   unsigned long long start = 0;
-  /* after ')': state is field 3; starttime is field 22 */
-  if (p == NULL || sscanf(p + 2,
-                          "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u "
-                          "%*u %*d %*d %*d %*d %*d %*d %llu",
-                          &start) != 1)
+  snprintf(pid, sizeof pid, "%lld", w->pid);
+  if (proc_stat(pid, &state, &start) != 0 || state == 'Z' || state == 'X') {
+    snprintf(why, len, "its writer, pid %lld, has exited", w->pid);
     return 0;
-  long hz = sysconf(_SC_CLK_TCK);
-  return hz > 0 ? (time_t)(btime + (long long)(start / (unsigned long)hz)) : 0;
+  }
+  if (start != w->start) {
+    snprintf(why, len,
+             "its writer, pid %lld, has exited (the pid now names another "
+             "process)",
+             w->pid);
+    return 0;
+  }
+  return 1;
 }
 
 static braid_result rdv_file_path(const launch_info *li, char *path,
@@ -350,9 +471,13 @@ static braid_result rdv_publish(const char *path, const braid_unique_id *id) {
   if (fd < 0)
     return ERR(BRAID_ERR_SYSTEM, "cannot create rendezvous file %s: %s", tmp,
                strerror(errno));
-  char buf[RDV_MAGIC_LEN + sizeof id->internal];
+  unsigned char buf[RDV_FILE_LEN];
+  rdv_writer me;
+  writer_self(&me);
   memcpy(buf, RDV_MAGIC, RDV_MAGIC_LEN);
-  memcpy(buf + RDV_MAGIC_LEN, id->internal, sizeof id->internal);
+  writer_pack(&me, buf + RDV_MAGIC_LEN);
+  memcpy(buf + RDV_MAGIC_LEN + RDV_WRITER_LEN, id->internal,
+         sizeof id->internal);
   ssize_t w = write(fd, buf, sizeof buf);
   int e = w == (ssize_t)sizeof buf ? 0 : (w < 0 ? errno : EIO);
   if (e == 0 && fsync(fd) != 0)
@@ -371,11 +496,16 @@ static braid_result rdv_publish(const char *path, const braid_unique_id *id) {
   return BRAID_SUCCESS;
 }
 
-/* *got = 1: read a fresh id; 0: not there (yet) or stale. A failure: the
- * file is refused. */
-static braid_result rdv_try_read(const char *path, time_t not_before,
-                                 braid_unique_id *id, int *got) {
+/* *got = 1: read the id of a file whose writer runs; 0: no file (yet), or
+ * one left by an earlier job, which rank 0 is yet to replace (stale says
+ * why, "" when there is no file). A failure: the file is refused.
+ * not_before: when the writer's liveness cannot be told (another pid
+ * namespace, no /proc), a file older than this is taken as stale. */
+static braid_result rdv_try_read(const char *path, const rdv_writer *me,
+                                 time_t not_before, braid_unique_id *id,
+                                 int *got, char *stale, size_t stale_len) {
   *got = 0;
+  stale[0] = '\0';
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT)
@@ -384,7 +514,7 @@ static braid_result rdv_try_read(const char *path, time_t not_before,
                strerror(errno));
   }
   struct stat st;
-  char buf[RDV_MAGIC_LEN + BRAID_UNIQUE_ID_BYTES];
+  unsigned char buf[RDV_FILE_LEN];
   braid_result r = BRAID_SUCCESS;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     r = ERR(BRAID_ERR_SYSTEM, "rendezvous file %s is not a regular file", path);
@@ -394,13 +524,29 @@ static braid_result rdv_try_read(const char *path, time_t not_before,
             "(expected uid %u, mode 0600)",
             path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777),
             (unsigned)geteuid());
-  } else if (not_before != 0 && st.st_mtime < not_before) {
-    /* left by an earlier job: wait for rank 0 to replace it */
-  } else if (st.st_size == (off_t)sizeof buf &&
-             read(fd, buf, sizeof buf) == (ssize_t)sizeof buf &&
-             memcmp(buf, RDV_MAGIC, RDV_MAGIC_LEN) == 0) {
-    memcpy(id->internal, buf + RDV_MAGIC_LEN, sizeof id->internal);
-    *got = 1;
+  } else if (st.st_size != (off_t)sizeof buf ||
+             read(fd, buf, sizeof buf) != (ssize_t)sizeof buf ||
+             memcmp(buf, RDV_MAGIC, RDV_MAGIC_LEN) != 0) {
+    /* renamed into place whole, so not half written: another format */
+    snprintf(stale, stale_len,
+             "not a rendezvous file of this braid version (%lld bytes)",
+             (long long)st.st_size);
+  } else {
+    rdv_writer w;
+    writer_unpack(buf + RDV_MAGIC_LEN, &w);
+    int alive = writer_alive(&w, me, stale, stale_len);
+    if (alive < 0 && not_before != 0 && st.st_mtime < not_before) {
+      snprintf(stale, stale_len,
+               "older than this process, and its writer, pid %lld, is not "
+               "visible from here (another pid namespace)",
+               w.pid);
+      alive = 0;
+    }
+    if (alive != 0) {
+      memcpy(id->internal, buf + RDV_MAGIC_LEN + RDV_WRITER_LEN,
+             sizeof id->internal);
+      *got = 1;
+    }
   }
   close(fd);
   return r;
@@ -412,8 +558,8 @@ static long long now_ms(void) {
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static braid_result rdv_file(const launch_info *li, braid_unique_id *id,
-                             int timeout_ms) {
+/* Whether a rendezvous file can serve the job: its ranks on one host. */
+static braid_result rdv_file_fits(const launch_info *li) {
   int nodes = 0;
   const char *nn = env("SLURM_STEP_NUM_NODES");
   if (nn == NULL)
@@ -427,6 +573,12 @@ static braid_result rdv_file(const launch_info *li, braid_unique_id *id,
                "and MASTER_PORT (or BRAID_COMM_ID=host:port) to a free port "
                "on rank 0's host",
                li->size, li->source);
+  return BRAID_SUCCESS;
+}
+
+static braid_result rdv_file(const launch_info *li, braid_unique_id *id,
+                             int timeout_ms) {
+  CHECKR(rdv_file_fits(li));
   char path[PATH_MAX];
   CHECKR(rdv_file_path(li, path, sizeof path));
   if (li->rank == 0) {
@@ -439,21 +591,40 @@ static braid_result rdv_file(const launch_info *li, braid_unique_id *id,
   }
   time_t start = proc_start_time();
   time_t not_before = start ? start - 2 : 0;
+  rdv_writer me;
+  writer_self(&me);
+  char stale[256] = "";
   long long deadline = now_ms() + timeout_ms;
   long sleep_us = 1000;
   for (;;) {
     int got = 0;
-    CHECKR(rdv_try_read(path, not_before, id, &got));
+    char why[256];
+    CHECKR(rdv_try_read(path, &me, not_before, id, &got, why, sizeof why));
     if (got) {
       INFO(LOG_ENV, "read the unique id from %s", path);
       return BRAID_SUCCESS;
     }
-    if (now_ms() >= deadline)
+    if (why[0] && strcmp(why, stale) != 0)
+      INFO(LOG_ENV,
+           "rendezvous file %s is left by an earlier job (%s); waiting for "
+           "rank 0 to replace it",
+           path, why);
+    snprintf(stale, sizeof stale, "%s", why);
+    if (now_ms() >= deadline) {
+      if (stale[0])
+        return ERR(BRAID_ERR_TIMEOUT,
+                   "rank %d waited %d ms for rank 0's rendezvous file %s; the "
+                   "file there is stale, ignored as left by an earlier job "
+                   "(%s), and rank 0 of this job did not replace it (is rank "
+                   "0 running, on this host, with the same "
+                   "BRAID_RENDEZVOUS_DIR? else set MASTER_ADDR/MASTER_PORT)",
+                   li->rank, timeout_ms, path, stale);
       return ERR(BRAID_ERR_TIMEOUT,
                  "rank %d waited %d ms for rank 0's rendezvous file %s (needs "
                  "one host, one BRAID_RENDEZVOUS_DIR; else set MASTER_ADDR/"
                  "MASTER_PORT)",
                  li->rank, timeout_ms, path);
+    }
     usleep((useconds_t)sleep_us);
     if (sleep_us < 20000)
       sleep_us *= 2;
@@ -497,6 +668,50 @@ braid_result launch_rank(launch_info *li) {
   memset(li, 0, sizeof *li);
   li->local_rank = li->local_size = -1;
   return detect_rank(li);
+}
+
+braid_result launch_check(launch_info *li, char *how, size_t len) {
+  memset(li, 0, sizeof *li);
+  li->local_rank = li->local_size = -1;
+  snprintf(how, len, "%s", "");
+  int any = 0;
+  for (size_t i = 0; i < sizeof launchers / sizeof *launchers; i++)
+    any |= env(launchers[i].rank) != NULL || env(launchers[i].size) != NULL;
+  if (!any)
+    return BRAID_SUCCESS; /* no launcher: li->source stays NULL */
+  CHECKR(detect_rank(li));
+  const char *uid = env(own_vars[V_UNIQUE_ID]);
+  if (uid != NULL) {
+    braid_unique_id id;
+    braid_result r = boot_id_from_text(uid, &id);
+    if (r != BRAID_SUCCESS)
+      return ERR_WRAP(r, "BRAID_UNIQUE_ID is not the text of "
+                         "braid_unique_id_to_string");
+    snprintf(how, len, "the unique id in BRAID_UNIQUE_ID");
+    return BRAID_SUCCESS;
+  }
+  char host[256];
+  int port = 0, given = 0;
+  CHECKR(parse_address(host, sizeof host, &port, &given));
+  if (given) {
+    const char *s = env(own_vars[V_SECRET]);
+    uint8_t secret[16];
+    if (s != NULL)
+      CHECKR(parse_secret(s, secret));
+    snprintf(how, len, "the root at %s:%d (%s)", host, port,
+             env(own_vars[V_COMM_ID]) ? "BRAID_COMM_ID"
+                                      : "MASTER_ADDR/MASTER_PORT");
+    return BRAID_SUCCESS;
+  }
+  if (li->size == 1) {
+    snprintf(how, len, "none needed (one rank)");
+    return BRAID_SUCCESS;
+  }
+  CHECKR(rdv_file_fits(li));
+  char path[PATH_MAX];
+  CHECKR(rdv_file_path(li, path, sizeof path));
+  snprintf(how, len, "a rendezvous file on this host (%s)", path);
+  return BRAID_SUCCESS;
 }
 
 void launch_cleanup(void) {

@@ -28,6 +28,12 @@ const char *launch_env_var(size_t i);
 /* Rank and size only (launch_detect's first half: no rendezvous, no
  * file, no socket). */
 braid_result launch_rank(launch_info *li);
+/* Every launcher variable launch_detect would read, checked by its rules
+ * without meeting anyone (no root, no file, no socket): BRAID_SUCCESS with
+ * li->source NULL when no launcher's rank or size variable is set; else
+ * li as launch_detect gives it and how (len bytes) says how the ranks would
+ * meet; an error names the variable, as launch_detect's would. */
+braid_result launch_check(launch_info *li, char *how, size_t len);
 /* Rank 0 removes the rendezvous file, if it made one (after init). */
 void launch_cleanup(void);
 

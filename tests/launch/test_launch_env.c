@@ -482,7 +482,7 @@ Test(launch_env, rendezvous_file_refuses_and_times_out, .init = rdv_setup,
   waitpid(pid, NULL, 0);
   close(fd);
   expect_err(r, "refusing it");
-  /* a stale file (older than the process) is ignored: timeout */
+  /* a stale file (its writer exited; old too) is ignored: timeout */
   cr_assert_eq(chmod(path, 0600), 0);
   struct timeval old[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
   cr_assert_eq(utimes(path, old), 0);
@@ -491,6 +491,60 @@ Test(launch_env, rendezvous_file_refuses_and_times_out, .init = rdv_setup,
   waitpid(pid, NULL, 0);
   close(fd);
   cr_assert_eq(r.rc, BRAID_ERR_TIMEOUT, "stale file accepted: %s", r.err);
+}
+
+/* A rank that starts long after rank 0 published (more than the seconds of
+ * slack the file's age once allowed) still takes the file: its writer, rank
+ * 0, runs. */
+Test(launch_env, rendezvous_file_late_rank, .init = rdv_setup,
+     .fini = rdv_teardown) {
+  int fd0, fd1, go = -1;
+  pid_t p0 = spawn_detect(ompi_env(0, 2), 5000, &fd0, &go);
+  result r0, r1;
+  cr_assert_eq(read_all(fd0, &r0, sizeof r0), 0);
+  cr_assert_eq(r0.rc, BRAID_SUCCESS, "%s", r0.err);
+  sleep(4); /* rank 0 waits (here: for go) */
+  pid_t p1 = spawn_detect(ompi_env(1, 2), 3000, &fd1, NULL);
+  cr_assert_eq(read_all(fd1, &r1, sizeof r1), 0);
+  waitpid(p1, NULL, 0);
+  close(fd1);
+  cr_assert_eq(r1.rc, BRAID_SUCCESS, "the late rank: %s", r1.err);
+  cr_assert_eq(memcmp(&r0.id, &r1.id, sizeof r0.id), 0,
+               "the late rank read another id");
+  cr_assert_eq(write(go, "g", 1), 1);
+  char c;
+  cr_assert_eq(read_all(fd0, &c, 1), 0);
+  waitpid(p0, NULL, 0);
+  close(fd0);
+  close(go);
+}
+
+/* A file whose writer has exited (rank 0 of an earlier job, killed before
+ * its cleanup) is ignored however recent it is, and the timeout says so. */
+Test(launch_env, rendezvous_file_dead_writer, .init = rdv_setup,
+     .fini = rdv_teardown) {
+  int fd;
+  pid_t pid = spawn_detect(ompi_env(0, 2), 2000, &fd, NULL);
+  result r;
+  cr_assert_eq(read_all(fd, &r, sizeof r), 0);
+  waitpid(pid, NULL, 0); /* exited without launch_cleanup */
+  close(fd);
+  cr_assert_eq(r.rc, BRAID_SUCCESS, "%s", r.err);
+  char path[600];
+  find_file(path, sizeof path);
+  cr_assert(path[0], "rank 0 left no file in %s", rdv_dir);
+  pid_t writer = pid;
+  pid = spawn_detect(ompi_env(1, 2), 500, &fd, NULL);
+  cr_assert_eq(read_all(fd, &r, sizeof r), 0);
+  waitpid(pid, NULL, 0);
+  close(fd);
+  cr_assert_eq(r.rc, BRAID_ERR_TIMEOUT, "a dead writer's file accepted: %d %s",
+               r.rc, r.err);
+  expect_err(r, "stale");
+  char want[64];
+  snprintf(want, sizeof want, "pid %ld, has exited", (long)writer);
+  expect_err(r, want);
+  cr_assert(strstr(r.err, "waited 500 ms") != NULL, "%s", r.err);
 }
 
 Test(launch_env, rendezvous_file_needs_one_host) {
