@@ -703,12 +703,51 @@ static void check_env(const shape *s, doc_report *r) {
   free(e);
 }
 
+/* ---- launch: the launcher's variables ------------------------------------ */
+
+/* The variables braid_comm_init_env reads, by its own rules
+ * (launch_check): a value it refuses stops the job before it forms. */
+static void check_launch(doc_report *r) {
+  launch_info li;
+  char how[PATH_MAX + 64];
+  if (launch_check(&li, how, sizeof how) != BRAID_SUCCESS) {
+    char err[512];
+    snprintf(err, sizeof err, "%s", err_msg());
+    const char *fix =
+        strstr(err, "more than one host") != NULL
+            ? "set MASTER_ADDR and MASTER_PORT (or BRAID_COMM_ID=host:port) "
+              "to a free port on rank 0's host, alike on every rank"
+        : strstr(err, "BRAID_UNIQUE_ID") != NULL
+            ? "give every rank the text of the id braidrun or "
+              "braid_unique_id_to_string made, or unset BRAID_UNIQUE_ID"
+        : strstr(err, "BRAID_SECRET") != NULL
+            ? "set BRAID_SECRET to 32 hexadecimal digits, alike on every "
+              "rank, or unset it"
+            : "give every rank its launcher's rank and size (plain decimal, "
+              "the rank below the size) and, for an address, MASTER_ADDR "
+              "with MASTER_PORT in 1..65535 or BRAID_COMM_ID=host:port "
+              "(docs/LAUNCH.md, \"The rules, exactly\")";
+    doc_add(r, "launch", DOC_ERROR, fix, "braid_comm_init_env would fail: %s",
+            err);
+    return;
+  }
+  if (li.source == NULL)
+    doc_add(r, "launch", DOC_OK, NULL,
+            "no launcher's rank or size variable set: a run of its own");
+  else
+    doc_add(r, "launch", DOC_OK, NULL,
+            "rank %d of %d (%s); the ranks would meet through %s", li.rank,
+            li.size, li.source, how);
+}
+
 /* ---- running the checks -------------------------------------------------- */
 
 braid_result doc_run(const doc_opts *o, doc_report *r) {
   shape s;
   job_shape(o, &s);
   check_env(&s, r);
+  if (!o->cheap) /* the init error itself names a bad launcher variable */
+    check_launch(r);
   check_shm(&s, r);
   check_cma(o, &s, r);
   doc_net(o, s.nranks, s.local, r);

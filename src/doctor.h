@@ -45,12 +45,29 @@ typedef struct doc_opts {
 
 /* Runs every local check into r (appends). BRAID_ERR_NOMEM only. */
 braid_result doc_run(const doc_opts *o, doc_report *r);
+/* What the ranks of doc_ranks learn of each other: every rank's worst
+ * verdict, and the communicator, kept so that no rank leaves before every
+ * report is out (doc_job_end). */
+typedef struct doc_job {
+  int rank, nranks;      /* nranks 0: the verdicts were not exchanged */
+  doc_verdict worst;     /* the worst verdict of every rank's report */
+  doc_verdict *verdicts; /* each rank's worst, nranks of them */
+  braid_comm *comm;
+} doc_job;
+
 /* Tries a real rendezvous over the launcher's variables
  * (braid_comm_init_env's rules), a tiny allreduce and a send/recv with each
  * peer, every wait bounded by timeout_ms; appends findings under "ranks",
  * naming the pair or the step that failed. nranks > 0 must match the
- * launcher's size. */
-braid_result doc_ranks(int nranks, int timeout_ms, doc_report *r);
+ * launcher's size. Where all of that worked, the ranks exchange the worst
+ * verdicts of their reports (r, the last finding of which is the one added
+ * here) into job, whose communicator stays open: call doc_job_end once this
+ * rank's report is out. */
+braid_result doc_ranks(int nranks, int timeout_ms, doc_report *r, doc_job *job);
+/* Waits until every rank of job has called it (each has printed its
+ * report), bounded by the timeout of doc_ranks, then closes job. Nothing
+ * when the verdicts were not exchanged. */
+void doc_job_end(doc_job *job);
 /* The worst verdict in r (DOC_OK when empty). */
 doc_verdict doc_worst(const doc_report *r);
 void doc_report_free(doc_report *r);

@@ -393,7 +393,58 @@ static long long now_ms(void) {
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-braid_result doc_ranks(int nranks, int timeout_ms, doc_report *r) {
+/* Every rank's worst verdict into job (the communicator c stays open in it);
+ * an error finding and c aborted when that fails. */
+static void exchange_verdicts(braid_comm *c, int me, int n, doc_report *r,
+                              doc_job *job) {
+  int32_t mine = (int32_t)doc_worst(r);
+  int32_t *all = calloc((size_t)n, sizeof *all);
+  job->verdicts = calloc((size_t)n, sizeof *job->verdicts);
+  braid_result res = all != NULL && job->verdicts != NULL
+                         ? braid_allgather(&mine, all, 1, BRAID_INT32, c, NULL)
+                         : BRAID_ERR_NOMEM;
+  if (res != BRAID_SUCCESS) {
+    doc_add(r, "ranks", DOC_ERROR,
+            "run with BRAID_DEBUG=INFO to see the transports each pair uses",
+            "rank %d of %d: exchanging the ranks' verdicts (a 4-byte "
+            "allgather) failed: %s",
+            me, n,
+            res == BRAID_ERR_NOMEM ? "out of memory"
+                                   : braid_comm_last_error(c));
+    free(all);
+    free(job->verdicts);
+    job->verdicts = NULL;
+    braid_comm_abort(c);
+    return;
+  }
+  job->worst = DOC_OK;
+  for (int i = 0; i < n; i++) {
+    job->verdicts[i] = all[i] >= DOC_ERROR ? DOC_ERROR
+                       : all[i] > DOC_OK   ? DOC_WARN
+                                           : DOC_OK;
+    if (job->verdicts[i] > job->worst)
+      job->worst = job->verdicts[i];
+  }
+  free(all);
+  job->rank = me;
+  job->nranks = n;
+  job->comm = c;
+}
+
+void doc_job_end(doc_job *job) {
+  if (job->comm != NULL) {
+    if (braid_barrier(job->comm, NULL) == BRAID_SUCCESS)
+      braid_comm_destroy(job->comm);
+    else
+      braid_comm_abort(job->comm);
+  }
+  free(job->verdicts);
+  memset(job, 0, sizeof *job);
+}
+
+braid_result doc_ranks(int nranks, int timeout_ms, doc_report *r,
+                       doc_job *job) {
+  memset(job, 0, sizeof *job);
   launch_info li;
   if (launch_rank(&li) != BRAID_SUCCESS) {
     doc_add(r, "ranks", DOC_ERROR,
@@ -481,5 +532,6 @@ braid_result doc_ranks(int nranks, int timeout_ms, doc_report *r) {
           "rank %d of %d (%s): rendezvous, a 4-byte allreduce and a "
           "send/receive with every other rank worked in %lld ms",
           me, n, li.source, now_ms() - t0);
-  return braid_comm_destroy(c);
+  exchange_verdicts(c, me, n, r, job);
+  return r->oom ? BRAID_ERR_NOMEM : BRAID_SUCCESS;
 }

@@ -5,7 +5,10 @@
  * fails to form; this program prints them as text or JSON.
  *
  * Exit status: 0 nothing would stop a job, 1 warnings, 2 errors (or a bad
- * command line).
+ * command line). With --ranks under a launcher, once the ranks have met and
+ * exchanged their verdicts, rank 0 exits with the worst of every rank's and
+ * the others with 0, after every rank's report is out: a launcher that
+ * stops the job at the first rank to fail (braidrun) cuts no report short.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +30,10 @@ static void usage(FILE *f) {
              "--ranks,\n"
              "                   else min(cores, 8))\n"
              "  --timeout S      bound on each wait of --ranks (default 10 s)\n"
-             "exit status: 0 ok, 1 warnings, 2 errors (docs/DOCTOR.md)\n");
+             "exit status: 0 ok, 1 warnings, 2 errors (docs/DOCTOR.md); "
+             "with --ranks, once\n"
+             "the ranks have met: rank 0 the worst of every rank's, the "
+             "others 0\n");
 }
 
 static int parse_pos(const char *s, int *out) {
@@ -55,6 +61,36 @@ static void json_str(const char *s) {
       putchar(c);
   }
   putchar('"');
+}
+
+/* The ranks of each verdict, and what this rank exits with. */
+static void print_job(const doc_job *job, int status) {
+  printf("job of %d rank%s: the worst verdict of every rank's report is %s",
+         job->nranks, job->nranks == 1 ? "" : "s",
+         doc_verdict_name(job->worst));
+  for (int v = DOC_WARN; v <= DOC_ERROR; v++) {
+    int n = 0;
+    for (int i = 0; i < job->nranks; i++)
+      if (job->verdicts[i] == (doc_verdict)v) {
+        if (n < 16)
+          printf("%s%d",
+                 n               ? ", "
+                 : v == DOC_WARN ? "; warnings on ranks "
+                                 : "; errors on ranks ",
+                 i);
+        n++;
+      }
+    if (n > 16)
+      printf(" and %d more", n - 16);
+  }
+  if (job->rank == 0)
+    printf("\nrank 0 exits with %d, the job's worst verdict; the other ranks "
+           "with 0\n",
+           status);
+  else
+    printf("\nrank %d exits with %d; rank 0 exits with %d, the job's worst "
+           "verdict\n",
+           job->rank, status, (int)job->worst);
 }
 
 int main(int argc, char **argv) {
@@ -92,9 +128,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "braid-doctor: out of memory\n");
     return 2;
   }
+  doc_job job = {0};
   if (ranks > 0)
-    doc_ranks(ranks, timeout_s * 1000, &r);
+    doc_ranks(ranks, timeout_s * 1000, &r, &job);
   doc_verdict worst = doc_worst(&r);
+  int status = (int)worst;
+  if (job.nranks > 0)
+    status = job.rank == 0 ? (int)job.worst : 0;
   char host[256] = "";
   gethostname(host, sizeof host - 1);
   int nwarn = 0, nerr = 0;
@@ -106,8 +146,17 @@ int main(int argc, char **argv) {
     printf("{\"host\": ");
     json_str(host);
     printf(", \"pid\": %d, \"verdict\": \"%s\", \"exit\": %d, "
-           "\"warnings\": %d, \"errors\": %d, \"findings\": [",
-           (int)getpid(), doc_verdict_name(worst), (int)worst, nwarn, nerr);
+           "\"warnings\": %d, \"errors\": %d, ",
+           (int)getpid(), doc_verdict_name(worst), status, nwarn, nerr);
+    if (job.nranks > 0) {
+      printf("\"job\": {\"rank\": %d, \"ranks\": %d, \"verdict\": \"%s\", "
+             "\"verdicts\": [",
+             job.rank, job.nranks, doc_verdict_name(job.worst));
+      for (int i = 0; i < job.nranks; i++)
+        printf("%s\"%s\"", i ? ", " : "", doc_verdict_name(job.verdicts[i]));
+      printf("]}, ");
+    }
+    printf("\"findings\": [");
     for (int i = 0; i < r.n; i++) {
       printf("%s\n  {\"check\": ", i ? "," : "");
       json_str(r.f[i].check);
@@ -132,8 +181,11 @@ int main(int argc, char **argv) {
            worst == DOC_OK     ? "nothing would stop a job"
            : worst == DOC_WARN ? "a job runs, see the warnings"
                                : "a job would fail, see the errors");
+    if (job.nranks > 0)
+      print_job(&job, status);
   }
   fflush(stdout);
+  doc_job_end(&job); /* every rank's report is out before any exits */
   doc_report_free(&r);
-  return (int)worst;
+  return status;
 }

@@ -291,6 +291,72 @@ ranks_ok)
   grep -q "^\[[01]\] error *ranks *--ranks 3 but the launcher (braidrun) says 2 ranks" \
     "$tmp/m.out" || fail "--ranks 3 under 2 ranks not reported"
   ;;
+ranks_all_reports)
+  # every rank warns (a misspelled variable): under braidrun, which stops
+  # the job at the first rank that exits non-zero, every rank's report still
+  # comes out whole; rank 0 exits with the worst verdict of all, the others
+  # with 0
+  b=$(baseline --local-ranks 3)
+  BRAID_NCHANNEL=4 "$BRAIDRUN" -n 3 --timeout 40 "$DOCTOR" --ranks 3 \
+    --timeout 10 >"$tmp/r.out" 2>"$tmp/r.err"
+  rc=$?
+  [ $rc -eq "$(want_exit "$b" 1)" ] || fail "braidrun exit $rc (baseline $b), want 1+"
+  for r in 0 1 2; do
+    grep -q "^\[$r\] warning *env *BRAID_NCHANNEL is set but braid does not read it" \
+      "$tmp/r.out" || fail "rank $r: no env warning"
+    grep -q "^\[$r\] ok *ranks *rank $r of 3 (braidrun): rendezvous" \
+      "$tmp/r.out" || fail "rank $r: no ranks finding"
+    grep -q "^\[$r\] [0-9]* warnings*, [0-9]* errors*: " "$tmp/r.out" ||
+      fail "rank $r: its report was cut short (no summary line)"
+    grep -q "^\[$r\] job of 3 ranks: the worst verdict of every rank's report is .*warnings on ranks 0, 1, 2" \
+      "$tmp/r.out" || fail "rank $r: no job line naming the ranks that warn"
+  done
+  grep -q "^\[0\] rank 0 exits with $rc, the job's worst verdict; the other ranks with 0" \
+    "$tmp/r.out" || fail "rank 0 does not say it exits with $rc"
+  grep -q "^\[1\] rank 1 exits with 0; rank 0 exits with $rc" "$tmp/r.out" ||
+    fail "rank 1 does not say it exits with 0"
+  # the same in JSON: this rank's exit and every rank's verdict
+  BRAID_NCHANNEL=4 "$BRAIDRUN" -n 3 --timeout 40 "$DOCTOR" --ranks 3 \
+    --timeout 10 --json >"$tmp/j.out" 2>"$tmp/j.err"
+  for r in 0 1 2; do
+    [ $r -eq 0 ] && x=$rc || x=0
+    grep -q "^\[$r\] {.*\"exit\": $x, .*\"job\": {\"rank\": $r, \"ranks\": 3, \"verdict\": \"[a-z]*\", \"verdicts\": \[\"[a-z]*\", \"[a-z]*\", \"[a-z]*\"\]}" \
+      "$tmp/j.out" || fail "rank $r: JSON without exit $x and the job's verdicts"
+    grep -q "^\[$r\] \]}" "$tmp/j.out" || fail "rank $r: JSON report cut short"
+  done
+  ;;
+launch_vars)
+  # the launcher's variables, checked by braid_comm_init_env's own rules
+  # without meeting anyone: each value it refuses is an error naming it
+  check_launch() {
+    want=$1
+    shift
+    env "$@" "$DOCTOR" --local-ranks 1 >"$tmp/l.out" 2>"$tmp/l.err"
+    rc=$?
+    [ $rc -eq 2 ] || fail "$*: exit $rc, want 2"
+    finding "$tmp/l.out" error launch "braid_comm_init_env would fail: " ""
+    finding "$tmp/l.out" error launch "$want" ""
+  }
+  check_launch "WORLD_SIZE='0' is out of range" RANK=0 WORLD_SIZE=0
+  check_launch "RANK=5 is not below WORLD_SIZE=2" RANK=5 WORLD_SIZE=2
+  check_launch "MASTER_PORT='99999' is out of range (1..65535)" \
+    RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=99999
+  check_launch "MASTER_ADDR is set but MASTER_PORT is not" \
+    RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1
+  check_launch "RANK is set but WORLD_SIZE is not" RANK=1
+  check_launch "BRAID_SECRET must be 32 hexadecimal digits" \
+    RANK=0 WORLD_SIZE=2 BRAID_COMM_ID=127.0.0.1:29500 BRAID_SECRET=abc
+  check_launch "span more than one host" OMPI_COMM_WORLD_RANK=0 \
+    OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_SIZE=2
+  finding "$tmp/l.out" error launch "span more than one host" \
+    "set MASTER_ADDR and MASTER_PORT"
+  # good values: ok, saying how the ranks would meet
+  RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$DOCTOR" \
+    --local-ranks 1 >"$tmp/ok.out" 2>&1
+  finding "$tmp/ok.out" ok launch "rank 1 of 2 (torchrun); the ranks would meet through the root at 127.0.0.1:29500 (MASTER_ADDR/MASTER_PORT)" ""
+  "$DOCTOR" --local-ranks 1 >"$tmp/none.out" 2>&1
+  finding "$tmp/none.out" ok launch "no launcher's rank or size variable set" ""
+  ;;
 gpu_emu)
   # DOCTOR is braid-doctor on the emulated GPU (two devices)
   export CUDA_EMU_BUSID=0000:e1:00.0,0000:e2:00.0
