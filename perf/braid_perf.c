@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cuda/perf_dev.h"
+#include "launcher.h"
 #include "perf.h"
 
 typedef struct bench {
@@ -366,18 +367,6 @@ static int setup_device(bench *b, int ndev) {
   return 0;
 }
 
-/* Whether a launcher started this process: the variables by which
- * braid_comm_init_env finds its rank and size (docs/LAUNCH.md). */
-static int perf_launched(void) {
-  static const char *const vars[] = {"BRAID_SIZE",   "BRAID_UNIQUE_ID",
-                                     "WORLD_SIZE",   "OMPI_COMM_WORLD_SIZE",
-                                     "SLURM_NTASKS", "PMI_SIZE"};
-  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-    if (getenv(vars[i]) != NULL)
-      return 1;
-  return 0;
-}
-
 /* Joins the launcher's job, or, started alone, runs one rank (as
  * nccl-tests does without mpirun). */
 static braid_result perf_comm_init(braid_comm **comm, const braid_config *cfg) {
@@ -399,6 +388,22 @@ int main(int argc, char **argv) {
     return PERF_EXIT_OK;
   if (pr < 0)
     return PERF_EXIT_USAGE;
+  /* Before the communicator, like a bad option: every rank finds it alike. */
+  char refused[1024];
+  if (perf_runnable(&o, refused, sizeof refused) == 0) {
+    if (refused[0])
+      fprintf(stderr,
+              "braid-perf: nothing to run: braid refuses every requested "
+              "(dtype, op) pair: %s\n",
+              refused);
+    else
+      fprintf(stderr,
+              "braid-perf: nothing to run: braid takes none of the requested "
+              "collectives, dtypes and ops on device buffers (-G 1: not "
+              "alltoallv, nor reductions of int16 or bool or with a bitwise "
+              "op)\n");
+    return PERF_EXIT_USAGE;
+  }
   int ndev = 0;
   if (o.device) {
     /* Before the communicator: a machine without a GPU fails alike on every
@@ -482,6 +487,8 @@ int main(int argc, char **argv) {
   if (b.rank == 0) {
     printf("#\n# mode: %s\n", mode);
     perf_print_table_header(stdout);
+    if (refused[0])
+      printf("# note: skipped, braid refuses them: %s\n", refused);
   }
 
   perf_rows rows = {0};

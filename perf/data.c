@@ -46,13 +46,21 @@ size_t perf_dtype_size(braid_dtype dt) {
   }
 }
 
-int perf_pair_valid(braid_dtype dt, braid_op op) {
+const char *perf_pair_refusal(braid_dtype dt, braid_op op) {
   int flt = dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16 ||
             dt == BRAID_FLOAT32 || dt == BRAID_FLOAT64 ||
             dt == BRAID_FLOAT8_E4M3 || dt == BRAID_FLOAT8_E5M2;
   if (flt && (op == BRAID_BAND || op == BRAID_BOR || op == BRAID_BXOR))
-    return 0;
-  return !(dt == BRAID_BOOL && (op == BRAID_AVG || op == PERF_OP_PREMULSUM));
+    return "bitwise ops take integer dtypes and bool";
+  if (dt == BRAID_BOOL && op == BRAID_AVG)
+    return "avg is not defined on bool";
+  if (dt == BRAID_BOOL && op == PERF_OP_PREMULSUM)
+    return "a pre-multiplied sum is not defined on bool";
+  return NULL;
+}
+
+int perf_pair_valid(braid_dtype dt, braid_op op) {
+  return perf_pair_refusal(dt, op) == NULL;
 }
 
 int perf_dev_valid(perf_coll c, braid_dtype dt, braid_op op) {
@@ -299,6 +307,21 @@ static int64_t plain_value(int rank, size_t idx, uint64_t seed) {
   return (int64_t)((idx * 7 + (size_t)rank * 13 + seed * 3) % 101);
 }
 
+/* An element of the data the movement collectives send: plain_value, and
+ * for bool, where every plain value but one in 101 would be true, one bit
+ * of a hash of the rank, the index and the seed, so that about half the
+ * elements are true and blocks of different ranks or places differ. */
+static int64_t plain_elem(braid_dtype dt, int rank, size_t idx, uint64_t seed) {
+  if (dt != BRAID_BOOL)
+    return plain_value(rank, idx, seed);
+  uint64_t z = (uint64_t)idx * 0x9e3779b97f4a7c15ull ^
+               ((uint64_t)rank + 1) * 0xc2b2ae3d27d4eb4full ^
+               (seed + 1) * 0x165667b19e3779f9ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (int64_t)((z ^ (z >> 31)) & 1);
+}
+
 static int64_t red_value(braid_dtype dt, braid_op op, int rank, int nranks,
                          size_t idx, uint64_t seed) {
   if (dt == BRAID_BOOL) /* true three times in four: and, or and xor vary */
@@ -404,7 +427,7 @@ void perf_fill_input(perf_coll c, braid_dtype dt, braid_op op, int rank,
       perf_store(dt, buf, k, red_value(dt, op, rank, nranks, first + k, seed));
   } else {
     for (size_t k = 0; k < n; k++)
-      perf_store(dt, buf, k, plain_value(rank, first + k, seed));
+      perf_store(dt, buf, k, plain_elem(dt, rank, first + k, seed));
   }
 }
 
@@ -429,22 +452,22 @@ int64_t perf_check_output(perf_coll c, braid_dtype dt, braid_op op, int rank,
       v = red_expected(dt, op, nranks, (size_t)rank * pcount + i, seed);
       break;
     case COLL_BROADCAST:
-      v = plain_value(root, i, seed);
+      v = plain_elem(dt, root, i, seed);
       break;
     case COLL_ALL_GATHER:
     case COLL_GATHER:
-      v = plain_value((int)(i / pcount), i % pcount, seed);
+      v = plain_elem(dt, (int)(i / pcount), i % pcount, seed);
       break;
     case COLL_SCATTER:
-      v = plain_value(root, (size_t)rank * pcount + i, seed);
+      v = plain_elem(dt, root, (size_t)rank * pcount + i, seed);
       break;
     case COLL_ALLTOALL:
     case COLL_ALLTOALLV:
-      v = plain_value((int)(i / pcount), (size_t)rank * pcount + i % pcount,
-                      seed);
+      v = plain_elem(dt, (int)(i / pcount), (size_t)rank * pcount + i % pcount,
+                     seed);
       break;
     case COLL_SENDRECV:
-      v = plain_value((rank + nranks - 1) % nranks, i, seed);
+      v = plain_elem(dt, (rank + nranks - 1) % nranks, i, seed);
       break;
     default:
       break;

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,12 +104,14 @@ int perf_parse_size(const char *s, size_t *out) {
   const char *p = s;
   while (isspace((unsigned char)*p))
     p++;
-  if (*p == '-' || *p == '+')
+  /* digits (or a point) first: not a sign, nor strtod's nan, inf or
+   * infinity */
+  if (!isdigit((unsigned char)*p) && *p != '.')
     return -1;
   errno = 0;
   char *end;
   double v = strtod(p, &end);
-  if (end == p || errno || v < 0)
+  if (end == p || errno || !(v >= 0))
     return -1;
   double mult = 1;
   if (*end) {
@@ -166,8 +169,9 @@ void perf_usage(FILE *f, const char *prog) {
       "  -b,--minbytes <size>      smallest size, K/M/G suffixes (32M)\n"
       "  -e,--maxbytes <size>      largest size (32M)\n"
       "  -i,--stepbytes <size>     fixed increment between sizes (1M)\n"
-      "  -f,--stepfactor <n>       multiply the size by n each step "
-      "(off)\n"
+      "  -f,--stepfactor <n>       multiply the size by n each step; 0 "
+      "or 1: step by -i,\n"
+      "                            which a factor above 1 overrides (off)\n"
       "  -n,--iters <n>            timed iterations (20)\n"
       "  -w,--warmup_iters <n>     untimed warm-up iterations (5)\n"
       "  -m,--agg_iters <n>        operations per iteration, in one group "
@@ -181,9 +185,11 @@ void perf_usage(FILE *f, const char *prog) {
       "uint64\n"
       "                            float16 bfloat16 float32 float64 bool "
       "float8_e4m3\n                            float8_e5m2 (float32)\n"
-      "                            (all: pairs braid refuses, bitwise ops on "
-      "floats\n"
-      "                            and avg on bool, are skipped)\n"
+      "                            (pairs braid refuses, bitwise ops on "
+      "floats and\n"
+      "                            avg or premulsum on bool, are skipped with "
+      "a note;\n"
+      "                            when nothing is left to run: exit 2)\n"
       "  -r,--root <rank|all>      root for rooted collectives (0)\n"
       "  -z,--blocking <0/1>       1: each call completes, then a barrier "
       "(0)\n"
@@ -191,7 +197,9 @@ void perf_usage(FILE *f, const char *prog) {
       "of a host stream (0)\n"
       "  -a,--average <0/1/2/3>    time across ranks: 0 rank 0, 1 mean, 2 "
       "min, 3 max (1)\n"
-      "  -T,--timeout <s>          bound on every wait (library default)\n"
+      "  -T,--timeout <s>          bound on every wait, 1 to 86400 s; 0: "
+      "the library\n"
+      "                            default (0)\n"
       "  -J,--json <file>          also write the results as JSON\n"
       "     --csv <file>           also write the results as CSV\n"
       "     --plot <file.png|svg>  draw busbw and latency against size "
@@ -201,7 +209,11 @@ void perf_usage(FILE *f, const char *prog) {
       "     --gpu <n|local>        GPU of every rank with -G 1: n, or the "
       "local rank\n"
       "                            modulo the device count (0)\n"
-      "  -t,--nthreads 1, -g,--ngpus 1, -p,--parallel_init 0: accepted\n"
+      "  -t,--nthreads 1, -g,--ngpus 1, -p,--parallel_init 0, -N 1, -C 0, "
+      "-S 0,\n"
+      "  -R 0, -M 0, -D 0: accepted (nccl-tests' defaults); their other "
+      "values,\n"
+      "  -x, -V, -F and --cudagraph are not supported\n"
       "  -h,--help\n"
       "exit status: 0 ok, 1 wrong elements, 2 bad options, 3 runtime error\n",
       prog);
@@ -237,7 +249,60 @@ static int parse_list_op(const char *s, perf_opts *o) {
   return 0;
 }
 
-enum { OPT_CSV = 1000, OPT_PLOT, OPT_GPU };
+enum { OPT_CSV = 1000, OPT_PLOT, OPT_GPU, OPT_CUDAGRAPH };
+
+/* nccl-tests' options braid-perf does not implement: each is accepted with
+ * the value that asks for nccl-tests' default behaviour (which is
+ * braid-perf's), else refused by name. */
+static const struct nccl_only {
+  int c;
+  const char *name;  /* nccl-tests' long name */
+  const char *what;  /* what it does there */
+  const char *plain; /* the value accepted, NULL: none */
+  const char *hint;  /* what braid-perf offers instead, "" none */
+} nccl_only[] = {
+    {'N', "run_cycles", "repeats the whole run", "1", ""},
+    {'C', "report_cputime", "reports CPU time instead of wall-clock time", "0",
+     ""},
+    {'S', "report_timestamps", "prints timestamps", "0", ""},
+    {'R', "local_register", "registers the buffers with NCCL", "0", ""},
+    {'M', "memory_report", "reports GPU memory use", "0", ""},
+    {'D', "device_implementation", "runs NCCL's device API kernels", "0", ""},
+    {'x', "cta_policy", "sets NCCL's CTA policy", NULL, ""},
+    {'V', "device_cta_count", "sets the CTAs of the device API kernels", NULL,
+     ""},
+    {'F', "output_file", "writes the results as CSV, in older nccl-tests", NULL,
+     "; --csv FILE writes braid-perf's CSV"},
+    {OPT_CUDAGRAPH, "cudagraph", "launches CUDA graphs (nccl-tests' -G)", NULL,
+     "; braid-perf's -G is --device"},
+};
+
+/* 0: a, the value of nccl-tests' option c, is accepted; -1 after the
+ * message. */
+static int nccl_only_option(int c, const char *a, const char *prog, FILE *err) {
+  for (size_t i = 0; i < sizeof nccl_only / sizeof *nccl_only; i++) {
+    const struct nccl_only *n = &nccl_only[i];
+    if (n->c != c)
+      continue;
+    if (n->plain != NULL && strcmp(a, n->plain) == 0)
+      return 0;
+    char opt[40];
+    if (c < 256)
+      snprintf(opt, sizeof opt, "-%c", c);
+    else
+      snprintf(opt, sizeof opt, "--%s", n->name);
+    fprintf(err,
+            "%s: %s %s: nccl-tests' --%s (it %s) is not supported by "
+            "braid-perf",
+            prog, opt, a, n->name, n->what);
+    if (n->plain != NULL)
+      fprintf(err, "; only %s %s, nccl-tests' default, is accepted", opt,
+              n->plain);
+    fprintf(err, "%s\n", n->hint);
+    return -1;
+  }
+  return -1;
+}
 
 int perf_cuda_built;
 
@@ -321,6 +386,15 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
       {"plot", required_argument, 0, OPT_PLOT},
       {"device", required_argument, 0, 'G'},
       {"gpu", required_argument, 0, OPT_GPU},
+      {"run_cycles", required_argument, 0, 'N'},
+      {"report_cputime", required_argument, 0, 'C'},
+      {"report_timestamps", required_argument, 0, 'S'},
+      {"local_register", required_argument, 0, 'R'},
+      {"memory_report", required_argument, 0, 'M'},
+      {"device_implementation", required_argument, 0, 'D'},
+      {"cta_policy", required_argument, 0, 'x'},
+      {"device_cta_count", required_argument, 0, 'V'},
+      {"cudagraph", required_argument, 0, OPT_CUDAGRAPH},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
 
@@ -328,12 +402,12 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
   char **sub_argv = argv + first - 1; /* sub_argv[0] stands in for the name */
   optind = 1;
   opterr = 0;
-  int have_i = 0, have_f = 0;
   for (;;) {
     int li = 0;
     int c = getopt_long(sub_argc, sub_argv,
-                        ":t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:a:J:G:h", longopts,
-                        &li);
+                        ":t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:a:J:G:hN:C:S:R:"
+                        "M:D:x:V:F:",
+                        longopts, &li);
     if (c == -1)
       break;
     const char *a = optarg;
@@ -371,38 +445,42 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
         o->minbytes = s;
       else if (c == 'e')
         o->maxbytes = s;
-      else {
-        if (s == 0) {
-          fprintf(err, "%s: -i (stepbytes) must be positive\n", prog);
-          return -1;
-        }
+      else
         o->stepbytes = s;
-        have_i = 1;
-      }
       break;
     }
     case 'f': {
-      /* any factor from 2 on, as nccl-tests takes */
+      /* as nccl-tests: a factor above 1 multiplies the size each step, 0
+       * or 1 means no factor (the sizes step by -i) */
       char *end = NULL;
       errno = 0;
       unsigned long long f = strtoull(a, &end, 10);
       if (a[0] < '0' || a[0] > '9' || *end != '\0' || errno == ERANGE ||
-          f < 2 || f > SIZE_MAX) {
+          f > SIZE_MAX) {
         fprintf(err,
                 "%s: invalid step factor '%s' for -f: expected an "
-                "integer >= 2\n",
+                "integer (0 or 1: no factor, step by -i)\n",
                 prog, a);
         return -1;
       }
-      o->stepfactor = (size_t)f;
-      have_f = 1;
+      o->stepfactor = f > 1 ? (size_t)f : 0;
       break;
     }
+    case 'T':
+      /* seconds, as BRAID_TIMEOUT takes them; 0: the library's */
+      if (parse_int(a, 0, PERF_TIMEOUT_MAX_S, &o->timeout_s)) {
+        fprintf(err,
+                "%s: invalid value '%s' for -T (timeout): expected seconds "
+                "from 1 to %d, as BRAID_TIMEOUT takes, or 0 for the "
+                "library default\n",
+                prog, a, PERF_TIMEOUT_MAX_S);
+        return -1;
+      }
+      break;
     case 'n':
     case 'w':
     case 'm':
-    case 'c':
-    case 'T': {
+    case 'c': {
       long lo = (c == 'n' || c == 'm') ? 1 : 0;
       if (parse_int(a, lo, INT_MAX, &v)) {
         fprintf(err,
@@ -416,10 +494,8 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
         o->warmup = v;
       else if (c == 'm')
         o->agg = v;
-      else if (c == 'c')
-        o->check = v;
       else
-        o->timeout_s = v;
+        o->check = v;
       break;
     }
     case 'o':
@@ -513,6 +589,19 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
         return -1;
       }
       break;
+    case 'N':
+    case 'C':
+    case 'S':
+    case 'R':
+    case 'M':
+    case 'D':
+    case 'x':
+    case 'V':
+    case 'F':
+    case OPT_CUDAGRAPH:
+      if (nccl_only_option(c, a, prog, err))
+        return -1;
+      break;
     case 'h':
       perf_usage(stdout, prog);
       return 1;
@@ -539,10 +628,10 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
             sub_argv[optind], prog);
     return -1;
   }
-  if (have_i && have_f) {
+  if (o->stepfactor == 0 && o->stepbytes == 0) {
     fprintf(err,
-            "%s: use either -i (stepbytes) or -f (stepfactor), not "
-            "both\n",
+            "%s: -i (stepbytes) must be positive when the sizes step by "
+            "it (no -f factor above 1)\n",
             prog);
     return -1;
   }
@@ -552,4 +641,70 @@ int perf_parse_args(int argc, char **argv, perf_opts *o, FILE *err) {
     return -1;
   }
   return 0;
+}
+
+/* Appends to buf (of len bytes) what printf would write, cut at the end. */
+__attribute__((format(printf, 3, 4))) static void append(char *buf, size_t len,
+                                                         const char *fmt, ...) {
+  size_t n = strlen(buf);
+  if (n + 1 >= len)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf + n, len - n, fmt, ap);
+  va_end(ap);
+}
+
+int perf_runnable(const perf_opts *o, char *refused, size_t len) {
+  int runs = 0;
+  refused[0] = '\0';
+  for (int ci = 0; ci < o->ncolls; ci++) {
+    const perf_coll_info *info = &perf_colls[o->colls[ci]];
+    int nops = info->has_op ? o->nops : 1;
+    for (int di = 0; di < o->ndtypes; di++)
+      for (int oi = 0; oi < nops; oi++) {
+        braid_dtype dt = (braid_dtype)o->dtypes[di];
+        braid_op op = info->has_op ? (braid_op)o->ops[oi] : BRAID_SUM;
+        if (info->has_op && !perf_pair_valid(dt, op))
+          continue;
+        if (o->device && !perf_dev_valid((perf_coll)o->colls[ci], dt, op))
+          continue;
+        runs++;
+      }
+  }
+  /* the refused pairs of a collective with an op, grouped by reason */
+  int has_op = 0;
+  for (int ci = 0; ci < o->ncolls; ci++)
+    has_op |= perf_colls[o->colls[ci]].has_op;
+  if (!has_op)
+    return runs;
+  const char *reasons[PERF_NUM_OPS * BRAID_NUM_DTYPES];
+  int nreasons = 0;
+  for (int di = 0; di < o->ndtypes; di++)
+    for (int oi = 0; oi < o->nops; oi++) {
+      const char *why =
+          perf_pair_refusal((braid_dtype)o->dtypes[di], (braid_op)o->ops[oi]);
+      int seen = why == NULL;
+      for (int k = 0; k < nreasons && !seen; k++)
+        seen = strcmp(reasons[k], why) == 0;
+      if (!seen)
+        reasons[nreasons++] = why;
+    }
+  for (int k = 0; k < nreasons; k++) {
+    int first = 1;
+    if (k > 0)
+      append(refused, len, "; ");
+    for (int di = 0; di < o->ndtypes; di++)
+      for (int oi = 0; oi < o->nops; oi++) {
+        const char *why =
+            perf_pair_refusal((braid_dtype)o->dtypes[di], (braid_op)o->ops[oi]);
+        if (why == NULL || strcmp(why, reasons[k]) != 0)
+          continue;
+        append(refused, len, "%s%s %s", first ? "" : ", ",
+               perf_dtype_str(o->dtypes[di]), perf_op_str(o->ops[oi]));
+        first = 0;
+      }
+    append(refused, len, " (%s)", reasons[k]);
+  }
+  return runs;
 }

@@ -68,13 +68,16 @@ typedef struct perf_opts {
   int ops[PERF_NUM_OPS]; /* braid_op values or PERF_OP_PREMULSUM */
   int nops;
   int root;         /* -1: every root */
-  int timeout_s;    /* -T: 0 = library default */
+  int timeout_s;    /* -T: 0 = library default, else 1..PERF_TIMEOUT_MAX_S */
   const char *json; /* -J file */
   const char *csv;  /* --csv file */
   const char *plot; /* --plot file (.png or .svg) */
   int device;       /* -G: device buffers */
   int gpu;          /* --gpu: device number, or PERF_GPU_LOCAL */
 } perf_opts;
+
+/* -T's largest value: BRAID_TIMEOUT's (docs/ENV.md). */
+#define PERF_TIMEOUT_MAX_S 86400
 
 /* --gpu local: the rank's index among the ranks of its host, modulo the
  * number of devices. */
@@ -84,6 +87,13 @@ typedef struct perf_opts {
  * 0 (the default): -G 1 is refused as a usage error. */
 extern int perf_cuda_built;
 
+/* The (collective, dtype, op) combinations of o that run: those braid
+ * takes (perf_pair_valid), and with -G 1 on device buffers
+ * (perf_dev_valid). refused (len bytes, "" when none) gets the requested
+ * (dtype, op) pairs braid refuses, grouped by reason: "float32 band,
+ * float32 bor (bitwise ops take integer dtypes and bool); bool avg (avg is
+ * not defined on bool)". */
+int perf_runnable(const perf_opts *o, char *refused, size_t len);
 /* Parses argv (argv[0]'s basename may name the collective, as with
  * all_reduce_perf). Returns 0 on success, 1 when help was printed, or -1 after
  * writing a message naming the bad argument to err. */
@@ -100,6 +110,9 @@ const char *perf_op_str(int op);
 /* 0 for the (dtype, op) pairs braid refuses: a bitwise op on a float type,
  * avg or a pre-multiplied sum on bool. */
 int perf_pair_valid(braid_dtype dt, braid_op op);
+/* Why braid refuses the pair ("bitwise ops take integer dtypes and bool"),
+ * NULL when it takes it. */
+const char *perf_pair_refusal(braid_dtype dt, braid_op op);
 /* 0 for what braid refuses on device buffers (BRAID_ERR_UNSUPPORTED):
  * alltoallv, and reductions of int16 or bool or with a bitwise op. */
 int perf_dev_valid(perf_coll c, braid_dtype dt, braid_op op);

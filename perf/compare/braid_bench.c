@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../launcher.h"
 #include "braid.h"
 #include "harness.h"
 
@@ -60,21 +61,10 @@ static void sum(void *ctx, double *v) {
     fail(ctx, "braid_allreduce (timing sum)", e);
 }
 
-/* Whether a launcher started this process (docs/LAUNCH.md's variables). */
-static int launched(void) {
-  static const char *const vars[] = {"BRAID_SIZE",   "BRAID_UNIQUE_ID",
-                                     "WORLD_SIZE",   "OMPI_COMM_WORLD_SIZE",
-                                     "SLURM_NTASKS", "PMI_SIZE"};
-  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-    if (getenv(vars[i]) != NULL)
-      return 1;
-  return 0;
-}
-
 static braid_result join(braid_comm **comm) {
   braid_config cfg;
   braid_config_init(&cfg);
-  if (launched())
+  if (perf_launched())
     return braid_comm_init_env(comm, &cfg);
   braid_unique_id id;
   braid_result e = braid_get_unique_id(&id);

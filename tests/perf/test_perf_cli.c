@@ -158,6 +158,71 @@ Test(perf_cli, one_rank_without_a_launcher_any_step_factor, .timeout = 60) {
   free(oc.out);
 }
 
+/* One of a launcher's rank and size variables without the other is the
+ * error docs/LAUNCH.md describes, naming the variable, not a job of one
+ * rank. */
+Test(perf_cli, rank_without_size_is_an_error, .timeout = 120) {
+  static const char *const cases[][3] = {
+      {"RANK=1", "MASTER_ADDR=127.0.0.1", "RANK is set but WORLD_SIZE is not"},
+      {"BRAID_RANK=1", NULL, "BRAID_RANK is set but BRAID_SIZE is not"},
+      {"OMPI_COMM_WORLD_RANK=1", NULL,
+       "OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not"},
+      {"SLURM_PROCID=1", NULL, "SLURM_PROCID is set but SLURM_NTASKS is not"},
+      {"PMI_RANK=1", NULL, "PMI_RANK is set but PMI_SIZE is not"},
+      {"WORLD_SIZE=2", NULL, "WORLD_SIZE is set but RANK is not"},
+  };
+  char *const argv[] = {BRAID_PERF_EXE, "all_reduce", "-b", "8", "-e", "8",
+                        "-n",           "1",          "-w", "0", NULL};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char *const env[] = {(char *)cases[i][0], (char *)cases[i][1],
+                         cases[i][1] ? "MASTER_PORT=29811" : NULL, NULL};
+    outcome oc = run(argv, env, 30);
+    cr_expect_eq(oc.status, 3, "%s: exit %d:\n%s", cases[i][0], oc.status,
+                 oc.out);
+    cr_expect(strstr(oc.out, cases[i][2]), "%s: no '%s':\n%s", cases[i][0],
+              cases[i][2], oc.out);
+    cr_expect(strstr(oc.out, "Out of bounds") == NULL,
+              "%s: ran as one rank:\n%s", cases[i][0], oc.out);
+    free(oc.out);
+  }
+}
+
+/* A (dtype, op) pair braid refuses: nothing to run is a usage error naming
+ * the pair and why; pairs refused beside others that run are named in a
+ * note. */
+Test(perf_cli, refused_pairs, .timeout = 120) {
+  char *const band[] = {BRAID_PERF_EXE, "all_reduce", "-b", "8",    "-e", "64",
+                        "-f",           "2",          "-n", "1",    "-w", "0",
+                        "-d",           "float32",    "-o", "band", NULL};
+  outcome oc = run(band, NULL, 30);
+  cr_expect_eq(oc.status, 2, "float32 band: exit %d:\n%s", oc.status, oc.out);
+  cr_expect(strstr(oc.out, "nothing to run: braid refuses every requested "
+                           "(dtype, op) pair: float32 band (bitwise ops take "
+                           "integer dtypes and bool)"),
+            "%s", oc.out);
+  cr_expect(strstr(oc.out, "0 OK") == NULL, "%s", oc.out);
+  free(oc.out);
+  char *const avg[] = {BRAID_PERF_EXE, "reduce", "-b", "8", "-e", "8",
+                       "-n",           "1",      "-w", "0", "-d", "bool",
+                       "-o",           "avg",    NULL};
+  oc = run(avg, NULL, 30);
+  cr_expect_eq(oc.status, 2, "bool avg: exit %d:\n%s", oc.status, oc.out);
+  cr_expect(strstr(oc.out, "bool avg (avg is not defined on bool)"), "%s",
+            oc.out);
+  free(oc.out);
+  char *const all[] = {BRAID_PERF_EXE, "all_reduce", "-b", "8", "-e", "8",
+                       "-n",           "1",          "-w", "0", "-d", "all",
+                       "-o",           "all",        NULL};
+  oc = run(all, NULL, 100);
+  cr_expect_eq(oc.status, 0, "-d all -o all: exit %d:\n%s", oc.status, oc.out);
+  cr_expect(strstr(oc.out, "# note: skipped, braid refuses them: float16 band"),
+            "%s", oc.out);
+  cr_expect(strstr(oc.out, "bool avg (avg is not defined on bool)"), "%s",
+            oc.out);
+  cr_expect(strstr(oc.out, "# Out of bounds values : 0 OK"), "%s", oc.out);
+  free(oc.out);
+}
+
 #ifdef BRAIDRUN_EXE
 static void sweep_sizes(const char *nranks, const char *transport,
                         const char *dtypes, const char *minb,

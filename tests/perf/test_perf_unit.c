@@ -119,8 +119,6 @@ Test(perf_options, bad_values_name_the_problem) {
              "mean");
   EXPECT_BAD("unknown collective 'allreduce2'", "braid-perf", "allreduce2");
   EXPECT_BAD("missing collective", "braid-perf", "-b", "8");
-  EXPECT_BAD("step factor", "braid-perf", "all_reduce", "-f", "1");
-  EXPECT_BAD("step factor", "braid-perf", "all_reduce", "-f", "0");
   EXPECT_BAD("step factor", "braid-perf", "all_reduce", "-f", "-4");
   EXPECT_BAD("step factor", "braid-perf", "all_reduce", "-f", "8x");
   EXPECT_BAD("step factor", "braid-perf", "all_reduce", "-f",
@@ -133,7 +131,10 @@ Test(perf_options, bad_values_name_the_problem) {
   EXPECT_BAD("needs a value", "braid-perf", "all_reduce", "-n");
   EXPECT_BAD("-a", "braid-perf", "all_reduce", "-a", "7");
   EXPECT_BAD("invalid root", "braid-perf", "broadcast", "-r", "x");
-  EXPECT_BAD("either -i", "braid-perf", "all_reduce", "-i", "1K", "-f", "2");
+  EXPECT_BAD("-i (stepbytes) must be positive", "braid-perf", "all_reduce",
+             "-i", "0");
+  EXPECT_BAD("-i (stepbytes) must be positive", "braid-perf", "all_reduce",
+             "-i", "0", "-f", "1");
   EXPECT_BAD("one rank per process", "braid-perf", "all_reduce", "-g", "2");
   EXPECT_BAD(".png or .svg", "braid-perf", "all_reduce", "--plot", "a.jpg");
   EXPECT_BAD("unexpected argument", "braid-perf", "all_reduce", "extra");
@@ -154,6 +155,162 @@ Test(perf_options, sizes) {
   cr_expect_neq(perf_parse_size("1KX", &s), 0);
   cr_expect_neq(perf_parse_size("", &s), 0);
   cr_expect_neq(perf_parse_size("ten", &s), 0);
+  /* strtod's words are not sizes (nan once became an allocation of
+   * (size_t)NaN bytes) */
+  static const char *const words[] = {"nan",      "NaN",  "nanK", "inf",
+                                      "infinity", "-nan", " nan"};
+  for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+    cr_expect_neq(perf_parse_size(words[i], &s), 0, "'%s' taken", words[i]);
+  EXPECT_BAD("invalid size 'nan' for -b", "braid-perf", "all_reduce", "-b",
+             "nan");
+  EXPECT_BAD("invalid size 'nan' for -e", "braid-perf", "all_reduce", "-e",
+             "nan");
+  cr_expect_eq(perf_parse_size(".5K", &s), 0);
+  cr_expect_eq(s, 512);
+}
+
+/* -T takes what BRAID_TIMEOUT takes: a larger value once overflowed the
+ * milliseconds into a short or negative timeout. */
+Test(perf_options, timeout_range) {
+  static const char *const ok[] = {"0", "1", "86400"};
+  for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+    char *const a[] = {"braid-perf", "all_reduce", "-T", (char *)ok[i], NULL};
+    perf_opts o;
+    char *m;
+    cr_expect_eq(parse(a, &o, &m), 0, "-T %s: %s", ok[i], m);
+    free(m);
+    cr_expect_eq(o.timeout_s, atoi(ok[i]));
+  }
+  EXPECT_BAD("invalid value '86401' for -T (timeout)", "braid-perf",
+             "all_reduce", "-T", "86401");
+  EXPECT_BAD("invalid value '4294968' for -T", "braid-perf", "all_reduce", "-T",
+             "4294968");
+  EXPECT_BAD("invalid value '2147484' for -T", "braid-perf", "all_reduce",
+             "--timeout", "2147484");
+  EXPECT_BAD("invalid value '-1' for -T", "braid-perf", "all_reduce", "-T",
+             "-1");
+}
+
+/* nccl-tests' step rules: a factor above 1 multiplies (and wins over -i),
+ * 0 or 1 means none: the sizes step by -i. */
+Test(perf_options, nccl_tests_step_rules) {
+  static const struct {
+    const char *f, *i;
+    size_t factor, bytes;
+  } rows[] = {
+      {"1", NULL, 0, 1u << 20}, {"0", NULL, 0, 1u << 20}, {"1", "4K", 0, 4096},
+      {"2", "1M", 2, 1u << 20}, {"4", "0", 4, 0},
+  };
+  for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
+    char *a[8] = {"braid-perf", "all_reduce", "-f", (char *)rows[k].f};
+    if (rows[k].i) {
+      a[4] = "-i";
+      a[5] = (char *)rows[k].i;
+    }
+    perf_opts o;
+    char *m;
+    cr_expect_eq(parse(a, &o, &m), 0, "-f %s -i %s: %s", rows[k].f,
+                 rows[k].i ? rows[k].i : "-", m);
+    free(m);
+    cr_expect_eq(o.stepfactor, rows[k].factor, "-f %s", rows[k].f);
+    cr_expect_eq(o.stepbytes, rows[k].bytes, "-f %s -i %s", rows[k].f,
+                 rows[k].i ? rows[k].i : "-");
+  }
+}
+
+/* nccl-tests' options braid-perf does not implement: the value that asks
+ * for nccl-tests' default is taken, any other is refused by name. */
+Test(perf_options, nccl_tests_options_not_supported) {
+  static const char *const plain[][2] = {
+      {"-N", "1"},           {"-C", "0"},
+      {"-S", "0"},           {"-R", "0"},
+      {"-M", "0"},           {"-D", "0"},
+      {"--run_cycles", "1"}, {"--local_register", "0"}};
+  for (size_t i = 0; i < sizeof plain / sizeof *plain; i++) {
+    char *const a[] = {"braid-perf", "all_reduce", (char *)plain[i][0],
+                       (char *)plain[i][1], NULL};
+    perf_opts o;
+    char *m;
+    cr_expect_eq(parse(a, &o, &m), 0, "%s %s: %s", plain[i][0], plain[i][1], m);
+    free(m);
+  }
+  EXPECT_BAD("-N 2: nccl-tests' --run_cycles", "braid-perf", "all_reduce", "-N",
+             "2");
+  EXPECT_BAD("is not supported by braid-perf", "braid-perf", "all_reduce", "-N",
+             "0");
+  EXPECT_BAD("-C 1: nccl-tests' --report_cputime", "braid-perf", "all_reduce",
+             "-C", "1");
+  EXPECT_BAD("only -C 0, nccl-tests' default", "braid-perf", "all_reduce", "-C",
+             "1");
+  EXPECT_BAD("-R 1: nccl-tests' --local_register", "braid-perf", "all_reduce",
+             "-R", "1");
+  EXPECT_BAD("-R 2: nccl-tests' --local_register (it registers the buffers "
+             "with NCCL) is not supported",
+             "braid-perf", "all_reduce", "--local_register", "2");
+  EXPECT_BAD("-F out.csv: nccl-tests' --output_file", "braid-perf",
+             "all_reduce", "-F", "out.csv");
+  EXPECT_BAD("--csv FILE", "braid-perf", "all_reduce", "-F", "out.csv");
+  EXPECT_BAD("-x 1: nccl-tests' --cta_policy", "braid-perf", "all_reduce", "-x",
+             "1");
+  EXPECT_BAD("-V 16: nccl-tests' --device_cta_count", "braid-perf",
+             "all_reduce", "-V", "16");
+  EXPECT_BAD("--cudagraph 1: nccl-tests' --cudagraph", "braid-perf",
+             "all_reduce", "--cudagraph", "1");
+  EXPECT_BAD("braid-perf's -G is --device", "braid-perf", "all_reduce",
+             "--cudagraph", "1");
+}
+
+/* What runs of the requested collectives, dtypes and ops, and the pairs
+ * braid refuses, named with the reason. */
+static int runnable(char *const *args, char *refused, size_t len) {
+  perf_opts o;
+  char *m;
+  cr_assert_eq(parse(args, &o, &m), 0, "%s", m);
+  free(m);
+  return perf_runnable(&o, refused, len);
+}
+
+Test(perf_options, refused_pairs_are_named) {
+  char r[1024];
+  cr_expect_eq(runnable((char *const[]){"all_reduce_perf", "-d", "float32",
+                                        "-o", "band", NULL},
+                        r, sizeof r),
+               0);
+  cr_expect_str_eq(r,
+                   "float32 band (bitwise ops take integer dtypes and bool)");
+  cr_expect_eq(
+      runnable((char *const[]){"reduce_perf", "-d", "bool", "-o", "avg", NULL},
+               r, sizeof r),
+      0);
+  cr_expect_str_eq(r, "bool avg (avg is not defined on bool)");
+  cr_expect_eq(runnable((char *const[]){"reduce_perf", "-d", "bool", "-o",
+                                        "mulsum", NULL},
+                        r, sizeof r),
+               0);
+  cr_expect(strstr(r, "bool premulsum (a pre-multiplied sum"), "%s", r);
+  /* some run, some are refused */
+  int n = runnable((char *const[]){"braid-perf", "all_reduce", "-d", "all",
+                                   "-o", "all", NULL},
+                   r, sizeof r);
+  cr_expect_gt(n, 0);
+  cr_expect(strstr(r, "float16 band, float16 bor, float16 bxor, bfloat16 band"),
+            "%s", r);
+  cr_expect(strstr(r, "float8_e5m2 bxor (bitwise ops take integer dtypes and "
+                      "bool); bool avg (avg is not defined on bool); bool "
+                      "premulsum"),
+            "%s", r);
+  /* a collective without an op takes every dtype: nothing refused */
+  cr_expect_eq(runnable((char *const[]){"all_gather_perf", "-d", "float32",
+                                        "-o", "band", NULL},
+                        r, sizeof r),
+               1);
+  cr_expect_str_eq(r, "");
+  cr_expect_eq(runnable((char *const[]){"braid-perf", "all", "-d", "float32",
+                                        "-o", "band", NULL},
+                        r, sizeof r),
+               COLL_COUNT - 3);
+  cr_expect_str_eq(r,
+                   "float32 band (bitwise ops take integer dtypes and bool)");
 }
 
 /* ---- sizes and bandwidth ---- */
@@ -534,6 +691,62 @@ Test(perf_options, new_dtypes_ops_and_alltoallv) {
   cr_expect(!perf_pair_valid(BRAID_BOOL, BRAID_AVG));
   cr_expect(perf_pair_valid(BRAID_BOOL, BRAID_SUM));
   cr_expect(perf_pair_valid(BRAID_INT16, BRAID_BXOR));
+}
+
+/* The data of the collectives that move without reducing, for bool: about
+ * half true, depending on the rank and the index, so that an output of all
+ * true (or all false), or two ranks' blocks swapped, is counted wrong in
+ * about half its elements. */
+Test(perf_data, bool_movement_data_varies) {
+  static const perf_coll colls[] = {
+      COLL_ALL_GATHER, COLL_BROADCAST, COLL_GATHER,  COLL_SCATTER,
+      COLL_ALLTOALL,   COLL_ALLTOALLV, COLL_SENDRECV};
+  enum { N = 3, COUNT = 3 * 256 };
+  for (size_t k = 0; k < sizeof colls / sizeof *colls; k++) {
+    perf_coll c = colls[k];
+    perf_counts pc;
+    perf_get_counts(c, COUNT, N, &pc);
+    uint8_t in[N][COUNT];
+    for (int r = 0; r < N; r++) {
+      perf_fill_input(c, BRAID_BOOL, BRAID_SUM, r, N, 0, 7, in[r], 0, pc.send);
+      size_t t = 0;
+      for (size_t i = 0; i < pc.send; i++)
+        t += in[r][i];
+      cr_expect(t * 10 >= pc.send * 3 && t * 10 <= pc.send * 7,
+                "%s rank %d: %zu of %zu true", perf_colls[c].name, r, t,
+                pc.send);
+    }
+    size_t diff = 0;
+    for (size_t i = 0; i < pc.send; i++)
+      diff += in[0][i] != in[1][i];
+    cr_expect_gt(diff * 4, pc.send,
+                 "%s: ranks 0 and 1 send alike in %zu of %zu",
+                 perf_colls[c].name, pc.send - diff, pc.send);
+    /* every output true, every output false: about half wrong */
+    uint8_t out[COUNT];
+    for (int v = 0; v < 2; v++) {
+      memset(out, v, sizeof out);
+      int64_t w =
+          perf_check_output(c, BRAID_BOOL, BRAID_SUM, 0, N, 0, 7, &pc, out);
+      cr_expect_gt(w * 4, (int64_t)pc.recv,
+                   "%s: all %s counted %lld wrong of %zu", perf_colls[c].name,
+                   v ? "true" : "false", (long long)w, pc.recv);
+    }
+  }
+  /* allgather's blocks of ranks 0 and 1 swapped */
+  perf_counts pc;
+  perf_get_counts(COLL_ALL_GATHER, COUNT, N, &pc);
+  uint8_t out[COUNT];
+  for (int r = 0; r < N; r++)
+    perf_fill_input(COLL_ALL_GATHER, BRAID_BOOL, BRAID_SUM,
+                    r == 0   ? 1
+                    : r == 1 ? 0
+                             : r,
+                    N, 0, 7, out + (size_t)r * pc.param, 0, pc.param);
+  int64_t w = perf_check_output(COLL_ALL_GATHER, BRAID_BOOL, BRAID_SUM, 2, N, 0,
+                                7, &pc, out);
+  cr_expect_gt(w * 4, (int64_t)(2 * pc.param),
+               "swapped blocks counted %lld wrong", (long long)w);
 }
 
 /* nccl-tests takes any step factor; so does braid-perf. */
