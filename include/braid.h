@@ -186,6 +186,12 @@ BRAID_API braid_result braid_comm_init(braid_comm **comm, int nranks,
  * (PMI_RANK, PMI_SIZE). See docs/ENV.md. */
 BRAID_API braid_result braid_comm_init_env(braid_comm **comm,
                                            const braid_config *cfg);
+/* The launcher whose variables braid_comm_init_env would read: "braidrun",
+ * "torchrun", "openmpi", "slurm" or "pmi" when one of its rank or size
+ * variables is set, "braid" for BRAID_UNIQUE_ID alone, NULL when none is:
+ * a process started on its own (whose braid_comm_init_env fails, "no
+ * launcher found"). Reads the environment only; the pointer is static. */
+BRAID_API const char *braid_env_launcher(void);
 /* Collective: ranks with the same color form a new communicator, ordered by
  * key then by old rank. color == BRAID_SPLIT_NOCOLOR gives *out == NULL. */
 BRAID_API braid_result braid_comm_split(braid_comm *comm, int color, int key,

@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "cuda/perf_dev.h"
-#include "launcher.h"
 #include "perf.h"
 
 typedef struct bench {
@@ -370,7 +369,7 @@ static int setup_device(bench *b, int ndev) {
 /* Joins the launcher's job, or, started alone, runs one rank (as
  * nccl-tests does without mpirun). */
 static braid_result perf_comm_init(braid_comm **comm, const braid_config *cfg) {
-  if (perf_launched())
+  if (braid_env_launcher() != NULL)
     return braid_comm_init_env(comm, cfg);
   braid_unique_id id;
   braid_result e = braid_get_unique_id(&id);

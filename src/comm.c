@@ -497,6 +497,8 @@ braid_result braid_comm_init(braid_comm **comm, int nranks,
   return BRAID_SUCCESS;
 }
 
+const char *braid_env_launcher(void) { return launch_name(); }
+
 braid_result braid_comm_init_env(braid_comm **comm, const braid_config *cfg) {
   if (comm == NULL)
     return comm_arg_bad(NULL, "braid_comm_init_env: comm is NULL");

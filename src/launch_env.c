@@ -670,14 +670,18 @@ braid_result launch_rank(launch_info *li) {
   return detect_rank(li);
 }
 
+const char *launch_name(void) {
+  for (size_t i = 0; i < sizeof launchers / sizeof *launchers; i++)
+    if (env(launchers[i].rank) != NULL || env(launchers[i].size) != NULL)
+      return launchers[i].source;
+  return env(own_vars[V_UNIQUE_ID]) != NULL ? "braid" : NULL;
+}
+
 braid_result launch_check(launch_info *li, char *how, size_t len) {
   memset(li, 0, sizeof *li);
   li->local_rank = li->local_size = -1;
   snprintf(how, len, "%s", "");
-  int any = 0;
-  for (size_t i = 0; i < sizeof launchers / sizeof *launchers; i++)
-    any |= env(launchers[i].rank) != NULL || env(launchers[i].size) != NULL;
-  if (!any)
+  if (launch_name() == NULL)
     return BRAID_SUCCESS; /* no launcher: li->source stays NULL */
   CHECKR(detect_rank(li));
   const char *uid = env(own_vars[V_UNIQUE_ID]);

@@ -34,6 +34,10 @@ braid_result launch_rank(launch_info *li);
  * li as launch_detect gives it and how (len bytes) says how the ranks would
  * meet; an error names the variable, as launch_detect's would. */
 braid_result launch_check(launch_info *li, char *how, size_t len);
+/* The launcher whose rank or size variable is set (its source name,
+ * "braidrun", "torchrun", ...), "braid" for BRAID_UNIQUE_ID alone, or NULL
+ * when none is set (braid_env_launcher). */
+const char *launch_name(void);
 /* Rank 0 removes the rendezvous file, if it made one (after init). */
 void launch_cleanup(void);
 

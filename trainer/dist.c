@@ -55,24 +55,6 @@ static void b_close(void *ctx) {
 static const dist_ops braid_ops = {b_allreduce, b_broadcast, b_wait,
                                    b_last_error, b_close};
 
-/* The launchers braid_comm_init_env understands announce a rank or a size
- * in these variables (the same list braid reads); with none of them set this
- * is a single-process run. */
-static const char *detect_launcher(void) {
-  static const struct {
-    const char *rank, *size, *name;
-  } known[] = {{"BRAID_RANK", "BRAID_SIZE", "braidrun"},
-               {"RANK", "WORLD_SIZE", "torchrun"},
-               {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "openmpi"},
-               {"SLURM_PROCID", "SLURM_NTASKS", "slurm"},
-               {"PMI_RANK", "PMI_SIZE", "pmi"}};
-  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
-    if (getenv(known[i].rank) || getenv(known[i].size))
-      return known[i].name;
-  }
-  return NULL;
-}
-
 /* With no communicator, the thread's last error says why init failed. */
 static const char *init_error(const braid_comm *comm) {
   return braid_comm_last_error(comm);
@@ -102,7 +84,7 @@ int dist_open_braid(dist *d, char *err, size_t errlen) {
     return -1;
   }
   c->own_comm = 1;
-  const char *launcher = detect_launcher();
+  const char *launcher = braid_env_launcher();
   braid_result r;
   if (launcher) {
     r = braid_comm_init_env(&c->comm, NULL);

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../launcher.h"
 #include "braid.h"
 #include "harness.h"
 
@@ -64,7 +63,7 @@ static void sum(void *ctx, double *v) {
 static braid_result join(braid_comm **comm) {
   braid_config cfg;
   braid_config_init(&cfg);
-  if (perf_launched())
+  if (braid_env_launcher() != NULL)
     return braid_comm_init_env(comm, &cfg);
   braid_unique_id id;
   braid_result e = braid_get_unique_id(&id);

@@ -208,6 +208,17 @@ static long c_result_string(args *a) {
   return !strcmp(braid_result_string((braid_result)a->value), "unknown result");
 }
 static long c_get_version(args *a) { return braid_get_version(a->pint); }
+/* no argument to get wrong: one of the documented names (or NULL) */
+static long c_env_launcher(args *a) {
+  (void)a;
+  static const char *const names[] = {"braidrun", "torchrun", "openmpi",
+                                      "slurm",    "pmi",      "braid"};
+  const char *l = braid_env_launcher();
+  int known = l == NULL;
+  for (size_t i = 0; l != NULL && i < sizeof names / sizeof *names; i++)
+    known |= !strcmp(l, names[i]);
+  return known;
+}
 static long c_dtype_size(args *a) {
   return braid_dtype_size((braid_dtype)a->value) == 0;
 }
@@ -263,15 +274,15 @@ static long c_comm_last_error(args *a) {
 
 /* by name without braid_ */
 #define CALLERS(X)                                                             \
-  X(config_init), X(result_string), X(get_version), X(dtype_size),             \
-      X(dtype_name), X(op_name), X(get_unique_id), X(unique_id_to_string),     \
-      X(unique_id_from_string), X(comm_init), X(comm_init_env), X(comm_split), \
-      X(comm_shrink), X(comm_finalize), X(comm_destroy), X(comm_abort),        \
-      X(comm_get_async_error), X(comm_rank), X(comm_size),                     \
-      X(comm_flight_dump), X(comm_last_error), X(allreduce), X(reduce),        \
-      X(broadcast), X(allgather), X(reduce_scatter), X(gather), X(scatter),    \
-      X(alltoall), X(alltoallv), X(send), X(recv), X(barrier), X(group_start), \
-      X(group_end), X(stream_create), X(stream_destroy),                       \
+  X(config_init), X(result_string), X(get_version), X(env_launcher),           \
+      X(dtype_size), X(dtype_name), X(op_name), X(get_unique_id),              \
+      X(unique_id_to_string), X(unique_id_from_string), X(comm_init),          \
+      X(comm_init_env), X(comm_split), X(comm_shrink), X(comm_finalize),       \
+      X(comm_destroy), X(comm_abort), X(comm_get_async_error), X(comm_rank),   \
+      X(comm_size), X(comm_flight_dump), X(comm_last_error), X(allreduce),     \
+      X(reduce), X(broadcast), X(allgather), X(reduce_scatter), X(gather),     \
+      X(scatter), X(alltoall), X(alltoallv), X(send), X(recv), X(barrier),     \
+      X(group_start), X(group_end), X(stream_create), X(stream_destroy),       \
       X(stream_synchronize), X(stream_query), X(stream_from_cuda),             \
       X(op_create_premul_sum), X(op_destroy)
 #define C(f)                                                                   \
@@ -474,6 +485,7 @@ const row bad_rows[] = {
     {"barrier", "stream", NULL, OK, m_stream_host},
     /* groups and streams */
     {"group_start", "-", NULL, OK, m_none},
+    {"env_launcher", "-", NULL, V, m_none},
     {"group_end", "-", "no group is open", L, m_none},
     {"group_end", "-", "another stream", E, m_group_streams},
     {"stream_create", "stream", "stream is NULL", L, m_pstream_null},

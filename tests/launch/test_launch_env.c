@@ -188,6 +188,32 @@ Test(launch_env, nothing_found) {
   expect_err(detect(ENV(fake_id_env(&id, 2))), "no launcher found");
 }
 
+/* braid_env_launcher: the launcher braid_comm_init_env would read, from a
+ * rank or a size variable alone (a tool then lets init name the one
+ * missing), by the same precedence; NULL for a process on its own. */
+Test(launch_env, the_launcher_by_name) {
+  clearenv();
+  cr_assert_null(braid_env_launcher());
+  setenv("MASTER_ADDR", "127.0.0.1", 1); /* an address is no rank */
+  cr_assert_null(braid_env_launcher());
+  setenv("RANK", "1", 1);
+  cr_assert_str_eq(braid_env_launcher(), "torchrun");
+  setenv("BRAID_SIZE", "2", 1);
+  cr_assert_str_eq(braid_env_launcher(), "braidrun");
+  clearenv();
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  cr_assert_str_eq(braid_env_launcher(), "openmpi");
+  clearenv();
+  setenv("SLURM_PROCID", "0", 1);
+  cr_assert_str_eq(braid_env_launcher(), "slurm");
+  clearenv();
+  setenv("PMI_SIZE", "2", 1);
+  cr_assert_str_eq(braid_env_launcher(), "pmi");
+  clearenv();
+  setenv("BRAID_UNIQUE_ID", "00", 1);
+  cr_assert_str_eq(braid_env_launcher(), "braid");
+}
+
 Test(launch_env, malformed_values_name_the_variable) {
   braid_unique_id id;
   const char *u = fake_id_env(&id, 3);
