@@ -210,9 +210,12 @@ BRAID_API braid_result braid_comm_shrink(braid_comm *comm, const int *excluded,
 /* Waits for every queued call, then quiesces (collective). */
 BRAID_API braid_result braid_comm_finalize(braid_comm *comm);
 /* Frees the communicator (local; call finalize first for a clean close).
- * Never waits for the peers or for other communicators' calls: its device
- * memory that a peer still maps, or that freeing while another call holds
- * a CUDA stream would wait for, is freed later (docs/CUDA.md). */
+ * Calls of it still queued on braid streams run first, as NCCL's destroy
+ * finishes them, each bounded by the timeout (one whose peers never come
+ * waits that long; braid_comm_abort stops them instead). Otherwise never
+ * waits for the peers or for other communicators' calls: its device memory
+ * that a peer still maps, or that freeing while another call holds a CUDA
+ * stream would wait for, is freed later (docs/CUDA.md). */
 BRAID_API braid_result braid_comm_destroy(braid_comm *comm);
 /* Stops every pending and running call with BRAID_ERR_ABORTED and frees the
  * communicator. Safe from any thread: a call blocked in another thread (a

@@ -32,11 +32,24 @@ enum {
   FR_BARRIER = 2,
   FR_P2P = 3,
   FR_SPLIT = 4,
-  FR_LEFT = 5
+  FR_LEFT = 5,
+  FR_NOTE = 6
 };
-static const char *frame_name[] = {
-    "?",          "boot_allgather",     "boot_barrier", "boot_send/boot_recv",
-    "boot_split", "a notice of leaving"};
+static const char *frame_name[] = {"?",
+                                   "boot_allgather",
+                                   "boot_barrier",
+                                   "boot_send/boot_recv",
+                                   "boot_split",
+                                   "a notice of leaving",
+                                   "boot_note_send/boot_note_recv"};
+
+/* Frames a receiver passes over instead of failing: a note where it waits
+ * for anything else (one no rank read: sent to a rank that left the
+ * agreement it served), and anything else where it waits for a note (left
+ * over from an exchange that failed, which the note's sender gave up on). */
+static int passed_over(uint32_t want, uint32_t got) {
+  return (want == FR_NOTE) != (got == FR_NOTE);
+}
 
 typedef struct mesh_hello {
   int32_t rank, nranks;
@@ -370,6 +383,7 @@ typedef struct xop {
   size_t hoff;
   char *buf;
   size_t len, off;
+  uint64_t skip; /* bytes of a frame passed over, yet to read */
   int done;
 } xop;
 
@@ -446,6 +460,14 @@ static braid_result xop_step(boot *b, xop *o, uint32_t kind, const char *what) {
       } else {
         o->hoff += (size_t)n;
       }
+    } else if (o->skip > 0) {
+      char junk[4096];
+      n = recv(fd, junk, o->skip < sizeof junk ? (size_t)o->skip : sizeof junk,
+               MSG_DONTWAIT);
+      if (n <= 0)
+        goto fail;
+      o->skip -= (uint64_t)n;
+      continue;
     } else if (o->hoff < sizeof(o->hdr)) {
       n = recv(fd, (char *)&o->hdr + o->hoff, sizeof(o->hdr) - o->hoff,
                MSG_DONTWAIT);
@@ -458,6 +480,11 @@ static braid_result xop_step(boot *b, xop *o, uint32_t kind, const char *what) {
         return ERR(BRAID_ERR_REMOTE,
                    "%s: garbage on the control connection from rank %d", what,
                    o->peer);
+      if (passed_over(kind, o->hdr.kind)) {
+        o->skip = o->hdr.len;
+        o->hoff = 0;
+        continue;
+      }
       if (o->hdr.kind == FR_LEFT)
         return peer_left(b, o, what);
       if (o->hdr.kind != kind)
@@ -589,8 +616,12 @@ braid_result boot_barrier(boot *b) {
   return gather_kind(b, &none, &none, 0, FR_BARRIER);
 }
 
-static braid_result p2p(boot *b, int peer, void *buf, size_t len, int send) {
-  const char *what = send ? "boot_send" : "boot_recv";
+static braid_result p2p(boot *b, int peer, void *buf, size_t len, int send,
+                        uint32_t kind) {
+  const char *what = kind == FR_NOTE
+                         ? (send ? "boot_note_send" : "boot_note_recv")
+                     : send ? "boot_send"
+                            : "boot_recv";
   if (b == NULL)
     return ERR(BRAID_ERR_INVALID_ARG, "%s: NULL bootstrap", what);
   if (peer < 0 || peer >= b->nranks || peer == b->rank)
@@ -605,15 +636,23 @@ static braid_result p2p(boot *b, int peer, void *buf, size_t len, int send) {
   o.send = send;
   o.buf = buf;
   o.len = len;
-  return xchg(b, &o, 1, FR_P2P);
+  return xchg(b, &o, 1, kind);
 }
 
 braid_result boot_send(boot *b, int peer, const void *buf, size_t len) {
-  return p2p(b, peer, (void *)buf, len, 1);
+  return p2p(b, peer, (void *)buf, len, 1, FR_P2P);
 }
 
 braid_result boot_recv(boot *b, int peer, void *buf, size_t len) {
-  return p2p(b, peer, buf, len, 0);
+  return p2p(b, peer, buf, len, 0, FR_P2P);
+}
+
+braid_result boot_note_send(boot *b, int peer, const void *buf, size_t len) {
+  return p2p(b, peer, (void *)buf, len, 1, FR_NOTE);
+}
+
+braid_result boot_note_recv(boot *b, int peer, void *buf, size_t len) {
+  return p2p(b, peer, buf, len, 0, FR_NOTE);
 }
 
 braid_result boot_split(boot *parent, const int *ranks, int nranks, int rank,

@@ -77,6 +77,12 @@ braid_result boot_allgather(boot *b, const void *mine, void *all, size_t len);
 braid_result boot_barrier(boot *b);
 braid_result boot_send(boot *b, int peer, const void *buf, size_t len);
 braid_result boot_recv(boot *b, int peer, void *buf, size_t len);
+/* Notes, for an agreement among ranks some of which may have left or
+ * failed an exchange (braid_comm_shrink): a note no rank reads does not
+ * disturb the next call (every receive passes over notes), and a note's
+ * receive passes over frames left from an exchange that failed. */
+braid_result boot_note_send(boot *b, int peer, const void *buf, size_t len);
+braid_result boot_note_recv(boot *b, int peer, void *buf, size_t len);
 /* Polls every control socket once: BRAID_SUCCESS, or BRAID_ERR_REMOTE with
  * *dead set to the (this bootstrap's) rank whose socket closed. */
 braid_result boot_check_peers(boot *b, int *dead);

@@ -60,6 +60,11 @@ braid_result comm_arg_bad(braid_comm *c, const char *fmt, ...) {
   return BRAID_ERR_INVALID_ARG;
 }
 
+void comm_break_dead(braid_comm *c, braid_result r) {
+  if (r == BRAID_ERR_REMOTE || r == BRAID_ERR_TIMEOUT)
+    comm_break(c, r);
+}
+
 void comm_break(braid_comm *c, braid_result r) {
   if (r == BRAID_SUCCESS || c->broken != BRAID_SUCCESS)
     return;
@@ -595,6 +600,7 @@ braid_result comm_split_into(braid_comm *c, int color, int key,
   pthread_mutex_unlock(&c->lock);
   if (r != BRAID_SUCCESS) {
     r = comm_fail(c, r, "braid_comm_split: %s", err_msg());
+    comm_break_dead(c, r);
     goto done;
   }
   if (color == BRAID_SPLIT_NOCOLOR)
@@ -634,8 +640,10 @@ braid_result braid_comm_finalize(braid_comm *c) {
   pthread_mutex_lock(&c->lock);
   braid_result r = boot_barrier(c->boot);
   pthread_mutex_unlock(&c->lock);
-  if (r != BRAID_SUCCESS)
-    return comm_fail(c, r, "braid_comm_finalize: %s", err_msg());
+  if (r != BRAID_SUCCESS) {
+    r = comm_fail(c, r, "braid_comm_finalize: %s", err_msg());
+    comm_break_dead(c, r);
+  }
   return r;
 }
 

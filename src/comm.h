@@ -266,6 +266,10 @@ braid_result comm_arg_bad(braid_comm *c, const char *fmt, ...)
 /* Marks the communicator broken by r (the first time only) and keeps the
  * current error message as the reason later calls repeat. */
 void comm_break(braid_comm *c, braid_result r);
+/* comm_break for a peer that died or went silent in a bootstrap exchange
+ * (BRAID_ERR_REMOTE, BRAID_ERR_TIMEOUT): the exchange's frames may be left
+ * on the control connections, and the error is the communicator's. */
+void comm_break_dead(braid_comm *c, braid_result r);
 /* Why the communicator is broken: that message, or r's name. */
 const char *comm_broken_why(const braid_comm *c);
 tp_conn *comm_conn(braid_comm *c, int peer, int channel);

@@ -37,7 +37,7 @@ static void *maker_main(void *arg) {
     braid_comm *out = NULL;
     r = comm_split_into(m->job.parent, m->job.color, m->job.key, c, &out);
     if (r != BRAID_SUCCESS) /* this thread's message: the parent's error */
-      (void)comm_fail(c, r, "braid_comm_split: %s", err_why(r));
+      (void)comm_fail(c, r, "%s", err_why(r)); /* names braid_comm_split */
     atomic_fetch_sub(&m->job.parent->inflight, 1);
   } else if (m->job.env) {
     r = comm_init_env_into(c, cfg);

@@ -62,13 +62,13 @@ static braid_result agree(braid_comm *c, uint8_t *gone) {
     /* to every other rank: the live ones take part, a live one counted
      * gone learns it (a dead one's socket refuses, which is fine) */
     for (int p = 0; p < n; p++)
-      if (p != c->rank && boot_send(c->boot, p, out, sz) != BRAID_SUCCESS)
+      if (p != c->rank && boot_note_send(c->boot, p, out, sz) != BRAID_SUCCESS)
         next[p] = 1;
     int same = 1;
     for (int p = 0; p < n && r == BRAID_SUCCESS; p++) {
       if (p == c->rank || gone[p] || next[p])
         continue;
-      if (boot_recv(c->boot, p, in, sz) != BRAID_SUCCESS ||
+      if (boot_note_recv(c->boot, p, in, sz) != BRAID_SUCCESS ||
           in->magic != SHRINK_MAGIC || in->from != p) {
         next[p] = 1; /* silent or gone: counted gone */
         same = 0;
