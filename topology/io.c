@@ -204,8 +204,9 @@ braid_result topo_parse(const char *buf, size_t len, const char *fname,
       graphs = !memcmp(buf + i, "<graphs", 7);
     if (graphs)
       return ERR(BRAID_ERR_INVALID_ARG,
-                 "%s:1: is an NCCL graph (channel) file, not a topology; read "
-                 "it with topo_parse_nccl_graphs",
+                 "%s:1: is an NCCL graph (channel) file (NCCL_GRAPH_FILE's), "
+                 "not a topology: give NCCL_TOPO_FILE's XML, hwloc XML or "
+                 "braid's format",
                  fname);
     return ERR(BRAID_ERR_INVALID_ARG,
                "%s:1: unknown topology format (expected 'braid-topology', "

@@ -78,8 +78,11 @@ braid_result topo_cluster(const topo_graph *host, int nhosts, double nic_bw,
                host->name);
   if ((long)host->nv * nhosts > TOPO_MAX_VERTICES / 2)
     return ERR(BRAID_ERR_INVALID_ARG,
-               "cluster: %d hosts of %d vertices is too large", nhosts,
-               host->nv);
+               "cluster: %d hosts of %d vertices is too large (at most %ld "
+               "hosts of this machine: %d vertices in all)",
+               nhosts, host->nv,
+               (long)(TOPO_MAX_VERTICES / 2) / (host->nv ? host->nv : 1),
+               TOPO_MAX_VERTICES / 2);
   char name[64];
   snprintf(name, sizeof(name), "%dx %.50s", nhosts, host->name);
   topo_graph *g = topo_graph_new(name);

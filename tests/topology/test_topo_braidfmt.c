@@ -135,6 +135,12 @@ Test(topo_braidfmt, errors) {
   cr_assert_eq(g2->nhosts, 2);
   topo_graph_free(g2);
 
+  /* a graph (channel) file where a topology is wanted: what to give */
+  err =
+      parse_fails(TOPO_FMT_AUTO, "<graphs version=\"1\"></graphs>\n", "g.xml");
+  cr_assert_has(err, "g.xml:1: is an NCCL graph (channel) file");
+  cr_assert_has(err, "give NCCL_TOPO_FILE's XML, hwloc XML or braid's format");
+
   err = parse_fails(TOPO_FMT_BRAID, "braid-topology 1\ngpu G0 colour=green\n",
                     "e.topo");
   cr_assert_has(err, "e.topo:2:");
