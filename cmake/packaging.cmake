@@ -1,4 +1,4 @@
-# Debian packages (cpack -G DEB; scripts/package.sh builds them, docs/INSTALL.md):
+# Debian packages (cpack -G DEB; scripts/package.sh builds them, README.md "Install"):
 #   libbraid0            the shared library
 #   libbraid-dev         header, static library, pkg-config file, CMake package
 #   braid-tools          braidrun, braid-topo, braid-perf and its nccl-tests

@@ -47,6 +47,25 @@ grep -q 'Avg bus bandwidth' "$prefix/perf.out" ||
 "${clean_env[@]}" "$prefix/bin/all_reduce_perf" -b 8 -e 8 -n 1 -w 0 >/dev/null ||
   { echo "all_reduce_perf alone (one rank, no launcher) failed"; exit 1; }
 
+echo "-- an installed program reads the machine models installed beside it"
+sed -i 's/^name .*/name "the installed copy"/' "$prefix/share/braid/machines/pcie-4gpu.topo"
+"$prefix/bin/braid-topo" show --machine pcie-4gpu | head -1 | grep -q "the installed copy" ||
+  { echo "the installed braid-topo read another copy of the machine models"; exit 1; }
+
+echo "-- the static library defines no global symbol but braid_*"
+bad=$(nm -g --defined-only "$libdir/libbraid.a" 2>/dev/null | awk 'NF == 3 {print $3}' |
+  grep -v '^braid_' || true)
+if [ -n "$bad" ]; then
+  echo "global symbols of libbraid.a without the braid_ prefix:"
+  echo "$bad" | head -20
+  exit 1
+fi
+# a program defining names the library uses inside links against it
+cc -o "$prefix/clash" "$here/outside/clash.c" $(pkg-config --cflags braid) \
+  "$libdir/libbraid.a" $(pkg-config --static --libs braid | sed 's/ -lbraid / /')
+"$prefix/clash" | grep -qx "the program's own 1" ||
+  { echo "a program with its own err_msg did not link against libbraid.a"; exit 1; }
+
 echo "-- only braid_* symbols are exported"
 bad=$(nm -D --defined-only "$libdir/libbraid.so" | awk '$2 ~ /[TDBRVW]/ {print $3}' |
   grep -v '^braid_' | grep -v '^_' || true)
