@@ -157,11 +157,20 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 }
 
 void perf_usage(FILE *f, const char *prog) {
+  size_t pl = strlen(prog);
+  if (pl > 5 && strcmp(prog + pl - 5, "_perf") == 0) /* a link's name */
+    fprintf(f,
+            "usage: %s [options]   (braid-perf under its nccl-tests "
+            "name: the collective is in the name)\n",
+            prog);
+  else
+    fprintf(f,
+            "usage: %s <collective|all> [options]\n"
+            "       <collective>_perf [options]   (nccl-tests names, "
+            "e.g. all_reduce_perf)\n",
+            prog);
   fprintf(
       f,
-      "usage: %s <collective|all> [options]\n"
-      "       <collective>_perf [options]   (nccl-tests names, e.g. "
-      "all_reduce_perf)\n"
       "collectives: all_reduce all_gather broadcast reduce reduce_scatter\n"
       "             gather scatter alltoall sendrecv alltoallv, or 'all' for "
       "every one\n"
@@ -215,8 +224,7 @@ void perf_usage(FILE *f, const char *prog) {
       "values,\n"
       "  -x, -V, -F and --cudagraph are not supported\n"
       "  -h,--help\n"
-      "exit status: 0 ok, 1 wrong elements, 2 bad options, 3 runtime error\n",
-      prog);
+      "exit status: 0 ok, 1 wrong elements, 2 bad options, 3 runtime error\n");
 }
 
 static int parse_list_dtype(const char *s, perf_opts *o) {

@@ -256,10 +256,12 @@ static int cmd_convert(opts *o) {
 static int cmd_models(opts *o) {
   (void)o;
   const char *const *n = topo_model_names();
+  int rc = 0;
   for (int i = 0; n[i]; i++) {
     topo_graph *g = NULL;
     if (topo_model_load(n[i], &g) != BRAID_SUCCESS) {
       printf("%-12s (%s)\n", n[i], err_msg());
+      rc = 1; /* a model braid ships is missing: the install is incomplete */
       continue;
     }
     printf("%-12s %-12s %d GPU, %d NIC, %d NUMA, %d PCI switch, %d NVSwitch\n",
@@ -268,7 +270,7 @@ static int cmd_models(opts *o) {
            topo_count(g, TOPO_NVS));
     topo_graph_free(g);
   }
-  return 0;
+  return rc;
 }
 
 static const subcmd cmds[] = {

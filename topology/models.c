@@ -47,7 +47,9 @@ braid_result topo_model_load(const char *name, topo_graph **out) {
     return topo_load(name, TOPO_FMT_AUTO, out);
   char beside[1100];
   beside_program(beside, sizeof(beside));
-  const char *dirs[] = {BRAID_MACHINES_SRC_DIR, beside,
+  /* an installed program's own copy first; the source tree's for programs
+   * run from the build tree, where there is none beside them */
+  const char *dirs[] = {beside, BRAID_MACHINES_SRC_DIR,
                         BRAID_MACHINES_INSTALL_DIR};
   for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
     if (!dirs[i][0])
@@ -64,7 +66,7 @@ braid_result topo_model_load(const char *name, topo_graph **out) {
   }
   return ERR(BRAID_ERR_INVALID_ARG,
              "no machine model '%s' (known: %s; searched %s, %s and %s)", name,
-             list, BRAID_MACHINES_SRC_DIR, beside, BRAID_MACHINES_INSTALL_DIR);
+             list, beside, BRAID_MACHINES_SRC_DIR, BRAID_MACHINES_INSTALL_DIR);
 }
 
 braid_result topo_cluster(const topo_graph *host, int nhosts, double nic_bw,

@@ -136,6 +136,13 @@ Test(perf_cli, nccl_tests_names_and_help) {
   oc = run((char *const[]){BRAID_PERF_EXE, "--help", NULL}, NULL, 30);
   cr_expect_eq(oc.status, 0, "%s", oc.out);
   cr_expect(strstr(oc.out, "-b,--minbytes"), "%s", oc.out);
+  cr_expect(strstr(oc.out, "<collective|all> [options]"), "%s", oc.out);
+  free(oc.out);
+  /* under a link's name the collective is not an argument */
+  oc = run((char *const[]){path, "--help", NULL}, NULL, 30);
+  cr_expect_eq(oc.status, 0, "%s", oc.out);
+  cr_expect(strstr(oc.out, "all_reduce_perf [options]"), "%s", oc.out);
+  cr_expect(strstr(oc.out, "<collective|all>") == NULL, "%s", oc.out);
   free(oc.out);
 }
 
