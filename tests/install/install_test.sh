@@ -27,6 +27,29 @@ cc -o "$prefix/hello_pc_static" "$here/outside/hello.c" \
   $(pkg-config --cflags braid) "$libdir/libbraid.a" \
   $(pkg-config --static --libs braid | sed 's/ -lbraid / /')
 "$prefix/hello_pc_static"
+# a CUDA build's static runtime is found through braid.pc's cudalibdir, the
+# builder's folder unless the user names theirs
+cudalibdir=$(pkg-config --variable=cudalibdir braid)
+case "$(pkg-config --static --libs braid)" in *cudart*)
+  [ -n "$cudalibdir" ] ||
+    { echo "braid.pc links the CUDA runtime but has no cudalibdir to move it"; exit 1; } ;;
+esac
+if [ -n "$cudalibdir" ]; then
+  elsewhere="$prefix/cuda-elsewhere"
+  mkdir "$elsewhere" && cp "$cudalibdir/libcudart_static.a" "$elsewhere/"
+  libs=$(pkg-config --define-variable=cudalibdir="$elsewhere" --static --libs braid)
+  case " $libs " in *" -L$elsewhere "*) ;; *)
+    echo "cudalibdir=$elsewhere did not reach the link line: $libs"; exit 1 ;;
+  esac
+  case "$libs" in *"$cudalibdir"*)
+    echo "braid.pc names $cudalibdir outside cudalibdir: $libs"; exit 1 ;;
+  esac
+  cc -o "$prefix/hello_pc_cuda" "$here/outside/hello.c" \
+    $(pkg-config --cflags braid) "$libdir/libbraid.a" $(echo "$libs" | sed 's/ -lbraid / /')
+  "$prefix/hello_pc_cuda"
+else
+  echo "-- braid.pc names no CUDA runtime (a build without CUDA)"
+fi
 
 echo "-- find_package(braid)"
 cmake -S "$here/outside" -B "$prefix/outside-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
