@@ -29,28 +29,10 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  /* Every rank loads the data; all agree before the first collective so a
-   * missing file stops every rank with the reason instead of a timeout. */
+  /* Every rank loads the data and rank 0 checks where the parameters go;
+   * all agree before training. */
   dataset train = {0}, test = {0};
-  int ok = dataset_load_fmnist(data, "train", &train, err, sizeof err) == 0 &&
-           (!o.eval ||
-            dataset_load_fmnist(data, "t10k", &test, err, sizeof err) == 0);
-  if (!ok)
-    fprintf(stderr, "braid-trainer: rank %d: %s\n", d.rank, err);
-  int32_t all_ok = ok;
-  braid_result r = dist_allreduce(&d, &all_ok, 1, BRAID_INT32, BRAID_MIN);
-  if (r != BRAID_SUCCESS) {
-    fprintf(stderr, "braid-trainer: rank %d: allreduce: %s: %s\n", d.rank,
-            braid_result_string(r), dist_error(&d));
-    dist_close(&d);
-    return 1;
-  }
-  if (!all_ok) {
-    if (ok)
-      fprintf(stderr,
-              "braid-trainer: rank %d: another rank failed to load "
-              "the data\n",
-              d.rank);
+  if (train_setup(&d, "braid-trainer", data, &o, &train, &test) != 0) {
     dataset_free(&train);
     dataset_free(&test);
     dist_close(&d);
@@ -65,12 +47,14 @@ int main(int argc, char **argv) {
   }
   o.log = stdout;
   if (d.rank == 0) {
-    printf("braid-trainer: %d rank%s (%s), global batch %d (%d per rank), "
+    char share[64];
+    printf("braid-trainer: %d rank%s (%s), global batch %d (%s), "
            "lr %g, %d epoch%s, %zu parameters, bucket cap %g MiB, overlap "
            "%s, BLAS threads %d\n",
-           d.size, d.size == 1 ? "" : "s", d.launcher, o.batch, per_rank,
-           (double)o.lr, o.epochs, o.epochs == 1 ? "" : "s", m.nparams,
-           o.bucket_mb, o.overlap ? "on" : "off", blas_threads);
+           d.size, d.size == 1 ? "" : "s", d.launcher, o.batch,
+           train_share_text(o.batch, d.size, share, sizeof share), (double)o.lr,
+           o.epochs, o.epochs == 1 ? "" : "s", m.nparams, o.bucket_mb,
+           o.overlap ? "on" : "off", blas_threads);
     printf("braid-trainer: data %s: %zu training, %zu test images\n", data,
            train.n, test.n);
     fflush(stdout);

@@ -1,9 +1,12 @@
 #include "train.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "bucket.h"
 
@@ -302,19 +305,99 @@ int train_run(const train_opts *o, dist *d, lenet *m, const dataset *train,
   return train_finish(o, d, m, res, err, errlen);
 }
 
+/* A new file beside path (path.tmp.PID), open for writing; NULL after
+ * err. */
+static FILE *params_tmp(const char *path, char *tmp, size_t tmplen, char *err,
+                        size_t errlen) {
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    train_seterr(err, errlen, "--save-params %s: is a directory", path);
+    return NULL;
+  }
+  int n = snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
+  if (n < 0 || (size_t)n >= tmplen) {
+    train_seterr(err, errlen, "--save-params %s: path too long", path);
+    return NULL;
+  }
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
+  if (f == NULL) {
+    train_seterr(err, errlen,
+                 "--save-params %s: cannot create a file there: %s", path,
+                 strerror(errno));
+    if (fd >= 0) {
+      close(fd);
+      unlink(tmp);
+    }
+  }
+  return f;
+}
+
+int train_check_params_path(const char *path, char *err, size_t errlen) {
+  char tmp[4096];
+  FILE *f = params_tmp(path, tmp, sizeof tmp, err, errlen);
+  if (f == NULL)
+    return -1;
+  fclose(f);
+  unlink(tmp);
+  return 0;
+}
+
 int train_save_params(const lenet *m, const char *path, char *err,
                       size_t errlen) {
-  FILE *f = fopen(path, "wb");
-  if (!f) {
-    train_seterr(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+  char tmp[4096];
+  FILE *f = params_tmp(path, tmp, sizeof tmp, err, errlen);
+  if (f == NULL)
+    return -1;
+  size_t w = fwrite(m->params, sizeof(float), m->nparams, f);
+  int e = w == m->nparams ? 0 : (errno ? errno : EIO);
+  if (e == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+    e = errno;
+  if (fclose(f) != 0 && e == 0)
+    e = errno;
+  if (e == 0 && rename(tmp, path) != 0)
+    e = errno;
+  if (e != 0) {
+    unlink(tmp);
+    train_seterr(err, errlen, "--save-params %s: write failed: %s", path,
+                 strerror(e));
     return -1;
   }
-  size_t w = fwrite(m->params, sizeof(float), m->nparams, f);
-  int bad = w != m->nparams;
-  if (fclose(f) != 0)
-    bad = 1;
-  if (bad) {
-    train_seterr(err, errlen, "%s: write failed: %s", path, strerror(errno));
+  return 0;
+}
+
+const char *train_share_text(int batch, int size, char *buf, size_t len) {
+  const int lo = batch / size, hi = (batch + size - 1) / size;
+  if (lo == hi)
+    snprintf(buf, len, "%d per rank", hi);
+  else
+    snprintf(buf, len, "%d to %d per rank", lo, hi);
+  return buf;
+}
+
+int train_setup(dist *d, const char *prog, const char *data,
+                const train_opts *o, dataset *train, dataset *test) {
+  char err[1024];
+  int ok = dataset_load_fmnist(data, "train", train, err, sizeof err) == 0 &&
+           (!o->eval ||
+            dataset_load_fmnist(data, "t10k", test, err, sizeof err) == 0) &&
+           (d->rank != 0 || !o->save_params ||
+            train_check_params_path(o->save_params, err, sizeof err) == 0);
+  if (!ok)
+    fprintf(stderr, "%s: rank %d: %s\n", prog, d->rank, err);
+  int32_t all_ok = ok;
+  braid_result r = dist_allreduce(d, &all_ok, 1, BRAID_INT32, BRAID_MIN);
+  if (r != BRAID_SUCCESS) {
+    fprintf(stderr, "%s: rank %d: allreduce: %s: %s\n", prog, d->rank,
+            braid_result_string(r), dist_error(d));
+    return -1;
+  }
+  if (!all_ok) {
+    if (ok)
+      fprintf(stderr,
+              "%s: rank %d: another rank cannot start (its message says "
+              "why)\n",
+              prog, d->rank);
     return -1;
   }
   return 0;

@@ -94,7 +94,26 @@ train_seterr(char *err, size_t errlen, const char *fmt, ...);
 #define TRAIN_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 int train_parse_args(int argc, char **argv, train_opts *o, const char **data);
 
-/* Writes the flat parameters (little-endian float32, nparams values). */
+/* "86 per rank", or "85 to 86 per rank" where the global batch does not
+ * split evenly. */
+const char *train_share_text(int batch, int size, char *buf, size_t len);
+
+/* Before training, on every rank: loads the data (test only with o->eval)
+ * and, on rank 0 with o->save_params, checks that the file can be written
+ * there; then the ranks agree, so that a missing file or a path that cannot
+ * be written stops every rank with the reason before any training instead
+ * of a timeout, or a run whose result is lost at the end. 0, or -1 after a
+ * message on stderr (prog: rank R: ...). */
+int train_setup(dist *d, const char *prog, const char *data,
+                const train_opts *o, dataset *train, dataset *test);
+
+/* Whether path can take the parameters: not a directory, and a new file can
+ * be made beside it. */
+int train_check_params_path(const char *path, char *err, size_t errlen);
+
+/* Writes the flat parameters (little-endian float32, nparams values) to a
+ * file beside path, then renames it over path: a failed write leaves an
+ * earlier file there as it was. */
 int train_save_params(const lenet *m, const char *path, char *err,
                       size_t errlen);
 

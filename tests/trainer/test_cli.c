@@ -103,6 +103,54 @@ Test(trainer_cli, missing_data_names_the_file) {
   cr_expect_not_null(strstr(out, "missing"), "%s", out);
 }
 
+/* A path that cannot take the parameters stops every rank before the first
+ * step, not after the whole run. */
+Test(trainer_cli, save_params_path_checked_before_training, .timeout = 200) {
+  need_data();
+  cr_expect_eq(
+      run("%s --steps 3 --no-eval --save-params %s/none/p", TRAINER_PATH, dir),
+      1);
+  cr_expect_not_null(strstr(out, "--save-params"), "%s", out);
+  cr_expect_not_null(strstr(out, "/none/p: cannot create a file there"), "%s",
+                     out);
+  cr_expect_null(strstr(out, "epoch "), "trained first:\n%s", out);
+  cr_expect_eq(
+      run("%s --steps 3 --no-eval --save-params %s", TRAINER_PATH, dir), 1);
+  cr_expect_not_null(strstr(out, "is a directory"), "%s", out);
+  cr_expect_null(strstr(out, "epoch "), "trained first:\n%s", out);
+  if (!BRAIDRUN_PATH[0] || access(BRAIDRUN_PATH, X_OK) != 0)
+    skip("braidrun is not built (tools/braidrun): the 2-rank half not run");
+  cr_expect_eq(run("%s -n 2 %s --steps 3 --no-eval --save-params %s/none/p",
+                   BRAIDRUN_PATH, TRAINER_PATH, dir),
+               1);
+  cr_expect_not_null(strstr(out, "[1] braid-trainer: rank 1: another rank "
+                                 "cannot start"),
+                     "%s", out);
+  cr_expect_null(strstr(out, "epoch "), "trained first:\n%s", out);
+}
+
+/* The parameters replace an earlier file whole, through a file beside it
+ * that does not stay. */
+Test(trainer_cli, save_params_replaces_the_file, .timeout = 200) {
+  need_data();
+  char path[300];
+  snprintf(path, sizeof path, "%s/p", dir);
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f);
+  fputs("an earlier file", f);
+  fclose(f);
+  cr_assert_eq(run("%s --steps 1 --no-eval --batch 64 --save-params %s",
+                   TRAINER_PATH, path),
+               0, "%s", out);
+  size_t n;
+  float *p = load("p", &n);
+  cr_expect_eq(n, 129068u, "%zu parameters written", n);
+  cr_expect(isfinite(p[0]) && isfinite(p[n - 1]));
+  free(p);
+  cr_expect_eq(run("ls %s", dir), 0);
+  cr_expect_null(strstr(out, ".tmp."), "a file left beside it:\n%s", out);
+}
+
 static float *reference(size_t *n) {
   cr_assert_eq(
       run("%s --steps 3 --no-eval --save-params %s/p1", TRAINER_PATH, dir), 0,

@@ -244,42 +244,15 @@ static int train_gpu(const train_opts *o, gpu_job *j, int maxb,
 /* ---- the program ----------------------------------------------------------
  */
 
-/* Loads the data on every rank; all agree before going on. 0, or the exit
- * status. */
-static int load_all(dist *d, const char *data, const train_opts *o,
-                    dataset *train, dataset *test) {
-  char err[1024];
-  int ok = dataset_load_fmnist(data, "train", train, err, sizeof err) == 0 &&
-           (!o->eval ||
-            dataset_load_fmnist(data, "t10k", test, err, sizeof err) == 0);
-  if (!ok)
-    fprintf(stderr, PROG ": rank %d: %s\n", d->rank, err);
-  int32_t all_ok = ok;
-  braid_result r = dist_allreduce(d, &all_ok, 1, BRAID_INT32, BRAID_MIN);
-  if (r != BRAID_SUCCESS) {
-    fprintf(stderr, PROG ": rank %d: allreduce: %s: %s\n", d->rank,
-            braid_result_string(r), dist_error(d));
-    return 1;
-  }
-  if (!all_ok) {
-    if (ok)
-      fprintf(stderr, PROG ": rank %d: another rank failed to load the data\n",
-              d->rank);
-    return 1;
-  }
-  return 0;
-}
-
 static int run(const train_opts *o, const char *data, dist *d, int ndev) {
   char err[1024];
   dataset train = {0}, test = {0};
   gpu_job j;
   memset(&j, 0, sizeof j);
   j.d = d;
-  int rc = load_all(d, data, o, &train, &test);
-  if (rc != 0)
+  int rc = 1;
+  if (train_setup(d, PROG, data, o, &train, &test) != 0)
     goto out;
-  rc = 1;
   int lr = 0;
   if (local_rank(d, &lr, err, sizeof err) != 0) {
     fprintf(stderr, PROG ": %s\n", err);
@@ -323,10 +296,12 @@ static int run(const train_opts *o, const char *data, dist *d, int ndev) {
   j.dev.launcher = d->launcher;
 
   if (d->rank == 0) {
-    printf(PROG ": %d rank%s (%s), global batch %d (%d per rank), lr %g, "
+    char share[64];
+    printf(PROG ": %d rank%s (%s), global batch %d (%s), lr %g, "
                 "%d epoch%s, %zu parameters, bucket cap %g MiB, overlap %s, "
                 "CUDA device %d of %d (%s)\n",
-           d->size, d->size == 1 ? "" : "s", d->launcher, o->batch, per_rank,
+           d->size, d->size == 1 ? "" : "s", d->launcher, o->batch,
+           train_share_text(o->batch, d->size, share, sizeof share),
            (double)o->lr, o->epochs, o->epochs == 1 ? "" : "s", j.host.nparams,
            o->bucket_mb, o->overlap ? "on" : "off", dev, ndev, prop.name);
     printf(PROG ": data %s: %zu training, %zu test images\n", data, train.n,
