@@ -120,7 +120,8 @@ static void *root_main(void *arg) {
     if (fds[h.rank] >= 0) {
       root_answer(what, fd, BRAID_ERR_INVALID_ARG,
                   "duplicate rank: rank %d (from %s, pid %d) already joined "
-                  "(pid %d)",
+                  "(pid %d): two processes were given one rank (two jobs "
+                  "meeting through one rendezvous, or a launcher's fault)",
                   h.rank, as, (int)h.me.pid, (int)table[h.rank].pid);
       continue;
     }

@@ -427,14 +427,16 @@ static int writer_alive(const rdv_writer *w, const rdv_writer *me, char *why,
   return 1;
 }
 
-static braid_result rdv_file_path(const launch_info *li, char *path,
-                                  size_t len) {
+/* The file's path, and in key (keylen bytes) what names it: the job id
+ * variable or the parent process, then the launcher and the size. */
+static braid_result rdv_file_path(const launch_info *li, char *path, size_t len,
+                                  char *key, size_t keylen) {
   const char *dir = env(own_vars[V_RENDEZVOUS_DIR]);
   if (dir == NULL || *dir == '\0')
     dir = "/tmp";
   /* The job key: the first job id variable present, else the parent
    * process (the launcher daemon that forked every local rank). */
-  char key[512] = "";
+  key[0] = '\0';
   const char *pairs[][2] = {{"OMPI_MCA_ess_base_jobid", NULL},
                             {"PMIX_NAMESPACE", NULL},
                             {"OMPI_MCA_orte_hnp_uri", NULL},
@@ -444,15 +446,17 @@ static braid_result rdv_file_path(const launch_info *li, char *path,
     const char *a = env(pairs[i][0]);
     const char *b = pairs[i][1] ? env(pairs[i][1]) : NULL;
     if (a != NULL && *a)
-      snprintf(key, sizeof key, "%s=%s.%s", pairs[i][0], a, b ? b : "");
+      snprintf(key, keylen, "%s=%s.%s", pairs[i][0], a, b ? b : "");
   }
   if (!key[0])
-    snprintf(key, sizeof key, "ppid=%ld", (long)getppid());
+    snprintf(key, keylen, "parent pid %ld", (long)getppid());
   uint64_t h = hash_str(0xcbf29ce484222325ull, key);
   h = hash_str(h, li->source);
   char ss[16];
   snprintf(ss, sizeof ss, "%d", li->size);
   h = hash_str(h, ss);
+  size_t kl = strlen(key);
+  snprintf(key + kl, keylen - kl, ", %s, %d ranks", li->source, li->size);
   int n = snprintf(path, len, "%s/braid-rdv-%u-%016llx", dir,
                    (unsigned)geteuid(), (unsigned long long)h);
   if (n < 0 || (size_t)n >= len)
@@ -462,7 +466,26 @@ static braid_result rdv_file_path(const launch_info *li, char *path,
   return BRAID_SUCCESS;
 }
 
-static braid_result rdv_publish(const char *path, const braid_unique_id *id) {
+/* Whether path holds a rendezvous file whose writer, another process than
+ * me, runs for certain (then *w is it). */
+static int rdv_live_writer(const char *path, const rdv_writer *me,
+                           rdv_writer *w) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  unsigned char buf[RDV_FILE_LEN];
+  int ok = read(fd, buf, sizeof buf) == (ssize_t)sizeof buf &&
+           memcmp(buf, RDV_MAGIC, RDV_MAGIC_LEN) == 0;
+  close(fd);
+  if (!ok)
+    return 0;
+  writer_unpack(buf + RDV_MAGIC_LEN, w);
+  char why[256];
+  return w->pid != me->pid && writer_alive(w, me, why, sizeof why) == 1;
+}
+
+static braid_result rdv_publish(const char *path, const char *key,
+                                const braid_unique_id *id) {
   char tmp[PATH_MAX + 32];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   unlink(tmp);
@@ -483,8 +506,32 @@ static braid_result rdv_publish(const char *path, const braid_unique_id *id) {
   if (e == 0 && fsync(fd) != 0)
     e = errno;
   close(fd);
-  if (e == 0 && rename(tmp, path) != 0)
+  /* Into place only where no file is (link fails on one), so that a file
+   * whose writer still runs, another job's rank 0 in its init, is seen and
+   * left alone; where the file system has no links, a check, then rename. */
+  int placed = 0;
+  if (e == 0 && link(tmp, path) == 0)
+    placed = 1;
+  else if (e == 0 && errno != EEXIST && errno != EPERM && errno != ENOTSUP &&
+           errno != EOPNOTSUPP)
     e = errno;
+  if (e == 0 && !placed) {
+    rdv_writer other;
+    if (rdv_live_writer(path, &me, &other)) {
+      unlink(tmp);
+      return ERR(BRAID_ERR_INVALID_ARG,
+                 "rendezvous file %s is another job's: its rank 0, pid %lld, "
+                 "is still starting. Two jobs with the same key (%s) meet "
+                 "through one file, jobs of as many ranks started by one "
+                 "process without a job id; give each its own "
+                 "BRAID_RENDEZVOUS_DIR, or MASTER_ADDR/MASTER_PORT",
+                 path, other.pid, key);
+    }
+    if (rename(tmp, path) != 0)
+      e = errno;
+  }
+  if (placed)
+    unlink(tmp);
   if (e != 0) {
     unlink(tmp);
     return ERR(BRAID_ERR_SYSTEM, "cannot write rendezvous file %s: %s", path,
@@ -579,13 +626,13 @@ static braid_result rdv_file_fits(const launch_info *li) {
 static braid_result rdv_file(const launch_info *li, braid_unique_id *id,
                              int timeout_ms) {
   CHECKR(rdv_file_fits(li));
-  char path[PATH_MAX];
-  CHECKR(rdv_file_path(li, path, sizeof path));
+  char path[PATH_MAX], key[600];
+  CHECKR(rdv_file_path(li, path, sizeof path, key, sizeof key));
   if (li->rank == 0) {
     braid_result r = boot_unique_id(id);
     if (r != BRAID_SUCCESS)
       return ERR_WRAP(r, "rendezvous");
-    CHECKR(rdv_publish(path, id));
+    CHECKR(rdv_publish(path, key, id));
     INFO(LOG_ENV, "published the unique id in %s", path);
     return BRAID_SUCCESS;
   }
@@ -712,8 +759,8 @@ braid_result launch_check(launch_info *li, char *how, size_t len) {
     return BRAID_SUCCESS;
   }
   CHECKR(rdv_file_fits(li));
-  char path[PATH_MAX];
-  CHECKR(rdv_file_path(li, path, sizeof path));
+  char path[PATH_MAX], key[600];
+  CHECKR(rdv_file_path(li, path, sizeof path, key, sizeof key));
   snprintf(how, len, "a rendezvous file on this host (%s)", path);
   return BRAID_SUCCESS;
 }

@@ -545,6 +545,49 @@ Test(launch_env, rendezvous_file_late_rank, .init = rdv_setup,
   close(go);
 }
 
+/* Two jobs with one key (started by one process, as many ranks, no job id)
+ * meet through one file: the second rank 0 finds the first one's, whose
+ * writer is still in its init, and refuses at once, naming it, where it
+ * used to replace it (and leave either job's ranks the other's id). */
+Test(launch_env, rendezvous_file_second_job, .init = rdv_setup,
+     .fini = rdv_teardown) {
+  int fd0, fdb, fd1, go = -1;
+  pid_t a0 = spawn_detect(ompi_env(0, 2), 5000, &fd0, &go);
+  result r0, rb, r1;
+  cr_assert_eq(read_all(fd0, &r0, sizeof r0), 0);
+  cr_assert_eq(r0.rc, BRAID_SUCCESS, "%s", r0.err);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  pid_t b0 = spawn_detect(ompi_env(0, 2), 5000, &fdb, NULL);
+  cr_assert_eq(read_all(fdb, &rb, sizeof rb), 0);
+  waitpid(b0, NULL, 0);
+  close(fdb);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  cr_assert_eq(rb.rc, BRAID_ERR_INVALID_ARG, "the second rank 0: %d %s", rb.rc,
+               rb.err);
+  char want[64];
+  snprintf(want, sizeof want, "rank 0, pid %ld, is still starting", (long)a0);
+  expect_err(rb, want);
+  expect_err(rb, "OMPI_MCA_ess_base_jobid=");
+  expect_err(rb, "BRAID_RENDEZVOUS_DIR");
+  double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+  cr_expect_lt(s, 2.0, "the second rank 0 took %.1f s to refuse", s);
+  /* the first job's file is as it was: its rank 1 reads its id */
+  pid_t p1 = spawn_detect(ompi_env(1, 2), 3000, &fd1, NULL);
+  cr_assert_eq(read_all(fd1, &r1, sizeof r1), 0);
+  waitpid(p1, NULL, 0);
+  close(fd1);
+  cr_assert_eq(r1.rc, BRAID_SUCCESS, "%s", r1.err);
+  cr_assert_eq(memcmp(&r0.id, &r1.id, sizeof r0.id), 0,
+               "rank 1 read the second job's id");
+  cr_assert_eq(write(go, "g", 1), 1);
+  char c;
+  cr_assert_eq(read_all(fd0, &c, 1), 0);
+  waitpid(a0, NULL, 0);
+  close(fd0);
+  close(go);
+}
+
 /* A file whose writer has exited (rank 0 of an earlier job, killed before
  * its cleanup) is ignored however recent it is, and the timeout says so. */
 Test(launch_env, rendezvous_file_dead_writer, .init = rdv_setup,
@@ -571,6 +614,24 @@ Test(launch_env, rendezvous_file_dead_writer, .init = rdv_setup,
   snprintf(want, sizeof want, "pid %ld, has exited", (long)writer);
   expect_err(r, want);
   cr_assert(strstr(r.err, "waited 500 ms") != NULL, "%s", r.err);
+  /* the next job's rank 0 replaces it, and its rank 1 takes the new one */
+  int fd0, go = -1;
+  pid_t p0 = spawn_detect(ompi_env(0, 2), 2000, &fd0, &go);
+  result r0;
+  cr_assert_eq(read_all(fd0, &r0, sizeof r0), 0);
+  cr_assert_eq(r0.rc, BRAID_SUCCESS, "over a stale file: %s", r0.err);
+  pid = spawn_detect(ompi_env(1, 2), 2000, &fd, NULL);
+  cr_assert_eq(read_all(fd, &r, sizeof r), 0);
+  waitpid(pid, NULL, 0);
+  close(fd);
+  cr_assert_eq(r.rc, BRAID_SUCCESS, "%s", r.err);
+  cr_assert_eq(memcmp(&r0.id, &r.id, sizeof r0.id), 0);
+  cr_assert_eq(write(go, "g", 1), 1);
+  char c;
+  cr_assert_eq(read_all(fd0, &c, 1), 0);
+  waitpid(p0, NULL, 0);
+  close(fd0);
+  close(go);
 }
 
 Test(launch_env, rendezvous_file_needs_one_host) {
