@@ -351,8 +351,11 @@ BRAID_API braid_result braid_group_end(void);
 
 /* ---- streams ---------------------------------------------------------- */
 
-/* A host stream: calls on it return once queued and run in order. A stream,
- * like a communicator, takes calls from one thread at a time. */
+/* A host stream: calls on it return once queued and run in issue order, on
+ * one communicator or several (a call on one waits for the stream's earlier
+ * calls on the others; a group's calls on several communicators run
+ * together). A stream, like a communicator, takes calls from one thread at
+ * a time. */
 BRAID_API braid_result braid_stream_create(braid_stream **stream);
 /* Waits for everything queued, then frees. */
 BRAID_API braid_result braid_stream_destroy(braid_stream *stream);

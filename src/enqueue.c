@@ -68,7 +68,14 @@ typedef struct qwork {
   void *ev;      /* launched as kernels (src/exec_kernel.c): completion */
   uint64_t kseq; /* and the number of its last kernel */
   int deferred;  /* counted in c->kernel_deferred */
+  /* On a host stream: runs once the stream has completed `after` calls,
+   * the calls issued on it before this one (on any communicator). */
+  int ordered;
+  uint64_t after;
 } qwork;
+
+/* No order taken yet for a group's units (submit's `order`). */
+#define ORDER_NONE UINT64_MAX
 
 /* ---- running work ------------------------------------------------------ */
 
@@ -232,6 +239,35 @@ static braid_result kernel_done(braid_comm *c, qwork *q) {
   return r;
 }
 
+/* A host stream runs its calls in issue order also where they are on
+ * different communicators, each with its own progress thread: a call waits
+ * until the stream has completed the `after` calls issued on it before
+ * (those of one communicator have, as its queue runs in order). Calls are
+ * numbered on the stream and pushed on their communicator's queue in one
+ * step (submit_in, under the stream's lock), so no two calls can wait for
+ * each other. An abort of this communicator ends the wait. */
+static braid_result stream_turn(braid_comm *c, braid_stream *s,
+                                uint64_t after) {
+  braid_result r = BRAID_SUCCESS;
+  pthread_mutex_lock(&s->lock);
+  while (s->completed < after) {
+    if (atomic_load(&c->aborted)) {
+      r = BRAID_ERR_ABORTED;
+      break;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 20 * 1000 * 1000;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&s->cond, &s->lock, &until);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return r;
+}
+
 static void *progress_main(void *arg) {
   braid_comm *c = arg;
   pthread_mutex_lock(&c->qlock);
@@ -246,7 +282,8 @@ static void *progress_main(void *arg) {
     pthread_mutex_unlock(&c->qlock);
     braid_result r = atomic_load(&c->aborted) ? BRAID_ERR_ABORTED
                      : g.s != NULL            ? reach_wait(c, w->ops, &g, NULL)
-                                              : BRAID_SUCCESS;
+                     : q->ordered ? stream_turn(c, w->stream, q->after)
+                                  : BRAID_SUCCESS;
     int reached = g.s != NULL && r == BRAID_SUCCESS;
     if (q->ev != NULL) /* launched already: it stops on an abort itself */
       r = kernel_done(c, q);
@@ -476,24 +513,31 @@ static int deferred_ended(braid_comm *c) {
 
 /* Submit ops (copied) as one unit of work, blocking or on a stream. */
 static braid_result submit_in(braid_comm *c, exec_op *ops, int nops,
-                              braid_stream *s, const gate_ref *shared);
+                              braid_stream *s, const gate_ref *shared,
+                              uint64_t *order);
 
 /* Every call that runs or queues work goes through here: braid_comm_abort
  * waits until none is inside before it frees the communicator. */
+/* order: NULL for a call of its own; a group's units on several
+ * communicators share one (ORDER_NONE before the first), so that they wait
+ * for the calls before the group but not for each other (they may depend on
+ * each other across ranks). */
 static braid_result submit(braid_comm *c, exec_op *ops, int nops,
-                           braid_stream *s, const gate_ref *shared) {
+                           braid_stream *s, const gate_ref *shared,
+                           uint64_t *order) {
   braid_result r = comm_ready(c);
   if (r != BRAID_SUCCESS)
     return r;
   atomic_fetch_add(&c->inflight, 1);
   r = atomic_load(&c->aborted) ? BRAID_ERR_ABORTED
-                               : submit_in(c, ops, nops, s, shared);
+                               : submit_in(c, ops, nops, s, shared, order);
   atomic_fetch_sub(&c->inflight, 1);
   return r;
 }
 
 static braid_result submit_in(braid_comm *c, exec_op *ops, int nops,
-                              braid_stream *s, const gate_ref *shared) {
+                              braid_stream *s, const gate_ref *shared,
+                              uint64_t *order) {
   /* No progress thread yet means nothing queued and nobody else running
    * work (calls on a comm come from one thread at a time): run here without
    * the locks. Only this thread starts the progress thread. */
@@ -513,7 +557,7 @@ static braid_result submit_in(braid_comm *c, exec_op *ops, int nops,
     if (!kernel && nst == 0 && !cfg_get()->cuda_gate) {
       braid_result r = stream_reached(c, ops, s);
       if (r == BRAID_SUCCESS)
-        r = submit(c, ops, nops, NULL, NULL);
+        r = submit(c, ops, nops, NULL, NULL, NULL);
       pthread_mutex_lock(&s->lock);
       s->submitted++;
       pthread_mutex_unlock(&s->lock);
@@ -569,21 +613,27 @@ static braid_result submit_in(braid_comm *c, exec_op *ops, int nops,
     free(q);
     return r;
   }
-  if (s != NULL) {
+  if (q->deferred)
+    atomic_fetch_add(&c->kernel_deferred, 1);
+  if (s != NULL) { /* numbered and pushed in one step (stream_turn) */
     pthread_mutex_lock(&s->lock);
+    if (s->cuda == NULL) {
+      q->ordered = 1;
+      if (order != NULL && *order == ORDER_NONE)
+        *order = s->submitted;
+      q->after = order != NULL ? *order : s->submitted;
+    }
     s->submitted++;
     s->host_calls += nst > 0;
     s->kernel_calls += kernel;
-    pthread_mutex_unlock(&s->lock);
-  }
-  if (q->deferred)
-    atomic_fetch_add(&c->kernel_deferred, 1);
-  pthread_mutex_lock(&c->qlock);
-  push_locked(c, w);
-  if (s != NULL) {
+    pthread_mutex_lock(&c->qlock);
+    push_locked(c, w);
     pthread_mutex_unlock(&c->qlock);
+    pthread_mutex_unlock(&s->lock);
     return BRAID_SUCCESS;
   }
+  pthread_mutex_lock(&c->qlock);
+  push_locked(c, w);
   while (!atomic_load(&w->done))
     pthread_cond_wait(&c->qcond, &c->qlock);
   pthread_mutex_unlock(&c->qlock);
@@ -669,7 +719,7 @@ braid_result braid_group_end(void) {
   }
   if (ncomm == 1) {
     braid_stream *s = blocking ? NULL : g.ops[0].stream;
-    res = submit(done[0], g.ops, g.n, s, NULL);
+    res = submit(done[0], g.ops, g.n, s, NULL, NULL);
     goto out;
   }
   /* several communicators: queue all (they may depend on each other across
@@ -724,13 +774,14 @@ braid_result braid_group_end(void) {
     atomic_init(left, ncomm);
     shared.left = left;
   }
+  uint64_t order = ORDER_NONE;
   for (int k = 0; k < ncomm; k++) {
     int n = 0;
     for (int i = 0; i < g.n; i++)
       if (g.comms[i] == done[k])
         tmp[n++] = g.ops[i];
     braid_result r = submit(done[k], tmp, n, blocking ? s : tmp[0].stream,
-                            one_stream ? &shared : NULL);
+                            one_stream ? &shared : NULL, &order);
     if (r != BRAID_SUCCESS && res == BRAID_SUCCESS)
       res = r;
   }
@@ -766,5 +817,5 @@ braid_result enq_submit(braid_comm *c, exec_op *op) {
     g_group.comms[g_group.n++] = c;
     return BRAID_SUCCESS;
   }
-  return submit(c, op, 1, op->stream, NULL);
+  return submit(c, op, 1, op->stream, NULL, NULL);
 }

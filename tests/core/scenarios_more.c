@@ -288,3 +288,81 @@ Test(scenarios, more_slices_than_an_int, .timeout = 60) {
   for (int r = 0; r < 2; r++)
     cr_expect_eq(st[r], 0, "rank %d exit %d", r, st[r]);
 }
+
+/* A host stream runs its calls in issue order also across communicators
+ * (each has its own progress thread): an allreduce on the world writes x,
+ * the next call on the stream, on a split, reads it. Before, the second
+ * call could read x before the first had written it (y = n where n * n was
+ * due, in about one run of three). Then a group over both communicators on
+ * the stream whose units wait on each other across ranks (rank 0 sends on
+ * the world and receives on the split, rank 1 the other way round, 4 MiB
+ * each): its units must not be ordered after one another, or neither rank
+ * gets past its first. */
+static int stream_across_comms(braid_comm *a, int rank, int n) {
+  braid_comm *b = NULL;
+  braid_stream *s = NULL;
+  if (braid_comm_split(a, 0, rank, &b) != BRAID_SUCCESS ||
+      braid_stream_create(&s) != BRAID_SUCCESS)
+    return 1;
+  const size_t cnt = 65536;
+  float *x = malloc(cnt * sizeof *x), *y = malloc(cnt * sizeof *y);
+  int e = x == NULL || y == NULL;
+  for (int it = 0; it < 20 && !e; it++) {
+    for (size_t k = 0; k < cnt; k++) {
+      x[k] = 1.0f;
+      y[k] = 0.0f;
+    }
+    if (braid_allreduce(x, x, cnt, BRAID_FLOAT32, BRAID_SUM, a, s) !=
+            BRAID_SUCCESS ||
+        braid_allreduce(x, y, cnt, BRAID_FLOAT32, BRAID_SUM, b, s) !=
+            BRAID_SUCCESS ||
+        braid_stream_synchronize(s) != BRAID_SUCCESS)
+      e = 2;
+    for (size_t k = 0; k < cnt && !e; k++)
+      if (y[k] != (float)(n * n)) {
+        fprintf(stderr, "rank %d round %d: y[%zu] = %g, not %d\n", rank, it, k,
+                y[k], n * n);
+        e = 3;
+      }
+  }
+  const size_t big = (size_t)1 << 20; /* floats: 4 MiB */
+  float *out = malloc(big * sizeof *out), *in = malloc(big * sizeof *in);
+  if (!e && (out == NULL || in == NULL))
+    e = 1;
+  for (size_t k = 0; !e && k < big; k++)
+    out[k] = (float)(rank + 1);
+  const int peer = 1 - rank;
+  if (!e) {
+    braid_group_start();
+    if (rank == 0) {
+      braid_send(out, big, BRAID_FLOAT32, peer, a, s);
+      braid_recv(in, big, BRAID_FLOAT32, peer, b, s);
+    } else {
+      braid_send(out, big, BRAID_FLOAT32, peer, b, s);
+      braid_recv(in, big, BRAID_FLOAT32, peer, a, s);
+    }
+    if (braid_group_end() != BRAID_SUCCESS ||
+        braid_stream_synchronize(s) != BRAID_SUCCESS)
+      e = 4;
+    else if (in[0] != (float)(peer + 1) || in[big - 1] != (float)(peer + 1))
+      e = 5;
+  }
+  free(out);
+  free(in);
+  free(x);
+  free(y);
+  braid_stream_destroy(s);
+  braid_comm_destroy(b);
+  braid_comm_finalize(a);
+  braid_comm_destroy(a);
+  return e;
+}
+
+Test(scenarios, host_stream_order_across_communicators, .timeout = 90) {
+  setenv("BRAID_TIMEOUT", "20", 1);
+  int st[2];
+  run_ranks(2, stream_across_comms, 80, st);
+  unsetenv("BRAID_TIMEOUT");
+  for (int r = 0; r < 2; r++)
+    cr_expect_eq(st[r], 0, "rank %d exit %d", r, st[r]);
+}
