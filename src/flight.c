@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@
 #include "src/config.h"
 #include "src/log.h"
 #include "src/stream.h"
+#include "transports/hmac.h"
 
 typedef enum { FL_QUEUED, FL_STARTED, FL_WAITING, FL_DONE, FL_FAILED } fl_state;
 
@@ -61,6 +63,9 @@ typedef struct flight_rec {
 
 struct flight {
   int n;
+  /* the communicator's identity in dumps ("comm_id"): the same on each of
+   * its ranks, another on any other communicator (flight_comm_id) */
+  uint64_t id;
   /* calls recorded so far, and the record the next one takes: written by
    * the thread that makes calls (one at a time), read by a dump */
   uint64_t calls;
@@ -150,10 +155,96 @@ static void sig_setup(void) {
   (void)sigaction(SIGUSR1, &sa, NULL);
 }
 
+/* ---- the communicator's identity ---------------------------------------
+ * Dumps of different communicators must not be read as one: two jobs whose
+ * communicators have one name and size write theirs into one folder
+ * (/tmp/braid-flight.* by default). Each rank derives, with no exchange,
+ * an id from what all ranks of a communicator hold alike:
+ *   - the bootstrap's secret (from the unique id: one per job, or per
+ *     rendezvous), as the HMAC key, so that the id tells nothing of it;
+ *   - every member, in rank order, as the rendezvous gave it to all ranks
+ *     (a split's and a shrink's ranks hold their parent's copies): host
+ *     hash, pid and control listener address, which tell apart two jobs
+ *     even where their secrets are derived alike (BRAID_SECRET, torchrun);
+ *   - the ordinal of the communicator among those this process made over
+ *     the same secret and members, since a split that keeps every rank in
+ *     its order has its parent's members: communicators are made
+ *     collectively, in one order on all of their ranks, so every rank
+ *     counts the same. */
+
+/* Per secret and member list (a hash of them): communicators made so far. */
+typedef struct {
+  uint64_t key;
+  uint32_t made;
+} made_count;
+
+static made_count *made_counts; /* under reg_lock */
+static int n_made_counts, cap_made_counts;
+
+static void put_u64(hmac_ctx *h, uint64_t v) {
+  uint8_t b[8];
+  for (int i = 0; i < 8; i++)
+    b[i] = (uint8_t)(v >> (8 * i)); /* little-endian on every host */
+  hmac_update(h, b, sizeof b);
+}
+
+static uint64_t first_u64(const uint8_t *d) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++)
+    v |= (uint64_t)d[i] << (8 * i);
+  return v;
+}
+
+/* Under reg_lock: the ordinal of a communicator over members `key`, and
+ * the count moved on; 0 when the table cannot grow (then two such
+ * communicators may share an id: their dumps merge, as before ids). */
+static uint32_t next_ordinal(uint64_t key) {
+  for (int i = 0; i < n_made_counts; i++)
+    if (made_counts[i].key == key)
+      return made_counts[i].made++;
+  if (n_made_counts == cap_made_counts) {
+    int cap = cap_made_counts ? 2 * cap_made_counts : 16;
+    made_count *v = realloc(made_counts, (size_t)cap * sizeof *v);
+    if (v == NULL)
+      return 0;
+    made_counts = v, cap_made_counts = cap;
+  }
+  made_counts[n_made_counts++] = (made_count){key, 1};
+  return 0;
+}
+
+/* Under reg_lock: c's identity (above). */
+static uint64_t flight_comm_id(braid_comm *c) {
+  static const char domain[] = "braid flight comm_id 1";
+  size_t slen = 0;
+  const uint8_t *secret = boot_secret(c->boot, &slen);
+  uint8_t d[SHA256_BYTES];
+  hmac_ctx h;
+  hmac_init(&h, secret, slen);
+  hmac_update(&h, domain, sizeof domain);
+  put_u64(&h, (uint64_t)c->nranks);
+  for (int r = 0; r < c->nranks; r++) {
+    const boot_peer *p = boot_peer_info(c->boot, r);
+    put_u64(&h, p->host_hash);
+    put_u64(&h, (uint64_t)(uint32_t)p->pid);
+    /* the same bytes on every rank (each holds the rendezvous's copy); a
+     * sockaddr_in6's length covers either family's address and port */
+    hmac_update(&h, &p->addr, sizeof(struct sockaddr_in6));
+  }
+  hmac_ctx members = h; /* the key of the ordinal's count */
+  hmac_final(&members, d);
+  put_u64(&h, next_ordinal(first_u64(d)));
+  hmac_final(&h, d);
+  return first_u64(d);
+}
+
 braid_result flight_new(braid_comm *c) {
   int n = cfg_get()->flight_n;
   if (n <= 0)
     return BRAID_SUCCESS;
+  pthread_mutex_lock(&reg_lock);
+  uint64_t id = flight_comm_id(c); /* first: counted even when out of memory */
+  pthread_mutex_unlock(&reg_lock);
   struct flight *f = calloc(1, sizeof *f);
   /* written now, not left to calloc: fresh pages, each mapped by the call
    * that first writes a record on it, cost the first calls a page fault
@@ -169,6 +260,7 @@ braid_result flight_new(braid_comm *c) {
                      "flight recorder: no memory for %d calls", n);
   }
   f->n = n;
+  f->id = id;
   f->recs = recs;
   c->flight = f;
   pthread_mutex_lock(&reg_lock);
@@ -387,6 +479,7 @@ braid_result flight_dump(braid_comm *c, const char *reason, const char *path) {
   gethostname(host, sizeof host - 1);
   fprintf(out, "{\"braid_flight\":1,\"comm\":");
   put_str(out, c->name);
+  fprintf(out, ",\"comm_id\":\"%016llx\"", (unsigned long long)f->id);
   fprintf(out, ",\"rank\":%d,\"nranks\":%d,\"host\":", c->rank, c->nranks);
   put_str(out, host);
   fprintf(out, ",\"pid\":%d,\"reason\":\"%s\",\"time_us\":%lld,\"error\":",

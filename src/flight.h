@@ -11,14 +11,16 @@
 
 #include "src/comm.h"
 
-/* Makes the communicator's recorder (none when BRAID_FLIGHT_RECORDER=0),
- * its records written once so that calls find their pages mapped,
- * registers it for SIGUSR1 and, once per process, sets up the handler and
- * its thread (when SIGUSR1 has its default action); flight_free undoes
- * the first two. Called before the communicator's settling rounds, which
- * flight_forget then erases: made after them, the allocation and the
- * thread's start ran on one rank while the other was in its first call
- * (8 B allreduce over shm, 2 ranks: up to 260 us instead of 3 to 6). */
+/* Makes the communicator's recorder (none when BRAID_FLIGHT_RECORDER=0):
+ * its id for dumps (from c->boot; called once per communicator, in the
+ * order its ranks make them), its records written once so that calls find
+ * their pages mapped; registers it for SIGUSR1 and, once per process, sets
+ * up the handler and its thread (when SIGUSR1 has its default action);
+ * flight_free frees and unregisters it. Called before the communicator's
+ * settling rounds, which flight_forget then erases: made after them, the
+ * allocation and the thread's start ran on one rank while the other was in
+ * its first call (8 B allreduce over shm, 2 ranks: up to 260 us instead of
+ * 3 to 6). */
 braid_result flight_new(braid_comm *c);
 void flight_forget(braid_comm *c);
 void flight_free(braid_comm *c);
@@ -41,9 +43,10 @@ void flight_done(braid_comm *c, const exec_op *op, braid_result r);
 void flight_fast(braid_comm *c, const exec_op *op);
 
 /* Writes the recorder to `path` (NULL: BRAID_FLIGHT_RECORDER_FILE's
- * pattern) as JSON Lines; `reason` is timeout, remote, mismatch, abort,
- * signal or api. BRAID_SUCCESS, or why not (a message in the comm's last
- * error). */
+ * pattern) as JSON Lines, its header naming the communicator by an id its
+ * ranks share and no other communicator has ("comm_id"); `reason` is
+ * timeout, remote, mismatch, error, abort, signal or api. BRAID_SUCCESS,
+ * or why not (a message in the comm's last error). */
 braid_result flight_dump(braid_comm *c, const char *reason, const char *path);
 /* 1 if a call of the communicator was issued and has not finished. */
 int flight_unfinished(const braid_comm *c);

@@ -18,6 +18,7 @@
 /* One communicator's dumps, by rank, and what the analysis derives. */
 typedef struct {
   const char *comm;
+  const char *id; /* its "comm_id", or "" (older dumps) */
   int nranks;
   trace_dump **by_rank;     /* NULL: no dump from that rank */
   const trace_call **last;  /* the rank's furthest collective, or NULL */
@@ -608,18 +609,27 @@ static void print_disagreements(const disagreement *d, int shown, int ndis) {
 
 static void report(group *g, int ngroups) {
   disagreement dis[MAX_SHOWN];
-  char v[768], comm[128];
+  char v[768], comm[128], id[80] = "";
   derive(g);
   int ndis = disagreements(g, dis, MAX_SHOWN);
   int shown = ndis < MAX_SHOWN ? ndis : MAX_SHOWN;
   verdict(g, dis, ndis, v, sizeof v);
   words_clean(g->comm, comm, sizeof comm);
+  if (g->id[0] != '\0') {
+    char clean[64];
+    words_clean(g->id, clean, sizeof clean);
+    say(id, sizeof id, ", id %s", clean);
+  }
   if (ngroups > 1)
-    printf("comm \"%s\" (%d ranks): %s\n", comm, g->nranks, v);
+    printf("comm \"%s\" (%d ranks%s): %s\n", comm, g->nranks, id, v);
   else
     printf("%s\n", v);
-  printf("comm \"%s\", %d ranks\n", comm, g->nranks);
+  printf("comm \"%s\", %d ranks%s\n", comm, g->nranks, id);
   print_dumps(g);
+  if (g->id[0] == '\0')
+    printf("note: these dumps carry no comm_id (an older braid wrote them): "
+           "grouped by comm name and size alone, so dumps of several jobs "
+           "would be read as one\n");
   print_reached(g);
   print_waits(g);
   print_disagreements(dis, shown, ndis);
@@ -635,6 +645,8 @@ static int by_comm(const void *a, const void *b) {
     return c;
   if (x->nranks != y->nranks)
     return x->nranks < y->nranks ? -1 : 1;
+  if ((c = strcmp(x->comm_id, y->comm_id)) != 0)
+    return c;
   if (x->rank != y->rank)
     return x->rank < y->rank ? -1 : 1;
   return x->time_us < y->time_us ? -1 : x->time_us > y->time_us;
@@ -642,10 +654,15 @@ static int by_comm(const void *a, const void *b) {
 
 /* Reports dumps[0..n) (one communicator); returns -1 when out of memory. */
 static int analyze_group(trace_dump **dumps, int n, int ngroups) {
-  group g = {dumps[0]->comm, (int)dumps[0]->nranks,
-             NULL,           NULL,
-             NULL,           NULL,
-             NULL,           NULL};
+  group g = {dumps[0]->comm,
+             dumps[0]->comm_id,
+             (int)dumps[0]->nranks,
+             NULL,
+             NULL,
+             NULL,
+             NULL,
+             NULL,
+             NULL};
   size_t nr = (size_t)g.nranks;
   g.by_rank = calloc(nr, sizeof *g.by_rank);
   g.last = calloc(nr, sizeof *g.last);
@@ -670,26 +687,82 @@ static int analyze_group(trace_dump **dumps, int n, int ngroups) {
   return rc;
 }
 
+/* One communicator: its name, its size and its id. Dumps without an id
+ * (older ones) are told apart by name and size alone. */
 static int same_comm(const trace_dump *a, const trace_dump *b) {
-  return strcmp(a->comm, b->comm) == 0 && a->nranks == b->nranks;
+  return strcmp(a->comm, b->comm) == 0 && a->nranks == b->nranks &&
+         strcmp(a->comm_id, b->comm_id) == 0;
+}
+
+/* A communicator's dumps: set->dumps[at..at+n), d the first of them,
+ * and the time of its earliest. */
+typedef struct {
+  int at, n;
+  const trace_dump *d;
+  long long first_us;
+} span;
+
+/* By name and size, then by time: two jobs' communicators of one name
+ * come in the order they ran. */
+static int by_span(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  const trace_dump *dx = x->d, *dy = y->d;
+  int c = strcmp(dx->comm, dy->comm);
+  if (c != 0)
+    return c;
+  if (dx->nranks != dy->nranks)
+    return dx->nranks < dy->nranks ? -1 : 1;
+  if (x->first_us != y->first_us)
+    return x->first_us < y->first_us ? -1 : 1;
+  return strcmp(dx->comm_id, dy->comm_id);
 }
 
 static int analyze(trace_set *set) {
   qsort(set->dumps, (size_t)set->n, sizeof *set->dumps, by_comm);
+  span *sp = malloc((size_t)set->n * sizeof *sp);
+  if (sp == NULL) {
+    fprintf(stderr, "braid-trace: out of memory\n");
+    return 2;
+  }
   int ngroups = 0;
-  for (int i = 0; i < set->n; i++)
-    ngroups += i == 0 || !same_comm(set->dumps[i - 1], set->dumps[i]);
   for (int i = 0, j; i < set->n; i = j) {
+    long long first = set->dumps[i]->time_us;
     for (j = i + 1; j < set->n && same_comm(set->dumps[i], set->dumps[j]); j++)
-      ;
-    if (i > 0)
-      printf("\n");
-    if (analyze_group(set->dumps + i, j - i, ngroups) < 0) {
-      fprintf(stderr, "braid-trace: out of memory\n");
-      return 2;
+      if (set->dumps[j]->time_us < first)
+        first = set->dumps[j]->time_us;
+    sp[ngroups++] = (span){i, j - i, set->dumps[i], first};
+  }
+  qsort(sp, (size_t)ngroups, sizeof *sp, by_span);
+  /* communicators that share a name and a size: say that each is read
+   * on its own (the dumps of two jobs in one folder) */
+  for (int i = 0, j; i < ngroups; i = j) {
+    const trace_dump *d = sp[i].d;
+    for (j = i + 1; j < ngroups; j++) {
+      const trace_dump *e = sp[j].d;
+      if (strcmp(d->comm, e->comm) != 0 || d->nranks != e->nranks)
+        break;
+    }
+    if (j - i > 1) {
+      char comm[128];
+      words_clean(d->comm, comm, sizeof comm);
+      fprintf(stderr,
+              "braid-trace: note: %d communicators named \"%s\" with %lld "
+              "ranks (dumps with different comm_id: other jobs, or other "
+              "communicators of one job); each is analyzed on its own\n",
+              j - i, comm, d->nranks);
     }
   }
-  return 0;
+  int rc = 0;
+  for (int i = 0; i < ngroups && rc == 0; i++) {
+    if (i > 0)
+      printf("\n");
+    if (analyze_group(set->dumps + sp[i].at, sp[i].n, ngroups) < 0) {
+      fprintf(stderr, "braid-trace: out of memory\n");
+      rc = 2;
+    }
+  }
+  free(sp);
+  return rc;
 }
 
 int main(int argc, char **argv) {

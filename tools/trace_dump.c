@@ -36,6 +36,7 @@ typedef struct {
 static const field fields[] = {
     H("braid_flight", F_INT, version),
     H("comm", F_STR, comm),
+    H("comm_id", F_STR, comm_id),
     H("rank", F_INT, rank),
     H("nranks", F_INT, nranks),
     H("host", F_STR, host),
@@ -134,7 +135,7 @@ static void free_dump(trace_dump *d) {
     free_call(&d->calls[i]);
   free(d->calls);
   free(d->path), free(d->comm), free(d->host), free(d->reason);
-  free(d->error);
+  free(d->error), free(d->comm_id);
   free(d);
 }
 
@@ -185,6 +186,7 @@ static int check_header(line_vals *lv, char *err, size_t errlen) {
   }
   h->comm = or_empty(h->comm), h->host = or_empty(h->host);
   h->reason = or_empty(h->reason), h->error = or_empty(h->error);
+  h->comm_id = or_empty(h->comm_id);
   return 0;
 }
 
@@ -365,6 +367,7 @@ static int take_line(reader *r, char *s, size_t n, int ended) {
   }
   free_call(&lv.c);
   free(lv.h.comm), free(lv.h.host), free(lv.h.reason), free(lv.h.error);
+  free(lv.h.comm_id);
   if (rc < 0)
     fprintf(r->err, "braid-trace: %s:%d: %s\n", r->path, r->lineno, msg);
   return rc < 0 ? -1 : rc == 2;

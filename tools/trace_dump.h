@@ -27,6 +27,9 @@ typedef struct {
   int line;                                              /* of the header */
   long long version, rank, nranks, pid, time_us, ncalls; /* ncalls -1: absent */
   char *comm, *host, *reason, *error;
+  /* the communicator's identity ("comm_id"): "" in dumps written before
+   * there was one */
+  char *comm_id;
   trace_call *calls;
   int ncall, cap;
   char truncated[320]; /* "" or how the dump is cut short */

@@ -33,17 +33,20 @@ static void remove_dir(void) {
 
 TestSuite(flight, .fini = remove_dir);
 
-/* A directory for this test's dumps (the ranks' own go there too), and a
- * job id. */
-static void start(braid_unique_id *id) {
+/* A directory for this test's dumps, the ranks' own named by `file` in it
+ * (a BRAID_FLIGHT_RECORDER_FILE pattern: read once per process, at the
+ * first communicator or id), and a job id. */
+static void start_with(const char *file, braid_unique_id *id) {
   remove_dir(); /* a test's earlier one */
   snprintf(dir, sizeof dir, "/tmp/braid-flight-test.XXXXXX");
   cr_assert(mkdtemp(dir) != NULL);
   char pattern[128];
-  snprintf(pattern, sizeof pattern, "%s/auto.r%%r.jsonl", dir);
+  snprintf(pattern, sizeof pattern, "%s/%s", dir, file);
   setenv("BRAID_FLIGHT_RECORDER_FILE", pattern, 1);
   cr_assert_eq(boot_unique_id(id), BRAID_SUCCESS, "%s", err_msg());
 }
+
+static void start(braid_unique_id *id) { start_with("auto.r%r.jsonl", id); }
 
 /* The file's text (at most 64 KiB), or "" when it is not there. */
 static char *slurp(const char *path) {
@@ -203,6 +206,82 @@ Test(flight, init_rounds_not_recorded, .timeout = 60) {
   }
 }
 
+/* ---- which communicator a dump is of ------------------------------------ */
+
+/* The "comm_id" of the dump at path into out (16 hex digits), or "". */
+static void id_of(const char *path, char *out, size_t len) {
+  const char *s = slurp(path), *p = strstr(s, "\"comm_id\":\"");
+  const char *e = p != NULL ? strchr(p + 11, '"') : NULL;
+  size_t n = e != NULL ? (size_t)(e - (p + 11)) : 0;
+  snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), p ? p + 11 : "");
+}
+
+enum { ID_WORLD, ID_SAME, ID_OWN, ID_N };
+static const char *const id_names[ID_N] = {"world", "same", "own"};
+
+/* Each rank dumps its world, a split of it with every rank in the same
+ * order (the same members as the world) and a split of its own (one
+ * rank), each file named by the rank in the world. */
+static int rank_ids(int rank, int n, const braid_unique_id *id, void *arg,
+                    char *msg, size_t len) {
+  (void)arg;
+  braid_comm *c[ID_N] = {init(rank, n, id), NULL, NULL};
+  if (c[ID_WORLD] == NULL)
+    return 1;
+  if (braid_comm_split(c[ID_WORLD], 0, rank, &c[ID_SAME]) != BRAID_SUCCESS ||
+      braid_comm_split(c[ID_WORLD], rank, 0, &c[ID_OWN]) != BRAID_SUCCESS) {
+    snprintf(msg, len, "split: %s", braid_comm_last_error(c[ID_WORLD]));
+    return 2;
+  }
+  int bad = 0;
+  for (int k = ID_N - 1; k >= 0; k--) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s.r%d.jsonl", dir, id_names[k], rank);
+    if (braid_comm_flight_dump(c[k], path) != BRAID_SUCCESS && !bad) {
+      snprintf(msg, len, "%s: %s", id_names[k], braid_comm_last_error(c[k]));
+      bad = 3;
+    }
+    braid_comm_destroy(c[k]);
+  }
+  return bad;
+}
+
+/* Every rank of a communicator writes one id, which no other communicator
+ * has: not a split with the same members, not another rank's own split,
+ * not the communicators of another job. */
+Test(flight, ids_tell_communicators_apart, .timeout = 60) {
+  char ids[2][ID_N][2][24]; /* job, communicator, rank */
+  for (int job = 0; job < 2; job++) {
+    braid_unique_id id;
+    start(&id);
+    cr_assert_eq(run_ranks(2, &id, rank_ids, NULL, 40000, NULL), 0);
+    for (int k = 0; k < ID_N; k++)
+      for (int r = 0; r < 2; r++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/%s.r%d.jsonl", dir, id_names[k], r);
+        id_of(path, ids[job][k][r], sizeof ids[job][k][r]);
+        cr_expect_eq(strlen(ids[job][k][r]), 16, "%s: \"%s\"", path,
+                     ids[job][k][r]);
+      }
+  }
+  for (int job = 0; job < 2; job++) {
+    cr_expect_str_eq(ids[job][ID_WORLD][0], ids[job][ID_WORLD][1]);
+    cr_expect_str_eq(ids[job][ID_SAME][0], ids[job][ID_SAME][1]);
+    cr_expect_str_neq(ids[job][ID_OWN][0], ids[job][ID_OWN][1]);
+  }
+  /* any two that are not one communicator differ */
+  for (int a = 0; a < 2 * ID_N * 2; a++)
+    for (int b = a + 1; b < 2 * ID_N * 2; b++) {
+      int ja = a / (2 * ID_N), ka = a / 2 % ID_N, ra = a % 2;
+      int jb = b / (2 * ID_N), kb = b / 2 % ID_N, rb = b % 2;
+      if (ja == jb && ka == kb && ka != ID_OWN)
+        continue; /* two ranks of one communicator */
+      cr_expect_str_neq(ids[ja][ka][ra], ids[jb][kb][rb],
+                        "job %d %s rank %d, job %d %s rank %d", ja,
+                        id_names[ka], ra, jb, id_names[kb], rb);
+    }
+}
+
 /* ---- a peer that died --------------------------------------------------- */
 
 static int rank_dies(int rank, int n, const braid_unique_id *id, void *arg,
@@ -337,6 +416,20 @@ static int rank_bad(int rank, int n, const braid_unique_id *id, void *arg,
   return 0;
 }
 
+/* braid-trace analyze on the test's directory: its report and messages. */
+static const char *analyze_dir(void) {
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "%s analyze %s 2>&1", BRAID_TRACE, dir);
+  FILE *f = popen(cmd, "r");
+  cr_assert(f != NULL);
+  static char out[32768];
+  size_t got = fread(out, 1, sizeof out - 1, f);
+  out[got] = '\0';
+  int st = pclose(f);
+  cr_expect_eq(WEXITSTATUS(st), 0, "%s: %s", cmd, out);
+  return out;
+}
+
 static void analyze(bad_kind k, const char *want) {
   braid_unique_id id;
   start(&id);
@@ -350,15 +443,7 @@ static void analyze(bad_kind k, const char *want) {
     waitpid(p[2].pid, NULL, 0);
     close(p[2].fd);
   }
-  char cmd[256];
-  snprintf(cmd, sizeof cmd, "%s analyze %s 2>&1", BRAID_TRACE, dir);
-  FILE *f = popen(cmd, "r");
-  cr_assert(f != NULL);
-  static char out[16384];
-  size_t got = fread(out, 1, sizeof out - 1, f);
-  out[got] = '\0';
-  int st = pclose(f);
-  cr_expect_eq(WEXITSTATUS(st), 0, "%s: %s", cmd, out);
+  const char *out = analyze_dir();
   cr_expect(strstr(out, want) != NULL, "no '%s' in:\n%s", want, out);
 }
 
@@ -377,4 +462,65 @@ Test(flight, analyzer_names_a_mismatched_op, .timeout = 60) {
 Test(flight, analyzer_names_a_rank_missing_from_an_alltoallv, .timeout = 60) {
   analyze(BAD_A2AV, "likely culprit: rank 2 (rank 0's alltoallv #2 failed "
                     "waiting for it: BRAID_ERR_TIMEOUT)");
+}
+
+/* ---- two jobs' dumps in one folder ---------------------------------------
+ * Two jobs of 3 ranks, each with a communicator named "comm" (the default
+ * name), write their dumps into one folder under names that differ by pid,
+ * as the default BRAID_FLIGHT_RECORDER_FILE does: braid-trace must read
+ * two communicators, each with its own culprit, not one. */
+
+/* Rank `victim` stops after the first call; the others time out in the
+ * second, which writes their dumps. */
+static int rank_stops(int rank, int n, const braid_unique_id *id, void *arg,
+                      char *msg, size_t len) {
+  int victim = *(const int *)arg;
+  braid_config cfg;
+  braid_config_init(&cfg);
+  cfg.transport = "shm";
+  cfg.timeout_ms = 1500;
+  braid_comm *c = NULL;
+  if (braid_comm_init(&c, n, id, rank, &cfg) != BRAID_SUCCESS)
+    return 1;
+  float buf[8] = {0};
+  if (braid_allreduce(buf, buf, 8, BRAID_FLOAT32, BRAID_SUM, c, NULL))
+    return 2;
+  if (rank == victim)
+    raise(SIGSTOP); /* until the test kills it */
+  braid_result r =
+      braid_allreduce(buf, buf, 8, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  snprintf(msg, len, "%d|%s", (int)r, braid_comm_last_error(c));
+  braid_comm_abort(c);
+  return r == BRAID_ERR_TIMEOUT ? 0 : 3;
+}
+
+static void job_with_stopped_rank(int victim) {
+  braid_unique_id id;
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
+  rank_proc p[3]; /* the victim last, so that the others are waited for */
+  for (int r = 0, k = 0; r < 3; r++)
+    if (r != victim)
+      spawn_rank(&p[k++], r, 3, &id, rank_stops, &victim);
+  spawn_rank(&p[2], victim, 3, &id, rank_stops, &victim);
+  wait_ranks(p, 2, 30000);
+  kill(p[2].pid, SIGKILL);
+  waitpid(p[2].pid, NULL, 0);
+  close(p[2].fd);
+  for (int k = 0; k < 2; k++)
+    cr_expect_eq(p[k].status, 0, "rank of job (victim %d): %d %s", victim,
+                 p[k].status, p[k].msg);
+}
+
+Test(flight, two_jobs_in_one_folder_are_not_merged, .timeout = 90) {
+  braid_unique_id unused;
+  start_with("auto.%p.r%r.jsonl", &unused);
+  job_with_stopped_rank(2);
+  job_with_stopped_rank(1);
+  const char *out = analyze_dir();
+  cr_expect_eq(count_of(out, "comm \"comm\" (3 ranks, id "), 2,
+               "not two communicators:\n%s", out);
+  cr_expect(strstr(out, "likely culprit: rank 2 (") != NULL, "%s", out);
+  cr_expect(strstr(out, "likely culprit: rank 1 (") != NULL, "%s", out);
+  cr_expect(strstr(out, "two dumps of rank") == NULL, "%s", out);
+  cr_expect(strstr(out, "no comm_id") == NULL, "%s", out);
 }

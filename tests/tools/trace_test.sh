@@ -60,6 +60,8 @@ stopped)
   run 0 analyze "$DIR/stopped/rank0.json" "$DIR/stopped/rank1.json" \
     "$DIR/stopped/rank2.json"
   verdict "likely culprit: rank 2 (never reached allreduce #5)"
+  line 'comm "world", 3 ranks, id 5d2b7e04a91c3f68'
+  lacks 'no comm_id'
   line '  rank 2 never reached allreduce #5 (its last call: allreduce #4, done at 12:15:34.001 UTC)'
   line '  rank 0 waits for rank 2 in allreduce #5 (channel 0, step 3 RECV)'
   line '  rank 1 waits for rank 2 in allreduce #5 (channel 0, step 2 RECV)'
@@ -71,6 +73,35 @@ stopped)
   # a directory reads the same
   "$TRACE" analyze "$DIR/stopped" >"$tmp/dir" 2>&1 || fail "directory: exit $?"
   cmp -s "$tmp/out" "$tmp/dir" || fail "the directory's report differs"
+  ;;
+jobs)
+  # two jobs' dumps in one folder, as /tmp/braid-flight.* holds them after
+  # a second job: both communicators are "comm" of 3 ranks. Job A (id
+  # f3a1...) lost rank 0 (stopped: ranks 1, 2 timed out waiting for it);
+  # job B (id 0be4..., a minute later) lost rank 1 (it died during
+  # allreduce #3). Each is analyzed on its own, the older first.
+  run 0 analyze "$DIR/jobs"
+  verdict "comm \"comm\" (3 ranks, id f3a1c0de5b7e2290): likely culprit: rank 0 (rank 1's allreduce #11 failed waiting for it: BRAID_ERR_TIMEOUT)"
+  line "comm \"comm\" (3 ranks, id 0be428f2ec642130): likely culprit: rank 1 (rank 0's allreduce #3 failed waiting for it: BRAID_ERR_REMOTE)"
+  line 'comm "comm", 3 ranks, id f3a1c0de5b7e2290'
+  line 'comm "comm", 3 ranks, id 0be428f2ec642130'
+  line 'warning: no dump from rank 0'
+  line 'warning: no dump from rank 1'
+  lacks 'never reached'
+  lacks 'no comm_id'
+  lacks 'two dumps' "$tmp/err"
+  line 'braid-trace: note: 2 communicators named "comm" with 3 ranks (dumps with different comm_id: other jobs, or other communicators of one job); each is analyzed on its own' "$tmp/err"
+  # the same dumps without their ids, as an older braid wrote them: still
+  # read, grouped by name and size as before, with a note that says so
+  mkdir "$tmp/old"
+  for f in "$DIR/jobs/"*.jsonl; do
+    sed 's/"comm_id":"[0-9a-f]*",//' "$f" >"$tmp/old/${f##*/}"
+  done
+  run 0 analyze "$tmp/old"
+  [ "$(grep -c '^comm "comm", 3 ranks$' "$tmp/out")" -eq 1 ] ||
+    fail "dumps without ids not read as one communicator"
+  line 'note: these dumps carry no comm_id (an older braid wrote them): grouped by comm name and size alone, so dumps of several jobs would be read as one'
+  has 'two dumps of rank 2' "$tmp/err"
   ;;
 skipped)
   # rank 1 skipped allreduce #5: its #5 is the broadcast the others call
@@ -110,7 +141,7 @@ cycle)
 malformed)
   # each fault names its file and line; nothing is analyzed
   for f in syntax:3 type:2 version:1 waits_on:3 not_a_dump:1 escape:2 \
-    trailing:2 fp:3 count:2 ncalls:1 kind:3 root:2; do
+    trailing:2 fp:3 count:2 ncalls:1 kind:3 root:2 comm_id:3; do
     name=${f%:*} at=${f#*:}
     run 2 analyze "$DIR/stopped/rank0.json" "$DIR/malformed/$name.json"
     has "braid-trace: $DIR/malformed/$name.json:$at: " "$tmp/err"
@@ -131,12 +162,14 @@ malformed)
   has '"kind" "bogus" is not a collective braid records' "$tmp/err"
   run 2 analyze "$DIR/malformed/root.json"
   has '"root" 3 is not a rank of 3' "$tmp/err"
-  # every file of a directory is read: eleven errors, and the file that
+  run 2 analyze "$DIR/malformed/comm_id.json"
+  has '"comm_id" must be a string' "$tmp/err"
+  # every file of a directory is read: twelve errors, and the file that
   # is no dump left out
   run 2 analyze "$DIR/malformed"
-  [ "$(grep -c "^braid-trace: $DIR/malformed/" "$tmp/err")" -eq 11 ] ||
-    fail "not eleven errors for the directory"
-  line 'braid-trace: 11 unreadable or malformed inputs: no analysis' "$tmp/err"
+  [ "$(grep -c "^braid-trace: $DIR/malformed/" "$tmp/err")" -eq 12 ] ||
+    fail "not twelve errors for the directory"
+  line 'braid-trace: 12 unreadable or malformed inputs: no analysis' "$tmp/err"
   line "braid-trace: warning: $DIR/malformed/not_a_dump.json: not a braid flight dump (its first line has no \"braid_flight\"): left out" "$tmp/err"
   # a directory with other JSON files in it, as /tmp may be
   cp "$DIR/stopped/"*.json "$DIR/malformed/not_a_dump.json" "$tmp/"
