@@ -75,6 +75,7 @@ struct tp_bootstrap {
   int *map; /* rank of this view -> world rank */
   boot_peer *peers;
   int timeout_ms;
+  const atomic_int *abort; /* set: exchanges end with BRAID_ERR_ABORTED */
 };
 
 /* ---- identity ------------------------------------------------------------ */
@@ -550,8 +551,17 @@ static braid_result xchg(boot *b, xop *ops, int n, uint32_t kind) {
     }
     if (np == 0)
       break;
-    int k = poll(p, (nfds_t)np, sock_left_ms(deadline));
+    /* in slices, to see an abort of the communicator from another thread */
+    int left = sock_left_ms(deadline);
+    int k = poll(p, (nfds_t)np, b->abort != NULL && left > 20 ? 20 : left);
     if (k < 0 && errno == EINTR)
+      continue;
+    if (b->abort != NULL && atomic_load(b->abort)) {
+      r = ERR(BRAID_ERR_ABORTED, "%s: rank %d: the communicator was aborted",
+              what, b->rank);
+      break;
+    }
+    if (k == 0 && sock_left_ms(deadline) > 0)
       continue;
     if (k <= 0) {
       xop *o = &ops[idx[0]];
@@ -607,6 +617,11 @@ braid_result boot_allgather(boot *b, const void *mine, void *all, size_t len) {
     return ERR(BRAID_ERR_INVALID_ARG, "boot_allgather: NULL %s",
                b ? "buffer" : "bootstrap");
   return gather_kind(b, mine, all, len, FR_ALLGATHER);
+}
+
+void boot_set_abort(boot *b, const atomic_int *flag) {
+  if (b != NULL)
+    b->abort = flag;
 }
 
 braid_result boot_barrier(boot *b) {

@@ -11,6 +11,7 @@
 #ifndef BRAID_SRC_BOOTSTRAP_H
 #define BRAID_SRC_BOOTSTRAP_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -75,6 +76,9 @@ const uint8_t *boot_secret(const boot *b, size_t *len);
 /* All collective over the bootstrap's ranks; bounded by the timeout. */
 braid_result boot_allgather(boot *b, const void *mine, void *all, size_t len);
 braid_result boot_barrier(boot *b);
+/* Exchanges on b end with BRAID_ERR_ABORTED once *flag is set (another
+ * thread's braid_comm_abort); NULL: never. */
+void boot_set_abort(boot *b, const atomic_int *flag);
 braid_result boot_send(boot *b, int peer, const void *buf, size_t len);
 braid_result boot_recv(boot *b, int peer, void *buf, size_t len);
 /* Notes, for an agreement among ranks some of which may have left or

@@ -248,6 +248,7 @@ static braid_result comm_new(braid_comm **out, boot *b, const braid_config *cfg,
   if (c == NULL)
     return BRAID_ERR_NOMEM;
   c->boot = b;
+  boot_set_abort(b, &c->aborted);
   c->rank = boot_rank(b);
   c->nranks = boot_nranks(b);
   if (parent != NULL) {
@@ -581,7 +582,10 @@ braid_result braid_comm_split(braid_comm *c, int color, int key,
   if (!c->blocking)
     return comm_start(out,
                       &(comm_job){.parent = c, .color = color, .key = key});
-  return comm_split_into(c, color, key, NULL, out);
+  CHECKR(comm_enter(c, "braid_comm_split"));
+  braid_result r = comm_split_into(c, color, key, NULL, out);
+  comm_leave(c);
+  return r;
 }
 
 braid_result comm_split_into(braid_comm *c, int color, int key,
@@ -600,7 +604,8 @@ braid_result comm_split_into(braid_comm *c, int color, int key,
   pthread_mutex_unlock(&c->lock);
   if (r != BRAID_SUCCESS) {
     r = comm_fail(c, r, "braid_comm_split: %s", err_msg());
-    comm_break_dead(c, r);
+    if (r != BRAID_ERR_ABORTED)
+      comm_break_dead(c, r);
     goto done;
   }
   if (color == BRAID_SPLIT_NOCOLOR)
@@ -630,20 +635,40 @@ done:
   return r;
 }
 
-braid_result braid_comm_finalize(braid_comm *c) {
-  if (c == NULL)
-    return comm_arg_bad(NULL, "braid_comm_finalize: comm is NULL");
-  CHECKR(comm_ready(c));
+braid_result comm_enter(braid_comm *c, const char *fn) {
+  atomic_fetch_add(&c->inflight, 1);
+  if (atomic_load(&c->aborted)) {
+    atomic_fetch_sub(&c->inflight, 1);
+    return ERR(BRAID_ERR_ABORTED, "%s: the communicator was aborted", fn);
+  }
+  return BRAID_SUCCESS;
+}
+
+void comm_leave(braid_comm *c) { atomic_fetch_sub(&c->inflight, 1); }
+
+static braid_result finalize_in(braid_comm *c) {
   CHECKR(enq_drain(c));
   if (c->broken != BRAID_SUCCESS)
     return c->broken;
   pthread_mutex_lock(&c->lock);
   braid_result r = boot_barrier(c->boot);
   pthread_mutex_unlock(&c->lock);
+  if (r == BRAID_ERR_ABORTED)
+    return comm_fail(c, r, "braid_comm_finalize: %s", err_msg());
   if (r != BRAID_SUCCESS) {
     r = comm_fail(c, r, "braid_comm_finalize: %s", err_msg());
     comm_break_dead(c, r);
   }
+  return r;
+}
+
+braid_result braid_comm_finalize(braid_comm *c) {
+  if (c == NULL)
+    return comm_arg_bad(NULL, "braid_comm_finalize: comm is NULL");
+  CHECKR(comm_ready(c));
+  CHECKR(comm_enter(c, "braid_comm_finalize"));
+  braid_result r = finalize_in(c);
+  comm_leave(c);
   return r;
 }
 
@@ -702,7 +727,10 @@ braid_result braid_comm_flight_dump(braid_comm *c, const char *path) {
     return comm_arg_bad(c, "braid_comm_flight_dump: path is \"\" (a file name, "
                            "or NULL for BRAID_FLIGHT_RECORDER_FILE)");
   CHECKR(comm_ready(c));
-  return flight_dump(c, "api", path);
+  CHECKR(comm_enter(c, "braid_comm_flight_dump"));
+  braid_result r = flight_dump(c, "api", path);
+  comm_leave(c);
+  return r;
 }
 
 braid_result braid_comm_rank(const braid_comm *c, int *rank) {

@@ -240,6 +240,12 @@ braid_result comm_start(braid_comm **out, const comm_job *job);
  * is being made (with a message in its last error), or why it could not be
  * made. */
 braid_result comm_ready(braid_comm *c);
+/* Every call that may wait on c (a collective's submission, finalize, a
+ * split, a shrink, a flight dump) runs between these: braid_comm_abort from
+ * another thread frees c only once no call is inside, and a call entering
+ * after the abort gets BRAID_ERR_ABORTED (fn names it). */
+braid_result comm_enter(braid_comm *c, const char *fn);
+void comm_leave(braid_comm *c);
 /* For braid_comm_destroy and _abort: 1 when the communicator is still being
  * made; its maker then frees it when done. */
 int comm_orphan(braid_comm *c);

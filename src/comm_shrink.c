@@ -68,8 +68,12 @@ static braid_result agree(braid_comm *c, uint8_t *gone) {
     for (int p = 0; p < n && r == BRAID_SUCCESS; p++) {
       if (p == c->rank || gone[p] || next[p])
         continue;
-      if (boot_note_recv(c->boot, p, in, sz) != BRAID_SUCCESS ||
-          in->magic != SHRINK_MAGIC || in->from != p) {
+      braid_result got = boot_note_recv(c->boot, p, in, sz);
+      if (got == BRAID_ERR_ABORTED) {
+        r = comm_fail(c, got, "braid_comm_shrink: %s", err_msg());
+        break;
+      }
+      if (got != BRAID_SUCCESS || in->magic != SHRINK_MAGIC || in->from != p) {
         next[p] = 1; /* silent or gone: counted gone */
         same = 0;
         continue;
@@ -105,6 +109,9 @@ static braid_result agree(braid_comm *c, uint8_t *gone) {
   return r;
 }
 
+static braid_result shrink_in(braid_comm *c, const int *excluded, int nexcluded,
+                              braid_comm **newcomm);
+
 braid_result braid_comm_shrink(braid_comm *c, const int *excluded,
                                int nexcluded, braid_comm **newcomm) {
   if (c == NULL)
@@ -115,6 +122,14 @@ braid_result braid_comm_shrink(braid_comm *c, const int *excluded,
   if (ready != BRAID_SUCCESS)
     return ready;
   *newcomm = NULL;
+  CHECKR(comm_enter(c, "braid_comm_shrink"));
+  braid_result r = shrink_in(c, excluded, nexcluded, newcomm);
+  comm_leave(c);
+  return r;
+}
+
+static braid_result shrink_in(braid_comm *c, const int *excluded, int nexcluded,
+                              braid_comm **newcomm) {
   if (nexcluded < 0 || nexcluded > c->nranks)
     return bad(c, "nexcluded is %d (0 to %d)", nexcluded, c->nranks);
   if (nexcluded > 0 && excluded == NULL)

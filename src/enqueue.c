@@ -528,10 +528,9 @@ static braid_result submit(braid_comm *c, exec_op *ops, int nops,
   braid_result r = comm_ready(c);
   if (r != BRAID_SUCCESS)
     return r;
-  atomic_fetch_add(&c->inflight, 1);
-  r = atomic_load(&c->aborted) ? BRAID_ERR_ABORTED
-                               : submit_in(c, ops, nops, s, shared, order);
-  atomic_fetch_sub(&c->inflight, 1);
+  CHECKR(comm_enter(c, ops[0].name));
+  r = submit_in(c, ops, nops, s, shared, order);
+  comm_leave(c);
   return r;
 }
 
