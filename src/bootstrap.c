@@ -397,6 +397,10 @@ static braid_result xop_dead(boot *b, xop *o, const char *what, int rc) {
              what, o->peer, b->rank, rc == 0 ? "end of file" : strerror(errno));
 }
 
+/* How a notice of leaving starts when the rank left on a mismatch of calls
+ * (the receiver then fails with BRAID_ERR_MISMATCH too). */
+#define LEFT_MISMATCH "mismatch: "
+
 /* The peer of o sent FR_LEFT: reads its message (sent in one piece right
  * after the header; waits at most a second for it) into the error. */
 static braid_result peer_left(boot *b, xop *o, const char *what) {
@@ -415,6 +419,10 @@ static braid_result peer_left(boot *b, xop *o, const char *what) {
     got += n > 0 ? (size_t)n : 0;
   }
   why[got] = '\0';
+  /* a rank that left on a mismatch of calls (tell_left) makes it one here */
+  if (strncmp(why, LEFT_MISMATCH, strlen(LEFT_MISMATCH)) == 0)
+    return ERR(BRAID_ERR_MISMATCH, "%s: rank %d left the exchange: %s", what,
+               o->peer, why + strlen(LEFT_MISMATCH));
   return ERR(BRAID_ERR_REMOTE, "%s: rank %d left the exchange: %s", what,
              o->peer, got > 0 ? why : "(no reason received)");
 }
@@ -422,9 +430,10 @@ static braid_result peer_left(boot *b, xop *o, const char *what) {
 /* This rank gives up on an exchange (the thread's message, err_msg, says
  * why): tells every peer whose frame of this exchange is not half sent, so
  * that those waiting for it learn the cause. Best effort: never waits. */
-static void tell_left(boot *b, const xop *ops, int n) {
+static void tell_left(boot *b, const xop *ops, int n, braid_result r) {
   char why[TEXT_LEN];
-  snprintf(why, sizeof why, "%s", err_msg());
+  snprintf(why, sizeof why, "%s%s",
+           r == BRAID_ERR_MISMATCH ? LEFT_MISMATCH : "", err_msg());
   size_t len = strlen(why);
   for (int i = 0; i < n; i++) {
     if (!ops[i].send || (ops[i].hoff > 0 && !ops[i].done))
@@ -488,15 +497,17 @@ static braid_result xop_step(boot *b, xop *o, uint32_t kind, const char *what) {
       }
       if (o->hdr.kind == FR_LEFT)
         return peer_left(b, o, what);
+      /* the ranks are in different calls: a mismatch, as between
+       * collectives */
       if (o->hdr.kind != kind)
-        return ERR(BRAID_ERR_INVALID_ARG,
+        return ERR(BRAID_ERR_MISMATCH,
                    "%s: rank %d sent a %s message instead (bootstrap calls in "
                    "a different order?)",
                    what, o->peer,
                    o->hdr.kind <= FR_LEFT ? frame_name[o->hdr.kind]
                                           : "unknown");
       if (o->hdr.len != o->len)
-        return ERR(BRAID_ERR_INVALID_ARG,
+        return ERR(BRAID_ERR_MISMATCH,
                    "%s: rank %d sent %llu bytes where rank %d expects %zu "
                    "(lengths differ between ranks, or calls in a different "
                    "order)",
@@ -577,8 +588,9 @@ static braid_result xchg(boot *b, xop *ops, int n, uint32_t kind) {
     if (r != BRAID_SUCCESS)
       break;
   }
-  if (r == BRAID_ERR_REMOTE || r == BRAID_ERR_TIMEOUT)
-    tell_left(b, ops, n);
+  if (r == BRAID_ERR_REMOTE || r == BRAID_ERR_TIMEOUT ||
+      r == BRAID_ERR_MISMATCH)
+    tell_left(b, ops, n, r);
   free(p);
   free(idx);
   return r;

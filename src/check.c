@@ -34,11 +34,17 @@ typedef struct fingerprint {
 /* The kind an alltoallv's fingerprint gives (its sends and receives are no
  * sched_coll of their own); its count is each rank's own, so left out. */
 #define FP_ALLTOALLV ((int32_t)SCHED_NUM_COLLS)
+/* A barrier's (made as a one-byte allreduce, but called as a barrier). */
+#define FP_BARRIER ((int32_t)SCHED_NUM_COLLS + 1)
 
 static void describe(const fingerprint *f, char *buf, size_t len) {
   if (f->coll == FP_ALLTOALLV) {
     snprintf(buf, len, "alltoallv #%llu (%s)", (unsigned long long)f->seq,
              braid_dtype_name((braid_dtype)f->dt));
+    return;
+  }
+  if (f->coll == FP_BARRIER) {
+    snprintf(buf, len, "barrier #%llu", (unsigned long long)f->seq);
     return;
   }
   int reduces = sched_reduces((sched_coll)f->coll);
@@ -120,11 +126,27 @@ braid_result check_fingerprint(braid_comm *c, const exec_op *op) {
     mine.coll = FP_ALLTOALLV;
     mine.op = mine.root = -1;
     mine.count = 0;
+  } else if (op->is_barrier) {
+    mine.coll = FP_BARRIER;
+    mine.dt = mine.op = mine.root = -1;
+    mine.count = 0;
   }
   fingerprint *all = calloc((size_t)c->nranks, sizeof *all);
   if (all == NULL)
     return BRAID_ERR_NOMEM;
   braid_result r = boot_allgather(c->boot, &mine, all, sizeof mine);
+  if (r == BRAID_ERR_MISMATCH) { /* a rank is in another exchange */
+    char a[160];
+    describe(&mine, a, sizeof a);
+    free(all);
+    r = comm_fail(c, r,
+                  "BRAID_CHECK: collective mismatch: rank %d called %s, and "
+                  "a rank is in another call (one that is no collective, or "
+                  "it skipped this one): %s",
+                  c->rank, a, err_msg());
+    WARN(LOG_COLL, "%s", err_msg());
+    return r;
+  }
   if (r != BRAID_SUCCESS) {
     free(all);
     return comm_fail(c, r,

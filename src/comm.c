@@ -655,6 +655,15 @@ static braid_result finalize_in(braid_comm *c) {
   pthread_mutex_unlock(&c->lock);
   if (r == BRAID_ERR_ABORTED)
     return comm_fail(c, r, "braid_comm_finalize: %s", err_msg());
+  if (r == BRAID_ERR_MISMATCH) { /* a rank is in another call */
+    r = comm_fail(c, r,
+                  "braid_comm_finalize: a rank is in another call (it "
+                  "made one more call than this rank, or this rank skipped "
+                  "one): %s",
+                  err_msg());
+    comm_break(c, r);
+    return r;
+  }
   if (r != BRAID_SUCCESS) {
     r = comm_fail(c, r, "braid_comm_finalize: %s", err_msg());
     comm_break_dead(c, r);

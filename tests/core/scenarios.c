@@ -470,7 +470,8 @@ Test(scenarios, check_reports_count_mismatch, .timeout = 60) {
 
 /* An alltoallv runs as sends and receives, which BRAID_CHECK does not
  * compare; the call itself is compared (kind, dtype, call number): a rank
- * in a barrier where its peer is in an alltoallv is named at once. */
+ * in a barrier where its peer is in an alltoallv is named at once, the
+ * barrier as what its caller called (it runs as a one-byte allreduce). */
 static int a2av_vs_barrier(braid_comm *c, int rank, int n) {
   (void)n;
   float a[4] = {1, 2, 3, 4}, b[4];
@@ -484,7 +485,7 @@ static int a2av_vs_barrier(braid_comm *c, int rank, int n) {
   const char *msg = braid_comm_last_error(c);
   if (r != BRAID_ERR_MISMATCH ||
       strstr(msg, "alltoallv #2 (float32)") == NULL ||
-      strstr(msg, "allreduce #2") == NULL) {
+      strstr(msg, "barrier #2") == NULL) {
     fprintf(stderr, "rank %d: %s: %s\n", rank, braid_result_string(r), msg);
     return 25;
   }
@@ -499,6 +500,45 @@ Test(scenarios, check_reports_alltoallv_mismatch, .timeout = 60) {
   run_ranks(2, a2av_vs_barrier, 50, st);
   cr_expect_eq(st[0], 0);
   cr_expect_eq(st[1], 0);
+}
+
+/* The commonest mismatch: a rank skips a collective and goes on to
+ * finalize. Every rank fails with BRAID_ERR_MISMATCH at once, the others
+ * naming the call they made; before, they failed with an invalid argument
+ * ("boot_allgather: rank 1 sent a boot_barrier message instead") or, on a
+ * rank whose other peer had already left, a remote error. */
+static int skipped(braid_comm *c, int rank, int n) {
+  (void)n;
+  float a[16] = {0}, b[16];
+  if (braid_allreduce(a, b, 16, BRAID_FLOAT32, BRAID_SUM, c, NULL) !=
+      BRAID_SUCCESS)
+    return 26;
+  double t0 = now_s();
+  braid_result r =
+      rank == 1 ? braid_comm_finalize(c)
+                : braid_allreduce(a, b, 16, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+  double took = now_s() - t0;
+  const char *msg = braid_comm_last_error(c);
+  fprintf(stderr, "rank %d: %s after %.2f s: %s\n", rank,
+          braid_result_string(r), took, msg);
+  if (r != BRAID_ERR_MISMATCH || took > 10)
+    return 27;
+  if (rank == 1 ? strstr(msg, "braid_comm_finalize: a rank is in another "
+                              "call") == NULL
+                : strstr(msg, "allreduce #2 (count 16") == NULL)
+    return 28;
+  return 0; /* exits: its peers must still name the mismatch */
+}
+
+Test(scenarios, check_reports_a_skipped_call, .timeout = 60) {
+  setenv("BRAID_CHECK", "1", 1);
+  setenv("BRAID_TIMEOUT", "20", 1);
+  for (int round = 0; round < 3; round++) {
+    int st[3];
+    run_ranks(3, skipped, 50, st);
+    for (int r = 0; r < 3; r++)
+      cr_expect_eq(st[r], 0, "round %d: rank %d exit %d", round, r, st[r]);
+  }
 }
 
 /* ---- timeout --------------------------------------------------------------

@@ -378,7 +378,7 @@ static int rank_split(int rank, int nranks, const braid_unique_id *id,
       FAIL("send: %s", err_msg());
   } else {
     r = boot_recv(s, 0, buf, 12);
-    if (r != BRAID_ERR_INVALID_ARG || !strstr(err_msg(), "8 bytes") ||
+    if (r != BRAID_ERR_MISMATCH || !strstr(err_msg(), "8 bytes") ||
         !strstr(err_msg(), "12"))
       FAIL("mismatch not reported: %s: %s", braid_result_string(r), err_msg());
   }
