@@ -136,14 +136,9 @@ int comm_orphan(braid_comm *c) {
 
 braid_result braid_comm_get_async_error(braid_comm *c,
                                         braid_result *async_error) {
-  if (c == NULL || async_error == NULL) {
-    WARN(LOG_INIT, "braid_comm_get_async_error: %s is NULL",
-         c == NULL ? "comm" : "async_error");
-    if (c != NULL)
-      return comm_fail(c, BRAID_ERR_INVALID_ARG,
-                       "braid_comm_get_async_error: async_error is NULL");
-    return BRAID_ERR_INVALID_ARG;
-  }
+  if (c == NULL || async_error == NULL)
+    return comm_arg_bad(c, "braid_comm_get_async_error: %s is NULL",
+                        c == NULL ? "comm" : "async_error");
   braid_result r = comm_ready(c);
   if (r == BRAID_SUCCESS)
     r = __atomic_load_n(&c->broken, __ATOMIC_ACQUIRE);

@@ -92,8 +92,16 @@ static int sig_pipe[2] = {-1, -1};
 static pid_t sig_pid; /* the process whose thread reads sig_pipe */
 
 static void on_usr1(int sig) {
-  (void)sig;
   int e = errno;
+  if (getpid() != sig_pid) {
+    /* a child forked after the handler was set, with no thread to read
+     * sig_pipe (and the pipe its parent's): the default action, as if
+     * braid had never been there */
+    signal(sig, SIG_DFL);
+    raise(sig);
+    errno = e;
+    return;
+  }
   char b = 1;
   if (sig_pipe[1] >= 0)
     (void)!write(sig_pipe[1], &b, 1);
@@ -124,7 +132,10 @@ static void sig_setup(void) {
     return;
   sig_pid = getpid();
   struct sigaction old;
-  if (sigaction(SIGUSR1, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
+  /* on_usr1 there is a parent's, inherited across fork: this process's
+   * now */
+  if (sigaction(SIGUSR1, NULL, &old) != 0 ||
+      (old.sa_handler != SIG_DFL && old.sa_handler != on_usr1) ||
       (old.sa_flags & SA_SIGINFO))
     return;
   if (sig_pipe[0] >= 0) { /* a parent's, inherited across fork */

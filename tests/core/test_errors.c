@@ -108,6 +108,18 @@ Test(errors, the_communicator_keeps_the_message) {
   pthread_mutex_destroy(&c.err_lock);
 }
 
+/* A call refused for a NULL communicator leaves its reason as the calling
+ * thread's last error (braid_comm_last_error(NULL)), not an earlier one's:
+ * braid_comm_get_async_error did not. */
+Test(errors, a_null_communicator_is_the_threads_last_error) {
+  braid_result ae = BRAID_SUCCESS;
+  cr_assert_eq(braid_comm_abort(NULL), BRAID_ERR_INVALID_ARG);
+  cr_assert(strstr(braid_comm_last_error(NULL), "braid_comm_abort") != NULL);
+  cr_assert_eq(braid_comm_get_async_error(NULL, &ae), BRAID_ERR_INVALID_ARG);
+  cr_assert_str_eq(braid_comm_last_error(NULL),
+                   "braid_comm_get_async_error: comm is NULL");
+}
+
 /* A malformed BRAID_ALGO fails communicator creation, with the variable's
  * own message: creation went on, and the first collective inside it (an
  * allgather) failed instead, its message beginning "allgather: no

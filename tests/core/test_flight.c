@@ -347,6 +347,48 @@ static int rank_signal(int rank, int n, const braid_unique_id *id, void *arg,
   return r == BRAID_SUCCESS ? 0 : 2;
 }
 
+/* A child forked after the communicator, which never uses braid, takes
+ * SIGUSR1 as if braid had never been there (it dies of it); it used to
+ * inherit the handler, live on, and make its parent write a dump. */
+static int rank_fork_usr1(int rank, int n, const braid_unique_id *id, void *arg,
+                          char *msg, size_t len) {
+  (void)arg;
+  braid_comm *c = init(rank, n, id);
+  if (c == NULL)
+    return 1;
+  pid_t child = fork();
+  if (child < 0)
+    return 2;
+  if (child == 0) {
+    for (int i = 0; i < 500; i++) /* at most 5 s */
+      usleep(10000);
+    _exit(7);
+  }
+  usleep(100000);
+  kill(child, SIGUSR1);
+  int st = 0;
+  waitpid(child, &st, 0);
+  usleep(200000); /* time for a dump the signal should not have caused */
+  char path[128];
+  snprintf(path, sizeof path, "%s/auto.r0.jsonl", dir);
+  int dumped = access(path, F_OK) == 0;
+  snprintf(msg, len, "child %s %d; parent dump %s",
+           WIFSIGNALED(st) ? "killed by signal" : "exited",
+           WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+           dumped ? "written" : "none");
+  braid_comm_destroy(c);
+  return WIFSIGNALED(st) && WTERMSIG(st) == SIGUSR1 && !dumped ? 0 : 3;
+}
+
+Test(flight, a_forked_child_keeps_sigusr1s_default, .timeout = 60) {
+  braid_unique_id id;
+  start(&id);
+  rank_proc p[1];
+  spawn_rank(&p[0], 0, 1, &id, rank_fork_usr1, NULL);
+  wait_ranks(p, 1, 30000);
+  cr_expect_eq(p[0].status, 0, "%d: %s", p[0].status, p[0].msg);
+}
+
 Test(flight, written_on_sigusr1, .timeout = 60) {
   braid_unique_id id;
   start(&id);
