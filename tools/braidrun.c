@@ -3,6 +3,12 @@
  * each inside a network namespace, one namespace per "host"), gives each its
  * BRAID_* variables, prefixes their output with the rank, and tears the job
  * down as soon as one rank fails.
+ *
+ * One event loop does everything: it reaps ranks, keeps the deadlines
+ * (--timeout, the grace period), takes signals (through a pipe), reads the
+ * ranks' output and writes it out. No step of it may wait long: a rank's
+ * output is read one read() per turn, and braidrun's own stdout and stderr
+ * are written only as far as they take data without waiting.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -25,7 +31,11 @@
 extern char **environ;
 
 #define LINE_MAX_BYTES 65536
-#define DRAIN_MS 1000 /* output still read after the last rank exits */
+#define DRAIN_MS 1000          /* output still read after the last rank exits */
+#define OUT_HELD_MAX (1 << 20) /* output held for a slow stdout or stderr */
+#define FILE_CHUNK (1 << 20)   /* the most given to a regular file at once */
+#define GROUP_POLL_MS 20       /* how often emptying process groups are seen */
+#define KILL_WAIT_MS 1000      /* how long SIGKILLed groups are waited for */
 
 static const char usage[] =
     "usage: braidrun -n N [options] [--] program [args...]\n"
@@ -45,7 +55,8 @@ static const char usage[] =
     "                       hosts in order, each rank runs under\n"
     "                       'ip netns exec NAME'; the name 'localhost' means\n"
     "                       no namespace. BRAID_LOCAL_RANK/SIZE count per "
-    "host.\n"
+    "host;\n"
+    "                       a name given twice is one host (slots add up).\n"
     "  --host-list LIST     the same as --hosts\n"
     "  --hostfile FILE      hosts from a file: one 'NAME [slots=N]' or\n"
     "                       'NAME:N' per line, '#' starts a comment\n"
@@ -53,12 +64,17 @@ static const char usage[] =
     "  --grace S            seconds between SIGTERM and SIGKILL when tearing\n"
     "                       the job down (default 3)\n"
     "  -x VAR[=VALUE]       export VAR (with VALUE, or braidrun's own value)\n"
-    "                       to every rank; may be repeated\n"
+    "                       to every rank; may be repeated, the last -x of a\n"
+    "                       name wins; not for the five BRAID_ variables "
+    "above\n"
     "  -h, --help           this text\n"
     "\n"
     "When a rank exits with a non-zero status or dies from a signal, braidrun\n"
     "names it, sends SIGTERM to every other rank, SIGKILL after the grace\n"
-    "period, and exits with that rank's status (128+N for signal N).\n"
+    "period, and exits with that rank's status (128+N for signal N). Ranks\n"
+    "that fail together: one killed by a signal is blamed before one that\n"
+    "exited, and the summary names them all. Each rank's process group is\n"
+    "signalled, also after the rank exited, so what it started stops too.\n"
     "SIGINT, SIGTERM and SIGHUP sent to braidrun are forwarded to every rank\n"
     "(a second one kills them at once); braidrun then exits with 128+signal.\n"
     "Ranks read stdin from /dev/null. Lines longer than 64 KiB are split.\n"
@@ -67,33 +83,179 @@ static const char usage[] =
     "and braidrun's rendezvous address (BRAID_SOCKET_IFNAME, else the first\n"
     "non-loopback interface) must be reachable from each of them.\n";
 
-__attribute__((format(printf, 2, 3), noreturn)) static void
-die(int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("braidrun: ", stderr);
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- braidrun's own output ----------------------------------------------- */
+
+/* Everything braidrun writes to its stdout or stderr (the ranks' lines and
+ * its own messages) goes through a queue, which is written only as far as
+ * the file takes it without waiting: a stdout that nobody reads must not
+ * keep braidrun from its deadlines, signals and teardown. */
+typedef struct outq {
+  int fd;   /* 1 or 2 */
+  int file; /* a regular file, which takes a write without waiting */
+  int gone; /* a write failed (no reader): what comes is discarded */
+  char *buf;
+  size_t head, len, cap; /* pending: buf[head..len) */
+} outq;
+
+static outq outs[2] = {{.fd = 1}, {.fd = 2}};
+static outq *out_of[3]; /* the queue of fd 1 and of fd 2 */
+static int sigpipe_fd[2] = {-1, -1};
+
+static size_t out_pending(const outq *q) { return q->len - q->head; }
+
+/* Opens /dev/null on a closed fd 0, 1 or 2 (so that none of braidrun's pipes
+ * takes that number), and gives stdout and stderr one queue when they are
+ * the same file, which keeps their lines in order. */
+static void init_outputs(void) {
+  for (int fd = 0; fd < 3; fd++)
+    if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0)
+      break;
+  struct stat st[2];
+  int ok[2];
+  memset(st, 0, sizeof st);
+  for (int i = 0; i < 2; i++) {
+    ok[i] = fstat(outs[i].fd, &st[i]) == 0;
+    outs[i].file = ok[i] && S_ISREG(st[i].st_mode);
+    outs[i].gone = !ok[i];
+  }
+  out_of[1] = &outs[0];
+  out_of[2] = ok[0] && ok[1] && st[0].st_dev == st[1].st_dev &&
+                      st[0].st_ino == st[1].st_ino
+                  ? &outs[0]
+                  : &outs[1];
+}
+
+static void out_append(outq *q, const char *p, size_t n) {
+  if (q->gone || n == 0)
+    return;
+  if (q->len + n > q->cap && q->head > 0) {
+    memmove(q->buf, q->buf + q->head, q->len - q->head);
+    q->len -= q->head;
+    q->head = 0;
+  }
+  if (q->len + n > q->cap) {
+    size_t cap = q->cap ? q->cap : 65536;
+    while (cap < q->len + n)
+      cap *= 2;
+    char *b = realloc(q->buf, cap);
+    if (b == NULL)
+      return; /* out of memory: this output is lost */
+    q->buf = b;
+    q->cap = cap;
+  }
+  memcpy(q->buf + q->len, p, n);
+  q->len += n;
+}
+
+/* Writes what q's file takes now. A pipe, terminal or socket gets a write
+ * only when poll says it is writable, and then at most PIPE_BUF bytes, which
+ * a writable pipe takes at once; a regular file takes everything. Each write
+ * ends at a line's end where it can, so that lines stay whole. */
+static void out_flush(outq *q) {
+  while (!q->gone && out_pending(q) > 0) {
+    if (!q->file) {
+      struct pollfd p = {.fd = q->fd, .events = POLLOUT};
+      if (poll(&p, 1, 0) <= 0)
+        break;
+    }
+    size_t n = out_pending(q), lim = q->file ? FILE_CHUNK : PIPE_BUF;
+    if (n > lim) {
+      const char *nl = memrchr(q->buf + q->head, '\n', lim);
+      n = nl ? (size_t)(nl - (q->buf + q->head)) + 1 : lim;
+    }
+    ssize_t w = write(q->fd, q->buf + q->head, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      break;
+    if (w <= 0) {
+      q->gone = 1; /* our own output is gone: drop it, keep managing the job */
+      q->head = q->len = 0;
+      break;
+    }
+    q->head += (size_t)w;
+  }
+  if (q->head == q->len)
+    q->head = q->len = 0;
+}
+
+static void vnote(const char *fmt, va_list ap) {
+  char msg[4096];
+  size_t k = (size_t)snprintf(msg, sizeof msg, "braidrun: ");
+  size_t room = sizeof msg - k - 1; /* one byte for the newline */
   /* the analyzer misreads va_start in static variadic functions */
-  vfprintf(stderr, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
-  fputc('\n', stderr);
-  va_end(ap);
-  exit(code);
+  // NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized)
+  int m = vsnprintf(msg + k, room, fmt, ap);
+  size_t len = k + (m < 0 ? 0 : (size_t)m < room ? (size_t)m : room - 1);
+  msg[len++] = '\n';
+  out_append(out_of[2], msg, len);
+  out_flush(out_of[2]);
 }
 
 __attribute__((format(printf, 1, 2))) static void note(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fputs("braidrun: ", stderr);
-  /* the analyzer misreads va_start in static variadic functions */
-  vfprintf(stderr, fmt, ap); // NOLINT(clang-analyzer-valist.Uninitialized)
-  fputc('\n', stderr);
-  fflush(stderr);
+  vnote(fmt, ap);
   va_end(ap);
 }
 
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+/* Waits until stdout and stderr have taken what is pending, serving the
+ * signal pipe. Gives up at deadline (-1: none) or at a signal other than
+ * SIGCHLD, whose number it then returns, and drops what is left, saying so
+ * on stderr if stderr takes it. */
+static int flush_outputs(long long deadline) {
+  int sig = 0;
+  for (;;) {
+    struct pollfd p[3];
+    int np = 0;
+    for (int i = 0; i < 2; i++) {
+      out_flush(&outs[i]);
+      if (out_pending(&outs[i]) > 0)
+        p[np++] = (struct pollfd){.fd = outs[i].fd, .events = POLLOUT};
+    }
+    long long now = now_ms();
+    if (np == 0 || sig || (deadline >= 0 && now >= deadline))
+      break;
+    p[np++] = (struct pollfd){.fd = sigpipe_fd[0], .events = POLLIN};
+    long long wait =
+        deadline < 0 || deadline - now > 1000 ? 1000 : deadline - now;
+    if (poll(p, (nfds_t)np, (int)wait) > 0 && (p[np - 1].revents & POLLIN)) {
+      unsigned char c[64];
+      ssize_t got;
+      while ((got = read(sigpipe_fd[0], c, sizeof c)) > 0)
+        for (ssize_t i = 0; i < got; i++)
+          if (c[i] != SIGCHLD)
+            sig = c[i];
+      while (waitpid(-1, NULL, WNOHANG) > 0) {
+        /* processes of the ranks that braidrun adopted */
+      }
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    size_t left = out_pending(&outs[i]);
+    if (left == 0)
+      continue;
+    outs[i].head = outs[i].len = 0;
+    note("%s did not take the last %zu bytes of output in time; dropped them",
+         outs[i].fd == 1 ? "stdout" : "stderr", left);
+  }
+  return sig;
+}
+
+__attribute__((format(printf, 2, 3), noreturn)) static void
+die(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vnote(fmt, ap);
+  va_end(ap);
+  flush_outputs(-1);
+  exit(code);
 }
 
 /* ---- argument parsing ---------------------------------------------------- */
@@ -105,6 +267,8 @@ typedef struct host {
 
 static host *hosts;
 static int nhosts;
+
+#define SLOTS_MAX (1 << 20)
 
 static int parse_count(const char *what, const char *s, int lo, int hi) {
   char *end;
@@ -125,6 +289,8 @@ static double parse_seconds(const char *what, const char *s) {
   return v;
 }
 
+/* A name already in the list is the same host: its slots add up there (two
+ * entries would count BRAID_LOCAL_RANK from 0 twice on one host). */
 static void add_host(const char *name, size_t len, int slots,
                      const char *where) {
   if (len == 0 || len >= sizeof hosts->name)
@@ -135,6 +301,14 @@ static void add_host(const char *name, size_t len, int slots,
           "%s: host name '%.*s' has a character other than letters, "
           "digits, '.', '_' and '-'",
           where, (int)len, name);
+  for (int h = 0; h < nhosts; h++)
+    if (strlen(hosts[h].name) == len && memcmp(hosts[h].name, name, len) == 0) {
+      if (slots > SLOTS_MAX - hosts[h].slots)
+        die(2, "%s: host '%s' has more than %d slots", where, hosts[h].name,
+            SLOTS_MAX);
+      hosts[h].slots += slots;
+      return;
+    }
   host *h = realloc(hosts, sizeof *hosts * (size_t)(nhosts + 1));
   if (h == NULL)
     die(1, "out of memory");
@@ -157,7 +331,7 @@ static void add_host_spec(const char *spec, size_t len, const char *where) {
           spec);
     memcpy(num, colon + 1, nl);
     num[nl] = '\0';
-    slots = parse_count("host slots", num, 1, 1 << 20);
+    slots = parse_count("host slots", num, 1, SLOTS_MAX);
     len = (size_t)(colon - spec);
   }
   add_host(spec, len, slots, where);
@@ -197,7 +371,7 @@ static void parse_hostfile(const char *path) {
     }
     if (strncmp(opt, "slots=", 6) != 0 || strtok(NULL, " \t\r\n") != NULL)
       die(2, "%s: expected 'NAME [slots=N]'", where);
-    add_host(tok, strlen(tok), parse_count("slots", opt + 6, 1, 1 << 20),
+    add_host(tok, strlen(tok), parse_count("slots", opt + 6, 1, SLOTS_MAX),
              where);
   }
   fclose(f);
@@ -245,8 +419,10 @@ typedef struct stream {
 } stream;
 
 typedef struct rank {
-  pid_t pid;
-  int alive;
+  pid_t pid;  /* also the id of its process group */
+  int alive;  /* not reaped yet */
+  int group;  /* its process group may still have a member */
+  int failed; /* failed on its own, before braidrun stopped the job */
   int status;
   stream s[2];
 } rank;
@@ -255,27 +431,14 @@ static rank *ranks;
 static char *ip;   /* the ip command, when a host is a namespace */
 static char *prog; /* the program, as a path */
 static int nranks;
-static int sigpipe_fd[2] = {-1, -1};
-
-static void write_all(int fd, const char *p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return; /* our own output is gone: drop it, keep managing the job */
-    p += w;
-    n -= (size_t)w;
-  }
-}
 
 static void emit(int r, stream *s, const char *line, size_t len) {
-  /* one write per line so that lines of different ranks do not mix */
-  static char tmp[LINE_MAX_BYTES + 32];
-  int pl = snprintf(tmp, 32, "[%d] ", r);
-  memcpy(tmp + pl, line, len);
-  tmp[(size_t)pl + len] = '\n';
-  write_all(s->out, tmp, (size_t)pl + len + 1);
+  char pre[32];
+  int pl = snprintf(pre, sizeof pre, "[%d] ", r);
+  outq *q = out_of[s->out];
+  out_append(q, pre, (size_t)pl);
+  out_append(q, line, len);
+  out_append(q, "\n", 1);
 }
 
 /* Emits every complete line; with flush, the partial one too. */
@@ -294,23 +457,24 @@ static void drain_lines(int r, stream *s, int flush) {
   s->len -= start;
 }
 
+/* One read() per turn of the loop, of at most the free part of the line
+ * buffer: a rank that writes without pause must not keep braidrun from
+ * reaping, deadlines, signals and the other ranks' output. */
 static void read_stream(int r, stream *s) {
-  for (;;) {
-    ssize_t n = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
-    if (n > 0) {
-      s->len += (size_t)n;
-      drain_lines(r, s, 0);
-      continue;
-    }
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return;
-    drain_lines(r, s, 1); /* EOF or error */
-    close(s->fd);
-    s->fd = -1;
+  ssize_t n;
+  do
+    n = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
+  while (n < 0 && errno == EINTR);
+  if (n > 0) {
+    s->len += (size_t)n;
+    drain_lines(r, s, 0);
     return;
   }
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    return;
+  drain_lines(r, s, 1); /* EOF or error */
+  close(s->fd);
+  s->fd = -1;
 }
 
 static void on_signal(int sig) {
@@ -322,10 +486,33 @@ static void on_signal(int sig) {
   errno = e;
 }
 
+/* Sends sig to the process group of every rank, the rank itself and what it
+ * started, also after the rank exited: the group lives on while one of its
+ * processes does, and its id is not given to another process until then. */
 static void signal_ranks(int sig) {
-  for (int r = 0; r < nranks; r++)
-    if (ranks[r].alive && kill(-ranks[r].pid, sig) != 0)
+  for (int r = 0; r < nranks; r++) {
+    if (!ranks[r].group || kill(-ranks[r].pid, sig) == 0)
+      continue;
+    if (ranks[r].alive)
       kill(ranks[r].pid, sig);
+    else
+      ranks[r].group = 0;
+  }
+}
+
+/* How many exited ranks' process groups still have a process. Forgets the
+ * empty ones at once, so that their ids, free for reuse from then on, are
+ * never signalled. */
+static int groups_left(void) {
+  int left = 0;
+  for (int r = 0; r < nranks; r++)
+    if (!ranks[r].alive && ranks[r].group) {
+      if (kill(-ranks[r].pid, 0) == 0)
+        left++;
+      else
+        ranks[r].group = 0;
+    }
+  return left;
 }
 
 static int count_alive(void) {
@@ -335,24 +522,34 @@ static int count_alive(void) {
   return n;
 }
 
+static int rank_of(pid_t pid) {
+  for (int r = 0; r < nranks; r++)
+    if (ranks[r].pid == pid)
+      return r;
+  return -1;
+}
+
 /* ---- environment --------------------------------------------------------- */
 
 static char **child_env_base; /* environ minus the variables we set */
 static size_t child_env_n;
-static char **xvars;
+static char **xvars; /* one entry per name */
 static int nxvars;
 
+/* set by braidrun for each rank; -x refuses them */
+static const char *const per_rank_vars[] = {
+    "BRAID_RANK", "BRAID_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_SIZE",
+    "BRAID_UNIQUE_ID"};
+
+/* entry is NAME=... for the name that ends name (at '=' or its end) */
 static int env_name_eq(const char *entry, const char *name) {
   size_t n = strcspn(name, "=");
   return strncmp(entry, name, n) == 0 && entry[n] == '=';
 }
 
 static int overridden(const char *entry) {
-  static const char *ours[] = {
-      "BRAID_RANK=", "BRAID_SIZE=", "BRAID_LOCAL_RANK=", "BRAID_LOCAL_SIZE=",
-      "BRAID_UNIQUE_ID="};
-  for (size_t i = 0; i < sizeof ours / sizeof *ours; i++)
-    if (env_name_eq(entry, ours[i]))
+  for (size_t i = 0; i < sizeof per_rank_vars / sizeof *per_rank_vars; i++)
+    if (env_name_eq(entry, per_rank_vars[i]))
       return 1;
   for (int i = 0; i < nxvars; i++)
     if (env_name_eq(entry, xvars[i]))
@@ -374,6 +571,8 @@ static void build_env_base(void) {
     child_env_base[child_env_n++] = xvars[i];
 }
 
+/* The last -x of a name wins: a second entry of one name in a rank's
+ * environment would make getenv and a shell disagree on its value. */
 static void add_xvar(const char *spec) {
   const char *eq = strchr(spec, '=');
   size_t nl = eq ? (size_t)(eq - spec) : strlen(spec);
@@ -382,6 +581,17 @@ static void add_xvar(const char *spec) {
   for (size_t i = 0; i < nl; i++)
     if (!(isalnum((unsigned char)spec[i]) || spec[i] == '_'))
       die(2, "-x '%s': not a variable name", spec);
+  for (size_t i = 0; i < sizeof per_rank_vars / sizeof *per_rank_vars; i++)
+    if (strlen(per_rank_vars[i]) == nl &&
+        strncmp(spec, per_rank_vars[i], nl) == 0)
+      die(2,
+          "-x %s: braidrun sets %s itself, to each rank's own value; it "
+          "cannot be exported (see braidrun --help)",
+          spec, per_rank_vars[i]);
+  int at = nxvars;
+  for (int i = 0; i < nxvars; i++)
+    if (env_name_eq(xvars[i], spec))
+      at = i;
   char *entry;
   if (eq) {
     entry = strdup(spec);
@@ -389,14 +599,25 @@ static void add_xvar(const char *spec) {
     const char *v = getenv(spec);
     if (v == NULL) {
       note("-x %s: %s is not set here; not exported", spec, spec);
+      if (at < nxvars) { /* an earlier -x of it is overridden too */
+        free(xvars[at]);
+        xvars[at] = xvars[--nxvars];
+      }
       return;
     }
     entry = malloc(nl + strlen(v) + 2);
     if (entry)
       sprintf(entry, "%s=%s", spec, v);
   }
+  if (entry == NULL)
+    die(1, "out of memory");
+  if (at < nxvars) {
+    free(xvars[at]);
+    xvars[at] = entry;
+    return;
+  }
   char **nx = realloc(xvars, sizeof *xvars * (size_t)(nxvars + 1));
-  if (entry == NULL || nx == NULL)
+  if (nx == NULL)
     die(1, "out of memory");
   xvars = nx;
   xvars[nxvars++] = entry;
@@ -422,7 +643,60 @@ static int exit_code_of(int status) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
+/* Ranks reaped in one batch, before braidrun stopped the job, failed on
+ * their own. Often one failure and its consequences (the others lose a peer
+ * and exit with an error), and the order waitpid returns them in says
+ * nothing about which came first: the one blamed is a rank killed by a
+ * signal (seldom a consequence) before one that exited, the lowest rank
+ * among equals. Returns it. */
+static int blame(const int *batch, int nb) {
+  int best = batch[0];
+  for (int i = 1; i < nb; i++) {
+    int r = batch[i];
+    int sr = WIFSIGNALED(ranks[r].status) != 0;
+    int sb = WIFSIGNALED(ranks[best].status) != 0;
+    if (sr > sb || (sr == sb && r < best))
+      best = r;
+  }
+  return best;
+}
+
+/* "job failed: <the rank blamed>; also failed before ...: <the others>" */
+static void summary(int first_fail) {
+  char msg[3000], what[200];
+  describe(first_fail, ranks[first_fail].status, what, sizeof what);
+  size_t k = (size_t)snprintf(msg, sizeof msg, "job failed: %s", what);
+  int others = 0, listed = 0;
+  for (int r = 0; r < nranks; r++) {
+    if (!ranks[r].failed || r == first_fail)
+      continue;
+    if (others++ == 0)
+      k += (size_t)snprintf(msg + k, sizeof msg - k,
+                            "; also failed before braidrun stopped the job:");
+    if (listed < 8) {
+      describe(r, ranks[r].status, what, sizeof what);
+      k += (size_t)snprintf(msg + k, sizeof msg - k, "%s %s", listed ? "," : "",
+                            what);
+      listed++;
+    }
+  }
+  if (others > listed)
+    snprintf(msg + k, sizeof msg - k, " and %d more", others - listed);
+  note("%s", msg);
+}
+
+static int is_valued_option(const char *a) {
+  static const char *const names[] = {"-n",        "-np",         "--np",
+                                      "--hosts",   "--host-list", "--hostfile",
+                                      "--timeout", "--grace",     "-x"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if (strcmp(a, names[i]) == 0)
+      return 1;
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  init_outputs();
   int n = 0;
   double timeout_s = 0, grace_s = 3;
   int argi = 1;
@@ -438,11 +712,13 @@ int main(int argc, char **argv) {
       fputs(usage, stdout);
       return 0;
     }
+    if (!is_valued_option(a))
+      die(2, "unknown option '%s' (see braidrun --help)", a);
     if (argi + 1 >= argc)
       die(2, "option %s needs a value (see braidrun --help)", a);
     const char *v = argv[argi + 1];
     if (!strcmp(a, "-n") || !strcmp(a, "-np") || !strcmp(a, "--np"))
-      n = parse_count("-n", v, 1, 1 << 20);
+      n = parse_count("-n", v, 1, SLOTS_MAX);
     else if (!strcmp(a, "--hosts") || !strcmp(a, "--host-list"))
       parse_host_list(v);
     else if (!strcmp(a, "--hostfile"))
@@ -451,24 +727,27 @@ int main(int argc, char **argv) {
       timeout_s = parse_seconds("--timeout", v);
     else if (!strcmp(a, "--grace"))
       grace_s = parse_seconds("--grace", v);
-    else if (!strcmp(a, "-x"))
-      add_xvar(v);
     else
-      die(2, "unknown option '%s' (see braidrun --help)", a);
+      add_xvar(v);
     argi += 2;
   }
   if (argi >= argc)
     die(2, "no program to run (usage: braidrun -n N [options] [--] program "
            "[args...])");
-  int slots = 0;
+  long long slots = 0;
   for (int h = 0; h < nhosts; h++)
     slots += hosts[h].slots;
   if (n == 0 && nhosts == 0)
     die(2, "give the number of ranks with -n N (or --hosts)");
+  if (n == 0 && slots > SLOTS_MAX)
+    die(2,
+        "the host list has %lld slots, more than the %d ranks braidrun "
+        "starts; give -n",
+        slots, SLOTS_MAX);
   if (n == 0)
-    n = slots;
+    n = (int)slots;
   if (nhosts > 0 && n > slots)
-    die(2, "-n %d is more than the %d slots of the host list", n, slots);
+    die(2, "-n %d is more than the %lld slots of the host list", n, slots);
 
   /* where each rank runs */
   size_t nn = (size_t)n + 1;
@@ -581,9 +860,14 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
     sigaction(sigs[i], &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
+  /* A rank's processes whose parent exits become braidrun's children (not
+   * init's), and braidrun reaps them: a process group then empties as soon
+   * as its last process exits, which ends the teardown. */
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   ranks = calloc((size_t)n, sizeof *ranks);
-  if (ranks == NULL)
+  int *batch = calloc((size_t)n, sizeof *batch);
+  if (ranks == NULL || batch == NULL)
     die(1, "out of memory");
   nranks = n;
   pid_t self = getpid();
@@ -593,6 +877,7 @@ int main(int argc, char **argv) {
     if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0) {
       note("pipe: %s", strerror(errno));
       signal_ranks(SIGKILL);
+      flush_outputs(-1);
       exit(1);
     }
     fflush(NULL);
@@ -609,6 +894,7 @@ int main(int argc, char **argv) {
     if (pid < 0) {
       note("fork: %s", strerror(errno));
       signal_ranks(SIGKILL);
+      flush_outputs(-1);
       exit(1);
     }
     if (pid == 0) {
@@ -640,6 +926,7 @@ int main(int argc, char **argv) {
     close(pe[1]);
     ranks[r].pid = pid;
     ranks[r].alive = 1;
+    ranks[r].group = 1;
     ranks[r].s[0].fd = po[0];
     ranks[r].s[0].out = 1;
     ranks[r].s[1].fd = pe[0];
@@ -653,83 +940,139 @@ int main(int argc, char **argv) {
   long long start = now_ms();
   long long timeout_at =
       timeout_s > 0 ? start + (long long)(timeout_s * 1000) : -1;
-  long long kill_at = -1, drain_until = -1;
-  int stopping = 0, timed_out = 0, first_fail = -1, fail_status = 0;
-  int interrupted = 0;
-  struct pollfd *pfd = calloc((size_t)(2 * n + 1), sizeof *pfd);
-  stream **pstream = calloc((size_t)(2 * n + 1), sizeof *pstream);
-  int *prank = calloc((size_t)(2 * n + 1), sizeof *prank);
+  long long grace_ms = (long long)(grace_s * 1000);
+  long long kill_at = -1, killed_at = -1, last = start;
+  /* The drain: how long output is still read once every rank has exited
+   * (a process the rank started may hold its pipe open). It counts down
+   * only while braidrun can take output, so that a slow stdout loses
+   * nothing; after a timeout or a signal it counts down regardless. */
+  long long drain_left = DRAIN_MS;
+  int stopping = 0, timed_out = 0, first_fail = -1;
+  int interrupted = 0, term_sent = 0, was_alive = n, held = 0;
+  size_t npfd = (size_t)(2 * n + 3);
+  struct pollfd *pfd = calloc(npfd, sizeof *pfd);
+  stream **pstream = calloc(npfd, sizeof *pstream);
+  int *prank = calloc(npfd, sizeof *prank);
   if (!pfd || !pstream || !prank)
     die(1, "out of memory");
 
   for (;;) {
-    /* reap */
-    int st;
+    /* reap: the ranks that have exited by now are one batch */
+    int nb = 0, st;
     pid_t pid;
     while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-      for (int r = 0; r < n; r++) {
-        if (ranks[r].pid != pid || !ranks[r].alive)
-          continue;
-        ranks[r].alive = 0;
-        ranks[r].status = st;
-        int failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-        if (failed && !stopping) {
-          char what[200];
-          describe(r, st, what, sizeof what);
-          first_fail = r;
-          fail_status = st;
-          stopping = 1;
-          int rest = count_alive();
-          if (rest > 0) {
-            note("%s; stopping the other %d rank%s", what, rest,
-                 rest == 1 ? "" : "s");
-            signal_ranks(SIGTERM);
-            kill_at = now_ms() + (long long)(grace_s * 1000);
-          } else {
-            note("%s", what);
-          }
+      int r = rank_of(pid);
+      if (r < 0 || !ranks[r].alive)
+        continue; /* a process of a rank's, adopted by braidrun */
+      ranks[r].alive = 0;
+      ranks[r].status = st;
+      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !stopping)
+        batch[nb++] = r;
+    }
+    if (nb > 0) {
+      first_fail = blame(batch, nb);
+      stopping = 1;
+      for (int i = 0; i < nb; i++)
+        ranks[batch[i]].failed = 1;
+      char what[200];
+      describe(first_fail, ranks[first_fail].status, what, sizeof what);
+      int rest = count_alive();
+      if (rest > 0)
+        note("%s; stopping the other %d rank%s", what, rest,
+             rest == 1 ? "" : "s");
+      else
+        note("%s", what);
+      for (int r = 0; r < n; r++)
+        if (ranks[r].failed && r != first_fail) {
+          describe(r, ranks[r].status, what, sizeof what);
+          note("%s too", what);
         }
-      }
+      signal_ranks(SIGTERM);
+      term_sent = 1;
+      kill_at = now_ms() + grace_ms;
     }
     long long now = now_ms();
     int alive = count_alive();
-    if (alive == 0 && drain_until < 0)
-      drain_until = now + DRAIN_MS;
+    int forced = timed_out || interrupted;
+    if (alive == 0 && was_alive == 0 && (forced || !held))
+      drain_left -= now - last;
+    last = now;
+    was_alive = alive;
     if (timeout_at >= 0 && now >= timeout_at && !stopping && alive > 0) {
       note("timeout: the job ran longer than %g s; stopping %d rank%s",
            timeout_s, alive, alive == 1 ? "" : "s");
       timed_out = 1;
       stopping = 1;
       signal_ranks(SIGTERM);
-      kill_at = now + (long long)(grace_s * 1000);
+      term_sent = 1;
+      kill_at = now + grace_ms;
     }
-    if (kill_at >= 0 && now >= kill_at && alive > 0) {
-      for (int r = 0; r < n; r++)
-        if (ranks[r].alive)
-          note("rank %d (pid %ld) did not stop within %g s of SIGTERM; "
-               "sending SIGKILL",
-               r, (long)ranks[r].pid, grace_s);
-      signal_ranks(SIGKILL);
+    /* After a forwarded SIGINT or SIGHUP the ranks may be gone and what
+     * they started not (a shell's background jobs ignore SIGINT). */
+    if (stopping && alive == 0 && !term_sent) {
+      signal_ranks(SIGTERM);
+      term_sent = 1;
+    }
+    int left = groups_left();
+    if (kill_at >= 0 && now >= kill_at) {
+      if (alive > 0 || left > 0) {
+        for (int r = 0; r < n; r++)
+          if (ranks[r].alive)
+            note("rank %d (pid %ld) did not stop within %g s; sending "
+                 "SIGKILL",
+                 r, (long)ranks[r].pid, grace_s);
+          else if (ranks[r].group)
+            note("processes that rank %d started (process group %ld) did "
+                 "not stop within %g s; sending SIGKILL",
+                 r, (long)ranks[r].pid, grace_s);
+        signal_ranks(SIGKILL);
+        killed_at = now;
+      }
       kill_at = -1;
     }
-    /* what to watch */
+    int groups_done = !stopping || left == 0 ||
+                      (kill_at < 0 && killed_at < 0) ||
+                      (killed_at >= 0 && now >= killed_at + KILL_WAIT_MS);
+    /* what to watch: a stream whose output stdout (stderr) has not taken
+     * stays in its pipe, so the rank waits, as it would for a slow file */
     pfd[0] = (struct pollfd){.fd = sigpipe_fd[0], .events = POLLIN};
-    int np = 1;
+    int np = 1, nstreams = 0;
+    held = 0;
     for (int r = 0; r < n; r++)
-      for (int k = 0; k < 2; k++)
-        if (ranks[r].s[k].fd >= 0) {
-          pfd[np] = (struct pollfd){.fd = ranks[r].s[k].fd, .events = POLLIN};
-          pstream[np] = &ranks[r].s[k];
-          prank[np] = r;
-          np++;
+      for (int k = 0; k < 2; k++) {
+        stream *s = &ranks[r].s[k];
+        if (s->fd < 0)
+          continue;
+        nstreams++;
+        if (out_pending(out_of[s->out]) >= OUT_HELD_MAX) {
+          held = 1;
+          continue;
         }
-    if (alive == 0 && (np == 1 || now >= drain_until))
+        pfd[np] = (struct pollfd){.fd = s->fd, .events = POLLIN};
+        pstream[np] = s;
+        prank[np] = r;
+        np++;
+      }
+    int first_out = np;
+    outq *pout[2];
+    for (int i = 0; i < 2; i++)
+      if (out_pending(&outs[i]) > 0) {
+        pout[np - first_out] = &outs[i];
+        pfd[np++] = (struct pollfd){.fd = outs[i].fd, .events = POLLOUT};
+      }
+    if (alive == 0 && groups_done && (nstreams == 0 || drain_left <= 0))
       break;
     long long wait = 1000; /* until the next deadline, at most 1 s */
-    long long at[] = {stopping ? -1 : timeout_at, kill_at, drain_until};
-    for (int i = 0; i < 3; i++)
+    long long at[] = {
+        stopping ? -1 : timeout_at, kill_at,
+        killed_at >= 0 && left > 0 ? killed_at + KILL_WAIT_MS : -1,
+        alive == 0 && nstreams > 0 && (forced || !held) ? now + drain_left
+                                                        : -1};
+    for (size_t i = 0; i < sizeof at / sizeof *at; i++)
       if (at[i] >= 0 && at[i] - now < wait)
         wait = at[i] - now > 0 ? at[i] - now : 0;
+    if (stopping && left > 0 && wait > GROUP_POLL_MS)
+      wait = GROUP_POLL_MS; /* no event says that a group emptied */
     int pr = poll(pfd, (nfds_t)np, (int)wait);
     if (pr < 0 && errno != EINTR)
       die(1, "poll: %s", strerror(errno));
@@ -743,9 +1086,12 @@ int main(int argc, char **argv) {
           if (sig[i] == SIGCHLD)
             continue;
           if (interrupted || timed_out || (stopping && first_fail >= 0)) {
-            if (count_alive() > 0)
+            if (count_alive() > 0 || groups_left() > 0)
               note("signal %d again: killing every rank", sig[i]);
             signal_ranks(SIGKILL);
+            killed_at = now_ms();
+            kill_at = -1;
+            term_sent = 1;
             if (!interrupted)
               interrupted = sig[i];
             continue;
@@ -755,12 +1101,18 @@ int main(int argc, char **argv) {
           note("got signal %d (%s); forwarding it to the ranks", sig[i],
                sig_name(sig[i]));
           signal_ranks(sig[i]);
-          kill_at = now_ms() + (long long)(grace_s * 1000);
+          term_sent = sig[i] == SIGTERM;
+          kill_at = now_ms() + grace_ms;
         }
     }
-    for (int i = 1; i < np; i++)
-      if (pfd[i].revents)
+    for (int i = 1; i < first_out; i++)
+      if (pfd[i].revents) {
         read_stream(prank[i], pstream[i]);
+        out_flush(out_of[pstream[i]->out]);
+      }
+    for (int i = first_out; i < np; i++)
+      if (pfd[i].revents)
+        out_flush(pout[i - first_out]);
   }
   for (int r = 0; r < n; r++) /* what a lingering descendant left */
     for (int k = 0; k < 2; k++)
@@ -772,15 +1124,19 @@ int main(int argc, char **argv) {
   if (timed_out) {
     code = 124;
   } else if (first_fail >= 0) {
-    if (count_alive() == 0 && n > 1) {
-      char what[200];
-      describe(first_fail, fail_status, what, sizeof what);
-      note("job failed: %s", what);
-    }
-    code = exit_code_of(fail_status);
+    if (n > 1)
+      summary(first_fail);
+    code = exit_code_of(ranks[first_fail].status);
   } else if (interrupted) {
     code = 128 + interrupted;
   }
+  /* Normally braidrun waits for its stdout and stderr to take everything;
+   * after a timeout or a signal, only for what is left of the drain. */
+  int sig = flush_outputs(timed_out || interrupted
+                              ? now_ms() + (drain_left > 0 ? drain_left : 0)
+                              : -1);
+  if (sig && code == 0)
+    code = 128 + sig;
   for (int r = 0; r < n; r++) {
     for (size_t i = child_env_n; cenv[r][i]; i++)
       free(cenv[r][i]);
@@ -793,6 +1149,7 @@ int main(int argc, char **argv) {
   free(pfd);
   free(pstream);
   free(prank);
+  free(batch);
   free(ranks);
   free(child_env_base);
   for (int i = 0; i < nxvars; i++)
@@ -801,5 +1158,7 @@ int main(int argc, char **argv) {
   free(hosts);
   free(ip);
   free(prog);
+  free(outs[0].buf);
+  free(outs[1].buf);
   return code;
 }
