@@ -72,11 +72,15 @@ static void tell_cause(braid_comm *c, int dead) {
 static braid_result dead_peer(braid_comm *c, xop *xs, int nops, int r,
                               int dead) {
   const exec_op *op = first_pending(xs, nops);
+  const boot_peer *bp = dead >= 0 ? boot_peer_info(c->boot, dead) : NULL;
+  char where[96] = "";
+  if (bp != NULL && bp->host[0])
+    snprintf(where, sizeof where, "; rank %d ran on host %s", dead, bp->host);
   (void)comm_fail(c, BRAID_ERR_REMOTE,
                   "rank %d died or closed its connections during %s #%llu "
-                  "(seen by rank %d: %s)",
+                  "(seen by rank %d: %s%s)",
                   dead, op->name, (unsigned long long)op->seq, c->rank,
-                  exec_tp_why(r));
+                  exec_tp_why(r), where);
   tell_cause(c, dead);
   return r;
 }
@@ -109,10 +113,13 @@ braid_result exec_check_health(braid_comm *c, xop *xs, int nops) {
   }
   int dead = -1;
   if (boot_check_peers(c->boot, &dead) != BRAID_SUCCESS) {
-    braid_result r = comm_fail(c, BRAID_ERR_REMOTE,
-                               "rank %d died or closed its connections (seen "
-                               "by rank %d on the bootstrap socket)",
-                               dead, c->rank);
+    const boot_peer *bp = dead >= 0 ? boot_peer_info(c->boot, dead) : NULL;
+    braid_result r =
+        comm_fail(c, BRAID_ERR_REMOTE,
+                  "rank %d died or closed its connections (seen "
+                  "by rank %d on the bootstrap socket%s%s)",
+                  dead, c->rank, bp != NULL ? "; it ran on host " : "",
+                  bp != NULL ? bp->host : "");
     if (dead >= 0)
       tell_cause(c, dead);
     return r;
