@@ -129,19 +129,36 @@ void ProcessGroupBraid::endCoalescing(
 
 namespace {
 
-/* Contiguous storage for an output: the tensor itself, or a buffer that
- * post() copies back. */
+/* The operations of a group run in issue order, and each reads its
+ * tensors when it runs, not when it is issued: an operation issued after
+ * an asynchronous one that writes its input sees what that one wrote. So
+ * the staging copies below (a non-contiguous tensor's, a list's flat one)
+ * are made in issue(), on the group's worker; issue() and post() share
+ * them (each lambda holds its own copy of these structs). */
+
+/* Contiguous storage for an output: the tensor itself, or a buffer made
+ * when the call runs (with the tensor's values then, keep_values: an
+ * in-place call's input) that post() copies back. */
 struct Out {
-  at::Tensor user, buf;
+  at::Tensor user;
+  bool keep;
+  std::shared_ptr<at::Tensor> buf;
   explicit Out(const at::Tensor &t, bool keep_values = false)
-      : user(t), buf(t.is_contiguous()
-                         ? t
-                         : (keep_values ? t.contiguous()
-                                        : at::empty(t.sizes(), t.options()))) {}
-  void *ptr() const { return data(buf); }
+      : user(t), keep(keep_values),
+        buf(std::make_shared<at::Tensor>(t.is_contiguous() ? t
+                                                           : at::Tensor())) {}
+  void *ptr() const {
+    if (!buf->defined()) {
+      at::NoGradGuard no_grad;
+      *buf = keep ? user.contiguous() : at::empty(user.sizes(), user.options());
+    }
+    return data(*buf);
+  }
   void back() const {
-    if (!buf.is_same(user))
-      user.copy_(buf);
+    if (buf->defined() && !buf->is_same(user)) {
+      at::NoGradGuard no_grad;
+      user.copy_(*buf);
+    }
   }
 };
 
@@ -191,6 +208,31 @@ at::Tensor flat_of(const std::vector<at::Tensor> &ts, const at::Tensor &like) {
     return at::empty({0}, like.options());
   return at::cat(parts);
 }
+
+/* An input, read when the call runs: the tensor itself when contiguous,
+ * else a contiguous copy made then; a list of tensors, one flat copy made
+ * then; with `copy`, a copy in any case (it shares memory with the
+ * output, and the call has no in-place form). None: nothing to read (a
+ * rank that sends nothing). */
+struct In {
+  std::vector<at::Tensor> ts;
+  bool list = false, copy = false;
+  at::Tensor like;
+  std::shared_ptr<at::Tensor> buf = std::make_shared<at::Tensor>();
+  In() = default;
+  explicit In(const at::Tensor &t) : ts{t}, like(t) {}
+  In(const std::vector<at::Tensor> &l, const at::Tensor &shape)
+      : ts(l), list(true), like(shape) {}
+  void *ptr() const {
+    if (!buf->defined() && like.defined()) {
+      at::NoGradGuard no_grad;
+      *buf = list   ? flat_of(ts, like)
+             : copy ? ts[0].clone(at::MemoryFormat::Contiguous)
+                    : ts[0].contiguous();
+    }
+    return data(*buf);
+  }
+};
 
 } // namespace
 
@@ -270,7 +312,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce_coalesced(
       std::unique_ptr<CallOp> &b = bops[wires[i].dt];
       if (!b) {
         RedOp r = rop;
-        r.st = outs[i].buf.scalar_type();
+        r.st = outs[i].user.scalar_type();
         b = std::make_unique<CallOp>(c, r, wires[i].dt);
       }
       if (b->result() != BRAID_SUCCESS)
@@ -359,14 +401,14 @@ ProcessGroupBraid::allgather(std::vector<std::vector<at::Tensor>> &outputs,
     check_like(op, nth("output", i), outputs[0][i], in, in.numel());
   }
   Wire w = move_wire(in);
-  at::Tensor src = in.contiguous();
+  In src(in);
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> outs = outputs[0];
   Op x;
   x.name = op;
   x.work = BRAID_OP(ALLGATHER, outs);
   x.issue = [src, flat, w](braid_comm *c) {
-    return braid_allgather(data(src), data(flat), w.count, w.dt, c, nullptr);
+    return braid_allgather(src.ptr(), data(flat), w.count, w.dt, c, nullptr);
   };
   x.post = [flat, outs] {
     for (size_t i = 0; i < outs.size(); i++)
@@ -386,12 +428,12 @@ ProcessGroupBraid::_allgather_base(at::Tensor &output, at::Tensor &input,
   Wire w = move_wire(input);
   Out o(output);
   /* In place when the input is the output's block of this rank. */
-  at::Tensor src = input.is_contiguous() ? input : input.contiguous();
+  In src(input);
   Op x;
   x.name = op;
   x.work = BRAID_OP(_ALLGATHER_BASE, std::vector<at::Tensor>{output});
   x.issue = [src, o, w](braid_comm *c) {
-    return braid_allgather(data(src), o.ptr(), w.count, w.dt, c, nullptr);
+    return braid_allgather(src.ptr(), o.ptr(), w.count, w.dt, c, nullptr);
   };
   x.post = [o] { o.back(); };
   return enqueue(std::move(x));
@@ -404,14 +446,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(
   const char *op = "allgather_coalesced";
   TORCH_CHECK(!inputs.empty(), "braid: ", op, ": the input list is empty");
   check_count(op, "the output list of lists", outputs.size(), size_);
-  std::vector<at::Tensor> srcs, flats;
+  std::vector<In> srcs;
+  std::vector<at::Tensor> flats;
   std::vector<Wire> wires;
   for (size_t j = 0; j < inputs.size(); j++) {
     check_tensor(op, nth("input", j), inputs[j]);
     check_not_quantized(op, nth("input", j), inputs[j],
                         "all_gather_into_tensor on each");
     wires.push_back(move_wire(inputs[j]));
-    srcs.push_back(inputs[j].contiguous());
+    srcs.emplace_back(inputs[j]);
     flats.push_back(
         at::empty({inputs[j].numel() * size_}, inputs[j].options()));
   }
@@ -434,7 +477,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(
     return in_group([&] {
       for (size_t j = 0; j < srcs.size(); j++) {
         braid_result r =
-            braid_allgather(data(srcs[j]), data(flats[j]), wires[j].count,
+            braid_allgather(srcs[j].ptr(), data(flats[j]), wires[j].count,
                             wires[j].dt, c, nullptr);
         if (r != BRAID_SUCCESS)
           return r;
@@ -480,14 +523,14 @@ ProcessGroupBraid::gather(std::vector<std::vector<at::Tensor>> &outputs,
                 ") passes output tensors");
   }
   Wire w = move_wire(in);
-  at::Tensor src = in.contiguous();
+  In src(in);
   at::Tensor flat =
       at_root ? at::empty({in.numel() * size_}, in.options()) : at::Tensor();
   Op x;
   x.name = op;
   x.work = BRAID_OP(GATHER, outs);
   x.issue = [src, flat, w, root, at_root](braid_comm *c) {
-    return braid_gather(data(src), at_root ? data(flat) : nullptr, w.count,
+    return braid_gather(src.ptr(), at_root ? data(flat) : nullptr, w.count,
                         w.dt, root, c, nullptr);
   };
   if (at_root)
@@ -510,7 +553,7 @@ ProcessGroupBraid::scatter(std::vector<at::Tensor> &outputs,
   check_tensor(op, "output", out);
   int root = static_cast<int>(opts.rootRank);
   bool at_root = root == rank_;
-  at::Tensor flat;
+  In flat;
   if (at_root) {
     check_count(op, "the input list of lists (at the root)", inputs.size(), 1);
     check_count(op, "the input list", inputs[0].size(), size_);
@@ -518,7 +561,7 @@ ProcessGroupBraid::scatter(std::vector<at::Tensor> &outputs,
       check_tensor(op, nth("input", i), inputs[0][i]);
       check_like(op, nth("input", i), inputs[0][i], out, out.numel());
     }
-    flat = flat_of(inputs[0], out);
+    flat = In(inputs[0], out);
   } else {
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                 "braid: scatter: only the root (rank ", root,
@@ -530,7 +573,7 @@ ProcessGroupBraid::scatter(std::vector<at::Tensor> &outputs,
   x.name = op;
   x.work = BRAID_OP(SCATTER, outputs);
   x.issue = [flat, o, w, root, at_root](braid_comm *c) {
-    return braid_scatter(at_root ? data(flat) : nullptr, o.ptr(), w.count, w.dt,
+    return braid_scatter(at_root ? flat.ptr() : nullptr, o.ptr(), w.count, w.dt,
                          root, c, nullptr);
   };
   x.post = [o] { o.back(); };
@@ -553,7 +596,7 @@ ProcessGroupBraid::reduce_scatter(std::vector<at::Tensor> &outputs,
   }
   RedOp rop;
   Wire w = reduce_wire(op, out, opts.reduceOp, &rop);
-  at::Tensor flat = flat_of(inputs[0], out);
+  In flat(inputs[0], out);
   Out o(out);
   Op x;
   x.name = op;
@@ -562,7 +605,7 @@ ProcessGroupBraid::reduce_scatter(std::vector<at::Tensor> &outputs,
     CallOp bop(c, rop, w.dt);
     if (bop.result() != BRAID_SUCCESS)
       return bop.result();
-    return braid_reduce_scatter(data(flat), o.ptr(), w.count, w.dt, bop.op(), c,
+    return braid_reduce_scatter(flat.ptr(), o.ptr(), w.count, w.dt, bop.op(), c,
                                 nullptr);
   };
   x.post = [o] { o.back(); };
@@ -578,7 +621,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_reduce_scatter_base(
   check_like(op, "input", input, output, output.numel() * size_);
   RedOp rop;
   Wire w = reduce_wire(op, output, opts.reduceOp, &rop);
-  at::Tensor src = input.is_contiguous() ? input : input.contiguous();
+  In src(input);
   Out o(output);
   Op x;
   x.name = op;
@@ -587,7 +630,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_reduce_scatter_base(
     CallOp bop(c, rop, w.dt);
     if (bop.result() != BRAID_SUCCESS)
       return bop.result();
-    return braid_reduce_scatter(data(src), o.ptr(), w.count, w.dt, bop.op(), c,
+    return braid_reduce_scatter(src.ptr(), o.ptr(), w.count, w.dt, bop.op(), c,
                                 nullptr);
   };
   x.post = [o] { o.back(); };
@@ -606,17 +649,20 @@ ProcessGroupBraid::alltoall_base(at::Tensor &output, at::Tensor &input,
               ": output has dtype ", output.scalar_type(), ", the input ",
               input.scalar_type());
   Wire w = move_wire(input);
-  at::Tensor src = input.contiguous();
+  In src(input);
   Out o(output);
   Op x;
   x.name = op;
   x.work = BRAID_OP(ALLTOALL_BASE, std::vector<at::Tensor>{output});
-  /* braid_alltoallv has no in-place form: an input in the output's
-   * memory (all_to_all_single(t, t, splits, splits)) goes from a copy */
+  /* An input in the output's memory goes from a copy (made when the call
+   * runs), but for exactly the output with equal splits (braid_alltoall's
+   * in-place form): braid_alltoallv has no in-place form, and other
+   * overlaps are refused by both */
   bool uneven = !output_splits.empty() || !input_splits.empty();
-  if (uneven && output.numel() > 0 && src.numel() > 0 &&
-      src.storage().is_alias_of(output.storage()))
-    src = src.clone();
+  bool in_place = !uneven && input.is_contiguous() && output.is_contiguous() &&
+                  input.data_ptr() == output.data_ptr();
+  src.copy = output.numel() > 0 && input.numel() > 0 && !in_place &&
+             input.storage().is_alias_of(output.storage());
   if (output_splits.empty() && input_splits.empty()) {
     TORCH_CHECK(input.numel() % size_ == 0, "braid: ", op, ": the input's ",
                 input.numel(), " elements do not split into ", size_,
@@ -626,7 +672,7 @@ ProcessGroupBraid::alltoall_base(at::Tensor &output, at::Tensor &input,
                 " (equal splits)");
     size_t count = w.count / static_cast<size_t>(size_);
     x.issue = [src, o, count, w](braid_comm *c) {
-      return braid_alltoall(data(src), o.ptr(), count, w.dt, c, nullptr);
+      return braid_alltoall(src.ptr(), o.ptr(), count, w.dt, c, nullptr);
     };
   } else {
     Counts sc = split_counts(op, "input", input, input_splits, size_, w);
@@ -638,7 +684,7 @@ ProcessGroupBraid::alltoall_base(at::Tensor &output, at::Tensor &input,
         "and receives ",
         rc.counts[rank_] / w.per, " (output_split_sizes): the two must agree");
     x.issue = [src, o, sc, rc, w](braid_comm *c) {
-      return braid_alltoallv(data(src), sc.counts.data(), sc.displs.data(),
+      return braid_alltoallv(src.ptr(), sc.counts.data(), sc.displs.data(),
                              o.ptr(), rc.counts.data(), rc.displs.data(), w.dt,
                              c, nullptr);
     };
@@ -670,7 +716,7 @@ ProcessGroupBraid::alltoall(std::vector<at::Tensor> &outputs,
   Wire w = move_wire(inputs[0]);
   Counts sc = list_counts(inputs, w);
   Counts rc = list_counts(outputs, w);
-  at::Tensor src = flat_of(inputs, inputs[0]);
+  In src(inputs, inputs[0]);
   int64_t total = 0;
   for (const at::Tensor &t : outputs)
     total += t.numel();
@@ -680,7 +726,7 @@ ProcessGroupBraid::alltoall(std::vector<at::Tensor> &outputs,
   x.name = op;
   x.work = BRAID_OP(ALLTOALL, outs);
   x.issue = [src, flat, sc, rc, w](braid_comm *c) {
-    return braid_alltoallv(data(src), sc.counts.data(), sc.displs.data(),
+    return braid_alltoallv(src.ptr(), sc.counts.data(), sc.displs.data(),
                            data(flat), rc.counts.data(), rc.displs.data(), w.dt,
                            c, nullptr);
   };
@@ -703,13 +749,13 @@ ProcessGroupBraid::send(std::vector<at::Tensor> &tensors, int dst,
   TORCH_CHECK(dst >= 0 && dst < size_, "braid: send: destination rank ", dst,
               " is not a rank of the group (0..", size_ - 1, ")");
   Wire w = move_wire(tensors[0]);
-  at::Tensor src = tensors[0].contiguous();
+  In src(tensors[0]);
   Op x;
   x.name = op;
   x.p2p = true;
   x.work = BRAID_OP(SEND, tensors);
   x.issue = [src, w, dst](braid_comm *c) {
-    return braid_send(data(src), w.count, w.dt, dst, c, nullptr);
+    return braid_send(src.ptr(), w.count, w.dt, dst, c, nullptr);
   };
   return enqueue(std::move(x));
 }

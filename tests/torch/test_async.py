@@ -72,6 +72,61 @@ def issue_order(rank, size):
     assert torch.all(big == float(size))
 
 
+def reads_when_run(rank, size):
+    """An operation reads its inputs when it runs, after the operations
+    issued before it on the group: one issued right after an asynchronous
+    all_reduce of its input sees the all_reduce's result. The forms that
+    stage their input (a list of tensors made one, a non-contiguous tensor
+    made contiguous) copied it when issued, and read the old values."""
+    n = float(size)
+    # list forms, contiguous tensors: reduce_scatter, scatter, all_to_all
+    t = torch.ones(size * 2)
+    w1 = dist.all_reduce(t, async_op=True)
+    out = torch.zeros(2)
+    w2 = dist.reduce_scatter(out, list(t.chunk(size)), async_op=True)
+    w1.wait()
+    w2.wait()
+    assert torch.all(out == n * n), "reduce_scatter read %s" % out
+    t = torch.ones(size * 2)
+    w1 = dist.all_reduce(t, async_op=True)
+    out = torch.zeros(2)
+    w2 = dist.scatter(out, list(t.chunk(size)) if rank == 0 else None, src=0,
+                      async_op=True)
+    w1.wait()
+    w2.wait()
+    assert torch.all(out == n), "scatter read %s" % out
+    t = torch.ones(size)
+    w1 = dist.all_reduce(t, async_op=True)
+    outs = [torch.zeros(1) for _ in range(size)]
+    w2 = dist.all_to_all(outs, list(t.chunk(size)), async_op=True)
+    w1.wait()
+    w2.wait()
+    assert all(torch.all(o == n) for o in outs), "all_to_all read %s" % outs
+    # non-contiguous tensors: in place (all_reduce) and as an input
+    base = torch.ones(3, 4)
+    w1 = dist.all_reduce(base, async_op=True)
+    w2 = dist.all_reduce(base.t(), async_op=True)
+    w1.wait()
+    w2.wait()
+    assert torch.all(base == n * n), "all_reduce(t.T) left %s" % base
+    base = torch.full((2, 2), float(rank))
+    w1 = dist.broadcast(base, 0, async_op=True)
+    outs = [torch.full((2, 2), -1.0) for _ in range(size)]
+    w2 = dist.all_gather(outs, base.t(), async_op=True)
+    w1.wait()
+    w2.wait()
+    assert all(torch.all(o == 0.0) for o in outs), "all_gather read %s" % outs
+    # all_to_all_single whose input overlaps its output (equal splits): from
+    # a copy, as with explicit splits (it was refused)
+    buf = torch.arange(size * 2 + 1, dtype=torch.float32) + 100 * rank
+    out_view = buf[1:]
+    want = torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32)
+                      + 100 * src for src in range(size)])
+    dist.all_to_all_single(out_view, buf[:-1])
+    assert torch.equal(out_view, want), "all_to_all_single overlap: %s, expected %s" % (
+        out_view, want)
+
+
 def future_chains(rank, size):
     t = torch.arange(8, dtype=torch.float64) * (rank + 1)
     w = dist.all_reduce(t, async_op=True)
@@ -151,6 +206,7 @@ def ddp(rank, size):
 def body(rank, size):
     in_flight(rank, size)
     issue_order(rank, size)
+    reads_when_run(rank, size)
     future_chains(rank, size)
     unwaited(rank, size)
     ddp(rank, size)
