@@ -185,18 +185,54 @@ static braid_result route_source(const struct sockaddr_storage *to,
   return BRAID_SUCCESS;
 }
 
+braid_result boot_listen_addr(const struct sockaddr_storage *root,
+                              struct sockaddr_storage *addr, char *ifname,
+                              size_t len, boot_addr_how *how) {
+  const cfg_env *c = cfg_get();
+  const char *spec = c ? c->socket_ifname : NULL;
+  char name[64] = "";
+  if (spec != NULL || root == NULL) {
+    /* The root's family first: the ranks reached the root through it. */
+    int fam = root != NULL ? root->ss_family : AF_INET;
+    if (sock_pick_addr_family(spec, fam, addr, name, sizeof name) != 0) {
+      /* The message names the variable; a setting is a bad argument. */
+      char why[600];
+      snprintf(why, sizeof why, "%s", err_msg());
+      return ERR(spec != NULL ? BRAID_ERR_INVALID_ARG : BRAID_ERR_SYSTEM, "%s",
+                 why);
+    }
+    if (how)
+      *how = spec != NULL ? BOOT_ADDR_IFNAME : BOOT_ADDR_DEFAULT;
+  } else {
+    /* The address this host uses to reach the root (the kernel's choice
+     * of source address for it). */
+    CHECKR(route_source(root, addr));
+    (void)sock_addr_ifname(addr, name, sizeof name);
+    if (how)
+      *how = BOOT_ADDR_ROUTE;
+  }
+  if (ifname != NULL && len > 0)
+    snprintf(ifname, len, "%s", name);
+  return BRAID_SUCCESS;
+}
+
 static braid_result rendezvous(const struct sockaddr_storage *root,
                                const uint8_t secret[16], int rank, int nranks,
                                int64_t deadline, boot *b, int *lfd) {
   char e[200], as[80];
   sock_addr_str(root, as, sizeof(as));
-  /* Listen on the address this host uses to reach the root (the kernel's
-   * choice of source address for it). */
+  /* Listen where BRAID_SOCKET_IFNAME says, else on the address this host
+   * uses to reach the root; peers and the tcp transport connect to it. */
   struct sockaddr_storage local, bound;
-  if (route_source(root, &local) != BRAID_SUCCESS)
-    return ERR_WRAP(BRAID_ERR_SYSTEM, "rank %d: control listener", rank);
+  char ifname[64];
+  braid_result lr = boot_listen_addr(root, &local, ifname, sizeof ifname, NULL);
+  if (lr != BRAID_SUCCESS)
+    return ERR_WRAP(lr, "rank %d: control listener", rank);
   if (sock_listen(&local, 0, 0, lfd, &bound) != 0)
     return ERR_WRAP(BRAID_ERR_SYSTEM, "rank %d: control listener", rank);
+  char bs[80];
+  INFO(LOG_BOOT, "rank %d: control listener on %s (interface %s)", rank,
+       sock_addr_str(&bound, bs, sizeof(bs)), ifname);
   root_hello h;
   memset(&h, 0, sizeof(h));
   h.rank = rank;

@@ -32,8 +32,9 @@ typedef struct boot_peer {
 /* Every call that can fail returns a braid_result and says why in the
  * calling thread's message (ERR, src/log.h; read it with err_msg). */
 
-/* Fills id: root address (from BRAID_SOCKET_IFNAME / first non-loopback
- * interface, else loopback), a random secret, a magic. Starts, in this
+/* Fills id: root address (boot_listen_addr without a root:
+ * BRAID_SOCKET_IFNAME / first non-loopback interface, else loopback), a
+ * random secret, a magic. Starts, in this
  * process, the root service thread that answers one rendezvous. */
 braid_result boot_unique_id(braid_unique_id *id);
 
@@ -53,6 +54,27 @@ braid_result boot_id_from_text(const char *text, braid_unique_id *id);
  * address family), else BRAID_ERR_INVALID_ARG with why, in words to follow
  * "id": "has no braid magic ...". */
 braid_result boot_id_check(const braid_unique_id *id);
+
+/* How boot_listen_addr chose its address. */
+typedef enum boot_addr_how {
+  BOOT_ADDR_IFNAME = 1, /* the first interface BRAID_SOCKET_IFNAME passes */
+  BOOT_ADDR_ROUTE,      /* the kernel's source address toward the root */
+  BOOT_ADDR_DEFAULT     /* no root given: the address boot_unique_id takes */
+} boot_addr_how;
+
+/* The address (port 0) this process listens on for the bootstrap: the root
+ * service of boot_unique_id, every rank's control listener, and through the
+ * latter the tcp transport's listeners. With BRAID_SOCKET_IFNAME, the first
+ * interface that passes it (sock_pick_addr's rules, root's family first);
+ * else, with root, the address this host reaches root from; else the first
+ * up non-loopback IPv4 interface (sock_pick_addr). ifname (len bytes, may
+ * be NULL) gets the interface's name, how (may be NULL) the rule. A setting
+ * that matches no interface here is BRAID_ERR_INVALID_ARG naming the
+ * variable and the interfaces that are up. braid-doctor reports what this
+ * returns. */
+braid_result boot_listen_addr(const struct sockaddr_storage *root,
+                              struct sockaddr_storage *addr, char *ifname,
+                              size_t len, boot_addr_how *how);
 
 /* Collective over nranks: rendezvous, then the control mesh. */
 braid_result boot_init(const braid_unique_id *id, int rank, int nranks,

@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "src/bootstrap_int.h"
-#include "src/config.h"
 #include "src/log.h"
 #include "transports/sock_util.h"
 
@@ -306,12 +305,11 @@ static braid_result make_secret(uint8_t secret[16]) {
 braid_result boot_unique_id(braid_unique_id *id) {
   if (id == NULL)
     return ERR(BRAID_ERR_INVALID_ARG, "boot_unique_id: id is NULL");
-  const cfg_env *c = cfg_get();
   struct sockaddr_storage addr, bound;
   char ifname[64];
-  if (sock_pick_addr(c ? c->socket_ifname : NULL, &addr, ifname,
-                     sizeof(ifname)) != 0)
-    return ERR_WRAP(BRAID_ERR_SYSTEM, "boot_unique_id");
+  braid_result lr = boot_listen_addr(NULL, &addr, ifname, sizeof ifname, NULL);
+  if (lr != BRAID_SUCCESS)
+    return ERR_WRAP(lr, "boot_unique_id");
   uint8_t secret[16];
   CHECKR(make_secret(secret));
   CHECKR(boot_root_start(&addr, 0, secret, &bound));

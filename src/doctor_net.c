@@ -4,11 +4,8 @@
  */
 #include "src/doctor.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -21,6 +18,7 @@
 #include <unistd.h>
 
 #include "device/cuda_dev.h"
+#include "src/bootstrap.h"
 #include "src/config.h"
 #include "src/launch_env.h"
 #include "src/log.h"
@@ -29,56 +27,20 @@
 
 /* ---- TCP interface ------------------------------------------------------- */
 
-/* "eth0 192.0.2.2, lo 127.0.0.1 (loopback)" for every interface that is up
- * with an IPv4 or a global IPv6 address. */
-static void list_ifaces(char *buf, size_t len) {
-  buf[0] = '\0';
-  struct ifaddrs *list = NULL;
-  if (getifaddrs(&list) != 0) {
-    snprintf(buf, len, "(getifaddrs failed: %s)", strerror(errno));
-    return;
-  }
-  size_t n = 0;
-  for (struct ifaddrs *ifa = list; ifa != NULL && n + 1 < len;
-       ifa = ifa->ifa_next) {
-    if (ifa->ifa_addr == NULL || !(ifa->ifa_flags & IFF_UP))
-      continue;
-    int fam = ifa->ifa_addr->sa_family;
-    if (fam != AF_INET && fam != AF_INET6)
-      continue;
-    if (fam == AF_INET6 &&
-        IN6_IS_ADDR_LINKLOCAL(
-            &((const struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr))
-      continue;
-    char a[INET6_ADDRSTRLEN] = "";
-    const void *src =
-        fam == AF_INET
-            ? (const void *)&((const struct sockaddr_in *)ifa->ifa_addr)
-                  ->sin_addr
-            : (const void *)&((const struct sockaddr_in6 *)ifa->ifa_addr)
-                  ->sin6_addr;
-    inet_ntop(fam, src, a, sizeof a);
-    int w =
-        snprintf(buf + n, len - n, "%s%s %s%s", n ? ", " : "", ifa->ifa_name, a,
-                 (ifa->ifa_flags & IFF_LOOPBACK) ? " (loopback)" : "");
-    if (w < 0 || (size_t)w >= len - n)
-      break;
-    n += (size_t)w;
-  }
-  freeifaddrs(list);
-  if (n == 0)
-    snprintf(buf, len, "none");
-}
-
+/* The address comes from boot_listen_addr, the function the bootstrap
+ * itself calls, so that the report and the job cannot disagree. Without a
+ * root it gives what a root started here takes, and, when
+ * BRAID_SOCKET_IFNAME is set, what every rank takes (for a root with an
+ * IPv6 address a rank tries the interface's IPv6 address first). */
 void doc_net(const doc_opts *o, int nranks, int local, doc_report *r) {
   (void)o;
   const cfg_env *env = cfg_get();
   const char *spec = env->socket_ifname;
   char ifs[400], ifname[64] = "", addr[80] = "";
-  list_ifaces(ifs, sizeof ifs);
+  sock_list_ifaces(ifs, sizeof ifs);
   struct sockaddr_storage ss;
-  int rc = sock_pick_addr(spec, &ss, ifname, sizeof ifname);
-  if (rc != 0) {
+  if (boot_listen_addr(NULL, &ss, ifname, sizeof ifname, NULL) !=
+      BRAID_SUCCESS) {
     char fix[1024]; /* doc_add keeps what fits */
     snprintf(fix, sizeof fix,
              "set BRAID_SOCKET_IFNAME to an interface that is up here (NCCL "
@@ -95,7 +57,7 @@ void doc_net(const doc_opts *o, int nranks, int local, doc_report *r) {
   char *colon = strrchr(addr, ':'); /* the port (0) is of no interest */
   if (colon != NULL)
     *colon = '\0';
-  char why[200];
+  char why[300];
   if (spec != NULL)
     snprintf(why, sizeof why, "the first that BRAID_SOCKET_IFNAME=%s matches",
              spec);
@@ -106,7 +68,9 @@ void doc_net(const doc_opts *o, int nranks, int local, doc_report *r) {
   else
     snprintf(why, sizeof why,
              "the first up non-loopback IPv4 interface (docker* and virbr* "
-             "skipped; BRAID_SOCKET_IFNAME chooses another)");
+             "skipped; a rank that joins a root on another host through "
+             "MASTER_ADDR or a unique id uses the address its route to the "
+             "root leaves from; BRAID_SOCKET_IFNAME chooses one for all)");
   int loop =
       ss.ss_family == AF_INET
           ? (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127

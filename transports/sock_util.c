@@ -136,8 +136,45 @@ static void take(const struct ifaddrs *ifa, struct sockaddr_storage *out,
     snprintf(ifname, ifname_len, "%s", ifa->ifa_name);
 }
 
-int sock_pick_addr(const char *spec, struct sockaddr_storage *out, char *ifname,
-                   size_t ifname_len) {
+void sock_list_ifaces(char *buf, size_t len) {
+  if (len == 0)
+    return;
+  buf[0] = '\0';
+  struct ifaddrs *list = NULL;
+  if (getifaddrs(&list) != 0) {
+    snprintf(buf, len, "(getifaddrs failed: %s)", strerror(errno));
+    return;
+  }
+  size_t n = 0;
+  for (struct ifaddrs *ifa = list; ifa != NULL && n + 1 < len;
+       ifa = ifa->ifa_next) {
+    if (!usable_family(ifa))
+      continue;
+    struct sockaddr_storage a;
+    char as[80];
+    take(ifa, &a, NULL, 0);
+    sock_addr_str(&a, as, sizeof as);
+    char *colon = strrchr(as, ':'); /* the port (0) says nothing */
+    if (colon != NULL)
+      *colon = '\0';
+    const char *ip = as[0] == '[' ? as + 1 : as;
+    if (as[0] == '[' && colon != NULL && colon[-1] == ']')
+      colon[-1] = '\0';
+    int w =
+        snprintf(buf + n, len - n, "%s%s %s%s", n ? ", " : "", ifa->ifa_name,
+                 ip, (ifa->ifa_flags & IFF_LOOPBACK) ? " (loopback)" : "");
+    if (w < 0 || (size_t)w >= len - n)
+      break;
+    n += (size_t)w;
+  }
+  freeifaddrs(list);
+  if (n == 0)
+    snprintf(buf, len, "none");
+}
+
+int sock_pick_addr_family(const char *spec, int prefer,
+                          struct sockaddr_storage *out, char *ifname,
+                          size_t ifname_len) {
   if (!sock_ifname_names(spec))
     return SOCK_FAIL(SOCK_ERR,
                      "BRAID_SOCKET_IFNAME=%s names no interface (expected "
@@ -149,13 +186,25 @@ int sock_pick_addr(const char *spec, struct sockaddr_storage *out, char *ifname,
     return SOCK_FAIL(SOCK_ERR, "getifaddrs failed: %s", strerror(errno));
   int found = 0;
   int has_spec = spec != NULL && spec[0] != '\0';
-  for (int fam = 0; fam < 2 && !found; fam++) {
-    int want = fam == 0 ? AF_INET : AF_INET6;
+  if (!has_spec || prefer != AF_INET6)
+    prefer = AF_INET;
+  int other = prefer == AF_INET6 ? AF_INET : AF_INET6;
+  /* With a filter: the preferred family, then the other, on interfaces
+   * that are not loopback; then the same on loopback. A filter that only
+   * excludes ("^eth0") passes lo too, and a listener there is unreachable
+   * from other hosts, so loopback is taken only when nothing else passes
+   * (or when the filter names it: "lo", "=lo"). */
+  for (int pass = 0; pass < 4 && !found; pass++) {
+    int want = pass % 2 == 0 ? prefer : other;
+    int loop = pass >= 2;
+    if (!has_spec && pass > 0)
+      break; /* no filter: IPv4 off loopback only, as below */
     for (struct ifaddrs *ifa = list; ifa && !found; ifa = ifa->ifa_next) {
       if (usable_family(ifa) != want)
         continue;
       if (has_spec) {
-        if (!sock_ifname_match(spec, ifa->ifa_name))
+        if (!(ifa->ifa_flags & IFF_LOOPBACK) != !loop ||
+            !sock_ifname_match(spec, ifa->ifa_name))
           continue;
       } else {
         if (want != AF_INET || (ifa->ifa_flags & IFF_LOOPBACK) ||
@@ -170,11 +219,14 @@ int sock_pick_addr(const char *spec, struct sockaddr_storage *out, char *ifname,
   freeifaddrs(list);
   if (found)
     return 0;
-  if (has_spec)
+  if (has_spec) {
+    char ifs[256]; /* the message must fit the thread's (src/log.c) */
+    sock_list_ifaces(ifs, sizeof ifs);
     return SOCK_FAIL(SOCK_ERR,
                      "BRAID_SOCKET_IFNAME=%s matches no interface that is up "
-                     "and has an IPv4 or global IPv6 address",
-                     spec);
+                     "and has an IPv4 or global IPv6 address (up here: %s)",
+                     spec, ifs);
+  }
   memset(out, 0, sizeof(*out));
   struct sockaddr_in *in = (struct sockaddr_in *)out;
   in->sin_family = AF_INET;
@@ -182,6 +234,38 @@ int sock_pick_addr(const char *spec, struct sockaddr_storage *out, char *ifname,
   if (ifname && ifname_len)
     snprintf(ifname, ifname_len, "lo");
   return 0;
+}
+
+int sock_pick_addr(const char *spec, struct sockaddr_storage *out, char *ifname,
+                   size_t ifname_len) {
+  return sock_pick_addr_family(spec, AF_INET, out, ifname, ifname_len);
+}
+
+int sock_addr_ifname(const struct sockaddr_storage *a, char *ifname,
+                     size_t len) {
+  if (len == 0)
+    return -1;
+  snprintf(ifname, len, "?");
+  struct ifaddrs *list = NULL;
+  if (getifaddrs(&list) != 0)
+    return -1;
+  int found = 0;
+  for (struct ifaddrs *ifa = list; ifa && !found; ifa = ifa->ifa_next) {
+    if (ifa->ifa_addr == NULL || ifa->ifa_addr->sa_family != a->ss_family)
+      continue;
+    if (a->ss_family == AF_INET)
+      found = memcmp(&((const struct sockaddr_in *)ifa->ifa_addr)->sin_addr,
+                     &((const struct sockaddr_in *)a)->sin_addr,
+                     sizeof(struct in_addr)) == 0;
+    else if (a->ss_family == AF_INET6)
+      found = memcmp(&((const struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr,
+                     &((const struct sockaddr_in6 *)a)->sin6_addr,
+                     sizeof(struct in6_addr)) == 0;
+    if (found)
+      snprintf(ifname, len, "%s", ifa->ifa_name);
+  }
+  freeifaddrs(list);
+  return found ? 0 : -1;
 }
 
 int sock_resolve(const char *host, int port, struct sockaddr_storage *out) {

@@ -51,11 +51,25 @@ int sock_ifname_match(const char *spec, const char *name);
  * name would pass or none would, which no one means. */
 int sock_ifname_names(const char *spec);
 /* Picks the local address to advertise: with spec, the first up interface
- * that passes it (IPv4 before IPv6, link-local IPv6 skipped); else the first
- * up non-loopback IPv4 interface not named docker* or virbr*; else loopback.
- * Port is 0. ifname (may be NULL) gets the interface's name. */
+ * that passes it (IPv4 before IPv6, link-local IPv6 skipped; loopback only
+ * when no other interface passes); else the first up non-loopback IPv4
+ * interface not named docker* or virbr*; else loopback. Port is 0. ifname
+ * (may be NULL) gets the interface's name. A spec that matches nothing
+ * fails naming BRAID_SOCKET_IFNAME and the interfaces that are up. */
 int sock_pick_addr(const char *spec, struct sockaddr_storage *out, char *ifname,
                    size_t ifname_len);
+/* sock_pick_addr with the family tried first, AF_INET or AF_INET6, when
+ * spec is set (without spec the choice is sock_pick_addr's). */
+int sock_pick_addr_family(const char *spec, int prefer,
+                          struct sockaddr_storage *out, char *ifname,
+                          size_t ifname_len);
+/* "eth0 192.0.2.2, lo 127.0.0.1 (loopback)": every interface that is up
+ * with an IPv4 or a global IPv6 address ("none" when there is none). */
+void sock_list_ifaces(char *buf, size_t len);
+/* The name of the interface that holds address a (its port ignored) into
+ * ifname: 0, or -1 with "?" when no interface holds it. */
+int sock_addr_ifname(const struct sockaddr_storage *a, char *ifname,
+                     size_t len);
 /* Resolves host (name or literal) and port into out. */
 int sock_resolve(const char *host, int port, struct sockaddr_storage *out);
 

@@ -178,6 +178,9 @@ int tcp_setup(tp_setup *st, const uint8_t *peers, void **state) {
   }
   size_t bufs = (size_t)st->nslots * st->slot_bytes;
   int64_t deadline = sock_now_ms() + s->timeout_ms;
+  /* The control listener's address (boot_listen_addr: the interface
+   * BRAID_SOCKET_IFNAME names, else the route to the root), so that the
+   * data takes the path the bootstrap took. */
   const boot_peer *me = boot_peer_info(st->boot, st->rank);
   struct sockaddr_storage local = me->addr, bound;
   sock_addr_set_port(&local, 0);

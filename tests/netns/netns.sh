@@ -12,7 +12,10 @@
 #       interface ${P}root with 198.18.0.1/15, so that a launcher here (its
 #       rendezvous service) is reachable from the hosts:
 #         netns.sh up 2 --root
-#         BRAID_SOCKET_IFNAME=braid-root braidrun --hosts braid-h0:2,braid-h1:2 prog
+#         BRAID_SOCKET_IFNAME=braid-root braidrun -x BRAID_SOCKET_IFNAME=eth0 \
+#           --hosts braid-h0:2,braid-h1:2 prog
+#       (braidrun's root listens on braid-root; -x gives the ranks, whose
+#       namespaces have eth0, their own value.)
 #   netns.sh down [--prefix P]     removes every namespace named ${P}*.
 #   netns.sh exec I [--prefix P] CMD...   runs CMD in host I.
 #   netns.sh addr I                prints host I's address.

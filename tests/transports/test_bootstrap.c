@@ -6,6 +6,8 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -424,6 +426,123 @@ Test(bootstrap, socket_ifname_selects_loopback, .timeout = 60) {
   cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
   int family = AF_INET;
   cr_assert_eq(run_ranks(3, &id, rank_family, &family, 30000, NULL), 0);
+}
+
+/* The first up non-loopback IPv4 interface here: 0 with its name and
+ * address, -1 when there is none. */
+static int other_iface(char *name, size_t len, struct sockaddr_storage *a) {
+  struct ifaddrs *list = NULL;
+  if (getifaddrs(&list) != 0)
+    return -1;
+  int found = 0;
+  for (struct ifaddrs *i = list; i && !found; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+        (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK)) {
+      memset(a, 0, sizeof(*a));
+      memcpy(a, i->ifa_addr, sizeof(struct sockaddr_in));
+      snprintf(name, len, "%s", i->ifa_name);
+      found = 1;
+    }
+  freeifaddrs(list);
+  return found ? 0 : -1;
+}
+
+/* A root on 127.0.0.1 from a known port (the test process runs it). */
+static void root_on_loopback(braid_unique_id *id) {
+  uint8_t secret[16] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
+  braid_result r = BRAID_ERR_SYSTEM;
+  for (int tries = 0; tries < 20 && r != BRAID_SUCCESS; tries++)
+    r = boot_unique_id_at("127.0.0.1", free_port(), secret, 1, id);
+  cr_assert_eq(r, BRAID_SUCCESS, "%s", err_msg());
+}
+
+static int rank_listens_at(int rank, int nranks, const braid_unique_id *id,
+                           void *arg, char *msg, size_t msglen) {
+  const struct sockaddr_in *want = arg;
+  boot *b = NULL;
+  if (boot_init(id, rank, nranks, 20000, &b) != BRAID_SUCCESS)
+    FAIL("boot_init: %s", err_msg());
+  char as[80];
+  for (int p = 0; p < nranks; p++) {
+    const struct sockaddr_storage *a = &boot_peer_info(b, p)->addr;
+    if (a->ss_family != AF_INET ||
+        ((const struct sockaddr_in *)a)->sin_addr.s_addr !=
+            want->sin_addr.s_addr)
+      FAIL("rank %d's control listener is on %s, not on the interface "
+           "BRAID_SOCKET_IFNAME names",
+           p, sock_addr_str(a, as, sizeof(as)));
+  }
+  if (boot_barrier(b) != BRAID_SUCCESS)
+    FAIL("barrier: %s", err_msg());
+  boot_close(b);
+  return 0;
+}
+
+/* A rank that joins a root elsewhere (here on loopback) listens on the
+ * interface BRAID_SOCKET_IFNAME names, not where its route to the root
+ * leaves from. */
+Test(bootstrap, socket_ifname_moves_rank_listeners, .timeout = 60) {
+  char name[64], spec[80];
+  struct sockaddr_storage a;
+  if (other_iface(name, sizeof(name), &a) != 0)
+    cr_skip_test("no up non-loopback IPv4 interface here");
+  snprintf(spec, sizeof(spec), "=%s", name);
+  setenv("BRAID_SOCKET_IFNAME", spec, 1);
+  braid_unique_id id;
+  root_on_loopback(&id);
+  cr_assert_eq(run_ranks(2, &id, rank_listens_at, &a, 30000, NULL), 0);
+  /* the same address, and the same rules, for the doctor's report */
+  struct sockaddr_storage got;
+  char ifname[64];
+  boot_addr_how how = 0;
+  cr_assert_eq(boot_listen_addr(NULL, &got, ifname, sizeof(ifname), &how),
+               BRAID_SUCCESS, "%s", err_msg());
+  cr_assert_str_eq(ifname, name);
+  cr_assert_eq(how, BOOT_ADDR_IFNAME);
+}
+
+/* A setting that matches nothing fails the rank that joins a root, naming
+ * the variable and the interfaces up, before it meets anyone. */
+Test(bootstrap, socket_ifname_matching_nothing_fails_rank, .timeout = 60) {
+  /* config is read once per process: before the root starts */
+  setenv("BRAID_SOCKET_IFNAME", "=braid-nope9", 1);
+  braid_unique_id id;
+  root_on_loopback(&id);
+  boot *b = NULL;
+  cr_assert_eq(boot_init(&id, 0, 2, 5000, &b), BRAID_ERR_INVALID_ARG,
+               "boot_init: %s", err_msg());
+  cr_assert(strstr(err_msg(), "BRAID_SOCKET_IFNAME==braid-nope9 matches no "
+                              "interface") != NULL &&
+                strstr(err_msg(), "up here: ") != NULL &&
+                strstr(err_msg(), "lo 127.0.0.1") != NULL,
+            "message: %s", err_msg());
+}
+
+/* A filter that only excludes passes lo too; loopback is taken only when
+ * nothing else passes. Without a filter, IPv4 off loopback as before. */
+Test(bootstrap, ifname_exclusion_prefers_other_interfaces) {
+  char name[64], got[64];
+  struct sockaddr_storage a, b;
+  cr_assert_eq(sock_pick_addr("^braid-nope9", &b, got, sizeof(got)), 0, "%s",
+               err_msg());
+  if (other_iface(name, sizeof(name), &a) != 0) {
+    cr_assert_str_eq(got, "lo");
+    return;
+  }
+  cr_assert_str_neq(got, "lo", "^braid-nope9 chose loopback beside %s", name);
+  cr_assert_eq(sock_pick_addr("=lo", &b, got, sizeof(got)), 0);
+  cr_assert_str_eq(got, "lo");
+  cr_assert_eq(b.ss_family, AF_INET);
+  cr_assert_eq(sock_pick_addr(NULL, &b, got, sizeof(got)), 0);
+  cr_assert_str_eq(got, name);
+  /* the preferred family first, when the interface has it */
+  if (sock_pick_addr_family("=lo", AF_INET6, &b, got, sizeof(got)) == 0)
+    cr_assert(b.ss_family == AF_INET6 || b.ss_family == AF_INET);
+  char ifs[400];
+  sock_list_ifaces(ifs, sizeof(ifs));
+  cr_assert(strstr(ifs, name) != NULL, "%s not in the list: %s", name, ifs);
+  cr_assert_eq(sock_addr_ifname(&a, got, sizeof(got)), 0);
+  cr_assert_str_eq(got, name);
 }
 
 Test(bootstrap, ipv6_root, .timeout = 60) {
