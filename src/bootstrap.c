@@ -237,6 +237,7 @@ static braid_result rendezvous(const struct sockaddr_storage *root,
   memset(&h, 0, sizeof(h));
   h.rank = rank;
   h.nranks = nranks;
+  h.wait_ms = sock_left_ms(deadline);
   fill_self(&h.me, &bound);
   int fd;
   int crc = sock_connect_auth(root, deadline, 0, BOOT_MAGIC, KIND_ROOT, secret,
@@ -249,8 +250,10 @@ static braid_result rendezvous(const struct sockaddr_storage *root,
                "rank %d: %s the bootstrap root: %s", rank,
                crc == SOCK_REFUSED ? "refused by" : "cannot reach", err_msg());
   }
+  /* the root answers by this rank's deadline (wait_ms), less the time the
+   * hello took to reach it: a moment more for its answer to arrive */
   root_reply r;
-  int rc = sock_read_full(fd, &r, sizeof(r), deadline);
+  int rc = sock_read_full(fd, &r, sizeof(r), deadline + ROOT_ANSWER_MS);
   if (rc == 0 && r.status == BRAID_SUCCESS) {
     if (r.nranks != nranks) {
       close(fd);
@@ -269,7 +272,8 @@ static braid_result rendezvous(const struct sockaddr_storage *root,
         ERR(rc == SOCK_TIMEOUT ? BRAID_ERR_TIMEOUT : BRAID_ERR_REMOTE,
             "rank %d: rendezvous with the bootstrap root at %s failed: %s",
             rank, as,
-            rc == SOCK_TIMEOUT ? "timed out waiting for the other ranks"
+            rc == SOCK_TIMEOUT ? "timed out waiting for the other ranks (the "
+                                 "root did not say which are missing)"
             : rc == SOCK_EOF   ? "the root closed the connection (did it "
                                  "already finish?)"
                                : sock_strerror(rc, e, sizeof(e)));

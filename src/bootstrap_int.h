@@ -35,8 +35,17 @@ typedef struct id_wire {
 } id_wire;
 _Static_assert(sizeof(id_wire) <= BRAID_UNIQUE_ID_BYTES, "id fits");
 
+/* How long a rank waits for the root's answer past its own deadline, and
+ * how long before a rank's deadline the root gives up and answers. */
+#define ROOT_ANSWER_MS 1000
+#define ROOT_EARLY_MS 200
+
 typedef struct root_hello {
   int32_t rank, nranks;
+  /* how long the rank still waits for the reply (ms, from its send): the
+   * root answers before the first of its ranks gives up, so that each
+   * learns which ranks are missing */
+  int32_t wait_ms;
   boot_peer me;
 } root_hello;
 

@@ -50,7 +50,8 @@ static void root_answer(const char *what, int fd, braid_result status,
 
 static void *root_main(void *arg) {
   root_svc *s = arg;
-  int64_t deadline = sock_now_ms() + s->timeout_ms;
+  const int64_t start = sock_now_ms();
+  int64_t deadline = start + s->timeout_ms;
   char what[128], as[80];
   snprintf(what, sizeof(what), "bootstrap root %s", s->addr);
   sock_gate g;
@@ -127,6 +128,13 @@ static void *root_main(void *arg) {
     fds[h.rank] = fd;
     table[h.rank] = h.me;
     joined++;
+    /* give up before the first rank does, so that every rank that waits
+     * hears which ranks are missing */
+    if (h.wait_ms > ROOT_EARLY_MS) {
+      int64_t end = sock_now_ms() + h.wait_ms - ROOT_EARLY_MS;
+      if (end < deadline)
+        deadline = end;
+    }
     TRACE(LOG_BOOT, "%s: rank %d/%d joined from %s", what, h.rank, nranks, as);
   }
   sock_gate_free(&g);
@@ -154,9 +162,10 @@ static void *root_main(void *arg) {
     for (int i = 0; fds && i < nranks; i++)
       if (fds[i] >= 0)
         root_answer(what, fds[i], BRAID_ERR_TIMEOUT,
-                    "rendezvous at %s timed out after %d ms: %d of %d ranks "
+                    "rendezvous at %s timed out after %lld ms: %d of %d ranks "
                     "arrived (missing: %s)",
-                    s->addr, s->timeout_ms, joined, nranks, missing);
+                    s->addr, (long long)(sock_now_ms() - start), joined, nranks,
+                    missing);
     if (nranks < 0)
       WARN(LOG_BOOT, "%s: no rank arrived within %d ms; root service ends",
            what, s->timeout_ms);

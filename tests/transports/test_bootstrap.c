@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ranks.h"
@@ -311,6 +312,42 @@ Test(bootstrap, missing_rank_times_out, .timeout = 30) {
   spawn_rank(&p, 0, 2, &id, rank_alone, NULL);
   wait_ranks(&p, 1, 10000);
   cr_assert_eq(p.status, 0, "status %d: %s", p.status, p.msg);
+}
+
+/* Ranks 0 and 1 of 3 meet, rank 2 never comes, and the root's own wait
+ * is far longer than the ranks' (BRAID_TIMEOUT, 300 s, against 1.5 s):
+ * each rank hears from the root which rank is missing before it gives up.
+ * It used to time out on its own and say only "timed out waiting for the
+ * other ranks" (torch's init_process_group with timeout=5 s). */
+static int rank_missing_named(int rank, int nranks, const braid_unique_id *id,
+                              void *arg, char *msg, size_t msglen) {
+  (void)arg;
+  boot *b = NULL;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  braid_result r = boot_init(id, rank, nranks, 1500, &b);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+  if (r != BRAID_ERR_TIMEOUT)
+    FAIL("expected a timeout, got %s (%s)", braid_result_string(r), err_msg());
+  if (strstr(err_msg(), "missing: 2") == NULL)
+    FAIL("the missing rank is not named: %s", err_msg());
+  if (s > 1.5 + 1.0)
+    FAIL("gave up after %.2f s (its timeout: 1.5 s)", s);
+  return 0;
+}
+
+Test(bootstrap, a_missing_rank_is_named, .timeout = 30) {
+  setenv("BRAID_TIMEOUT", "300", 1); /* the root's wait */
+  braid_unique_id id;
+  cr_assert_eq(boot_unique_id(&id), BRAID_SUCCESS, "%s", err_msg());
+  rank_proc p[2];
+  for (int r = 0; r < 2; r++)
+    spawn_rank(&p[r], r, 3, &id, rank_missing_named, NULL);
+  wait_ranks(p, 2, 10000);
+  for (int r = 0; r < 2; r++)
+    cr_expect_eq(p[r].status, 0, "rank %d: status %d: %s", r, p[r].status,
+                 p[r].msg);
 }
 
 /* Rank 1 dies; rank 0 finds it in an allgather before it sent rank 2 its
