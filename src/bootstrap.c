@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "src/bootstrap_int.h"
@@ -216,11 +217,40 @@ braid_result boot_listen_addr(const struct sockaddr_storage *root,
   return BRAID_SUCCESS;
 }
 
+/* 0 once this host has a route to root, else the errno that says it has
+ * none (ENETUNREACH, EHOSTUNREACH: an interface or route not up yet). */
+static int no_route(const struct sockaddr_storage *root) {
+  int s = socket(root->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0)
+    return 0; /* not a route's fault: route_source says why */
+  int e = connect(s, (const struct sockaddr *)root, sock_addr_len(root)) == 0
+              ? 0
+              : errno;
+  close(s);
+  return e == ENETUNREACH || e == EHOSTUNREACH ? e : 0;
+}
+
 static braid_result rendezvous(const struct sockaddr_storage *root,
                                const uint8_t secret[16], int rank, int nranks,
                                int64_t deadline, boot *b, int *lfd) {
   char e[200], as[80];
   sock_addr_str(root, as, sizeof(as));
+  /* A route to the root that is not there yet (a network still coming up
+   * when the job starts) is waited for, as a root that is not listening
+   * yet is, until the deadline. */
+  int nr = no_route(root);
+  for (int64_t nap_ms = 50; nr != 0 && sock_left_ms(deadline) > 0;
+       nr = no_route(root)) {
+    int64_t left = sock_left_ms(deadline);
+    struct timespec ts = {0, (long)((nap_ms < left ? nap_ms : left) * 1000000)};
+    nanosleep(&ts, NULL);
+    nap_ms = nap_ms < 500 ? 2 * nap_ms : 500;
+  }
+  if (nr != 0)
+    return ERR(BRAID_ERR_TIMEOUT,
+               "rank %d: no route to the bootstrap root at %s (%s) within the "
+               "timeout",
+               rank, as, strerror(nr));
   /* Listen where BRAID_SOCKET_IFNAME says, else on the address this host
    * uses to reach the root; peers and the tcp transport connect to it. */
   struct sockaddr_storage local, bound;

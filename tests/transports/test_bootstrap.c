@@ -2,6 +2,7 @@
  * Bootstrap tests: real rank processes rendezvous through a root service in
  * the test process, build the control mesh and exchange data over it.
  */
+#define _GNU_SOURCE /* unshare */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -10,10 +11,12 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -348,6 +351,56 @@ Test(bootstrap, a_missing_rank_is_named, .timeout = 30) {
   for (int r = 0; r < 2; r++)
     cr_expect_eq(p[r].status, 0, "rank %d: status %d: %s", r, p[r].status,
                  p[r].msg);
+}
+
+/* No route to the root (an interface not up yet): the rank waits for one
+ * until its timeout, as for a root that is not listening yet, and then
+ * says so with BRAID_ERR_TIMEOUT; it failed at once with a system error.
+ * Run in a network namespace of its own, where only loopback is. */
+Test(bootstrap, no_route_to_the_root_is_waited_for, .timeout = 30) {
+  int p[2];
+  cr_assert_eq(pipe(p), 0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    close(p[0]);
+    char out[600];
+    if (unshare(CLONE_NEWNET) != 0) {
+      snprintf(out, sizeof out, "S cannot make a network namespace: %s",
+               strerror(errno));
+    } else {
+      uint8_t secret[16] = {1};
+      braid_unique_id id;
+      boot *b = NULL;
+      braid_result r = boot_unique_id_at("198.18.0.1", 29999, secret, 0, &id);
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      if (r == BRAID_SUCCESS)
+        r = boot_init(&id, 1, 2, 1200, &b);
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      double sec =
+          (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+      snprintf(out, sizeof out, "%c %.2f %s",
+               r == BRAID_ERR_TIMEOUT ? 'T' : 'X', sec, err_msg());
+    }
+    if (write(p[1], out, strlen(out) + 1) < 0)
+      _exit(1);
+    _exit(0);
+  }
+  close(p[1]);
+  char got[600] = "";
+  ssize_t n = read(p[0], got, sizeof got - 1);
+  got[n > 0 ? n : 0] = '\0';
+  close(p[0]);
+  waitpid(pid, NULL, 0);
+  if (got[0] == 'S')
+    cr_skip_test("%s (needs root)", got + 2);
+  double sec = -1;
+  sscanf(got + 2, "%lf", &sec);
+  cr_expect_eq(got[0], 'T', "not a timeout: %s", got);
+  cr_expect(strstr(got, "no route to the bootstrap root") != NULL, "%s", got);
+  cr_expect(sec >= 1.0 && sec < 5.0, "gave up after %.2f s (timeout 1.2 s)",
+            sec);
 }
 
 /* Rank 1 dies; rank 0 finds it in an allgather before it sent rank 2 its
