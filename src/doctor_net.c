@@ -441,8 +441,10 @@ braid_result doc_ranks(int nranks, int timeout_ms, doc_report *r,
             ? "check that every rank reaches rank 0's address (BRAID_COMM_ID, "
               "or MASTER_ADDR:MASTER_PORT; a firewall; BRAID_SOCKET_IFNAME on "
               "each host) and that rank 0 runs"
-        : strstr(err, "waiting for the other ranks") != NULL
-            ? "a rank did not join: check that all ranks were started with "
+        : strstr(err, "waiting for the other ranks") != NULL ||
+                strstr(err, "ranks arrived (missing:") != NULL
+            ? "a rank did not join (the root names those missing): check that "
+              "all ranks were started with "
               "the same root address, and read the other ranks' reports "
               "(the one that failed names why)"
         : strstr(err, "expects") != NULL || strstr(err, "differ") != NULL

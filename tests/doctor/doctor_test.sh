@@ -250,6 +250,8 @@ ranks_unreachable)
     fail "rank 1's finding does not name the address it could not reach"
   finding "$tmp/r0.out" error ranks "rank 0 of 2 (torchrun): forming the communicator" \
     "a rank did not join"
+  grep -q "^error *ranks .*(missing: 1)" "$tmp/r0.out" ||
+    fail "rank 0's finding does not name the rank that did not join"
   # bounded by --timeout (3 s each), with room for a slow machine
   [ "$took" -le 30 ] || fail "took $took s with --timeout 3"
   echo "rank 1: $(grep '^error *ranks' "$tmp/r1.out")"
