@@ -512,9 +512,8 @@ static braid_result rdv_publish(const char *path, const char *key,
   int placed = 0;
   if (e == 0 && link(tmp, path) == 0)
     placed = 1;
-  else if (e == 0 && errno != EEXIST && errno != EPERM && errno != ENOTSUP &&
-           errno != EOPNOTSUPP)
-    e = errno;
+  else if (e == 0 && errno != EEXIST && errno != EPERM && errno != ENOTSUP)
+    e = errno; /* (EOPNOTSUPP is ENOTSUP on Linux) */
   if (e == 0 && !placed) {
     rdv_writer other;
     if (rdv_live_writer(path, &me, &other)) {
