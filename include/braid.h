@@ -259,8 +259,9 @@ BRAID_API const char *braid_comm_last_error(const braid_comm *comm);
  * (scalar_on_device 0), or device memory, read each time a call with the op
  * runs (1; it must stay valid while the op is used). The op belongs to
  * comm and to dt: another dtype, or another communicator, is
- * BRAID_ERR_INVALID_ARG, as are bool and unknown dtypes. Calls on device
- * buffers: BRAID_ERR_UNSUPPORTED for now (docs/DTYPES.md). The handle is
+ * BRAID_ERR_INVALID_ARG, as are bool and unknown dtypes. Device buffers
+ * take the dtypes of the device's reduction kernels (int16:
+ * BRAID_ERR_UNSUPPORTED; docs/DTYPES.md). The handle is
  * a braid_op value beyond the built-in ones; braid_op_name gives
  * "premul_sum". */
 BRAID_API braid_result braid_op_create_premul_sum(braid_op *op,

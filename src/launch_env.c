@@ -122,6 +122,12 @@ static braid_result detect_rank(launch_info *li) {
     li->source = l->source;
     return BRAID_SUCCESS;
   }
+  /* the id says whom to meet, not who this rank is */
+  if (env(own_vars[V_UNIQUE_ID]) != NULL)
+    return ERR(BRAID_ERR_INVALID_ARG,
+               "no launcher found: BRAID_UNIQUE_ID is set, but no rank and "
+               "size (set BRAID_RANK and BRAID_SIZE with it, or RANK and "
+               "WORLD_SIZE)");
   return ERR(
       BRAID_ERR_INVALID_ARG,
       "no launcher found (set BRAID_RANK/BRAID_SIZE/BRAID_UNIQUE_ID, or "

@@ -185,7 +185,9 @@ Test(launch_env, nothing_found) {
              "mpirun/srun)");
   /* an id alone says nothing about rank and size */
   braid_unique_id id;
-  expect_err(detect(ENV(fake_id_env(&id, 2))), "no launcher found");
+  result alone = detect(ENV(fake_id_env(&id, 2)));
+  expect_err(alone, "no launcher found: BRAID_UNIQUE_ID is set, but no rank");
+  expect_err(alone, "set BRAID_RANK and BRAID_SIZE with it");
 }
 
 /* braid_env_launcher: the launcher braid_comm_init_env would read, from a
