@@ -535,7 +535,8 @@ braid_result comm_init_env_into(braid_comm *shell, const braid_config *cfg) {
   if (r != BRAID_SUCCESS) {
     snprintf(err, sizeof err, "%s", err_msg());
     WARN(LOG_INIT, "braid_comm_init_env: %s", err);
-    doc_init_failed(-1, 0, NULL, err);
+    /* the rank is known once the launcher's variables were read */
+    doc_init_failed(li.source != NULL ? li.rank : -1, 0, NULL, err);
     return comm_fail(shell, r, "braid_comm_init_env: %s", err);
   }
   INFO(LOG_INIT, "launcher %s: rank %d of %d", li.source, li.rank, li.size);

@@ -803,11 +803,15 @@ void doc_init_failed(int rank, int nranks, const struct tp_bootstrap *b,
   for (int i = 0; i < r.n; i++) {
     if (r.f[i].verdict == DOC_OK)
       continue;
-    if (shown++ == 0)
+    if (shown++ == 0 && rank >= 0)
       WARN(LOG_INIT,
            "rank %d: the communicator did not form; braid-doctor's checks "
            "found (docs/DOCTOR.md):",
            rank);
+    else if (shown == 1)
+      WARN(LOG_INIT, "the communicator did not form (this rank's number is "
+                     "not known); braid-doctor's checks found "
+                     "(docs/DOCTOR.md):");
     WARN(LOG_INIT, "doctor %s %s: %s%s%s", r.f[i].check,
          doc_verdict_name(r.f[i].verdict), r.f[i].what,
          r.f[i].fix[0] ? "; fix: " : "", r.f[i].fix);
