@@ -104,16 +104,33 @@ static pid_t spawn_detect(const char *const *vars, int timeout_ms, int *rfd,
   return pid;
 }
 
-static result detect(const char *const *vars) {
+/* One child's launch_detect, waited for; *st its wait status. */
+static result detect_within(const char *const *vars, int timeout_ms, int *st) {
   int fd;
-  pid_t pid = spawn_detect(vars, 2000, &fd, NULL);
+  pid_t pid = spawn_detect(vars, timeout_ms, &fd, NULL);
   result r;
   cr_assert_eq(read_all(fd, &r, sizeof r), 0, "child died");
   close(fd);
+  waitpid(pid, st, 0);
+  return r;
+}
+
+static result detect(const char *const *vars) {
   int st;
-  waitpid(pid, &st, 0);
+  result r = detect_within(vars, 2000, &st);
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   return r;
+}
+
+/* Lets a rank 0 spawned with a go pipe clean up (launch_cleanup) and
+ * waits for it. */
+static void release_rank0(pid_t pid, int fd, int go) {
+  cr_assert_eq(write(go, "g", 1), 1);
+  char c;
+  cr_assert_eq(read_all(fd, &c, 1), 0);
+  waitpid(pid, NULL, 0);
+  close(fd);
+  close(go);
 }
 
 #define ENV(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -496,28 +513,19 @@ Test(launch_env, rendezvous_file_refuses_and_times_out, .init = rdv_setup,
   cr_assert_eq(r.rc, BRAID_ERR_TIMEOUT, "%d: %s", r.rc, r.err);
   cr_assert(strstr(r.err, rdv_dir) != NULL, "%s", r.err);
   /* learn the file name from rank 0, then plant a group-readable one */
-  pid = spawn_detect(ompi_env(0, 2), 2000, &fd, NULL);
-  cr_assert_eq(read_all(fd, &r, sizeof r), 0);
-  waitpid(pid, NULL, 0);
-  close(fd);
+  r = detect_within(ompi_env(0, 2), 2000, NULL);
   cr_assert_eq(r.rc, BRAID_SUCCESS, "%s", r.err);
   char path[600];
   find_file(path, sizeof path);
   cr_assert(path[0]);
   cr_assert_eq(chmod(path, 0644), 0);
-  pid = spawn_detect(ompi_env(1, 2), 2000, &fd, NULL);
-  cr_assert_eq(read_all(fd, &r, sizeof r), 0);
-  waitpid(pid, NULL, 0);
-  close(fd);
+  r = detect_within(ompi_env(1, 2), 2000, NULL);
   expect_err(r, "refusing it");
   /* a stale file (its writer exited; old too) is ignored: timeout */
   cr_assert_eq(chmod(path, 0600), 0);
   struct timeval old[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
   cr_assert_eq(utimes(path, old), 0);
-  pid = spawn_detect(ompi_env(1, 2), 300, &fd, NULL);
-  cr_assert_eq(read_all(fd, &r, sizeof r), 0);
-  waitpid(pid, NULL, 0);
-  close(fd);
+  r = detect_within(ompi_env(1, 2), 300, NULL);
   cr_assert_eq(r.rc, BRAID_ERR_TIMEOUT, "stale file accepted: %s", r.err);
 }
 
@@ -526,25 +534,17 @@ Test(launch_env, rendezvous_file_refuses_and_times_out, .init = rdv_setup,
  * 0, runs. */
 Test(launch_env, rendezvous_file_late_rank, .init = rdv_setup,
      .fini = rdv_teardown) {
-  int fd0, fd1, go = -1;
+  int fd0, go = -1;
   pid_t p0 = spawn_detect(ompi_env(0, 2), 5000, &fd0, &go);
   result r0, r1;
   cr_assert_eq(read_all(fd0, &r0, sizeof r0), 0);
   cr_assert_eq(r0.rc, BRAID_SUCCESS, "%s", r0.err);
   sleep(4); /* rank 0 waits (here: for go) */
-  pid_t p1 = spawn_detect(ompi_env(1, 2), 3000, &fd1, NULL);
-  cr_assert_eq(read_all(fd1, &r1, sizeof r1), 0);
-  waitpid(p1, NULL, 0);
-  close(fd1);
+  r1 = detect_within(ompi_env(1, 2), 3000, NULL);
   cr_assert_eq(r1.rc, BRAID_SUCCESS, "the late rank: %s", r1.err);
   cr_assert_eq(memcmp(&r0.id, &r1.id, sizeof r0.id), 0,
                "the late rank read another id");
-  cr_assert_eq(write(go, "g", 1), 1);
-  char c;
-  cr_assert_eq(read_all(fd0, &c, 1), 0);
-  waitpid(p0, NULL, 0);
-  close(fd0);
-  close(go);
+  release_rank0(p0, fd0, go);
 }
 
 /* Two jobs with one key (started by one process, as many ranks, no job id)
@@ -553,17 +553,14 @@ Test(launch_env, rendezvous_file_late_rank, .init = rdv_setup,
  * used to replace it (and leave either job's ranks the other's id). */
 Test(launch_env, rendezvous_file_second_job, .init = rdv_setup,
      .fini = rdv_teardown) {
-  int fd0, fdb, fd1, go = -1;
+  int fd0, go = -1;
   pid_t a0 = spawn_detect(ompi_env(0, 2), 5000, &fd0, &go);
   result r0, rb, r1;
   cr_assert_eq(read_all(fd0, &r0, sizeof r0), 0);
   cr_assert_eq(r0.rc, BRAID_SUCCESS, "%s", r0.err);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  pid_t b0 = spawn_detect(ompi_env(0, 2), 5000, &fdb, NULL);
-  cr_assert_eq(read_all(fdb, &rb, sizeof rb), 0);
-  waitpid(b0, NULL, 0);
-  close(fdb);
+  rb = detect_within(ompi_env(0, 2), 5000, NULL);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   cr_assert_eq(rb.rc, BRAID_ERR_INVALID_ARG, "the second rank 0: %d %s", rb.rc,
                rb.err);
@@ -575,19 +572,11 @@ Test(launch_env, rendezvous_file_second_job, .init = rdv_setup,
   double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
   cr_expect_lt(s, 2.0, "the second rank 0 took %.1f s to refuse", s);
   /* the first job's file is as it was: its rank 1 reads its id */
-  pid_t p1 = spawn_detect(ompi_env(1, 2), 3000, &fd1, NULL);
-  cr_assert_eq(read_all(fd1, &r1, sizeof r1), 0);
-  waitpid(p1, NULL, 0);
-  close(fd1);
+  r1 = detect_within(ompi_env(1, 2), 3000, NULL);
   cr_assert_eq(r1.rc, BRAID_SUCCESS, "%s", r1.err);
   cr_assert_eq(memcmp(&r0.id, &r1.id, sizeof r0.id), 0,
                "rank 1 read the second job's id");
-  cr_assert_eq(write(go, "g", 1), 1);
-  char c;
-  cr_assert_eq(read_all(fd0, &c, 1), 0);
-  waitpid(a0, NULL, 0);
-  close(fd0);
-  close(go);
+  release_rank0(a0, fd0, go);
 }
 
 /* A file whose writer has exited (rank 0 of an earlier job, killed before
@@ -605,10 +594,7 @@ Test(launch_env, rendezvous_file_dead_writer, .init = rdv_setup,
   find_file(path, sizeof path);
   cr_assert(path[0], "rank 0 left no file in %s", rdv_dir);
   pid_t writer = pid;
-  pid = spawn_detect(ompi_env(1, 2), 500, &fd, NULL);
-  cr_assert_eq(read_all(fd, &r, sizeof r), 0);
-  waitpid(pid, NULL, 0);
-  close(fd);
+  r = detect_within(ompi_env(1, 2), 500, NULL);
   cr_assert_eq(r.rc, BRAID_ERR_TIMEOUT, "a dead writer's file accepted: %d %s",
                r.rc, r.err);
   expect_err(r, "stale");
@@ -622,18 +608,10 @@ Test(launch_env, rendezvous_file_dead_writer, .init = rdv_setup,
   result r0;
   cr_assert_eq(read_all(fd0, &r0, sizeof r0), 0);
   cr_assert_eq(r0.rc, BRAID_SUCCESS, "over a stale file: %s", r0.err);
-  pid = spawn_detect(ompi_env(1, 2), 2000, &fd, NULL);
-  cr_assert_eq(read_all(fd, &r, sizeof r), 0);
-  waitpid(pid, NULL, 0);
-  close(fd);
+  r = detect_within(ompi_env(1, 2), 2000, NULL);
   cr_assert_eq(r.rc, BRAID_SUCCESS, "%s", r.err);
   cr_assert_eq(memcmp(&r0.id, &r.id, sizeof r0.id), 0);
-  cr_assert_eq(write(go, "g", 1), 1);
-  char c;
-  cr_assert_eq(read_all(fd0, &c, 1), 0);
-  waitpid(p0, NULL, 0);
-  close(fd0);
-  close(go);
+  release_rank0(p0, fd0, go);
 }
 
 Test(launch_env, rendezvous_file_needs_one_host) {
